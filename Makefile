@@ -1,0 +1,43 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+GO ?= go
+BIN := bin/silas
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+
+.PHONY: run build test test-short fuzz bench vet fmt clean
+
+## run: start the gateway with the local web chat (a local PostgreSQL under ./.data when DATABASE_URL is unset)
+run: build
+	./$(BIN) serve
+
+build:
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/silas
+
+## test: every test, PostgreSQL-backed ones included (a throwaway cluster when no TEST_DATABASE_URL/DATABASE_URL)
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+test-short:
+	$(GO) test -count=1 ./...
+
+## fuzz: run each fuzz target for FUZZTIME (default 30s)
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzTransform$$' -fuzztime $(FUZZTIME) ./core/canon
+	$(GO) test -run '^$$' -fuzz '^FuzzParseFrame$$' -fuzztime $(FUZZTIME) ./adapters/webchat
+	$(GO) test -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME) ./core/agent
+
+## bench: Go benchmarks plus the load driver, on real PostgreSQL (figures go in BENCHMARKS.md)
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+	$(GO) run ./cmd/silas-load
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf bin

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+
+	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/internal/config"
+	"github.com/silas-gateway/silas/internal/pgcluster"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *cliEnv, args []string) error
+}
+
+var commands = []command{
+	{"serve", "run the gateway (web chat, turn pipeline, outbox)", cmdServe},
+	{"migrate", "apply database migrations", cmdMigrate},
+	{"keys", "manage the gateway signing key (keys init)", cmdKeys},
+	{"pair", "print a one-time code that binds a platform identity to the owner", cmdPair},
+	{"audit", "check or show the audit log (audit verify, audit tail)", cmdAudit},
+	{"config", "print the example configuration (config example) or check one (config check)", cmdConfig},
+	{"version", "print the version", cmdVersion},
+}
+
+type cliEnv struct {
+	stdout, stderr io.Writer
+	configPath     string
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "Silas — a gateway where every action passes approval, a sandbox, verification and an audit chain.\n\n")
+	fmt.Fprintf(w, "Usage: silas [--config FILE] <command> [flags]\n\nCommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nRun `silas <command> --help` for a command's flags. The config file defaults to $SILAS_CONFIG;\nwithout one, built-in defaults apply (see `silas config example`).\n")
+}
+
+// errUsage makes run print usage and exit 2.
+var errUsage = errors.New("usage")
+
+// exitError carries a specific exit code (for example audit verify's 1).
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	env := &cliEnv{stdout: stdout, stderr: stderr, configPath: os.Getenv("SILAS_CONFIG")}
+	fs := flag.NewFlagSet("silas", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&env.configPath, "config", env.configPath, "configuration file (YAML)")
+	fs.Usage = func() { usage(stderr) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		usage(stderr)
+		return 2
+	}
+	for _, c := range commands {
+		if c.name != rest[0] {
+			continue
+		}
+		err := c.run(ctx, env, rest[1:])
+		var ee *exitError
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			return 2
+		case errors.As(err, &ee):
+			fmt.Fprintln(stderr, ee.msg)
+			return ee.code
+		default:
+			fmt.Fprintf(stderr, "silas %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "silas: unknown command %q\n\n", rest[0])
+	usage(stderr)
+	return 2
+}
+
+// flags builds a FlagSet whose --help prints a description first.
+func flags(env *cliEnv, name, synopsis, desc string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(env.stderr, "Usage: silas %s\n\n%s\n", synopsis, desc)
+		var has bool
+		fs.VisitAll(func(*flag.Flag) { has = true })
+		if has {
+			fmt.Fprintf(env.stderr, "\nFlags:\n")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	return nil
+}
+
+func loadConfig(env *cliEnv) (*config.Config, error) {
+	return config.Load(env.configPath, os.Environ())
+}
+
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// database is an open store plus how to release it.
+type database struct {
+	store   *store.Store
+	cluster *pgcluster.Cluster
+	owned   bool // this process started the cluster and stops it
+}
+
+func (d *database) Close(ctx context.Context) {
+	d.store.Close()
+	if d.cluster != nil && d.owned {
+		if err := d.cluster.Stop(ctx); err != nil {
+			slog.Error("stopping the local PostgreSQL failed", slog.Any("err", err))
+		}
+	}
+}
+
+// openDatabase uses database.url, or else starts (or reuses) the local
+// throwaway cluster under data_dir/pg.
+func openDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, stopOnClose bool, opt store.Options) (*database, error) {
+	d := &database{}
+	dsn := cfg.Database.URL
+	if dsn == "" {
+		dir, err := filepath.Abs(filepath.Join(cfg.DataDir, "pg"))
+		if err != nil {
+			return nil, err
+		}
+		log.Info("no database.url / DATABASE_URL set: using a local PostgreSQL cluster", slog.String("dir", dir))
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("start local PostgreSQL (set DATABASE_URL to use your own server): %w", err)
+		}
+		d.cluster, d.owned = c, stopOnClose && !c.Reused
+		dsn = c.DSN()
+	}
+	opt.Logger = log
+	st, err := store.Open(ctx, dsn, opt)
+	if err != nil {
+		if d.cluster != nil && d.owned {
+			_ = d.cluster.Stop(context.Background())
+		}
+		return nil, err
+	}
+	d.store = st
+	return d, nil
+}
+
+func keyPath(cfg *config.Config) string { return filepath.Join(cfg.DataDir, "keys", "gateway.key") }
+
+func cmdVersion(_ context.Context, env *cliEnv, args []string) error {
+	fs := flags(env, "version", "version", "Print the version of this binary.")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	goVer := ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		goVer = bi.GoVersion
+	}
+	fmt.Fprintf(env.stdout, "silas %s (%s)\n", version, goVer)
+	return nil
+}
+
+func subcommand(args []string) (string, []string) {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return "", args
+	}
+	return args[0], args[1:]
+}

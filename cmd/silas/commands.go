@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/silas-gateway/silas/configs"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/keys"
+	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/internal/config"
+)
+
+func cmdMigrate(ctx context.Context, env *cliEnv, args []string) error {
+	fs := flags(env, "migrate", "migrate", "Apply pending database migrations (serve does this at start unless database.auto_migrate is false).")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(env)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, env.stderr)
+	db, err := openDatabase(ctx, cfg, log, false, store.Options{})
+	if err != nil {
+		return err
+	}
+	defer db.Close(context.Background())
+	n, err := db.store.Migrate(ctx)
+	if err != nil {
+		return err
+	}
+	cur, _, _ := db.store.SchemaStatus(ctx)
+	fmt.Fprintf(env.stdout, "applied %d migration(s); schema version %d\n", n, cur)
+	return nil
+}
+
+func cmdKeys(_ context.Context, env *cliEnv, args []string) error {
+	sub, rest := subcommand(args)
+	if sub != "init" {
+		fs := flags(env, "keys", "keys init", "keys init  create the gateway's Ed25519 signing key (data_dir/keys/gateway.key, mode 0600).\n\nserve creates it on first start too. It refuses to overwrite an existing key: a new key\ninvalidates every approval token and identity binding the old one signed.")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		fs.Usage()
+		return errUsage
+	}
+	fs := flags(env, "keys init", "keys init", "Create the gateway's Ed25519 signing key. The key itself is never printed; its public fingerprint is.")
+	if err := parse(fs, rest); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(env)
+	if err != nil {
+		return err
+	}
+	priv, err := keys.Create(keyPath(cfg))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "created %s (public key fingerprint %s)\n", keyPath(cfg), fingerprint(priv))
+	return nil
+}
+
+func fingerprint(priv ed25519.PrivateKey) string {
+	h := sha256.Sum256(priv.Public().(ed25519.PublicKey))
+	return "sha256:" + hex.EncodeToString(h[:8])
+}
+
+// pairAlphabet avoids look-alike characters (0/O, 1/I/L).
+const pairAlphabet = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
+
+func newPairingCode() string {
+	b := make([]byte, 10)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	var sb strings.Builder
+	for i, c := range b {
+		if i == 5 {
+			sb.WriteByte('-')
+		}
+		sb.WriteByte(pairAlphabet[int(c)%len(pairAlphabet)])
+	}
+	return sb.String()
+}
+
+func cmdPair(ctx context.Context, env *cliEnv, args []string) error {
+	fs := flags(env, "pair", "pair [platform] [--role owner|auth] [--ttl 10m]",
+		"Print a one-time pairing code. Sending `/pair <code>` to Silas from a platform identity (for example\nyour Telegram account) binds that identity to the role with a record signed by the gateway key.\nGive a platform (telegram, slack, discord, whatsapp, webchat) to accept the code only from it.")
+	role := fs.String("role", "owner", "trust the paired identity gets: owner or auth")
+	ttl := fs.Duration("ttl", 10*time.Minute, "how long the code is valid")
+	platform, rest := subcommand(args)
+	if err := parse(fs, rest); err != nil {
+		return err
+	}
+	if platform == "" && fs.NArg() > 0 {
+		platform = fs.Arg(0)
+	}
+	if *role != "owner" && *role != "auth" {
+		return fmt.Errorf("--role must be owner or auth, not %q", *role)
+	}
+	if *ttl < time.Minute || *ttl > 24*time.Hour {
+		return fmt.Errorf("--ttl must be between 1m and 24h")
+	}
+	cfg, err := loadConfig(env)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, env.stderr)
+	db, err := openDatabase(ctx, cfg, log, false, store.Options{})
+	if err != nil {
+		return err
+	}
+	defer db.Close(context.Background())
+	if err := requireSchema(ctx, db.store); err != nil {
+		return err
+	}
+	code := newPairingCode()
+	expires := time.Now().Add(*ttl)
+	err = db.store.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		if err := tx.InsertPairingCode(ctx, engine.HashPairingCode(code), *role, platform, expires); err != nil {
+			return nil, err
+		}
+		return []audit.Entry{{Kind: "pairing.code_created", Actor: "operator", Data: map[string]any{"role": *role, "platform": platform, "expires_at": expires.UTC().Format(time.RFC3339)}}}, nil
+	})
+	if err != nil {
+		return err
+	}
+	where := "any platform"
+	if platform != "" {
+		where = platform
+	}
+	fmt.Fprintf(env.stdout, "Pairing code: %s\nSend `/pair %s` to Silas from %s within %s to get %s trust. It works once.\n", code, code, where, *ttl, *role)
+	return nil
+}
+
+func requireSchema(ctx context.Context, st *store.Store) error {
+	cur, latest, err := st.SchemaStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if cur < latest {
+		return fmt.Errorf("database schema is at version %d, this binary needs %d: run `silas migrate`", cur, latest)
+	}
+	return nil
+}
+
+func cmdAudit(ctx context.Context, env *cliEnv, args []string) error {
+	sub, rest := subcommand(args)
+	switch sub {
+	case "verify":
+		fs := flags(env, "audit verify", "audit verify", "Walk the whole hash chain. Exit 0 when intact; exit 1 naming the first row whose hash does not match.")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		return withStore(ctx, env, func(st *store.Store) error {
+			n, err := st.VerifyAudit(ctx)
+			var be *audit.BrokenError
+			if errors.As(err, &be) {
+				return &exitError{code: 1, msg: fmt.Sprintf("audit chain BROKEN at seq %d: %s (%d rows before it verified)", be.Seq, be.Reason, n)}
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(env.stdout, "audit chain intact: %d entries verified\n", n)
+			return nil
+		})
+	case "tail":
+		fs := flags(env, "audit tail", "audit tail [-n 20] [--conversation ID] [--json]", "Print the most recent audit entries, oldest first.")
+		n := fs.Int("n", 20, "number of entries")
+		conv := fs.String("conversation", "", "only this conversation (e.g. webchat:local)")
+		asJSON := fs.Bool("json", false, "one JSON object per line")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		if *n < 1 || *n > 10000 {
+			return fmt.Errorf("-n must be between 1 and 10000")
+		}
+		return withStore(ctx, env, func(st *store.Store) error {
+			rows, err := st.AuditTail(ctx, *n, coreConversation(*conv), nil)
+			if err != nil {
+				return err
+			}
+			for _, r := range rows {
+				if *asJSON {
+					b, _ := json.Marshal(map[string]any{"seq": r.Seq, "at": r.At.UTC().Format(time.RFC3339Nano), "kind": r.Entry.Kind,
+						"actor": r.Entry.Actor, "conversation": r.Entry.Conversation, "data": json.RawMessage(r.DataJSON), "hash": hex.EncodeToString(r.Hash)})
+					fmt.Fprintln(env.stdout, string(b))
+					continue
+				}
+				fmt.Fprintf(env.stdout, "%6d %s %-22s %-16s %-16s %s\n", r.Seq, r.At.Local().Format("2006-01-02 15:04:05"), r.Entry.Kind,
+					r.Entry.Actor, r.Entry.Conversation, string(r.DataJSON))
+			}
+			return nil
+		})
+	default:
+		fs := flags(env, "audit", "audit verify | audit tail [-n 20]", "verify  check the hash chain (exit 1 naming the first broken row)\ntail    print recent entries")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		fs.Usage()
+		return errUsage
+	}
+}
+
+func withStore(ctx context.Context, env *cliEnv, f func(*store.Store) error) error {
+	cfg, err := loadConfig(env)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, env.stderr)
+	db, err := openDatabase(ctx, cfg, log, false, store.Options{})
+	if err != nil {
+		return err
+	}
+	defer db.Close(context.Background())
+	if err := requireSchema(ctx, db.store); err != nil {
+		return err
+	}
+	return f(db.store)
+}
+
+func cmdConfig(_ context.Context, env *cliEnv, args []string) error {
+	sub, rest := subcommand(args)
+	switch sub {
+	case "example":
+		fs := flags(env, "config example", "config example", "Print the example configuration; it documents every key and its default.")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		fmt.Fprint(env.stdout, configs.Example)
+		return nil
+	case "check":
+		fs := flags(env, "config check", "config check", "Load the configuration (file from --config or $SILAS_CONFIG, plus SILAS_* variables) and report the first problem.")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		if _, err := config.Load(env.configPath, envList()); err != nil {
+			return err
+		}
+		fmt.Fprintln(env.stdout, "configuration is valid")
+		return nil
+	default:
+		fs := flags(env, "config", "config example | config check", "example  print the documented example configuration\ncheck    validate the configuration")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		fs.Usage()
+		return errUsage
+	}
+}

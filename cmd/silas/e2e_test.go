@@ -1,0 +1,428 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/internal/pgtest"
+)
+
+var silasBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "silas-e2e-bin")
+	if err != nil {
+		panic(err)
+	}
+	silasBin = filepath.Join(dir, "silas")
+	out, err := exec.Command("go", "build", "-o", silasBin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building silas: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := pgtest.Main(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// server is a `silas serve` subprocess.
+type server struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	base    string // http://127.0.0.1:port
+	login   string
+	exited  chan struct{}
+	logs    *syncBuffer
+	dataDir string
+	env     []string
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+var loginRe = regexp.MustCompile(`Silas web chat: (http://[0-9.:]+)/#login=([A-Za-z0-9_-]+)`)
+
+// startServer runs serve with the given extra environment on a free port.
+func startServer(t *testing.T, dsn, dataDir string, extra ...string) *server {
+	t.Helper()
+	env := append(os.Environ(), "DATABASE_URL="+dsn, "SILAS_DATA_DIR="+dataDir, "SILAS_HTTP_LISTEN=127.0.0.1:0", "SILAS_LOG_LEVEL=debug")
+	env = append(env, extra...)
+	cmd := exec.Command(silasBin, "serve")
+	cmd.Env = env
+	stdout, _ := cmd.StdoutPipe()
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{t: t, cmd: cmd, exited: make(chan struct{}), logs: logs, dataDir: dataDir, env: env}
+	found := make(chan []string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := loginRe.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m
+			}
+		}
+	}()
+	go func() { cmd.Wait(); close(s.exited) }()
+	select {
+	case m := <-found:
+		s.base, s.login = m[1], m[2]
+	case <-s.exited:
+		t.Fatalf("serve exited early:\n%s", logs.String())
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("serve did not print its address:\n%s", logs.String())
+	}
+	t.Cleanup(func() { s.stop() })
+	return s
+}
+
+func (s *server) stop() {
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.exited
+		s.t.Errorf("serve did not stop on SIGTERM within 30s")
+	}
+}
+
+// waitExit waits for a process that is expected to die (failpoint).
+func (s *server) waitExit(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("server did not die at the failpoint:\n%s", s.logs.String())
+	}
+}
+
+// client is a logged-in web chat WebSocket.
+type client struct {
+	t      *testing.T
+	conn   *websocket.Conn
+	frames chan map[string]any
+	seen   []map[string]any
+	n      int
+}
+
+func (s *server) connect(t *testing.T) *client {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Jar: jar, Timeout: 10 * time.Second}
+	resp, err := hc.Post(s.base+"/login", "application/json", strings.NewReader(`{"secret":"`+s.login+`"}`))
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("login: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	u, _ := url.Parse(s.base)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, "ws://"+u.Host+"/ws", &websocket.DialOptions{HTTPClient: hc, HTTPHeader: http.Header{"Origin": {s.base}}})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	conn.SetReadLimit(1 << 20)
+	c := &client{t: t, conn: conn, frames: make(chan map[string]any, 256)}
+	go func() {
+		defer close(c.frames)
+		for {
+			_, b, err := conn.Read(context.Background())
+			if err != nil {
+				return
+			}
+			var f map[string]any
+			if json.Unmarshal(b, &f) == nil {
+				c.frames <- f
+			}
+		}
+	}()
+	t.Cleanup(func() { conn.CloseNow() })
+	c.expect("hello", func(f map[string]any) bool { return f["type"] == "hello" })
+	return c
+}
+
+func (c *client) write(v any) {
+	c.t.Helper()
+	b, _ := json.Marshal(v)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.conn.Write(ctx, websocket.MessageText, b); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+func (c *client) say(text string) string {
+	c.n++
+	id := fmt.Sprintf("m-%d-%d", time.Now().UnixNano(), c.n)
+	c.write(map[string]any{"type": "message", "id": id, "text": text})
+	c.expect("ack "+id, func(f map[string]any) bool { return f["type"] == "ack" && f["id"] == id })
+	return id
+}
+
+func (c *client) tap(cardID, choice string) string {
+	c.n++
+	id := fmt.Sprintf("t-%d-%d", time.Now().UnixNano(), c.n)
+	c.tapID(id, cardID, choice)
+	return id
+}
+
+func (c *client) tapID(id, cardID, choice string) map[string]any {
+	c.write(map[string]any{"type": "tap", "id": id, "card_id": cardID, "choice": choice})
+	return c.expectNew("ack "+id, func(f map[string]any) bool { return f["type"] == "ack" && f["id"] == id })
+}
+
+// expect returns the first frame (seen before or arriving) matching pred.
+func (c *client) expect(what string, pred func(map[string]any) bool) map[string]any {
+	c.t.Helper()
+	for _, f := range c.seen {
+		if pred(f) {
+			return f
+		}
+	}
+	return c.expectNew(what, pred)
+}
+
+// expectNew waits for a frame arriving from now on that matches pred.
+func (c *client) expectNew(what string, pred func(map[string]any) bool) map[string]any {
+	c.t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case f, ok := <-c.frames:
+			if !ok {
+				c.t.Fatalf("connection closed while waiting for %s", what)
+			}
+			c.seen = append(c.seen, f)
+			if pred(f) {
+				return f
+			}
+		case <-deadline:
+			b, _ := json.MarshalIndent(c.seen, "", " ")
+			c.t.Fatalf("timed out waiting for %s; frames:\n%s", what, b)
+		}
+	}
+}
+
+func card(f map[string]any) *cards.Card {
+	raw, ok := f["card"]
+	if !ok {
+		return nil
+	}
+	b, _ := json.Marshal(raw)
+	var c cards.Card
+	json.Unmarshal(b, &c)
+	return &c
+}
+
+func (c *client) cardFor(command string, status cards.Status) *cards.Card {
+	c.t.Helper()
+	f := c.expect(fmt.Sprintf("card %q %s", command, status), func(f map[string]any) bool {
+		cd := card(f)
+		return cd != nil && cd.Command == command && cd.Status == status
+	})
+	return card(f)
+}
+
+func (c *client) cardStatus(id cards.ID, status cards.Status) *cards.Card {
+	c.t.Helper()
+	f := c.expect(fmt.Sprintf("card %s %s", id, status), func(f map[string]any) bool {
+		cd := card(f)
+		return cd != nil && cd.ID == id && cd.Status == status
+	})
+	return card(f)
+}
+
+func (c *client) textContaining(s string) {
+	c.t.Helper()
+	c.expect("text "+s, func(f map[string]any) bool { t, _ := f["text"].(string); return strings.Contains(t, s) })
+}
+
+func dbCount(t *testing.T, dsn, q string, args ...any) int {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestWebChatEndToEnd(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s := startServer(t, dsn, t.TempDir())
+	c := s.connect(t)
+
+	// Low risk: one tap.
+	c.say("/run uname -a")
+	cd := c.cardFor("uname -a", cards.StatusPending)
+	if cd.Choices[0].Label != "Run `uname -a`" || cd.Choices[1].Label != "Decline" || cd.Risk != cards.RiskLow || cd.Rationale == "" {
+		t.Fatalf("card = %+v", cd)
+	}
+	first := c.tap(string(cd.ID), "approve")
+	done := c.cardStatus(cd.ID, cards.StatusDone)
+	if !strings.Contains(done.Outcome, "exit code 0 ✓") || !strings.Contains(done.Output, "Linux") {
+		t.Fatalf("done = %+v", done)
+	}
+
+	// Replay of the same frame: acknowledged as a duplicate, nothing runs.
+	if ack := c.tapID(first, string(cd.ID), "approve"); ack["duplicate"] != true {
+		t.Fatalf("replayed tap ack = %v", ack)
+	}
+	// A second tap: "already decided".
+	c.tap(string(cd.ID), "approve")
+	c.textContaining("Already decided")
+	// A forged card id.
+	c.tap("zzzzzzzzzzzzzzzzzzzzzzzzzz", "approve")
+	c.textContaining("Unknown card")
+
+	// Medium risk: approve, then confirm on the same card.
+	c.say("/run touch e2e-file")
+	m := c.cardFor("touch e2e-file", cards.StatusPending)
+	c.tap(string(m.ID), "approve")
+	conf := c.cardStatus(m.ID, cards.StatusConfirming)
+	if conf.Choices[0].ID != "confirm" {
+		t.Fatalf("confirming = %+v", conf)
+	}
+	c.tap(string(m.ID), "confirm")
+	c.cardStatus(m.ID, cards.StatusDone)
+
+	if n := dbCount(t, dsn, `SELECT count(*) FROM executions`); n != 2 {
+		t.Fatalf("executions = %d, want 2", n)
+	}
+
+	// Bad input gets a clear error and the connection survives.
+	c.write(map[string]any{"type": "launch", "id": "x1"})
+	c.expect("unknown_type error", func(f map[string]any) bool { return f["type"] == "error" && f["code"] == "unknown_type" })
+	c.write(map[string]any{"type": "message", "id": "big", "text": strings.Repeat("a", 16001)})
+	c.expect("too_large error", func(f map[string]any) bool { return f["type"] == "error" && f["code"] == "too_large" })
+	c.conn.Write(context.Background(), websocket.MessageText, []byte("{not json"))
+	c.expect("bad_frame error", func(f map[string]any) bool { return f["type"] == "error" && f["code"] == "bad_frame" })
+	c.say("/whoami")
+	c.textContaining("webchat:local with owner trust")
+	c.say("/audit 20")
+	c.textContaining("you approved card " + string(cd.ID))
+
+	// Ops endpoints.
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, err := http.Get(s.base + p)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %v %v", p, err, resp)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if p == "/metrics" && !strings.Contains(string(body), "silas_turns_received_total") {
+			t.Fatalf("metrics lack silas counters")
+		}
+	}
+	// The WebSocket refuses a missing cookie and a foreign Origin.
+	u, _ := url.Parse(s.base)
+	if _, resp, err := websocket.Dial(context.Background(), "ws://"+u.Host+"/ws", nil); err == nil || resp.StatusCode != 401 {
+		t.Fatalf("cookie-less dial = %v, %v", err, resp)
+	}
+	s.stop()
+	if strings.Contains(s.logs.String(), s.login) {
+		t.Fatal("the login secret appears in the log")
+	}
+}
+
+func TestExpiredCardViaWebChat(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s := startServer(t, dsn, t.TempDir(), "SILAS_APPROVALS_TTL=10s")
+	c := s.connect(t)
+	c.say("/run echo too-late")
+	cd := c.cardFor("echo too-late", cards.StatusPending)
+	time.Sleep(10500 * time.Millisecond)
+	c.tap(string(cd.ID), "approve")
+	c.cardStatus(cd.ID, cards.StatusExpired)
+	if n := dbCount(t, dsn, `SELECT count(*) FROM executions`); n != 0 {
+		t.Fatalf("expired card ran")
+	}
+}
+
+func TestExternalIdentityCannotRun(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s := startServer(t, dsn, t.TempDir(), "SILAS_WEBCHAT_IDENTITY=webchat:guest")
+	c := s.connect(t)
+	c.say("/run echo hi")
+	c.textContaining("not trusted here")
+	if n := dbCount(t, dsn, `SELECT count(*) FROM approvals`); n != 0 {
+		t.Fatalf("external /run created an approval")
+	}
+}
+
+// TestCrashExactlyOnce kills the server with SIGKILL between approval and
+// execution, and after execution before the reply; after each restart the
+// action has run exactly once and the result reaches the chat.
+func TestCrashExactlyOnce(t *testing.T) {
+	for _, fp := range []string{"after-approve", "after-execute"} {
+		t.Run(fp, func(t *testing.T) {
+			dsn := pgtest.NewDatabase(t)
+			data := t.TempDir()
+			counter := filepath.Join(t.TempDir(), "runs")
+			s := startServer(t, dsn, data, "SILAS_FAILPOINT="+fp)
+			c := s.connect(t)
+			c.say("/run sh -c 'echo ran >> " + counter + "'")
+			cd := c.cardFor("sh -c 'echo ran >> "+counter+"'", cards.StatusPending)
+			c.tap(string(cd.ID), "approve")
+			c.cardStatus(cd.ID, cards.StatusConfirming)
+			c.tap(string(cd.ID), "confirm")
+			s.waitExit(t)
+
+			s2 := startServer(t, dsn, data)
+			c2 := s2.connect(t)
+			done := c2.cardStatus(cd.ID, cards.StatusDone)
+			if !strings.Contains(done.Outcome, "exit code 0 ✓") {
+				t.Fatalf("after restart: %+v", done)
+			}
+			b, _ := os.ReadFile(counter)
+			if got := strings.Count(string(b), "ran"); got != 1 {
+				t.Fatalf("the action ran %d times, want exactly 1", got)
+			}
+			if n := dbCount(t, dsn, `SELECT count(*) FROM outbox WHERE status = 'pending'`); n != 0 {
+				t.Fatalf("%d replies still undelivered", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/silas-gateway/silas/adapters/webchat"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/agent"
+	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/keys"
+	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/sandbox"
+	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/verify"
+)
+
+func envList() []string { return os.Environ() }
+
+func coreConversation(s string) core.ConversationID { return core.ConversationID(s) }
+
+func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
+	fs := flags(env, "serve", "serve", "Run the gateway: the local web chat, the turn pipeline, executions and the outbox.\n"+
+		"Without DATABASE_URL it starts a local PostgreSQL cluster under data_dir/pg. SIGTERM or Ctrl-C\n"+
+		"stops intake, lets in-flight work finish (http.shutdown_grace) and leaves the rest to resume.")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(env)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, env.stderr)
+	slog.SetDefault(log)
+
+	db, err := openDatabase(ctx, cfg, log, true, store.Options{MaxConns: 16})
+	if err != nil {
+		return err
+	}
+	defer db.Close(context.Background())
+	if cfg.Database.AutoMigrate {
+		n, err := db.store.Migrate(ctx)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			log.Info("applied migrations", slog.Int("count", n))
+		}
+	} else if err := requireSchema(ctx, db.store); err != nil {
+		return err
+	}
+
+	key, created, err := keys.LoadOrCreate(keyPath(cfg))
+	if err != nil {
+		return err
+	}
+	if created {
+		log.Info("created the gateway signing key", slog.String("path", keyPath(cfg)), slog.String("fingerprint", fingerprint(key)))
+	}
+
+	sbDir := cfg.Sandbox.Dir
+	if sbDir == "" {
+		sbDir = filepath.Join(cfg.DataDir, "sandbox")
+	}
+	if sbDir, err = filepath.Abs(sbDir); err != nil {
+		return err
+	}
+	sb, err := sandbox.New(sandbox.Config{BaseDir: sbDir, DefaultTimeout: cfg.Sandbox.Timeout.Duration, MaxOutput: cfg.Sandbox.MaxOutputBytes,
+		RunAs: cfg.Sandbox.RunAs, Logger: log})
+	if err != nil {
+		return err
+	}
+	if !sb.NetworkIsolation() {
+		log.Warn("network namespaces are not available: actions that need network isolation will be refused (fail closed)")
+	}
+	pol, err := policy.New(cfg.Policy.Rules)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	var channels []core.Channel
+	var web *webchat.Adapter
+	if cfg.Webchat.Enabled {
+		web, err = webchat.New(webchat.Config{Identity: core.IdentityID(cfg.Webchat.Identity), Outputs: db.store, Logger: log})
+		if err != nil {
+			return err
+		}
+		channels = append(channels, web)
+	}
+	owners := make([]core.IdentityID, len(cfg.Identities.Owners))
+	for i, o := range cfg.Identities.Owners {
+		owners[i] = core.IdentityID(o)
+	}
+	allowed := make([]core.IdentityID, len(cfg.Identities.Allowed))
+	for i, o := range cfg.Identities.Allowed {
+		allowed[i] = core.IdentityID(o)
+	}
+	eng, err := engine.New(engine.Config{
+		Store: db.store, Channels: channels, Agent: agent.Command{}, Sandbox: sb,
+		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{sbDir}},
+		Policy:   pol, Key: key, Owners: owners, Allowed: allowed,
+		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration, ExecTimeout: cfg.Sandbox.Timeout.Duration,
+		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
+		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
+	})
+	if err != nil {
+		return err
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-eng.Ready():
+		default:
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		cctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := db.store.Ready(cctx); err != nil {
+			http.Error(w, "database unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if web != nil {
+		mux.Handle("/", web)
+	}
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 3)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("http: %w", err)
+		}
+	}()
+	// Adapters stop taking turns as soon as shutdown begins; the engine gets
+	// the grace period to finish what is in flight.
+	adaptersCtx, stopAdapters := context.WithCancel(runCtx)
+	defer stopAdapters()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := eng.Run(runCtx, cfg.HTTP.ShutdownGrace.Duration); err != nil {
+			errc <- err
+		}
+	}()
+	select {
+	case <-eng.Ready():
+	case err := <-errc:
+		cancel()
+		wg.Wait()
+		return err
+	}
+	for _, ch := range channels {
+		wg.Add(1)
+		go func(ch core.Channel) {
+			defer wg.Done()
+			if err := ch.Run(adaptersCtx, eng); err != nil {
+				errc <- fmt.Errorf("channel %s: %w", ch.Name(), err)
+			}
+		}(ch)
+	}
+	addr := "http://" + ln.Addr().String()
+	log.Info("silas is serving", slog.String("address", addr), slog.String("version", version))
+	if web != nil {
+		// The login secret goes to the terminal only, never to the log.
+		fmt.Fprintf(env.stdout, "\nSilas web chat: %s/#login=%s\n(one-time login link, valid %s; restart for a new one)\n\n",
+			addr, web.NewLoginSecret(cfg.Webchat.LoginTTL.Duration), cfg.Webchat.LoginTTL.Duration)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: intake stopped, finishing in-flight work")
+	case runErr = <-errc:
+		log.Error("shutting down after an error", slog.Any("err", runErr))
+	}
+	stopAdapters()
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = srv.Shutdown(sctx)
+	scancel()
+	cancel()
+	wg.Wait()
+	log.Info("stopped")
+	return runErr
+}

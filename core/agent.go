@@ -1,0 +1,34 @@
+package core
+
+import "context"
+
+// AgentInput is what an agent may see: the turn's text and who sent it with
+// what trust. Never secrets, keys, tokens or approval state.
+type AgentInput struct {
+	Conversation ConversationID
+	Sender       IdentityID
+	Trust        Trust
+	Text         string
+}
+
+// ProposedAction is an action plus the words the approval card shows.
+type ProposedAction struct {
+	Action Action
+	// Intent is one line: what the action is for.
+	Intent string
+	// Rationale is one or two sentences: why.
+	Rationale string
+}
+
+// Proposal is an agent's answer: a reply, proposed actions, or both. The
+// agent cannot approve, execute or verify anything; the core does.
+type Proposal struct {
+	Reply   string
+	Actions []ProposedAction
+}
+
+// Agent turns a message into a Proposal. The deterministic command agent is
+// the default; an LLM agent implements the same interface.
+type Agent interface {
+	Respond(ctx context.Context, in AgentInput) (Proposal, error)
+}

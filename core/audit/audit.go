@@ -1,0 +1,142 @@
+// Package audit defines the hash-chained audit log: the entry shape, how an
+// entry is hashed, and how a chain is checked. Storage lives in core/store;
+// this package is pure so the hashing rules are in one place.
+//
+// hash(n) = sha256(hash(n-1) ‖ canonical(entry n)), where canonical is RFC
+// 8785 JSON of {seq, at, kind, actor, conversation, data}. The first entry's
+// previous hash is 32 zero bytes. Sequence numbers are contiguous, so a
+// deleted row breaks the chain as surely as an edited one.
+//
+// Entries carry names and ids, never secret values.
+package audit
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/silas-gateway/silas/core/canon"
+)
+
+// Entry is one audit record before it is chained.
+type Entry struct {
+	Kind         string         `json:"kind"`
+	Actor        string         `json:"actor"`
+	Conversation string         `json:"conversation"`
+	Data         map[string]any `json:"data"`
+}
+
+// Row is a chained entry as stored.
+type Row struct {
+	Seq      int64
+	At       time.Time
+	Entry    Entry
+	DataJSON []byte // the stored JSON of Data, as read back
+	PrevHash []byte
+	Hash     []byte
+}
+
+// Genesis is the previous hash of the first entry.
+var Genesis = make([]byte, sha256.Size)
+
+// TimeFormat is the timestamp form that is hashed. PostgreSQL keeps
+// microseconds, so nothing finer is hashed.
+const TimeFormat = "2006-01-02T15:04:05.000000Z"
+
+// Truncate rounds t to what the database stores.
+func Truncate(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// Canonical returns the bytes hashed for an entry. dataJSON is the JSON of
+// the entry's data (nil means "{}").
+func Canonical(seq int64, at time.Time, kind, actor, conversation string, dataJSON []byte) ([]byte, error) {
+	if len(dataJSON) == 0 {
+		dataJSON = []byte("{}")
+	}
+	doc := struct {
+		Seq          int64           `json:"seq"`
+		At           string          `json:"at"`
+		Kind         string          `json:"kind"`
+		Actor        string          `json:"actor"`
+		Conversation string          `json:"conversation"`
+		Data         json.RawMessage `json:"data"`
+	}{seq, Truncate(at).Format(TimeFormat), kind, actor, conversation, dataJSON}
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("audit: marshal entry: %w", err)
+	}
+	return canon.Transform(raw)
+}
+
+// Chain computes the hash of an entry given the previous hash.
+func Chain(prev, canonicalEntry []byte) []byte {
+	h := sha256.New()
+	h.Write(prev)
+	h.Write(canonicalEntry)
+	return h.Sum(nil)
+}
+
+// MarshalData returns the JSON of an entry's data.
+func MarshalData(d map[string]any) ([]byte, error) {
+	if d == nil {
+		return []byte("{}"), nil
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("audit: marshal data: %w", err)
+	}
+	return b, nil
+}
+
+// BrokenError names the first row whose hash does not match.
+type BrokenError struct {
+	Seq    int64
+	Reason string
+}
+
+func (e *BrokenError) Error() string {
+	return fmt.Sprintf("audit chain broken at seq %d: %s", e.Seq, e.Reason)
+}
+
+// Verifier checks rows in sequence order, one at a time, so a chain of any
+// length is checked in constant memory.
+type Verifier struct {
+	prev    []byte
+	nextSeq int64
+	Checked int64
+}
+
+// NewVerifier starts at the genesis entry (seq 1).
+func NewVerifier() *Verifier { return &Verifier{prev: Genesis, nextSeq: 1} }
+
+// Check verifies the next row; it returns a *BrokenError on the first mismatch.
+func (v *Verifier) Check(r Row) error {
+	if r.Seq != v.nextSeq {
+		return &BrokenError{Seq: v.nextSeq, Reason: fmt.Sprintf("row missing (next row found is seq %d)", r.Seq)}
+	}
+	if !bytes.Equal(r.PrevHash, v.prev) {
+		return &BrokenError{Seq: r.Seq, Reason: "prev_hash does not match the hash of the row before"}
+	}
+	c, err := Canonical(r.Seq, r.At, r.Entry.Kind, r.Entry.Actor, r.Entry.Conversation, r.DataJSON)
+	if err != nil {
+		return &BrokenError{Seq: r.Seq, Reason: err.Error()}
+	}
+	want := Chain(v.prev, c)
+	if !bytes.Equal(want, r.Hash) {
+		return &BrokenError{Seq: r.Seq, Reason: fmt.Sprintf("hash mismatch: stored %s, computed %s", short(r.Hash), short(want))}
+	}
+	v.prev = r.Hash
+	v.nextSeq++
+	v.Checked++
+	return nil
+}
+
+func short(b []byte) string {
+	s := hex.EncodeToString(b)
+	if len(s) > 16 {
+		return s[:16]
+	}
+	return s
+}

@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+)
+
+// approvalCard renders an approval request (and its execution, if any) as a
+// card. The labels state the consequence; the choices present depend only
+// on the state, so a re-render is idempotent.
+func (e *Engine) approvalCard(a core.ApprovalRequest, ex *core.Execution) *cards.Card {
+	cmd := a.Intent
+	var act core.Action
+	if err := jsonUnmarshal(a.ActionCanonical, &act); err == nil {
+		cmd = act.CommandLine()
+	}
+	c := &cards.Card{
+		ID:        cards.ID(a.ID),
+		Kind:      cards.KindApproval,
+		Intent:    clip(a.Intent, cards.MaxIntent),
+		Risk:      a.Risk,
+		Rationale: clip(a.Rationale, cards.MaxRationale),
+		Command:   cmd,
+		ExpiresAt: a.ExpiresAt.UTC().Format(time.RFC3339),
+	}
+	if act.Network {
+		c.AffectedItems = append(c.AffectedItems, "network access: on")
+	}
+	for _, s := range act.Secrets {
+		c.AffectedItems = append(c.AffectedItems, "receives secret: "+s)
+	}
+	if len(act.Verify) > 0 {
+		c.Details = fmt.Sprintf("Done when %d verification check(s) pass, run by the gateway outside the sandbox.", len(act.Verify))
+	}
+	label := "Run " + "`" + clip(cmd, cards.MaxLabel-6) + "`"
+	switch a.Status {
+	case core.ApprovalPending:
+		c.Status = cards.StatusPending
+		c.Choices = []cards.Choice{{ID: "approve", Label: label, Style: cards.StylePrimary}, {ID: "decline", Label: "Decline", Style: cards.StyleDanger}}
+		if a.Risk.NeedsConfirm() {
+			c.Choices[0].Label = clip("Review: "+label, cards.MaxLabel)
+		}
+	case core.ApprovalConfirming:
+		c.Status = cards.StatusConfirming
+		c.Outcome = fmt.Sprintf("%s risk: confirm to run it.", a.Risk)
+		c.Choices = []cards.Choice{{ID: "confirm", Label: clip("Confirm: "+label, cards.MaxLabel), Style: cards.StylePrimary}, {ID: "decline", Label: "Decline", Style: cards.StyleDanger}}
+	case core.ApprovalDeclined:
+		c.Status = cards.StatusDeclined
+		c.Outcome = fmt.Sprintf("Declined by %s. Nothing was run.", a.DecidedBy)
+	case core.ApprovalExpired:
+		c.Status = cards.StatusExpired
+		c.Outcome = "Expired without a decision. Nothing was run."
+	case core.ApprovalApproved:
+		c.Status = cards.StatusApproved
+		c.Outcome = fmt.Sprintf("Approved by %s.", a.DecidedBy)
+		if ex != nil {
+			e.renderExecution(c, a, ex)
+		}
+	}
+	return c
+}
+
+func (e *Engine) renderExecution(c *cards.Card, a core.ApprovalRequest, ex *core.Execution) {
+	switch ex.Status {
+	case core.ExecQueued, core.ExecRunning:
+		c.Status = cards.StatusRunning
+		c.Outcome = fmt.Sprintf("Approved by %s; running…", a.DecidedBy)
+	case core.ExecExecuted:
+		c.Status = cards.StatusRunning
+		c.Outcome = "Ran; verifying…"
+	case core.ExecRefused:
+		c.Status = cards.StatusRefused
+		c.Outcome = "Refused: " + ex.Reason
+	case core.ExecInterrupted:
+		c.Status = cards.StatusFailed
+		c.Outcome = "Interrupted by a gateway restart; it may or may not have completed and was not re-run."
+	case core.ExecVerified, core.ExecFailed:
+		c.Status = cards.StatusDone
+		if ex.Status == core.ExecFailed {
+			c.Status = cards.StatusFailed
+		}
+		c.Outcome = ex.Reason
+	}
+	if r := ex.Result; r != nil {
+		out := r.Stdout
+		if r.Stderr != "" {
+			if out != "" && out[len(out)-1] != '\n' {
+				out += "\n"
+			}
+			out += r.Stderr
+		}
+		if r.OutputRef != "" {
+			c.Output = clip(out, e.cfg.OutputPreview)
+			c.OutputRef = r.OutputRef
+		} else {
+			c.Output = out
+		}
+		if r.Truncated {
+			c.Details = "Output was longer than the sandbox keeps; the rest was discarded."
+		}
+	}
+}
+
+// clip shortens s to at most n characters, marking the cut with "…".
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}

@@ -1,0 +1,214 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/approval"
+	"github.com/silas-gateway/silas/core/store"
+)
+
+// decide validates a tap and applies it, inside the turn's transaction. The
+// approval row is locked (FOR UPDATE) so concurrent taps serialise, and
+// every state change is compare-and-swap. Refusals are answers: they
+// change nothing and are audited.
+func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.Tap) error {
+	t := o.st.Turn
+	refuse := func(reason, msg string) error {
+		o.note("approval.refused", map[string]any{"approval": string(tap.Card), "choice": tap.Choice, "reason": reason})
+		o.reply("%s", msg)
+		e.m.approvals.WithLabelValues("refused_" + reason).Inc()
+		return nil
+	}
+	a, err := tx.GetApproval(ctx, core.ApprovalID(tap.Card))
+	if errors.Is(err, core.ErrNotFound) || (err == nil && a.Conversation != t.Conversation) {
+		// A card from another conversation is "unknown" too: do not reveal it.
+		return refuse("unknown_card", "Unknown card: nothing was changed.")
+	}
+	if err != nil {
+		return err
+	}
+	if !e.mayApprove(a, t.Sender, o.trust) {
+		return refuse("not_approver", fmt.Sprintf("You (%s) may not decide this card; nothing was changed.", t.Sender))
+	}
+	if !a.Status.Open() {
+		return refuse("already_decided", fmt.Sprintf("Already decided (%s): nothing was changed.", a.Status))
+	}
+	now := tx.Now()
+	if !now.Before(a.ExpiresAt) {
+		ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}, core.ApprovalExpired, "", nil)
+		if err != nil {
+			return err
+		}
+		if ok {
+			a.Status = core.ApprovalExpired
+			o.updates = append(o.updates, e.approvalCard(a, nil))
+			o.note("approval.expired", map[string]any{"approval": string(a.ID)})
+		}
+		return refuse("expired", "This card has expired: nothing was run. Ask again if you still want it.")
+	}
+	if sum := sha256.Sum256(a.ActionCanonical); !bytes.Equal(sum[:], a.ActionHash) {
+		return refuse("integrity", "This card's action no longer matches what was proposed; it cannot be approved.")
+	}
+	switch tap.Choice {
+	case "decline":
+		ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}, core.ApprovalDeclined, t.Sender, nil)
+		if err != nil || !ok {
+			return err
+		}
+		a.Status, a.DecidedBy = core.ApprovalDeclined, t.Sender
+		o.updates = append(o.updates, e.approvalCard(a, nil))
+		o.note("approval.declined", map[string]any{"approval": string(a.ID)})
+		e.m.approvals.WithLabelValues("declined").Inc()
+		return nil
+	case "approve":
+		if a.Status != core.ApprovalPending {
+			return refuse("bad_choice", "This card is waiting for confirmation: tap Confirm or Decline.")
+		}
+		if a.Risk.NeedsConfirm() {
+			if a.Risk == cards.RiskIrreversible {
+				return refuse("step_up_unavailable", "Irreversible actions need a step-up confirmation on the secure web page, which this gateway does not offer yet. Nothing was run.")
+			}
+			ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending}, core.ApprovalConfirming, "", nil)
+			if err != nil || !ok {
+				return err
+			}
+			a.Status = core.ApprovalConfirming
+			o.updates = append(o.updates, e.approvalCard(a, nil))
+			o.note("approval.confirm_requested", map[string]any{"approval": string(a.ID)})
+			return nil
+		}
+		return e.approve(ctx, tx, o, a, t.Sender)
+	case "confirm":
+		if a.Status != core.ApprovalConfirming {
+			return refuse("bad_choice", "There is nothing to confirm on this card yet.")
+		}
+		return e.approve(ctx, tx, o, a, t.Sender)
+	default:
+		return refuse("bad_choice", "Unknown choice: nothing was changed.")
+	}
+}
+
+// mayApprove: the identity is listed, or holds a listed role with at least
+// that trust. High risk additionally needs owner trust.
+func (e *Engine) mayApprove(a core.ApprovalRequest, who core.IdentityID, trust core.Trust) bool {
+	if trust == core.TrustExternal {
+		return false
+	}
+	if a.Risk.Rank() >= cards.RiskHigh.Rank() && trust != core.TrustOwner {
+		return false
+	}
+	for _, ap := range a.Approvers {
+		switch {
+		case ap == "role:owner" && trust == core.TrustOwner:
+			return true
+		case ap == "role:auth" && (trust == core.TrustAuth || trust == core.TrustOwner):
+			return true
+		case core.IdentityID(ap) == who:
+			return true
+		}
+	}
+	return false
+}
+
+// approve mints a token, verifies it consumingly (nonce under a unique
+// key) and queues the execution — all in the caller's transaction, so either
+// the request leaves "pending" with its nonce consumed, or nothing happens.
+func (e *Engine) approve(ctx context.Context, tx *store.Tx, o *outcome, a core.ApprovalRequest, by core.IdentityID) error {
+	now := tx.Now()
+	tok, err := approval.Mint(e.cfg.Key, core.NewID(), a.ActionHash, string(a.Conversation), string(by), now, e.cfg.TokenTTL)
+	if err != nil {
+		return err
+	}
+	if err := approval.Check(e.pub, tok, a.ActionHash, now); err != nil {
+		return fmt.Errorf("engine: freshly minted token does not verify: %w", err)
+	}
+	raw, err := tok.Marshal()
+	if err != nil {
+		return err
+	}
+	ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}, core.ApprovalApproved, by, raw)
+	if err != nil || !ok {
+		return err
+	}
+	fresh, err := tx.ConsumeNonce(ctx, tok.Token.Nonce, tok.Token.TokenID, a.ID)
+	if err != nil {
+		return err
+	}
+	if !fresh {
+		return errors.New("engine: token nonce already consumed (replay)")
+	}
+	if err := tx.InsertExecution(ctx, a.ID); err != nil {
+		return err
+	}
+	a.Status, a.DecidedBy, a.Token = core.ApprovalApproved, by, raw
+	o.updates = append(o.updates, e.approvalCard(a, &core.Execution{Status: core.ExecQueued}))
+	o.note("approval.approved", map[string]any{"approval": string(a.ID), "by": string(by), "risk": string(a.Risk)})
+	o.note("token.minted", map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID,
+		"expires_at": tok.Token.ExpiresAt.Format(time.RFC3339)})
+	o.note("token.consumed", map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID})
+	e.m.approvals.WithLabelValues("approved").Inc()
+	id := a.ID
+	o.after = append(o.after, func() { e.startExecution(id) })
+	return nil
+}
+
+// pairingRecord is what a binding signature covers.
+type pairingRecord struct {
+	Identity string    `json:"identity"`
+	Role     string    `json:"role"`
+	BoundAt  time.Time `json:"bound_at"`
+}
+
+func (e *Engine) pair(ctx context.Context, tx *store.Tx, o *outcome, code string) error {
+	t := o.st.Turn
+	code = strings.ToUpper(strings.TrimSpace(code))
+	if code == "" {
+		o.reply("Usage: /pair <code> — get a code by running `silas pair` on the gateway host.")
+		return nil
+	}
+	role, ok, err := tx.UsePairingCode(ctx, HashPairingCode(code), t.Sender)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		o.note("pairing.refused", map[string]any{"reason": "unknown, used or expired code"})
+		o.reply("That pairing code is unknown, used or expired.")
+		return nil
+	}
+	rec, sig, err := SignBinding(e.cfg.Key, t.Sender, role, tx.Now())
+	if err != nil {
+		return err
+	}
+	if err := tx.UpsertBinding(ctx, t.Sender, role, rec, sig); err != nil {
+		return err
+	}
+	o.note("pairing.bound", map[string]any{"identity": string(t.Sender), "role": role})
+	o.reply("Paired: %s now has %s trust.", t.Sender, role)
+	o.after = append(o.after, e.trust.invalidate)
+	return nil
+}
+
+// HashPairingCode is how codes are stored: only their hash.
+func HashPairingCode(code string) []byte {
+	h := sha256.Sum256([]byte("silas-pairing:" + strings.ToUpper(strings.TrimSpace(code))))
+	return h[:]
+}
+
+// SignBinding signs a binding record with the gateway key.
+func SignBinding(key ed25519.PrivateKey, id core.IdentityID, role string, at time.Time) (record, sig []byte, err error) {
+	record, err = json.Marshal(pairingRecord{Identity: string(id), Role: role, BoundAt: at.UTC()})
+	if err != nil {
+		return nil, nil, err
+	}
+	return record, ed25519.Sign(key, record), nil
+}

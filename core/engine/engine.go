@@ -1,0 +1,380 @@
+// Package engine is the turn pipeline: it takes turns from adapters (as the
+// core.Inbox), stores them durably, processes each conversation's turns in
+// order, decides trust, asks the agent, applies risk policy, runs approvals,
+// executes approved actions in the sandbox, verifies them and delivers
+// replies through the outbox. It depends only on core ports and the store;
+// it never imports an adapter or a platform SDK.
+package engine
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/verify"
+)
+
+// Config wires an Engine. Every dependency is injected so tests swap them.
+type Config struct {
+	Store    *store.Store
+	Channels []core.Channel
+	Agent    core.Agent
+	Sandbox  core.Sandbox
+	Verifier *verify.Runner
+	Policy   *policy.Policy
+	// Key signs approval tokens and identity bindings.
+	Key ed25519.PrivateKey
+	// Owners and Allowed are config-declared identities (owner / auth trust).
+	Owners  []core.IdentityID
+	Allowed []core.IdentityID
+	// ApprovalTTL is how long a card can be decided (default 5 minutes).
+	ApprovalTTL time.Duration
+	// TokenTTL bounds the gap between approval and execution (default 10m).
+	TokenTTL time.Duration
+	// ExecTimeout is the default execution timeout (default 60s).
+	ExecTimeout time.Duration
+	// OutputInlineMax is the longest output pasted into chat (default
+	// 10,000 characters); longer output is stored and referenced, with the
+	// first OutputPreview characters shown (default 2,000).
+	OutputInlineMax int
+	OutputPreview   int
+	// MaxTextLen rejects longer inbound text (default 16,000 characters).
+	MaxTextLen int
+	// Workers bounds conversations processed concurrently (default 64).
+	Workers int
+	// Registry receives metrics (nil: none registered).
+	Registry prometheus.Registerer
+	Logger   *slog.Logger
+	Now      func() time.Time
+	// Failpoint, for crash tests only: "after-approve" or "after-execute"
+	// makes the process SIGKILL itself at that point.
+	Failpoint string
+}
+
+func (c *Config) defaults() error {
+	if c.Store == nil || c.Agent == nil || c.Sandbox == nil || c.Policy == nil || len(c.Key) != ed25519.PrivateKeySize {
+		return errors.New("engine: Store, Agent, Sandbox, Policy and Key are required")
+	}
+	if c.Verifier == nil {
+		c.Verifier = &verify.Runner{}
+	}
+	if c.ApprovalTTL <= 0 {
+		c.ApprovalTTL = 5 * time.Minute
+	}
+	if c.TokenTTL <= 0 {
+		c.TokenTTL = 10 * time.Minute
+	}
+	if c.ExecTimeout <= 0 {
+		c.ExecTimeout = 60 * time.Second
+	}
+	if c.OutputInlineMax <= 0 {
+		c.OutputInlineMax = 10000
+	}
+	if c.OutputPreview <= 0 || c.OutputPreview > c.OutputInlineMax {
+		c.OutputPreview = min(2000, c.OutputInlineMax)
+	}
+	if c.MaxTextLen <= 0 {
+		c.MaxTextLen = 16000
+	}
+	if c.Workers <= 0 {
+		c.Workers = 64
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// Engine is the turn pipeline.
+type Engine struct {
+	cfg      Config
+	st       *store.Store
+	log      *slog.Logger
+	now      func() time.Time
+	channels map[core.ChannelName]core.Channel
+	pub      ed25519.PublicKey
+	trust    *trustBook
+	m        *metrics
+
+	mu       sync.Mutex
+	queues   map[core.ConversationID]*convQueue
+	sem      chan struct{}
+	closing  bool
+	work     sync.WaitGroup // turn workers and executions
+	workCtx  context.Context
+	stopWork context.CancelFunc
+
+	outboxWake chan struct{}
+	inflight   map[core.ConversationID]bool
+	inflightMu sync.Mutex
+	ready      chan struct{}
+
+	// beforeExecute is a test hook (see export_test.go).
+	beforeExecute func(core.ApprovalID)
+}
+
+type convQueue struct {
+	items   []core.StoredTurn
+	running bool
+}
+
+// New validates cfg and builds an Engine.
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg:        cfg,
+		st:         cfg.Store,
+		log:        cfg.Logger,
+		now:        cfg.Now,
+		channels:   map[core.ChannelName]core.Channel{},
+		pub:        cfg.Key.Public().(ed25519.PublicKey),
+		queues:     map[core.ConversationID]*convQueue{},
+		sem:        make(chan struct{}, cfg.Workers),
+		outboxWake: make(chan struct{}, 1),
+		inflight:   map[core.ConversationID]bool{},
+		ready:      make(chan struct{}),
+	}
+	for _, ch := range cfg.Channels {
+		if _, dup := e.channels[ch.Name()]; dup {
+			return nil, fmt.Errorf("engine: channel %q configured twice", ch.Name())
+		}
+		e.channels[ch.Name()] = ch
+	}
+	e.trust = newTrustBook(cfg.Store, e.pub, cfg.Owners, cfg.Allowed, cfg.Now)
+	e.m = newMetrics(cfg.Registry)
+	e.workCtx, e.stopWork = context.WithCancel(context.Background())
+	return e, nil
+}
+
+// Ready is closed once Run has resumed stored work and accepts turns.
+func (e *Engine) Ready() <-chan struct{} { return e.ready }
+
+// Run resumes unfinished work (pending turns, queued or unverified
+// executions, undelivered messages), then runs the outbox and expiry loops
+// until ctx ends. On return, in-flight turns and executions have finished
+// or, if grace ran out, were left resumable.
+func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
+	turns, err := e.st.PendingTurns(ctx)
+	if err != nil {
+		return fmt.Errorf("engine: resume turns: %w", err)
+	}
+	for _, st := range turns {
+		e.enqueue(st)
+	}
+	if len(turns) > 0 {
+		e.log.Info("resuming unprocessed turns", slog.Int("count", len(turns)))
+	}
+	if err := e.resumeExecutions(ctx); err != nil {
+		return err
+	}
+	close(e.ready)
+
+	var loops sync.WaitGroup
+	loops.Add(2)
+	go func() { defer loops.Done(); e.outboxLoop(ctx) }()
+	go func() { defer loops.Done(); e.expiryLoop(ctx) }()
+	<-ctx.Done()
+
+	e.mu.Lock()
+	e.closing = true
+	e.mu.Unlock()
+	done := make(chan struct{})
+	go func() { e.work.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		e.log.Warn("shutdown grace period over; cancelling in-flight work (it resumes at next start)")
+		e.stopWork()
+		<-done
+	}
+	e.stopWork()
+	loops.Wait()
+	return nil
+}
+
+// ErrShuttingDown is returned by Deliver during shutdown; adapters must not
+// acknowledge the platform, so the event is redelivered after restart.
+var ErrShuttingDown = errors.New("engine: shutting down")
+
+// Deliver implements core.Inbox: validate, store durably, then queue.
+func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, error) {
+	if err := e.validateTurn(t); err != nil {
+		e.m.turnsRejected.Inc()
+		return core.DeliverResult{}, err
+	}
+	e.mu.Lock()
+	closing := e.closing
+	e.mu.Unlock()
+	if closing {
+		return core.DeliverResult{}, ErrShuttingDown
+	}
+	if t.At.IsZero() {
+		t.At = e.now()
+	}
+	var seq int64
+	var dup bool
+	err := e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
+		var err error
+		seq, dup, err = tx.InsertTurn(ctx, t)
+		if err != nil || dup {
+			return nil, err
+		}
+		return []auditEntry{{Kind: "turn.received", Actor: string(t.Sender), Conversation: string(t.Conversation), Data: map[string]any{
+			"seq": seq, "channel": string(t.Channel), "event_id": t.EventID, "tap": t.Tap != nil,
+			"authenticated": t.Evidence.Authenticated, "auth_method": t.Evidence.Method,
+		}}}, nil
+	})
+	if err != nil {
+		return core.DeliverResult{}, fmt.Errorf("engine: store turn: %w", err)
+	}
+	if dup {
+		e.m.turnsDuplicate.Inc()
+		return core.DeliverResult{Seq: seq, Duplicate: true}, nil
+	}
+	e.m.turnsReceived.Inc()
+	e.enqueue(core.StoredTurn{Seq: seq, Turn: t})
+	return core.DeliverResult{Seq: seq}, nil
+}
+
+func (e *Engine) validateTurn(t core.Turn) error {
+	bad := func(f string, a ...any) error { return &core.RejectedError{Reason: fmt.Sprintf(f, a...)} }
+	if _, ok := e.channels[t.Channel]; !ok {
+		return bad("unknown channel %q", t.Channel)
+	}
+	if !strings.HasPrefix(string(t.Conversation), string(t.Channel)+":") {
+		return bad("conversation %q does not belong to channel %q", t.Conversation, t.Channel)
+	}
+	if t.Sender == "" || !strings.Contains(string(t.Sender), ":") {
+		return bad("sender %q is not an identity (platform:id)", t.Sender)
+	}
+	if t.EventID == "" || len(t.EventID) > 200 {
+		return bad("event id must be 1-200 bytes")
+	}
+	if !t.Evidence.Authenticated {
+		// Adapters must reject unauthenticated requests before the core;
+		// one that reaches us anyway is refused, not processed.
+		return bad("unauthenticated request")
+	}
+	if !utf8.ValidString(t.Text) {
+		return bad("text is not valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(t.Text); n > e.cfg.MaxTextLen {
+		return bad("text is %d characters; the limit is %d", n, e.cfg.MaxTextLen)
+	}
+	if t.Tap != nil && (t.Tap.Card == "" || t.Tap.Choice == "" || len(t.Tap.Card) > 64 || len(t.Tap.Choice) > 16) {
+		return bad("malformed tap")
+	}
+	return nil
+}
+
+// enqueue adds a stored turn to its conversation's queue, starting a worker
+// when none runs. Turns of one conversation run strictly in order.
+func (e *Engine) enqueue(st core.StoredTurn) {
+	e.mu.Lock()
+	q := e.queues[st.Turn.Conversation]
+	if q == nil {
+		q = &convQueue{}
+		e.queues[st.Turn.Conversation] = q
+	}
+	q.items = append(q.items, st)
+	start := !q.running
+	q.running = true
+	if start {
+		e.work.Add(1)
+	}
+	e.mu.Unlock()
+	if start {
+		go e.worker(st.Turn.Conversation, q)
+	}
+}
+
+func (e *Engine) worker(conv core.ConversationID, q *convQueue) {
+	defer e.work.Done()
+	e.sem <- struct{}{}
+	defer func() { <-e.sem }()
+	for {
+		e.mu.Lock()
+		if len(q.items) == 0 || e.workCtx.Err() != nil {
+			q.running = false
+			if len(q.items) == 0 {
+				delete(e.queues, conv)
+			}
+			e.mu.Unlock()
+			return
+		}
+		st := q.items[0]
+		q.items = q.items[1:]
+		e.mu.Unlock()
+		e.processWithRetry(st)
+	}
+}
+
+// processWithRetry retries transient failures (the database restarting) so
+// a turn is not lost; it stays pending in the store meanwhile.
+func (e *Engine) processWithRetry(st core.StoredTurn) {
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := e.process(e.workCtx, st)
+		if err == nil {
+			return
+		}
+		if e.workCtx.Err() != nil {
+			return // shutting down: the turn stays pending and resumes at start
+		}
+		e.log.Error("turn processing failed", slog.Int64("seq", st.Seq), slog.String("conversation", string(st.Turn.Conversation)),
+			slog.Int("attempt", attempt), slog.Any("err", err))
+		if attempt >= 5 {
+			e.failTurn(st, err)
+			return
+		}
+		select {
+		case <-time.After(backoff):
+		case <-e.workCtx.Done():
+			return
+		}
+		backoff *= 2
+	}
+}
+
+func (e *Engine) failTurn(st core.StoredTurn, cause error) {
+	err := e.st.Do(e.workCtx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
+		if err := tx.FinishTurn(ctx, st.Seq, "failed", cause.Error()); err != nil {
+			return nil, err
+		}
+		m := core.OutMessage{Conversation: st.Turn.Conversation, Text: "Something went wrong handling that message; it was recorded. Please try again."}
+		if err := tx.Enqueue(ctx, st.Turn.Channel, core.OpSend, "r-"+core.NewID(), m); err != nil {
+			return nil, err
+		}
+		return []auditEntry{{Kind: "turn.failed", Actor: "silas", Conversation: string(st.Turn.Conversation), Data: map[string]any{"seq": st.Seq}}}, nil
+	})
+	if err != nil {
+		e.log.Error("could not record failed turn", slog.Int64("seq", st.Seq), slog.Any("err", err))
+	}
+	e.wakeOutbox()
+}
+
+func (e *Engine) failpoint(name string) {
+	if e.cfg.Failpoint == name {
+		e.log.Warn("failpoint reached: killing the process", slog.String("failpoint", name))
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // SIGKILL is not deliverable to a blocked goroutine only; wait for it
+	}
+}

@@ -1,0 +1,501 @@
+package engine_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/agent"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/sandbox"
+	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/verify"
+	"github.com/silas-gateway/silas/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// fakeChannel records what the engine sends, like a platform would show it.
+type fakeChannel struct {
+	mu     sync.Mutex
+	msgs   map[core.MessageRef]core.OutMessage
+	order  []core.MessageRef
+	n      int
+	notify chan struct{}
+}
+
+func newFakeChannel() *fakeChannel {
+	return &fakeChannel{msgs: map[core.MessageRef]core.OutMessage{}, notify: make(chan struct{}, 1)}
+}
+
+func (f *fakeChannel) Name() core.ChannelName { return "test" }
+func (f *fakeChannel) Run(ctx context.Context, _ core.Inbox) error {
+	<-ctx.Done()
+	return nil
+}
+func (f *fakeChannel) Send(_ context.Context, m core.OutMessage) (core.MessageRef, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	ref := core.MessageRef(fmt.Sprintf("msg-%d", f.n))
+	f.msgs[ref] = m
+	f.order = append(f.order, ref)
+	f.poke()
+	return ref, nil
+}
+func (f *fakeChannel) Update(_ context.Context, ref core.MessageRef, m core.OutMessage) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.msgs[ref]; !ok {
+		return &core.PermanentError{Err: fmt.Errorf("no message %s", ref)}
+	}
+	f.msgs[ref] = m
+	f.poke()
+	return nil
+}
+func (f *fakeChannel) poke() {
+	select {
+	case f.notify <- struct{}{}:
+	default:
+	}
+}
+
+// waitFor polls the channel's visible state until cond holds.
+func (f *fakeChannel) waitFor(t *testing.T, what string, cond func(msgs []core.OutMessage) bool) []core.OutMessage {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		f.mu.Lock()
+		msgs := make([]core.OutMessage, 0, len(f.order))
+		for _, r := range f.order {
+			msgs = append(msgs, f.msgs[r])
+		}
+		f.mu.Unlock()
+		if cond(msgs) {
+			return msgs
+		}
+		select {
+		case <-f.notify:
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s; channel shows:\n%s", what, dump(msgs))
+		}
+	}
+}
+
+func dump(msgs []core.OutMessage) string {
+	var b strings.Builder
+	for i, m := range msgs {
+		if m.Card != nil {
+			fmt.Fprintf(&b, "%d: card %s status=%s outcome=%q output=%q choices=%v\n", i, m.Card.ID, m.Card.Status, m.Card.Outcome, m.Card.Output, m.Card.Choices)
+		} else {
+			fmt.Fprintf(&b, "%d: %q\n", i, m.Text)
+		}
+	}
+	return b.String()
+}
+
+func cardWith(msgs []core.OutMessage, pred func(c *cards.Card) bool) *cards.Card {
+	for _, m := range msgs {
+		if m.Card != nil && pred(m.Card) {
+			return m.Card
+		}
+	}
+	return nil
+}
+
+func textContaining(msgs []core.OutMessage, s string) bool {
+	for _, m := range msgs {
+		if strings.Contains(m.Text, s) {
+			return true
+		}
+	}
+	return false
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+type bundle struct {
+	eng   *engine.Engine
+	st    *store.Store
+	ch    *fakeChannel
+	clock *clock
+	ctx   context.Context
+	seq   int
+}
+
+const owner core.IdentityID = "test:owner"
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	dsn := pgtest.NewDatabase(t)
+	clk := &clock{t: time.Now()}
+	st, err := store.Open(ctx, dsn, store.Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sandbox.New(sandbox.Config{BaseDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, _ := policy.New(nil)
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	ch := newFakeChannel()
+	eng, err := engine.New(engine.Config{
+		Store: st, Channels: []core.Channel{ch}, Agent: agent.Command{}, Sandbox: sb,
+		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
+		Owners: []core.IdentityID{owner}, Allowed: []core.IdentityID{"test:friend"}, Now: clk.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); eng.Run(ctx, 5*time.Second) }()
+	<-eng.Ready()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		st.Close()
+	})
+	return &bundle{eng: eng, st: st, ch: ch, clock: clk, ctx: ctx}
+}
+
+func (b *bundle) send(t *testing.T, from core.IdentityID, text string) core.DeliverResult {
+	t.Helper()
+	b.seq++
+	res, err := b.eng.Deliver(b.ctx, core.Turn{Channel: "test", Conversation: "test:chat", Sender: from, EventID: fmt.Sprintf("e%d", b.seq),
+		Text: text, Evidence: core.Evidence{Authenticated: true, Method: "test"}})
+	if err != nil {
+		t.Fatalf("Deliver(%q): %v", text, err)
+	}
+	return res
+}
+
+func (b *bundle) tap(t *testing.T, from core.IdentityID, card cards.ID, choice string) string {
+	t.Helper()
+	b.seq++
+	id := fmt.Sprintf("tap%d", b.seq)
+	b.tapWithID(t, from, card, choice, id)
+	return id
+}
+
+func (b *bundle) tapWithID(t *testing.T, from core.IdentityID, card cards.ID, choice, eventID string) core.DeliverResult {
+	t.Helper()
+	res, err := b.eng.Deliver(b.ctx, core.Turn{Channel: "test", Conversation: "test:chat", Sender: from, EventID: eventID,
+		Tap: &core.Tap{Card: card, Choice: choice}, Evidence: core.Evidence{Authenticated: true, Method: "test"}})
+	if err != nil {
+		t.Fatalf("tap: %v", err)
+	}
+	return res
+}
+
+func (b *bundle) pendingCard(t *testing.T, cmd string) *cards.Card {
+	t.Helper()
+	var c *cards.Card
+	b.ch.waitFor(t, "approval card for "+cmd, func(msgs []core.OutMessage) bool {
+		c = cardWith(msgs, func(c *cards.Card) bool { return c.Command == cmd && c.Status == cards.StatusPending })
+		return c != nil
+	})
+	return c
+}
+
+func (b *bundle) waitStatus(t *testing.T, id cards.ID, status cards.Status) *cards.Card {
+	t.Helper()
+	var c *cards.Card
+	b.ch.waitFor(t, fmt.Sprintf("card %s %s", id, status), func(msgs []core.OutMessage) bool {
+		c = cardWith(msgs, func(c *cards.Card) bool { return c.ID == id && c.Status == status })
+		return c != nil
+	})
+	return c
+}
+
+func (b *bundle) executions(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM executions WHERE status NOT IN ('queued')`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestRunLowRiskOneTap(t *testing.T) {
+	b := setup(t)
+	b.send(t, owner, "/run echo hi")
+	c := b.pendingCard(t, "echo hi")
+	if c.Risk != cards.RiskLow || c.Choices[0].ID != "approve" || c.Choices[0].Label != "Run `echo hi`" || c.Choices[len(c.Choices)-1].ID != "decline" {
+		t.Fatalf("card = %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b.tap(t, owner, c.ID, "approve")
+	done := b.waitStatus(t, c.ID, cards.StatusDone)
+	if done.Output != "hi\n" || !strings.Contains(done.Outcome, "exit code 0 ✓") || len(done.Choices) != 0 {
+		t.Fatalf("done card = %+v", done)
+	}
+	if n := b.executions(t); n != 1 {
+		t.Fatalf("executions = %d, want 1", n)
+	}
+	n, err := b.st.VerifyAudit(b.ctx)
+	if err != nil {
+		t.Fatalf("audit: %v", err)
+	}
+	kinds := auditKinds(t, b)
+	for _, k := range []string{"turn.received", "trust.decided", "policy.decided", "approval.requested", "approval.approved",
+		"token.minted", "token.consumed", "execution.started", "execution.finished", "verification.passed", "message.send", "message.update"} {
+		if !kinds[k] {
+			t.Errorf("audit has no %s entry (%d entries)", k, n)
+		}
+	}
+}
+
+func auditKinds(t *testing.T, b *bundle) map[string]bool {
+	rows, err := b.st.AuditTail(b.ctx, 1000, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]bool{}
+	for _, r := range rows {
+		m[r.Entry.Kind] = true
+	}
+	return m
+}
+
+func TestMediumRiskNeedsConfirm(t *testing.T) {
+	b := setup(t)
+	b.send(t, owner, "/run touch made-by-silas")
+	c := b.pendingCard(t, "touch made-by-silas")
+	if c.Risk != cards.RiskMedium {
+		t.Fatalf("risk = %s", c.Risk)
+	}
+	b.tap(t, owner, c.ID, "confirm") // confirm before approve: refused
+	b.ch.waitFor(t, "refusal", func(m []core.OutMessage) bool { return textContaining(m, "nothing to confirm") })
+	b.tap(t, owner, c.ID, "approve")
+	conf := b.waitStatus(t, c.ID, cards.StatusConfirming)
+	if conf.Choices[0].ID != "confirm" {
+		t.Fatalf("confirming card = %+v", conf)
+	}
+	if b.executions(t) != 0 {
+		t.Fatal("ran before confirmation")
+	}
+	b.tap(t, owner, c.ID, "confirm")
+	b.waitStatus(t, c.ID, cards.StatusDone)
+}
+
+func TestRefusals(t *testing.T) {
+	b := setup(t)
+	b.send(t, owner, "/run echo once")
+	c := b.pendingCard(t, "echo once")
+
+	// A tap by an identity that may not approve changes nothing.
+	b.tap(t, "test:friend", c.ID, "approve")
+	b.ch.waitFor(t, "non-approver refusal", func(m []core.OutMessage) bool { return textContaining(m, "may not decide this card") })
+	b.tap(t, "test:stranger", c.ID, "approve")
+	b.ch.waitFor(t, "stranger refusal", func(m []core.OutMessage) bool { return textContaining(m, "(test:stranger) may not decide") })
+
+	// Forged card id.
+	b.tap(t, owner, "aaaaaaaaaaaaaaaaaaaaaaaaaa", "approve")
+	b.ch.waitFor(t, "unknown card", func(m []core.OutMessage) bool { return textContaining(m, "Unknown card") })
+
+	// Approve, then replay the same frame and tap again.
+	id := b.tap(t, owner, c.ID, "approve")
+	b.waitStatus(t, c.ID, cards.StatusDone)
+	if res := b.tapWithID(t, owner, c.ID, "approve", id); !res.Duplicate {
+		t.Fatal("replayed event was not recognised as a duplicate")
+	}
+	b.tap(t, owner, c.ID, "approve")
+	b.ch.waitFor(t, "already decided", func(m []core.OutMessage) bool { return textContaining(m, "Already decided (approved)") })
+	b.tap(t, owner, c.ID, "decline")
+	time.Sleep(300 * time.Millisecond)
+	if n := b.executions(t); n != 1 {
+		t.Fatalf("executions = %d, want exactly 1", n)
+	}
+	var status string
+	b.st.Pool().QueryRow(b.ctx, `SELECT status FROM approvals WHERE id = $1`, string(c.ID)).Scan(&status)
+	if status != "approved" {
+		t.Fatalf("approval status = %s", status)
+	}
+	var nonces int
+	b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM token_nonces`).Scan(&nonces)
+	if nonces != 1 {
+		t.Fatalf("nonces = %d, want 1", nonces)
+	}
+}
+
+func TestExpiredCard(t *testing.T) {
+	b := setup(t)
+	b.send(t, owner, "/run echo late")
+	c := b.pendingCard(t, "echo late")
+	b.clock.Add(5*time.Minute + time.Second)
+	b.tap(t, owner, c.ID, "approve")
+	b.waitStatus(t, c.ID, cards.StatusExpired)
+	b.ch.waitFor(t, "expired answer", func(m []core.OutMessage) bool { return textContaining(m, "expired") })
+	if b.executions(t) != 0 {
+		t.Fatal("expired card ran")
+	}
+}
+
+func TestExternalCannotRun(t *testing.T) {
+	b := setup(t)
+	b.send(t, "test:stranger", "/run echo pwned")
+	b.ch.waitFor(t, "refusal", func(m []core.OutMessage) bool { return textContaining(m, "not trusted here") })
+	var n int
+	b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM approvals`).Scan(&n)
+	if n != 0 {
+		t.Fatalf("an external turn created %d approval(s)", n)
+	}
+}
+
+func TestUnauthenticatedTurnRejected(t *testing.T) {
+	b := setup(t)
+	_, err := b.eng.Deliver(b.ctx, core.Turn{Channel: "test", Conversation: "test:chat", Sender: owner, EventID: "x", Text: "/run id"})
+	if err == nil || !strings.Contains(err.Error(), "unauthenticated") {
+		t.Fatalf("Deliver = %v, want rejection", err)
+	}
+}
+
+func TestActionChangedAfterApproval(t *testing.T) {
+	b := setup(t)
+	b.eng.SetBeforeExecute(func(id core.ApprovalID) {
+		// An attacker with database access swaps the command after approval.
+		evil := `{"argv":["touch","/tmp/pwned-by-silas-test"],"network":false,"tool":"shell","verify":[]}`
+		if _, err := b.st.Pool().Exec(context.Background(), `UPDATE approvals SET action_canonical = $2 WHERE id = $1`, string(id), []byte(evil)); err != nil {
+			t.Error(err)
+		}
+	})
+	b.send(t, owner, "/run echo fine")
+	c := b.pendingCard(t, "echo fine")
+	b.tap(t, owner, c.ID, "approve")
+	refused := b.waitStatus(t, c.ID, cards.StatusRefused)
+	if !strings.Contains(refused.Outcome, "changed after approval") {
+		t.Fatalf("outcome = %q", refused.Outcome)
+	}
+	if _, err := os.Stat("/tmp/pwned-by-silas-test"); err == nil {
+		t.Fatal("the changed action ran")
+	}
+}
+
+func TestActionChangedBeforeApproval(t *testing.T) {
+	b := setup(t)
+	b.send(t, owner, "/run echo fine")
+	c := b.pendingCard(t, "echo fine")
+	b.st.Pool().Exec(b.ctx, `UPDATE approvals SET action_canonical = convert_to('{"argv":["id"]}', 'UTF8') WHERE id = $1`, string(c.ID))
+	b.tap(t, owner, c.ID, "approve")
+	b.ch.waitFor(t, "integrity refusal", func(m []core.OutMessage) bool { return textContaining(m, "no longer matches") })
+	if b.executions(t) != 0 {
+		t.Fatal("tampered action ran")
+	}
+}
+
+func TestBlockedAndDecline(t *testing.T) {
+	b := setup(t)
+	b.send(t, owner, "/run rm -rf /")
+	b.ch.waitFor(t, "blocked", func(m []core.OutMessage) bool { return textContaining(m, "Blocked: `rm -rf /`") })
+	b.send(t, owner, "/run echo no")
+	c := b.pendingCard(t, "echo no")
+	b.tap(t, owner, c.ID, "decline")
+	d := b.waitStatus(t, c.ID, cards.StatusDeclined)
+	if len(d.Choices) != 0 {
+		t.Fatalf("declined card still has choices: %+v", d.Choices)
+	}
+	if b.executions(t) != 0 {
+		t.Fatal("declined action ran")
+	}
+}
+
+func TestFailedVerification(t *testing.T) {
+	b := setup(t)
+	b.send(t, owner, "/run false")
+	c := b.pendingCard(t, "false")
+	b.tap(t, owner, c.ID, "approve")
+	f := b.waitStatus(t, c.ID, cards.StatusFailed)
+	if !strings.Contains(f.Outcome, "not verified") {
+		t.Fatalf("outcome = %q", f.Outcome)
+	}
+}
+
+func TestLongOutputIsStored(t *testing.T) {
+	b := setup(t)
+	b.send(t, owner, "/run seq 1 5000")
+	c := b.pendingCard(t, "seq 1 5000")
+	b.tap(t, owner, c.ID, "approve")
+	d := b.waitStatus(t, c.ID, cards.StatusDone)
+	if d.OutputRef == "" || len([]rune(d.Output)) > 2000 {
+		t.Fatalf("long output pasted: ref=%q len=%d", d.OutputRef, len(d.Output))
+	}
+	full, err := b.st.GetOutput(b.ctx, d.OutputRef)
+	if err != nil || !strings.HasSuffix(full, "4999\n5000\n") {
+		t.Fatalf("stored output: %v, %d bytes", err, len(full))
+	}
+}
+
+func TestCommands(t *testing.T) {
+	b := setup(t)
+	b.send(t, owner, "/whoami")
+	b.ch.waitFor(t, "whoami", func(m []core.OutMessage) bool { return textContaining(m, "You are test:owner with owner trust") })
+	b.send(t, owner, "/run echo pending")
+	c := b.pendingCard(t, "echo pending")
+	b.send(t, owner, "/pending")
+	b.ch.waitFor(t, "pending", func(m []core.OutMessage) bool {
+		return textContaining(m, "1 open approval(s)") && textContaining(m, string(c.ID))
+	})
+	b.tap(t, owner, c.ID, "approve")
+	b.waitStatus(t, c.ID, cards.StatusDone)
+	b.send(t, owner, "/audit 5")
+	b.ch.waitFor(t, "audit", func(m []core.OutMessage) bool {
+		return textContaining(m, "you approved card "+string(c.ID)) && textContaining(m, "verified: exit code 0")
+	})
+	b.send(t, owner, "/help")
+	b.ch.waitFor(t, "help", func(m []core.OutMessage) bool { return textContaining(m, "/run <command>") })
+}
+
+func TestPairing(t *testing.T) {
+	b := setup(t)
+	code := "ABCDE-23456"
+	err := b.st.Do(b.ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		return nil, tx.InsertPairingCode(ctx, engine.HashPairingCode(code), "owner", "test", b.clock.Now().Add(time.Minute))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.send(t, "test:phone", "/whoami")
+	b.ch.waitFor(t, "external", func(m []core.OutMessage) bool { return textContaining(m, "test:phone with external trust") })
+	b.send(t, "test:phone", "/pair "+strings.ToLower(code))
+	b.ch.waitFor(t, "paired", func(m []core.OutMessage) bool { return textContaining(m, "Paired: test:phone now has owner trust") })
+	b.send(t, "test:phone", "/whoami")
+	b.ch.waitFor(t, "owner", func(m []core.OutMessage) bool { return textContaining(m, "test:phone with owner trust") })
+	b.send(t, "test:other", "/pair "+code)
+	b.ch.waitFor(t, "reuse refused", func(m []core.OutMessage) bool { return textContaining(m, "unknown, used or expired") })
+
+	// A binding whose role was edited in SQL no longer verifies: no trust.
+	b.st.Pool().Exec(b.ctx, `UPDATE identity_bindings SET role = 'auth' WHERE identity = 'test:phone'`)
+	b.clock.Add(10 * time.Second) // past the binding cache
+	b.send(t, "test:phone", "/whoami")
+	b.ch.waitFor(t, "tampered binding ignored", func(m []core.OutMessage) bool {
+		return strings.Count(dump(m), "test:phone with external trust") == 2
+	})
+}

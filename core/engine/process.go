@@ -1,0 +1,291 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/store"
+)
+
+type auditEntry = audit.Entry
+
+// outcome collects what processing one turn produces; it is written in one
+// transaction together with the turn's completion.
+type outcome struct {
+	st      core.StoredTurn
+	trust   core.Trust
+	replies []string
+	cards   []*cards.Card
+	// updates are edits of cards sent earlier, enqueued after the sends.
+	updates []*cards.Card
+	appr    []core.ApprovalRequest
+	audit   []auditEntry
+	// inTx runs inside the transaction (tap decisions, pairing) and may add
+	// to the fields above; it is reset and re-run if the batch is retried.
+	inTx func(ctx context.Context, tx *store.Tx, o *outcome) error
+	// after runs once the transaction committed.
+	after []func()
+}
+
+func (o *outcome) reply(format string, a ...any) {
+	o.replies = append(o.replies, fmt.Sprintf(format, a...))
+}
+
+func (o *outcome) note(kind string, data map[string]any) {
+	o.audit = append(o.audit, auditEntry{Kind: kind, Actor: string(o.st.Turn.Sender), Conversation: string(o.st.Turn.Conversation), Data: data})
+}
+
+func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
+	start := e.now()
+	t := st.Turn
+	trust, why := e.trust.Of(ctx, t)
+	base := outcome{st: st, trust: trust}
+	base.note("trust.decided", map[string]any{"seq": st.Seq, "trust": string(trust), "basis": why})
+
+	switch {
+	case t.Tap != nil:
+		base.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error {
+			return e.decide(ctx, tx, o, *t.Tap)
+		}
+	default:
+		if err := e.handleText(ctx, &base); err != nil {
+			return err
+		}
+	}
+
+	var final outcome
+	err := e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
+		o := base // a fresh copy on every (re)try
+		o.replies = append([]string(nil), base.replies...)
+		o.cards = append([]*cards.Card(nil), base.cards...)
+		o.appr = append([]core.ApprovalRequest(nil), base.appr...)
+		o.updates = append([]*cards.Card(nil), base.updates...)
+		o.audit = append([]auditEntry(nil), base.audit...)
+		o.after = nil
+		// Approval requests first: inTx may decide one of them at once (an
+		// action policy allows).
+		for _, a := range o.appr {
+			if err := tx.InsertApproval(ctx, a); err != nil {
+				return nil, err
+			}
+		}
+		if o.inTx != nil {
+			if err := o.inTx(ctx, tx, &o); err != nil {
+				return nil, err
+			}
+		}
+		for _, r := range o.replies {
+			if err := tx.Enqueue(ctx, t.Channel, core.OpSend, "r-"+core.NewID(), core.OutMessage{Conversation: t.Conversation, Text: r}); err != nil {
+				return nil, err
+			}
+		}
+		for _, c := range o.cards {
+			if err := tx.Enqueue(ctx, t.Channel, core.OpSend, string(c.ID), core.OutMessage{Conversation: t.Conversation, Card: c}); err != nil {
+				return nil, err
+			}
+		}
+		for _, c := range o.updates {
+			if err := tx.Enqueue(ctx, t.Channel, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: t.Conversation, Card: c}); err != nil {
+				return nil, err
+			}
+		}
+		if err := tx.FinishTurn(ctx, st.Seq, "done", ""); err != nil {
+			return nil, err
+		}
+		final = o
+		return o.audit, nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, f := range final.after {
+		f()
+	}
+	e.m.turnLatency.Observe(e.now().Sub(start).Seconds())
+	e.m.turnsProcessed.Inc()
+	e.wakeOutbox()
+	return nil
+}
+
+const helpText = `Commands:
+/run <command> — propose a command; it runs in a sandbox after you approve it on a card
+/pending — open approvals in this chat
+/audit [n] — recent activity (default 10)
+/whoami — your identity and trust
+/pair <code> — bind this identity using a code from ` + "`silas pair`" + `
+/help — this list`
+
+func (e *Engine) handleText(ctx context.Context, o *outcome) error {
+	t := o.st.Turn
+	text := strings.TrimSpace(t.Text)
+	cmd, arg, _ := strings.Cut(text, " ")
+	arg = strings.TrimSpace(arg)
+	// "/cmd@botname" addresses a bot in a group; the adapter decided it is us.
+	if at := strings.IndexByte(cmd, '@'); at > 0 && strings.HasPrefix(cmd, "/") {
+		cmd = cmd[:at]
+	}
+	switch cmd {
+	case "/help", "/start":
+		o.reply("%s", helpText)
+		return nil
+	case "/whoami":
+		o.reply("You are %s with %s trust.", t.Sender, o.trust)
+		return nil
+	case "/pending":
+		return e.cmdPending(ctx, o)
+	case "/audit":
+		return e.cmdAudit(ctx, o, arg)
+	case "/pair":
+		code := arg
+		o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error { return e.pair(ctx, tx, o, code) }
+		return nil
+	}
+	if strings.HasPrefix(cmd, "/") && cmd != "/run" {
+		o.reply("Unknown command %s. Try /help.", cmd)
+		return nil
+	}
+	p, err := e.cfg.Agent.Respond(ctx, core.AgentInput{Conversation: t.Conversation, Sender: t.Sender, Trust: o.trust, Text: t.Text})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	if p.Reply != "" {
+		o.reply("%s", p.Reply)
+	}
+	for _, pa := range p.Actions {
+		e.propose(o, pa)
+	}
+	return nil
+}
+
+// propose applies trust and policy to one proposed action and, when it needs
+// approval, prepares the approval request and its card.
+func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
+	t := o.st.Turn
+	a := pa.Action
+	line := a.CommandLine()
+	if o.trust == core.TrustExternal {
+		o.note("policy.refused", map[string]any{"seq": o.st.Seq, "reason": "external trust", "tool": a.Tool})
+		o.reply("I can't run actions for you: your identity (%s) is not trusted here. The owner can pair it with `silas pair`.", t.Sender)
+		e.m.policyDecisions.WithLabelValues("external").Inc()
+		return
+	}
+	if len(a.Argv) == 0 || a.Tool == "" {
+		o.reply("That action is incomplete, so I did not propose it.")
+		return
+	}
+	for i, c := range a.Verify {
+		if err := c.Validate(); err != nil {
+			o.reply("Verification check %d is invalid (%v), so I did not propose the action.", i+1, err)
+			return
+		}
+	}
+	res := e.cfg.Policy.Evaluate(a)
+	e.m.policyDecisions.WithLabelValues(string(res.Decision)).Inc()
+	o.note("policy.decided", map[string]any{"seq": o.st.Seq, "tool": a.Tool, "command": line, "decision": string(res.Decision),
+		"risk": string(res.Risk), "rule": res.Rule})
+	if res.Decision == policy.Blocked {
+		reason := res.Reason
+		if reason == "" {
+			reason = "the risk policy blocks it"
+		}
+		o.reply("Blocked: `%s` — %s. Nothing was run.", line, reason)
+		return
+	}
+	canonical, err := a.Canonical()
+	if err != nil {
+		o.reply("I could not prepare that action: %v.", err)
+		return
+	}
+	hash, _ := a.Hash()
+	now := e.now()
+	req := core.ApprovalRequest{
+		ID: core.ApprovalID(core.NewID()), Channel: t.Channel, Conversation: t.Conversation, Requester: t.Sender, TurnSeq: o.st.Seq,
+		ActionCanonical: canonical, ActionHash: hash, Intent: pa.Intent, Rationale: pa.Rationale, Risk: res.Risk,
+		Approvers: res.Approvers, Status: core.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(e.cfg.ApprovalTTL),
+	}
+	if res.Decision == policy.Allow {
+		// Allowed by policy: the gateway approves on the policy's behalf, so
+		// execution still passes through a signed, single-use token.
+		req.Approvers = []string{"policy:" + res.Rule}
+		o.appr = append(o.appr, req)
+		o.cards = append(o.cards, e.approvalCard(req, nil))
+		o.note("approval.requested", map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk), "auto": true})
+		id := req.ID
+		prev := o.inTx
+		rule := res.Rule
+		o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error {
+			if prev != nil {
+				if err := prev(ctx, tx, o); err != nil {
+					return err
+				}
+			}
+			a, err := tx.GetApproval(ctx, id)
+			if err != nil {
+				return err
+			}
+			return e.approve(ctx, tx, o, a, core.IdentityID("policy:"+rule))
+		}
+		return
+	}
+	o.appr = append(o.appr, req)
+	o.cards = append(o.cards, e.approvalCard(req, nil))
+	o.note("approval.requested", map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk),
+		"approvers": req.Approvers, "expires_at": req.ExpiresAt.UTC().Format(time.RFC3339)})
+}
+
+func (e *Engine) cmdPending(ctx context.Context, o *outcome) error {
+	open, err := e.st.OpenApprovals(ctx, o.st.Turn.Conversation)
+	if err != nil {
+		return err
+	}
+	if len(open) == 0 {
+		o.reply("No open approvals here.")
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d open approval(s):", len(open))
+	now := e.now()
+	for _, a := range open {
+		left := a.ExpiresAt.Sub(now).Round(time.Second)
+		state := "waiting for a tap"
+		if a.Status == core.ApprovalConfirming {
+			state = "waiting for confirmation"
+		}
+		fmt.Fprintf(&b, "\n• %s — %s risk, %s, expires in %s (card %s)", a.Intent, a.Risk, state, max(left, 0), a.ID)
+	}
+	o.reply("%s", b.String())
+	return nil
+}
+
+func (e *Engine) cmdAudit(ctx context.Context, o *outcome, arg string) error {
+	n := 10
+	if arg != "" {
+		v, err := strconv.Atoi(arg)
+		if err != nil || v < 1 {
+			o.reply("Usage: /audit [n] — n is a number of entries (1-50).")
+			return nil
+		}
+		n = min(v, 50)
+	}
+	rows, err := e.st.AuditTail(ctx, n, o.st.Turn.Conversation, humanKinds)
+	if err != nil {
+		return err
+	}
+	if len(rows) == 0 {
+		o.reply("Nothing to report yet.")
+		return nil
+	}
+	lines := make([]string, 0, len(rows))
+	for _, r := range rows {
+		lines = append(lines, describe(r, o.st.Turn.Sender))
+	}
+	o.reply("%s", strings.Join(lines, "\n"))
+	return nil
+}

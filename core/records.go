@@ -1,0 +1,120 @@
+package core
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/silas-gateway/silas/cards"
+)
+
+// StoredTurn is a turn as the inbox stored it.
+type StoredTurn struct {
+	Seq  int64
+	Turn Turn
+}
+
+// ApprovalStatus is where an approval request stands.
+type ApprovalStatus string
+
+const (
+	ApprovalPending    ApprovalStatus = "pending"
+	ApprovalConfirming ApprovalStatus = "confirming"
+	ApprovalApproved   ApprovalStatus = "approved"
+	ApprovalDeclined   ApprovalStatus = "declined"
+	ApprovalExpired    ApprovalStatus = "expired"
+)
+
+// Open reports whether the request still takes taps.
+func (s ApprovalStatus) Open() bool { return s == ApprovalPending || s == ApprovalConfirming }
+
+// ApprovalRequest is one pending (or decided) approval.
+type ApprovalRequest struct {
+	ID           ApprovalID
+	Channel      ChannelName
+	Conversation ConversationID
+	Requester    IdentityID
+	TurnSeq      int64
+	// ActionCanonical is the RFC 8785 JSON of the Action; ActionHash its
+	// sha256. The executor re-hashes ActionCanonical before running.
+	ActionCanonical []byte
+	ActionHash      []byte
+	Intent          string
+	Rationale       string
+	Risk            cards.Risk
+	// Approvers lists identities ("telegram:1") and roles ("role:owner")
+	// allowed to decide.
+	Approvers []string
+	Status    ApprovalStatus
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	DecidedBy IdentityID
+	DecidedAt time.Time
+	// Token is the signed approval token once approved (JSON).
+	Token []byte
+}
+
+// ExecStatus is where an execution stands. Transitions are compare-and-swap:
+// queued → running → executed → verified|failed; running at start-up →
+// interrupted (it may or may not have run, so it is never re-run); a token or
+// integrity check failure → refused.
+type ExecStatus string
+
+const (
+	ExecQueued      ExecStatus = "queued"
+	ExecRunning     ExecStatus = "running"
+	ExecExecuted    ExecStatus = "executed"
+	ExecInterrupted ExecStatus = "interrupted"
+	ExecRefused     ExecStatus = "refused"
+	ExecVerified    ExecStatus = "verified"
+	ExecFailed      ExecStatus = "failed"
+)
+
+// ExecRecord is the stored result of one execution (output is capped by
+// the sandbox; the full text may also be stored as an output ref).
+type ExecRecord struct {
+	ExitCode   int    `json:"exit_code"`
+	Stdout     string `json:"stdout"`
+	Stderr     string `json:"stderr"`
+	Truncated  bool   `json:"truncated"`
+	TimedOut   bool   `json:"timed_out"`
+	DurationMS int64  `json:"duration_ms"`
+	Dir        string `json:"dir"`
+	Isolation  string `json:"isolation"`
+	OutputRef  string `json:"output_ref,omitempty"`
+}
+
+// Execution is one approved action's run.
+type Execution struct {
+	ApprovalID ApprovalID
+	Status     ExecStatus
+	Result     *ExecRecord
+	Report     json.RawMessage
+	Reason     string
+	CreatedAt  time.Time
+	StartedAt  time.Time
+	FinishedAt time.Time
+}
+
+// OutboxOp is what an outbox job does.
+type OutboxOp string
+
+const (
+	OpSend   OutboxOp = "send"
+	OpUpdate OutboxOp = "update"
+)
+
+// OutboxJob is one durable outbound delivery.
+type OutboxJob struct {
+	ID           int64
+	Channel      ChannelName
+	Conversation ConversationID
+	Op           OutboxOp
+	// MessageKey is Silas's own name for the message (a card id, or a
+	// generated id for plain replies); updates find the platform's
+	// MessageRef through it.
+	MessageKey string
+	Message    OutMessage
+	Attempts   int
+	NextAt     time.Time
+	CreatedAt  time.Time
+}

@@ -1,0 +1,359 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+)
+
+const approvalSelect = `SELECT id, channel, conversation, requester, COALESCE(turn_seq, 0), action_canonical, action_hash,
+	intent, rationale, risk, approvers, status, created_at, expires_at, COALESCE(decided_by, ''), decided_at, token FROM approvals`
+
+func scanApproval(row pgx.Row) (core.ApprovalRequest, error) {
+	var a core.ApprovalRequest
+	var risk, status string
+	var decidedAt *time.Time
+	err := row.Scan(&a.ID, &a.Channel, &a.Conversation, &a.Requester, &a.TurnSeq, &a.ActionCanonical, &a.ActionHash,
+		&a.Intent, &a.Rationale, &risk, &a.Approvers, &status, &a.CreatedAt, &a.ExpiresAt, &a.DecidedBy, &decidedAt, &a.Token)
+	if err != nil {
+		return a, notFound(err)
+	}
+	a.Risk, a.Status = cards.Risk(risk), core.ApprovalStatus(status)
+	if decidedAt != nil {
+		a.DecidedAt = *decidedAt
+	}
+	return a, nil
+}
+
+// GetApproval reads one approval request.
+func (s *Store) GetApproval(ctx context.Context, id core.ApprovalID) (core.ApprovalRequest, error) {
+	a, err := scanApproval(s.pool.QueryRow(ctx, approvalSelect+" WHERE id = $1", id))
+	if err != nil && !errors.Is(err, core.ErrNotFound) {
+		return a, fmt.Errorf("store: get approval: %w", err)
+	}
+	return a, err
+}
+
+// OpenApprovals lists pending and confirming requests in a conversation
+// (all conversations when conv is empty), oldest first.
+func (s *Store) OpenApprovals(ctx context.Context, conv core.ConversationID) ([]core.ApprovalRequest, error) {
+	rows, err := s.pool.Query(ctx, approvalSelect+` WHERE status IN ('pending', 'confirming') AND ($1 = '' OR conversation = $1)
+		ORDER BY created_at`, conv)
+	if err != nil {
+		return nil, fmt.Errorf("store: open approvals: %w", err)
+	}
+	defer rows.Close()
+	var out []core.ApprovalRequest
+	for rows.Next() {
+		a, err := scanApproval(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: open approvals: %w", err)
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// ExpiredApprovals lists open requests whose expiry has passed.
+func (s *Store) ExpiredApprovals(ctx context.Context, now time.Time, limit int) ([]core.ApprovalRequest, error) {
+	rows, err := s.pool.Query(ctx, approvalSelect+` WHERE status IN ('pending', 'confirming') AND expires_at <= $1 ORDER BY expires_at LIMIT $2`, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: expired approvals: %w", err)
+	}
+	defer rows.Close()
+	var out []core.ApprovalRequest
+	for rows.Next() {
+		a, err := scanApproval(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: expired approvals: %w", err)
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// PendingTurns lists turns not yet processed, in arrival order.
+func (s *Store) PendingTurns(ctx context.Context) ([]core.StoredTurn, error) {
+	rows, err := s.pool.Query(ctx, `SELECT seq, body FROM turns WHERE status = 'pending' ORDER BY seq`)
+	if err != nil {
+		return nil, fmt.Errorf("store: pending turns: %w", err)
+	}
+	defer rows.Close()
+	var out []core.StoredTurn
+	for rows.Next() {
+		var st core.StoredTurn
+		var body []byte
+		if err := rows.Scan(&st.Seq, &body); err != nil {
+			return nil, fmt.Errorf("store: pending turns: %w", err)
+		}
+		if err := json.Unmarshal(body, &st.Turn); err != nil {
+			return nil, fmt.Errorf("store: decode turn %d: %w", st.Seq, err)
+		}
+		out = append(out, st)
+	}
+	return out, rows.Err()
+}
+
+const execSelect = `SELECT approval_id, status, result, report, COALESCE(reason, ''), created_at, started_at, finished_at FROM executions`
+
+func scanExecution(row pgx.Row) (core.Execution, error) {
+	var e core.Execution
+	var status string
+	var result, report []byte
+	var started, finished *time.Time
+	if err := row.Scan(&e.ApprovalID, &status, &result, &report, &e.Reason, &e.CreatedAt, &started, &finished); err != nil {
+		return e, notFound(err)
+	}
+	e.Status = core.ExecStatus(status)
+	if len(result) > 0 {
+		e.Result = new(core.ExecRecord)
+		if err := json.Unmarshal(result, e.Result); err != nil {
+			return e, fmt.Errorf("store: decode execution result: %w", err)
+		}
+	}
+	e.Report = report
+	if started != nil {
+		e.StartedAt = *started
+	}
+	if finished != nil {
+		e.FinishedAt = *finished
+	}
+	return e, nil
+}
+
+// GetExecution reads one execution.
+func (s *Store) GetExecution(ctx context.Context, id core.ApprovalID) (core.Execution, error) {
+	return scanExecution(s.pool.QueryRow(ctx, execSelect+" WHERE approval_id = $1", id))
+}
+
+// UnfinishedExecutions lists executions that a restart must resume (queued,
+// executed but unverified) or settle (running when the process died).
+func (s *Store) UnfinishedExecutions(ctx context.Context) ([]core.Execution, error) {
+	rows, err := s.pool.Query(ctx, execSelect+` WHERE status IN ('queued', 'running', 'executed') ORDER BY created_at`)
+	if err != nil {
+		return nil, fmt.Errorf("store: unfinished executions: %w", err)
+	}
+	defer rows.Close()
+	var out []core.Execution
+	for rows.Next() {
+		e, err := scanExecution(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// GetOutput returns stored output by ref.
+func (s *Store) GetOutput(ctx context.Context, ref string) (string, error) {
+	var c string
+	err := s.pool.QueryRow(ctx, `SELECT content FROM outputs WHERE ref = $1`, ref).Scan(&c)
+	return c, notFound(err)
+}
+
+// Binding is a stored identity binding.
+type Binding struct {
+	Identity  core.IdentityID
+	Role      string
+	Record    []byte
+	Signature []byte
+}
+
+// Bindings lists all identity bindings.
+func (s *Store) Bindings(ctx context.Context) ([]Binding, error) {
+	rows, err := s.pool.Query(ctx, `SELECT identity, role, record, signature FROM identity_bindings`)
+	if err != nil {
+		return nil, fmt.Errorf("store: bindings: %w", err)
+	}
+	defer rows.Close()
+	var out []Binding
+	for rows.Next() {
+		var b Binding
+		if err := rows.Scan(&b.Identity, &b.Role, &b.Record, &b.Signature); err != nil {
+			return nil, fmt.Errorf("store: bindings: %w", err)
+		}
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+// OutboxHeads returns, for each conversation with pending deliveries, its
+// oldest pending job if it is due. Later jobs of a conversation wait behind
+// its head, which keeps delivery in order per conversation.
+func (s *Store) OutboxHeads(ctx context.Context, now time.Time, limit int) ([]core.OutboxJob, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, channel, conversation, op, message_key, payload, attempts, next_at, created_at FROM (
+			SELECT DISTINCT ON (conversation) * FROM outbox WHERE status = 'pending' ORDER BY conversation, id
+		) heads WHERE next_at <= $1 ORDER BY id LIMIT $2`, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: outbox heads: %w", err)
+	}
+	defer rows.Close()
+	var out []core.OutboxJob
+	for rows.Next() {
+		var j core.OutboxJob
+		var op string
+		var payload []byte
+		if err := rows.Scan(&j.ID, &j.Channel, &j.Conversation, &op, &j.MessageKey, &payload, &j.Attempts, &j.NextAt, &j.CreatedAt); err != nil {
+			return nil, fmt.Errorf("store: outbox heads: %w", err)
+		}
+		j.Op = core.OutboxOp(op)
+		if err := json.Unmarshal(payload, &j.Message); err != nil {
+			return nil, fmt.Errorf("store: decode outbox job %d: %w", j.ID, err)
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// NextOutboxDue returns when the earliest pending job is due (zero if none).
+func (s *Store) NextOutboxDue(ctx context.Context) (time.Time, error) {
+	var t *time.Time
+	err := s.pool.QueryRow(ctx, `SELECT min(next_at) FROM outbox WHERE status = 'pending'`).Scan(&t)
+	if err != nil || t == nil {
+		return time.Time{}, err
+	}
+	return *t, nil
+}
+
+// HasLaterUpdate reports whether a newer pending update of the same message
+// exists, so an older edit can be skipped.
+func (s *Store) HasLaterUpdate(ctx context.Context, j core.OutboxJob) (bool, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE status = 'pending' AND channel = $1 AND message_key = $2 AND op = 'update' AND id > $3`,
+		j.Channel, j.MessageKey, j.ID).Scan(&n)
+	return n > 0, err
+}
+
+// SentRef finds the platform reference of a delivered message.
+func (s *Store) SentRef(ctx context.Context, ch core.ChannelName, key string) (core.MessageRef, error) {
+	var ref string
+	err := s.pool.QueryRow(ctx, `SELECT ref FROM sent_messages WHERE channel = $1 AND message_key = $2`, ch, key).Scan(&ref)
+	return core.MessageRef(ref), notFound(err)
+}
+
+// OutboxDelivered marks a job delivered and remembers the platform ref.
+func (t *Tx) OutboxDelivered(ctx context.Context, j core.OutboxJob, ref core.MessageRef, status string) error {
+	if _, err := t.tx.Exec(ctx, `UPDATE outbox SET status = $2, delivered_at = $3, attempts = attempts + 1 WHERE id = $1 AND status = 'pending'`,
+		j.ID, status, t.now()); err != nil {
+		return fmt.Errorf("store: outbox delivered: %w", err)
+	}
+	if ref != "" {
+		if _, err := t.tx.Exec(ctx, `INSERT INTO sent_messages (channel, message_key, conversation, ref, sent_at) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (channel, message_key) DO UPDATE SET ref = EXCLUDED.ref`, j.Channel, j.MessageKey, j.Conversation, ref, t.now()); err != nil {
+			return fmt.Errorf("store: remember sent message: %w", err)
+		}
+	}
+	return nil
+}
+
+// OutboxRetry records a failed attempt and when to try again.
+func (t *Tx) OutboxRetry(ctx context.Context, id int64, next time.Time, errText string) error {
+	_, err := t.tx.Exec(ctx, `UPDATE outbox SET attempts = attempts + 1, next_at = $2, last_error = $3 WHERE id = $1 AND status = 'pending'`, id, next, errText)
+	if err != nil {
+		return fmt.Errorf("store: outbox retry: %w", err)
+	}
+	return nil
+}
+
+// OutboxFailed gives up on a job.
+func (t *Tx) OutboxFailed(ctx context.Context, id int64, errText string) error {
+	_, err := t.tx.Exec(ctx, `UPDATE outbox SET status = 'failed', attempts = attempts + 1, last_error = $2 WHERE id = $1 AND status = 'pending'`, id, errText)
+	if err != nil {
+		return fmt.Errorf("store: outbox failed: %w", err)
+	}
+	return nil
+}
+
+// AuditTail returns the last n rows, oldest first (conversation filter
+// optional, kinds filter optional).
+func (s *Store) AuditTail(ctx context.Context, n int, conv core.ConversationID, kinds []string) ([]audit.Row, error) {
+	rows, err := s.pool.Query(ctx, `SELECT * FROM (SELECT seq, at, kind, actor, conversation, data::text, prev_hash, hash FROM audit_log
+		WHERE ($2 = '' OR conversation = $2) AND (COALESCE(cardinality($3::text[]), 0) = 0 OR kind = ANY($3)) ORDER BY seq DESC LIMIT $1) t ORDER BY seq`, n, conv, kinds)
+	if err != nil {
+		return nil, fmt.Errorf("store: audit tail: %w", err)
+	}
+	defer rows.Close()
+	return collectAudit(rows)
+}
+
+func collectAudit(rows pgx.Rows) ([]audit.Row, error) {
+	var out []audit.Row
+	for rows.Next() {
+		r, err := scanAudit(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func scanAudit(rows pgx.Rows) (audit.Row, error) {
+	var r audit.Row
+	var data string
+	if err := rows.Scan(&r.Seq, &r.At, &r.Entry.Kind, &r.Entry.Actor, &r.Entry.Conversation, &data, &r.PrevHash, &r.Hash); err != nil {
+		return r, fmt.Errorf("store: scan audit row: %w", err)
+	}
+	r.DataJSON = []byte(data)
+	if err := json.Unmarshal(r.DataJSON, &r.Entry.Data); err != nil {
+		return r, fmt.Errorf("store: decode audit row %d: %w", r.Seq, err)
+	}
+	return r, nil
+}
+
+// VerifyAudit walks the whole chain in order. It returns the number of rows
+// checked and a *audit.BrokenError naming the first bad row.
+func (s *Store) VerifyAudit(ctx context.Context) (int64, error) {
+	v := audit.NewVerifier()
+	const page = 5000
+	var after int64
+	for {
+		rows, err := s.pool.Query(ctx, `SELECT seq, at, kind, actor, conversation, data::text, prev_hash, hash FROM audit_log
+			WHERE seq > $1 ORDER BY seq LIMIT $2`, after, page)
+		if err != nil {
+			return v.Checked, fmt.Errorf("store: audit verify: %w", err)
+		}
+		n := 0
+		for rows.Next() {
+			r, err := scanAuditRaw(rows)
+			if err != nil {
+				rows.Close()
+				return v.Checked, err
+			}
+			n++
+			after = r.Seq
+			if err := v.Check(r); err != nil {
+				rows.Close()
+				return v.Checked, err
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return v.Checked, fmt.Errorf("store: audit verify: %w", err)
+		}
+		if n < page {
+			return v.Checked, nil
+		}
+	}
+}
+
+// scanAuditRaw does not decode data: verification hashes it as stored, so
+// even a row whose data no longer parses is reported as broken, not skipped.
+func scanAuditRaw(rows pgx.Rows) (audit.Row, error) {
+	var r audit.Row
+	var data string
+	if err := rows.Scan(&r.Seq, &r.At, &r.Entry.Kind, &r.Entry.Actor, &r.Entry.Conversation, &data, &r.PrevHash, &r.Hash); err != nil {
+		return r, fmt.Errorf("store: scan audit row: %w", err)
+	}
+	r.DataJSON = []byte(data)
+	return r, nil
+}

@@ -1,0 +1,153 @@
+// Package store is the PostgreSQL storage layer: every SQL statement in
+// Silas lives here. Writes go through one group-commit writer (Do) that runs
+// many small operations in one transaction and appends their audit entries to
+// the hash chain in that same transaction, so a state change and its audit
+// record commit together or not at all.
+//
+// pgx.ErrNoRows becomes core.ErrNotFound at this boundary.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/migrations"
+)
+
+// Options configure a Store.
+type Options struct {
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// MaxBatch bounds how many operations share one transaction.
+	MaxBatch int
+	// MaxConns sizes the pool (0 = pgx default).
+	MaxConns int32
+}
+
+// Store is the PostgreSQL store.
+type Store struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	now  func() time.Time
+	w    *writer
+}
+
+// Open connects and starts the writer. It does not migrate.
+func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: parse database url: %w", err)
+	}
+	if opt.MaxConns > 0 {
+		cfg.MaxConns = opt.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store: connect: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store: ping database: %w", err)
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.MaxBatch <= 0 {
+		opt.MaxBatch = 256
+	}
+	s := &Store{pool: pool, log: opt.Logger, now: opt.Now}
+	s.w = newWriter(s, opt.MaxBatch)
+	return s, nil
+}
+
+// Close stops the writer (after the operations already queued) and the pool.
+func (s *Store) Close() {
+	s.w.close()
+	s.pool.Close()
+}
+
+// Pool exposes the pool for tests and benchmarks in this module.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+func (s *Store) provider() (*goose.Provider, *sql.DB, error) {
+	db := stdlib.OpenDBFromPool(s.pool)
+	sub, err := fs.Sub(migrations.FS(), ".")
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sub)
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("store: migrations: %w", err)
+	}
+	return p, db, nil
+}
+
+// Migrate applies pending migrations and returns how many ran.
+func (s *Store) Migrate(ctx context.Context) (int, error) {
+	p, db, err := s.provider()
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	res, err := p.Up(ctx)
+	if err != nil {
+		return len(res), fmt.Errorf("store: migrate: %w", err)
+	}
+	return len(res), nil
+}
+
+// SchemaStatus reports the current and latest schema versions.
+func (s *Store) SchemaStatus(ctx context.Context) (current, latest int64, err error) {
+	p, db, err := s.provider()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer db.Close()
+	current, latest, err = func() (int64, int64, error) {
+		c, err := p.GetDBVersion(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		srcs := p.ListSources()
+		var l int64
+		if len(srcs) > 0 {
+			l = srcs[len(srcs)-1].Version
+		}
+		return c, l, nil
+	}()
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: schema version: %w", err)
+	}
+	return current, latest, nil
+}
+
+// Ready checks the database answers (for /readyz).
+func (s *Store) Ready(ctx context.Context) error {
+	var one int
+	return s.pool.QueryRow(ctx, "SELECT 1").Scan(&one)
+}
+
+func notFound(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return core.ErrNotFound
+	}
+	return err
+}

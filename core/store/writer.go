@@ -1,0 +1,192 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/silas-gateway/silas/core/audit"
+)
+
+// Op is one unit of work for Do. It runs inside a shared transaction and
+// returns the audit entries to append. It must be safe to run twice: when a
+// batch fails, each op is retried alone so one bad op cannot fail others.
+// Answers (such as "already decided") are results the op records in its
+// closure, not errors; an error rolls the op back.
+type Op func(ctx context.Context, tx *Tx) ([]audit.Entry, error)
+
+type request struct {
+	op   Op
+	done chan error
+}
+
+// writer is the group-commit loop: while one transaction commits, new
+// requests queue up and share the next one. Throughput scales with batch size
+// instead of being bound by one commit per operation.
+type writer struct {
+	s        *Store
+	reqs     chan *request
+	maxBatch int
+	stop     chan struct{}
+	stopped  chan struct{}
+	once     sync.Once
+}
+
+// ErrClosed is returned by Do after Close.
+var ErrClosed = errors.New("store: closed")
+
+func newWriter(s *Store, maxBatch int) *writer {
+	w := &writer{s: s, reqs: make(chan *request, 4*maxBatch), maxBatch: maxBatch, stop: make(chan struct{}), stopped: make(chan struct{})}
+	go w.loop()
+	return w
+}
+
+func (w *writer) close() {
+	w.once.Do(func() { close(w.stop) })
+	<-w.stopped
+}
+
+// Do runs op in a transaction shared with other concurrent operations and
+// returns once it has committed (or failed). If ctx ends first Do returns
+// ctx.Err(), and the op may still commit later: ops are idempotent by design.
+func (s *Store) Do(ctx context.Context, op Op) error {
+	r := &request{op: op, done: make(chan error, 1)}
+	select {
+	case <-s.w.stop:
+		return ErrClosed
+	default:
+	}
+	select {
+	case s.w.reqs <- r:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.w.stop:
+		return ErrClosed
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (w *writer) loop() {
+	defer close(w.stopped)
+	batch := make([]*request, 0, w.maxBatch)
+	for {
+		var first *request
+		select {
+		case first = <-w.reqs:
+		case <-w.stop:
+			// Finish what is already queued, then stop.
+			for {
+				select {
+				case r := <-w.reqs:
+					w.run([]*request{r})
+				default:
+					return
+				}
+			}
+		}
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < w.maxBatch {
+			select {
+			case r := <-w.reqs:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		w.run(batch)
+	}
+}
+
+func (w *writer) run(batch []*request) {
+	err := w.commit(batch)
+	if err == nil || len(batch) == 1 {
+		for _, r := range batch {
+			r.done <- err
+		}
+		return
+	}
+	// Isolate the failing op: retry each alone.
+	for _, r := range batch {
+		r.done <- w.commit([]*request{r})
+	}
+}
+
+func (w *writer) commit(batch []*request) error {
+	// The writer outlives callers' contexts; bound each transaction instead.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pgtx, err := w.s.pool.BeginTx(ctx, pgx.TxOptions{})
+	if err != nil {
+		return fmt.Errorf("store: begin: %w", err)
+	}
+	defer pgtx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	tx := &Tx{tx: pgtx, now: w.s.now}
+	var entries []audit.Entry
+	for _, r := range batch {
+		e, err := r.op(ctx, tx)
+		if err != nil {
+			return err
+		}
+		entries = append(entries, e...)
+	}
+	if err := appendAudit(ctx, pgtx, w.s.now(), entries); err != nil {
+		return err
+	}
+	if err := pgtx.Commit(ctx); err != nil {
+		return fmt.Errorf("store: commit: %w", err)
+	}
+	return nil
+}
+
+// auditLockKey serialises appends to the chain across processes (serve and
+// CLI commands) with a transaction-scoped advisory lock.
+const auditLockKey = 0x5117A5A0D17
+
+// appendAudit chains entries after the current head, inside tx.
+func appendAudit(ctx context.Context, tx pgx.Tx, now time.Time, entries []audit.Entry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(auditLockKey)); err != nil {
+		return fmt.Errorf("store: audit lock: %w", err)
+	}
+	var seq int64
+	prev := audit.Genesis
+	err := tx.QueryRow(ctx, "SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").Scan(&seq, &prev)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("store: audit head: %w", err)
+	}
+	at := audit.Truncate(now)
+	rows := make([][]any, 0, len(entries))
+	for _, e := range entries {
+		seq++
+		data, err := audit.MarshalData(e.Data)
+		if err != nil {
+			return err
+		}
+		c, err := audit.Canonical(seq, at, e.Kind, e.Actor, e.Conversation, data)
+		if err != nil {
+			return err
+		}
+		h := audit.Chain(prev, c)
+		rows = append(rows, []any{seq, at, e.Kind, e.Actor, e.Conversation, string(data), prev, h})
+		prev = h
+	}
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"audit_log"},
+		[]string{"seq", "at", "kind", "actor", "conversation", "data", "prev_hash", "hash"},
+		pgx.CopyFromRows(rows))
+	if err != nil {
+		return fmt.Errorf("store: audit append: %w", err)
+	}
+	return nil
+}

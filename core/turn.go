@@ -1,0 +1,58 @@
+package core
+
+import (
+	"context"
+	"time"
+
+	"github.com/silas-gateway/silas/cards"
+)
+
+// Evidence is what the adapter observed about how a turn was authenticated.
+// The adapter reports facts; the core decides trust from them together with
+// identity bindings. Nothing in the message text can raise trust.
+type Evidence struct {
+	// Authenticated is true when the platform request was authenticated
+	// (webhook secret, request signature, logged-in session, E2E session).
+	// Unauthenticated requests never reach the core at all; this field exists
+	// so the core can refuse a turn an adapter forgot to check.
+	Authenticated bool `json:"authenticated"`
+	// Method names how ("webchat-session", "telegram-webhook-secret", …).
+	Method string `json:"method"`
+}
+
+// Tap is a button press (or a validated text reply such as "approve <id>")
+// coming back from a card. It carries only opaque ids.
+type Tap struct {
+	Card   cards.ID `json:"card"`
+	Choice string   `json:"choice"`
+}
+
+// Turn is one inbound event, normalised by an adapter.
+type Turn struct {
+	Channel      ChannelName    `json:"channel"`
+	Conversation ConversationID `json:"conversation"`
+	Sender       IdentityID     `json:"sender"`
+	SenderName   string         `json:"sender_name,omitempty"`
+	// EventID is the platform's own id for this event; (Channel, EventID) is
+	// unique, which makes redelivery a no-op.
+	EventID  string    `json:"event_id"`
+	Text     string    `json:"text,omitempty"`
+	Tap      *Tap      `json:"tap,omitempty"`
+	Evidence Evidence  `json:"evidence"`
+	At       time.Time `json:"at"`
+}
+
+// DeliverResult tells the adapter what happened to a delivered turn.
+type DeliverResult struct {
+	// Seq is the turn's durable sequence number.
+	Seq int64
+	// Duplicate is true when the event had been delivered before; the adapter
+	// acknowledges it to the platform and does nothing else.
+	Duplicate bool
+}
+
+// Inbox is the one entry point for inbound turns. Deliver returns only once
+// the turn is stored durably; adapters acknowledge the platform afterwards.
+type Inbox interface {
+	Deliver(ctx context.Context, t Turn) (DeliverResult, error)
+}

@@ -1,0 +1,295 @@
+// Package config loads Silas's configuration: YAML (every key documented in
+// configs/silas.example.yaml), then SILAS_* environment overrides, then
+// validation that names the bad key.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/silas-gateway/silas/core/policy"
+)
+
+// Duration is a time.Duration written as "5m", "20s" in YAML.
+type Duration struct{ time.Duration }
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration like 30s or 5m", n.Line, n.Value)
+	}
+	d.Duration = v
+	return nil
+}
+
+// Config is the whole configuration. Field docs live in the example file.
+type Config struct {
+	DataDir  string `yaml:"data_dir"`
+	Database struct {
+		URL         string `yaml:"url"`
+		AutoMigrate bool   `yaml:"auto_migrate"`
+	} `yaml:"database"`
+	HTTP struct {
+		Listen        string   `yaml:"listen"`
+		ShutdownGrace Duration `yaml:"shutdown_grace"`
+	} `yaml:"http"`
+	Log struct {
+		Level  string `yaml:"level"`
+		Format string `yaml:"format"`
+	} `yaml:"log"`
+	Identities struct {
+		Owners  []string `yaml:"owners"`
+		Allowed []string `yaml:"allowed"`
+	} `yaml:"identities"`
+	Approvals struct {
+		TTL      Duration `yaml:"ttl"`
+		TokenTTL Duration `yaml:"token_ttl"`
+	} `yaml:"approvals"`
+	Sandbox struct {
+		Dir            string   `yaml:"dir"`
+		Timeout        Duration `yaml:"timeout"`
+		MaxOutputBytes int      `yaml:"max_output_bytes"`
+		RunAs          string   `yaml:"run_as"`
+	} `yaml:"sandbox"`
+	Output struct {
+		InlineMaxChars int `yaml:"inline_max_chars"`
+		PreviewChars   int `yaml:"preview_chars"`
+	} `yaml:"output"`
+	Webchat struct {
+		Enabled  bool     `yaml:"enabled"`
+		Identity string   `yaml:"identity"`
+		LoginTTL Duration `yaml:"login_ttl"`
+	} `yaml:"webchat"`
+	Policy struct {
+		Rules []policy.Rule `yaml:"rules"`
+	} `yaml:"policy"`
+}
+
+// Default returns the built-in defaults (the example file's values).
+func Default() *Config {
+	c := &Config{DataDir: "./.data"}
+	c.Database.AutoMigrate = true
+	c.HTTP.Listen = "127.0.0.1:8080"
+	c.HTTP.ShutdownGrace = Duration{20 * time.Second}
+	c.Log.Level, c.Log.Format = "info", "text"
+	c.Identities.Owners = []string{"webchat:local"}
+	c.Approvals.TTL = Duration{5 * time.Minute}
+	c.Approvals.TokenTTL = Duration{10 * time.Minute}
+	c.Sandbox.Timeout = Duration{60 * time.Second}
+	c.Sandbox.MaxOutputBytes = 1 << 20
+	c.Output.InlineMaxChars, c.Output.PreviewChars = 10000, 2000
+	c.Webchat.Enabled, c.Webchat.Identity = true, "webchat:local"
+	c.Webchat.LoginTTL = Duration{time.Hour}
+	return c
+}
+
+// Load reads path (optional: "" means defaults only), applies environment
+// overrides from env (os.Environ form), resolves file: secrets and validates.
+func Load(path string, env []string) (*Config, error) {
+	c := Default()
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(raw))
+		dec.KnownFields(true)
+		if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("config: %s: %w", path, err)
+		}
+	}
+	if err := applyEnv(c, env); err != nil {
+		return nil, err
+	}
+	if strings.HasPrefix(c.Database.URL, "file:") {
+		b, err := os.ReadFile(strings.TrimPrefix(c.Database.URL, "file:"))
+		if err != nil {
+			return nil, fmt.Errorf("config: database.url: %w", err)
+		}
+		c.Database.URL = strings.TrimSpace(string(b))
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// applyEnv maps SILAS_A_B to the key a.b (and DATABASE_URL to database.url).
+func applyEnv(c *Config, env []string) error {
+	vars := map[string]string{}
+	for _, kv := range env {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok {
+			vars[k] = v
+		}
+	}
+	if v, ok := vars["DATABASE_URL"]; ok && v != "" {
+		c.Database.URL = v
+	}
+	known := map[string]bool{}
+	var walk func(v reflect.Value, prefix, key string) error
+	walk = func(v reflect.Value, prefix, key string) error {
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			tag := strings.Split(f.Tag.Get("yaml"), ",")[0]
+			if tag == "" || tag == "-" {
+				continue
+			}
+			name := prefix + "_" + strings.ToUpper(tag)
+			k := tag
+			if key != "" {
+				k = key + "." + tag
+			}
+			fv := v.Field(i)
+			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(Duration{}) {
+				if err := walk(fv, name, k); err != nil {
+					return err
+				}
+				continue
+			}
+			known[name] = true
+			val, ok := vars[name]
+			if !ok {
+				continue
+			}
+			if err := setScalar(fv, val); err != nil {
+				return fmt.Errorf("config: %s (from %s): %w", k, name, err)
+			}
+		}
+		return nil
+	}
+	if err := walk(reflect.ValueOf(c).Elem(), "SILAS", ""); err != nil {
+		return err
+	}
+	for k := range vars {
+		if strings.HasPrefix(k, "SILAS_") && !known[k] && !ignoredEnv[k] {
+			return fmt.Errorf("config: environment variable %s does not name a configuration key (see `silas config example`)", k)
+		}
+	}
+	return nil
+}
+
+// ignoredEnv are SILAS_ variables that are not configuration keys.
+var ignoredEnv = map[string]bool{"SILAS_CONFIG": true, "SILAS_FAILPOINT": true, "SILAS_CHROMIUM": true, "SILAS_REQUIRE_BROWSER": true}
+
+func setScalar(v reflect.Value, s string) error {
+	switch v.Interface().(type) {
+	case Duration:
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration like 30s or 5m", s)
+		}
+		v.Set(reflect.ValueOf(Duration{d}))
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(s)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", s)
+		}
+		v.SetBool(b)
+	case reflect.Int:
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number", s)
+		}
+		v.SetInt(int64(n))
+	case reflect.Slice:
+		if v.Type().Elem().Kind() != reflect.String {
+			return errors.New("cannot be set from the environment; use the config file")
+		}
+		var parts []string
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				parts = append(parts, p)
+			}
+		}
+		v.Set(reflect.ValueOf(parts))
+	default:
+		return errors.New("cannot be set from the environment; use the config file")
+	}
+	return nil
+}
+
+// Validate checks every key and names the first bad one.
+func (c *Config) Validate() error {
+	bad := func(key, format string, a ...any) error {
+		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, a...))
+	}
+	if strings.TrimSpace(c.DataDir) == "" {
+		return bad("data_dir", "must not be empty")
+	}
+	if c.Database.URL != "" && !strings.HasPrefix(c.Database.URL, "postgres://") && !strings.HasPrefix(c.Database.URL, "postgresql://") && !strings.Contains(c.Database.URL, "=") {
+		return bad("database.url", "must be a postgres:// URL or a key=value connection string")
+	}
+	if _, port, ok := strings.Cut(c.HTTP.Listen, ":"); !ok || port == "" {
+		return bad("http.listen", "%q must be host:port", c.HTTP.Listen)
+	}
+	if c.HTTP.ShutdownGrace.Duration < 0 {
+		return bad("http.shutdown_grace", "must not be negative")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("log.level", "%q is not debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		return bad("log.format", "%q is not text or json", c.Log.Format)
+	}
+	for i, id := range c.Identities.Owners {
+		if p, u, ok := strings.Cut(id, ":"); !ok || p == "" || u == "" {
+			return bad(fmt.Sprintf("identities.owners[%d]", i), "%q must be platform:id, e.g. telegram:123456", id)
+		}
+	}
+	for i, id := range c.Identities.Allowed {
+		if p, u, ok := strings.Cut(id, ":"); !ok || p == "" || u == "" {
+			return bad(fmt.Sprintf("identities.allowed[%d]", i), "%q must be platform:id", id)
+		}
+	}
+	if c.Approvals.TTL.Duration < 10*time.Second || c.Approvals.TTL.Duration > 7*24*time.Hour {
+		return bad("approvals.ttl", "%s must be between 10s and 168h", c.Approvals.TTL.Duration)
+	}
+	if c.Approvals.TokenTTL.Duration < 10*time.Second || c.Approvals.TokenTTL.Duration > 24*time.Hour {
+		return bad("approvals.token_ttl", "%s must be between 10s and 24h", c.Approvals.TokenTTL.Duration)
+	}
+	if c.Sandbox.Timeout.Duration < time.Second || c.Sandbox.Timeout.Duration > 24*time.Hour {
+		return bad("sandbox.timeout", "%s must be between 1s and 24h", c.Sandbox.Timeout.Duration)
+	}
+	if c.Sandbox.MaxOutputBytes < 1024 || c.Sandbox.MaxOutputBytes > 64<<20 {
+		return bad("sandbox.max_output_bytes", "%d must be between 1024 and 67108864", c.Sandbox.MaxOutputBytes)
+	}
+	if c.Output.InlineMaxChars < 100 {
+		return bad("output.inline_max_chars", "%d must be at least 100", c.Output.InlineMaxChars)
+	}
+	if c.Output.PreviewChars < 1 || c.Output.PreviewChars > c.Output.InlineMaxChars {
+		return bad("output.preview_chars", "%d must be between 1 and output.inline_max_chars", c.Output.PreviewChars)
+	}
+	if c.Webchat.Enabled {
+		if p, u, ok := strings.Cut(c.Webchat.Identity, ":"); !ok || p != "webchat" || u == "" {
+			return bad("webchat.identity", "%q must be webchat:<name>", c.Webchat.Identity)
+		}
+		if c.Webchat.LoginTTL.Duration < time.Minute {
+			return bad("webchat.login_ttl", "must be at least 1m")
+		}
+	}
+	if _, err := policy.New(c.Policy.Rules); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/silas-gateway/silas/configs"
+)
+
+func TestExampleIsTheDefault(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "silas.yaml")
+	if err := os.WriteFile(p, []byte(configs.Example), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p, nil)
+	if err != nil {
+		t.Fatalf("example config does not load: %v", err)
+	}
+	d := Default()
+	if c.HTTP.Listen != d.HTTP.Listen || c.Approvals.TTL != d.Approvals.TTL || c.Output.InlineMaxChars != d.Output.InlineMaxChars ||
+		c.Sandbox.MaxOutputBytes != d.Sandbox.MaxOutputBytes || c.Webchat.LoginTTL != d.Webchat.LoginTTL {
+		t.Fatalf("example values differ from defaults:\n%+v\n%+v", c, d)
+	}
+}
+
+func TestEnvOverrides(t *testing.T) {
+	c, err := Load("", []string{"SILAS_HTTP_LISTEN=0.0.0.0:9090", "SILAS_APPROVALS_TTL=2m", "DATABASE_URL=postgres://x@y/z",
+		"SILAS_IDENTITIES_OWNERS=webchat:local, telegram:42", "SILAS_DATABASE_AUTO_MIGRATE=false", "PATH=/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTP.Listen != "0.0.0.0:9090" || c.Approvals.TTL.Duration != 2*time.Minute || c.Database.URL != "postgres://x@y/z" ||
+		len(c.Identities.Owners) != 2 || c.Identities.Owners[1] != "telegram:42" || c.Database.AutoMigrate {
+		t.Fatalf("overrides not applied: %+v", c)
+	}
+}
+
+func TestErrorsNameTheKey(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		env  []string
+		want string
+	}{
+		{"unknown key", "htp:\n  listen: x\n", nil, "htp"},
+		{"bad duration", "approvals:\n  ttl: soon\n", nil, "soon"},
+		{"ttl range", "approvals:\n  ttl: 1s\n", nil, "approvals.ttl"},
+		{"bad owner", "identities:\n  owners: [bob]\n", nil, "identities.owners[0]"},
+		{"bad level", "log:\n  level: loud\n", nil, "log.level"},
+		{"bad listen", "http:\n  listen: nowhere\n", nil, "http.listen"},
+		{"bad policy", "policy:\n  rules:\n    - tool: shell\n      decision: perhaps\n      risk: low\n", nil, "policy.rules[0].decision"},
+		{"env bad int", "", []string{"SILAS_SANDBOX_MAX_OUTPUT_BYTES=lots"}, "sandbox.max_output_bytes"},
+		{"env unknown", "", []string{"SILAS_HTTP_LISTN=x"}, "SILAS_HTTP_LISTN"},
+		{"preview over inline", "output:\n  preview_chars: 20000\n", nil, "output.preview_chars"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := ""
+			if tt.yaml != "" {
+				p = filepath.Join(t.TempDir(), "c.yaml")
+				os.WriteFile(p, []byte(tt.yaml), 0o600)
+			}
+			_, err := Load(p, tt.env)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Load = %v, want an error naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestDatabaseURLFromFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "db")
+	os.WriteFile(p, []byte("postgres://a@b/c\n"), 0o600)
+	c, err := Load("", []string{"DATABASE_URL=file:" + p})
+	if err != nil || c.Database.URL != "postgres://a@b/c" {
+		t.Fatalf("Load = %v, %v", c, err)
+	}
+}

@@ -1,0 +1,276 @@
+// Package pgtest gives PostgreSQL-backed tests a fresh, empty database each.
+//
+// Every test package that needs PostgreSQL calls Main from its TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+//
+// and each test calls NewDatabase to get the DSN of a database of its own.
+//
+// The server comes from TEST_DATABASE_URL, else DATABASE_URL; with either set,
+// the databases are created and dropped there (the URL's user needs the
+// CREATEDB privilege). With neither set, a throwaway cluster is started from
+// the machine's PostgreSQL binaries (see package pgcluster) in a temporary
+// directory, the first time a test asks for a database, and is stopped and
+// removed when the test binary is done. If it cannot be started (for instance
+// the binaries are missing), every test that calls NewDatabase fails with the
+// reason: `make test` is meant to run everything, so nothing is skipped.
+//
+// The throwaway cluster is also cleaned up when the test binary dies without
+// returning from Main (a panicking test, a -timeout, Ctrl-C, SIGKILL): a small
+// watchdog process (the test binary itself, re-executed) holds a pipe from
+// it, and on seeing that pipe close unexpectedly stops the server and
+// removes the directory.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/silas-gateway/silas/internal/pgcluster"
+)
+
+const (
+	// DBPrefix starts the name of every database NewDatabase creates.
+	DBPrefix = "silas_test_"
+
+	watchdogEnv = "SILAS_PGTEST_WATCHDOG_DIR"
+	doneMsg     = "done"
+)
+
+var (
+	mu       sync.Mutex
+	inMain   bool
+	adminDSN string // where CREATE/DROP DATABASE are issued
+	setupErr error  // sticky failure to get a server
+	cluster  *pgcluster.Cluster
+	tmpDir   string
+	watchdog *exec.Cmd
+	wdPipe   io.WriteCloser
+)
+
+// Main starts (or reuses TEST_DATABASE_URL / DATABASE_URL) a server for the
+// whole test binary, runs the tests and cleans up. Call it from TestMain:
+// os.Exit(pgtest.Main(m)). The throwaway server is started lazily, so test
+// runs that ask for no database do not pay for it.
+func Main(m *testing.M) int {
+	if dir := os.Getenv(watchdogEnv); dir != "" {
+		return runWatchdog(dir)
+	}
+	mu.Lock()
+	inMain = true
+	mu.Unlock()
+	defer cleanup()
+	return m.Run()
+}
+
+// NewDatabase creates a fresh, empty database for one test, drops it (WITH
+// (FORCE), so leftover connections do not matter) when the test and its
+// subtests finish, and returns its DSN.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	admin, err := server()
+	if err != nil {
+		t.Fatalf("pgtest: no PostgreSQL server for this test: %v", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := DBPrefix + randomSuffix()
+	if err := adminExec(ctx, admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("pgtest: create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := adminExec(ctx, admin, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("pgtest: drop database %s: %v", name, err)
+		}
+	})
+	dsn, err := withDatabase(admin, name)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return dsn
+}
+
+// server returns the admin DSN, starting the throwaway cluster on first use.
+func server() (string, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	if adminDSN != "" || setupErr != nil {
+		return adminDSN, setupErr
+	}
+	if !inMain {
+		setupErr = errors.New("pgtest.Main was not called: add `func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }` to the package's tests")
+		return "", setupErr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	for _, v := range []string{"TEST_DATABASE_URL", "DATABASE_URL"} {
+		if u := os.Getenv(v); u != "" {
+			if err := ping(ctx, u); err != nil {
+				setupErr = fmt.Errorf("%s is set but its server cannot be reached: %w", v, err)
+				return "", setupErr
+			}
+			adminDSN = u
+			return adminDSN, nil
+		}
+	}
+
+	adminDSN, setupErr = startCluster(ctx)
+	if setupErr != nil {
+		setupErr = fmt.Errorf("TEST_DATABASE_URL and DATABASE_URL are unset, and a throwaway PostgreSQL cluster could not be started: %w", setupErr)
+	}
+	return adminDSN, setupErr
+}
+
+// startCluster starts the throwaway cluster; mu is held.
+func startCluster(ctx context.Context) (string, error) {
+	dir, err := os.MkdirTemp("", "silas-pgtest-")
+	if err != nil {
+		return "", err
+	}
+	tmpDir = dir
+	if err := startWatchdog(dir); err != nil {
+		return "", err
+	}
+	level := slog.LevelWarn
+	if testing.Verbose() {
+		level = slog.LevelInfo
+	}
+	c, err := pgcluster.Start(ctx, pgcluster.Options{
+		Dir:    dir,
+		NoSync: true,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+	})
+	if err != nil {
+		return "", err
+	}
+	cluster = c
+	return c.AdminDSN(), nil
+}
+
+// cleanup stops and removes the throwaway cluster, then releases the
+// watchdog.
+func cleanup() {
+	mu.Lock()
+	defer mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ok := true
+	if cluster != nil {
+		if err := cluster.Stop(ctx); err != nil {
+			ok = false
+			fmt.Fprintf(os.Stderr, "pgtest: stop throwaway cluster: %v\n", err)
+		}
+	}
+	if tmpDir != "" && ok {
+		if err := os.RemoveAll(tmpDir); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		}
+	}
+	if wdPipe != nil {
+		if ok {
+			io.WriteString(wdPipe, doneMsg)
+		}
+		// Without "done", the watchdog tries again to stop and remove.
+		wdPipe.Close()
+		watchdog.Wait()
+	}
+}
+
+// startWatchdog re-executes the test binary as a watchdog for dir.
+func startWatchdog(dir string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("start watchdog: %w", err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), watchdogEnv+"="+dir)
+	// Own process group: a Ctrl-C must not kill the watchdog with the tests.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// No stdout/stderr: `go test` waits for its pipes to close.
+	pipe, err := cmd.StdinPipe()
+	if err != nil {
+		return fmt.Errorf("start watchdog: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start watchdog: %w", err)
+	}
+	watchdog, wdPipe = cmd, pipe
+	return nil
+}
+
+// runWatchdog waits for its parent's pipe to close; unless the parent said
+// it cleaned up, it stops the cluster in dir and removes dir.
+func runWatchdog(dir string) int {
+	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGQUIT)
+	b, _ := io.ReadAll(os.Stdin)
+	if string(b) == doneMsg {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := pgcluster.StopDir(ctx, pgcluster.Options{Dir: dir}); err != nil {
+		return 1
+	}
+	os.RemoveAll(dir)
+	return 0
+}
+
+func ping(ctx context.Context, dsn string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return conn.Ping(ctx)
+}
+
+func adminExec(ctx context.Context, dsn, sql string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+func randomSuffix() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// withDatabase returns dsn with its database replaced by name. It accepts
+// URLs (postgres://...) and keyword/value strings (host=... dbname=...).
+func withDatabase(dsn, name string) (string, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", fmt.Errorf("parse database URL: %w", err)
+		}
+		u.Path = "/" + name
+		u.RawPath = ""
+		return u.String(), nil
+	}
+	return dsn + " dbname=" + name, nil
+}
