@@ -170,6 +170,9 @@ func openDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, sto
 		if err != nil {
 			return nil, err
 		}
+		if err := prepareDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
 		log.Info("no database.url / DATABASE_URL set: using a local PostgreSQL cluster", slog.String("dir", dir))
 		c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, Logger: log})
 		if err != nil {
@@ -188,6 +191,29 @@ func openDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, sto
 	}
 	d.store = st
 	return d, nil
+}
+
+// prepareDataDir creates data_dir (0700). As root, the local cluster runs
+// as the postgres user, which must traverse data_dir to reach data_dir/pg:
+// add search permission only (0711), so others still cannot list it; the
+// key directory inside stays 0700.
+func prepareDataDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create data_dir %s: %w", dir, err)
+	}
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if st.Mode().Perm()&0o001 == 0 {
+		if err := os.Chmod(dir, st.Mode().Perm()|0o011); err != nil {
+			return fmt.Errorf("make data_dir %s traversable for the postgres user: %w", dir, err)
+		}
+	}
+	return nil
 }
 
 func keyPath(cfg *config.Config) string { return filepath.Join(cfg.DataDir, "keys", "gateway.key") }

@@ -41,6 +41,13 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		return refuse("not_approver", fmt.Sprintf("You (%s) may not decide this card; nothing was changed.", t.Sender))
 	}
 	if !a.Status.Open() {
+		// Re-send the card's current state too: a client showing stale
+		// buttons (another tab, a lost update) catches up.
+		c, err := e.currentCard(ctx, a)
+		if err != nil {
+			return err
+		}
+		o.updates = append(o.updates, c)
 		return refuse("already_decided", fmt.Sprintf("Already decided (%s): nothing was changed.", a.Status))
 	}
 	now := tx.Now()
@@ -96,6 +103,21 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 	default:
 		return refuse("bad_choice", "Unknown choice: nothing was changed.")
 	}
+}
+
+// currentCard renders a decided request with its execution, if any.
+func (e *Engine) currentCard(ctx context.Context, a core.ApprovalRequest) (*cards.Card, error) {
+	if a.Status != core.ApprovalApproved {
+		return e.approvalCard(a, nil), nil
+	}
+	ex, err := e.st.GetExecution(ctx, a.ID)
+	if errors.Is(err, core.ErrNotFound) {
+		return e.approvalCard(a, nil), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return e.approvalCard(a, &ex), nil
 }
 
 // mayApprove: the identity is listed, or holds a listed role with at least

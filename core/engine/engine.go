@@ -59,6 +59,8 @@ type Config struct {
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
 	Now      func() time.Time
+	// Hooks observe progress (benchmarks and tests); nil fields are skipped.
+	Hooks Hooks
 	// Failpoint, for crash tests only: "after-approve" or "after-execute"
 	// makes the process SIGKILL itself at that point.
 	Failpoint string
@@ -99,6 +101,15 @@ func (c *Config) defaults() error {
 		c.Now = time.Now
 	}
 	return nil
+}
+
+// Hooks are called synchronously at points the load driver measures. They
+// must be fast and must not call back into the engine.
+type Hooks struct {
+	// TurnDone runs after a turn's outcome (reply, card, decision) committed.
+	TurnDone func(seq int64, conv core.ConversationID)
+	// ExecutionStarted runs when an approved action is claimed to run.
+	ExecutionStarted func(id core.ApprovalID)
 }
 
 // Engine is the turn pipeline.

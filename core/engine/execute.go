@@ -146,6 +146,9 @@ func (e *Engine) execute(ctx context.Context, id core.ApprovalID) {
 	if !started {
 		return
 	}
+	if h := e.cfg.Hooks.ExecutionStarted; h != nil {
+		h(id)
+	}
 	if e.beforeExecute != nil {
 		e.beforeExecute(id)
 	}

@@ -105,6 +105,9 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 	if err != nil {
 		return err
 	}
+	if h := e.cfg.Hooks.TurnDone; h != nil {
+		h(st.Seq, t.Conversation)
+	}
 	for _, f := range final.after {
 		f()
 	}
