@@ -62,6 +62,12 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 
+	release, err := db.store.AcquireInstance(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+
 	key, created, err := keys.LoadOrCreate(keyPath(cfg))
 	if err != nil {
 		return err

@@ -142,6 +142,8 @@ type bundle struct {
 	clock *clock
 	ctx   context.Context
 	seq   int
+	// stop ends the engine (not the store) early.
+	stop func()
 }
 
 const owner core.IdentityID = "test:owner"
@@ -173,15 +175,16 @@ func setup(t *testing.T) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runCtx, stopRun := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); eng.Run(ctx, 5*time.Second) }()
+	go func() { defer close(done); eng.Run(runCtx, 5*time.Second) }()
 	<-eng.Ready()
 	t.Cleanup(func() {
 		cancel()
 		<-done
 		st.Close()
 	})
-	return &bundle{eng: eng, st: st, ch: ch, clock: clk, ctx: ctx}
+	return &bundle{eng: eng, st: st, ch: ch, clock: clk, ctx: ctx, stop: func() { stopRun(); <-done }}
 }
 
 func (b *bundle) send(t *testing.T, from core.IdentityID, text string) core.DeliverResult {
@@ -498,4 +501,41 @@ func TestPairing(t *testing.T) {
 	b.ch.waitFor(t, "tampered binding ignored", func(m []core.OutMessage) bool {
 		return strings.Count(dump(m), "test:phone with external trust") == 2
 	})
+}
+
+// TestRestartResumesTurnsInOrder stores turns as intake would and stops
+// before processing (a crash); a new engine processes them, in order.
+func TestRestartResumesTurnsInOrder(t *testing.T) {
+	b := setup(t)
+	b.stop() // the "crashed" process
+	// Store three turns directly, as if the previous process died right
+	// after acknowledging them.
+	for i, text := range []string{"/whoami", "/run echo resumed", "/pending"} {
+		turn := core.Turn{Channel: "test", Conversation: "test:chat", Sender: owner, EventID: fmt.Sprintf("old%d", i), Text: text,
+			Evidence: core.Evidence{Authenticated: true, Method: "test"}, At: time.Now()}
+		err := b.st.Do(b.ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			_, _, err := tx.InsertTurn(ctx, turn)
+			return nil, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	pol, _ := policy.New(nil)
+	sb, _ := sandbox.New(sandbox.Config{BaseDir: t.TempDir()})
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	ch := newFakeChannel()
+	eng2, err := engine.New(engine.Config{Store: b.st, Channels: []core.Channel{ch}, Agent: agent.Command{}, Sandbox: sb, Policy: pol, Key: key,
+		Owners: []core.IdentityID{owner}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); eng2.Run(ctx, time.Second) }()
+	defer func() { cancel(); <-done }()
+	msgs := ch.waitFor(t, "three answers", func(m []core.OutMessage) bool { return len(m) >= 3 })
+	if !strings.Contains(msgs[0].Text, "You are test:owner") || msgs[1].Card == nil || !strings.Contains(msgs[2].Text, "1 open approval") {
+		t.Fatalf("out of order or missing:\n%s", dump(msgs))
+	}
 }
