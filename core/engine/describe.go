@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
@@ -15,47 +16,67 @@ var humanKinds = []string{
 	"verification.passed", "verification.failed", "pairing.bound",
 }
 
-// describe renders one audit row as a line a person reads:
-// "12:04 you approved `uname -a`".
-func describe(r audit.Row, me core.IdentityID) string {
-	who := r.Entry.Actor
-	if who == string(me) {
-		who = "you"
-	}
-	d := r.Entry.Data
-	s := func(k string) string { v, _ := d[k].(string); return v }
-	var text string
-	switch r.Entry.Kind {
-	case "approval.requested":
-		text = fmt.Sprintf("%s asked to run `%s` (%s risk)", who, s("command"), s("risk"))
-	case "approval.approved":
-		by := s("by")
-		if by == string(me) {
-			by = "you"
+// describe renders audit rows as lines a person reads. The steps of one
+// approval that follow its decision are folded into the decision's line:
+// "12:04 you approved `uname -a`; ran 38 ms, exit 0; verified: exit code 0 ✓".
+// cmdOf names an approval's command (it may return "").
+func describe(rows []audit.Row, me core.IdentityID, cmdOf func(id string) string) []string {
+	var lines []string
+	lineOf := map[string]int{} // approval id → index of its decision line
+	who := func(id string) string {
+		if id == string(me) {
+			return "you"
 		}
-		text = fmt.Sprintf("%s approved card %s", by, s("approval"))
-	case "approval.declined":
-		text = fmt.Sprintf("%s declined card %s", who, s("approval"))
-	case "approval.expired":
-		text = fmt.Sprintf("card %s expired", s("approval"))
-	case "approval.refused":
-		text = fmt.Sprintf("a tap by %s was refused (%s)", who, s("reason"))
-	case "policy.refused":
-		text = fmt.Sprintf("an action from %s was refused (%s)", who, s("reason"))
-	case "execution.refused":
-		text = fmt.Sprintf("card %s was refused at execution: %s", s("approval"), s("reason"))
-	case "execution.finished":
-		text = fmt.Sprintf("card %s ran in %v ms, exit %v", s("approval"), d["duration_ms"], d["exit_code"])
-	case "execution.interrupted":
-		text = fmt.Sprintf("card %s was interrupted by a restart", s("approval"))
-	case "verification.passed":
-		text = fmt.Sprintf("card %s verified: %s", s("approval"), s("summary"))
-	case "verification.failed":
-		text = fmt.Sprintf("card %s failed verification: %s", s("approval"), s("summary"))
-	case "pairing.bound":
-		text = fmt.Sprintf("%s was paired with %s trust", s("identity"), s("role"))
-	default:
-		text = r.Entry.Kind
+		return id
 	}
-	return r.At.Local().Format("15:04") + " " + text
+	for _, r := range rows {
+		d := r.Entry.Data
+		s := func(k string) string { v, _ := d[k].(string); return v }
+		id := s("approval")
+		cmd := "card " + id
+		if c := cmdOf(id); c != "" {
+			cmd = "`" + c + "`"
+		}
+		var text, tail string
+		switch r.Entry.Kind {
+		case "approval.requested":
+			text = fmt.Sprintf("%s asked to run `%s` (%s risk)", who(r.Entry.Actor), s("command"), s("risk"))
+		case "approval.approved":
+			text = fmt.Sprintf("%s approved %s", who(s("by")), cmd)
+		case "approval.declined":
+			text = fmt.Sprintf("%s declined %s", who(r.Entry.Actor), cmd)
+		case "approval.expired":
+			text = fmt.Sprintf("%s expired without a decision", cmd)
+		case "approval.refused":
+			text = fmt.Sprintf("a tap by %s on %s was refused (%s)", who(r.Entry.Actor), cmd, strings.ReplaceAll(s("reason"), "_", " "))
+		case "policy.refused":
+			text = fmt.Sprintf("an action from %s was refused (%s)", who(r.Entry.Actor), s("reason"))
+		case "execution.refused":
+			tail = "refused at execution: " + s("reason")
+		case "execution.finished":
+			tail = fmt.Sprintf("ran %v ms, exit %v", d["duration_ms"], d["exit_code"])
+		case "execution.interrupted":
+			tail = "interrupted by a restart (not re-run)"
+		case "verification.passed":
+			tail = "verified: " + s("summary")
+		case "verification.failed":
+			tail = "NOT verified: " + s("summary")
+		case "pairing.bound":
+			text = fmt.Sprintf("%s was paired with %s trust", s("identity"), s("role"))
+		default:
+			text = r.Entry.Kind
+		}
+		if tail != "" {
+			if i, ok := lineOf[id]; ok {
+				lines[i] += "; " + tail
+				continue
+			}
+			text = cmd + " " + tail
+		}
+		if r.Entry.Kind == "approval.approved" {
+			lineOf[id] = len(lines)
+		}
+		lines = append(lines, r.At.Local().Format("15:04")+" "+text)
+	}
+	return lines
 }

@@ -470,7 +470,7 @@ func TestCommands(t *testing.T) {
 	b.waitStatus(t, c.ID, cards.StatusDone)
 	b.send(t, owner, "/audit 5")
 	b.ch.waitFor(t, "audit", func(m []core.OutMessage) bool {
-		return textContaining(m, "you approved card "+string(c.ID)) && textContaining(m, "verified: exit code 0")
+		return textContaining(m, "you approved `echo pending`; ran ") && textContaining(m, "verified: exit code 0 ✓")
 	})
 	b.send(t, owner, "/help")
 	b.ch.waitFor(t, "help", func(m []core.OutMessage) bool { return textContaining(m, "/run <command>") })

@@ -285,10 +285,25 @@ func (e *Engine) cmdAudit(ctx context.Context, o *outcome, arg string) error {
 		o.reply("Nothing to report yet.")
 		return nil
 	}
-	lines := make([]string, 0, len(rows))
-	for _, r := range rows {
-		lines = append(lines, describe(r, o.st.Turn.Sender))
+	cmds := map[string]string{}
+	cmdOf := func(id string) string {
+		if id == "" {
+			return ""
+		}
+		if c, ok := cmds[id]; ok {
+			return c
+		}
+		var c string
+		if a, err := e.st.GetApproval(ctx, core.ApprovalID(id)); err == nil {
+			var act core.Action
+			if jsonUnmarshal(a.ActionCanonical, &act) == nil {
+				c = act.CommandLine()
+			}
+		}
+		cmds[id] = c
+		return c
 	}
+	lines := describe(rows, o.st.Turn.Sender, cmdOf)
 	o.reply("%s", strings.Join(lines, "\n"))
 	return nil
 }
