@@ -37,3 +37,19 @@ type Channel interface {
 type MessageDeleter interface {
 	DeleteMessage(ctx context.Context, conv ConversationID, platformMessageID string) error
 }
+
+// TapAnswerer is an optional capability: answer a button tap with a short,
+// transient notice (Telegram's answerCallbackQuery toast, Slack/Discord
+// ephemeral replies). The engine calls it once per processed tap, after the
+// decision committed; channels without it get the notice as a chat message
+// only when the tap was refused.
+type TapAnswerer interface {
+	AnswerTap(ctx context.Context, t Turn, text string) error
+}
+
+// StateStore keeps small durable values for an adapter, such as Telegram's
+// polling offset. Keys are per channel.
+type StateStore interface {
+	GetState(ctx context.Context, ch ChannelName, key string) (string, bool, error)
+	SetState(ctx context.Context, ch ChannelName, key, value string) error
+}

@@ -23,9 +23,15 @@ import (
 // change nothing and are audited.
 func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.Tap) error {
 	t := o.st.Turn
+	_, toasts := e.channels[t.Channel].(core.TapAnswerer)
 	refuse := func(reason, msg string) error {
 		o.note("approval.refused", map[string]any{"approval": string(tap.Card), "choice": tap.Choice, "reason": reason})
-		o.reply("%s", msg)
+		// A refusal is a notice to the tapper, not news for the chat: on
+		// channels with toasts it is only a toast.
+		o.toast = msg
+		if !toasts {
+			o.reply("%s", msg)
+		}
 		e.m.approvals.WithLabelValues("refused_" + reason).Inc()
 		return nil
 	}
@@ -75,6 +81,7 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		a.Status, a.DecidedBy = core.ApprovalDeclined, t.Sender
 		o.updates = append(o.updates, e.approvalCard(a, nil))
 		o.note("approval.declined", map[string]any{"approval": string(a.ID)})
+		o.toast = "Declined. Nothing will run."
 		e.m.approvals.WithLabelValues("declined").Inc()
 		return nil
 	case "approve":
@@ -92,6 +99,7 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 			a.Status = core.ApprovalConfirming
 			o.updates = append(o.updates, e.approvalCard(a, nil))
 			o.note("approval.confirm_requested", map[string]any{"approval": string(a.ID)})
+			o.toast = fmt.Sprintf("%s risk: tap Confirm on the card to run it.", a.Risk)
 			return nil
 		}
 		return e.approve(ctx, tx, o, a, t.Sender)
@@ -175,6 +183,7 @@ func (e *Engine) approve(ctx context.Context, tx *store.Tx, o *outcome, a core.A
 	a.Status, a.DecidedBy, a.Token = core.ApprovalApproved, by, raw
 	o.updates = append(o.updates, e.approvalCard(a, &core.Execution{Status: core.ExecQueued}))
 	o.note("approval.approved", map[string]any{"approval": string(a.ID), "by": string(by), "risk": string(a.Risk)})
+	o.toast = "Approved: running it now."
 	o.note("token.minted", map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID,
 		"expires_at": tok.Token.ExpiresAt.Format(time.RFC3339)})
 	o.note("token.consumed", map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID})

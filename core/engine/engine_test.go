@@ -150,6 +150,13 @@ const owner core.IdentityID = "test:owner"
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
+	ch := newFakeChannel()
+	return setupChannel(t, ch, ch)
+}
+
+// setupChannel runs the engine with channel c, observed through ch.
+func setupChannel(t *testing.T, c core.Channel, ch *fakeChannel) *bundle {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dsn := pgtest.NewDatabase(t)
 	clk := &clock{t: time.Now()}
@@ -166,9 +173,8 @@ func setup(t *testing.T) *bundle {
 	}
 	pol, _ := policy.New(nil)
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	ch := newFakeChannel()
 	eng, err := engine.New(engine.Config{
-		Store: st, Channels: []core.Channel{ch}, Agent: agent.Command{}, Sandbox: sb,
+		Store: st, Channels: []core.Channel{c}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Allowed: []core.IdentityID{"test:friend"}, Now: clk.Now,
 	})
@@ -537,5 +543,52 @@ func TestRestartResumesTurnsInOrder(t *testing.T) {
 	msgs := ch.waitFor(t, "three answers", func(m []core.OutMessage) bool { return len(m) >= 3 })
 	if !strings.Contains(msgs[0].Text, "You are test:owner") || msgs[1].Card == nil || !strings.Contains(msgs[2].Text, "1 open approval") {
 		t.Fatalf("out of order or missing:\n%s", dump(msgs))
+	}
+}
+
+// toastChannel is a fakeChannel that can answer taps (like Telegram).
+type toastChannel struct {
+	*fakeChannel
+	mu     sync.Mutex
+	toasts []string
+}
+
+func (c *toastChannel) AnswerTap(_ context.Context, t core.Turn, text string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.toasts = append(c.toasts, string(t.Sender)+": "+text)
+	return nil
+}
+
+func (c *toastChannel) toastList() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.toasts...)
+}
+
+func TestTapAnswersAreToasts(t *testing.T) {
+	fc := newFakeChannel()
+	tc := &toastChannel{fakeChannel: fc}
+	b := setupChannel(t, tc, fc)
+	b.send(t, owner, "/run echo toast")
+	c := b.pendingCard(t, "echo toast")
+	b.tap(t, "test:friend", c.ID, "approve")
+	b.tap(t, owner, c.ID, "approve")
+	b.waitStatus(t, c.ID, cards.StatusDone)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(tc.toastList()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	got := tc.toastList()
+	if len(got) != 2 || !strings.Contains(got[0], "test:friend: You (test:friend) may not decide") || got[1] != "test:owner: Approved: running it now." {
+		t.Fatalf("toasts = %q", got)
+	}
+	// The refusal was a toast only: nothing about it in the chat.
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	for _, m := range fc.msgs {
+		if strings.Contains(m.Text, "may not decide") {
+			t.Fatalf("refusal leaked into the chat: %q", m.Text)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,8 @@ type outcome struct {
 	updates []*cards.Card
 	appr    []core.ApprovalRequest
 	audit   []auditEntry
+	// toast answers a tap on channels that can (core.TapAnswerer).
+	toast string
 	// inTx runs inside the transaction (tap decisions, pairing) and may add
 	// to the fields above; it is reset and re-run if the batch is retried.
 	inTx func(ctx context.Context, tx *store.Tx, o *outcome) error
@@ -107,6 +110,15 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 	}
 	if h := e.cfg.Hooks.TurnDone; h != nil {
 		h(st.Seq, t.Conversation)
+	}
+	if t.Tap != nil && final.toast != "" {
+		if ta, ok := e.channels[t.Channel].(core.TapAnswerer); ok {
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := ta.AnswerTap(actx, t, final.toast); err != nil {
+				e.log.Warn("could not answer tap", slog.String("channel", string(t.Channel)), slog.Any("err", err))
+			}
+			cancel()
+		}
 	}
 	for _, f := range final.after {
 		f()
