@@ -53,3 +53,16 @@ type StateStore interface {
 	GetState(ctx context.Context, ch ChannelName, key string) (string, bool, error)
 	SetState(ctx context.Context, ch ChannelName, key, value string) error
 }
+
+// DirectMessenger is an optional capability: name the direct conversation
+// with an identity, so the core can reach an owner privately (for example
+// to ask "Allow this sender?").
+type DirectMessenger interface {
+	DirectConversation(id IdentityID) (ConversationID, bool)
+}
+
+// Chat kinds (Turn.ChatKind).
+const (
+	ChatDirect = "direct"
+	ChatGroup  = "group"
+)

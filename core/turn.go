@@ -35,7 +35,11 @@ type Turn struct {
 	SenderName   string         `json:"sender_name,omitempty"`
 	// EventID is the platform's own id for this event; (Channel, EventID) is
 	// unique, which makes redelivery a no-op.
-	EventID  string    `json:"event_id"`
+	EventID string `json:"event_id"`
+	// ChatKind is "direct" (a one-to-one chat with the bot) or "group". The
+	// DM access policy applies to direct chats; adapters gate groups
+	// themselves (mentions, replies, /command@bot).
+	ChatKind string    `json:"chat_kind,omitempty"`
 	Text     string    `json:"text,omitempty"`
 	Tap      *Tap      `json:"tap,omitempty"`
 	Evidence Evidence  `json:"evidence"`
