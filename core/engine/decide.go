@@ -36,6 +36,15 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		return nil
 	}
 	a, err := tx.GetApproval(ctx, core.ApprovalID(tap.Card))
+	if errors.Is(err, core.ErrNotFound) {
+		r, aerr := tx.GetAccessRequest(ctx, string(tap.Card))
+		if aerr == nil {
+			return e.decideAccess(ctx, tx, o, r, tap, refuse)
+		}
+		if !errors.Is(aerr, core.ErrNotFound) {
+			return aerr
+		}
+	}
 	if errors.Is(err, core.ErrNotFound) || (err == nil && a.Conversation != t.Conversation) {
 		// A card from another conversation is "unknown" too: do not reveal it.
 		return refuse("unknown_card", "Unknown card: nothing was changed.")

@@ -40,6 +40,8 @@ type Config struct {
 	// Owners and Allowed are config-declared identities (owner / auth trust).
 	Owners  []core.IdentityID
 	Allowed []core.IdentityID
+	// Access is the direct-message policy per channel (default open).
+	Access map[core.ChannelName]AccessPolicy
 	// ApprovalTTL is how long a card can be decided (default 5 minutes).
 	ApprovalTTL time.Duration
 	// TokenTTL bounds the gap between approval and execution (default 10m).
@@ -162,6 +164,11 @@ func New(cfg Config) (*Engine, error) {
 		outboxWake: make(chan struct{}, 1),
 		inflight:   map[core.ConversationID]bool{},
 		ready:      make(chan struct{}),
+	}
+	for ch, p := range cfg.Access {
+		if !p.Valid() {
+			return nil, fmt.Errorf("engine: channel %q: unknown access policy %q", ch, p)
+		}
 	}
 	for _, ch := range cfg.Channels {
 		if _, dup := e.channels[ch.Name()]; dup {

@@ -123,6 +123,13 @@ func textContaining(msgs []core.OutMessage, s string) bool {
 	return false
 }
 
+func accessMap(p engine.AccessPolicy) map[core.ChannelName]engine.AccessPolicy {
+	if p == "" {
+		return nil
+	}
+	return map[core.ChannelName]engine.AccessPolicy{"test": p}
+}
+
 type clock struct {
 	mu sync.Mutex
 	t  time.Time
@@ -156,6 +163,15 @@ func setup(t *testing.T) *bundle {
 
 // setupChannel runs the engine with channel c, observed through ch.
 func setupChannel(t *testing.T, c core.Channel, ch *fakeChannel) *bundle {
+	return setupAccess(t, c, ch, "")
+}
+
+const (
+	AccessPolicyPairing   = engine.AccessPairing
+	AccessPolicyAllowlist = engine.AccessAllowlist
+)
+
+func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access engine.AccessPolicy) *bundle {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dsn := pgtest.NewDatabase(t)
@@ -177,6 +193,7 @@ func setupChannel(t *testing.T, c core.Channel, ch *fakeChannel) *bundle {
 		Store: st, Channels: []core.Channel{c}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Allowed: []core.IdentityID{"test:friend"}, Now: clk.Now,
+		Access: accessMap(access),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -591,4 +608,60 @@ func TestTapAnswersAreToasts(t *testing.T) {
 			t.Fatalf("refusal leaked into the chat: %q", m.Text)
 		}
 	}
+}
+
+// dmChannel is a fakeChannel whose identities have direct conversations.
+type dmChannel struct{ *fakeChannel }
+
+func (dmChannel) DirectConversation(id core.IdentityID) (core.ConversationID, bool) {
+	return core.ConversationID("test:dm-" + strings.TrimPrefix(string(id), "test:")), true
+}
+
+func (b *bundle) sendIn(t *testing.T, conv core.ConversationID, from core.IdentityID, kind, text string, tap *core.Tap) {
+	t.Helper()
+	b.seq++
+	_, err := b.eng.Deliver(b.ctx, core.Turn{Channel: "test", Conversation: conv, Sender: from, SenderName: "Stranger Danger", EventID: fmt.Sprintf("e%d", b.seq),
+		ChatKind: kind, Text: text, Tap: tap, Evidence: core.Evidence{Authenticated: true, Method: "test"}})
+	if err != nil {
+		t.Fatalf("Deliver: %v", err)
+	}
+}
+
+func TestAccessPairingPolicy(t *testing.T) {
+	fc := newFakeChannel()
+	b := setupAccess(t, dmChannel{fc}, fc, AccessPolicyPairing)
+	b.sendIn(t, "test:dm-stranger", "test:stranger", core.ChatDirect, "hello?", nil)
+	b.ch.waitFor(t, "request code", func(m []core.OutMessage) bool { return textContaining(m, "your request code is") })
+	msgs := b.ch.waitFor(t, "owner card", func(m []core.OutMessage) bool {
+		return cardWith(m, func(c *cards.Card) bool { return strings.Contains(c.Intent, "Allow Stranger Danger (test:stranger)") }) != nil
+	})
+	var card *cards.Card
+	for _, m := range msgs {
+		if m.Card != nil && m.Conversation == "test:dm-owner" {
+			card = m.Card
+		}
+	}
+	if card == nil || card.Choices[0].ID != "allow" || card.Choices[1].ID != "deny" {
+		t.Fatalf("owner card missing or wrong:\n%s", dump(msgs))
+	}
+	// Writing again does not ask the owner twice.
+	b.sendIn(t, "test:dm-stranger", "test:stranger", core.ChatDirect, "hello again", nil)
+	b.ch.waitFor(t, "waiting", func(m []core.OutMessage) bool { return textContaining(m, "is waiting for the owner") })
+	// The stranger cannot decide their own request; a group message passes the DM gate.
+	b.sendIn(t, "test:dm-stranger", "test:stranger", core.ChatDirect, "", &core.Tap{Card: card.ID, Choice: "allow"})
+	b.ch.waitFor(t, "refused", func(m []core.OutMessage) bool { return textContaining(m, "Unknown card") })
+	b.sendIn(t, "test:dm-owner", owner, core.ChatDirect, "", &core.Tap{Card: card.ID, Choice: "allow"})
+	b.waitStatus(t, card.ID, cards.StatusApproved)
+	b.ch.waitFor(t, "welcome", func(m []core.OutMessage) bool { return textContaining(m, "you can talk to Silas now") })
+	b.sendIn(t, "test:dm-stranger", "test:stranger", core.ChatDirect, "/whoami", nil)
+	b.ch.waitFor(t, "auth trust", func(m []core.OutMessage) bool { return textContaining(m, "test:stranger with auth trust") })
+}
+
+func TestAccessAllowlistIgnores(t *testing.T) {
+	fc := newFakeChannel()
+	b := setupAccess(t, dmChannel{fc}, fc, AccessPolicyAllowlist)
+	b.sendIn(t, "test:dm-stranger", "test:stranger", core.ChatDirect, "/help", nil)
+	b.sendIn(t, "test:dm-friend", "test:friend", core.ChatDirect, "/whoami", nil)
+	b.ch.waitFor(t, "friend answered", func(m []core.OutMessage) bool { return textContaining(m, "test:friend with auth trust") })
+	b.ch.waitFor(t, "stranger ignored", func(m []core.OutMessage) bool { return len(m) == 1 })
 }

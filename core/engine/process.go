@@ -30,11 +30,19 @@ type outcome struct {
 	audit   []auditEntry
 	// toast answers a tap on channels that can (core.TapAnswerer).
 	toast string
+	// sends go to other conversations of the same channel.
+	sends []pendingSend
 	// inTx runs inside the transaction (tap decisions, pairing) and may add
 	// to the fields above; it is reset and re-run if the batch is retried.
 	inTx func(ctx context.Context, tx *store.Tx, o *outcome) error
 	// after runs once the transaction committed.
 	after []func()
+}
+
+type pendingSend struct {
+	conv core.ConversationID
+	key  string
+	msg  core.OutMessage
 }
 
 func (o *outcome) reply(format string, a ...any) {
@@ -53,10 +61,14 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 	base.note("trust.decided", map[string]any{"seq": st.Seq, "trust": string(trust), "basis": why})
 
 	switch {
+	case !e.gate(&base):
+		// Not answered (DM policy); the turn is still recorded as done.
 	case t.Tap != nil:
 		base.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error {
 			return e.decide(ctx, tx, o, *t.Tap)
 		}
+	case base.inTx != nil:
+		// The DM policy asked for an access request instead of an answer.
 	default:
 		if err := e.handleText(ctx, &base); err != nil {
 			return err
@@ -70,6 +82,7 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 		o.cards = append([]*cards.Card(nil), base.cards...)
 		o.appr = append([]core.ApprovalRequest(nil), base.appr...)
 		o.updates = append([]*cards.Card(nil), base.updates...)
+		o.sends = append([]pendingSend(nil), base.sends...)
 		o.audit = append([]auditEntry(nil), base.audit...)
 		o.after = nil
 		// Approval requests first: inTx may decide one of them at once (an
@@ -96,6 +109,11 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 		}
 		for _, c := range o.updates {
 			if err := tx.Enqueue(ctx, t.Channel, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: t.Conversation, Card: c}); err != nil {
+				return nil, err
+			}
+		}
+		for _, ps := range o.sends {
+			if err := tx.Enqueue(ctx, t.Channel, core.OpSend, ps.key, ps.msg); err != nil {
 				return nil, err
 			}
 		}

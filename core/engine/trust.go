@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -90,4 +91,19 @@ func (tb *trustBook) binding(ctx context.Context, id core.IdentityID) string {
 		tb.bindings, tb.loadedAt = m, tb.now()
 	}
 	return tb.bindings[id]
+}
+
+// ownersBound lists identities with a valid owner binding.
+func (tb *trustBook) ownersBound(ctx context.Context) []core.IdentityID {
+	tb.binding(ctx, "") // refresh the cache if stale
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	var out []core.IdentityID
+	for id, role := range tb.bindings {
+		if role == "owner" {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
