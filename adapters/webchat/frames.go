@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/silas-gateway/silas/cards"
@@ -122,4 +123,94 @@ type errorFrame struct {
 	ID      string `json:"id,omitempty"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
+}
+
+// truncMark ends a field the server shortened to keep a frame in bounds.
+const truncMark = "\n… (truncated)"
+
+// encodeMessageFrame marshals a message or update frame so that it fits in
+// MaxFrameBytes (protocol §3: server frames stay under the limit too). When
+// it would not, the card's inline output is cut first (output_ref, if any,
+// still leads to the whole of it), then the message text, then the card's
+// details, then its affected items. A card whose command alone is too large
+// to show is sent without its choices and with a clipped command, so nobody
+// is asked to approve something they cannot see in full. f is not modified.
+func encodeMessageFrame(f messageFrame) ([]byte, error) {
+	b, err := json.Marshal(f)
+	if err != nil || len(b) <= MaxFrameBytes {
+		return b, err
+	}
+	if f.Card != nil {
+		c := *f.Card
+		f.Card = &c
+	}
+	fields := []*string{&f.Text}
+	if f.Card != nil {
+		fields = []*string{&f.Card.Output, &f.Text, &f.Card.Details}
+	}
+	for _, p := range fields {
+		if b, ok := fitField(&f, p); ok {
+			return b, nil
+		}
+	}
+	if f.Card != nil {
+		c := f.Card
+		c.AffectedItems = nil
+		if b, err = json.Marshal(f); err != nil || len(b) <= MaxFrameBytes {
+			return b, err
+		}
+		c.Choices, c.Link = nil, nil
+		c.Outcome = "Too large to show in the web chat."
+		if len(c.Rationale) > 1024 {
+			c.Rationale = cutAt(c.Rationale, 1024)
+		}
+		if b, ok := fitField(&f, &c.Command); ok {
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("webchat: frame for message %s does not fit in %d bytes", f.MessageID, MaxFrameBytes)
+}
+
+// fitField shortens the string at p (a field of f) as little as possible
+// for f to fit in MaxFrameBytes, and returns the encoding. When even an
+// emptied field is not enough, it leaves the field cut to the mark and
+// reports false.
+func fitField(f *messageFrame, p *string) ([]byte, bool) {
+	orig := *p
+	if orig == "" {
+		return nil, false
+	}
+	fits := func(keep int) ([]byte, bool) {
+		*p = cutAt(orig, keep)
+		b, err := json.Marshal(f)
+		return b, err == nil && len(b) <= MaxFrameBytes
+	}
+	if _, ok := fits(0); !ok {
+		return nil, false
+	}
+	// Largest keep that fits: keep=lo fits, keep=hi does not.
+	lo, hi := 0, len(orig)
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if _, ok := fits(mid); ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	b, _ := fits(lo)
+	return b, true
+}
+
+// cutAt keeps at most keep bytes of s, cut at a rune boundary, and marks
+// the cut.
+func cutAt(s string, keep int) string {
+	keep = min(max(keep, 0), len(s))
+	for keep > 0 && keep < len(s) && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	if keep == 0 {
+		return strings.TrimPrefix(truncMark, "\n")
+	}
+	return s[:keep] + truncMark
 }

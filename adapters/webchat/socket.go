@@ -15,21 +15,124 @@ import (
 	"github.com/silas-gateway/silas/core"
 )
 
+// Timings of a connection.
+const (
+	pingEvery    = 30 * time.Second
+	writeTimeout = 10 * time.Second
+	// queueSlack is how many frames beyond the replay a client may fall
+	// behind before it is disconnected.
+	queueSlack = 512
+)
+
+// outFrame is one entry of a client's send queue: a frame to write, and/or
+// an instruction to close the connection once everything before it (and the
+// frame itself) has been written.
+type outFrame struct {
+	b      []byte
+	close  bool
+	code   websocket.StatusCode
+	reason string
+}
+
 // client is one connected browser. Frames to it go through a buffered
 // queue so a slow browser never blocks the outbox; one that falls too far
 // behind is disconnected and catches up from the replay when it returns.
 type client struct {
-	conn   *websocket.Conn
-	out    chan []byte
-	once   sync.Once
-	closed chan struct{}
+	conn    *websocket.Conn
+	session [32]byte // hash of the session token the socket was opened with
+	out     chan outFrame
+	once    sync.Once
+	closed  chan struct{}
+
+	mu sync.Mutex
+	// holding is set while one of this client's frames is being delivered
+	// to the core: frames pushed meanwhile wait in held until the frame's
+	// ack has been queued, so an ack always precedes what its frame caused
+	// (the engine may process the turn and send the reply before Deliver
+	// has even returned to us).
+	holding bool
+	held    [][]byte
+	ending  bool // a final frame or close is queued; drop further frames
 }
 
+// push queues a frame without blocking.
 func (c *client) push(b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ending {
+		return
+	}
+	if c.holding {
+		if len(c.held) >= cap(c.out) {
+			c.tooSlowLocked()
+			return
+		}
+		c.held = append(c.held, b)
+		return
+	}
+	c.enqueueLocked(b)
+}
+
+func (c *client) enqueueLocked(b []byte) {
 	select {
-	case c.out <- b:
+	case c.out <- outFrame{b: b}:
 	default:
-		go c.close(websocket.StatusPolicyViolation, "too slow: reconnect to catch up")
+		c.tooSlowLocked()
+	}
+}
+
+// tooSlowLocked drops a client whose queue is full. No close handshake:
+// its close frame would only queue behind the data it is not reading. The
+// page reconnects and catches up from the replay.
+func (c *client) tooSlowLocked() {
+	c.ending = true
+	c.held = nil
+	go c.abort()
+}
+
+// hold starts holding frames back (see client.holding).
+func (c *client) hold() {
+	c.mu.Lock()
+	c.holding = true
+	c.mu.Unlock()
+}
+
+// release queues first (the ack or error of the delivered frame), then
+// every frame held back meanwhile, in order, and stops holding.
+func (c *client) release(first []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.holding = false
+	held := c.held
+	c.held = nil
+	if c.ending {
+		return
+	}
+	if first != nil {
+		c.enqueueLocked(first)
+	}
+	for _, b := range held {
+		if c.ending {
+			return
+		}
+		c.enqueueLocked(b)
+	}
+}
+
+// finish queues a last frame and then a close with code; frames pushed
+// afterwards are dropped.
+func (c *client) finish(last []byte, code websocket.StatusCode, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ending {
+		return
+	}
+	c.ending = true
+	c.held = nil
+	select {
+	case c.out <- outFrame{b: last, close: true, code: code, reason: reason}:
+	default:
+		go c.close(code, reason)
 	}
 }
 
@@ -40,8 +143,24 @@ func (c *client) close(code websocket.StatusCode, reason string) {
 	})
 }
 
+// abort closes the connection at once, without a close handshake.
+func (c *client) abort() {
+	c.once.Do(func() {
+		close(c.closed)
+		c.conn.CloseNow() //nolint:errcheck // best effort
+	})
+}
+
+// endSession tells the browser its session is over and closes the socket
+// with 1008 (protocol §3.3, code unauthorized).
+func (a *Adapter) endSession(c *client) {
+	b, _ := json.Marshal(errorFrame{Type: "error", Code: "unauthorized", Message: "your session has ended; sign in again"})
+	c.finish(b, websocket.StatusPolicyViolation, "session ended")
+}
+
 func (a *Adapter) serveWS(w http.ResponseWriter, r *http.Request) {
-	if !a.authorized(r) {
+	session, expires, ok := a.session(r)
+	if !ok {
 		httpError(w, http.StatusUnauthorized, "not logged in")
 		return
 	}
@@ -52,29 +171,32 @@ func (a *Adapter) serveWS(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusServiceUnavailable, "web chat is starting or stopping; retry shortly")
 		return
 	}
-	// Accept enforces that Origin matches Host: another site cannot open
-	// this socket with the user's cookie.
+	// Accept enforces that Origin matches Host (403 otherwise): another
+	// site cannot open this socket with the user's cookie.
 	conn, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		a.log.Warn("websocket upgrade refused", slog.Any("err", err))
 		return
 	}
-	conn.SetReadLimit(MaxFrameBytes + 1024)
-	c := &client{conn: conn, out: make(chan []byte, 512), closed: make(chan struct{})}
+	// Exactly the protocol's limit: a larger frame closes with 1009.
+	conn.SetReadLimit(MaxFrameBytes)
+	c := &client{conn: conn, session: session, out: make(chan outFrame, a.cfg.History+a.queueSlack), closed: make(chan struct{})}
 
-	// Register and snapshot the replay under one lock, so no message falls
-	// between the replay and the live stream.
+	// hello first, then the replay, both queued and the client registered
+	// under one lock, so no message falls between the replay and the live
+	// stream and no live frame overtakes the replay.
 	a.mu.Lock()
 	hello, _ := json.Marshal(helloFrame{Type: "hello", Identity: string(a.cfg.Identity), Conversation: string(a.conv)})
-	c.out <- hello
+	c.push(hello)
 	for _, e := range a.history {
 		f := e.frame
 		f.Type, f.Replay = "message", true
-		b, _ := json.Marshal(f)
-		select {
-		case c.out <- b:
-		default:
+		b, err := encodeMessageFrame(f)
+		if err != nil {
+			a.log.Error("replay: marshal frame", slog.Any("err", err))
+			continue
 		}
+		c.push(b)
 	}
 	a.clients[c] = struct{}{}
 	a.mu.Unlock()
@@ -84,6 +206,10 @@ func (a *Adapter) serveWS(w http.ResponseWriter, r *http.Request) {
 		a.mu.Unlock()
 		c.close(websocket.StatusNormalClosure, "")
 	}()
+
+	// The session may end while the socket is open.
+	expiry := time.AfterFunc(expires.Sub(a.now()), func() { a.endSession(c) })
+	defer expiry.Stop()
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -96,19 +222,23 @@ func (a *Adapter) serveWS(w http.ResponseWriter, r *http.Request) {
 	}()
 	go a.writeLoop(ctx, c)
 	for {
-		_, data, err := conn.Read(ctx)
+		typ, data, err := conn.Read(ctx)
 		if err != nil {
 			if websocket.CloseStatus(err) == -1 && !errors.Is(err, context.Canceled) {
 				a.log.Debug("websocket read ended", slog.Any("err", err))
 			}
 			return
 		}
+		if typ != websocket.MessageText {
+			a.sendFrame(c, errorFrame{Type: "error", Code: "bad_frame", Message: "frames must be JSON text frames"})
+			continue
+		}
 		a.handleFrame(ctx, in, c, data)
 	}
 }
 
 func (a *Adapter) writeLoop(ctx context.Context, c *client) {
-	ping := time.NewTicker(30 * time.Second)
+	ping := time.NewTicker(pingEvery)
 	defer ping.Stop()
 	for {
 		select {
@@ -116,16 +246,22 @@ func (a *Adapter) writeLoop(ctx context.Context, c *client) {
 			return
 		case <-c.closed:
 			return
-		case b := <-c.out:
-			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := c.conn.Write(wctx, websocket.MessageText, b)
-			cancel()
-			if err != nil {
-				c.close(websocket.StatusGoingAway, "write failed")
+		case f := <-c.out:
+			if f.b != nil {
+				wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+				err := c.conn.Write(wctx, websocket.MessageText, f.b)
+				cancel()
+				if err != nil {
+					c.close(websocket.StatusGoingAway, "write failed")
+					return
+				}
+			}
+			if f.close {
+				c.close(f.code, f.reason)
 				return
 			}
 		case <-ping.C:
-			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			pctx, cancel := context.WithTimeout(ctx, writeTimeout)
 			err := c.conn.Ping(pctx)
 			cancel()
 			if err != nil {
@@ -145,6 +281,10 @@ func (a *Adapter) sendFrame(c *client, v any) {
 }
 
 func (a *Adapter) handleFrame(ctx context.Context, in core.Inbox, c *client, data []byte) {
+	if _, ok := a.sessionExpiry(c.session); !ok {
+		a.endSession(c)
+		return
+	}
 	f, err := ParseFrame(data)
 	if err != nil {
 		var fe *FrameError
@@ -164,7 +304,12 @@ func (a *Adapter) handleFrame(ctx context.Context, in core.Inbox, c *client, dat
 		t.EventID = "t:" + f.ID
 		t.Tap = &core.Tap{Card: cards.ID(f.CardID), Choice: f.Choice}
 	}
+	// Hold this client's frames from before Deliver until its answer is
+	// queued: the engine processes the turn and its outbox calls Send
+	// asynchronously, possibly before Deliver returns here.
+	c.hold()
 	res, err := in.Deliver(ctx, t)
+	var answer any = ackFrame{Type: "ack", ID: f.ID, Duplicate: res.Duplicate}
 	if err != nil {
 		code, msg := "internal", "the gateway could not store this; retry"
 		var rej *core.RejectedError
@@ -172,8 +317,8 @@ func (a *Adapter) handleFrame(ctx context.Context, in core.Inbox, c *client, dat
 			code, msg = "rejected", rej.Reason
 		}
 		a.log.Warn("deliver failed", slog.String("frame", f.ID), slog.Any("err", err))
-		a.sendFrame(c, errorFrame{Type: "error", ID: f.ID, Code: code, Message: msg})
-		return
+		answer = errorFrame{Type: "error", ID: f.ID, Code: code, Message: msg}
 	}
-	a.sendFrame(c, ackFrame{Type: "ack", ID: f.ID, Duplicate: res.Duplicate})
+	b, _ := json.Marshal(answer)
+	c.release(b)
 }

@@ -22,7 +22,10 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"mime"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +42,18 @@ var staticFiles embed.FS
 type OutputSource interface {
 	GetOutput(ctx context.Context, ref string) (string, error)
 }
+
+// ConversationOutputSource is optionally implemented by an OutputSource that
+// knows which conversation each output belongs to. When Config.Outputs
+// implements it, GET /outputs/{ref} serves only outputs of the web chat's
+// own conversation (404 otherwise), as docs/webchat-protocol.md §5 asks;
+// a plain OutputSource relies on refs being unguessable.
+type ConversationOutputSource interface {
+	GetConversationOutput(ctx context.Context, conv core.ConversationID, ref string) (string, error)
+}
+
+// outputRefRe is the shape of a ref /outputs/ accepts (protocol §5).
+var outputRefRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
 // Config configures the adapter.
 type Config struct {
@@ -72,6 +87,10 @@ type Adapter struct {
 	history  []*entry
 	byID     map[string]*entry
 	ctx      context.Context
+
+	// queueSlack is how far beyond the replay a client may fall behind
+	// (queueSlack by default; tests lower it).
+	queueSlack int
 }
 
 type entry struct {
@@ -113,6 +132,8 @@ func New(cfg Config) (*Adapter, error) {
 		sessions: map[[32]byte]time.Time{},
 		clients:  map[*client]struct{}{},
 		byID:     map[string]*entry{},
+
+		queueSlack: queueSlack,
 	}, nil
 }
 
@@ -204,7 +225,10 @@ func (a *Adapter) Update(_ context.Context, ref core.MessageRef, m core.OutMessa
 }
 
 func (a *Adapter) broadcastLocked(f messageFrame) {
-	b, err := json.Marshal(f)
+	if len(a.clients) == 0 {
+		return
+	}
+	b, err := encodeMessageFrame(f)
 	if err != nil {
 		a.log.Error("marshal frame", slog.Any("err", err))
 		return
@@ -214,62 +238,89 @@ func (a *Adapter) broadcastLocked(f messageFrame) {
 	}
 }
 
+// Security headers on every response (protocol §1). base-uri and
+// form-action go beyond the documented minimum; the page needs neither.
+const pageCSP = "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
+// outputCSP replaces pageCSP on /outputs/: stored output is hostile data and
+// must never run, even if a browser were talked into rendering it as HTML.
+const outputCSP = "default-src 'none'; sandbox"
+
 // ServeHTTP routes the page, login, session, outputs and the WebSocket.
+// Anything else is 404.
 func (a *Adapter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
-	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+	h.Set("Content-Security-Policy", pageCSP)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Frame-Options", "DENY")
-	switch {
-	case r.URL.Path == "/ws":
+	switch p := r.URL.Path; {
+	case p == "/ws":
 		a.serveWS(w, r)
-	case r.URL.Path == "/login":
+	case p == "/login":
 		a.serveLogin(w, r)
-	case r.URL.Path == "/session":
-		if r.Method != http.MethodGet {
-			httpError(w, http.StatusMethodNotAllowed, "use GET")
-			return
-		}
-		if !a.authorized(r) {
-			httpError(w, http.StatusUnauthorized, "not logged in")
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"identity": string(a.cfg.Identity), "conversation": string(a.conv)})
-	case strings.HasPrefix(r.URL.Path, "/outputs/"):
+	case p == "/session":
+		a.serveSession(w, r)
+	case strings.HasPrefix(p, "/outputs/"):
 		a.serveOutput(w, r)
-	case r.Method == http.MethodGet || r.Method == http.MethodHead:
-		if r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/static/") || r.URL.Path == "/index.html" {
-			h.Set("Cache-Control", "no-cache")
-			p := strings.TrimPrefix(r.URL.Path, "/static")
-			r2 := r.Clone(r.Context())
-			r2.URL.Path = p
-			a.static.ServeHTTP(w, r2)
+	case p == "/" || p == "/index.html" || strings.HasPrefix(p, "/static/"):
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			methodNotAllowed(w, "GET, HEAD")
 			return
 		}
-		http.NotFound(w, r)
+		h.Set("Cache-Control", "no-cache")
+		r2 := r.Clone(r.Context())
+		r2.URL.Path = strings.TrimPrefix(p, "/static")
+		a.static.ServeHTTP(w, r2)
 	default:
-		httpError(w, http.StatusMethodNotAllowed, "method not allowed")
+		httpError(w, http.StatusNotFound, "not found")
 	}
+}
+
+func (a *Adapter) serveSession(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, "GET, HEAD")
+		return
+	}
+	if _, _, ok := a.session(r); !ok {
+		httpError(w, http.StatusUnauthorized, "not logged in")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"identity": string(a.cfg.Identity), "conversation": string(a.conv)})
+}
+
+// sameOrigin reports whether r's Origin header, when present, names the
+// host r was sent to (the check coder/websocket's Accept does for /ws).
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	u, err := url.Parse(o)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && strings.EqualFold(u.Host, r.Host)
 }
 
 const cookieName = "silas_session"
 
 func (a *Adapter) serveLogin(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
-		httpError(w, http.StatusMethodNotAllowed, "use POST")
+		methodNotAllowed(w, "POST")
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		// A JSON content type cannot be sent cross-site without a CORS
 		// preflight, which this server never grants.
 		httpError(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
 		return
 	}
+	if !sameOrigin(r) {
+		httpError(w, http.StatusForbidden, "cross-origin login refused")
+		return
+	}
 	var body struct {
 		Secret string `json:"secret"`
 	}
-	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&body); err != nil || body.Secret == "" {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil || body.Secret == "" {
 		httpError(w, http.StatusBadRequest, "body must be {\"secret\": \"…\"}")
 		return
 	}
@@ -302,38 +353,59 @@ func (a *Adapter) serveLogin(w http.ResponseWriter, r *http.Request) {
 	a.log.Info("web chat login", slog.String("remote", r.RemoteAddr))
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: r.TLS != nil, Expires: now.Add(a.cfg.SessionTTL)})
+	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (a *Adapter) authorized(r *http.Request) bool {
+// session returns the hash and expiry of r's valid session cookie.
+func (a *Adapter) session(r *http.Request) (hash [32]byte, exp time.Time, ok bool) {
 	c, err := r.Cookie(cookieName)
 	if err != nil || c.Value == "" {
-		return false
+		return hash, exp, false
 	}
-	h := sha256.Sum256([]byte(c.Value))
+	hash = sha256.Sum256([]byte(c.Value))
+	exp, ok = a.sessionExpiry(hash)
+	return hash, exp, ok
+}
+
+// sessionExpiry returns when the session with this token hash ends, and
+// whether it is valid now. Expired sessions are forgotten.
+func (a *Adapter) sessionExpiry(hash [32]byte) (time.Time, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	exp, ok := a.sessions[h]
+	exp, ok := a.sessions[hash]
 	if ok && !a.now().Before(exp) {
-		delete(a.sessions, h)
-		return false
+		delete(a.sessions, hash)
+		return exp, false
 	}
-	return ok
+	return exp, ok
 }
 
 func (a *Adapter) serveOutput(w http.ResponseWriter, r *http.Request) {
-	if !a.authorized(r) {
+	w.Header().Set("Content-Security-Policy", outputCSP)
+	w.Header().Set("Cache-Control", "no-store")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, "GET, HEAD")
+		return
+	}
+	if _, _, ok := a.session(r); !ok {
 		httpError(w, http.StatusUnauthorized, "not logged in")
 		return
 	}
 	ref := strings.TrimPrefix(r.URL.Path, "/outputs/")
-	if a.cfg.Outputs == nil || !clientIDRe.MatchString(ref) {
-		http.NotFound(w, r)
+	if a.cfg.Outputs == nil || !outputRefRe.MatchString(ref) {
+		httpError(w, http.StatusNotFound, "no such output")
 		return
 	}
-	out, err := a.cfg.Outputs.GetOutput(r.Context(), ref)
+	var out string
+	var err error
+	if src, ok := a.cfg.Outputs.(ConversationOutputSource); ok {
+		out, err = src.GetConversationOutput(r.Context(), a.conv, ref)
+	} else {
+		out, err = a.cfg.Outputs.GetOutput(r.Context(), ref)
+	}
 	if errors.Is(err, core.ErrNotFound) {
-		http.NotFound(w, r)
+		httpError(w, http.StatusNotFound, "no such output")
 		return
 	}
 	if err != nil {
@@ -342,8 +414,13 @@ func (a *Adapter) serveOutput(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Disposition", "inline")
 	io.WriteString(w, out) //nolint:errcheck // client went away
+}
+
+func methodNotAllowed(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	httpError(w, http.StatusMethodNotAllowed, "method not allowed; use "+allow)
 }
 
 func httpError(w http.ResponseWriter, code int, msg string) {

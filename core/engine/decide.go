@@ -24,7 +24,13 @@ import (
 func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.Tap) error {
 	t := o.st.Turn
 	_, toasts := e.channels[t.Channel].(core.TapAnswerer)
+	var known *core.ApprovalRequest // set once the card is found in this conversation
 	refuse := func(reason, msg string) error {
+		if known != nil && known.Status.Open() {
+			// Re-send the open card so a client that disabled its buttons
+			// while waiting re-enables them.
+			o.updates = append(o.updates, e.approvalCard(*known, nil))
+		}
 		o.note("approval.refused", map[string]any{"approval": string(tap.Card), "choice": tap.Choice, "reason": reason})
 		// A refusal is a notice to the tapper, not news for the chat: on
 		// channels with toasts it is only a toast.
@@ -52,6 +58,7 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 	if err != nil {
 		return err
 	}
+	known = &a
 	if !e.mayApprove(a, t.Sender, o.trust) {
 		return refuse("not_approver", fmt.Sprintf("You (%s) may not decide this card; nothing was changed.", t.Sender))
 	}

@@ -160,6 +160,15 @@ func (s *Store) GetOutput(ctx context.Context, ref string) (string, error) {
 	return c, notFound(err)
 }
 
+// GetConversationOutput returns stored output by ref only if it belongs to
+// an approval in conv.
+func (s *Store) GetConversationOutput(ctx context.Context, conv core.ConversationID, ref string) (string, error) {
+	var c string
+	err := s.pool.QueryRow(ctx, `SELECT o.content FROM outputs o JOIN approvals a ON a.id = o.approval_id
+		WHERE o.ref = $1 AND a.conversation = $2`, ref, conv).Scan(&c)
+	return c, notFound(err)
+}
+
 // Binding is a stored identity binding.
 type Binding struct {
 	Identity  core.IdentityID

@@ -1,0 +1,196 @@
+package main
+
+// End-to-end in a real browser: the real `silas serve` (built by TestMain in
+// e2e_test.go, on a fresh PostgreSQL database) and the embedded page in
+// headless Chromium, driven through the DevTools protocol. Skips when no
+// Chromium is installed, unless SILAS_REQUIRE_BROWSER=1.
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/silas-gateway/silas/internal/browsertest"
+	"github.com/silas-gateway/silas/internal/pgtest"
+)
+
+// browserWait polls a JavaScript expression until it is truthy.
+func browserWait(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("waiting for %s (%s): %v", what, expr, err)
+	}
+}
+
+// browserPoll polls a JavaScript expression until it yields a truthy
+// string, and returns it.
+func browserPoll(t *testing.T, ctx context.Context, what, expr string) string {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Poll[string](expr, chromedp.WithPollingTimeout(30*time.Second)))
+	if err != nil {
+		t.Fatalf("waiting for %s (%s): %v", what, expr, err)
+	}
+	return v
+}
+
+func browserEval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+func testid(id string) chromedp.CSS { return chromedp.CSS(`[data-testid="` + id + `"]`) }
+
+// js quotes s as a JavaScript string literal.
+func js(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// browserRun types "/run <command>" and sends it with the send button, then
+// returns the id of the pending card that shows exactly that command.
+func browserRun(t *testing.T, ctx context.Context, command string) string {
+	t.Helper()
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(testid("input"), "/run "+command),
+		chromedp.Click(testid("send")),
+	); err != nil {
+		t.Fatalf("send /run %s: %v", command, err)
+	}
+	return browserPoll(t, ctx, "pending card for "+command, `(() => {
+		const c = [...document.querySelectorAll('[data-testid=card][data-status=pending]')]
+			.find(c => c.querySelector('[data-testid=command]')?.textContent === `+js(command)+`);
+		return c ? c.dataset.cardId : '';
+	})()`)
+}
+
+func cardSel(cardID, inner string) chromedp.CSS {
+	s := `[data-testid="card"][data-card-id="` + cardID + `"]`
+	if inner != "" {
+		s += ` [data-testid="` + inner + `"]`
+	}
+	return chromedp.CSS(s)
+}
+
+// cardState reads what a card shows.
+func cardState(t *testing.T, ctx context.Context, cardID string) map[string]any {
+	t.Helper()
+	return browserEval[map[string]any](t, ctx, `(() => {
+		const c = document.querySelector('[data-testid=card][data-card-id=`+js(cardID)+`]');
+		const q = (id) => { const e = c.querySelector('[data-testid=' + id + ']'); return e ? e.textContent : null; };
+		return {status: c.dataset.status, risk: c.dataset.risk, command: q('command'), outcome: q('outcome'),
+			output: q('output'), buttons: c.querySelectorAll('button').length};
+	})()`)
+}
+
+func TestBrowserWebChat(t *testing.T) {
+	// The browser first: without one the test skips before starting a
+	// database and a server.
+	bctx := browsertest.New(t)
+	dsn := pgtest.NewDatabase(t)
+	s := startServer(t, dsn, t.TempDir())
+	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
+	defer cancel()
+
+	// Sign in with the printed one-time address.
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.base+"/#login="+s.login)); err != nil {
+		t.Fatalf("navigate: %v", err)
+	}
+	browserWait(t, ctx, "connected", `document.querySelector('[data-testid=conn]').dataset.state === 'connected'`)
+	if h := browserEval[string](t, ctx, `location.hash`); h != "" {
+		t.Errorf("the login secret stayed in the address: %q", h)
+	}
+	if id := browserEval[string](t, ctx, `document.querySelector('[data-testid=identity]').textContent`); id != "webchat:local" {
+		t.Errorf("identity = %q", id)
+	}
+
+	// Low risk: one tap.
+	low := browserRun(t, ctx, "uname -a")
+	browserWait(t, ctx, "message acked", `[...document.querySelectorAll('[data-testid=user-message]')].every(e => e.dataset.state === 'sent')`)
+	st := cardState(t, ctx, low)
+	if st["risk"] != "low" || st["buttons"] != float64(2) {
+		t.Errorf("pending card = %v", st)
+	}
+	if label := browserEval[string](t, ctx, `document.querySelector('[data-card-id=`+js(low)+`] [data-testid=choice-approve]').textContent`); label != "Run `uname -a`" {
+		t.Errorf("approve label = %q", label)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(cardSel(low, "choice-approve"))); err != nil {
+		t.Fatalf("click approve: %v", err)
+	}
+	browserWait(t, ctx, "uname done", `document.querySelector('[data-testid=card][data-card-id=`+js(low)+`][data-status=done]')`)
+	st = cardState(t, ctx, low)
+	if out, _ := st["outcome"].(string); !strings.Contains(out, "exit code 0 ✓") {
+		t.Errorf("outcome = %q", out)
+	}
+	if out, _ := st["output"].(string); !strings.Contains(out, "Linux") {
+		t.Errorf("output = %q", out)
+	}
+	if st["buttons"] != float64(0) {
+		t.Errorf("%v buttons left on a done card", st["buttons"])
+	}
+
+	// Medium risk: approve, then confirm on the same card.
+	med := browserRun(t, ctx, "touch browser-file")
+	if r := cardState(t, ctx, med)["risk"]; r != "medium" {
+		t.Errorf("touch risk = %v", r)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(cardSel(med, "choice-approve"))); err != nil {
+		t.Fatalf("click approve: %v", err)
+	}
+	browserWait(t, ctx, "confirming", `document.querySelector('[data-card-id=`+js(med)+`][data-status=confirming] [data-testid=choice-confirm]:not([disabled])')`)
+	if err := chromedp.Do(ctx, chromedp.Click(cardSel(med, "choice-confirm"))); err != nil {
+		t.Fatalf("click confirm: %v", err)
+	}
+	browserWait(t, ctx, "touch done", `document.querySelector('[data-testid=card][data-card-id=`+js(med)+`][data-status=done]')`)
+	if out, _ := cardState(t, ctx, med)["outcome"].(string); !strings.Contains(out, "exit code 0 ✓") {
+		t.Errorf("touch outcome = %q", out)
+	}
+
+	// Hostile output shows literally; nothing becomes an element.
+	const payload = "<img src=x onerror=alert(1)>"
+	xss := browserRun(t, ctx, "echo '"+payload+"'")
+	if err := chromedp.Do(ctx, chromedp.Click(cardSel(xss, "choice-approve"))); err != nil {
+		t.Fatalf("click approve: %v", err)
+	}
+	browserWait(t, ctx, "echo done", `document.querySelector('[data-testid=card][data-card-id=`+js(xss)+`][data-status=done]')`)
+	st = cardState(t, ctx, xss)
+	if out, _ := st["output"].(string); !strings.Contains(out, payload) {
+		t.Errorf("output = %q, want %q shown literally", out, payload)
+	}
+	if cmd, _ := st["command"].(string); !strings.Contains(cmd, payload) {
+		t.Errorf("command = %q, want %q shown literally", cmd, payload)
+	}
+	if n := browserEval[int](t, ctx, `document.querySelectorAll('img, [onerror]').length`); n != 0 {
+		t.Errorf("the page has %d <img>/[onerror] elements: output was parsed as HTML", n)
+	}
+
+	// A reload keeps the session (cookie) and the replay shows every card
+	// in its current state, once each.
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.base+"/")); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	browserWait(t, ctx, "connected after reload", `document.querySelector('[data-testid=conn]').dataset.state === 'connected'`)
+	browserWait(t, ctx, "replayed cards", `document.querySelectorAll('[data-testid=card][data-status=done]').length === 3`)
+	if n := browserEval[int](t, ctx, `document.querySelectorAll('[data-testid=card]').length`); n != 3 {
+		t.Errorf("%d cards after the replay, want 3", n)
+	}
+	if n := browserEval[int](t, ctx, `document.querySelectorAll('img, [onerror]').length`); n != 0 {
+		t.Errorf("the replay put %d <img>/[onerror] elements on the page", n)
+	}
+
+	if errs := browsertest.JSErrors(bctx); len(errs) > 0 {
+		t.Errorf("page errors (CSP violations show up here too): %q", errs)
+	}
+	// Leave the page before the server stops, so it does not log failed
+	// reconnects during cleanup.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Logf("leaving the page: %v", err)
+	}
+}
