@@ -36,6 +36,9 @@ type Turn struct {
 	// EventID is the platform's own id for this event; (Channel, EventID) is
 	// unique, which makes redelivery a no-op.
 	EventID string `json:"event_id"`
+	// PlatformMessageID is the platform's id of the user's message (so a
+	// message that leaked a credential can be deleted); empty for taps.
+	PlatformMessageID string `json:"platform_message_id,omitempty"`
 	// ChatKind is "direct" (a one-to-one chat with the bot) or "group". The
 	// DM access policy applies to direct chats; adapters gate groups
 	// themselves (mentions, replies, /command@bot).

@@ -32,6 +32,7 @@ var commands = []command{
 	{"keys", "manage the gateway signing key (keys init)", cmdKeys},
 	{"pair", "print a one-time code that binds a platform identity to the owner", cmdPair},
 	{"audit", "check or show the audit log (audit verify, audit tail)", cmdAudit},
+	{"doctor", "check platform settings (Telegram token and webhook) and report problems in plain words", cmdDoctor},
 	{"config", "print the example configuration (config example) or check one (config check)", cmdConfig},
 	{"version", "print the version", cmdVersion},
 }

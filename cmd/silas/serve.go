@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/silas-gateway/silas/adapters/telegram"
 	"github.com/silas-gateway/silas/adapters/webchat"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
@@ -25,9 +26,21 @@ import (
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
+	"github.com/silas-gateway/silas/internal/config"
 )
 
 func envList() []string { return os.Environ() }
+
+// telegramConfig maps the YAML keys onto the adapter's config; file:
+// values pass through (the adapter reads them itself).
+func telegramConfig(cfg *config.Config, state core.StateStore, log *slog.Logger) telegram.Config {
+	t := cfg.Telegram
+	return telegram.Config{Token: t.Token, Mode: t.Mode, WebhookURL: t.WebhookURL, WebhookSecret: t.WebhookSecret,
+		WebhookMaxConnections: t.WebhookMaxConnections, BaseURL: t.BaseURL, BotUsername: t.BotUsername, AllowedUpdates: t.AllowedUpdates,
+		PollTimeout: t.PollTimeout.Duration, HTTPTimeout: t.HTTPTimeout.Duration,
+		Limits: telegram.Limits{PerChatInterval: t.Limits.PerChatInterval.Duration, GroupPerMinute: t.Limits.GroupPerMinute, GlobalPerSecond: t.Limits.GlobalPerSecond},
+		State:  state, Logger: log}
+}
 
 func coreConversation(s string) core.ConversationID { return core.ConversationID(s) }
 
@@ -108,6 +121,16 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		channels = append(channels, web)
 	}
+	access := map[core.ChannelName]engine.AccessPolicy{}
+	var tg *telegram.Adapter
+	if cfg.Telegram.Enabled {
+		tg, err = telegram.New(telegramConfig(cfg, db.store, log))
+		if err != nil {
+			return err
+		}
+		channels = append(channels, tg)
+		access[tg.Name()] = engine.AccessPolicy(cfg.Telegram.DMPolicy)
+	}
 	owners := make([]core.IdentityID, len(cfg.Identities.Owners))
 	for i, o := range cfg.Identities.Owners {
 		owners[i] = core.IdentityID(o)
@@ -119,7 +142,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	eng, err := engine.New(engine.Config{
 		Store: db.store, Channels: channels, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{sbDir}},
-		Policy:   pol, Key: key, Owners: owners, Allowed: allowed,
+		Policy:   pol, Key: key, Owners: owners, Allowed: allowed, Access: access,
 		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration, ExecTimeout: cfg.Sandbox.Timeout.Duration,
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
@@ -146,6 +169,11 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if tg != nil {
+		if p := tg.WebhookPath(); p != "" {
+			mux.Handle(p, tg) // more specific than the web chat's "/"
+		}
+	}
 	if web != nil {
 		mux.Handle("/", web)
 	}

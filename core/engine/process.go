@@ -129,7 +129,8 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 	if h := e.cfg.Hooks.TurnDone; h != nil {
 		h(st.Seq, t.Conversation)
 	}
-	if t.Tap != nil && final.toast != "" {
+	// Every tap is answered (an empty answer just stops a spinner).
+	if t.Tap != nil {
 		if ta, ok := e.channels[t.Channel].(core.TapAnswerer); ok {
 			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			if err := ta.AnswerTap(actx, t, final.toast); err != nil {

@@ -70,9 +70,31 @@ type Config struct {
 		Identity string   `yaml:"identity"`
 		LoginTTL Duration `yaml:"login_ttl"`
 	} `yaml:"webchat"`
-	Policy struct {
+	Telegram Telegram `yaml:"telegram"`
+	Policy   struct {
 		Rules []policy.Rule `yaml:"rules"`
 	} `yaml:"policy"`
+}
+
+// Telegram configures the Telegram channel (docs/telegram.md).
+type Telegram struct {
+	Enabled               bool     `yaml:"enabled"`
+	Token                 string   `yaml:"token"`
+	Mode                  string   `yaml:"mode"`
+	WebhookURL            string   `yaml:"webhook_url"`
+	WebhookSecret         string   `yaml:"webhook_secret"`
+	WebhookMaxConnections int      `yaml:"webhook_max_connections"`
+	BaseURL               string   `yaml:"base_url"`
+	BotUsername           string   `yaml:"bot_username"`
+	AllowedUpdates        []string `yaml:"allowed_updates"`
+	PollTimeout           Duration `yaml:"poll_timeout"`
+	HTTPTimeout           Duration `yaml:"http_timeout"`
+	DMPolicy              string   `yaml:"dm_policy"`
+	Limits                struct {
+		PerChatInterval Duration `yaml:"per_chat_interval"`
+		GroupPerMinute  int      `yaml:"group_per_minute"`
+		GlobalPerSecond int      `yaml:"global_per_second"`
+	} `yaml:"limits"`
 }
 
 // Default returns the built-in defaults (the example file's values).
@@ -90,6 +112,16 @@ func Default() *Config {
 	c.Output.InlineMaxChars, c.Output.PreviewChars = 10000, 2000
 	c.Webchat.Enabled, c.Webchat.Identity = true, "webchat:local"
 	c.Webchat.LoginTTL = Duration{time.Hour}
+	c.Telegram.Mode = "polling"
+	c.Telegram.WebhookMaxConnections = 40
+	c.Telegram.BaseURL = "https://api.telegram.org"
+	c.Telegram.AllowedUpdates = []string{"message", "callback_query"}
+	c.Telegram.PollTimeout = Duration{30 * time.Second}
+	c.Telegram.HTTPTimeout = Duration{30 * time.Second}
+	c.Telegram.DMPolicy = "pairing"
+	c.Telegram.Limits.PerChatInterval = Duration{time.Second}
+	c.Telegram.Limits.GroupPerMinute = 20
+	c.Telegram.Limits.GlobalPerSecond = 30
 	return c
 }
 
@@ -287,6 +319,14 @@ func (c *Config) Validate() error {
 		if c.Webchat.LoginTTL.Duration < time.Minute {
 			return bad("webchat.login_ttl", "must be at least 1m")
 		}
+	}
+	switch c.Telegram.DMPolicy {
+	case "pairing", "allowlist", "open", "disabled":
+	default:
+		return bad("telegram.dm_policy", "%q is not pairing, allowlist, open or disabled", c.Telegram.DMPolicy)
+	}
+	if c.Telegram.Enabled && strings.TrimSpace(c.Telegram.Token) == "" {
+		return bad("telegram.token", "required when telegram.enabled is true (the token from @BotFather, or file:/path)")
 	}
 	if _, err := policy.New(c.Policy.Rules); err != nil {
 		return fmt.Errorf("config: %w", err)

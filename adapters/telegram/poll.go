@@ -1,0 +1,282 @@
+package telegram
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
+
+	"github.com/silas-gateway/silas/core"
+)
+
+// Long polling with acknowledge-after-store.
+//
+// Telegram confirms every update with an id below the offset of a
+// getUpdates call. The SDK's poller moves its offset as soon as it queues an
+// update for the handlers and keeps it only in memory, so a crash loses
+// queued updates. This loop instead:
+//
+//  1. calls getUpdates with offset = last handled update_id + 1;
+//  2. delivers the updates one by one, in order; a failed Deliver is
+//     retried (with backoff) before going on, so nothing is skipped;
+//  3. after each Deliver stores that update_id under the state key
+//     "offset" (core.StateStore);
+//  4. asks for more — which is what confirms the handled updates.
+//
+// A crash between 2 and 3 redelivers the update after a restart; the core's
+// intake is idempotent on the event id, so that is a no-op.
+//
+// Telegram picks a random next update_id after a week without updates, so
+// an offset older than staleOffset is not reused.
+
+const (
+	stateOffset   = "offset"
+	stateOffsetAt = "offset_at"
+	staleOffset   = 6 * 24 * time.Hour
+	pollLimit     = 100
+)
+
+func (a *Adapter) getState(ctx context.Context, key string) (string, bool, error) {
+	if a.cfg.State == nil {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		v, ok := a.memState[key]
+		return v, ok, nil
+	}
+	return a.cfg.State.GetState(ctx, a.cfg.Name, key)
+}
+
+func (a *Adapter) setState(ctx context.Context, key, v string) error {
+	if a.cfg.State == nil {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.memState[key] = v
+		return nil
+	}
+	return a.cfg.State.SetState(ctx, a.cfg.Name, key, v)
+}
+
+// loadOffset returns the next offset to ask for (0: none stored).
+func (a *Adapter) loadOffset(ctx context.Context) int64 {
+	b := backoff{min: 500 * time.Millisecond, max: 30 * time.Second}
+	for {
+		v, ok, err := a.getState(ctx, stateOffset)
+		if err == nil {
+			if !ok {
+				return 0
+			}
+			last, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || last < 0 {
+				a.log.Warn("telegram: stored polling offset is unreadable; starting from Telegram's unconfirmed updates", slog.String("value", v))
+				return 0
+			}
+			if at, ok, _ := a.getState(ctx, stateOffsetAt); ok {
+				if t, err := time.Parse(time.RFC3339, at); err == nil && a.now().Sub(t) > staleOffset {
+					a.log.Info("telegram: stored polling offset is over six days old; not reusing it")
+					return 0
+				}
+			}
+			return last + 1
+		}
+		if ctx.Err() != nil {
+			return 0
+		}
+		a.log.Error("telegram: cannot read the polling offset; retrying", slog.Any("err", err))
+		if sleepCtx(ctx, b.next()) != nil {
+			return 0
+		}
+	}
+}
+
+func (a *Adapter) saveOffset(ctx context.Context, id int64) {
+	if err := a.setState(ctx, stateOffset, strconv.FormatInt(id, 10)); err != nil {
+		// The turn is stored; after a restart the update comes again and is
+		// a duplicate. Nothing is lost.
+		a.log.Warn("telegram: could not store the polling offset", slog.Int64("update_id", id), slog.Any("err", err))
+		return
+	}
+	_ = a.setState(ctx, stateOffsetAt, a.now().UTC().Format(time.RFC3339))
+}
+
+// poll runs the getUpdates loop until ctx ends.
+func (a *Adapter) poll(ctx context.Context, in core.Inbox) {
+	a.removeWebhook(ctx)
+	next := a.loadOffset(ctx)
+	lastProgress := a.now()
+	errs := backoff{min: 500 * time.Millisecond, max: time.Minute}
+	for ctx.Err() == nil {
+		if next > 0 && a.now().Sub(lastProgress) > staleOffset {
+			// Everything below next was confirmed by the last call.
+			next = 0
+		}
+		batch, err := a.getUpdates(ctx, next)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			wait := errs.next()
+			var rl *core.RateLimitedError
+			if errors.As(err, &rl) {
+				wait = rl.RetryAfter
+			}
+			lvl := slog.LevelWarn
+			if errors.Is(err, bot.ErrorUnauthorized) || errors.Is(err, bot.ErrorNotFound) {
+				lvl = slog.LevelError
+				err = fmt.Errorf("%w (telegram.token is wrong or revoked; run `silas doctor`)", err)
+			} else if errors.Is(err, bot.ErrorConflict) {
+				lvl = slog.LevelError
+				err = fmt.Errorf("%w (a webhook is set or another process polls with this token)", err)
+			}
+			a.log.Log(ctx, lvl, "telegram: getUpdates failed; retrying", slog.Any("err", err), slog.Duration("wait", wait))
+			if sleepCtx(ctx, wait) != nil {
+				return
+			}
+			continue
+		}
+		errs.reset()
+		for _, raw := range batch {
+			id, u, derr := decodeUpdate(raw)
+			if derr != nil && id == 0 {
+				a.log.Warn("telegram: undecodable update skipped", slog.Any("err", derr))
+				continue
+			}
+			if id < next {
+				continue // handled already (a server that ignores offset)
+			}
+			if derr != nil {
+				a.log.Warn("telegram: malformed update dropped", slog.Int64("update_id", id), slog.Any("err", derr))
+			} else if !a.deliverRetrying(ctx, in, u) {
+				return // ctx ended; this update was not acknowledged
+			}
+			a.saveOffset(ctx, id)
+			next = id + 1
+			lastProgress = a.now()
+		}
+	}
+}
+
+// deliverRetrying hands u to the core until that succeeds; false means ctx
+// ended first.
+func (a *Adapter) deliverRetrying(ctx context.Context, in core.Inbox, u *models.Update) bool {
+	b := backoff{min: 200 * time.Millisecond, max: 30 * time.Second}
+	for {
+		err := a.handle(ctx, in, u)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		wait := b.next()
+		a.log.Warn("telegram: delivering an update to the core failed; retrying", slog.Int64("update_id", u.ID),
+			slog.Any("err", err), slog.Duration("wait", wait))
+		if sleepCtx(ctx, wait) != nil {
+			return false
+		}
+	}
+}
+
+// getUpdates calls the Bot API directly: the SDK does not export it.
+// https://core.telegram.org/bots/api#getupdates
+func (a *Adapter) getUpdates(ctx context.Context, offset int64) ([]json.RawMessage, error) {
+	params := map[string]any{
+		"limit":           pollLimit,
+		"timeout":         int(a.cfg.PollTimeout / time.Second),
+		"allowed_updates": a.cfg.AllowedUpdates,
+	}
+	if offset > 0 {
+		params["offset"] = offset
+	}
+	var out []json.RawMessage
+	err := a.call(ctx, a.poller, "getUpdates", params, &out)
+	return out, err
+}
+
+// call makes one JSON Bot API request and maps its error like the SDK does
+// (so mapError and errors.Is(bot.Error…) work on it).
+func (a *Adapter) call(ctx context.Context, client *http.Client, method string, params any, dest any) error {
+	body, err := json.Marshal(params)
+	if err != nil {
+		return err
+	}
+	// The URL holds the token: it must never reach a log or an error.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.cfg.BaseURL+"/bot"+a.cfg.token+"/"+method, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("telegram: %s: cannot build the request", method)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("telegram: %s: %w", method, redactURL(err))
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("telegram: %s: reading the answer: %w", method, err)
+	}
+	var r struct {
+		OK          bool            `json:"ok"`
+		Result      json.RawMessage `json:"result"`
+		ErrorCode   int             `json:"error_code"`
+		Description string          `json:"description"`
+		Parameters  struct {
+			RetryAfter int `json:"retry_after"`
+		} `json:"parameters"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return fmt.Errorf("telegram: %s: HTTP %d with a body that is not a Bot API answer", method, resp.StatusCode)
+	}
+	if !r.OK {
+		code := r.ErrorCode
+		if code == 0 {
+			code = resp.StatusCode
+		}
+		ae := &apiError{Method: method, Code: code, Description: r.Description}
+		switch code {
+		case http.StatusTooManyRequests:
+			return &core.RateLimitedError{RetryAfter: retryAfter(r.Parameters.RetryAfter), Err: ae}
+		case http.StatusUnauthorized:
+			return fmt.Errorf("%w: %w", bot.ErrorUnauthorized, ae)
+		case http.StatusNotFound:
+			return fmt.Errorf("%w: %w", bot.ErrorNotFound, ae)
+		case http.StatusConflict:
+			return fmt.Errorf("%w: %w", bot.ErrorConflict, ae)
+		case http.StatusBadRequest:
+			return fmt.Errorf("%w: %w", bot.ErrorBadRequest, ae)
+		case http.StatusForbidden:
+			return fmt.Errorf("%w: %w", bot.ErrorForbidden, ae)
+		}
+		return ae
+	}
+	if dest != nil {
+		if err := json.Unmarshal(r.Result, dest); err != nil {
+			return fmt.Errorf("telegram: %s: unexpected result: %w", method, err)
+		}
+	}
+	return nil
+}
+
+// removeWebhook makes polling possible: getUpdates fails with 409 while a
+// webhook is set. Errors are logged; the loop reports a persisting problem.
+func (a *Adapter) removeWebhook(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.HTTPTimeout)
+	defer cancel()
+	info, err := a.bot.GetWebhookInfo(cctx)
+	if err != nil || info.URL == "" {
+		return
+	}
+	a.log.Warn("telegram: a webhook is set but telegram.mode is polling; removing the webhook (pending updates are kept)",
+		slog.String("webhook_url", info.URL))
+	if _, err := a.bot.DeleteWebhook(cctx, &bot.DeleteWebhookParams{}); err != nil {
+		a.log.Error("telegram: could not remove the webhook", slog.Any("err", mapError("deleteWebhook", err)))
+	}
+}

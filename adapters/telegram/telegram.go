@@ -1,0 +1,394 @@
+// Package telegram is the Telegram channel: people talk to Silas in private
+// chats and groups and decide cards with inline buttons. It is built on
+// github.com/go-telegram/bot for Bot API calls and implements core.Channel
+// plus the optional core.TapAnswerer, core.DirectMessenger and
+// core.MessageDeleter.
+//
+// Receiving: long polling (default) or a webhook. An update is acknowledged
+// to Telegram — the webhook answers 200, or the polling offset moves past
+// it — only after core.Inbox.Deliver returned, i.e. after the turn is
+// stored durably; a redelivered update has the same event id
+// ("u<update_id>") and is a no-op. The SDK's own polling loop and webhook
+// handler cannot give that guarantee (its poller confirms updates before
+// handlers run and keeps the offset in memory; its handler answers 200
+// even for a wrong secret), so this package has its own getUpdates loop
+// and its own http.Handler.
+//
+// The adapter never decides trust: it reports who sent what, in which kind
+// of chat, authenticated how (core.Evidence). It must never deliver a
+// webhook request whose secret token does not match, and never render user
+// text as markup.
+//
+// See docs/telegram.md for setup and configuration.
+package telegram
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
+
+	"github.com/silas-gateway/silas/core"
+)
+
+// Adapter is the Telegram channel.
+type Adapter struct {
+	cfg     resolved
+	log     *slog.Logger
+	now     func() time.Time
+	bot     *bot.Bot
+	botID   int64
+	poller  *http.Client // getUpdates: PollTimeout + HTTPTimeout
+	lim     *limiter
+	method  string // evidence method of this adapter's mode
+	secretH [32]byte
+
+	mu       sync.Mutex
+	inbox    core.Inbox
+	username string
+	taps     map[string]pendingTap // Turn.EventID → callback query
+	moved    map[core.MessageRef]core.MessageRef
+	splits   map[[32]byte]*splitProgress
+	memState map[string]string // offset when no StateStore is configured
+
+	// tapFallback is how long a tap waits for the core's AnswerTap before
+	// the adapter answers it quietly, so the button's spinner stops.
+	tapFallback time.Duration
+}
+
+type pendingTap struct {
+	queryID string
+	at      time.Time
+}
+
+// splitProgress remembers which parts of a long text were sent, so a
+// retried Send does not repeat them.
+type splitProgress struct {
+	sent  int
+	first core.MessageRef
+	at    time.Time
+}
+
+var (
+	_ core.Channel         = (*Adapter)(nil)
+	_ core.TapAnswerer     = (*Adapter)(nil)
+	_ core.DirectMessenger = (*Adapter)(nil)
+	_ core.MessageDeleter  = (*Adapter)(nil)
+	_ http.Handler         = (*Adapter)(nil)
+)
+
+// New builds the adapter. It validates cfg and makes no network request;
+// Run learns the bot's username (getMe) when cfg.BotUsername is empty.
+func New(cfg Config) (*Adapter, error) {
+	r, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	a := &Adapter{
+		cfg: r, now: r.Now,
+		log:         r.Logger.With(slog.String("channel", string(r.Name))),
+		username:    r.BotUsername,
+		taps:        map[string]pendingTap{},
+		moved:       map[core.MessageRef]core.MessageRef{},
+		splits:      map[[32]byte]*splitProgress{},
+		memState:    map[string]string{},
+		tapFallback: 8 * time.Second,
+		method:      MethodPolling,
+	}
+	if r.Mode == ModeWebhook {
+		a.method = MethodWebhook
+		a.secretH = sha256.Sum256([]byte(r.secret))
+	}
+	a.botID, _ = strconv.ParseInt(r.token[:strings.IndexByte(r.token, ':')], 10, 64)
+	var transport http.RoundTripper
+	if r.HTTPClient != nil {
+		transport = r.HTTPClient.Transport
+	}
+	client := &http.Client{Timeout: r.HTTPTimeout, Transport: transport}
+	a.poller = &http.Client{Timeout: r.PollTimeout + r.HTTPTimeout, Transport: transport}
+	// The limiter keeps to the wall clock: it sleeps.
+	a.lim = newLimiter(r.Limits, realClock{})
+	a.bot, err = bot.New(r.token,
+		bot.WithServerURL(r.BaseURL),
+		bot.WithSkipGetMe(),
+		bot.WithHTTPClient(r.PollTimeout, client),
+		bot.WithDefaultHandler(func(context.Context, *bot.Bot, *models.Update) {}),
+		bot.WithErrorsHandler(func(err error) { a.log.Warn("telegram sdk", slog.Any("err", redactURL(err))) }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("telegram: %w", err)
+	}
+	return a, nil
+}
+
+// Name implements core.Channel.
+func (a *Adapter) Name() core.ChannelName { return a.cfg.Name }
+
+// Mode is "polling" or "webhook".
+func (a *Adapter) Mode() string { return a.cfg.Mode }
+
+// DirectConversation implements core.DirectMessenger: the private chat with
+// a Telegram user has the user's id as its chat id. The user must have
+// started the bot before the bot can write to them.
+func (a *Adapter) DirectConversation(id core.IdentityID) (core.ConversationID, bool) {
+	p, rest, ok := strings.Cut(string(id), ":")
+	if !ok || p != "telegram" {
+		return "", false
+	}
+	n, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil || n <= 0 || strconv.FormatInt(n, 10) != rest {
+		return "", false
+	}
+	return conversation(a.cfg.Name, n), true
+}
+
+// Run implements core.Channel: it receives updates until ctx ends and hands
+// each to in.Deliver before acknowledging it to Telegram. Transient failures
+// (network, Telegram 5xx, a Deliver error) are retried with backoff; Run
+// returns nil when ctx ends.
+func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
+	a.mu.Lock()
+	if a.inbox != nil {
+		a.mu.Unlock()
+		return errors.New("telegram: Run is already running")
+	}
+	a.inbox = in
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.inbox = nil
+		a.mu.Unlock()
+	}()
+	if err := a.learnUsername(ctx); err != nil {
+		return nil // ctx ended
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.tapJanitor(ctx)
+	}()
+	defer wg.Wait()
+	a.log.Info("telegram channel running", slog.String("mode", a.cfg.Mode), slog.String("bot", "@"+a.botUsername()))
+	if a.cfg.Mode == ModeWebhook {
+		a.setWebhook(ctx)
+		<-ctx.Done()
+		return nil
+	}
+	a.poll(ctx, in)
+	return nil
+}
+
+func (a *Adapter) botUsername() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.username
+}
+
+func (a *Adapter) me() botInfo {
+	return botInfo{id: a.botID, username: a.botUsername()}
+}
+
+// learnUsername calls getMe until it succeeds when no username is
+// configured; group gating needs it.
+func (a *Adapter) learnUsername(ctx context.Context) error {
+	if a.botUsername() != "" {
+		return nil
+	}
+	b := backoff{min: time.Second, max: time.Minute}
+	for {
+		cctx, cancel := context.WithTimeout(ctx, a.cfg.HTTPTimeout)
+		me, err := a.bot.GetMe(cctx)
+		cancel()
+		if err == nil && me.Username != "" {
+			a.mu.Lock()
+			a.username = me.Username
+			a.mu.Unlock()
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err == nil {
+			err = errors.New("getMe returned no username")
+		}
+		a.log.Error("telegram: cannot learn the bot's username (getMe); retrying", slog.Any("err", mapError("getMe", err)))
+		if err := sleepCtx(ctx, b.next()); err != nil {
+			return err
+		}
+	}
+}
+
+// handle converts one update and delivers it. It returns an error only when
+// the update must not be acknowledged (Deliver failed and may succeed on a
+// retry).
+func (a *Adapter) handle(ctx context.Context, in core.Inbox, u *models.Update) error {
+	r := updateToTurn(u, a.me(), a.cfg.Name, a.method)
+	log := a.log.With(slog.Int64("update_id", u.ID))
+	switch r.act {
+	case actIgnore:
+		log.Debug("telegram update ignored", slog.String("reason", r.reason))
+		return nil
+	case actMalformed:
+		log.Warn("telegram update malformed; dropped", slog.String("reason", r.reason))
+		return nil
+	case actUnknownButton:
+		log.Warn("telegram tap refused", slog.String("reason", r.reason))
+		a.answer(ctx, r.queryID, "Unknown button")
+		return nil
+	}
+	t := r.turn
+	if t.Tap != nil {
+		// Registered before Deliver: the core may answer before Deliver
+		// returns here.
+		a.mu.Lock()
+		a.taps[t.EventID] = pendingTap{queryID: r.queryID, at: a.now()}
+		a.mu.Unlock()
+	}
+	res, err := in.Deliver(ctx, t)
+	var rej *core.RejectedError
+	switch {
+	case errors.As(err, &rej):
+		// Retrying cannot help: acknowledge and drop.
+		log.Warn("telegram turn rejected by the core", slog.String("reason", rej.Reason))
+		if t.Tap != nil {
+			a.answerPending(ctx, t.EventID, "Not accepted.")
+		}
+		return nil
+	case err != nil:
+		if t.Tap != nil {
+			a.mu.Lock()
+			delete(a.taps, t.EventID)
+			a.mu.Unlock()
+		}
+		return err
+	}
+	if res.Duplicate {
+		log.Debug("telegram update was delivered before", slog.String("event_id", t.EventID))
+		if t.Tap != nil {
+			a.answerPending(ctx, t.EventID, "")
+		}
+	}
+	return nil
+}
+
+// AnswerTap implements core.TapAnswerer: it answers the tap's callback
+// query with a short toast. A tap the adapter no longer knows (answered
+// already, or the process restarted) is skipped.
+func (a *Adapter) AnswerTap(ctx context.Context, t core.Turn, text string) error {
+	a.mu.Lock()
+	p, ok := a.taps[t.EventID]
+	delete(a.taps, t.EventID)
+	a.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return a.answer(ctx, p.queryID, text)
+}
+
+func (a *Adapter) answerPending(ctx context.Context, ev, text string) {
+	a.mu.Lock()
+	p, ok := a.taps[ev]
+	delete(a.taps, ev)
+	a.mu.Unlock()
+	if ok {
+		_ = a.answer(ctx, p.queryID, text)
+	}
+}
+
+// answer calls answerCallbackQuery (text up to 200 characters). A query
+// Telegram considers too old is not an error: nobody is waiting any more.
+func (a *Adapter) answer(ctx context.Context, queryID, text string) error {
+	if r := []rune(text); len(r) > 200 {
+		text = string(r[:199]) + "…"
+	}
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.HTTPTimeout)
+	defer cancel()
+	_, err := a.bot.AnswerCallbackQuery(cctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: queryID, Text: text})
+	if err != nil {
+		if isQueryTooOld(err) {
+			a.log.Debug("telegram: tap answered too late", slog.String("query", queryID))
+			return nil
+		}
+		err = mapError("answerCallbackQuery", err)
+		a.log.Warn("telegram: could not answer a tap", slog.Any("err", err))
+		return err
+	}
+	return nil
+}
+
+// tapJanitor answers taps the core did not answer in time (for example a
+// duplicate, or a tap whose processing is slow) so the spinner stops.
+func (a *Adapter) tapJanitor(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.sweepTaps(ctx)
+		}
+	}
+}
+
+func (a *Adapter) sweepTaps(ctx context.Context) {
+	now := a.now()
+	var due []string
+	a.mu.Lock()
+	for ev, p := range a.taps {
+		if now.Sub(p.at) >= a.tapFallback {
+			due = append(due, p.queryID)
+			delete(a.taps, ev)
+		}
+	}
+	for k, s := range a.splits {
+		if now.Sub(s.at) > time.Hour {
+			delete(a.splits, k)
+		}
+	}
+	a.mu.Unlock()
+	for _, q := range due {
+		_ = a.answer(ctx, q, "")
+	}
+}
+
+// sleepCtx sleeps for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// backoff doubles from min to max.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(b.cur*2, b.max)
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }

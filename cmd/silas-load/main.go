@@ -1,0 +1,1277 @@
+// Command silas-load drives Silas's turn pipeline (core/engine over
+// core/store) on real PostgreSQL and prints throughput and latency figures.
+// `make bench` runs it with its defaults after the Go benchmarks; the
+// figures and their analysis are kept in BENCHMARKS.md.
+//
+// The database is DATABASE_URL when set (its database must be empty or
+// hold only Silas's schema: the driver migrates it and writes into it);
+// otherwise a throwaway PostgreSQL cluster is started in a temporary
+// directory with durable commits (fsync and synchronous_commit on) and
+// removed at the end. --nosync starts that cluster without durability, for
+// comparison only.
+//
+// The engine runs in this process with a null channel (sends and edits
+// return at once and are counted), the deterministic command agent, the real
+// subprocess sandbox, the default policy and a fresh Ed25519 key.
+//
+// Phases, in this order:
+//
+//	warm-up      closed loop, not reported
+//	(a) closed   C senders, each delivers a text turn and waits for its
+//	             TurnDone (reply enqueued) before the next: turns/s
+//	(c) approvals --approvals `/run echo x` turns from an owner (low risk:
+//	             one tap each) create pending cards, reported as /run
+//	             turns/s; then each card is tapped at --tap-rate/s and tap →
+//	             execution start (Hooks.ExecutionStarted) latency is measured
+//	             from the scheduled tap time
+//	(b) open     turns scheduled at --rate/s for --open-duration; latency is
+//	             TurnDone time minus the *scheduled* send time, so a stall
+//	             shows up in the figures instead of silently lowering the
+//	             offered load (no coordinated omission). It runs last because
+//	             an overloaded pipeline leaves a backlog behind.
+//
+// After each phase the driver waits up to --drain-timeout for the outbox to
+// deliver its backlog, and reports how long that took or how much was left.
+// With --cpuprofile and --trace it profiles this process (pprof over all
+// phases; an execution trace of phase (a)). The per-turn resource table
+// counts CPU of this process, of the PostgreSQL server when it runs on this
+// host (its postmaster and children, found through our backend's parent),
+// write transactions (xid delta) and WAL bytes; "others" is CPU used on the
+// machine by anything else, which makes noisy figures visible.
+//
+// The exit status is non-zero on errors (a failed Deliver, a turn or
+// execution that does not complete within --timeout, an error logged by the
+// engine), not when a target is missed or the outbox is slow to drain.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"runtime/trace"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/agent"
+	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/sandbox"
+	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/verify"
+	"github.com/silas-gateway/silas/internal/pgcluster"
+)
+
+const (
+	channel = core.ChannelName("load")
+	owner   = core.IdentityID("load:owner")
+
+	targetTurnsPerSec = 3000
+	targetP99         = 25 * time.Millisecond
+)
+
+type options struct {
+	warmup       time.Duration
+	duration     time.Duration
+	concurrency  int
+	convs        int
+	rate         float64
+	openDuration time.Duration
+	approvals    int
+	tapRate      float64
+	noSync       bool
+	cpuProfile   string
+	traceFile    string
+	maxConns     int
+	workers      int
+	maxBatch     int
+	timeout      time.Duration
+	drainTimeout time.Duration
+	verbose      bool
+}
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	var o options
+	fs := flag.NewFlagSet("silas-load", flag.ContinueOnError)
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "closed-loop warm-up before measuring (not reported)")
+	fs.DurationVar(&o.duration, "duration", 6*time.Second, "closed-loop (max throughput) phase length")
+	fs.IntVar(&o.concurrency, "concurrency", 256, "closed-loop concurrent senders")
+	fs.IntVar(&o.convs, "convs", 500, "conversations the turns are spread over")
+	fs.Float64Var(&o.rate, "rate", 1000, "open-loop offered load, turns/s")
+	fs.DurationVar(&o.openDuration, "open-duration", 10*time.Second, "open-loop phase length (0 skips it)")
+	fs.IntVar(&o.approvals, "approvals", 200, "pending approvals to create and tap (0 skips the phase)")
+	fs.Float64Var(&o.tapRate, "tap-rate", 50, "approval taps per second")
+	fs.BoolVar(&o.noSync, "nosync", false, "throwaway cluster without durability (fsync, synchronous_commit off): for comparison only")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (all phases) to `file`")
+	fs.StringVar(&o.traceFile, "trace", "", "write an execution trace (go tool trace) of the closed-loop phase to `file`")
+	fs.IntVar(&o.maxConns, "maxconns", 16, "store connection pool size (as `silas serve`)")
+	fs.IntVar(&o.workers, "workers", 0, "engine.Config.Workers (0 = engine default)")
+	fs.IntVar(&o.maxBatch, "maxbatch", 0, "store.Options.MaxBatch (0 = store default)")
+	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "how long to wait for unfinished turns or executions at the end of a phase before failing")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", 5*time.Second, "how long to wait for the outbox to deliver its backlog after a phase (not draining is reported, not an error)")
+	fs.BoolVar(&o.verbose, "v", false, "log engine warnings and progress")
+	fs.SetOutput(os.Stderr)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if o.concurrency < 1 || o.convs < 1 || o.rate <= 0 || o.tapRate <= 0 || o.duration <= 0 {
+		fmt.Fprintln(os.Stderr, "silas-load: --concurrency, --convs, --rate, --tap-rate and --duration must be positive")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := load(ctx, o); err != nil {
+		fmt.Fprintf(os.Stderr, "silas-load: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// ---------------------------------------------------------------------------
+// The system under test.
+
+// nullChannel accepts every send and edit at once and counts them.
+type nullChannel struct {
+	sends, updates atomic.Int64
+}
+
+func (*nullChannel) Name() core.ChannelName { return channel }
+func (*nullChannel) Run(ctx context.Context, _ core.Inbox) error {
+	<-ctx.Done()
+	return nil
+}
+func (c *nullChannel) Send(context.Context, core.OutMessage) (core.MessageRef, error) {
+	return core.MessageRef("m" + strconv.FormatInt(c.sends.Add(1), 10)), nil
+}
+func (c *nullChannel) Update(context.Context, core.MessageRef, core.OutMessage) error {
+	c.updates.Add(1)
+	return nil
+}
+
+// errorCounter counts records at error level, passing records at or above
+// level to the next handler.
+type errorCounter struct {
+	next   slog.Handler
+	level  slog.Level
+	errors *atomic.Int64
+}
+
+func (h errorCounter) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= slog.LevelError || l >= h.level
+}
+func (h errorCounter) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError {
+		h.errors.Add(1)
+	}
+	if r.Level >= h.level {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+func (h errorCounter) WithAttrs(a []slog.Attr) slog.Handler {
+	return errorCounter{next: h.next.WithAttrs(a), level: h.level, errors: h.errors}
+}
+func (h errorCounter) WithGroup(n string) slog.Handler {
+	return errorCounter{next: h.next.WithGroup(n), level: h.level, errors: h.errors}
+}
+
+// clock is a monotonic nanosecond clock shared by the driver and the hooks.
+var epoch = time.Now()
+
+func nowNS() int64 { return int64(time.Since(epoch)) }
+
+// tracker pairs a turn's start (recorded after Deliver returned its seq)
+// with its TurnDone, whichever comes first: a worker may finish the turn
+// before Deliver has returned to the sender.
+type tracker struct {
+	mu      sync.Mutex
+	pending map[int64]*slot
+	done    atomic.Int64
+}
+
+type slot struct {
+	start, end int64 // 0 = not yet
+	rec        *recorder
+	ch         chan struct{}
+}
+
+func newTracker() *tracker { return &tracker{pending: map[int64]*slot{}} }
+
+// turnDone is the engine's TurnDone hook.
+func (t *tracker) turnDone(seq int64, _ core.ConversationID) {
+	at := nowNS()
+	t.done.Add(1)
+	t.mu.Lock()
+	s := t.pending[seq]
+	if s == nil {
+		t.pending[seq] = &slot{end: at}
+		t.mu.Unlock()
+		return
+	}
+	delete(t.pending, seq)
+	t.mu.Unlock()
+	s.end = at
+	if s.rec != nil {
+		s.rec.add(time.Duration(at - s.start))
+	}
+	close(s.ch)
+}
+
+// begin registers a delivered turn that started (was scheduled) at start;
+// its latency goes to rec (nil: not recorded). The channel closes at
+// TurnDone.
+func (t *tracker) begin(seq, start int64, rec *recorder) <-chan struct{} {
+	t.mu.Lock()
+	s := t.pending[seq]
+	if s != nil {
+		delete(t.pending, seq)
+		t.mu.Unlock()
+		if rec != nil {
+			rec.add(time.Duration(s.end - start))
+		}
+		return closedCh
+	}
+	s = &slot{start: start, rec: rec, ch: make(chan struct{})}
+	t.pending[seq] = s
+	t.mu.Unlock()
+	return s.ch
+}
+
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// recorder collects latencies.
+type recorder struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (r *recorder) add(d time.Duration) {
+	r.mu.Lock()
+	r.d = append(r.d, d)
+	r.mu.Unlock()
+}
+
+type dist struct {
+	n                        int
+	p50, p90, p99, p999, max time.Duration
+}
+
+func (r *recorder) dist() dist {
+	r.mu.Lock()
+	d := slices.Clone(r.d)
+	r.mu.Unlock()
+	slices.Sort(d)
+	q := func(p float64) time.Duration {
+		if len(d) == 0 {
+			return 0
+		}
+		i := int(math.Ceil(p*float64(len(d)))) - 1
+		return d[max(0, min(i, len(d)-1))]
+	}
+	out := dist{n: len(d), p50: q(0.50), p90: q(0.90), p99: q(0.99), p999: q(0.999)}
+	if len(d) > 0 {
+		out.max = d[len(d)-1]
+	}
+	return out
+}
+
+// execTracker pairs scheduled taps with ExecutionStarted.
+type execTracker struct {
+	mu      sync.Mutex
+	sched   map[core.ApprovalID]int64
+	started map[core.ApprovalID]int64
+	rec     recorder
+	n       atomic.Int64
+}
+
+func (x *execTracker) tapped(id core.ApprovalID, at int64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if s, ok := x.started[id]; ok {
+		x.rec.add(time.Duration(s - at))
+		return
+	}
+	x.sched[id] = at
+}
+
+func (x *execTracker) executionStarted(id core.ApprovalID) {
+	at := nowNS()
+	x.n.Add(1)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if s, ok := x.sched[id]; ok {
+		x.rec.add(time.Duration(at - s))
+		delete(x.sched, id)
+		return
+	}
+	x.started[id] = at
+}
+
+// ---------------------------------------------------------------------------
+// Resource accounting.
+
+// clkTck is USER_HZ, the unit of /proc CPU times (100 on Linux).
+const clkTck = 100.0
+
+// usage is CPU time used by this process, its waited-for children (sandbox
+// processes), the PostgreSQL server (when it runs on this host) and the
+// whole machine, plus the database's write transactions and WAL.
+type usage struct {
+	at                 time.Time
+	self, kids, pg     time.Duration
+	machine            cpuTimes
+	xid                int64 // next transaction id: write transactions are its delta
+	walBytes           int64
+	sends, updates     int64
+	turnsDone, execRun int64
+}
+
+// cpuTimes is the first line of /proc/stat, in seconds of CPU.
+type cpuTimes struct{ busy, idle, steal float64 }
+
+func machineCPU() cpuTimes {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuTimes{}
+	}
+	v := make([]float64, 8)
+	for i := range v {
+		v[i], _ = strconv.ParseFloat(f[i+1], 64)
+		v[i] /= clkTck
+	}
+	// user nice system idle iowait irq softirq steal
+	return cpuTimes{busy: v[0] + v[1] + v[2] + v[5] + v[6], idle: v[3] + v[4], steal: v[7]}
+}
+
+type sampler struct {
+	st         *store.Store
+	ch         *nullChannel
+	tr         *tracker
+	ex         *execTracker
+	postmaster int // 0: the server is not on this host (or not found)
+}
+
+func (s *sampler) sample(ctx context.Context) (usage, error) {
+	u := usage{at: time.Now(), sends: s.ch.sends.Load(), updates: s.ch.updates.Load(), turnsDone: s.tr.done.Load(), execRun: s.ex.n.Load(),
+		machine: machineCPU()}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		u.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err == nil {
+		u.kids = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	if s.postmaster != 0 {
+		u.pg = serverCPU(s.postmaster)
+	}
+	err := s.st.Pool().QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+		pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&u.xid, &u.walBytes)
+	return u, err
+}
+
+// findPostmaster returns the pid of the server's postmaster if it runs on
+// this host: the parent of our backend, when that is a postgres process.
+func findPostmaster(ctx context.Context, st *store.Store) int {
+	var backend int
+	if err := st.Pool().QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		return 0
+	}
+	comm, ppid, _, ok := procStat(backend)
+	if !ok || comm != "postgres" {
+		return 0
+	}
+	if comm, _, _, ok := procStat(ppid); !ok || comm != "postgres" {
+		return 0
+	}
+	return ppid
+}
+
+// procStat reads a process's name, parent and CPU fields (utime, stime,
+// cutime, cstime in seconds).
+func procStat(pid int) (comm string, ppid int, cpu [4]float64, ok bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return "", 0, cpu, false
+	}
+	s := string(b)
+	open, closeP := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closeP < open {
+		return "", 0, cpu, false
+	}
+	f := strings.Fields(s[closeP+1:])
+	// After the comm: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
+	if len(f) < 15 {
+		return "", 0, cpu, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	for i := range cpu {
+		cpu[i], _ = strconv.ParseFloat(f[11+i], 64)
+		cpu[i] /= clkTck
+	}
+	return s[open+1 : closeP], ppid, cpu, true
+}
+
+// serverCPU is the CPU time of one PostgreSQL server: its postmaster
+// (including, as children times, backends that exited) and its live
+// children.
+func serverCPU(postmaster int) time.Duration {
+	_, _, pm, ok := procStat(postmaster)
+	if !ok {
+		return 0
+	}
+	total := pm[0] + pm[1] + pm[2] + pm[3]
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if _, ppid, c, ok := procStat(pid); ok && ppid == postmaster {
+			total += c[0] + c[1]
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+type delta struct {
+	wall                      time.Duration
+	self, kids, pg            time.Duration
+	machine                   cpuTimes
+	txns, walBytes            int64
+	sends, updates, turns, ex int64
+}
+
+func diff(a, b usage) delta {
+	return delta{wall: b.at.Sub(a.at), self: b.self - a.self, kids: b.kids - a.kids, pg: b.pg - a.pg,
+		machine: cpuTimes{busy: b.machine.busy - a.machine.busy, idle: b.machine.idle - a.machine.idle, steal: b.machine.steal - a.machine.steal},
+		txns:    b.xid - a.xid, walBytes: b.walBytes - a.walBytes, sends: b.sends - a.sends, updates: b.updates - a.updates,
+		turns: b.turnsDone - a.turnsDone, ex: b.execRun - a.execRun}
+}
+
+// ---------------------------------------------------------------------------
+// The run.
+
+type harness struct {
+	o      options
+	eng    *engine.Engine
+	st     *store.Store
+	ch     *nullChannel
+	tr     *tracker
+	ex     *execTracker
+	sm     *sampler
+	run    string // prefix of event ids
+	events atomic.Int64
+	errs   atomic.Int64 // engine errors logged
+	fails  atomic.Int64 // Deliver errors
+}
+
+func (h *harness) conv(i int) core.ConversationID {
+	return core.ConversationID(fmt.Sprintf("%s:c%04d", channel, i%h.o.convs))
+}
+
+func (h *harness) sender(i int) core.IdentityID {
+	return core.IdentityID(fmt.Sprintf("load:u%04d", i%h.o.convs))
+}
+
+func (h *harness) textTurn(i int) core.Turn {
+	return core.Turn{Channel: channel, Conversation: h.conv(i), Sender: h.sender(i),
+		EventID: h.eventID("t"), Text: "hello, what can you do?",
+		Evidence: core.Evidence{Authenticated: true, Method: "load"}}
+}
+
+// eventID is unique across runs too (DATABASE_URL may be reused).
+func (h *harness) eventID(kind string) string {
+	return h.run + kind + strconv.FormatInt(h.events.Add(1), 10)
+}
+
+// deliver sends one turn and registers it with the tracker.
+func (h *harness) deliver(ctx context.Context, t core.Turn, start int64, rec *recorder) (int64, <-chan struct{}, error) {
+	res, err := h.eng.Deliver(ctx, t)
+	if err != nil {
+		h.fails.Add(1)
+		return 0, nil, err
+	}
+	if res.Duplicate {
+		h.fails.Add(1)
+		return 0, nil, fmt.Errorf("event %s reported as duplicate", t.EventID)
+	}
+	return res.Seq, h.tr.begin(res.Seq, start, rec), nil
+}
+
+type result struct {
+	name  string
+	value string
+	note  string
+}
+
+func load(ctx context.Context, o options) error {
+	// Under `go run` argv[0] is a temporary path: show the command's name.
+	cmdline := strings.Join(append([]string{"silas-load"}, os.Args[1:]...), " ")
+	machine := machineInfo()
+
+	tmp, err := os.MkdirTemp("", "silas-load-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	// Searchable (not listable) by others: as root, the cluster in tmp/pg
+	// runs as the postgres user, which must reach it.
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		return err
+	}
+
+	h := &harness{o: o, run: core.NewID()[:8] + "-", ch: &nullChannel{}, tr: newTracker(), ex: &execTracker{sched: map[core.ApprovalID]int64{}, started: map[core.ApprovalID]int64{}}}
+	// Engine errors are printed and counted (they fail the run); -v adds
+	// warnings.
+	level := slog.LevelError
+	if o.verbose {
+		level = slog.LevelWarn
+	}
+	logger := slog.New(errorCounter{next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}), level: level, errors: &h.errs})
+
+	dsn := os.Getenv("DATABASE_URL")
+	dbWhere := "DATABASE_URL"
+	if dsn == "" {
+		progress("starting a throwaway PostgreSQL cluster in %s (durable: %v)", tmp, !o.noSync)
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(tmp, "pg"), NoSync: o.noSync, Logger: nil})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := c.Stop(sctx); err != nil {
+				fmt.Fprintf(os.Stderr, "silas-load: stop cluster: %v\n", err)
+			}
+		}()
+		dsn = c.DSN()
+		dbWhere = "throwaway cluster (internal/pgcluster) on " + fsType(tmp)
+	} else if o.noSync {
+		return errors.New("--nosync applies to the throwaway cluster only; unset DATABASE_URL")
+	}
+
+	st, err := store.Open(ctx, dsn, store.Options{Logger: logger, MaxConns: int32(o.maxConns), MaxBatch: o.maxBatch})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if _, err := st.Migrate(ctx); err != nil {
+		return err
+	}
+	h.st = st
+	var pgVersion, fsync, syncCommit string
+	if err := st.Pool().QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'), current_setting('synchronous_commit')`).
+		Scan(&pgVersion, &fsync, &syncCommit); err != nil {
+		return err
+	}
+	durability := fmt.Sprintf("fsync=%s synchronous_commit=%s", fsync, syncCommit)
+	if fsync == "on" && syncCommit == "on" {
+		durability = "durable commits (" + durability + ")"
+	} else {
+		durability = "NOT DURABLE (" + durability + "): for comparison only"
+	}
+
+	sb, err := sandbox.New(sandbox.Config{BaseDir: filepath.Join(tmp, "sandbox")})
+	if err != nil {
+		return err
+	}
+	pol, err := policy.New(nil)
+	if err != nil {
+		return err
+	}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	allowed := make([]core.IdentityID, o.convs)
+	for i := range allowed {
+		allowed[i] = h.sender(i)
+	}
+	eng, err := engine.New(engine.Config{
+		Store: st, Channels: []core.Channel{h.ch}, Agent: agent.Command{}, Sandbox: sb,
+		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{filepath.Join(tmp, "sandbox")}},
+		Policy:   pol, Key: key, Owners: []core.IdentityID{owner}, Allowed: allowed, Workers: o.workers, Logger: logger,
+		Hooks: engine.Hooks{TurnDone: h.tr.turnDone, ExecutionStarted: h.ex.executionStarted},
+	})
+	if err != nil {
+		return err
+	}
+	h.eng = eng
+	runCtx, stopEngine := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- eng.Run(runCtx, 30*time.Second) }()
+	engineStopped := false
+	shutdown := func() error {
+		if engineStopped {
+			return nil
+		}
+		engineStopped = true
+		stopEngine()
+		return <-runDone
+	}
+	defer shutdown() //nolint:errcheck // the error path already reports
+	select {
+	case <-eng.Ready():
+	case err := <-runDone:
+		engineStopped = true
+		return fmt.Errorf("engine stopped at start: %v", err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+
+	h.sm = &sampler{st: st, ch: h.ch, tr: h.tr, ex: h.ex, postmaster: findPostmaster(ctx, st)}
+
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+
+	rep := &report{cmdline: cmdline, machine: machine,
+		postgres: fmt.Sprintf("%s, %s, %s", pgVersion, dbWhere, durability),
+		engine: fmt.Sprintf("store pool %d conns, maxbatch %s, workers %s, %d conversations, null channel, command agent, subprocess sandbox",
+			o.maxConns, orDefault(o.maxBatch), orDefault(o.workers), o.convs)}
+	runErr := h.phases(ctx, rep)
+	if err := shutdown(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("engine: %w", err)
+	}
+	rep.print(h)
+	if runErr != nil {
+		return runErr
+	}
+	if n := h.errs.Load(); n > 0 {
+		return fmt.Errorf("the engine logged %d error(s)", n)
+	}
+	return nil
+}
+
+// report collects the figures of the phases that ran.
+type report struct {
+	cmdline, machine, postgres, engine string
+	rows                               []result
+	resources                          []resRow
+	missed, warnings                   []string
+}
+
+func (r *report) add(name, value, note string) { r.rows = append(r.rows, result{name, value, note}) }
+
+// phases runs warm-up, (a), (c) and (b) — the open loop last, since an
+// overloaded pipeline leaves a backlog behind it.
+func (h *harness) phases(ctx context.Context, rep *report) error {
+	o := h.o
+	if o.warmup > 0 {
+		progress("warm-up: %s closed loop, %d senders", o.warmup, o.concurrency)
+		if _, err := h.closedLoop(ctx, o.warmup, o.concurrency); err != nil {
+			return err
+		}
+		if _, _, err := h.drain(ctx); err != nil {
+			return err
+		}
+	}
+	if err := h.phaseClosed(ctx, rep); err != nil {
+		return err
+	}
+	if o.approvals > 0 {
+		if err := h.phaseApprovals(ctx, rep); err != nil {
+			return err
+		}
+	}
+	if o.openDuration > 0 {
+		if err := h.phaseOpen(ctx, rep); err != nil {
+			return err
+		}
+	}
+	rep.add("(d) token mint+verify/s", "see BenchmarkMintCheck", "go test -bench MintCheck ./core/approval")
+	return nil
+}
+
+// drainAfter waits for the outbox after a phase and reports how long it
+// took, or that it did not finish (a finding, not an error).
+func (h *harness) drainAfter(ctx context.Context, rep *report, phase string) (string, error) {
+	backlog, _ := h.outboxBacklog(ctx)
+	took, left, err := h.drain(ctx)
+	if err != nil {
+		return "", err
+	}
+	if left > 0 {
+		w := fmt.Sprintf("outbox backlog after %s: %d jobs, %d still pending after waiting %s", phase, backlog, left, h.o.drainTimeout)
+		rep.warnings = append(rep.warnings, w)
+		return fmt.Sprintf("backlog at end %d jobs, NOT drained in %s (%d left)", backlog, h.o.drainTimeout, left), nil
+	}
+	return fmt.Sprintf("backlog at end %d jobs, drained in %s", backlog, took.Round(time.Millisecond)), nil
+}
+
+func (h *harness) phaseClosed(ctx context.Context, rep *report) error {
+	o := h.o
+	progress("(a) closed loop: %s, %d senders over %d conversations", o.duration, o.concurrency, o.convs)
+	u0, err := h.sm.sample(ctx)
+	if err != nil {
+		return err
+	}
+	var traceOut *os.File
+	if o.traceFile != "" {
+		if traceOut, err = os.Create(o.traceFile); err != nil {
+			return err
+		}
+		if err := trace.Start(traceOut); err != nil {
+			return err
+		}
+	}
+	cl, err := h.closedLoop(ctx, o.duration, o.concurrency)
+	if traceOut != nil {
+		trace.Stop()
+		traceOut.Close()
+	}
+	if err != nil {
+		return err
+	}
+	u1, err := h.sm.sample(ctx)
+	if err != nil {
+		return err
+	}
+	d := diff(u0, u1)
+	drained, err := h.drainAfter(ctx, rep, "(a)")
+	if err != nil {
+		return err
+	}
+	tps := float64(cl.turns) / cl.wall.Seconds()
+	rep.add("(a) turns/s sustained, closed loop (intake → agent → reply enqueued)", fmt.Sprintf("%.0f", tps),
+		fmt.Sprintf("%d turns in %s, %d senders; target ≥ %d: %s", cl.turns, cl.wall.Round(time.Millisecond), o.concurrency, targetTurnsPerSec, met(tps >= targetTurnsPerSec)))
+	rep.add("    closed-loop turn latency p50 / p99", fmt.Sprintf("%s / %s", ms(cl.lat.p50), ms(cl.lat.p99)), fmt.Sprintf("at %d in flight", o.concurrency))
+	rep.add("    replies delivered by the outbox during (a)", fmt.Sprintf("%.0f/s", float64(d.sends)/d.wall.Seconds()), drained)
+	if h.sm.postmaster != 0 && d.turns > 0 {
+		perTurn := (d.self + d.kids + d.pg) / time.Duration(d.turns)
+		rep.add("    CPU per turn (Go + postgres) → CPU-bound ceiling", fmt.Sprintf("%s → %.0f turns/s", ms(perTurn), float64(runtime.NumCPU())/perTurn.Seconds()),
+			fmt.Sprintf("if this run had all %d CPUs (others used %.0f%%)", runtime.NumCPU(), 100*max(0, d.machine.busy-(d.self+d.kids+d.pg).Seconds())/(float64(runtime.NumCPU())*d.wall.Seconds())))
+	}
+	if tps < targetTurnsPerSec {
+		rep.missed = append(rep.missed, fmt.Sprintf("(a) %.0f turns/s < %d", tps, targetTurnsPerSec))
+	}
+	rep.resources = append(rep.resources, resRow{"(a) closed loop", d, d.turns})
+	return nil
+}
+
+func (h *harness) phaseApprovals(ctx context.Context, rep *report) error {
+	o := h.o
+	progress("(c) approvals: %d `/run echo x` cards, then taps at %.0f/s", o.approvals, o.tapRate)
+	u0, err := h.sm.sample(ctx)
+	if err != nil {
+		return err
+	}
+	cardRate, seqs, err := h.createCards(ctx, o.approvals)
+	if err != nil {
+		return err
+	}
+	u1, err := h.sm.sample(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := h.drainAfter(ctx, rep, "the /run turns"); err != nil {
+		return err
+	}
+	rep.resources = append(rep.resources, resRow{"(c) /run → card", diff(u0, u1), int64(o.approvals)})
+	u2, err := h.sm.sample(ctx)
+	if err != nil {
+		return err
+	}
+	taps, err := h.tapAll(ctx, o.tapRate, seqs)
+	if err != nil {
+		return err
+	}
+	finished, err := h.waitExecutions(ctx, seqs)
+	if err != nil {
+		return err
+	}
+	u3, err := h.sm.sample(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := h.drainAfter(ctx, rep, "the taps"); err != nil {
+		return err
+	}
+	rep.resources = append(rep.resources, resRow{"(c) tap → verified", diff(u2, u3), int64(o.approvals)})
+	rep.add("(c) approval tap → execution start: p50 / p99 / max", fmt.Sprintf("%s / %s / %s", ms(taps.p50), ms(taps.p99), ms(taps.max)),
+		fmt.Sprintf("%d taps at %.0f/s; %d executions verified", taps.n, o.tapRate, finished))
+	rep.add("    /run turns/s (card creation)", fmt.Sprintf("%.0f", cardRate), fmt.Sprintf("%d cards, %d senders", o.approvals, min(o.concurrency, o.approvals)))
+	return nil
+}
+
+func (h *harness) phaseOpen(ctx context.Context, rep *report) error {
+	o := h.o
+	progress("(b) open loop: %.0f turns/s for %s", o.rate, o.openDuration)
+	u0, err := h.sm.sample(ctx)
+	if err != nil {
+		return err
+	}
+	ol, err := h.openLoop(ctx, o.rate, o.openDuration)
+	if err != nil {
+		return err
+	}
+	u1, err := h.sm.sample(ctx)
+	if err != nil {
+		return err
+	}
+	d := diff(u0, u1)
+	drained, err := h.drainAfter(ctx, rep, "(b)")
+	if err != nil {
+		return err
+	}
+	rep.add(fmt.Sprintf("(b) latency at %.0f turns/s offered: p50 / p90 / p99 / max", o.rate),
+		fmt.Sprintf("%s / %s / %s / %s", ms(ol.lat.p50), ms(ol.lat.p90), ms(ol.lat.p99), ms(ol.lat.max)),
+		fmt.Sprintf("%d turns; target p99 ≤ %s: %s", ol.lat.n, ms(targetP99), met(ol.lat.p99 <= targetP99)))
+	rep.add("    achieved rate: offered / completed", fmt.Sprintf("%.0f / %.0f turns/s", ol.offered, ol.completed),
+		fmt.Sprintf("scheduler lag max %s", ms(ol.maxLag)))
+	rep.add("    intake only (Deliver returned): p50 / p99", fmt.Sprintf("%s / %s", ms(ol.intake.p50), ms(ol.intake.p99)), "turn stored durably")
+	rep.add("    replies delivered by the outbox during (b)", fmt.Sprintf("%.0f/s", float64(d.sends)/d.wall.Seconds()), drained)
+	if ol.lat.p99 > targetP99 {
+		rep.missed = append(rep.missed, fmt.Sprintf("(b) p99 %s > %s", ms(ol.lat.p99), ms(targetP99)))
+	}
+	rep.resources = append(rep.resources, resRow{"(b) open loop", d, d.turns})
+	return nil
+}
+
+func (r *report) print(h *harness) {
+	fmt.Println()
+	fmt.Println("silas-load results")
+	fmt.Printf("  command:    %s\n", r.cmdline)
+	fmt.Printf("  machine:    %s\n", r.machine)
+	fmt.Printf("  postgres:   %s\n", r.postgres)
+	fmt.Printf("  engine:     %s\n", r.engine)
+	fmt.Println()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	for _, row := range r.rows {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", row.name, row.value, row.note)
+	}
+	tw.Flush()
+	fmt.Println()
+	fmt.Println("  resources per turn: CPU µs of this process (Go), its sandbox children and the PostgreSQL server; txns = write transactions;")
+	fmt.Println("  machine = all CPUs busy (any process), others = CPU used by processes outside this benchmark, steal = taken by the hypervisor")
+	tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "  phase\tturns\tGo µs\tsandbox µs\tpostgres µs\ttxns/turn\tturns/txn\tWAL B/turn\tmachine\tothers\tsteal\t\n")
+	for _, res := range r.resources {
+		n := float64(max(res.turns, 1))
+		per := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d.Microseconds())/n) }
+		tpt := "-"
+		if res.d.txns > 0 {
+			tpt = fmt.Sprintf("%.1f", n/float64(res.d.txns))
+		}
+		cpus := float64(runtime.NumCPU()) * res.d.wall.Seconds()
+		pct := func(sec float64) string { return fmt.Sprintf("%.0f%%", 100*sec/cpus) }
+		ours := (res.d.self + res.d.kids + res.d.pg).Seconds()
+		pgCPU := per(res.d.pg)
+		if h.sm == nil || h.sm.postmaster == 0 {
+			pgCPU = "n/a"
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%.2f\t%s\t%.0f\t%s\t%s\t%s\t\n", res.name, res.turns, per(res.d.self), per(res.d.kids), pgCPU,
+			float64(res.d.txns)/n, tpt, float64(res.d.walBytes)/n, pct(res.d.machine.busy), pct(max(0, res.d.machine.busy-ours)), pct(res.d.machine.steal))
+	}
+	tw.Flush()
+	fmt.Printf("  channel: %d sends, %d edits; engine errors logged: %d; failed delivers: %d\n",
+		h.ch.sends.Load(), h.ch.updates.Load(), h.errs.Load(), h.fails.Load())
+	for _, w := range r.warnings {
+		fmt.Printf("  WARNING: %s\n", w)
+	}
+	switch {
+	case len(r.rows) == 0:
+		fmt.Println("  no phase completed")
+	case len(r.missed) > 0:
+		fmt.Printf("  targets missed: %s\n", strings.Join(r.missed, "; "))
+	default:
+		fmt.Println("  targets met")
+	}
+}
+
+type resRow struct {
+	name  string
+	d     delta
+	turns int64
+}
+
+func orDefault(n int) string {
+	if n == 0 {
+		return "default"
+	}
+	return strconv.Itoa(n)
+}
+
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+func progress(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "silas-load: "+format+"\n", a...)
+}
+
+type closedResult struct {
+	turns int64
+	wall  time.Duration
+	lat   dist
+}
+
+// closedLoop runs c senders for d; each waits for its turn's TurnDone
+// before sending the next. Sender i uses conversations i, i+c, i+2c, … so a
+// conversation never has two turns in flight.
+func (h *harness) closedLoop(ctx context.Context, d time.Duration, c int) (closedResult, error) {
+	var rec recorder
+	var wg sync.WaitGroup
+	var firstErr error
+	var errOnce sync.Once
+	var turns atomic.Int64
+	start := time.Now()
+	deadline := start.Add(d)
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	convsPer := max(1, h.o.convs/c)
+	for s := range c {
+		wg.Go(func() {
+			for k := 0; time.Now().Before(deadline) && lctx.Err() == nil; k++ {
+				i := s + (k%convsPer)*c
+				t0 := nowNS()
+				_, done, err := h.deliver(lctx, h.textTurn(i), t0, &rec)
+				if err != nil {
+					errOnce.Do(func() { firstErr = err; cancel() })
+					return
+				}
+				select {
+				case <-done:
+					turns.Add(1)
+				case <-time.After(h.o.timeout):
+					errOnce.Do(func() { firstErr = fmt.Errorf("a turn did not complete within %s", h.o.timeout); cancel() })
+					return
+				case <-lctx.Done():
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	return closedResult{turns: turns.Load(), wall: wall, lat: rec.dist()}, firstErr
+}
+
+type openResult struct {
+	lat, intake        dist
+	offered, completed float64
+	maxLag             time.Duration
+}
+
+// openLoop offers turns at rate for d, each sent at its scheduled time (or
+// at once when the scheduler is behind), without waiting for earlier ones.
+// Latency runs from the scheduled time.
+func (h *harness) openLoop(ctx context.Context, rate float64, d time.Duration) (openResult, error) {
+	var rec, intake recorder
+	n := int(rate * d.Seconds())
+	interval := time.Duration(float64(time.Second) / rate)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	dones := make([]<-chan struct{}, n)
+	var maxLag time.Duration
+	start := nowNS() + int64(10*time.Millisecond)
+	for i := range n {
+		sched := start + int64(i)*int64(interval)
+		if wait := time.Duration(sched - nowNS()); wait > 0 {
+			time.Sleep(wait)
+		}
+		if lag := time.Duration(nowNS() - sched); lag > maxLag {
+			maxLag = lag
+		}
+		if ctx.Err() != nil {
+			return openResult{}, ctx.Err()
+		}
+		wg.Go(func() {
+			_, done, err := h.deliver(ctx, h.textTurn(i), sched, &rec)
+			if err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err)
+				return
+			}
+			intake.add(time.Duration(nowNS() - sched))
+			dones[i] = done
+		})
+	}
+	sentAt := nowNS()
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return openResult{}, fmt.Errorf("%d of %d delivers failed: %w", failed.Load(), n, err)
+	}
+	timeout := time.After(h.o.timeout)
+	for _, c := range dones {
+		select {
+		case <-c:
+		case <-timeout:
+			return openResult{}, fmt.Errorf("open loop: turns still unfinished %s after the last send", h.o.timeout)
+		case <-ctx.Done():
+			return openResult{}, ctx.Err()
+		}
+	}
+	lastDone := nowNS()
+	return openResult{
+		lat: rec.dist(), intake: intake.dist(), maxLag: maxLag,
+		offered:   float64(n) / (float64(sentAt-start) / 1e9),
+		completed: float64(n) / (float64(lastDone-start) / 1e9),
+	}, nil
+}
+
+// createCards sends n `/run echo x` turns from the owner, one per
+// conversation in turn, and returns the rate at which they completed and
+// the turns' seqs.
+func (h *harness) createCards(ctx context.Context, n int) (float64, []int64, error) {
+	c := min(h.o.concurrency, n)
+	seqs := make([]int64, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	start := time.Now()
+	for range c {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				t := core.Turn{Channel: channel, Conversation: h.conv(i), Sender: owner,
+					EventID: h.eventID("r"), Text: "/run echo x",
+					Evidence: core.Evidence{Authenticated: true, Method: "load"}}
+				seq, done, err := h.deliver(ctx, t, nowNS(), nil)
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				seqs[i] = seq
+				select {
+				case <-done:
+				case <-time.After(h.o.timeout):
+					firstErr.CompareAndSwap(nil, fmt.Errorf("a /run turn did not complete within %s", h.o.timeout))
+					return
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return 0, nil, err
+	}
+	return float64(n) / time.Since(start).Seconds(), seqs, ctx.Err()
+}
+
+// tapAll approves every pending card at rate taps/s and returns tap →
+// execution start latencies.
+func (h *harness) tapAll(ctx context.Context, rate float64, seqs []int64) (dist, error) {
+	rows, err := h.st.Pool().Query(ctx, `SELECT id, conversation FROM approvals WHERE status = 'pending' AND turn_seq = ANY($1) ORDER BY created_at`, seqs)
+	if err != nil {
+		return dist{}, err
+	}
+	type card struct {
+		id   core.ApprovalID
+		conv core.ConversationID
+	}
+	var list []card
+	for rows.Next() {
+		var c card
+		if err := rows.Scan(&c.id, &c.conv); err != nil {
+			return dist{}, err
+		}
+		list = append(list, c)
+	}
+	if err := rows.Err(); err != nil {
+		return dist{}, err
+	}
+	if len(list) != h.o.approvals {
+		return dist{}, fmt.Errorf("found %d pending approvals, want %d", len(list), h.o.approvals)
+	}
+	interval := time.Duration(float64(time.Second) / rate)
+	start := nowNS() + int64(10*time.Millisecond)
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for i, c := range list {
+		sched := start + int64(i)*int64(interval)
+		if wait := time.Duration(sched - nowNS()); wait > 0 {
+			time.Sleep(wait)
+		}
+		wg.Go(func() {
+			h.ex.tapped(c.id, sched)
+			t := core.Turn{Channel: channel, Conversation: c.conv, Sender: owner,
+				EventID: h.eventID("a"), Tap: &core.Tap{Card: cards.ID(c.id), Choice: "approve"},
+				Evidence: core.Evidence{Authenticated: true, Method: "load"}}
+			if _, _, err := h.deliver(ctx, t, sched, nil); err != nil {
+				firstErr.CompareAndSwap(nil, err)
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return dist{}, err
+	}
+	deadline := time.Now().Add(h.o.timeout)
+	for h.ex.rec.dist().n < len(list) {
+		if time.Now().After(deadline) {
+			return dist{}, fmt.Errorf("only %d of %d approved executions started within %s", h.ex.rec.dist().n, len(list), h.o.timeout)
+		}
+		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+			return dist{}, err
+		}
+	}
+	return h.ex.rec.dist(), nil
+}
+
+// waitExecutions waits until the executions of the approvals requested by
+// the turns seqs are verified (or failed) and returns how many verified.
+func (h *harness) waitExecutions(ctx context.Context, seqs []int64) (int, error) {
+	n := len(seqs)
+	deadline := time.Now().Add(h.o.timeout)
+	for {
+		var ok, total int
+		if err := h.st.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE e.status = 'verified'),
+			count(*) FILTER (WHERE e.status IN ('verified', 'failed', 'refused', 'interrupted'))
+			FROM executions e JOIN approvals a ON a.id = e.approval_id WHERE a.turn_seq = ANY($1)`, seqs).
+			Scan(&ok, &total); err != nil {
+			return 0, err
+		}
+		if total >= n {
+			if ok != total {
+				return ok, fmt.Errorf("%d of %d executions did not verify", total-ok, total)
+			}
+			return ok, nil
+		}
+		if time.Now().After(deadline) {
+			return ok, fmt.Errorf("only %d of %d executions finished within %s", total, n, h.o.timeout)
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func (h *harness) outboxBacklog(ctx context.Context) (int, error) {
+	var n int
+	err := h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM outbox WHERE status = 'pending'`).Scan(&n)
+	return n, err
+}
+
+// drain waits up to --drain-timeout until the outbox has delivered
+// everything, so one phase's leftovers do not load the next; it returns how
+// long that took and how many jobs were left.
+func (h *harness) drain(ctx context.Context) (time.Duration, int, error) {
+	start := time.Now()
+	deadline := start.Add(h.o.drainTimeout)
+	for {
+		n, err := h.outboxBacklog(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		if n == 0 || time.Now().After(deadline) {
+			return time.Since(start), n, nil
+		}
+		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+			return 0, 0, err
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Machine description.
+
+func machineInfo() string {
+	model := "unknown CPU"
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
+				kb, _ := strconv.ParseFloat(f[1], 64)
+				mem = fmt.Sprintf(", %.0f GiB", kb/(1<<20))
+			}
+		}
+	}
+	kernel := ""
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = ", Linux " + strings.TrimSpace(string(b))
+	}
+	return fmt.Sprintf("nproc %d (GOMAXPROCS %d), %s%s%s, %s %s/%s", runtime.NumCPU(), runtime.GOMAXPROCS(0), model, mem, kernel,
+		runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// fsType names the file system holding dir (fsync cost depends on it).
+func fsType(dir string) string {
+	var s syscall.Statfs_t
+	if err := syscall.Statfs(dir, &s); err != nil {
+		return "unknown file system"
+	}
+	switch s.Type {
+	case 0xEF53:
+		return "ext4"
+	case 0x01021994:
+		return "tmpfs (fsync is free: not representative)"
+	case 0x58465342:
+		return "xfs"
+	case 0x9123683E:
+		return "btrfs"
+	case 0x794C7630:
+		return "overlayfs"
+	}
+	return fmt.Sprintf("file system 0x%x", s.Type)
+}
