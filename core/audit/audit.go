@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/silas-gateway/silas/core/canon"
@@ -139,4 +140,49 @@ func short(b []byte) string {
 		return s[:16]
 	}
 	return s
+}
+
+// Prepared is an entry canonicalised up to its sequence number. "seq" sorts
+// last among the entry's keys in RFC 8785 order, so the canonical bytes are
+// the prefix, the decimal seq and "}". Preparing outside the chain lock
+// keeps the serial part of an append to hashing.
+type Prepared struct {
+	At       time.Time
+	Entry    Entry
+	DataJSON []byte
+	prefix   []byte
+}
+
+// Prepare canonicalises everything but the seq.
+func Prepare(at time.Time, e Entry) (Prepared, error) {
+	data, err := MarshalData(e.Data)
+	if err != nil {
+		return Prepared{}, err
+	}
+	doc := struct {
+		At           string          `json:"at"`
+		Kind         string          `json:"kind"`
+		Actor        string          `json:"actor"`
+		Conversation string          `json:"conversation"`
+		Data         json.RawMessage `json:"data"`
+	}{Truncate(at).Format(TimeFormat), e.Kind, e.Actor, e.Conversation, data}
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return Prepared{}, fmt.Errorf("audit: marshal entry: %w", err)
+	}
+	c, err := canon.Transform(raw)
+	if err != nil {
+		return Prepared{}, err
+	}
+	// c ends with "}"; the seq member goes right before it.
+	prefix := append(c[:len(c)-1:len(c)-1], []byte(`,"seq":`)...)
+	return Prepared{At: Truncate(at), Entry: e, DataJSON: data, prefix: prefix}, nil
+}
+
+// Canonical returns the canonical bytes for seq; equal to Canonical(seq, …).
+func (p Prepared) Canonical(seq int64) []byte {
+	b := make([]byte, 0, len(p.prefix)+21)
+	b = append(b, p.prefix...)
+	b = strconv.AppendInt(b, seq, 10)
+	return append(b, '}')
 }

@@ -57,6 +57,9 @@ type Config struct {
 	MaxTextLen int
 	// Workers bounds conversations processed concurrently (default 64).
 	Workers int
+	// OutboxMaxBackoff caps the wait between delivery retries after a
+	// platform error (default 5 minutes; rate limits use retry_after).
+	OutboxMaxBackoff time.Duration
 	// Registry receives metrics (nil: none registered).
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
@@ -96,6 +99,9 @@ func (c *Config) defaults() error {
 	if c.Workers <= 0 {
 		c.Workers = 64
 	}
+	if c.OutboxMaxBackoff <= 0 {
+		c.OutboxMaxBackoff = 5 * time.Minute
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -134,8 +140,11 @@ type Engine struct {
 	stopWork context.CancelFunc
 
 	outboxWake chan struct{}
-	inflight   map[core.ConversationID]bool
-	inflightMu sync.Mutex
+	inflightMu sync.Mutex // guards lanes and lanesCtx
+	lanes      map[core.ConversationID]*lane
+	lanesCtx   context.Context
+	laneWG     sync.WaitGroup
+	deliverSem chan struct{}
 	ready      chan struct{}
 
 	// beforeExecute is a test hook (see export_test.go).
@@ -162,7 +171,8 @@ func New(cfg Config) (*Engine, error) {
 		queues:     map[core.ConversationID]*convQueue{},
 		sem:        make(chan struct{}, cfg.Workers),
 		outboxWake: make(chan struct{}, 1),
-		inflight:   map[core.ConversationID]bool{},
+		lanes:      map[core.ConversationID]*lane{},
+		deliverSem: make(chan struct{}, cfg.Workers),
 		ready:      make(chan struct{}),
 	}
 	for ch, p := range cfg.Access {
@@ -386,7 +396,7 @@ func (e *Engine) failTurn(st core.StoredTurn, cause error) {
 	if err != nil {
 		e.log.Error("could not record failed turn", slog.Int64("seq", st.Seq), slog.Any("err", err))
 	}
-	e.wakeOutbox()
+	e.kick(st.Turn.Conversation, 1)
 }
 
 func (e *Engine) failpoint(name string) {

@@ -59,6 +59,7 @@ func (e *Engine) resumeExecutions(ctx context.Context) error {
 // update that shows it, with its audit entry, in one transaction.
 func (e *Engine) finishExecution(ctx context.Context, id core.ApprovalID, from, to core.ExecStatus, u store.ExecUpdate, kind string, data map[string]any) error {
 	var applied bool
+	var conv core.ConversationID
 	err := e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
 		ok, err := tx.TransitionExecution(ctx, id, from, to, u)
 		if err != nil || !ok {
@@ -70,6 +71,7 @@ func (e *Engine) finishExecution(ctx context.Context, id core.ApprovalID, from, 
 		if err != nil {
 			return nil, err
 		}
+		conv = a.Conversation
 		if u.Result != nil && u.Result.OutputRef != "" {
 			if err := tx.InsertOutput(ctx, u.Result.OutputRef, id, fullOutput(u.Result)); err != nil {
 				return nil, err
@@ -100,7 +102,7 @@ func (e *Engine) finishExecution(ctx context.Context, id core.ApprovalID, from, 
 	}
 	if applied {
 		e.m.executions.WithLabelValues(string(to)).Inc()
-		e.wakeOutbox()
+		e.kick(conv, 1)
 	}
 	return nil
 }

@@ -14,12 +14,13 @@ import (
 // before the next (in order per chat); conversations proceed in parallel.
 // A rate limit or outage delays a conversation; it never drops a message.
 const (
-	outboxMaxIdle    = time.Second
-	outboxMaxBackoff = 5 * time.Minute
+	// outboxScan is how often the recovery scan runs.
+	outboxScan = time.Second
 	// outboxGiveUp bounds retries of non-rate-limit failures.
 	outboxGiveUp = 24 * time.Hour
 )
 
+// wakeOutbox asks the recovery scan to look for pending work now.
 func (e *Engine) wakeOutbox() {
 	select {
 	case e.outboxWake <- struct{}{}:
@@ -27,89 +28,193 @@ func (e *Engine) wakeOutbox() {
 	}
 }
 
-func (e *Engine) outboxLoop(ctx context.Context) {
-	// Deliveries use their own context so shutdown lets an in-flight send
-	// finish (bounded by the HTTP client's timeout) instead of tearing it.
-	dctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan core.ConversationID, 64)
-	active := 0
-	for {
-		jobs, err := e.st.OutboxHeads(ctx, e.now(), 128)
-		if err != nil && ctx.Err() == nil {
-			e.log.Error("outbox: listing jobs failed", slog.Any("err", err))
-		}
-		for _, j := range jobs {
-			e.inflightMu.Lock()
-			busy := e.inflight[j.Conversation]
-			if !busy {
-				e.inflight[j.Conversation] = true
-			}
-			e.inflightMu.Unlock()
-			if busy {
-				continue
-			}
-			active++
-			go func(j core.OutboxJob) {
-				e.deliver(dctx, j)
-				done <- j.Conversation
-			}(j)
-		}
-		wait := outboxMaxIdle
-		if next, err := e.st.NextOutboxDue(ctx); err == nil && !next.IsZero() {
-			if d := next.Sub(e.now()); d < wait {
-				wait = max(d, 5*time.Millisecond)
-			}
-		}
-		timer := time.NewTimer(wait)
+// kick makes sure conv's delivery lane runs; it is called after a commit
+// that enqueued something for conv. Lanes deliver a conversation's jobs
+// oldest first, one at a time, each with one indexed query, so the cost of
+// a delivery does not grow with the backlog of other conversations.
+//
+// n is how many jobs the commit enqueued for conv; a lane that knows all its
+// jobs were delivered stops without another query. n < 0 means unknown (the
+// recovery scan): the lane then looks until the conversation is empty.
+func (e *Engine) kick(conv core.ConversationID, n int) {
+	e.inflightMu.Lock()
+	defer e.inflightMu.Unlock()
+	if l, ok := e.lanes[conv]; ok {
+		l.add(n)
 		select {
-		case <-ctx.Done():
-			timer.Stop()
-			for ; active > 0; active-- {
-				e.release(<-done)
-			}
-			return
-		case conv := <-done:
-			active--
-			e.release(conv)
-		case <-e.outboxWake:
-		case <-timer.C:
+		case l.kicked <- struct{}{}:
+		default:
 		}
-		timer.Stop()
+		return
+	}
+	if e.lanesCtx == nil || e.lanesCtx.Err() != nil {
+		return // not running (or shutting down): the scan at start finds it
+	}
+	l := &lane{kicked: make(chan struct{}, 1)}
+	l.add(n)
+	e.lanes[conv] = l
+	e.laneWG.Add(1)
+	go e.runLane(conv, l)
+}
+
+// lane is one conversation's delivery state (guarded by inflightMu).
+type lane struct {
+	kicked  chan struct{}
+	expect  int  // jobs known to be pending
+	unknown bool // pending count unknown: look until empty
+}
+
+func (l *lane) add(n int) {
+	if n < 0 {
+		l.unknown = true
+		return
+	}
+	l.expect += n
+}
+
+// done records one delivered job; it reports whether the lane may stop
+// without looking again.
+func (e *Engine) laneDone(conv core.ConversationID, l *lane) bool {
+	e.inflightMu.Lock()
+	defer e.inflightMu.Unlock()
+	l.expect--
+	if l.expect <= 0 && !l.unknown {
+		select {
+		case <-l.kicked:
+		default:
+		}
+		delete(e.lanes, conv)
+		return true
+	}
+	return false
+}
+
+func (e *Engine) runLane(conv core.ConversationID, l *lane) {
+	defer e.laneWG.Done()
+	ctx := e.lanesCtx
+	kicked := l.kicked
+	for {
+		j, superseded, ref, err := e.st.NextOutboxJob(ctx, conv)
+		if errors.Is(err, core.ErrNotFound) {
+			e.inflightMu.Lock()
+			select {
+			case <-kicked:
+				// Work was enqueued while we looked: look again.
+				e.inflightMu.Unlock()
+				continue
+			default:
+			}
+			delete(e.lanes, conv)
+			e.inflightMu.Unlock()
+			return
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				e.endLane(conv)
+				return
+			}
+			e.log.Error("outbox: reading the next job failed", slog.String("conversation", string(conv)), slog.Any("err", err))
+			if !e.sleep(ctx, kicked, time.Second) {
+				e.endLane(conv)
+				return
+			}
+			continue
+		}
+		if wait := j.NextAt.Sub(e.now()); wait > 0 {
+			if !e.sleep(ctx, kicked, wait) {
+				e.endLane(conv)
+				return
+			}
+			continue
+		}
+		select {
+		case e.deliverSem <- struct{}{}:
+		case <-ctx.Done():
+			e.endLane(conv)
+			return
+		}
+		// Deliveries use a context of their own so that shutdown lets an
+		// in-flight send finish (bounded by the adapter's timeouts).
+		delivered := e.deliver(context.WithoutCancel(ctx), j, superseded, ref)
+		<-e.deliverSem
+		if ctx.Err() != nil {
+			e.endLane(conv)
+			return
+		}
+		if delivered && e.laneDone(conv, l) {
+			return
+		}
 	}
 }
 
-func (e *Engine) release(conv core.ConversationID) {
+func (e *Engine) endLane(conv core.ConversationID) {
 	e.inflightMu.Lock()
-	delete(e.inflight, conv)
+	delete(e.lanes, conv)
 	e.inflightMu.Unlock()
 }
 
-func (e *Engine) deliver(ctx context.Context, j core.OutboxJob) {
-	log := e.log.With(slog.Int64("job", j.ID), slog.String("channel", string(j.Channel)), slog.String("conversation", string(j.Conversation)), slog.String("op", string(j.Op)))
+// sleep waits d, a kick or the end of ctx; false means ctx ended.
+func (e *Engine) sleep(ctx context.Context, kicked chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-kicked:
+	case <-t.C:
+	}
+	return true
+}
+
+// outboxLoop runs the lanes and a slow scan that starts a lane for any
+// conversation with pending work and none running (after a restart, or work
+// enqueued by another process such as the CLI).
+func (e *Engine) outboxLoop(ctx context.Context) {
+	e.inflightMu.Lock()
+	e.lanesCtx = ctx
+	e.inflightMu.Unlock()
+	defer e.laneWG.Wait()
+	for {
+		convs, err := e.st.PendingOutboxConversations(ctx, 10000)
+		if err != nil && ctx.Err() == nil {
+			e.log.Error("outbox: scanning for pending work failed", slog.Any("err", err))
+		}
+		for _, c := range convs {
+			e.kick(c, -1)
+		}
+		t := time.NewTimer(outboxScan)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-e.outboxWake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// deliver hands one job to its channel and records the result; it reports
+// whether the job left the queue (delivered, superseded or given up).
+func (e *Engine) deliver(ctx context.Context, j core.OutboxJob, superseded bool, prev core.MessageRef) bool {
 	ch, ok := e.channels[j.Channel]
 	if !ok {
 		e.outboxFail(ctx, j, "channel "+string(j.Channel)+" is not configured")
-		return
+		return true
 	}
 	var ref core.MessageRef
 	var err error
 	status := "delivered"
 	switch j.Op {
 	case core.OpUpdate:
-		if later, lerr := e.st.HasLaterUpdate(ctx, j); lerr == nil && later {
+		if superseded {
 			status = "superseded" // a newer edit of the same card follows
 			break
 		}
-		prev, rerr := e.st.SentRef(ctx, j.Channel, j.MessageKey)
-		if errors.Is(rerr, core.ErrNotFound) {
+		if prev == "" {
 			// The original never arrived (or failed for good): show the
 			// current state as a new message rather than losing it.
 			ref, err = ch.Send(ctx, j.Message)
-			break
-		}
-		if rerr != nil {
-			err = rerr
 			break
 		}
 		err = ch.Update(ctx, prev, j.Message)
@@ -125,31 +230,40 @@ func (e *Engine) deliver(ctx context.Context, j core.OutboxJob) {
 				Data: map[string]any{"job": j.ID, "key": j.MessageKey, "status": status}}}, nil
 		})
 		if derr != nil {
-			log.Error("outbox: delivered but could not record it; it may be delivered again", slog.Any("err", derr))
+			e.jobLog(j).Error("outbox: delivered but could not record it; it may be delivered again", slog.Any("err", derr))
 		}
 		e.m.outbox.WithLabelValues(status).Inc()
-		return
+		return derr == nil
 	}
 	var rl *core.RateLimitedError
 	var perm *core.PermanentError
+	log := e.jobLog(j)
 	switch {
 	case errors.As(err, &rl):
 		wait := max(rl.RetryAfter, 100*time.Millisecond)
 		log.Warn("outbox: rate limited", slog.Duration("retry_after", wait))
 		e.outboxRetry(ctx, j, e.now().Add(wait), err)
 		e.m.outbox.WithLabelValues("rate_limited").Inc()
+		return false
 	case errors.As(err, &perm):
 		log.Error("outbox: permanent delivery failure", slog.Any("err", err))
 		e.outboxFail(ctx, j, err.Error())
+		return true
 	case e.now().Sub(j.CreatedAt) > outboxGiveUp:
 		log.Error("outbox: giving up after retrying for a day", slog.Any("err", err))
 		e.outboxFail(ctx, j, err.Error())
+		return true
 	default:
-		backoff := min(time.Second<<min(j.Attempts, 16), outboxMaxBackoff)
+		backoff := min(time.Second<<min(j.Attempts, 16), e.cfg.OutboxMaxBackoff)
 		log.Warn("outbox: delivery failed; will retry", slog.Any("err", err), slog.Duration("backoff", backoff), slog.Int("attempt", j.Attempts+1))
 		e.outboxRetry(ctx, j, e.now().Add(backoff), err)
 		e.m.outbox.WithLabelValues("retry").Inc()
+		return false
 	}
+}
+
+func (e *Engine) jobLog(j core.OutboxJob) *slog.Logger {
+	return e.log.With(slog.Int64("job", j.ID), slog.String("channel", string(j.Channel)), slog.String("conversation", string(j.Conversation)), slog.String("op", string(j.Op)))
 }
 
 func (e *Engine) outboxRetry(ctx context.Context, j core.OutboxJob, next time.Time, cause error) {
@@ -207,9 +321,7 @@ func (e *Engine) expiryLoop(ctx context.Context) {
 			if err != nil && ctx.Err() == nil {
 				e.log.Error("expiry: could not expire approval", slog.String("approval", string(a.ID)), slog.Any("err", err))
 			}
-		}
-		if len(list) > 0 {
-			e.wakeOutbox()
+			e.kick(a.Conversation, -1)
 		}
 	}
 }

@@ -144,7 +144,10 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 	}
 	e.m.turnLatency.Observe(e.now().Sub(start).Seconds())
 	e.m.turnsProcessed.Inc()
-	e.wakeOutbox()
+	e.kick(t.Conversation, len(final.replies)+len(final.cards)+len(final.updates))
+	for _, ps := range final.sends {
+		e.kick(ps.conv, 1)
+	}
 	return nil
 }
 

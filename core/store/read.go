@@ -223,6 +223,53 @@ func (s *Store) OutboxHeads(ctx context.Context, now time.Time, limit int) ([]co
 	return out, rows.Err()
 }
 
+// NextOutboxJob returns a conversation's oldest pending job, whether a newer
+// pending edit of the same message supersedes it, and the platform ref of
+// the message it edits (empty if none was recorded). ErrNotFound: nothing
+// pending.
+func (s *Store) NextOutboxJob(ctx context.Context, conv core.ConversationID) (j core.OutboxJob, superseded bool, ref core.MessageRef, err error) {
+	var op string
+	var payload []byte
+	var r *string
+	err = s.pool.QueryRow(ctx, `SELECT o.id, o.channel, o.conversation, o.op, o.message_key, o.payload, o.attempts, o.next_at, o.created_at,
+			o.op = 'update' AND EXISTS (SELECT 1 FROM outbox l WHERE l.status = 'pending' AND l.channel = o.channel
+				AND l.message_key = o.message_key AND l.op = 'update' AND l.id > o.id),
+			s.ref
+		FROM outbox o LEFT JOIN sent_messages s ON s.channel = o.channel AND s.message_key = o.message_key
+		WHERE o.conversation = $1 AND o.status = 'pending' ORDER BY o.id LIMIT 1`, conv).
+		Scan(&j.ID, &j.Channel, &j.Conversation, &op, &j.MessageKey, &payload, &j.Attempts, &j.NextAt, &j.CreatedAt, &superseded, &r)
+	if err != nil {
+		return j, false, "", notFound(err)
+	}
+	j.Op = core.OutboxOp(op)
+	if err := json.Unmarshal(payload, &j.Message); err != nil {
+		return j, false, "", fmt.Errorf("store: decode outbox job %d: %w", j.ID, err)
+	}
+	if r != nil {
+		ref = core.MessageRef(*r)
+	}
+	return j, superseded, ref, nil
+}
+
+// PendingOutboxConversations lists conversations with pending deliveries
+// (for recovery after a restart and for retries).
+func (s *Store) PendingOutboxConversations(ctx context.Context, limit int) ([]core.ConversationID, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT conversation FROM outbox WHERE status = 'pending' LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: pending outbox conversations: %w", err)
+	}
+	defer rows.Close()
+	var out []core.ConversationID
+	for rows.Next() {
+		var c core.ConversationID
+		if err := rows.Scan(&c); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
 // NextOutboxDue returns when the earliest pending job is due (zero if none).
 func (s *Store) NextOutboxDue(ctx context.Context) (time.Time, error) {
 	var t *time.Time
@@ -251,22 +298,19 @@ func (s *Store) SentRef(ctx context.Context, ch core.ChannelName, key string) (c
 
 // OutboxDelivered marks a job delivered and remembers the platform ref.
 func (t *Tx) OutboxDelivered(ctx context.Context, j core.OutboxJob, ref core.MessageRef, status string) error {
-	if _, err := t.tx.Exec(ctx, `UPDATE outbox SET status = $2, delivered_at = $3, attempts = attempts + 1 WHERE id = $1 AND status = 'pending'`,
-		j.ID, status, t.now()); err != nil {
-		return fmt.Errorf("store: outbox delivered: %w", err)
-	}
-	if ref != "" {
-		if _, err := t.tx.Exec(ctx, `INSERT INTO sent_messages (channel, message_key, conversation, ref, sent_at) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (channel, message_key) DO UPDATE SET ref = EXCLUDED.ref`, j.Channel, j.MessageKey, j.Conversation, ref, t.now()); err != nil {
-			return fmt.Errorf("store: remember sent message: %w", err)
-		}
+	t.later("outbox delivered", `UPDATE outbox SET status = $2, delivered_at = $3, attempts = attempts + 1 WHERE id = $1 AND status = 'pending'`,
+		j.ID, status, t.now())
+	// Only cards are edited later, so only their platform refs are kept.
+	if ref != "" && j.Message.Card != nil {
+		t.later("remember sent message", `INSERT INTO sent_messages (channel, message_key, conversation, ref, sent_at) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (channel, message_key) DO UPDATE SET ref = EXCLUDED.ref`, j.Channel, j.MessageKey, j.Conversation, ref, t.now())
 	}
 	return nil
 }
 
 // OutboxRetry records a failed attempt and when to try again.
 func (t *Tx) OutboxRetry(ctx context.Context, id int64, next time.Time, errText string) error {
-	_, err := t.tx.Exec(ctx, `UPDATE outbox SET attempts = attempts + 1, next_at = $2, last_error = $3 WHERE id = $1 AND status = 'pending'`, id, next, errText)
+	_, err := t.exec(ctx, `UPDATE outbox SET attempts = attempts + 1, next_at = $2, last_error = $3 WHERE id = $1 AND status = 'pending'`, id, next, errText)
 	if err != nil {
 		return fmt.Errorf("store: outbox retry: %w", err)
 	}
@@ -275,7 +319,7 @@ func (t *Tx) OutboxRetry(ctx context.Context, id int64, next time.Time, errText 
 
 // OutboxFailed gives up on a job.
 func (t *Tx) OutboxFailed(ctx context.Context, id int64, errText string) error {
-	_, err := t.tx.Exec(ctx, `UPDATE outbox SET status = 'failed', attempts = attempts + 1, last_error = $2 WHERE id = $1 AND status = 'pending'`, id, errText)
+	_, err := t.exec(ctx, `UPDATE outbox SET status = 'failed', attempts = attempts + 1, last_error = $2 WHERE id = $1 AND status = 'pending'`, id, errText)
 	if err != nil {
 		return fmt.Errorf("store: outbox failed: %w", err)
 	}

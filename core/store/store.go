@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/migrations"
@@ -34,6 +35,9 @@ type Options struct {
 	MaxBatch int
 	// MaxConns sizes the pool (0 = pgx default).
 	MaxConns int32
+	// Writers is how many group-commit transactions may be open at once
+	// (default 3). One keeps batches strictly sequential.
+	Writers int
 }
 
 // Store is the PostgreSQL store.
@@ -73,7 +77,10 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 		opt.MaxBatch = 256
 	}
 	s := &Store{pool: pool, log: opt.Logger, now: opt.Now}
-	s.w = newWriter(s, opt.MaxBatch)
+	if opt.Writers <= 0 {
+		opt.Writers = defaultWriters
+	}
+	s.w = newWriter(s, opt.MaxBatch, opt.Writers)
 	return s, nil
 }
 
@@ -92,7 +99,16 @@ func (s *Store) provider() (*goose.Provider, *sql.DB, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, sub)
+	// A session lock serialises concurrent migrators (two serves, or serve
+	// and `silas migrate`) instead of letting them collide.
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("store: migrations lock: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sub, goose.WithSessionLocker(locker),
+		// Migrations from parallel branches may land in any order.
+		goose.WithAllowOutofOrder(true))
 	if err != nil {
 		db.Close()
 		return nil, nil, fmt.Errorf("store: migrations: %w", err)

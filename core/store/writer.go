@@ -26,7 +26,9 @@ type request struct {
 
 // writer is the group-commit loop: while one transaction commits, new
 // requests queue up and share the next one. Throughput scales with batch size
-// instead of being bound by one commit per operation.
+// instead of being bound by one commit per operation. Several loops run at
+// once so one batch's round trips overlap another's commit; only the audit
+// append (under the chain lock) and the commit are serial.
 type writer struct {
 	s        *Store
 	reqs     chan *request
@@ -34,14 +36,22 @@ type writer struct {
 	stop     chan struct{}
 	stopped  chan struct{}
 	once     sync.Once
+	loops    sync.WaitGroup
 }
+
+// defaultWriters is how many transactions may be open at once.
+const defaultWriters = 3
 
 // ErrClosed is returned by Do after Close.
 var ErrClosed = errors.New("store: closed")
 
-func newWriter(s *Store, maxBatch int) *writer {
+func newWriter(s *Store, maxBatch, loops int) *writer {
 	w := &writer{s: s, reqs: make(chan *request, 4*maxBatch), maxBatch: maxBatch, stop: make(chan struct{}), stopped: make(chan struct{})}
-	go w.loop()
+	w.loops.Add(loops)
+	for range loops {
+		go w.loop()
+	}
+	go func() { w.loops.Wait(); close(w.stopped) }()
 	return w
 }
 
@@ -72,11 +82,19 @@ func (s *Store) Do(ctx context.Context, op Op) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-s.w.stopped:
+		// The writer exited; it may have run the request just before.
+		select {
+		case err := <-r.done:
+			return err
+		default:
+			return ErrClosed
+		}
 	}
 }
 
 func (w *writer) loop() {
-	defer close(w.stopped)
+	defer w.loops.Done()
 	batch := make([]*request, 0, w.maxBatch)
 	for {
 		var first *request
@@ -139,7 +157,19 @@ func (w *writer) commit(batch []*request) error {
 		}
 		entries = append(entries, e...)
 	}
-	if err := appendAudit(ctx, pgtx, w.s.now(), entries); err != nil {
+	if err := tx.flush(ctx); err != nil {
+		return err
+	}
+	// Canonicalise before taking the chain lock: under it only hashing and
+	// one COPY remain.
+	now := w.s.now()
+	prepared := make([]audit.Prepared, len(entries))
+	for i, e := range entries {
+		if prepared[i], err = audit.Prepare(now, e); err != nil {
+			return err
+		}
+	}
+	if err := appendAudit(ctx, pgtx, prepared); err != nil {
 		return err
 	}
 	if err := pgtx.Commit(ctx); err != nil {
@@ -152,34 +182,35 @@ func (w *writer) commit(batch []*request) error {
 // CLI commands) with a transaction-scoped advisory lock.
 const auditLockKey = 0x5117A5A0D17
 
-// appendAudit chains entries after the current head, inside tx.
-func appendAudit(ctx context.Context, tx pgx.Tx, now time.Time, entries []audit.Entry) error {
+// appendAudit chains entries after the current head, inside tx. The lock
+// and the head read go in one round trip (pipelined; the server runs them
+// in order).
+func appendAudit(ctx context.Context, tx pgx.Tx, entries []audit.Prepared) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(auditLockKey)); err != nil {
-		return fmt.Errorf("store: audit lock: %w", err)
-	}
 	var seq int64
 	prev := audit.Genesis
-	err := tx.QueryRow(ctx, "SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").Scan(&seq, &prev)
+	b := &pgx.Batch{}
+	b.Queue("SELECT pg_advisory_xact_lock($1)", int64(auditLockKey))
+	b.Queue("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
+	br := tx.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return fmt.Errorf("store: audit lock: %w", err)
+	}
+	err := br.QueryRow().Scan(&seq, &prev)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("store: audit head: %w", err)
 	}
-	at := audit.Truncate(now)
 	rows := make([][]any, 0, len(entries))
 	for _, e := range entries {
 		seq++
-		data, err := audit.MarshalData(e.Data)
-		if err != nil {
-			return err
-		}
-		c, err := audit.Canonical(seq, at, e.Kind, e.Actor, e.Conversation, data)
-		if err != nil {
-			return err
-		}
-		h := audit.Chain(prev, c)
-		rows = append(rows, []any{seq, at, e.Kind, e.Actor, e.Conversation, string(data), prev, h})
+		h := audit.Chain(prev, e.Canonical(seq))
+		rows = append(rows, []any{seq, e.At, e.Entry.Kind, e.Entry.Actor, e.Entry.Conversation, string(e.DataJSON), prev, h})
 		prev = h
 	}
 	_, err = tx.CopyFrom(ctx, pgx.Identifier{"audit_log"},
