@@ -42,9 +42,12 @@ type Turn struct {
 	// ChatKind is "direct" (a one-to-one chat with the bot) or "group". The
 	// DM access policy applies to direct chats; adapters gate groups
 	// themselves (mentions, replies, /command@bot).
-	ChatKind string    `json:"chat_kind,omitempty"`
-	Text     string    `json:"text,omitempty"`
-	Tap      *Tap      `json:"tap,omitempty"`
+	ChatKind string `json:"chat_kind,omitempty"`
+	Text     string `json:"text,omitempty"`
+	Tap      *Tap   `json:"tap,omitempty"`
+	// Redacted lists the kinds of credential the core removed from Text at
+	// intake (set by the core; adapters leave it empty).
+	Redacted []string  `json:"redacted,omitempty"`
 	Evidence Evidence  `json:"evidence"`
 	At       time.Time `json:"at"`
 }

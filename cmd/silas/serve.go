@@ -24,9 +24,11 @@ import (
 	"github.com/silas-gateway/silas/core/keys"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
+	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/config"
+	secretsweb "github.com/silas-gateway/silas/secrets-web"
 )
 
 func envList() []string { return os.Environ() }
@@ -109,6 +111,11 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 
+	sealer, err := openSealer(cfg, log)
+	if err != nil {
+		return err
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -146,9 +153,17 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration, ExecTimeout: cfg.Sandbox.Timeout.Duration,
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
+		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration,
 	})
 	if err != nil {
 		return err
+	}
+	var form *secretsweb.Server
+	if cfg.SecretsWeb.Enabled {
+		if form, err = newSecretsWeb(cfg, eng, sealer, log); err != nil {
+			return err
+		}
+		eng.SetSecretLink(form.Link)
 	}
 
 	mux := http.NewServeMux()
@@ -212,6 +227,15 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		wg.Wait()
 		return err
 	}
+	if form != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := form.ListenAndServe(runCtx); err != nil {
+				errc <- fmt.Errorf("secrets_web: %w", err)
+			}
+		}()
+	}
 	for _, ch := range channels {
 		wg.Add(1)
 		go func(ch core.Channel) {
@@ -223,6 +247,13 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	addr := "http://" + ln.Addr().String()
 	log.Info("silas is serving", slog.String("address", addr), slog.String("version", version))
+	if form != nil {
+		fmt.Fprintf(env.stdout, "Secure form for credentials: %s", cfg.SecretsWeb.PublicURL)
+		if fp := form.Fingerprint(); fp != "" {
+			fmt.Fprintf(env.stdout, " (self-signed certificate, SHA-256 fingerprint %s)", fp)
+		}
+		fmt.Fprintln(env.stdout)
+	}
 	if web != nil {
 		// The login secret goes to the terminal only, never to the log.
 		fmt.Fprintf(env.stdout, "\nSilas web chat: %s/#login=%s\n(one-time login link, valid %s; restart for a new one)\n\n",
@@ -244,4 +275,40 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	wg.Wait()
 	log.Info("stopped")
 	return runErr
+}
+
+// openSealer loads (or creates) the secrets data key: secrets.key, else
+// secrets.key_file, else data_dir/keys/secrets.key.
+func openSealer(cfg *config.Config, log *slog.Logger) (*secrets.Sealer, error) {
+	var key secrets.Key
+	var err error
+	if cfg.Secrets.Key != "" {
+		key, err = secrets.ParseKeyValue(cfg.Secrets.Key)
+	} else {
+		path := cfg.Secrets.KeyFile
+		if path == "" {
+			path = filepath.Join(cfg.DataDir, "keys", "secrets.key")
+		}
+		var created bool
+		key, created, err = secrets.LoadOrCreateKey(path)
+		if err == nil && created {
+			log.Info("created the secrets data key", slog.String("path", path), slog.String("fingerprint", key.Fingerprint()))
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("secrets key: %w", err)
+	}
+	return secrets.NewSealer(key)
+}
+
+func newSecretsWeb(cfg *config.Config, eng *engine.Engine, sealer *secrets.Sealer, log *slog.Logger) (*secretsweb.Server, error) {
+	sw := cfg.SecretsWeb
+	dir := sw.TLS.Dir
+	if dir == "" {
+		dir = filepath.Join(cfg.DataDir, "secrets-web")
+	}
+	return secretsweb.New(secretsweb.Config{
+		Listen: sw.Listen, PublicURL: sw.PublicURL, MaxValueBytes: sw.MaxValueBytes,
+		TLS: secretsweb.TLSConfig{Mode: sw.TLS.Mode, CertFile: sw.TLS.CertFile, KeyFile: sw.TLS.KeyFile, Dir: dir},
+	}, secretsweb.Deps{Requests: eng, Sealer: sealer, Logger: log})
 }

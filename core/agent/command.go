@@ -34,7 +34,17 @@ func (Command) Respond(_ context.Context, in core.AgentInput) (core.Proposal, er
 	if err != nil {
 		return core.Proposal{Reply: fmt.Sprintf("I could not read that command: %v.", err)}, nil
 	}
-	a := core.Action{Tool: "shell", Argv: argv, Verify: []verify.Check{verify.ExitCodeZero()}}
+	// Leading "--secret NAME" options declare secrets the command receives
+	// as environment variables ($NAME upper-cased). Only names travel here.
+	var names []string
+	for len(argv) >= 2 && argv[0] == "--secret" {
+		names = append(names, argv[1])
+		argv = argv[2:]
+	}
+	if len(argv) == 0 {
+		return core.Proposal{Reply: "Usage: /run [--secret <name>] <command>."}, nil
+	}
+	a := core.Action{Tool: "shell", Argv: argv, Secrets: names, Verify: []verify.Check{verify.ExitCodeZero()}}
 	return core.Proposal{Actions: []core.ProposedAction{{
 		Action:    a,
 		Intent:    "Run " + a.CommandLine(),

@@ -23,6 +23,7 @@ import (
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
 )
@@ -64,6 +65,13 @@ type Config struct {
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
 	Now      func() time.Time
+	// Sealer opens stored secrets for the actions that declare them, and
+	// SecretLink builds the secure-form URL for a request (ref, one-time
+	// token). Both nil: /secret is refused with a clear message.
+	Sealer     *secrets.Sealer
+	SecretLink func(ref, token string) string
+	// SecretTTL is how long a secure-form link works (default 15 minutes).
+	SecretTTL time.Duration
 	// Hooks observe progress (benchmarks and tests); nil fields are skipped.
 	Hooks Hooks
 	// Failpoint, for crash tests only: "after-approve" or "after-execute"
@@ -98,6 +106,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Workers <= 0 {
 		c.Workers = 64
+	}
+	if c.SecretTTL <= 0 {
+		c.SecretTTL = 15 * time.Minute
 	}
 	if c.OutboxMaxBackoff <= 0 {
 		c.OutboxMaxBackoff = 5 * time.Minute
@@ -192,6 +203,11 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
+// SetSecretLink sets the secure-form link builder after construction (the
+// form needs the engine as its request store, so it is built second). Call
+// it before Run.
+func (e *Engine) SetSecretLink(f func(ref, token string) string) { e.cfg.SecretLink = f }
+
 // Ready is closed once Run has resumed stored work and accepts turns.
 func (e *Engine) Ready() <-chan struct{} { return e.ready }
 
@@ -257,6 +273,9 @@ func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, 
 	if t.At.IsZero() {
 		t.At = e.now()
 	}
+	// A credential typed into chat is removed before the turn is stored,
+	// so it never reaches the database, the audit log or the agent.
+	redactIntake(&t)
 	var seq int64
 	var dup bool
 	err := e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
@@ -267,7 +286,7 @@ func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, 
 		}
 		return []auditEntry{{Kind: "turn.received", Actor: string(t.Sender), Conversation: string(t.Conversation), Data: map[string]any{
 			"seq": seq, "channel": string(t.Channel), "event_id": t.EventID, "tap": t.Tap != nil,
-			"authenticated": t.Evidence.Authenticated, "auth_method": t.Evidence.Method,
+			"authenticated": t.Evidence.Authenticated, "auth_method": t.Evidence.Method, "redacted": t.Redacted,
 		}}}, nil
 	})
 	if err != nil {

@@ -5,7 +5,9 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
+	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
@@ -171,7 +174,7 @@ const (
 	AccessPolicyAllowlist = engine.AccessAllowlist
 )
 
-func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access engine.AccessPolicy) *bundle {
+func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access engine.AccessPolicy, opts ...func(*engine.Config)) *bundle {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dsn := pgtest.NewDatabase(t)
@@ -189,12 +192,16 @@ func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access engine.Ac
 	}
 	pol, _ := policy.New(nil)
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	eng, err := engine.New(engine.Config{
+	cfg := engine.Config{
 		Store: st, Channels: []core.Channel{c}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Allowed: []core.IdentityID{"test:friend"}, Now: clk.Now,
 		Access: accessMap(access),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	eng, err := engine.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -664,4 +671,104 @@ func TestAccessAllowlistIgnores(t *testing.T) {
 	b.sendIn(t, "test:dm-friend", "test:friend", core.ChatDirect, "/whoami", nil)
 	b.ch.waitFor(t, "friend answered", func(m []core.OutMessage) bool { return textContaining(m, "test:friend with auth trust") })
 	b.ch.waitFor(t, "stranger ignored", func(m []core.OutMessage) bool { return len(m) == 1 })
+}
+
+func TestSecretLifecycle(t *testing.T) {
+	key, err := secrets.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealer, err := secrets.NewSealer(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var link string
+	fc := newFakeChannel()
+	b := setupAccess(t, fc, fc, "", func(c *engine.Config) {
+		c.Sealer = sealer
+		c.SecretLink = func(ref, token string) string {
+			link = "https://127.0.0.1:8443/secrets/" + ref + "?t=" + token
+			return link
+		}
+	})
+	const canary = "canary-Zq8vW1xR7pL3nB6t"
+
+	// Only owners may ask; the card carries a link, not a value.
+	b.send(t, "test:friend", "/secret demo_key")
+	b.ch.waitFor(t, "refusal", func(m []core.OutMessage) bool { return textContaining(m, "Only an owner") })
+	b.send(t, owner, "/secret demo_key Demo key")
+	var card *cards.Card
+	b.ch.waitFor(t, "secure-input card", func(m []core.OutMessage) bool {
+		card = cardWith(m, func(c *cards.Card) bool { return c.Kind == cards.KindSecureInput })
+		return card != nil
+	})
+	if card.Link == nil || card.Link.URL != link || len(card.Choices) != 0 {
+		t.Fatalf("card = %+v", card)
+	}
+	// What the secure form does on submit: seal, then fulfil through the engine.
+	u, _ := url.Parse(link)
+	ref := strings.TrimPrefix(u.Path, "/secrets/")
+	sealed, err := sealer.Seal("demo_key", []byte(canary))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := b.eng.FulfillSecret(b.ctx, ref, secrets.HashToken(u.Query().Get("t")), sealed); err != nil || out != secrets.OutcomeStored {
+		t.Fatalf("FulfillSecret = %v, %v", out, err)
+	}
+	if out, _, _ := b.eng.FulfillSecret(b.ctx, ref, secrets.HashToken(u.Query().Get("t")), sealed); out == secrets.OutcomeStored {
+		t.Fatal("a used link stored again")
+	}
+	b.waitStatus(t, card.ID, cards.StatusDone)
+
+	// An approved action that declares the secret gets it as $DEMO_KEY;
+	// its output shows it redacted.
+	b.send(t, owner, `/run --secret demo_key sh -c 'echo "key=$DEMO_KEY"'`)
+	run := b.pendingCard(t, `sh -c 'echo "key=$DEMO_KEY"'`)
+	if run.Risk != cards.RiskMedium || !slices.Contains(run.AffectedItems, "receives secret: demo_key") {
+		t.Fatalf("run card = %+v", run)
+	}
+	b.tap(t, owner, run.ID, "approve")
+	b.waitStatus(t, run.ID, cards.StatusConfirming)
+	b.tap(t, owner, run.ID, "confirm")
+	done := b.waitStatus(t, run.ID, cards.StatusDone)
+	if strings.Contains(done.Output, canary) || !strings.Contains(done.Output, "key=[redacted") {
+		t.Fatalf("output not redacted: %q", done.Output)
+	}
+
+	// A credential typed into chat is not kept.
+	ghp := "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
+	b.send(t, owner, "here is my token "+ghp)
+	b.ch.waitFor(t, "notice", func(m []core.OutMessage) bool { return textContaining(m, "removed what looked like a credential") })
+
+	// The canary and the typed token appear nowhere in the database: not in
+	// turns, outbox payloads, executions, outputs or the audit log.
+	for _, v := range []string{canary, ghp} {
+		rows, err := b.st.Pool().Query(b.ctx, `SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tables []string
+		for rows.Next() {
+			var n string
+			rows.Scan(&n)
+			tables = append(tables, n)
+		}
+		rows.Close()
+		for _, tbl := range tables {
+			var n int
+			if err := b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM `+tbl+` t WHERE t::text LIKE '%' || $1 || '%'`, v).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				t.Errorf("%q found in %d row(s) of %s", v[:10], n, tbl)
+			}
+		}
+	}
+	b.send(t, owner, "/secrets")
+	b.ch.waitFor(t, "list", func(m []core.OutMessage) bool { return textContaining(m, "• demo_key — stored") })
+	for _, m := range b.ch.waitFor(t, "all", func([]core.OutMessage) bool { return true }) {
+		if strings.Contains(dump([]core.OutMessage{m}), canary) || strings.Contains(m.Text, ghp) {
+			t.Fatalf("a secret reached the chat: %+v", m)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/approval"
+	"github.com/silas-gateway/silas/core/redact"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
 )
@@ -208,7 +209,18 @@ func (e *Engine) execute(ctx context.Context, id core.ApprovalID) {
 	if act.TimeoutSeconds > 0 {
 		timeout = time.Duration(act.TimeoutSeconds) * time.Second
 	}
-	res, err := e.cfg.Sandbox.Run(ctx, core.ExecRequest{Argv: act.Argv, Timeout: timeout, Network: act.Network})
+	env, values, err := e.revealSecrets(ctx, act.Secrets)
+	if err != nil {
+		refuse(err.Error())
+		return
+	}
+	res, err := e.cfg.Sandbox.Run(ctx, core.ExecRequest{Argv: act.Argv, Env: env, Timeout: timeout, Network: act.Network})
+	if len(values) > 0 {
+		// Before the output goes anywhere (storage, verification, chat,
+		// audit), any secret value it contains is replaced.
+		res.Stdout = []byte(redact.RedactValues(string(res.Stdout), values))
+		res.Stderr = []byte(redact.RedactValues(string(res.Stderr), values))
+	}
 	if err != nil {
 		if errors.Is(err, core.ErrIsolationUnavailable) {
 			refuse("the sandbox cannot provide the isolation this action requires (network off); nothing was run")

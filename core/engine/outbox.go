@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -299,6 +300,7 @@ func (e *Engine) expiryLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		e.expireSecretRequests(ctx)
 		list, err := e.st.ExpiredApprovals(ctx, e.now(), 100)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -323,5 +325,30 @@ func (e *Engine) expiryLoop(ctx context.Context) {
 			}
 			e.kick(a.Conversation, -1)
 		}
+	}
+}
+
+// expireSecretRequests closes secure-form cards whose link expired unused.
+func (e *Engine) expireSecretRequests(ctx context.Context) {
+	var expired []secrets.Request
+	err := e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
+		list, entries, err := tx.ExpireSecretRequests(ctx, 100)
+		if err != nil {
+			return nil, err
+		}
+		expired = list
+		for _, r := range list {
+			if err := tx.Enqueue(ctx, core.ChannelName(r.Channel), core.OpUpdate, r.Ref,
+				core.OutMessage{Conversation: core.ConversationID(r.Conversation), Card: secretDoneCard(r, "expired")}); err != nil {
+				return nil, err
+			}
+		}
+		return entries, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		e.log.Error("expiry: secret requests", slog.Any("err", err))
+	}
+	for _, r := range expired {
+		e.kick(core.ConversationID(r.Conversation), 1)
 	}
 }

@@ -153,14 +153,30 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 
 const helpText = `Commands:
 /run <command> — propose a command; it runs in a sandbox after you approve it on a card
+/run --secret <name> <command> — the same, with a stored secret as $NAME in its environment
 /pending — open approvals in this chat
 /audit [n] — recent activity (default 10)
 /whoami — your identity and trust
+/secret <name> — give Silas a credential through the secure HTTPS form (never in chat)
+/secrets — stored secret names; /secret delete <name> removes one
 /pair <code> — bind this identity using a code from ` + "`silas pair`" + `
 /help — this list`
 
 func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 	t := o.st.Turn
+	if len(t.Redacted) > 0 {
+		// The message carried a credential; it was not kept. Nothing else in
+		// it is acted on: a command with its secret cut out is not what the
+		// user meant.
+		o.reply("I removed what looked like a credential (%s) from your message and did not keep it. "+
+			"Please revoke it if it was real, and use /secret <name> to give me a credential through the secure form.", strings.Join(t.Redacted, ", "))
+		if d, ok := e.channels[t.Channel].(core.MessageDeleter); ok && t.PlatformMessageID != "" {
+			if err := d.DeleteMessage(ctx, t.Conversation, t.PlatformMessageID); err != nil {
+				e.log.Warn("could not delete a message that contained a credential", slog.String("conversation", string(t.Conversation)), slog.Any("err", err))
+			}
+		}
+		return nil
+	}
 	text := strings.TrimSpace(t.Text)
 	cmd, arg, _ := strings.Cut(text, " ")
 	arg = strings.TrimSpace(arg)
@@ -179,6 +195,11 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 		return e.cmdPending(ctx, o)
 	case "/audit":
 		return e.cmdAudit(ctx, o, arg)
+	case "/secret":
+		e.cmdSecret(o, arg)
+		return nil
+	case "/secrets":
+		return e.cmdSecrets(ctx, o)
 	case "/pair":
 		code := arg
 		o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error { return e.pair(ctx, tx, o, code) }

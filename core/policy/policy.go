@@ -139,8 +139,9 @@ func (p *Policy) Evaluate(a core.Action) Result {
 			continue
 		}
 		res := Result{Decision: r.Decision, Risk: r.Risk, Approvers: r.Approvers, Rule: r.Name, Reason: r.Reason}
-		// Network access raises the risk of anything below medium.
-		if a.Network && res.Risk.Rank() < cards.RiskMedium.Rank() {
+		// Network access or a secret raises the risk of anything below
+		// medium: the approver confirms on the same card.
+		if (a.Network || len(a.Secrets) > 0) && res.Risk.Rank() < cards.RiskMedium.Rank() {
 			res.Risk = cards.RiskMedium
 		}
 		return res

@@ -70,6 +70,23 @@ type Config struct {
 		Identity string   `yaml:"identity"`
 		LoginTTL Duration `yaml:"login_ttl"`
 	} `yaml:"webchat"`
+	Secrets struct {
+		KeyFile    string   `yaml:"key_file"`
+		Key        string   `yaml:"key"`
+		RequestTTL Duration `yaml:"request_ttl"`
+	} `yaml:"secrets"`
+	SecretsWeb struct {
+		Enabled       bool   `yaml:"enabled"`
+		Listen        string `yaml:"listen"`
+		PublicURL     string `yaml:"public_url"`
+		MaxValueBytes int    `yaml:"max_value_bytes"`
+		TLS           struct {
+			Mode     string `yaml:"mode"`
+			CertFile string `yaml:"cert_file"`
+			KeyFile  string `yaml:"key_file"`
+			Dir      string `yaml:"dir"`
+		} `yaml:"tls"`
+	} `yaml:"secrets_web"`
 	Telegram Telegram `yaml:"telegram"`
 	Policy   struct {
 		Rules []policy.Rule `yaml:"rules"`
@@ -112,6 +129,12 @@ func Default() *Config {
 	c.Output.InlineMaxChars, c.Output.PreviewChars = 10000, 2000
 	c.Webchat.Enabled, c.Webchat.Identity = true, "webchat:local"
 	c.Webchat.LoginTTL = Duration{time.Hour}
+	c.Secrets.RequestTTL = Duration{15 * time.Minute}
+	c.SecretsWeb.Enabled = true
+	c.SecretsWeb.Listen = "127.0.0.1:8443"
+	c.SecretsWeb.PublicURL = "https://127.0.0.1:8443"
+	c.SecretsWeb.MaxValueBytes = 16384
+	c.SecretsWeb.TLS.Mode = "self-signed"
 	c.Telegram.Mode = "polling"
 	c.Telegram.WebhookMaxConnections = 40
 	c.Telegram.BaseURL = "https://api.telegram.org"
@@ -318,6 +341,25 @@ func (c *Config) Validate() error {
 		}
 		if c.Webchat.LoginTTL.Duration < time.Minute {
 			return bad("webchat.login_ttl", "must be at least 1m")
+		}
+	}
+	if c.Secrets.RequestTTL.Duration < time.Minute || c.Secrets.RequestTTL.Duration > 24*time.Hour {
+		return bad("secrets.request_ttl", "%s must be between 1m and 24h", c.Secrets.RequestTTL.Duration)
+	}
+	if c.SecretsWeb.Enabled {
+		switch c.SecretsWeb.TLS.Mode {
+		case "self-signed", "files", "acme":
+		default:
+			return bad("secrets_web.tls.mode", "%q is not self-signed, files or acme", c.SecretsWeb.TLS.Mode)
+		}
+		if c.SecretsWeb.TLS.Mode == "files" && (c.SecretsWeb.TLS.CertFile == "" || c.SecretsWeb.TLS.KeyFile == "") {
+			return bad("secrets_web.tls.cert_file", "cert_file and key_file are required when tls.mode is files")
+		}
+		if !strings.HasPrefix(c.SecretsWeb.PublicURL, "https://") {
+			return bad("secrets_web.public_url", "%q must be an https:// URL: the form is served over HTTPS only", c.SecretsWeb.PublicURL)
+		}
+		if c.SecretsWeb.MaxValueBytes < 64 || c.SecretsWeb.MaxValueBytes > 1<<20 {
+			return bad("secrets_web.max_value_bytes", "%d must be between 64 and 1048576", c.SecretsWeb.MaxValueBytes)
 		}
 	}
 	switch c.Telegram.DMPolicy {
