@@ -195,34 +195,6 @@ func (s *Store) Bindings(ctx context.Context) ([]Binding, error) {
 	return out, rows.Err()
 }
 
-// OutboxHeads returns, for each conversation with pending deliveries, its
-// oldest pending job if it is due. Later jobs of a conversation wait behind
-// its head, which keeps delivery in order per conversation.
-func (s *Store) OutboxHeads(ctx context.Context, now time.Time, limit int) ([]core.OutboxJob, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, channel, conversation, op, message_key, payload, attempts, next_at, created_at FROM (
-			SELECT DISTINCT ON (conversation) * FROM outbox WHERE status = 'pending' ORDER BY conversation, id
-		) heads WHERE next_at <= $1 ORDER BY id LIMIT $2`, now, limit)
-	if err != nil {
-		return nil, fmt.Errorf("store: outbox heads: %w", err)
-	}
-	defer rows.Close()
-	var out []core.OutboxJob
-	for rows.Next() {
-		var j core.OutboxJob
-		var op string
-		var payload []byte
-		if err := rows.Scan(&j.ID, &j.Channel, &j.Conversation, &op, &j.MessageKey, &payload, &j.Attempts, &j.NextAt, &j.CreatedAt); err != nil {
-			return nil, fmt.Errorf("store: outbox heads: %w", err)
-		}
-		j.Op = core.OutboxOp(op)
-		if err := json.Unmarshal(payload, &j.Message); err != nil {
-			return nil, fmt.Errorf("store: decode outbox job %d: %w", j.ID, err)
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
-}
-
 // NextOutboxJob returns a conversation's oldest pending job, whether a newer
 // pending edit of the same message supersedes it, and the platform ref of
 // the message it edits (empty if none was recorded). ErrNotFound: nothing
@@ -268,32 +240,6 @@ func (s *Store) PendingOutboxConversations(ctx context.Context, limit int) ([]co
 		out = append(out, c)
 	}
 	return out, rows.Err()
-}
-
-// NextOutboxDue returns when the earliest pending job is due (zero if none).
-func (s *Store) NextOutboxDue(ctx context.Context) (time.Time, error) {
-	var t *time.Time
-	err := s.pool.QueryRow(ctx, `SELECT min(next_at) FROM outbox WHERE status = 'pending'`).Scan(&t)
-	if err != nil || t == nil {
-		return time.Time{}, err
-	}
-	return *t, nil
-}
-
-// HasLaterUpdate reports whether a newer pending update of the same message
-// exists, so an older edit can be skipped.
-func (s *Store) HasLaterUpdate(ctx context.Context, j core.OutboxJob) (bool, error) {
-	var n int
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE status = 'pending' AND channel = $1 AND message_key = $2 AND op = 'update' AND id > $3`,
-		j.Channel, j.MessageKey, j.ID).Scan(&n)
-	return n > 0, err
-}
-
-// SentRef finds the platform reference of a delivered message.
-func (s *Store) SentRef(ctx context.Context, ch core.ChannelName, key string) (core.MessageRef, error) {
-	var ref string
-	err := s.pool.QueryRow(ctx, `SELECT ref FROM sent_messages WHERE channel = $1 AND message_key = $2`, ch, key).Scan(&ref)
-	return core.MessageRef(ref), notFound(err)
 }
 
 // OutboxDelivered marks a job delivered and remembers the platform ref.
