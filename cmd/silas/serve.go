@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/crypto/acme/autocert"
 
 	"github.com/silas-gateway/silas/adapters/telegram"
 	"github.com/silas-gateway/silas/adapters/webchat"
@@ -307,8 +309,19 @@ func newSecretsWeb(cfg *config.Config, eng *engine.Engine, sealer *secrets.Seale
 	if dir == "" {
 		dir = filepath.Join(cfg.DataDir, "secrets-web")
 	}
+	deps := secretsweb.Deps{Requests: eng, Sealer: sealer, Logger: log}
+	if sw.TLS.Mode == secretsweb.TLSACME {
+		// Certificates for the public host, answered with TLS-ALPN-01 on
+		// the form's own port (no port 80 needed); cached under dir.
+		u, err := url.Parse(sw.PublicURL)
+		if err != nil || u.Hostname() == "" {
+			return nil, fmt.Errorf("secrets_web.public_url: %q has no host for ACME", sw.PublicURL)
+		}
+		deps.ACME = &autocert.Manager{Prompt: autocert.AcceptTOS, HostPolicy: autocert.HostWhitelist(u.Hostname()),
+			Cache: autocert.DirCache(filepath.Join(dir, "acme")), Email: sw.TLS.ACMEEmail}
+	}
 	return secretsweb.New(secretsweb.Config{
 		Listen: sw.Listen, PublicURL: sw.PublicURL, MaxValueBytes: sw.MaxValueBytes,
 		TLS: secretsweb.TLSConfig{Mode: sw.TLS.Mode, CertFile: sw.TLS.CertFile, KeyFile: sw.TLS.KeyFile, Dir: dir},
-	}, secretsweb.Deps{Requests: eng, Sealer: sealer, Logger: log})
+	}, deps)
 }

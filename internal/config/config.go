@@ -85,6 +85,8 @@ type Config struct {
 			CertFile string `yaml:"cert_file"`
 			KeyFile  string `yaml:"key_file"`
 			Dir      string `yaml:"dir"`
+			// ACMEEmail is the contact address given to the ACME CA.
+			ACMEEmail string `yaml:"acme_email"`
 		} `yaml:"tls"`
 	} `yaml:"secrets_web"`
 	Telegram Telegram `yaml:"telegram"`
