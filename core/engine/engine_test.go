@@ -684,8 +684,10 @@ func TestSecretLifecycle(t *testing.T) {
 	}
 	var link string
 	fc := newFakeChannel()
+	rec := &recordingAgent{next: agent.Command{}}
 	b := setupAccess(t, fc, fc, "", func(c *engine.Config) {
 		c.Sealer = sealer
+		c.Agent = rec
 		c.SecretLink = func(ref, token string) string {
 			link = "https://127.0.0.1:8443/secrets/" + ref + "?t=" + token
 			return link
@@ -766,9 +768,44 @@ func TestSecretLifecycle(t *testing.T) {
 	}
 	b.send(t, owner, "/secrets")
 	b.ch.waitFor(t, "list", func(m []core.OutMessage) bool { return textContaining(m, "• demo_key — stored") })
+	// Nor in anything the agent was given.
+	inputs := rec.texts()
+	if !slices.ContainsFunc(inputs, func(s string) bool { return strings.Contains(s, "DEMO_KEY") }) {
+		t.Fatalf("control: the agent never saw the /run --secret turn: %q", inputs)
+	}
+	for _, in := range inputs {
+		if strings.Contains(in, canary) || strings.Contains(in, ghp) {
+			t.Fatalf("a secret reached the agent: %q", in)
+		}
+	}
 	for _, m := range b.ch.waitFor(t, "all", func([]core.OutMessage) bool { return true }) {
 		if strings.Contains(dump([]core.OutMessage{m}), canary) || strings.Contains(m.Text, ghp) {
 			t.Fatalf("a secret reached the chat: %+v", m)
 		}
 	}
+}
+
+// recordingAgent passes turns to next and keeps every input it was given,
+// for tests that check what the agent may never see.
+type recordingAgent struct {
+	next core.Agent
+	mu   sync.Mutex
+	in   []core.AgentInput
+}
+
+func (r *recordingAgent) Respond(ctx context.Context, in core.AgentInput) (core.Proposal, error) {
+	r.mu.Lock()
+	r.in = append(r.in, in)
+	r.mu.Unlock()
+	return r.next.Respond(ctx, in)
+}
+
+func (r *recordingAgent) texts() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.in))
+	for _, in := range r.in {
+		out = append(out, fmt.Sprintf("%+v", in))
+	}
+	return out
 }

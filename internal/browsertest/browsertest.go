@@ -4,7 +4,8 @@
 // installed ("apt-get install -y chromium") or named by $SILAS_CHROMIUM.
 //
 // Tests skip when no browser is found, unless SILAS_REQUIRE_BROWSER=1 (for
-// CI that has one), in which case they fail.
+// CI that has one), in which case they fail. NewWith takes options, such as
+// IgnoreCertificateErrors for a server with a self-signed test certificate.
 package browsertest
 
 import (
@@ -88,6 +89,37 @@ func unavailable(t testing.TB, format string, args ...any) {
 // errors among them with JSErrors.
 func New(t testing.TB) (ctx context.Context) {
 	t.Helper()
+	return start(t, options{})
+}
+
+// Option changes how NewWith starts the browser.
+type Option func(*options)
+
+type options struct {
+	ignoreCertErrors bool
+}
+
+// IgnoreCertificateErrors makes the browser accept any TLS certificate
+// (Chromium's --ignore-certificate-errors), for a test that drives a server
+// with a self-signed certificate on loopback, such as the secure form in its
+// default development mode. It applies to this browser only: every other
+// test keeps full certificate checking.
+func IgnoreCertificateErrors() Option {
+	return func(o *options) { o.ignoreCertErrors = true }
+}
+
+// NewWith is New with options. It skips or fails exactly as New does.
+func NewWith(t testing.TB, opts ...Option) (ctx context.Context) {
+	t.Helper()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return start(t, o)
+}
+
+func start(t testing.TB, o options) context.Context {
+	t.Helper()
 	path, err := FindBrowser()
 	if err != nil {
 		t.Fatalf("browsertest: %v", err)
@@ -124,6 +156,9 @@ func New(t testing.TB) (ctx context.Context) {
 		chromedp.Flag("hide-scrollbars", true),
 		chromedp.Flag("mute-audio", true),
 		chromedp.WindowSize(1280, 900),
+	}
+	if o.ignoreCertErrors {
+		opts = append(opts, chromedp.IgnoreCertErrors)
 	}
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	bctx, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithErrorf(lt.logf))
