@@ -28,6 +28,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseFrame$$' -fuzztime $(FUZZTIME) ./adapters/webchat
 	$(GO) test -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME) ./core/agent
 	$(GO) test -run '^$$' -fuzz '^FuzzUpdateToTurn$$' -fuzztime $(FUZZTIME) ./adapters/telegram
+	$(GO) test -run '^$$' -fuzz '^FuzzFastData$$' -fuzztime $(FUZZTIME) ./core/audit
+	$(GO) test -run '^$$' -fuzz '^FuzzScan$$' -fuzztime $(FUZZTIME) ./core/redact
+	$(GO) test -run '^$$' -fuzz '^FuzzRedactValues$$' -fuzztime $(FUZZTIME) ./core/redact
 
 ## bench: Go benchmarks plus the load driver, on real PostgreSQL (figures go in BENCHMARKS.md)
 bench:

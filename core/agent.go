@@ -32,3 +32,15 @@ type Proposal struct {
 type Agent interface {
 	Respond(ctx context.Context, in AgentInput) (Proposal, error)
 }
+
+// InlineAgent is an Agent whose Respond is fast, deterministic and free of
+// I/O and side effects (the command agent). The engine may then answer a
+// turn in the same transaction that stores it: one commit instead of two,
+// and an answer computed for a turn that is not stored after all (a
+// redelivery) is simply dropped. An agent that calls a model or any
+// service must not claim this: its turns are stored first and answered by
+// a worker.
+type InlineAgent interface {
+	Agent
+	Inline() bool
+}

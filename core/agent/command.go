@@ -17,7 +17,10 @@ import (
 // Command is the deterministic command agent.
 type Command struct{}
 
-var _ core.Agent = Command{}
+var _ core.InlineAgent = Command{}
+
+// Inline reports that Respond is pure and fast (see core.InlineAgent).
+func (Command) Inline() bool { return true }
 
 // Respond implements core.Agent.
 func (Command) Respond(_ context.Context, in core.AgentInput) (core.Proposal, error) {

@@ -155,6 +155,16 @@ type Prepared struct {
 
 // Prepare canonicalises everything but the seq.
 func Prepare(at time.Time, e Entry) (Prepared, error) {
+	ts := Truncate(at).Format(TimeFormat)
+	if data, prefix, ok := prepareFast(ts, e); ok {
+		return Prepared{At: Truncate(at), Entry: e, DataJSON: data, prefix: prefix}, nil
+	}
+	return prepareGeneral(at, e)
+}
+
+// prepareGeneral is Prepare through encoding/json and canon.Transform: for
+// any data, at the cost of a marshal and a re-parse.
+func prepareGeneral(at time.Time, e Entry) (Prepared, error) {
 	data, err := MarshalData(e.Data)
 	if err != nil {
 		return Prepared{}, err

@@ -276,18 +276,23 @@ func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, 
 	// A credential typed into chat is removed before the turn is stored,
 	// so it never reaches the database, the audit log or the agent.
 	redactIntake(&t)
+	if res, ok, err := e.deliverInline(ctx, t); ok {
+		return res, err
+	}
 	var seq int64
 	var dup bool
 	err := e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
-		var err error
-		seq, dup, err = tx.InsertTurn(ctx, t)
-		if err != nil || dup {
+		seq, dup = 0, false
+		if err := tx.QueueTurn(t, "pending", func(s int64, d bool) { seq, dup = s, d }); err != nil {
 			return nil, err
 		}
-		return []auditEntry{{Kind: "turn.received", Actor: string(t.Sender), Conversation: string(t.Conversation), Data: map[string]any{
-			"seq": seq, "channel": string(t.Channel), "event_id": t.EventID, "tap": t.Tap != nil,
-			"authenticated": t.Evidence.Authenticated, "auth_method": t.Evidence.Method, "redacted": t.Redacted,
-		}}}, nil
+		tx.Finally(func() ([]auditEntry, error) {
+			if dup {
+				return nil, nil
+			}
+			return []auditEntry{receivedEntry(t, seq)}, nil
+		})
+		return nil, nil
 	})
 	if err != nil {
 		return core.DeliverResult{}, fmt.Errorf("engine: store turn: %w", err)
@@ -299,6 +304,14 @@ func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, 
 	e.m.turnsReceived.Inc()
 	e.enqueue(core.StoredTurn{Seq: seq, Turn: t})
 	return core.DeliverResult{Seq: seq}, nil
+}
+
+// receivedEntry is the audit entry of a stored turn.
+func receivedEntry(t core.Turn, seq int64) auditEntry {
+	return auditEntry{Kind: "turn.received", Actor: string(t.Sender), Conversation: string(t.Conversation), Data: map[string]any{
+		"seq": seq, "channel": string(t.Channel), "event_id": t.EventID, "tap": t.Tap != nil,
+		"authenticated": t.Evidence.Authenticated, "auth_method": t.Evidence.Method, "redacted": t.Redacted,
+	}}
 }
 
 func (e *Engine) validateTurn(t core.Turn) error {

@@ -809,3 +809,66 @@ func (r *recordingAgent) texts() []string {
 	}
 	return out
 }
+
+// TestInlineAndQueuedTurnsKeepOrder: turns answered inline (stored with
+// their answer in one transaction) and turns answered by the worker keep
+// the order they arrived in, whichever path each takes; a redelivered event
+// is answered once; every turn ends "done" and the audit chain holds.
+func TestInlineAndQueuedTurnsKeepOrder(t *testing.T) {
+	b := setup(t)
+	texts := []string{"/whoami", "/run echo one", "/whoami", "hello", "/pending", "/help", "/nope", "/run echo two", "/whoami"}
+	for range 3 {
+		for _, text := range texts {
+			b.send(t, owner, text)
+		}
+	}
+	res := b.send(t, owner, "/whoami") // event e<last>
+	again, err := b.eng.Deliver(b.ctx, core.Turn{Channel: "test", Conversation: "test:chat", Sender: owner, EventID: fmt.Sprintf("e%d", b.seq),
+		Text: "/whoami", Evidence: core.Evidence{Authenticated: true, Method: "test"}})
+	if err != nil || !again.Duplicate || again.Seq != res.Seq {
+		t.Fatalf("redelivery = %+v, %v; want a duplicate of seq %d", again, err, res.Seq)
+	}
+	want := 3*len(texts) + 1
+	msgs := b.ch.waitFor(t, "every answer", func(m []core.OutMessage) bool { return len(m) >= want })
+	time.Sleep(200 * time.Millisecond) // a doubled answer would show up now
+	msgs = b.ch.waitFor(t, "every answer", func(m []core.OutMessage) bool { return true })
+	if len(msgs) != want {
+		t.Fatalf("%d messages, want %d:\n%s", len(msgs), want, dump(msgs))
+	}
+	kind := func(m core.OutMessage) string {
+		switch {
+		case m.Card != nil:
+			return "card"
+		case strings.HasPrefix(m.Text, "You are"):
+			return "/whoami"
+		case strings.HasPrefix(m.Text, "I run commands"):
+			return "hello"
+		case strings.HasPrefix(m.Text, "Commands:"):
+			return "/help"
+		case strings.Contains(m.Text, "open approval"):
+			return "/pending"
+		case strings.HasPrefix(m.Text, "Unknown command"):
+			return "/nope"
+		}
+		return m.Text
+	}
+	for i, m := range msgs {
+		wantKind := texts[i%len(texts)]
+		if strings.HasPrefix(wantKind, "/run") {
+			wantKind = "card"
+		}
+		if i == want-1 {
+			wantKind = "/whoami"
+		}
+		if got := kind(m); got != wantKind {
+			t.Fatalf("message %d is %s, want %s:\n%s", i, got, wantKind, dump(msgs))
+		}
+	}
+	var notDone int
+	if err := b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM turns WHERE status <> 'done'`).Scan(&notDone); err != nil || notDone != 0 {
+		t.Fatalf("turns not done: %d (%v)", notDone, err)
+	}
+	if _, err := b.st.VerifyAudit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+}

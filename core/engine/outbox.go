@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/silas-gateway/silas/core"
@@ -31,17 +33,23 @@ func (e *Engine) wakeOutbox() {
 
 // kick makes sure conv's delivery lane runs; it is called after a commit
 // that enqueued something for conv. Lanes deliver a conversation's jobs
-// oldest first, one at a time, each with one indexed query, so the cost of
-// a delivery does not grow with the backlog of other conversations.
+// oldest first, one at a time, so the cost of a delivery does not grow with
+// the backlog of other conversations.
 //
-// n is how many jobs the commit enqueued for conv; a lane that knows all its
-// jobs were delivered stops without another query. n < 0 means unknown (the
-// recovery scan): the lane then looks until the conversation is empty.
-func (e *Engine) kick(conv core.ConversationID, n int) {
+// n is how many jobs the commit enqueued for conv that the lane must read
+// from the database; n < 0 means unknown (the recovery scan): the lane then
+// reads until the conversation has nothing pending.
+func (e *Engine) kick(conv core.ConversationID, n int) { e.handOff(conv, nil, n) }
+
+// handOff is kick with jobs the commit enqueued and the caller knows in
+// full (new messages: ids from the insert, nothing to supersede or edit).
+// The lane delivers those from memory without reading them back; n counts
+// the other jobs of the commit, which it reads.
+func (e *Engine) handOff(conv core.ConversationID, jobs []core.OutboxJob, n int) {
 	e.inflightMu.Lock()
 	defer e.inflightMu.Unlock()
 	if l, ok := e.lanes[conv]; ok {
-		l.add(n)
+		l.add(jobs, n)
 		select {
 		case l.kicked <- struct{}{}:
 		default:
@@ -52,20 +60,37 @@ func (e *Engine) kick(conv core.ConversationID, n int) {
 		return // not running (or shutting down): the scan at start finds it
 	}
 	l := &lane{kicked: make(chan struct{}, 1)}
-	l.add(n)
+	l.add(jobs, n)
 	e.lanes[conv] = l
 	e.laneWG.Add(1)
 	go e.runLane(conv, l)
 }
 
-// lane is one conversation's delivery state (guarded by inflightMu).
+// lane is one conversation's delivery state (guarded by inflightMu). It is
+// in one of two modes. Reading: some pending jobs are known only to the
+// database (expect > 0, or unknown); the lane reads the oldest pending job
+// each time, which may also be one of mem. Memory: every pending job the
+// lane knows of is in mem, in id order, and it delivers them without a
+// read. A delivery that fails (its retry time is in the database) puts the
+// lane back to reading.
 type lane struct {
 	kicked  chan struct{}
-	expect  int  // jobs known to be pending
-	unknown bool // pending count unknown: look until empty
+	expect  int  // jobs known to be pending that are not in mem
+	unknown bool // pending count unknown: read until empty
+	mem     []core.OutboxJob
 }
 
-func (l *lane) add(n int) {
+func (l *lane) add(jobs []core.OutboxJob, n int) {
+	for _, j := range jobs {
+		if j.ID == 0 {
+			n++ // its id never arrived: read it like any other
+			continue
+		}
+		// Commits of one conversation may land out of id order (a turn and
+		// an execution result); keep mem sorted so the oldest goes first.
+		i, _ := slices.BinarySearchFunc(l.mem, j.ID, func(a core.OutboxJob, id int64) int { return cmp.Compare(a.ID, id) })
+		l.mem = slices.Insert(l.mem, i, j)
+	}
 	if n < 0 {
 		l.unknown = true
 		return
@@ -73,13 +98,21 @@ func (l *lane) add(n int) {
 	l.expect += n
 }
 
-// done records one delivered job; it reports whether the lane may stop
-// without looking again.
-func (e *Engine) laneDone(conv core.ConversationID, l *lane) bool {
+func (l *lane) reading() bool { return l.unknown || l.expect > 0 }
+
+// delivered records that job id left the queue (delivered or given up); it
+// reports whether the lane may stop without looking again.
+func (e *Engine) laneDone(conv core.ConversationID, l *lane, id int64, fromMem bool) bool {
 	e.inflightMu.Lock()
 	defer e.inflightMu.Unlock()
-	l.expect--
-	if l.expect <= 0 && !l.unknown {
+	if !fromMem {
+		if i := slices.IndexFunc(l.mem, func(j core.OutboxJob) bool { return j.ID == id }); i >= 0 {
+			l.mem = slices.Delete(l.mem, i, i+1)
+		} else {
+			l.expect--
+		}
+	}
+	if !l.reading() && len(l.mem) == 0 {
 		select {
 		case <-l.kicked:
 		default:
@@ -90,59 +123,95 @@ func (e *Engine) laneDone(conv core.ConversationID, l *lane) bool {
 	return false
 }
 
+// next picks the lane's next job from memory, or reports that the lane must
+// read (read) or has nothing left (done; the lane is then removed).
+func (e *Engine) nextFromMemory(conv core.ConversationID, l *lane) (j core.OutboxJob, ok, done bool) {
+	e.inflightMu.Lock()
+	defer e.inflightMu.Unlock()
+	if l.reading() {
+		return j, false, false
+	}
+	if len(l.mem) == 0 {
+		select {
+		case <-l.kicked:
+		default:
+		}
+		delete(e.lanes, conv)
+		return j, false, true
+	}
+	j = l.mem[0]
+	l.mem = l.mem[1:]
+	return j, true, false
+}
+
 func (e *Engine) runLane(conv core.ConversationID, l *lane) {
 	defer e.laneWG.Done()
 	ctx := e.lanesCtx
 	kicked := l.kicked
 	for {
-		j, superseded, ref, err := e.st.NextOutboxJob(ctx, conv)
-		if errors.Is(err, core.ErrNotFound) {
-			e.inflightMu.Lock()
-			select {
-			case <-kicked:
-				// Work was enqueued while we looked: look again.
+		j, fromMem, done := e.nextFromMemory(conv, l)
+		if done {
+			return
+		}
+		var superseded bool
+		var ref core.MessageRef
+		if !fromMem {
+			var err error
+			j, superseded, ref, err = e.st.NextOutboxJob(ctx, conv)
+			if errors.Is(err, core.ErrNotFound) {
+				e.inflightMu.Lock()
+				select {
+				case <-kicked:
+					// Work was enqueued while we looked: look again.
+					e.inflightMu.Unlock()
+					continue
+				default:
+				}
+				// Nothing pending: whatever mem holds was handed over after
+				// the read (its kick is consumed above) — deliver it next.
+				l.unknown, l.expect = false, 0
+				if len(l.mem) > 0 {
+					e.inflightMu.Unlock()
+					continue
+				}
+				delete(e.lanes, conv)
 				e.inflightMu.Unlock()
+				return
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					e.endLane(conv)
+					return
+				}
+				e.log.Error("outbox: reading the next job failed", slog.String("conversation", string(conv)), slog.Any("err", err))
+				if !e.sleep(ctx, kicked, time.Second) {
+					e.endLane(conv)
+					return
+				}
 				continue
-			default:
 			}
-			delete(e.lanes, conv)
-			e.inflightMu.Unlock()
-			return
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				e.endLane(conv)
-				return
+			if wait := j.NextAt.Sub(e.now()); wait > 0 {
+				if !e.sleep(ctx, kicked, wait) {
+					e.endLane(conv)
+					return
+				}
+				continue
 			}
-			e.log.Error("outbox: reading the next job failed", slog.String("conversation", string(conv)), slog.Any("err", err))
-			if !e.sleep(ctx, kicked, time.Second) {
-				e.endLane(conv)
-				return
-			}
-			continue
-		}
-		if wait := j.NextAt.Sub(e.now()); wait > 0 {
-			if !e.sleep(ctx, kicked, wait) {
-				e.endLane(conv)
-				return
-			}
-			continue
-		}
-		select {
-		case e.deliverSem <- struct{}{}:
-		case <-ctx.Done():
-			e.endLane(conv)
-			return
 		}
 		// Deliveries use a context of their own so that shutdown lets an
 		// in-flight send finish (bounded by the adapter's timeouts).
 		delivered := e.deliver(context.WithoutCancel(ctx), j, superseded, ref)
-		<-e.deliverSem
+		if !delivered {
+			// Its retry time is in the database now: read from here on.
+			e.inflightMu.Lock()
+			l.unknown = true
+			e.inflightMu.Unlock()
+		}
 		if ctx.Err() != nil {
 			e.endLane(conv)
 			return
 		}
-		if delivered && e.laneDone(conv, l) {
+		if delivered && e.laneDone(conv, l, j.ID, fromMem) {
 			return
 		}
 	}
@@ -206,6 +275,9 @@ func (e *Engine) deliver(ctx context.Context, j core.OutboxJob, superseded bool,
 	var ref core.MessageRef
 	var err error
 	status := "delivered"
+	// The semaphore bounds concurrent platform calls only; recording the
+	// result waits for a group commit, which many lanes share.
+	e.deliverSem <- struct{}{}
 	switch j.Op {
 	case core.OpUpdate:
 		if superseded {
@@ -222,6 +294,7 @@ func (e *Engine) deliver(ctx context.Context, j core.OutboxJob, superseded bool,
 	default:
 		ref, err = ch.Send(ctx, j.Message)
 	}
+	<-e.deliverSem
 	if err == nil {
 		derr := e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
 			if err := tx.OutboxDelivered(ctx, j, ref, status); err != nil {

@@ -37,6 +37,20 @@ type outcome struct {
 	inTx func(ctx context.Context, tx *store.Tx, o *outcome) error
 	// after runs once the transaction committed.
 	after []func()
+	// jobs are the new messages enqueued for the turn's conversation, for
+	// the outbox lane to deliver without reading them back.
+	jobs []core.OutboxJob
+}
+
+// send enqueues a new message to the turn's conversation and records the
+// job (its id arrives when the batch's statements are sent).
+func (o *outcome) send(tx *store.Tx, key string, m core.OutMessage) error {
+	t := o.st.Turn
+	i := len(o.jobs)
+	now := tx.Now()
+	o.jobs = append(o.jobs, core.OutboxJob{Channel: t.Channel, Conversation: t.Conversation, Op: core.OpSend, MessageKey: key, Message: m,
+		NextAt: now, CreatedAt: now})
+	return tx.EnqueueThen(t.Channel, core.OpSend, key, m, func(id int64) { o.jobs[i].ID = id })
 }
 
 type pendingSend struct {
@@ -97,13 +111,14 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 				return nil, err
 			}
 		}
+		o.jobs = nil
 		for _, r := range o.replies {
-			if err := tx.Enqueue(ctx, t.Channel, core.OpSend, "r-"+core.NewID(), core.OutMessage{Conversation: t.Conversation, Text: r}); err != nil {
+			if err := o.send(tx, "r-"+core.NewID(), core.OutMessage{Conversation: t.Conversation, Text: r}); err != nil {
 				return nil, err
 			}
 		}
 		for _, c := range o.cards {
-			if err := tx.Enqueue(ctx, t.Channel, core.OpSend, string(c.ID), core.OutMessage{Conversation: t.Conversation, Card: c}); err != nil {
+			if err := o.send(tx, string(c.ID), core.OutMessage{Conversation: t.Conversation, Card: c}); err != nil {
 				return nil, err
 			}
 		}
@@ -144,7 +159,7 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 	}
 	e.m.turnLatency.Observe(e.now().Sub(start).Seconds())
 	e.m.turnsProcessed.Inc()
-	e.kick(t.Conversation, len(final.replies)+len(final.cards)+len(final.updates))
+	e.handOff(t.Conversation, final.jobs, len(final.updates))
 	for _, ps := range final.sends {
 		e.kick(ps.conv, 1)
 	}

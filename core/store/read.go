@@ -244,8 +244,7 @@ func (s *Store) PendingOutboxConversations(ctx context.Context, limit int) ([]co
 
 // OutboxDelivered marks a job delivered and remembers the platform ref.
 func (t *Tx) OutboxDelivered(ctx context.Context, j core.OutboxJob, ref core.MessageRef, status string) error {
-	t.later("outbox delivered", `UPDATE outbox SET status = $2, delivered_at = $3, attempts = attempts + 1 WHERE id = $1 AND status = 'pending'`,
-		j.ID, status, t.now())
+	t.delivered = append(t.delivered, queuedDelivered{id: j.ID, status: status})
 	// Only cards are edited later, so only their platform refs are kept.
 	if ref != "" && j.Message.Card != nil {
 		t.later("remember sent message", `INSERT INTO sent_messages (channel, message_key, conversation, ref, sent_at) VALUES ($1, $2, $3, $4, $5)

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
 )
 
 // Tx is the transaction an Op runs in. Its methods are the only writes.
@@ -25,6 +27,71 @@ type Tx struct {
 	now    func() time.Time
 	queued *pgx.Batch
 	labels []string
+
+	// Rows of the hot statements, gathered across all ops of the batch and
+	// sent as one multi-row statement each at the next flush: PostgreSQL's
+	// per-statement cost then does not grow with the number of turns.
+	turns     []queuedTurn
+	enqueues  []queuedJob
+	finishes  []queuedFinish
+	delivered []queuedDelivered
+	// finally runs after the batch's statements were sent (see Finally).
+	finally []func() ([]audit.Entry, error)
+}
+
+type queuedTurn struct {
+	turn   core.Turn
+	body   string
+	status string
+	then   func(seq int64, dup bool)
+}
+
+type queuedJob struct {
+	ch      core.ChannelName
+	conv    core.ConversationID
+	op      core.OutboxOp
+	key     string
+	payload string
+	then    func(id int64)
+}
+
+type queuedFinish struct {
+	seq    int64
+	status string
+	err    string
+}
+
+type queuedDelivered struct {
+	id     int64
+	status string
+}
+
+// Finally registers f to run once the statements queued so far (by every
+// op of the batch) were sent, so their callbacks have fired. The entries it
+// returns are appended to the audit log with the batch; it may queue more
+// statements. It runs again if the batch is retried.
+func (t *Tx) Finally(f func() ([]audit.Entry, error)) {
+	t.finally = append(t.finally, f)
+}
+
+// runFinally runs the registered Finally functions (and any they add).
+func (t *Tx) runFinally(ctx context.Context) ([]audit.Entry, error) {
+	var out []audit.Entry
+	for len(t.finally) > 0 {
+		if err := t.flush(ctx); err != nil {
+			return nil, err
+		}
+		fs := t.finally
+		t.finally = nil
+		for _, f := range fs {
+			e, err := f()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, e...)
+		}
+	}
+	return out, nil
 }
 
 // later queues a statement whose result is not needed.
@@ -36,21 +103,201 @@ func (t *Tx) later(label, sql string, args ...any) {
 	t.labels = append(t.labels, label)
 }
 
-// flush sends queued statements.
+// flush sends queued statements, then the gathered multi-row ones, in one
+// round trip. Nothing queued depends on a multi-row statement of the same
+// flush (they are inserts and updates of rows no queued statement reads).
 func (t *Tx) flush(ctx context.Context) error {
-	if t.queued == nil || t.queued.Len() == 0 {
+	if (t.queued == nil || t.queued.Len() == 0) && len(t.turns) == 0 && len(t.enqueues) == 0 && len(t.finishes) == 0 && len(t.delivered) == 0 {
 		return nil
 	}
 	b, labels := t.queued, t.labels
 	t.queued, t.labels = nil, nil
+	if b == nil {
+		b = &pgx.Batch{}
+	}
+	var cbErr error
+	turns := t.turns
+	t.turns = nil
+	if len(turns) > 0 {
+		queueTurns(b, turns, t.now(), &cbErr)
+		labels = append(labels, "insert turns")
+	}
+	if len(t.enqueues) > 0 {
+		queueJobs(b, t.enqueues, t.now(), &cbErr)
+		labels = append(labels, "enqueue")
+		t.enqueues = nil
+	}
+	if len(t.finishes) > 0 {
+		fs := t.finishes
+		t.finishes = nil
+		seqs, sts, errs := make([]int64, len(fs)), make([]string, len(fs)), make([]string, len(fs))
+		for i, f := range fs {
+			seqs[i], sts[i], errs[i] = f.seq, f.status, f.err
+		}
+		b.Queue(`UPDATE turns SET status = u.status, processed_at = $2, error = NULLIF(u.err, '')
+			FROM unnest($1::bigint[], $3::text[], $4::text[]) AS u(seq, status, err)
+			WHERE turns.seq = u.seq AND turns.status = 'pending'`, seqs, t.now(), sts, errs)
+		labels = append(labels, "finish turns")
+	}
+	if len(t.delivered) > 0 {
+		ds := t.delivered
+		t.delivered = nil
+		ids, sts := make([]int64, len(ds)), make([]string, len(ds))
+		for i, d := range ds {
+			ids[i], sts[i] = d.id, d.status
+		}
+		b.Queue(`UPDATE outbox SET status = u.status, delivered_at = $2, attempts = attempts + 1
+			FROM unnest($1::bigint[], $3::text[]) AS u(id, status)
+			WHERE outbox.id = u.id AND outbox.status = 'pending'`, ids, t.now(), sts)
+		labels = append(labels, "outbox delivered")
+	}
 	br := t.tx.SendBatch(ctx, b)
-	for _, l := range labels {
-		if _, err := br.Exec(); err != nil {
+	for i, l := range labels {
+		// Results are read in order; a statement with a callback gets it
+		// here (Close would run it too, but without the label).
+		var err error
+		if fn := b.QueuedQueries[i].Fn; fn != nil {
+			err = fn(br)
+		} else {
+			_, err = br.Exec()
+		}
+		if err != nil {
 			br.Close()
 			return fmt.Errorf("store: %s: %w", l, err)
 		}
 	}
-	return br.Close()
+	if err := br.Close(); err != nil {
+		return err
+	}
+	if cbErr != nil {
+		return cbErr
+	}
+	// Events that were already stored (a redelivery, a repeat within this
+	// batch, or a concurrent transaction that stored the same event first)
+	// need their seq: one more round trip, with a fresh snapshot, only then.
+	var chans, evs []string
+	for _, q := range turns {
+		if q.then != nil {
+			chans, evs = append(chans, string(q.turn.Channel)), append(evs, q.turn.EventID)
+		}
+	}
+	if len(chans) == 0 {
+		return nil
+	}
+	rows, err := t.tx.Query(ctx, `SELECT channel, event_id, seq FROM turns
+		WHERE (channel, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, chans, evs)
+	if err != nil {
+		return fmt.Errorf("store: find stored turns: %w", err)
+	}
+	found := map[[2]string]int64{}
+	for rows.Next() {
+		var ch, ev string
+		var seq int64
+		if err := rows.Scan(&ch, &ev, &seq); err != nil {
+			rows.Close()
+			return fmt.Errorf("store: find stored turns: %w", err)
+		}
+		found[[2]string{ch, ev}] = seq
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("store: find stored turns: %w", err)
+	}
+	for i := range turns {
+		if turns[i].then == nil {
+			continue
+		}
+		seq, ok := found[[2]string{string(turns[i].turn.Channel), turns[i].turn.EventID}]
+		if !ok {
+			return fmt.Errorf("store: insert turn %s/%s: neither stored nor found", turns[i].turn.Channel, turns[i].turn.EventID)
+		}
+		turns[i].then(seq, true)
+		turns[i].then = nil
+	}
+	return nil
+}
+
+// queueTurns adds one INSERT for all queued turns. Each turn's then gets
+// its seq and whether the event was stored before (dup); then is set to nil
+// once called, so flush can tell that every turn was answered.
+func queueTurns(b *pgx.Batch, turns []queuedTurn, now time.Time, cbErr *error) {
+	n := len(turns)
+	chans, evs, convs, senders, bodies, sts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, q := range turns {
+		chans[i], evs[i], convs[i], senders[i], bodies[i], sts[i] = string(q.turn.Channel), q.turn.EventID, string(q.turn.Conversation), string(q.turn.Sender), q.body, q.status
+	}
+	// Rows that conflict (stored before, or twice in this batch) come back
+	// from the second SELECT with their existing seq; ON CONFLICT DO NOTHING
+	// skips a key repeated within the statement, so the first op queued
+	// with it is the one that stored it.
+	b.Queue(`WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::text[]) WITH ORDINALITY
+				AS u(channel, event_id, conversation, sender, body, status, n)),
+			ins AS (INSERT INTO turns (channel, event_id, conversation, sender, body, status, received_at, processed_at)
+				SELECT channel, event_id, conversation, sender, body, status, $7, CASE WHEN status = 'pending' THEN NULL ELSE $7::timestamptz END
+				FROM u ORDER BY n
+				ON CONFLICT (channel, event_id) DO NOTHING RETURNING channel, event_id, seq)
+		SELECT channel, event_id, seq FROM ins`, chans, evs, convs, senders, bodies, sts, now).Query(func(rows pgx.Rows) error {
+		byKey := make(map[[2]string]int64, n)
+		for rows.Next() {
+			var ch, ev string
+			var seq int64
+			if err := rows.Scan(&ch, &ev, &seq); err != nil {
+				return err
+			}
+			byKey[[2]string{ch, ev}] = seq
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for i := range turns {
+			k := [2]string{string(turns[i].turn.Channel), turns[i].turn.EventID}
+			if seq, ok := byKey[k]; ok {
+				delete(byKey, k) // a repeat of the key in this batch is a duplicate
+				turns[i].then(seq, false)
+				turns[i].then = nil
+			}
+		}
+		return nil
+	})
+}
+
+// queueJobs adds one INSERT for all queued outbox jobs, in queue order (ids
+// ascend in that order, which is the delivery order).
+func queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time, cbErr *error) {
+	n := len(jobs)
+	chans, convs, ops, keys, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, j := range jobs {
+		chans[i], convs[i], ops[i], keys[i], payloads[i] = string(j.ch), string(j.conv), string(j.op), j.key, j.payload
+	}
+	b.Queue(`INSERT INTO outbox (channel, conversation, op, message_key, payload, created_at, next_at)
+		SELECT channel, conversation, op, message_key, payload, $6, $6
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[]) WITH ORDINALITY AS u(channel, conversation, op, message_key, payload, n)
+		ORDER BY n RETURNING id`, chans, convs, ops, keys, payloads, now).Query(func(rows pgx.Rows) error {
+		ids := make([]int64, 0, n)
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(ids) != n {
+			*cbErr = fmt.Errorf("store: enqueue: %d rows inserted for %d jobs", len(ids), n)
+			return nil
+		}
+		// One statement draws its ids in row order: ascending ids are the
+		// jobs in queue order.
+		slices.Sort(ids)
+		for i, j := range jobs {
+			if j.then != nil {
+				j.then(ids[i])
+			}
+		}
+		return nil
+	})
 }
 
 // Now is the store's clock.
@@ -87,8 +334,22 @@ func (t *Tx) InsertTurn(ctx context.Context, turn core.Turn) (seq int64, dup boo
 
 // FinishTurn marks a turn processed (status "done" or "failed").
 func (t *Tx) FinishTurn(ctx context.Context, seq int64, status, errText string) error {
-	t.later("finish turn", `UPDATE turns SET status = $2, processed_at = $3, error = NULLIF($4, '') WHERE seq = $1 AND status = 'pending'`,
-		seq, status, t.now(), errText)
+	t.finishes = append(t.finishes, queuedFinish{seq: seq, status: status, err: errText})
+	return nil
+}
+
+// QueueTurn stores a turn unless (channel, event id) exists, like
+// InsertTurn, but gathered with the other turns of the batch into one
+// statement: then receives the seq (and dup for a redelivery) when the
+// batch's statements are sent, before any Finally function runs. status is
+// "pending" for a turn still to be processed, or "done" for one whose
+// outcome commits in the same transaction.
+func (t *Tx) QueueTurn(turn core.Turn, status string, then func(seq int64, dup bool)) error {
+	body, err := json.Marshal(turn)
+	if err != nil {
+		return fmt.Errorf("store: marshal turn: %w", err)
+	}
+	t.turns = append(t.turns, queuedTurn{turn: turn, body: string(body), status: status, then: then})
 	return nil
 }
 
@@ -194,12 +455,17 @@ func (t *Tx) InsertOutput(ctx context.Context, ref string, id core.ApprovalID, c
 
 // Enqueue adds an outbound delivery.
 func (t *Tx) Enqueue(ctx context.Context, ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage) error {
+	return t.EnqueueThen(ch, op, key, m, nil)
+}
+
+// EnqueueThen is Enqueue that hands the job's id to then once the batch's
+// statements were sent (nil: not needed).
+func (t *Tx) EnqueueThen(ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage, then func(id int64)) error {
 	payload, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("store: marshal outbound message: %w", err)
 	}
-	t.later("enqueue", `INSERT INTO outbox (channel, conversation, op, message_key, payload, created_at, next_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $6)`, ch, m.Conversation, op, key, payload, t.now())
+	t.enqueues = append(t.enqueues, queuedJob{ch: ch, conv: m.Conversation, op: op, key: key, payload: string(payload), then: then})
 	return nil
 }
 

@@ -157,6 +157,11 @@ func (w *writer) commit(batch []*request) error {
 		}
 		entries = append(entries, e...)
 	}
+	more, err := tx.runFinally(ctx)
+	if err != nil {
+		return err
+	}
+	entries = append(entries, more...)
 	if err := tx.flush(ctx); err != nil {
 		return err
 	}

@@ -1,0 +1,151 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/store"
+)
+
+// Inline answers: a turn whose answer needs no database read, no approval
+// and no side effect (plain text to the command agent, /help, /whoami, an
+// unknown command) is stored and answered in one transaction when its
+// conversation has nothing queued. The reply commits with the turn, so the
+// turn is never pending: one group commit on the latency path instead of
+// two, and no status update. Everything else — taps, /run, commands that
+// read or write state, a slow agent — is stored first and answered by the
+// conversation's worker, as before.
+
+// inlineCommands are the commands answered from memory.
+var inlineCommands = map[string]bool{"/help": true, "/start": true, "/whoami": true}
+
+// knownCommands are handled by handleText; any other "/…" is answered
+// "Unknown command" from memory.
+var knownCommands = map[string]bool{"/run": true, "/pending": true, "/audit": true, "/secret": true, "/secrets": true, "/pair": true}
+
+// inlineCandidate is the cheap test before any work: could this turn be
+// answered inline at all?
+func (e *Engine) inlineCandidate(t core.Turn) bool {
+	if t.Tap != nil || len(t.Redacted) > 0 {
+		return false
+	}
+	if a, ok := e.cfg.Agent.(core.InlineAgent); !ok || !a.Inline() {
+		return false
+	}
+	cmd, _, _ := strings.Cut(strings.TrimSpace(t.Text), " ")
+	if !strings.HasPrefix(cmd, "/") {
+		return true // the agent answers it
+	}
+	if at := strings.IndexByte(cmd, '@'); at > 0 {
+		cmd = cmd[:at]
+	}
+	return inlineCommands[cmd] || !knownCommands[cmd]
+}
+
+// deliverInline stores and answers t in one transaction when it can; ok
+// reports whether it took the turn (res and err are then Deliver's answer).
+func (e *Engine) deliverInline(ctx context.Context, t core.Turn) (res core.DeliverResult, ok bool, err error) {
+	if !e.inlineCandidate(t) {
+		return res, false, nil
+	}
+	// Reserve the conversation: nothing of it may be queued or running, and
+	// turns that arrive meanwhile queue behind this one.
+	e.mu.Lock()
+	if _, busy := e.queues[t.Conversation]; busy || e.closing {
+		e.mu.Unlock()
+		return res, false, nil
+	}
+	q := &convQueue{running: true}
+	e.queues[t.Conversation] = q
+	e.work.Add(1)
+	e.mu.Unlock()
+	released := false
+	defer func() {
+		if !released {
+			e.release(t.Conversation, q)
+		}
+	}()
+
+	start := e.now()
+	o := outcome{st: core.StoredTurn{Turn: t}}
+	var why string
+	o.trust, why = e.trust.Of(ctx, t)
+	o.note("trust.decided", map[string]any{"seq": int64(0), "trust": string(o.trust), "basis": why})
+	if e.gate(&o) {
+		if o.inTx == nil {
+			if err := e.handleText(ctx, &o); err != nil {
+				return res, false, nil // the worker path retries and reports it
+			}
+		}
+	}
+	if o.inTx != nil || len(o.appr) > 0 || len(o.cards) > 0 || len(o.updates) > 0 || len(o.sends) > 0 || len(o.after) > 0 {
+		return res, false, nil
+	}
+
+	var seq int64
+	var dup bool
+	err = e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
+		seq, dup = 0, false
+		if err := tx.QueueTurn(t, "done", func(s int64, d bool) { seq, dup = s, d }); err != nil {
+			return nil, err
+		}
+		tx.Finally(func() ([]auditEntry, error) {
+			if dup {
+				return nil, nil
+			}
+			o.jobs = nil
+			for _, r := range o.replies {
+				if err := o.send(tx, "r-"+core.NewID(), core.OutMessage{Conversation: t.Conversation, Text: r}); err != nil {
+					return nil, err
+				}
+			}
+			entries := make([]auditEntry, 0, 1+len(o.audit))
+			entries = append(entries, receivedEntry(t, seq))
+			for _, a := range o.audit {
+				if _, has := a.Data["seq"]; has {
+					a.Data = maps.Clone(a.Data)
+					a.Data["seq"] = seq
+				}
+				entries = append(entries, a)
+			}
+			return entries, nil
+		})
+		return nil, nil
+	})
+	if err != nil {
+		return res, true, fmt.Errorf("engine: store turn: %w", err)
+	}
+	if dup {
+		// Stored before: the stored turn is (or was) answered on its own.
+		e.m.turnsDuplicate.Inc()
+		return core.DeliverResult{Seq: seq, Duplicate: true}, true, nil
+	}
+	e.m.turnsReceived.Inc()
+	if h := e.cfg.Hooks.TurnDone; h != nil {
+		h(seq, t.Conversation)
+	}
+	e.m.turnLatency.Observe(e.now().Sub(start).Seconds())
+	e.m.turnsProcessed.Inc()
+	e.handOff(t.Conversation, o.jobs, 0)
+	released = true
+	e.release(t.Conversation, q)
+	return core.DeliverResult{Seq: seq}, true, nil
+}
+
+// release ends an inline reservation of conv. Turns queued behind it get a
+// worker, which inherits the reservation's place in e.work.
+func (e *Engine) release(conv core.ConversationID, q *convQueue) {
+	e.mu.Lock()
+	if len(q.items) == 0 {
+		q.running = false
+		delete(e.queues, conv)
+		e.mu.Unlock()
+		e.work.Done()
+		return
+	}
+	e.mu.Unlock()
+	go e.worker(conv, q)
+}
