@@ -113,7 +113,7 @@ func (t *Tx) FulfillSecretRequest(ctx context.Context, ref string, tokenHash, ci
 // as expired and returns them (to update their cards) with one
 // secret.expired entry each.
 func (t *Tx) ExpireSecretRequests(ctx context.Context, limit int) ([]secrets.Request, []audit.Entry, error) {
-	rows, err := t.tx.Query(ctx, `UPDATE secret_requests SET status = 'expired'
+	rows, err := t.query(ctx, `UPDATE secret_requests SET status = 'expired'
 		WHERE ref IN (SELECT ref FROM secret_requests WHERE status = 'pending' AND expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
 		RETURNING ref, name, label, hint, requester, conversation, channel, token_hash, status, created_at, expires_at`, t.now(), limit)
 	if err != nil {

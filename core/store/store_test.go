@@ -459,7 +459,7 @@ func TestDoBatchIsolation(t *testing.T) {
 				if _, _, err := tx.InsertTurn(ctx, testTurn("iso", "bad")); err != nil {
 					return nil, err
 				}
-				_, _ = tx.tx.Exec(ctx, "SELECT 1/0") // aborts the transaction
+				_, _ = tx.exec(ctx, "SELECT 1/0") // aborts the transaction
 				return []audit.Entry{{Kind: "bad"}}, nil
 			},
 			check: func(t *testing.T, err error) {
@@ -515,7 +515,7 @@ func TestDoBatchIsolation(t *testing.T) {
 				var mu sync.Mutex
 				record := func(ctx context.Context, tx *Tx, j int) {
 					var id int64
-					_ = tx.tx.QueryRow(ctx, "SELECT txid_current()").Scan(&id) // 0 in an aborted transaction
+					_ = tx.queryRow(ctx, "SELECT txid_current()").Scan(&id) // 0 in an aborted transaction
 					mu.Lock()
 					attempts[j] = append(attempts[j], attempt{id})
 					mu.Unlock()

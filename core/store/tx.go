@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
@@ -22,8 +23,15 @@ import (
 // and before commit. An error in a queued statement therefore surfaces a
 // little later — still inside the same batch, which then fails and is
 // retried op by op, so it is attributed to the right op.
+//
+// The transaction itself is driven by hand on one pooled connection, so
+// that BEGIN travels with the first statements and COMMIT with the audit
+// rows: a batch of inline turns costs three round trips (BEGIN and the
+// turns; the outbox rows with the chain lock and head; the audit rows with
+// COMMIT) instead of one per statement.
 type Tx struct {
-	tx     pgx.Tx
+	conn   *pgxpool.Conn
+	begun  bool // BEGIN was sent
 	now    func() time.Time
 	queued *pgx.Batch
 	labels []string
@@ -106,15 +114,34 @@ func (t *Tx) later(label, sql string, args ...any) {
 // flush sends queued statements, then the gathered multi-row ones, in one
 // round trip. Nothing queued depends on a multi-row statement of the same
 // flush (they are inserts and updates of rows no queued statement reads).
-func (t *Tx) flush(ctx context.Context) error {
-	if (t.queued == nil || t.queued.Len() == 0) && len(t.turns) == 0 && len(t.enqueues) == 0 && len(t.finishes) == 0 && len(t.delivered) == 0 {
+func (t *Tx) flush(ctx context.Context) error { return t.send(ctx, nil) }
+
+// extra is a statement sent after everything queued, in the same round
+// trip (a read, the chain lock, COMMIT).
+type extra struct {
+	label string
+	queue func(b *pgx.Batch)
+}
+
+// send sends BEGIN (the first time), the queued statements, the gathered
+// multi-row ones and then extras, in one round trip, and reads every
+// result in order (running callbacks).
+func (t *Tx) send(ctx context.Context, extras []extra) error {
+	if len(extras) == 0 && (t.queued == nil || t.queued.Len() == 0) && len(t.turns) == 0 && len(t.enqueues) == 0 && len(t.finishes) == 0 && len(t.delivered) == 0 {
 		return nil
 	}
-	b, labels := t.queued, t.labels
-	t.queued, t.labels = nil, nil
-	if b == nil {
-		b = &pgx.Batch{}
+	b := &pgx.Batch{}
+	var labels []string
+	if !t.begun {
+		b.Queue("BEGIN")
+		labels = append(labels, "begin")
+		t.begun = true
 	}
+	if t.queued != nil {
+		b.QueuedQueries = append(b.QueuedQueries, t.queued.QueuedQueries...)
+		labels = append(labels, t.labels...)
+	}
+	t.queued, t.labels = nil, nil
 	var cbErr error
 	turns := t.turns
 	t.turns = nil
@@ -151,7 +178,11 @@ func (t *Tx) flush(ctx context.Context) error {
 			WHERE outbox.id = u.id AND outbox.status = 'pending'`, ids, t.now(), sts)
 		labels = append(labels, "outbox delivered")
 	}
-	br := t.tx.SendBatch(ctx, b)
+	for _, x := range extras {
+		x.queue(b)
+		labels = append(labels, x.label)
+	}
+	br := t.conn.SendBatch(ctx, b)
 	for i, l := range labels {
 		// Results are read in order; a statement with a callback gets it
 		// here (Close would run it too, but without the label).
@@ -184,7 +215,7 @@ func (t *Tx) flush(ctx context.Context) error {
 	if len(chans) == 0 {
 		return nil
 	}
-	rows, err := t.tx.Query(ctx, `SELECT channel, event_id, seq FROM turns
+	rows, err := t.conn.Query(ctx, `SELECT channel, event_id, seq FROM turns
 		WHERE (channel, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, chans, evs)
 	if err != nil {
 		return fmt.Errorf("store: find stored turns: %w", err)
@@ -501,18 +532,58 @@ func (t *Tx) UpsertBinding(ctx context.Context, identity core.IdentityID, role s
 
 // exec runs a statement whose result is read, after the queued ones.
 func (t *Tx) exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := t.flush(ctx); err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	return t.tx.Exec(ctx, sql, args...)
+	var tag pgconn.CommandTag
+	err := t.send(ctx, []extra{{"statement", func(b *pgx.Batch) {
+		b.Queue(sql, args...).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	}}})
+	return tag, err
 }
 
-// queryRow runs a query after the queued statements.
+// queryRow runs a query after the queued statements, in the same round
+// trip, when the returned row is scanned.
 func (t *Tx) queryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := t.flush(ctx); err != nil {
-		return errRow{err}
+	return &lazyRow{t: t, ctx: ctx, sql: sql, args: args}
+}
+
+// query runs a query after the queued statements (a round trip of its own;
+// for the rare statements that return many rows).
+func (t *Tx) query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.send(ctx, nil); err != nil {
+		return nil, err
 	}
-	return t.tx.QueryRow(ctx, sql, args...)
+	return t.conn.Query(ctx, sql, args...)
+}
+
+type lazyRow struct {
+	t    *Tx
+	ctx  context.Context
+	sql  string
+	args []any
+}
+
+// Scan sends the query; "no rows" comes back as pgx.ErrNoRows, unwrapped,
+// as from pgx.Row.
+func (r *lazyRow) Scan(dest ...any) error {
+	var scanErr error
+	err := r.t.send(r.ctx, []extra{{"query", func(b *pgx.Batch) {
+		b.Queue(r.sql, r.args...).QueryRow(func(row pgx.Row) error { scanErr = row.Scan(dest...); return nil })
+	}}})
+	if err != nil {
+		return err
+	}
+	return scanErr
+}
+
+// rollback ends the transaction after a failure. A connection left in an
+// unknown state is not reused (the pool closes connections released inside
+// a transaction).
+func (t *Tx) rollback() {
+	if !t.begun {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = t.conn.Exec(ctx, "ROLLBACK")
 }
 
 type errRow struct{ err error }

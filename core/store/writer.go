@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/silas-gateway/silas/core/audit"
 )
@@ -139,16 +140,22 @@ func (w *writer) run(batch []*request) {
 	}
 }
 
-func (w *writer) commit(batch []*request) error {
+func (w *writer) commit(batch []*request) (err error) {
 	// The writer outlives callers' contexts; bound each transaction instead.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pgtx, err := w.s.pool.BeginTx(ctx, pgx.TxOptions{})
+	conn, err := w.s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
-	defer pgtx.Rollback(ctx) //nolint:errcheck // no-op after commit
-	tx := &Tx{tx: pgtx, now: w.s.now}
+	tx := &Tx{conn: conn, now: w.s.now}
+	committed := false
+	defer func() {
+		if !committed {
+			tx.rollback()
+		}
+		conn.Release()
+	}()
 	var entries []audit.Entry
 	for _, r := range batch {
 		e, err := r.op(ctx, tx)
@@ -162,11 +169,25 @@ func (w *writer) commit(batch []*request) error {
 		return err
 	}
 	entries = append(entries, more...)
-	if err := tx.flush(ctx); err != nil {
-		return err
+	// COMMIT of a transaction that failed earlier answers ROLLBACK, not an
+	// error (as pgx.Tx.Commit checks too).
+	commit := extra{"commit", func(b *pgx.Batch) {
+		b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
+			if ct.String() != "COMMIT" {
+				return pgx.ErrTxCommitRollback
+			}
+			return nil
+		})
+	}}
+	if len(entries) == 0 {
+		if err := tx.send(ctx, []extra{commit}); err != nil {
+			return err
+		}
+		committed = true
+		return nil
 	}
 	// Canonicalise before taking the chain lock: under it only hashing and
-	// one COPY remain.
+	// one INSERT remain.
 	now := w.s.now()
 	prepared := make([]audit.Prepared, len(entries))
 	for i, e := range entries {
@@ -174,55 +195,50 @@ func (w *writer) commit(batch []*request) error {
 			return err
 		}
 	}
-	if err := appendAudit(ctx, pgtx, prepared); err != nil {
+	// What is still queued, the chain lock and the head: one round trip.
+	var seq int64
+	prev := audit.Genesis
+	headErr := pgx.ErrNoRows
+	err = tx.send(ctx, []extra{
+		{"audit lock", func(b *pgx.Batch) { b.Queue("SELECT pg_advisory_xact_lock($1)", int64(auditLockKey)) }},
+		{"audit head", func(b *pgx.Batch) {
+			b.Queue("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").QueryRow(func(row pgx.Row) error {
+				headErr = row.Scan(&seq, &prev)
+				return nil
+			})
+		}},
+	})
+	if err != nil {
 		return err
 	}
-	if err := pgtx.Commit(ctx); err != nil {
-		return fmt.Errorf("store: commit: %w", err)
+	if headErr != nil && !errors.Is(headErr, pgx.ErrNoRows) {
+		return fmt.Errorf("store: audit head: %w", headErr)
 	}
+	// The rows and COMMIT: one more round trip.
+	n := len(prepared)
+	seqs, ats, kinds, actors, convs, datas, prevs, hashes := make([]int64, n), make([]time.Time, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([][]byte, n), make([][]byte, n)
+	for i, e := range prepared {
+		seq++
+		h := audit.Chain(prev, e.Canonical(seq))
+		seqs[i], ats[i], kinds[i], actors[i], convs[i], datas[i], prevs[i], hashes[i] = seq, e.At, e.Entry.Kind, e.Entry.Actor, e.Entry.Conversation, string(e.DataJSON), prev, h
+		prev = h
+	}
+	err = tx.send(ctx, []extra{
+		{"audit append", func(b *pgx.Batch) {
+			b.Queue(`INSERT INTO audit_log (seq, at, kind, actor, conversation, data, prev_hash, hash)
+				SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bytea[], $8::bytea[])`,
+				seqs, ats, kinds, actors, convs, datas, prevs, hashes)
+		}},
+		commit,
+	})
+	if err != nil {
+		return err
+	}
+	committed = true
 	return nil
 }
 
 // auditLockKey serialises appends to the chain across processes (serve and
 // CLI commands) with a transaction-scoped advisory lock.
 const auditLockKey = 0x5117A5A0D17
-
-// appendAudit chains entries after the current head, inside tx. The lock
-// and the head read go in one round trip (pipelined; the server runs them
-// in order).
-func appendAudit(ctx context.Context, tx pgx.Tx, entries []audit.Prepared) error {
-	if len(entries) == 0 {
-		return nil
-	}
-	var seq int64
-	prev := audit.Genesis
-	b := &pgx.Batch{}
-	b.Queue("SELECT pg_advisory_xact_lock($1)", int64(auditLockKey))
-	b.Queue("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
-	br := tx.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return fmt.Errorf("store: audit lock: %w", err)
-	}
-	err := br.QueryRow().Scan(&seq, &prev)
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("store: audit head: %w", err)
-	}
-	rows := make([][]any, 0, len(entries))
-	for _, e := range entries {
-		seq++
-		h := audit.Chain(prev, e.Canonical(seq))
-		rows = append(rows, []any{seq, e.At, e.Entry.Kind, e.Entry.Actor, e.Entry.Conversation, string(e.DataJSON), prev, h})
-		prev = h
-	}
-	_, err = tx.CopyFrom(ctx, pgx.Identifier{"audit_log"},
-		[]string{"seq", "at", "kind", "actor", "conversation", "data", "prev_hash", "hash"},
-		pgx.CopyFromRows(rows))
-	if err != nil {
-		return fmt.Errorf("store: audit append: %w", err)
-	}
-	return nil
-}
