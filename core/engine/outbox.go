@@ -296,7 +296,9 @@ func (e *Engine) deliver(ctx context.Context, j core.OutboxJob, superseded bool,
 	}
 	<-e.deliverSem
 	if err == nil {
-		derr := e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
+		// Nobody waits for this record but the lane's next delivery, so it
+		// may share a transaction with other work (see DoBackground).
+		derr := e.st.DoBackground(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
 			if err := tx.OutboxDelivered(ctx, j, ref, status); err != nil {
 				return nil, err
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
@@ -151,5 +152,42 @@ func TestEnqueueThenIDsInOrder(t *testing.T) {
 		if i > 0 && id <= ids[i-1] {
 			t.Errorf("ids not ascending in queue order: %v", ids)
 		}
+	}
+}
+
+// TestDoBackground: background operations commit (alone, after the wait,
+// or together with ordinary ones), and Close finishes queued ones.
+func TestDoBackground(t *testing.T) {
+	s, ctx, _ := setupDSN(t, Options{BackgroundDelay: 20 * time.Millisecond})
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			op := entriesOp(numberedEntry(i))
+			var err error
+			if i%2 == 0 {
+				err = s.DoBackground(ctx, op)
+			} else {
+				err = s.Do(ctx, op)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := queryInt(t, ctx, s, `SELECT count(*) FROM audit_log`); n != 20 {
+		t.Fatalf("audit rows = %d, want 20", n)
+	}
+	if _, err := s.VerifyAudit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// One alone still commits once the wait is over.
+	if err := s.DoBackground(ctx, entriesOp(numberedEntry(20))); err != nil {
+		t.Fatal(err)
+	}
+	if n := queryInt(t, ctx, s, `SELECT count(*) FROM audit_log`); n != 21 {
+		t.Fatalf("audit rows = %d, want 21", n)
 	}
 }

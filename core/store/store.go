@@ -38,6 +38,9 @@ type Options struct {
 	// Writers is how many group-commit transactions may be open at once
 	// (default 3). One keeps batches strictly sequential.
 	Writers int
+	// BackgroundDelay is how long an operation given to DoBackground may
+	// wait for others to share its transaction (default 3ms).
+	BackgroundDelay time.Duration
 }
 
 // Store is the PostgreSQL store.
@@ -80,7 +83,11 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 	if opt.Writers <= 0 {
 		opt.Writers = defaultWriters
 	}
+	if opt.BackgroundDelay <= 0 {
+		opt.BackgroundDelay = 3 * time.Millisecond
+	}
 	s.w = newWriter(s, opt.MaxBatch, opt.Writers)
+	s.w.bgDelay = opt.BackgroundDelay
 	return s, nil
 }
 

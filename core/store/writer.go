@@ -33,6 +33,8 @@ type request struct {
 type writer struct {
 	s        *Store
 	reqs     chan *request
+	bg       chan *request // DoBackground: may wait bgDelay for company
+	bgDelay  time.Duration
 	maxBatch int
 	stop     chan struct{}
 	stopped  chan struct{}
@@ -47,7 +49,7 @@ const defaultWriters = 3
 var ErrClosed = errors.New("store: closed")
 
 func newWriter(s *Store, maxBatch, loops int) *writer {
-	w := &writer{s: s, reqs: make(chan *request, 4*maxBatch), maxBatch: maxBatch, stop: make(chan struct{}), stopped: make(chan struct{})}
+	w := &writer{s: s, reqs: make(chan *request, 4*maxBatch), bg: make(chan *request, 4*maxBatch), maxBatch: maxBatch, stop: make(chan struct{}), stopped: make(chan struct{})}
 	w.loops.Add(loops)
 	for range loops {
 		go w.loop()
@@ -64,7 +66,16 @@ func (w *writer) close() {
 // Do runs op in a transaction shared with other concurrent operations and
 // returns once it has committed (or failed). If ctx ends first Do returns
 // ctx.Err(), and the op may still commit later: ops are idempotent by design.
-func (s *Store) Do(ctx context.Context, op Op) error {
+func (s *Store) Do(ctx context.Context, op Op) error { return s.do(ctx, op, s.w.reqs) }
+
+// DoBackground is Do for work nobody is waiting to see (recording that a
+// message was delivered): when no writer is busy it waits up to
+// Options.BackgroundDelay for other operations, so that at a moderate load
+// such records ride along in other transactions instead of each paying
+// for a commit of its own. An ordinary Do arriving meanwhile ends the wait.
+func (s *Store) DoBackground(ctx context.Context, op Op) error { return s.do(ctx, op, s.w.bg) }
+
+func (s *Store) do(ctx context.Context, op Op, q chan *request) error {
 	r := &request{op: op, done: make(chan error, 1)}
 	select {
 	case <-s.w.stop:
@@ -72,7 +83,7 @@ func (s *Store) Do(ctx context.Context, op Op) error {
 	default:
 	}
 	select {
-	case s.w.reqs <- r:
+	case q <- r:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.w.stop:
@@ -97,15 +108,22 @@ func (s *Store) Do(ctx context.Context, op Op) error {
 func (w *writer) loop() {
 	defer w.loops.Done()
 	batch := make([]*request, 0, w.maxBatch)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		var first *request
+		background := false
 		select {
 		case first = <-w.reqs:
+		case first = <-w.bg:
+			background = true
 		case <-w.stop:
 			// Finish what is already queued, then stop.
 			for {
 				select {
 				case r := <-w.reqs:
+					w.run([]*request{r})
+				case r := <-w.bg:
 					w.run([]*request{r})
 				default:
 					return
@@ -113,10 +131,36 @@ func (w *writer) loop() {
 			}
 		}
 		batch = append(batch[:0], first)
+		if background {
+			// Wait a little for company; any ordinary request ends the wait.
+			timer.Reset(w.bgDelay)
+		wait:
+			for len(batch) < w.maxBatch {
+				select {
+				case r := <-w.bg:
+					batch = append(batch, r)
+				case r := <-w.reqs:
+					batch = append(batch, r)
+					break wait
+				case <-timer.C:
+					break wait
+				case <-w.stop:
+					break wait
+				}
+			}
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		}
 	fill:
 		for len(batch) < w.maxBatch {
 			select {
 			case r := <-w.reqs:
+				batch = append(batch, r)
+			case r := <-w.bg:
 				batch = append(batch, r)
 			default:
 				break fill
