@@ -103,6 +103,7 @@ type options struct {
 	maxConns     int
 	workers      int
 	maxBatch     int
+	writers      int
 	timeout      time.Duration
 	drainTimeout time.Duration
 	verbose      bool
@@ -127,6 +128,7 @@ func run() int {
 	fs.IntVar(&o.maxConns, "maxconns", 16, "store connection pool size (as `silas serve`)")
 	fs.IntVar(&o.workers, "workers", 0, "engine.Config.Workers (0 = engine default)")
 	fs.IntVar(&o.maxBatch, "maxbatch", 0, "store.Options.MaxBatch (0 = store default)")
+	fs.IntVar(&o.writers, "writers", 0, "store.Options.Writers: group-commit transactions open at once (0 = store default)")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "how long to wait for unfinished turns or executions at the end of a phase before failing")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 5*time.Second, "how long to wait for the outbox to deliver its backlog after a phase (not draining is reported, not an error)")
 	fs.BoolVar(&o.verbose, "v", false, "log engine warnings and progress")
@@ -578,7 +580,7 @@ func load(ctx context.Context, o options) error {
 		return errors.New("--nosync applies to the throwaway cluster only; unset DATABASE_URL")
 	}
 
-	st, err := store.Open(ctx, dsn, store.Options{Logger: logger, MaxConns: int32(o.maxConns), MaxBatch: o.maxBatch})
+	st, err := store.Open(ctx, dsn, store.Options{Logger: logger, MaxConns: int32(o.maxConns), MaxBatch: o.maxBatch, Writers: o.writers})
 	if err != nil {
 		return err
 	}

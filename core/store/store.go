@@ -36,7 +36,7 @@ type Options struct {
 	// MaxConns sizes the pool (0 = pgx default).
 	MaxConns int32
 	// Writers is how many group-commit transactions may be open at once
-	// (default 3). One keeps batches strictly sequential.
+	// (default 1: batches strictly sequential; see defaultWriters).
 	Writers int
 	// BackgroundDelay is how long an operation given to DoBackground may
 	// wait for others to share its transaction (default 3ms).
