@@ -26,6 +26,13 @@ import (
 type limiter struct {
 	lim   Limits
 	clock clock
+	// start is when this limiter began. The previous process may have sent
+	// to any chat just before it stopped, so a chat's first message waits
+	// until PerChatInterval after start (a restart cannot double the
+	// per-chat rate). A group's per-minute count is not known across a
+	// restart: if it was exhausted, Telegram answers 429 and the outbox
+	// waits retry_after.
+	start time.Time
 
 	mu     sync.Mutex
 	chats  map[int64]*chatLimit
@@ -54,7 +61,7 @@ func (realClock) Now() time.Time                         { return time.Now() }
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 func newLimiter(l Limits, c clock) *limiter {
-	return &limiter{lim: l, clock: c, chats: map[int64]*chatLimit{}, freed: make(chan struct{})}
+	return &limiter{lim: l, clock: c, start: c.Now(), chats: map[int64]*chatLimit{}, freed: make(chan struct{})}
 }
 
 // isGroup reports whether a chat id names a group, supergroup or channel
@@ -66,7 +73,7 @@ func (l *limiter) wait(ctx context.Context, chat int64) (release func(), err err
 	l.mu.Lock()
 	c := l.chats[chat]
 	if c == nil {
-		c = &chatLimit{sem: make(chan struct{}, 1)}
+		c = &chatLimit{sem: make(chan struct{}, 1), last: l.start}
 		l.chats[chat] = c
 	}
 	c.refs++

@@ -1226,10 +1226,16 @@ func TestBurstSurvivesRestarts(t *testing.T) {
 	if got := w.count(`SELECT count(*) FROM outbox WHERE status = 'delivered'`); got != total {
 		t.Errorf("outbox delivered = %d; want %d", got, total)
 	}
-	if v := w.srv.Violations(); len(v) > 0 {
-		// The limiter's memory does not survive a restart; Telegram answers
-		// 429 and the outbox waits retry_after. Reported, not a failure.
-		t.Logf("rate-limit violations seen by the fake (after restarts): %d, e.g. %q", len(v), v[0])
+	// A restarted limiter waits a chat's interval from its start, so the
+	// per-chat and global limits hold across restarts. A group's count for
+	// the last minute is not known after a restart; if the previous process
+	// used it up, Telegram answers 429 and the outbox waits retry_after.
+	for _, v := range w.srv.Violations() {
+		if strings.HasPrefix(v, "group ") {
+			t.Logf("across a restart (answered 429, retried): %s", v)
+			continue
+		}
+		t.Errorf("rate limit exceeded across restarts: %s", v)
 	}
 }
 
