@@ -80,6 +80,16 @@ func secretsWebEnv(t *testing.T) ([]string, string) {
 		"SILAS_SECRETS_WEB_PUBLIC_URL=" + base}, base
 }
 
+// formEnvBase is the form's public URL in an environment from secretsWebEnv.
+func formEnvBase(env []string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "SILAS_SECRETS_WEB_PUBLIC_URL="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // randomAlnum returns n random characters from [A-Za-z0-9].
 func randomAlnum(n int) string {
 	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
@@ -365,10 +375,18 @@ func afterStored(t *testing.T, dsn, dataDir string, formEnv []string, s1 *server
 		t.Fatalf("secrets list after delete = %d\n%s%s", code, out, errOut)
 	}
 
-	// The deleted secret is refused when an approved action declares it.
+	// An approved action that declares the deleted secret is refused, and
+	// Silas asks for the secret with a secure-input card.
 	refused := runSecretCommand(t, c2, cards.StatusRefused)
-	if !strings.Contains(refused.Outcome, "send /secret "+secretName+" first") {
+	if !strings.Contains(refused.Outcome, "a secure-form link to store it was sent") {
 		t.Errorf("refused outcome = %q", refused.Outcome)
+	}
+	ask := card(c2.expect("secure-input card asking again for "+secretName, func(f map[string]any) bool {
+		cd := card(f)
+		return cd != nil && cd.Kind == cards.KindSecureInput && strings.Contains(cd.Intent, secretName) && cd.Link != nil
+	}))
+	if !strings.HasPrefix(ask.Link.URL, formEnvBase(formEnv)+"/secrets/") {
+		t.Errorf("secure-input card link = %q", ask.Link.URL)
 	}
 	if n := dbCount(t, dsn, `SELECT count(*) FROM executions WHERE status = 'refused'`); n != 1 {
 		t.Errorf("refused executions = %d, want 1", n)
@@ -422,7 +440,7 @@ func afterStored(t *testing.T, dsn, dataDir string, formEnv []string, s1 *server
 		{"frames before the restart", "stored ✓"},
 		{"frames before the restart", "[redacted secret]"},
 		{"frames before the restart", credentialNotice},
-		{"frames after the restart", "send /secret " + secretName + " first"},
+		{"frames after the restart", "a secure-form link to store it was sent"},
 		{"file " + filepath.Join(dataDir, "secrets-web"), "CERTIFICATE"},
 	} {
 		if !leaks.contains(want.where, want.s) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/silas-gateway/silas/core"
@@ -210,6 +211,12 @@ func (e *Engine) execute(ctx context.Context, id core.ApprovalID) {
 		timeout = time.Duration(act.TimeoutSeconds) * time.Second
 	}
 	env, values, err := e.revealSecrets(ctx, act.Secrets)
+	var missing *missingSecretsError
+	if errors.As(err, &missing) && e.askForMissingSecrets(ctx, a, core.IdentityID(tok.Token.Approver), missing.names) {
+		refuse(fmt.Sprintf("secret %s is not stored; a secure-form link to store it was sent — approve the command again once it is stored",
+			strings.Join(missing.names, ", ")))
+		return
+	}
 	if err != nil {
 		refuse(err.Error())
 		return

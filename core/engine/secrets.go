@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/silas-gateway/silas/cards"
@@ -60,19 +61,10 @@ func (e *Engine) cmdSecret(o *outcome, arg string) {
 	if label == "" {
 		label = name
 	}
-	req, token, err := secrets.NewRequest(secrets.Request{Name: name, Label: clip(label, 100), Requester: string(t.Sender),
-		Conversation: string(t.Conversation), Channel: string(t.Channel)}, e.now(), e.cfg.SecretTTL)
+	req, card, err := e.newSecretRequest(name, label, t.Sender, t.Conversation, t.Channel)
 	if err != nil {
 		o.reply("I cannot ask for that: %v.", err)
 		return
-	}
-	card := &cards.Card{
-		ID:        cards.ID(req.Ref),
-		Kind:      cards.KindSecureInput,
-		Intent:    fmt.Sprintf("Give Silas `%s` through the secure form", name),
-		Rationale: fmt.Sprintf("The value goes over HTTPS straight into encrypted storage; it never passes through this chat, the agent or the logs. The link works once and expires in %s.", e.cfg.SecretTTL),
-		Link:      &cards.Link{Label: "Enter " + clip(name, 40) + " securely", URL: e.cfg.SecretLink(req.Ref, token)},
-		Status:    cards.StatusPending,
 	}
 	o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error {
 		entries, err := tx.InsertSecretRequest(ctx, req)
@@ -83,6 +75,75 @@ func (e *Engine) cmdSecret(o *outcome, arg string) {
 		o.cards = append(o.cards, card)
 		return nil
 	}
+}
+
+// newSecretRequest prepares a secure-input request and its card (with the
+// one-time link); the caller stores the request and sends the card in one
+// transaction.
+func (e *Engine) newSecretRequest(name, label string, requester core.IdentityID, conv core.ConversationID, ch core.ChannelName) (secrets.Request, *cards.Card, error) {
+	req, token, err := secrets.NewRequest(secrets.Request{Name: name, Label: clip(label, 100), Requester: string(requester),
+		Conversation: string(conv), Channel: string(ch)}, e.now(), e.cfg.SecretTTL)
+	if err != nil {
+		return secrets.Request{}, nil, err
+	}
+	card := &cards.Card{
+		ID:        cards.ID(req.Ref),
+		Kind:      cards.KindSecureInput,
+		Intent:    fmt.Sprintf("Give Silas `%s` through the secure form", name),
+		Rationale: fmt.Sprintf("The value goes over HTTPS straight into encrypted storage; it never passes through this chat, the agent or the logs. The link works once and expires in %s.", e.cfg.SecretTTL),
+		Link:      &cards.Link{Label: "Enter " + clip(name, 40) + " securely", URL: e.cfg.SecretLink(req.Ref, token)},
+		Status:    cards.StatusPending,
+	}
+	return req, card, nil
+}
+
+// askForMissingSecrets sends a secure-input card for each secret an
+// approved action declared but that is not stored, asked for on behalf of
+// the approver; it reports whether the cards were sent.
+func (e *Engine) askForMissingSecrets(ctx context.Context, a core.ApprovalRequest, approver core.IdentityID, names []string) bool {
+	if !e.secretsEnabled() || len(names) == 0 {
+		return false
+	}
+	type asked struct {
+		req  secrets.Request
+		card *cards.Card
+	}
+	var list []asked
+	for _, n := range names {
+		req, card, err := e.newSecretRequest(n, n, approver, a.Conversation, a.Channel)
+		if err != nil {
+			e.log.Warn("could not prepare a secure-input request", slog.String("name", n), slog.Any("err", err))
+			return false
+		}
+		list = append(list, asked{req, card})
+	}
+	err := e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
+		var entries []auditEntry
+		for _, x := range list {
+			es, err := tx.InsertSecretRequest(ctx, x.req)
+			if err != nil {
+				return nil, err
+			}
+			entries = append(entries, es...)
+			if err := tx.Enqueue(ctx, a.Channel, core.OpSend, x.req.Ref, core.OutMessage{Conversation: a.Conversation, Card: x.card}); err != nil {
+				return nil, err
+			}
+		}
+		return entries, nil
+	})
+	if err != nil {
+		e.log.Error("could not ask for missing secrets", slog.String("approval", string(a.ID)), slog.Any("err", err))
+		return false
+	}
+	e.kick(a.Conversation, len(list))
+	return true
+}
+
+// missingSecretsError names declared secrets that are not stored.
+type missingSecretsError struct{ names []string }
+
+func (m *missingSecretsError) Error() string {
+	return fmt.Sprintf("secret %s is not stored (send /secret %s first)", strings.Join(m.names, ", "), m.names[0])
 }
 
 // cmdSecrets lists stored secret names (never values).
@@ -164,16 +225,21 @@ func (e *Engine) revealSecrets(ctx context.Context, names []string) (env map[str
 		return nil, nil, errors.New("secrets are not enabled on this gateway")
 	}
 	env = map[string]string{}
+	var missing []string
 	for _, n := range names {
 		v, err := secrets.Reveal(ctx, e.st, e.cfg.Sealer, n)
 		if errors.Is(err, core.ErrNotFound) {
-			return nil, nil, fmt.Errorf("secret %s is not stored (send /secret %s first)", n, n)
+			missing = append(missing, n)
+			continue
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("secret %s could not be opened", n)
 		}
 		env[secrets.EnvName(n)] = string(v)
 		values = append(values, string(v))
+	}
+	if len(missing) > 0 {
+		return nil, nil, &missingSecretsError{names: missing}
 	}
 	return env, values, nil
 }
