@@ -402,6 +402,9 @@ func afterStored(t *testing.T, dsn, dataDir string, formEnv []string, s1 *server
 			t.Errorf("the audit log has no %s entry", kind)
 		}
 	}
+	if !strings.Contains(out, `"secrets":["`+secretName+`"]`) {
+		t.Errorf("the audit log does not record the use of %s by an execution", secretName)
+	}
 	var deleted bool
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		var e struct {

@@ -248,8 +248,11 @@ func (e *Engine) execute(ctx context.Context, id core.ApprovalID) {
 	if n := len([]rune(fullOutput(rec))); n > e.cfg.OutputInlineMax {
 		rec.OutputRef = "out-" + string(id)
 	}
-	if err := e.finishExecution(ctx, id, core.ExecRunning, core.ExecExecuted, store.ExecUpdate{Result: rec, Done: true}, "execution.finished",
-		map[string]any{"exit_code": res.ExitCode, "duration_ms": rec.DurationMS, "timed_out": res.TimedOut, "isolation": res.Isolation}); err != nil {
+	data := map[string]any{"exit_code": res.ExitCode, "duration_ms": rec.DurationMS, "timed_out": res.TimedOut, "isolation": res.Isolation}
+	if len(act.Secrets) > 0 {
+		data["secrets"] = act.Secrets // the use of a secret is audited by name
+	}
+	if err := e.finishExecution(ctx, id, core.ExecRunning, core.ExecExecuted, store.ExecUpdate{Result: rec, Done: true}, "execution.finished", data); err != nil {
 		log.Error("could not record execution result", slog.Any("err", err))
 		return
 	}
