@@ -26,8 +26,8 @@ import (
 //
 // The transaction itself is driven by hand on one pooled connection, so
 // that BEGIN travels with the first statements and COMMIT with the audit
-// rows: a batch of inline turns costs three round trips (BEGIN and the
-// turns; the outbox rows with the chain lock and head; the audit rows with
+// rows: a batch of inline turns costs two round trips (BEGIN, the turns,
+// the chain lock and head; then the outbox rows, the audit rows and
 // COMMIT) instead of one per statement.
 type Tx struct {
 	conn   *pgxpool.Conn

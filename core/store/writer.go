@@ -43,7 +43,7 @@ type writer struct {
 }
 
 // defaultWriters is how many transactions may be open at once. One: a
-// batch costs three round trips, and every batch serialises on the audit
+// batch costs two or three round trips, and every batch serialises on the audit
 // chain lock anyway, so more loops only split the load into more, smaller
 // transactions that queue for the lock. Measured on the 2-CPU machine of
 // BENCHMARKS.md at 1,000 turns/s: PostgreSQL CPU per turn about 0.5 ms
@@ -214,6 +214,29 @@ func (w *writer) commit(batch []*request) (err error) {
 		}
 		entries = append(entries, e...)
 	}
+	// What the ops queued, the chain lock and the head: one round trip
+	// (together with BEGIN when no op needed a result earlier). Taking the
+	// lock before the Finally functions run costs nothing with one writer
+	// loop (nothing else in this process contends for it) and saves a round
+	// trip: their statements go with the audit rows and COMMIT.
+	var seq int64
+	prev := audit.Genesis
+	headErr := pgx.ErrNoRows
+	err = tx.send(ctx, []extra{
+		{"audit lock", func(b *pgx.Batch) { b.Queue("SELECT pg_advisory_xact_lock($1)", int64(auditLockKey)) }},
+		{"audit head", func(b *pgx.Batch) {
+			b.Queue("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").QueryRow(func(row pgx.Row) error {
+				headErr = row.Scan(&seq, &prev)
+				return nil
+			})
+		}},
+	})
+	if err != nil {
+		return err
+	}
+	if headErr != nil && !errors.Is(headErr, pgx.ErrNoRows) {
+		return fmt.Errorf("store: audit head: %w", headErr)
+	}
 	more, err := tx.runFinally(ctx)
 	if err != nil {
 		return err
@@ -236,8 +259,6 @@ func (w *writer) commit(batch []*request) (err error) {
 		committed = true
 		return nil
 	}
-	// Canonicalise before taking the chain lock: under it only hashing and
-	// one INSERT remain.
 	now := w.s.now()
 	prepared := make([]audit.Prepared, len(entries))
 	for i, e := range entries {
@@ -245,26 +266,8 @@ func (w *writer) commit(batch []*request) (err error) {
 			return err
 		}
 	}
-	// What is still queued, the chain lock and the head: one round trip.
-	var seq int64
-	prev := audit.Genesis
-	headErr := pgx.ErrNoRows
-	err = tx.send(ctx, []extra{
-		{"audit lock", func(b *pgx.Batch) { b.Queue("SELECT pg_advisory_xact_lock($1)", int64(auditLockKey)) }},
-		{"audit head", func(b *pgx.Batch) {
-			b.Queue("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").QueryRow(func(row pgx.Row) error {
-				headErr = row.Scan(&seq, &prev)
-				return nil
-			})
-		}},
-	})
-	if err != nil {
-		return err
-	}
-	if headErr != nil && !errors.Is(headErr, pgx.ErrNoRows) {
-		return fmt.Errorf("store: audit head: %w", headErr)
-	}
-	// The rows and COMMIT: one more round trip.
+	// Statements the Finally functions queued, the rows and COMMIT: one
+	// more round trip.
 	n := len(prepared)
 	seqs, ats, kinds, actors, convs, datas, prevs, hashes := make([]int64, n), make([]time.Time, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([][]byte, n), make([][]byte, n)
