@@ -183,8 +183,7 @@ func cmdSecretsWeb(ctx context.Context, env *cliEnv, args []string) error {
 
 // newSecretsWebForm builds the secure form from the secrets_web settings
 // for any request store: the engine (serve: the card update commits with
-// the value) or *store.Store (secrets-web: no card update). It mirrors
-// serve.go's newSecretsWeb, which could delegate to it.
+// the value) or *store.Store (secrets-web: no card update).
 func newSecretsWebForm(cfg *config.Config, requests secretsweb.RequestStore, sealer *secrets.Sealer, log *slog.Logger) (*secretsweb.Server, error) {
 	sw := cfg.SecretsWeb
 	dir := sw.TLS.Dir
@@ -193,6 +192,8 @@ func newSecretsWebForm(cfg *config.Config, requests secretsweb.RequestStore, sea
 	}
 	deps := secretsweb.Deps{Requests: requests, Sealer: sealer, Logger: log}
 	if sw.TLS.Mode == secretsweb.TLSACME {
+		// Certificates for the public host, answered with TLS-ALPN-01 on
+		// the form's own port (no port 80 needed); cached under dir.
 		u, err := url.Parse(sw.PublicURL)
 		if err != nil || u.Hostname() == "" {
 			return nil, fmt.Errorf("secrets_web.public_url: %q has no host for ACME", sw.PublicURL)

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/crypto/acme/autocert"
 
 	"github.com/silas-gateway/silas/adapters/telegram"
 	"github.com/silas-gateway/silas/adapters/webchat"
@@ -162,7 +160,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	var form *secretsweb.Server
 	if cfg.SecretsWeb.Enabled {
-		if form, err = newSecretsWeb(cfg, eng, sealer, log); err != nil {
+		if form, err = newSecretsWebForm(cfg, eng, sealer, log); err != nil {
 			return err
 		}
 		eng.SetSecretLink(form.Link)
@@ -301,27 +299,4 @@ func openSealer(cfg *config.Config, log *slog.Logger) (*secrets.Sealer, error) {
 		return nil, fmt.Errorf("secrets key: %w", err)
 	}
 	return secrets.NewSealer(key)
-}
-
-func newSecretsWeb(cfg *config.Config, eng *engine.Engine, sealer *secrets.Sealer, log *slog.Logger) (*secretsweb.Server, error) {
-	sw := cfg.SecretsWeb
-	dir := sw.TLS.Dir
-	if dir == "" {
-		dir = filepath.Join(cfg.DataDir, "secrets-web")
-	}
-	deps := secretsweb.Deps{Requests: eng, Sealer: sealer, Logger: log}
-	if sw.TLS.Mode == secretsweb.TLSACME {
-		// Certificates for the public host, answered with TLS-ALPN-01 on
-		// the form's own port (no port 80 needed); cached under dir.
-		u, err := url.Parse(sw.PublicURL)
-		if err != nil || u.Hostname() == "" {
-			return nil, fmt.Errorf("secrets_web.public_url: %q has no host for ACME", sw.PublicURL)
-		}
-		deps.ACME = &autocert.Manager{Prompt: autocert.AcceptTOS, HostPolicy: autocert.HostWhitelist(u.Hostname()),
-			Cache: autocert.DirCache(filepath.Join(dir, "acme")), Email: sw.TLS.ACMEEmail}
-	}
-	return secretsweb.New(secretsweb.Config{
-		Listen: sw.Listen, PublicURL: sw.PublicURL, MaxValueBytes: sw.MaxValueBytes,
-		TLS: secretsweb.TLSConfig{Mode: sw.TLS.Mode, CertFile: sw.TLS.CertFile, KeyFile: sw.TLS.KeyFile, Dir: dir},
-	}, deps)
 }
