@@ -176,16 +176,26 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request, ref, token strin
 	return req, false
 }
 
-// GET /secrets/{ref}?t=<token>: the form. It changes nothing but a CSRF
-// cookie, so a link preview fetching it does not use the link up.
-func (s *Server) form(w http.ResponseWriter, r *http.Request) {
-	ref := r.PathValue("ref")
+// admit checks the request's ref and its per-request rate limit; when it
+// reports false the answer was written.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) (ref string, ok bool) {
+	ref = r.PathValue("ref")
 	if !validRef(ref) {
 		s.notFound(w)
-		return
+		return "", false
 	}
 	if ok, wait := s.perRequest.allow(ref, s.now()); !ok {
 		s.tooMany(w, r, wait, "request")
+		return "", false
+	}
+	return ref, true
+}
+
+// GET /secrets/{ref}?t=<token>: the form. It changes nothing but a CSRF
+// cookie, so a link preview fetching it does not use the link up.
+func (s *Server) form(w http.ResponseWriter, r *http.Request) {
+	ref, ok := s.admit(w, r)
+	if !ok {
 		return
 	}
 	token := r.URL.Query().Get("t")
@@ -218,13 +228,8 @@ func (s *Server) formData(req secrets.Request, token, csrf, errMsg string) *form
 
 // POST /secrets/{ref}: t (link token), csrf, value.
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
-	ref := r.PathValue("ref")
-	if !validRef(ref) {
-		s.notFound(w)
-		return
-	}
-	if ok, wait := s.perRequest.allow(ref, s.now()); !ok {
-		s.tooMany(w, r, wait, "request")
+	ref, ok := s.admit(w, r)
+	if !ok {
 		return
 	}
 	if err := s.origin.Check(r); err != nil {

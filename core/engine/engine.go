@@ -279,31 +279,46 @@ func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, 
 	if res, ok, err := e.deliverInline(ctx, t); ok {
 		return res, err
 	}
-	var seq int64
-	var dup bool
-	err := e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
+	seq, dup, err := e.storeTurn(ctx, t, "pending", nil)
+	if err != nil || dup {
+		return core.DeliverResult{Seq: seq, Duplicate: dup}, err
+	}
+	e.enqueue(core.StoredTurn{Seq: seq, Turn: t})
+	return core.DeliverResult{Seq: seq}, nil
+}
+
+// storeTurn stores t with its turn.received audit entry, in status
+// "pending" (a worker answers it) or "done" (answer, run in the same
+// transaction once the seq is known, enqueues the reply and returns its
+// audit entries). A redelivered event stores nothing and runs nothing: dup.
+func (e *Engine) storeTurn(ctx context.Context, t core.Turn, status string, answer func(tx *store.Tx, seq int64) ([]auditEntry, error)) (seq int64, dup bool, err error) {
+	err = e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
 		seq, dup = 0, false
-		if err := tx.QueueTurn(t, "pending", func(s int64, d bool) { seq, dup = s, d }); err != nil {
+		if err := tx.QueueTurn(t, status, func(s int64, d bool) { seq, dup = s, d }); err != nil {
 			return nil, err
 		}
 		tx.Finally(func() ([]auditEntry, error) {
 			if dup {
 				return nil, nil
 			}
-			return []auditEntry{receivedEntry(t, seq)}, nil
+			entries := []auditEntry{receivedEntry(t, seq)}
+			if answer == nil {
+				return entries, nil
+			}
+			more, err := answer(tx, seq)
+			return append(entries, more...), err
 		})
 		return nil, nil
 	})
 	if err != nil {
-		return core.DeliverResult{}, fmt.Errorf("engine: store turn: %w", err)
+		return 0, false, fmt.Errorf("engine: store turn: %w", err)
 	}
 	if dup {
 		e.m.turnsDuplicate.Inc()
-		return core.DeliverResult{Seq: seq, Duplicate: true}, nil
+	} else {
+		e.m.turnsReceived.Inc()
 	}
-	e.m.turnsReceived.Inc()
-	e.enqueue(core.StoredTurn{Seq: seq, Turn: t})
-	return core.DeliverResult{Seq: seq}, nil
+	return seq, dup, nil
 }
 
 // receivedEntry is the audit entry of a stored turn.

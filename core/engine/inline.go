@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"strings"
 
@@ -85,45 +84,28 @@ func (e *Engine) deliverInline(ctx context.Context, t core.Turn) (res core.Deliv
 		return res, false, nil
 	}
 
-	var seq int64
-	var dup bool
-	err = e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
-		seq, dup = 0, false
-		if err := tx.QueueTurn(t, "done", func(s int64, d bool) { seq, dup = s, d }); err != nil {
-			return nil, err
+	seq, dup, err := e.storeTurn(ctx, t, "done", func(tx *store.Tx, seq int64) ([]auditEntry, error) {
+		o.jobs = nil
+		for _, r := range o.replies {
+			if err := o.send(tx, "r-"+core.NewID(), core.OutMessage{Conversation: t.Conversation, Text: r}); err != nil {
+				return nil, err
+			}
 		}
-		tx.Finally(func() ([]auditEntry, error) {
-			if dup {
-				return nil, nil
+		// The outcome's entries were noted before the seq existed.
+		entries := make([]auditEntry, 0, len(o.audit))
+		for _, a := range o.audit {
+			if _, has := a.Data["seq"]; has {
+				a.Data = maps.Clone(a.Data)
+				a.Data["seq"] = seq
 			}
-			o.jobs = nil
-			for _, r := range o.replies {
-				if err := o.send(tx, "r-"+core.NewID(), core.OutMessage{Conversation: t.Conversation, Text: r}); err != nil {
-					return nil, err
-				}
-			}
-			entries := make([]auditEntry, 0, 1+len(o.audit))
-			entries = append(entries, receivedEntry(t, seq))
-			for _, a := range o.audit {
-				if _, has := a.Data["seq"]; has {
-					a.Data = maps.Clone(a.Data)
-					a.Data["seq"] = seq
-				}
-				entries = append(entries, a)
-			}
-			return entries, nil
-		})
-		return nil, nil
+			entries = append(entries, a)
+		}
+		return entries, nil
 	})
-	if err != nil {
-		return res, true, fmt.Errorf("engine: store turn: %w", err)
+	if err != nil || dup {
+		// dup: stored before; the stored turn is (or was) answered on its own.
+		return core.DeliverResult{Seq: seq, Duplicate: dup}, true, err
 	}
-	if dup {
-		// Stored before: the stored turn is (or was) answered on its own.
-		e.m.turnsDuplicate.Inc()
-		return core.DeliverResult{Seq: seq, Duplicate: true}, true, nil
-	}
-	e.m.turnsReceived.Inc()
 	if h := e.cfg.Hooks.TurnDone; h != nil {
 		h(seq, t.Conversation)
 	}

@@ -142,15 +142,14 @@ func (t *Tx) send(ctx context.Context, extras []extra) error {
 		labels = append(labels, t.labels...)
 	}
 	t.queued, t.labels = nil, nil
-	var cbErr error
 	turns := t.turns
 	t.turns = nil
 	if len(turns) > 0 {
-		queueTurns(b, turns, t.now(), &cbErr)
+		queueTurns(b, turns, t.now())
 		labels = append(labels, "insert turns")
 	}
 	if len(t.enqueues) > 0 {
-		queueJobs(b, t.enqueues, t.now(), &cbErr)
+		queueJobs(b, t.enqueues, t.now())
 		labels = append(labels, "enqueue")
 		t.enqueues = nil
 	}
@@ -200,9 +199,6 @@ func (t *Tx) send(ctx context.Context, extras []extra) error {
 	if err := br.Close(); err != nil {
 		return err
 	}
-	if cbErr != nil {
-		return cbErr
-	}
 	// Events that were already stored (a redelivery, a repeat within this
 	// batch, or a concurrent transaction that stored the same event first)
 	// need their seq: one more round trip, with a fresh snapshot, only then.
@@ -251,7 +247,7 @@ func (t *Tx) send(ctx context.Context, extras []extra) error {
 // queueTurns adds one INSERT for all queued turns. Each turn's then gets
 // its seq and whether the event was stored before (dup); then is set to nil
 // once called, so flush can tell that every turn was answered.
-func queueTurns(b *pgx.Batch, turns []queuedTurn, now time.Time, cbErr *error) {
+func queueTurns(b *pgx.Batch, turns []queuedTurn, now time.Time) {
 	n := len(turns)
 	chans, evs, convs, senders, bodies, sts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i, q := range turns {
@@ -294,7 +290,7 @@ func queueTurns(b *pgx.Batch, turns []queuedTurn, now time.Time, cbErr *error) {
 
 // queueJobs adds one INSERT for all queued outbox jobs, in queue order (ids
 // ascend in that order, which is the delivery order).
-func queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time, cbErr *error) {
+func queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
 	n := len(jobs)
 	chans, convs, ops, keys, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i, j := range jobs {
@@ -316,8 +312,7 @@ func queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time, cbErr *error) {
 			return err
 		}
 		if len(ids) != n {
-			*cbErr = fmt.Errorf("store: enqueue: %d rows inserted for %d jobs", len(ids), n)
-			return nil
+			return fmt.Errorf("%d rows inserted for %d jobs", len(ids), n)
 		}
 		// One statement draws its ids in row order: ascending ids are the
 		// jobs in queue order.
@@ -335,30 +330,14 @@ func queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time, cbErr *error) {
 func (t *Tx) Now() time.Time { return t.now() }
 
 // InsertTurn stores a turn unless (channel, event id) exists. dup reports a
-// redelivery; seq is the turn's sequence either way.
+// redelivery; seq is the turn's sequence either way. It is QueueTurn sent
+// at once, for callers that need the answer before going on.
 func (t *Tx) InsertTurn(ctx context.Context, turn core.Turn) (seq int64, dup bool, err error) {
-	body, err := json.Marshal(turn)
-	if err != nil {
-		return 0, false, fmt.Errorf("store: marshal turn: %w", err)
+	if err := t.QueueTurn(turn, "pending", func(s int64, d bool) { seq, dup = s, d }); err != nil {
+		return 0, false, err
 	}
 	if err := t.flush(ctx); err != nil {
 		return 0, false, err
-	}
-	// One round trip either way: the insert, or the existing row's seq.
-	err = t.queryRow(ctx, `WITH ins AS (
-			INSERT INTO turns (channel, event_id, conversation, sender, body, received_at)
-			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (channel, event_id) DO NOTHING RETURNING seq)
-		SELECT seq, false FROM ins
-		UNION ALL SELECT seq, true FROM turns WHERE channel = $1 AND event_id = $2 AND NOT EXISTS (SELECT 1 FROM ins)`,
-		turn.Channel, turn.EventID, turn.Conversation, turn.Sender, body, t.now()).Scan(&seq, &dup)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// A concurrent transaction inserted the same event after this
-		// statement's snapshot: read it with a fresh one.
-		dup = true
-		err = t.queryRow(ctx, `SELECT seq FROM turns WHERE channel = $1 AND event_id = $2`, turn.Channel, turn.EventID).Scan(&seq)
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("store: insert turn: %w", err)
 	}
 	return seq, dup, nil
 }
