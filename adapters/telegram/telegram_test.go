@@ -27,15 +27,6 @@ func approvalCard() *cards.Card {
 	}
 }
 
-func chatOfConv(t *testing.T, conv core.ConversationID) int64 {
-	t.Helper()
-	n, err := strconv.ParseInt(strings.TrimPrefix(string(conv), "telegram:"), 10, 64)
-	if err != nil {
-		t.Fatalf("conversation %q: %v", conv, err)
-	}
-	return n
-}
-
 func msgIDOf(t *testing.T, r core.MessageRef) int {
 	t.Helper()
 	_, id, ok := parseRef(r)

@@ -150,7 +150,6 @@ type Engine struct {
 	workCtx  context.Context
 	stopWork context.CancelFunc
 
-	outboxWake chan struct{}
 	inflightMu sync.Mutex // guards lanes and lanesCtx
 	lanes      map[core.ConversationID]*lane
 	lanesCtx   context.Context
@@ -181,7 +180,6 @@ func New(cfg Config) (*Engine, error) {
 		pub:        cfg.Key.Public().(ed25519.PublicKey),
 		queues:     map[core.ConversationID]*convQueue{},
 		sem:        make(chan struct{}, cfg.Workers),
-		outboxWake: make(chan struct{}, 1),
 		lanes:      map[core.ConversationID]*lane{},
 		deliverSem: make(chan struct{}, cfg.Workers),
 		ready:      make(chan struct{}),

@@ -829,9 +829,9 @@ func TestInlineAndQueuedTurnsKeepOrder(t *testing.T) {
 		t.Fatalf("redelivery = %+v, %v; want a duplicate of seq %d", again, err, res.Seq)
 	}
 	want := 3*len(texts) + 1
-	msgs := b.ch.waitFor(t, "every answer", func(m []core.OutMessage) bool { return len(m) >= want })
+	b.ch.waitFor(t, "every answer", func(m []core.OutMessage) bool { return len(m) >= want })
 	time.Sleep(200 * time.Millisecond) // a doubled answer would show up now
-	msgs = b.ch.waitFor(t, "every answer", func(m []core.OutMessage) bool { return true })
+	msgs := b.ch.waitFor(t, "every answer", func(m []core.OutMessage) bool { return true })
 	if len(msgs) != want {
 		t.Fatalf("%d messages, want %d:\n%s", len(msgs), want, dump(msgs))
 	}

@@ -23,14 +23,6 @@ const (
 	outboxGiveUp = 24 * time.Hour
 )
 
-// wakeOutbox asks the recovery scan to look for pending work now.
-func (e *Engine) wakeOutbox() {
-	select {
-	case e.outboxWake <- struct{}{}:
-	default:
-	}
-}
-
 // kick makes sure conv's delivery lane runs; it is called after a commit
 // that enqueued something for conv. Lanes deliver a conversation's jobs
 // oldest first, one at a time, so the cost of a delivery does not grow with
@@ -257,7 +249,6 @@ func (e *Engine) outboxLoop(ctx context.Context) {
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-e.outboxWake:
 		case <-t.C:
 		}
 		t.Stop()

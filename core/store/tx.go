@@ -565,6 +565,3 @@ func (t *Tx) rollback() {
 	_, _ = t.conn.Exec(ctx, "ROLLBACK")
 }
 
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
