@@ -37,6 +37,7 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	sandboxProblem := doctorSandbox(cfg, env.configPath, env.stdout)
 	tc := telegramSettings(cfg)
 	for _, o := range []struct {
 		dst *string
@@ -48,13 +49,18 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	tc.HTTPTimeout = *timeout
 
+	problems := 0
+	if sandboxProblem {
+		problems++
+	}
 	fmt.Fprintln(env.stdout, "Telegram")
 	if tc.Token == "" {
 		fmt.Fprintln(env.stdout, "  · not configured (no telegram.token): skipped")
+	}
+	if tc.Token == "" && problems == 0 {
 		return nil
 	}
-	problems := 0
-	for _, f := range telegram.Doctor(ctx, tc) {
+	for _, f := range telegramFindings(ctx, tc) {
 		mark := map[telegram.Severity]string{telegram.SeverityOK: "✓", telegram.SeverityInfo: "·", telegram.SeverityWarn: "!", telegram.SeverityError: "✗"}[f.Severity]
 		fmt.Fprintf(env.stdout, "  %s %-12s %s\n", mark, f.Check, f.Message)
 		if f.Severity == telegram.SeverityError {
@@ -78,4 +84,12 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 //	return telegram.Config{Token: t.Token, Mode: t.Mode, WebhookURL: t.WebhookURL, …}
 func telegramSettings(cfg *config.Config) telegram.Config {
 	return telegramConfig(cfg, nil, nil)
+}
+
+// telegramFindings runs the Telegram checks when a token is configured.
+func telegramFindings(ctx context.Context, tc telegram.Config) []telegram.Finding {
+	if tc.Token == "" {
+		return nil
+	}
+	return telegram.Doctor(ctx, tc)
 }

@@ -403,11 +403,12 @@ func TestCrashExactlyOnce(t *testing.T) {
 		t.Run(fp, func(t *testing.T) {
 			dsn := pgtest.NewDatabase(t)
 			data := t.TempDir()
-			counter := filepath.Join(t.TempDir(), "runs")
+			// The sandbox lets the action write only in its own work dir;
+			// each run gets a fresh one, kept for verification: count them.
 			s := startServer(t, dsn, data, "SILAS_FAILPOINT="+fp)
 			c := s.connect(t)
-			c.say("/run sh -c 'echo ran >> " + counter + "'")
-			cd := c.cardFor("sh -c 'echo ran >> "+counter+"'", cards.StatusPending)
+			c.say("/run sh -c 'echo ran > ran'")
+			cd := c.cardFor("sh -c 'echo ran > ran'", cards.StatusPending)
 			c.tap(string(cd.ID), "approve")
 			c.cardStatus(cd.ID, cards.StatusConfirming)
 			c.tap(string(cd.ID), "confirm")
@@ -419,9 +420,9 @@ func TestCrashExactlyOnce(t *testing.T) {
 			if !strings.Contains(done.Outcome, "exit code 0 ✓") {
 				t.Fatalf("after restart: %+v", done)
 			}
-			b, _ := os.ReadFile(counter)
-			if got := strings.Count(string(b), "ran"); got != 1 {
-				t.Fatalf("the action ran %d times, want exactly 1", got)
+			runs, _ := filepath.Glob(filepath.Join(data, "sandbox", "exec-*", "ran"))
+			if len(runs) != 1 {
+				t.Fatalf("the action ran %d times, want exactly 1", len(runs))
 			}
 			// The frame can arrive a moment before the delivery is recorded.
 			deadline := time.Now().Add(10 * time.Second)

@@ -91,20 +91,18 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		log.Info("created the gateway signing key", slog.String("path", keyPath(cfg)), slog.String("fingerprint", fingerprint(key)))
 	}
 
-	sbDir := cfg.Sandbox.Dir
-	if sbDir == "" {
-		sbDir = filepath.Join(cfg.DataDir, "sandbox")
-	}
-	if sbDir, err = filepath.Abs(sbDir); err != nil {
-		return err
-	}
-	sb, err := sandbox.New(sandbox.Config{BaseDir: sbDir, DefaultTimeout: cfg.Sandbox.Timeout.Duration, MaxOutput: cfg.Sandbox.MaxOutputBytes,
-		RunAs: cfg.Sandbox.RunAs, Logger: log})
+	sc, err := sandboxConfig(cfg, env.configPath, log)
 	if err != nil {
 		return err
 	}
-	if !sb.NetworkIsolation() {
-		log.Warn("network namespaces are not available: actions that need network isolation will be refused (fail closed)")
+	sbDir := sc.BaseDir
+	sb, err := sandbox.New(sc)
+	if err != nil {
+		return err
+	}
+	if err := sb.Available(); err != nil {
+		log.Error("sandbox isolation is not available: every execution will be refused (fail closed); `silas doctor` shows what is missing",
+			slog.String("error", err.Error()))
 	}
 	pol, err := policy.New(cfg.Policy.Rules)
 	if err != nil {

@@ -9,7 +9,29 @@ import (
 const (
 	DefaultTimeout   = 60 * time.Second
 	DefaultMaxOutput = 1 << 20 // bytes, per stream
+
+	// DefaultMaxProcs bounds the tasks (processes and threads) one run may
+	// have at once: a fork bomb stalls at this many and ends with the run.
+	DefaultMaxProcs = 256
+	// DefaultMaxMemory bounds one run's memory: the memory cgroup's limit
+	// for the whole run when cgroups are available, and every process's
+	// data segment (RLIMIT_DATA) in any case.
+	DefaultMaxMemory = 1 << 30
+	// DefaultMaxFileSize bounds any file a run writes (RLIMIT_FSIZE).
+	DefaultMaxFileSize = 1 << 30
+	// DefaultMaxOpenFiles bounds each process's open files (RLIMIT_NOFILE).
+	DefaultMaxOpenFiles = 1024
+	// DefaultTmpSize is the size of the private /tmp each run gets.
+	DefaultTmpSize = 256 << 20
+	// DefaultRunAs is the user programs run as when the gateway runs as
+	// root and Config.RunAs is empty. When the system has no such user,
+	// uid/gid 65534 is used.
+	DefaultRunAs = "nobody"
 )
+
+// DefaultNetworkPorts are the TCP ports a run with network access may
+// connect to when Config.NetworkPorts is empty: DNS over TCP, HTTP, HTTPS.
+var DefaultNetworkPorts = []uint16{53, 80, 443}
 
 // MinimalPath is the PATH programs see (unless the request sets its own) and
 // the only place argv[0] is looked up when it contains no slash.
@@ -25,36 +47,34 @@ type Config struct {
 	// MaxOutput is used when ExecRequest.OutputLimit is zero (default 1 MiB
 	// per stream).
 	MaxOutput int
-	// RunAs is an optional unix user (name or numeric uid) to run programs
-	// as; it requires the gateway to run as root. Empty means the gateway's
-	// own user. Fresh work directories are chowned to this user and BaseDir
-	// is made traversable (but not listable) by others.
+	// RunAs is the unix user (name or numeric uid) programs run as when the
+	// gateway runs as root; empty means DefaultRunAs. It must not be root.
+	// A gateway that is not root runs programs as its own uid (inside their
+	// own user namespace) and RunAs must be empty or that same user.
 	RunAs string
+	// HiddenPaths are files and directories that must not be visible in the
+	// sandbox even when they lie inside a system directory it shows (/etc,
+	// /usr, /opt…): the data dir, key files, the secrets key, PostgreSQL's
+	// data and socket dirs, token files. Paths outside those system
+	// directories are invisible anyway.
+	HiddenPaths []string
+	// MaxProcs, MaxMemory, MaxFileSize, MaxOpenFiles and TmpSize bound each
+	// run (zero means the Default* value).
+	MaxProcs     int
+	MaxMemory    int64
+	MaxFileSize  int64
+	MaxOpenFiles int
+	TmpSize      int64
+	// NetworkPorts are the TCP ports a run with ExecRequest.Network may
+	// connect to (Landlock); empty means DefaultNetworkPorts.
+	NetworkPorts []uint16
 	// Logger receives debug records (program name, duration, exit code);
 	// never arguments, environment values or output. Nil discards.
 	Logger *slog.Logger
 
-	// netnsProbe replaces the network-namespace probe (tests use it to force
-	// "unavailable"). Nil means the real probe.
-	netnsProbe func(*Subprocess) nsMode
-}
-
-// nsMode is how network isolation is achieved on this host.
-type nsMode int
-
-const (
-	nsNone    nsMode = iota // network namespaces unavailable
-	nsNet                   // CLONE_NEWNET (gateway has CAP_SYS_ADMIN)
-	nsUserNet               // CLONE_NEWUSER|CLONE_NEWNET with identity uid/gid maps
-)
-
-func (m nsMode) String() string {
-	switch m {
-	case nsNet:
-		return "netns"
-	case nsUserNet:
-		return "userns+netns"
-	default:
-		return "none"
-	}
+	// noCgroups disables cgroups (tests of the rlimit-only path).
+	noCgroups bool
+	// forceUnavailable makes the probe fail with this reason (tests of the
+	// fail-closed path).
+	forceUnavailable string
 }

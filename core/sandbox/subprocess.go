@@ -3,9 +3,13 @@
 package sandbox
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -15,40 +19,58 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/silas-gateway/silas/core"
 )
 
 // waitDelay bounds how long Run waits for stdout/stderr to close after the
-// program exited or was killed (a process that escaped the process group may
-// hold them open). After it the pipes are closed and Run returns.
+// init exited (the kernel kills the rest of the PID namespace then, so this
+// is only a safety net).
 const waitDelay = 2 * time.Second
 
-// probeTimeout bounds the network-namespace probe in New.
+// rootMountPoint is the empty directory in BaseDir each run mounts its
+// new root on (in its own mount namespace).
+const rootMountPoint = ".root"
+
+// probeTimeout bounds the isolation probe in New.
 const probeTimeout = 10 * time.Second
 
 // Subprocess is the subprocess sandbox backend. It is safe for concurrent
-// use. See the package documentation for what it isolates and what not.
+// use. See the package documentation for what it isolates.
 type Subprocess struct {
 	baseDir        string // absolute, symlinks resolved
 	defaultTimeout time.Duration
 	maxOutput      int
-	cred           *syscall.Credential // nil: run as the gateway's user
-	runAs          string
-	netMode        nsMode
+	uid, gid       uint32 // the program's uid/gid (host view)
+	root           bool   // the gateway runs as root
+	hidden         []string
+	limits         limits
+	ports          []uint16
+	cgroups        *cgroups // nil: rlimits only
+	landlock       int      // Landlock ABI, 0 when unavailable
+	unavailable    error    // why isolated runs are refused; nil when the probe passed
 	log            *slog.Logger
+}
+
+type limits struct {
+	procs     int
+	memory    int64
+	fileSize  int64
+	openFiles int
+	tmpSize   int64
 }
 
 var _ core.Sandbox = (*Subprocess)(nil)
 
-// New validates cfg, prepares BaseDir, resolves RunAs and probes once whether
-// network namespaces can be created here (see [Subprocess.NetworkIsolation]).
-// An unavailable network namespace is not an error here: requests that need
-// it are refused by Run.
+// New validates cfg, prepares BaseDir, resolves the user programs run as,
+// prepares cgroups and probes once whether every isolation the sandbox
+// needs works here (see [Subprocess.Available]). Missing isolation is not an
+// error here: Run refuses every request then, naming what is missing.
 func New(cfg Config) (*Subprocess, error) {
 	if cfg.BaseDir == "" {
 		return nil, errors.New("sandbox: Config.BaseDir is required")
@@ -59,20 +81,44 @@ func New(cfg Config) (*Subprocess, error) {
 	if cfg.MaxOutput < 0 {
 		return nil, errors.New("sandbox: Config.MaxOutput must not be negative")
 	}
+	if cfg.MaxProcs < 0 || cfg.MaxMemory < 0 || cfg.MaxFileSize < 0 || cfg.MaxOpenFiles < 0 || cfg.TmpSize < 0 {
+		return nil, errors.New("sandbox: limits must not be negative")
+	}
 	s := &Subprocess{
-		defaultTimeout: cfg.DefaultTimeout,
-		maxOutput:      cfg.MaxOutput,
+		defaultTimeout: cmp.Or(cfg.DefaultTimeout, DefaultTimeout),
+		maxOutput:      cmp.Or(cfg.MaxOutput, DefaultMaxOutput),
 		log:            cfg.Logger,
-		runAs:          cfg.RunAs,
+		root:           os.Geteuid() == 0,
+		ports:          cfg.NetworkPorts,
+		limits: limits{
+			procs:     cmp.Or(cfg.MaxProcs, DefaultMaxProcs),
+			memory:    cmp.Or(cfg.MaxMemory, DefaultMaxMemory),
+			fileSize:  cmp.Or(cfg.MaxFileSize, DefaultMaxFileSize),
+			openFiles: cmp.Or(cfg.MaxOpenFiles, DefaultMaxOpenFiles),
+			tmpSize:   cmp.Or(cfg.TmpSize, DefaultTmpSize),
+		},
 	}
-	if s.defaultTimeout == 0 {
-		s.defaultTimeout = DefaultTimeout
-	}
-	if s.maxOutput == 0 {
-		s.maxOutput = DefaultMaxOutput
+	if len(s.ports) == 0 {
+		s.ports = DefaultNetworkPorts
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	for _, h := range cfg.HiddenPaths {
+		if h == "" {
+			continue
+		}
+		a, err := filepath.Abs(h)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: hidden path %q: %w", h, err)
+		}
+		if r, err := filepath.EvalSymlinks(a); err == nil {
+			a = r
+		}
+		if a == "/" {
+			return nil, errors.New("sandbox: hidden path \"/\" would hide everything")
+		}
+		s.hidden = append(s.hidden, a)
 	}
 
 	base, err := filepath.Abs(cfg.BaseDir)
@@ -93,53 +139,150 @@ func New(cfg Config) (*Subprocess, error) {
 		return nil, fmt.Errorf("sandbox: base dir %q is not a directory", base)
 	}
 	s.baseDir = base
+	if err := os.Mkdir(filepath.Join(base, rootMountPoint), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("sandbox: create root mount point: %w", err)
+	}
 
-	if cfg.RunAs != "" {
-		cred, err := lookupCredential(cfg.RunAs)
+	if s.root {
+		name := cmp.Or(cfg.RunAs, DefaultRunAs)
+		cred, err := lookupCredential(name)
+		if err != nil && cfg.RunAs == "" {
+			// No "nobody" on this system: the conventional overflow ids.
+			cred, err = &syscall.Credential{Uid: 65534, Gid: 65534}, nil
+		}
 		if err != nil {
 			return nil, err
 		}
-		euid := os.Geteuid()
-		switch {
-		case euid == 0:
-			s.cred = cred
-		case int(cred.Uid) == euid:
-			// Already that user; nothing to drop.
-		default:
-			return nil, fmt.Errorf("sandbox: RunAs %q requires the gateway to run as root", cfg.RunAs)
+		if cred.Uid == 0 {
+			return nil, fmt.Errorf("sandbox: run_as %q is root; programs must run as an unprivileged user", name)
 		}
-		if s.cred != nil && fi.Mode().Perm()&0o001 == 0 {
-			// The child chdirs into its work dir after dropping privileges,
-			// so it must be able to traverse BaseDir. Traverse only: others
-			// still cannot list it.
-			if err := os.Chmod(base, fi.Mode().Perm()|0o001); err != nil {
-				return nil, fmt.Errorf("sandbox: make base dir traversable for %q: %w", cfg.RunAs, err)
+		s.uid, s.gid = cred.Uid, cred.Gid
+	} else {
+		s.uid, s.gid = uint32(os.Geteuid()), uint32(os.Getegid())
+		if cfg.RunAs != "" {
+			cred, err := lookupCredential(cfg.RunAs)
+			if err != nil {
+				return nil, err
+			}
+			if cred.Uid != s.uid {
+				return nil, fmt.Errorf("sandbox: run_as %q requires the gateway to run as root (it runs as uid %d)", cfg.RunAs, s.uid)
 			}
 		}
 	}
 
-	probe := cfg.netnsProbe
-	if probe == nil {
-		probe = probeNetNS
+	if s.root && !cfg.noCgroups {
+		if s.cgroups, err = detectCgroups(); err != nil {
+			s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: cgroups unavailable; runs are bounded by rlimits only",
+				slog.String("error", err.Error()))
+		}
 	}
-	s.netMode = probe(s)
-	if s.netMode == nsNone {
-		s.log.LogAttrs(context.Background(), slog.LevelWarn,
-			"sandbox: network namespaces unavailable; runs without network access will be refused")
-	} else {
-		s.log.LogAttrs(context.Background(), slog.LevelDebug, "sandbox: network isolation available",
-			slog.String("mode", s.netMode.String()))
+	s.landlock = landlockABI()
+	probe := s.probe
+	if cfg.forceUnavailable != "" {
+		probe = func() error {
+			return fmt.Errorf("sandbox: %s: %w", cfg.forceUnavailable, core.ErrIsolationUnavailable)
+		}
+	}
+	if err := probe(); err != nil {
+		s.unavailable = err
+		s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: isolation unavailable; every execution will be refused",
+			slog.String("error", err.Error()))
 	}
 	return s, nil
 }
 
-// NetworkIsolation reports whether network namespaces work on this host
-// (probed once in New). When false, requests with Network == false fail with
-// core.ErrIsolationUnavailable.
-func (s *Subprocess) NetworkIsolation() bool { return s.netMode != nsNone }
+// probe runs `true` fully isolated once.
+func (s *Subprocess) probe() error {
+	prog := ""
+	for _, p := range []string{"/usr/bin/true", "/bin/true"} {
+		if isExecutableFile(p) == nil {
+			prog = p
+			break
+		}
+	}
+	if prog == "" {
+		return errors.New("sandbox: no /usr/bin/true to probe the isolation with")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	res, err := s.run(ctx, core.ExecRequest{Argv: []string{prog}}, prog)
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("sandbox: probe: `true` exited %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))
+	}
+	if s.Cleanup(res.Dir) != nil {
+		return nil
+	}
+	return nil
+}
+
+// Available reports nil when isolated runs work here, or the reason they
+// are all refused (wrapping core.ErrIsolationUnavailable).
+func (s *Subprocess) Available() error { return s.unavailable }
+
+// NetworkIsolation reports whether runs without network get their own
+// network namespace (the probe passed).
+func (s *Subprocess) NetworkIsolation() bool { return s.unavailable == nil }
 
 // BaseDir returns the directory work directories are created under.
 func (s *Subprocess) BaseDir() string { return s.baseDir }
+
+// Isolation lists the isolation every run gets, for doctor and logs.
+func (s *Subprocess) Isolation() []string {
+	if s.unavailable != nil {
+		return nil
+	}
+	iso := []string{
+		fmt.Sprintf("runs as uid %d, gid %d, no supplementary groups, no capabilities, no_new_privs", s.uid, s.gid),
+		"mount namespace (read-only /usr /etc /bin /lib…, private /tmp and /dev, work dir writable; data dir invisible)",
+		"PID namespace (own /proc; everything is killed when the program ends)",
+		"network namespace when the action has no network; Landlock TCP ports " + portList(s.ports) + " when it has",
+		"IPC, UTS and cgroup namespaces",
+		"seccomp filter (mount, setns, unshare, ptrace, bpf, kexec, keyctl, modules… denied)",
+	}
+	if s.landlock > 0 {
+		iso = append(iso, fmt.Sprintf("Landlock ABI %d (writes only in the work dir and /tmp; signals and abstract sockets scoped)", s.landlock))
+	} else {
+		iso = append(iso, "Landlock: not available on this kernel (mount namespace still hides the host)")
+	}
+	lim := fmt.Sprintf("rlimits: %d processes, %s data per process, %s per file, %d open files, CPU time = timeout",
+		s.limits.procs, humanBytes(s.limits.memory), humanBytes(s.limits.fileSize), s.limits.openFiles)
+	iso = append(iso, lim)
+	if s.cgroups != nil {
+		v := "v1"
+		if s.cgroups.v2 {
+			v = "v2"
+		}
+		iso = append(iso, fmt.Sprintf("cgroups %s: pids.max %d, memory %s per run", v, s.limits.procs, humanBytes(s.limits.memory)))
+	} else {
+		iso = append(iso, "cgroups: not available (rlimits only)")
+	}
+	return iso
+}
+
+func portList(ps []uint16) string {
+	var b strings.Builder
+	for i, p := range ps {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(int(p)))
+	}
+	return b.String()
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20:
+		return fmt.Sprintf("%d MiB", n>>20)
+	default:
+		return fmt.Sprintf("%d B", n)
+	}
+}
 
 // Run executes req.Argv. A program that ran (even if it failed, was killed by
 // a signal or timed out) is a result; an error means it could not be run as
@@ -156,10 +299,9 @@ func (s *Subprocess) Run(ctx context.Context, req core.ExecRequest) (core.ExecRe
 	if req.OutputLimit < 0 {
 		return core.ExecResult{}, errors.New("sandbox: negative output limit")
 	}
-	isolate := !req.Network
-	if isolate && s.netMode == nsNone {
-		// Fail closed: never run without the isolation the request needs.
-		return core.ExecResult{}, fmt.Errorf("sandbox: network isolation (network namespaces) is not available on this host; refusing to run without it: %w", core.ErrIsolationUnavailable)
+	if s.unavailable != nil {
+		// Fail closed: never run without the isolation.
+		return core.ExecResult{}, s.unavailable
 	}
 	for k, v := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
@@ -183,22 +325,101 @@ func (s *Subprocess) Run(ctx context.Context, req core.ExecRequest) (core.ExecRe
 	if err != nil {
 		return core.ExecResult{}, err
 	}
+	if !s.visible(prog, req.Dir) {
+		return core.ExecResult{}, fmt.Errorf("sandbox: program %q is outside the sandbox's filesystem (it shows only %s and the work dir): %w",
+			req.Argv[0], strings.Join(systemDirs, " "), fs.ErrNotExist)
+	}
+	return s.run(ctx, req, prog)
+}
 
-	timeout := req.Timeout
-	if timeout == 0 {
-		timeout = s.defaultTimeout
+// visible reports whether prog can be seen inside the sandbox: below a
+// system dir or the work dir, and not below a hidden path.
+func (s *Subprocess) visible(prog, dir string) bool {
+	real, err := filepath.EvalSymlinks(prog)
+	if err != nil {
+		return false
 	}
-	limit := req.OutputLimit
-	if limit == 0 {
-		limit = s.maxOutput
+	for _, h := range s.hidden {
+		if real == h || isBelow(h, real) {
+			return false
+		}
 	}
+	if dir != "" && (isBelow(dir, prog) || isBelow(dir, real)) {
+		return true
+	}
+	for _, d := range systemDirs {
+		if isBelow(d, real) {
+			return true
+		}
+	}
+	return false
+}
+
+// run starts the sandbox's init (the gateway binary re-executed in new
+// user, mount, PID, IPC, UTS, cgroup and — without network — network
+// namespaces), lets it build the sandbox and start prog, and collects the
+// result.
+func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string) (core.ExecResult, error) {
+	if err := ctx.Err(); err != nil {
+		return core.ExecResult{}, fmt.Errorf("sandbox: start %q: %w", req.Argv[0], context.Cause(ctx))
+	}
+	timeout := cmp.Or(req.Timeout, s.defaultTimeout)
+	limit := cmp.Or(req.OutputLimit, s.maxOutput)
 
 	dir, fresh := req.Dir, false
+	var err error
 	if dir == "" {
 		if dir, err = s.newWorkDir(); err != nil {
 			return core.ExecResult{}, err
 		}
 		fresh = true
+	}
+	fail := func(err error) (core.ExecResult, error) {
+		if fresh {
+			_ = os.RemoveAll(dir)
+		}
+		return core.ExecResult{}, err
+	}
+
+	spec := initSpec{
+		Program: prog, Argv: req.Argv, Env: buildEnv(req.Env, dir), Dir: dir,
+		Network: req.Network, Hide: s.hidden,
+		NProc: uint64(s.limits.procs), Data: uint64(s.limits.memory), FSize: uint64(s.limits.fileSize),
+		NoFile: uint64(s.limits.openFiles), CPU: uint64(timeout/time.Second) + 1, TmpSize: s.limits.tmpSize,
+		SetUID: s.root, UID: s.uid, GID: s.gid, Root: filepath.Join(s.baseDir, rootMountPoint),
+	}
+	if req.Network {
+		spec.Ports = s.ports
+		spec.Landlock = true // the port allowlist is the network boundary
+	}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return fail(fmt.Errorf("sandbox: spec: %w", err))
+	}
+
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return fail(fmt.Errorf("sandbox: pipe: %w", err))
+	}
+	defer statusR.Close()
+	goR, goW, err := os.Pipe()
+	if err != nil {
+		statusW.Close()
+		return fail(fmt.Errorf("sandbox: pipe: %w", err))
+	}
+	defer goW.Close()
+	closeChildEnds := func() {
+		statusW.Close()
+		goR.Close()
+	}
+
+	var cg *runCgroup
+	if s.cgroups != nil {
+		if cg, err = s.cgroups.create(filepath.Base(dir)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36), s.limits.procs, s.limits.memory); err != nil {
+			closeChildEnds()
+			return fail(err)
+		}
+		defer cg.remove()
 	}
 
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
@@ -206,80 +427,79 @@ func (s *Subprocess) Run(ctx context.Context, req core.ExecRequest) (core.ExecRe
 
 	stdout := &capWriter{limit: limit}
 	stderr := &capWriter{limit: limit}
-	cmd := exec.CommandContext(runCtx, prog, req.Argv[1:]...)
-	cmd.Args[0] = req.Argv[0]
-	cmd.Env = buildEnv(req.Env, dir)
-	cmd.Dir = dir
+	cmd := exec.CommandContext(runCtx, "/proc/self/exe", string(specJSON))
+	cmd.Args[0] = initArg0
+	cmd.Env = []string{} // nothing of the gateway's environment, not even for the init
+	cmd.Dir = "/"
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
-	cmd.SysProcAttr = s.sysProcAttr(isolate)
+	cmd.ExtraFiles = []*os.File{statusW, goR} // fds 3, 4
+	cmd.SysProcAttr = s.sysProcAttr(req.Network)
 	cmd.WaitDelay = waitDelay
-
-	// exited/killed coordinate the group kill on timeout with reaping: the
-	// process group is only signalled while its leader is not yet reaped, so
-	// its id cannot have been reused by an unrelated process.
-	var (
-		mu             sync.Mutex
-		exited, killed bool
-	)
+	var killed atomic.Bool
 	cmd.Cancel = func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		if exited {
-			return os.ErrProcessDone
-		}
-		killed = true
-		return killGroup(cmd.Process.Pid)
+		// Killing the init ends the PID namespace: the kernel kills every
+		// process of the run, whatever session or group it moved to.
+		killed.Store(true)
+		return cmd.Process.Kill()
 	}
 
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
-		if fresh {
-			_ = os.RemoveAll(dir)
-		}
+		closeChildEnds()
 		if ctx.Err() != nil {
-			return core.ExecResult{}, fmt.Errorf("sandbox: start %q: %w", req.Argv[0], context.Cause(ctx))
+			return fail(fmt.Errorf("sandbox: start %q: %w", req.Argv[0], context.Cause(ctx)))
 		}
-		return core.ExecResult{}, fmt.Errorf("sandbox: start %q: %w", req.Argv[0], err)
+		return fail(fmt.Errorf("sandbox: start %q: namespaces: %w: %w", req.Argv[0], err, core.ErrIsolationUnavailable))
 	}
-	pid := cmd.Process.Pid
+	closeChildEnds()
+	if cg != nil {
+		if err := cg.add(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return fail(err)
+		}
+	}
+	_, _ = goW.Write([]byte{1})
+	goW.Close()
 
-	// Wait for the program to exit without reaping it, then kill whatever it
-	// left behind in its process group (background jobs holding stdout
-	// open), then reap. If waitid fails we still reap below.
-	_ = waitExitNoReap(pid)
-	mu.Lock()
-	exited = true
-	_ = killGroup(pid)
-	mu.Unlock()
-
+	statusBytes, _ := io.ReadAll(statusR)
 	waitErr := cmd.Wait()
 	dur := time.Since(start)
 	if cmd.ProcessState == nil {
-		return core.ExecResult{}, fmt.Errorf("sandbox: wait %q: %w", req.Argv[0], waitErr)
+		return fail(fmt.Errorf("sandbox: wait %q: %w", req.Argv[0], waitErr))
+	}
+	st := parseStatus(statusBytes)
+	switch {
+	case st.setupErr != "":
+		return fail(fmt.Errorf("sandbox: isolation setup failed: %s: %w", st.setupErr, core.ErrIsolationUnavailable))
+	case st.execErr != "":
+		return fail(fmt.Errorf("sandbox: %s", st.execErr))
 	}
 
 	res := core.ExecResult{
 		Stdout:    stdout.buf,
 		Stderr:    stderr.buf,
 		Truncated: stdout.truncated || stderr.truncated,
-		TimedOut:  killed,
+		TimedOut:  killed.Load(),
 		Duration:  dur,
 		Dir:       dir,
-		Isolation: "none",
+		Isolation: s.isolationTag(req.Network),
 	}
-	if isolate {
-		res.Isolation = "netns"
-	}
-	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	switch {
-	case killed:
+	case res.TimedOut:
 		res.ExitCode = -1
-	case ws.Signaled():
-		res.ExitCode = 128 + int(ws.Signal())
+	case st.exited:
+		res.ExitCode = exitCode(st.ws)
 	default:
-		res.ExitCode = ws.ExitStatus()
+		// The init ended without reporting: it was killed (the memory
+		// cgroup's OOM killer, or the program signalled it).
+		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		res.ExitCode = exitCode(ws)
+		if res.ExitCode == 0 {
+			res.ExitCode = 128 + int(syscall.SIGKILL)
+		}
 	}
 
 	s.log.LogAttrs(ctx, slog.LevelDebug, "sandbox exec",
@@ -292,10 +512,65 @@ func (s *Subprocess) Run(ctx context.Context, req core.ExecRequest) (core.ExecRe
 		slog.String("isolation", res.Isolation),
 	)
 
-	if killed && ctx.Err() != nil {
+	if res.TimedOut && ctx.Err() != nil {
 		return res, fmt.Errorf("sandbox: %q stopped: %w", req.Argv[0], context.Cause(ctx))
 	}
 	return res, nil
+}
+
+func exitCode(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// isolationTag is the short description stored with each execution.
+func (s *Subprocess) isolationTag(network bool) string {
+	parts := []string{"mountns", "pidns"}
+	if !s.root {
+		parts = append([]string{"userns"}, parts...)
+	}
+	if network {
+		parts = append(parts, "net:tcp-"+portList(s.ports))
+	} else {
+		parts = append(parts, "netns")
+	}
+	parts = append(parts, "seccomp")
+	if s.landlock > 0 {
+		parts = append(parts, "landlock")
+	}
+	if s.cgroups != nil {
+		parts = append(parts, "cgroup")
+	}
+	return strings.Join(parts, ",")
+}
+
+type initStatus struct {
+	setupErr, execErr string
+	exited            bool
+	ws                syscall.WaitStatus
+}
+
+func parseStatus(b []byte) initStatus {
+	var st initStatus
+	for _, line := range strings.Split(string(b), "\n") {
+		if len(line) < 2 {
+			continue
+		}
+		payload := line[2:]
+		switch line[0] {
+		case statusSetupErr:
+			st.setupErr = payload
+		case statusExecErr:
+			st.execErr = payload
+		case statusExit:
+			if n, err := strconv.ParseUint(payload, 10, 32); err == nil {
+				st.exited, st.ws = true, syscall.WaitStatus(n)
+			}
+		}
+	}
+	return st
 }
 
 // Cleanup removes a work directory returned in ExecResult.Dir. It refuses
@@ -345,91 +620,40 @@ func (s *Subprocess) newWorkDir() (string, error) {
 		_ = os.RemoveAll(dir)
 		return "", fmt.Errorf("sandbox: create work dir: %w", err)
 	}
-	if s.cred != nil {
-		if err := os.Chown(dir, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+	if s.root {
+		if err := os.Chown(dir, int(s.uid), int(s.gid)); err != nil {
 			_ = os.RemoveAll(dir)
-			return "", fmt.Errorf("sandbox: chown work dir to %q: %w", s.runAs, err)
+			return "", fmt.Errorf("sandbox: chown work dir to uid %d: %w", s.uid, err)
 		}
 	}
 	return dir, nil
 }
 
-// sysProcAttr is the process attributes for one run; the probe uses the same
-// function so it tests exactly what Run will do.
-func (s *Subprocess) sysProcAttr(isolate bool) *syscall.SysProcAttr {
-	return s.sysProcAttrMode(isolate, s.netMode)
-}
-
-func (s *Subprocess) sysProcAttrMode(isolate bool, mode nsMode) *syscall.SysProcAttr {
+// sysProcAttr starts the init in its own mount, PID, IPC, UTS, cgroup and
+// (without network) network namespaces. A root gateway starts it as root:
+// it builds the sandbox, then switches to the program's uid before starting
+// it. Otherwise the init gets its own user namespace (its uid mapped to
+// itself) with just the capabilities needed to build the sandbox —
+// CAP_SYS_ADMIN for mounts, CAP_SETPCAP to empty the bounding set — valid in
+// that namespace only.
+func (s *Subprocess) sysProcAttr(network bool) *syscall.SysProcAttr {
+	flags := uintptr(syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | unix.CLONE_NEWCGROUP)
+	if !network {
+		flags |= syscall.CLONE_NEWNET
+	}
 	attr := &syscall.SysProcAttr{
-		Setpgid:   true,            // own process group, killed as a whole
-		Pdeathsig: syscall.SIGKILL, // die with the gateway
+		Cloneflags: flags,
+		Pdeathsig:  syscall.SIGKILL, // the whole run dies with the gateway
 	}
-	if s.cred != nil {
-		c := *s.cred
-		c.Groups = []uint32{} // setgroups(0): drop root's supplementary groups
-		attr.Credential = &c
-	}
-	if !isolate {
+	if s.root {
 		return attr
 	}
-	switch mode {
-	case nsNet:
-		attr.Cloneflags |= syscall.CLONE_NEWNET
-	case nsUserNet:
-		uid, gid := os.Geteuid(), os.Getegid()
-		if s.cred != nil {
-			uid, gid = int(s.cred.Uid), int(s.cred.Gid)
-		}
-		attr.Cloneflags |= syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
-		// Dropping groups needs setgroups inside the namespace, which only a
-		// privileged parent may allow; unprivileged callers have no groups
-		// to drop.
-		attr.GidMappingsEnableSetgroups = s.cred != nil
-	}
+	attr.Cloneflags |= syscall.CLONE_NEWUSER
+	attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: int(s.uid), HostID: int(s.uid), Size: 1}}
+	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: int(s.gid), HostID: int(s.gid), Size: 1}}
+	attr.Credential = &syscall.Credential{Uid: s.uid, Gid: s.gid, NoSetGroups: true}
+	attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
 	return attr
-}
-
-// probeNetNS finds the first isolation mode under which a trivial program
-// runs here.
-func probeNetNS(s *Subprocess) nsMode {
-	modes := []nsMode{nsUserNet}
-	if os.Geteuid() == 0 {
-		modes = []nsMode{nsNet, nsUserNet}
-	}
-	for _, m := range modes {
-		err := s.probeMode(m)
-		if err == nil {
-			return m
-		}
-		s.log.LogAttrs(context.Background(), slog.LevelDebug, "sandbox: network namespace probe failed",
-			slog.String("mode", m.String()), slog.String("error", err.Error()))
-	}
-	return nsNone
-}
-
-// probeMode runs /bin/true (or /usr/bin/true) isolated with mode.
-func (s *Subprocess) probeMode(m nsMode) error {
-	var prog string
-	for _, p := range []string{"/bin/true", "/usr/bin/true"} {
-		if isExecutableFile(p) == nil {
-			prog = p
-			break
-		}
-	}
-	if prog == "" {
-		return errors.New("no /bin/true or /usr/bin/true to probe with")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, prog)
-	cmd.Env = []string{"PATH=" + MinimalPath}
-	cmd.Dir = "/"
-	cmd.SysProcAttr = s.sysProcAttrMode(true, m)
-	cmd.WaitDelay = waitDelay
-	return cmd.Run()
 }
 
 // resolveProgram finds argv[0]: names without a slash are looked up in
@@ -509,37 +733,6 @@ func lookupCredential(name string) (*syscall.Credential, error) {
 		return nil, fmt.Errorf("sandbox: RunAs user %q: bad gid %q", name, u.Gid)
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-// killGroup sends SIGKILL to the process group pgid.
-func killGroup(pgid int) error {
-	if pgid <= 0 {
-		return errors.New("sandbox: bad process group")
-	}
-	err := syscall.Kill(-pgid, syscall.SIGKILL)
-	if errors.Is(err, syscall.ESRCH) {
-		return os.ErrProcessDone
-	}
-	return err
-}
-
-// waitExitNoReap blocks until child pid has exited, leaving it a zombie
-// (waitid with WNOWAIT) so its pid and process group id stay reserved.
-func waitExitNoReap(pid int) error {
-	const pPID = 1     // P_PID
-	var info [128]byte // siginfo_t
-	for {
-		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid),
-			uintptr(unsafe.Pointer(&info[0])), syscall.WEXITED|syscall.WNOWAIT, 0, 0)
-		switch errno {
-		case 0:
-			return nil
-		case syscall.EINTR:
-			continue
-		default:
-			return errno
-		}
-	}
 }
 
 // capWriter keeps the first limit bytes written and discards (but accepts)

@@ -60,6 +60,12 @@ type Config struct {
 		Timeout        Duration `yaml:"timeout"`
 		MaxOutputBytes int      `yaml:"max_output_bytes"`
 		RunAs          string   `yaml:"run_as"`
+		MaxProcesses   int      `yaml:"max_processes"`
+		MaxMemoryBytes int64    `yaml:"max_memory_bytes"`
+		MaxFileBytes   int64    `yaml:"max_file_bytes"`
+		MaxOpenFiles   int      `yaml:"max_open_files"`
+		TmpBytes       int64    `yaml:"tmp_bytes"`
+		NetworkPorts   []uint16 `yaml:"network_ports"`
 	} `yaml:"sandbox"`
 	Output struct {
 		InlineMaxChars int `yaml:"inline_max_chars"`
@@ -128,6 +134,12 @@ func Default() *Config {
 	c.Approvals.TokenTTL = Duration{10 * time.Minute}
 	c.Sandbox.Timeout = Duration{60 * time.Second}
 	c.Sandbox.MaxOutputBytes = 1 << 20
+	c.Sandbox.MaxProcesses = 256
+	c.Sandbox.MaxMemoryBytes = 1 << 30
+	c.Sandbox.MaxFileBytes = 1 << 30
+	c.Sandbox.MaxOpenFiles = 1024
+	c.Sandbox.TmpBytes = 256 << 20
+	c.Sandbox.NetworkPorts = []uint16{53, 80, 443}
 	c.Output.InlineMaxChars, c.Output.PreviewChars = 10000, 2000
 	c.Webchat.Enabled, c.Webchat.Identity = true, "webchat:local"
 	c.Webchat.LoginTTL = Duration{time.Hour}
@@ -259,13 +271,28 @@ func setScalar(v reflect.Value, s string) error {
 			return fmt.Errorf("%q is not true or false", s)
 		}
 		v.SetBool(b)
-	case reflect.Int:
-		n, err := strconv.Atoi(s)
+	case reflect.Int, reflect.Int64:
+		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
 			return fmt.Errorf("%q is not a whole number", s)
 		}
-		v.SetInt(int64(n))
+		v.SetInt(n)
 	case reflect.Slice:
+		if v.Type().Elem().Kind() == reflect.Uint16 {
+			var ports []uint16
+			for _, p := range strings.Split(s, ",") {
+				if p = strings.TrimSpace(p); p == "" {
+					continue
+				}
+				n, err := strconv.ParseUint(p, 10, 16)
+				if err != nil {
+					return fmt.Errorf("%q is not a list of ports like 80,443", s)
+				}
+				ports = append(ports, uint16(n))
+			}
+			v.Set(reflect.ValueOf(ports))
+			return nil
+		}
 		if v.Type().Elem().Kind() != reflect.String {
 			return errors.New("cannot be set from the environment; use the config file")
 		}
@@ -330,6 +357,29 @@ func (c *Config) Validate() error {
 	}
 	if c.Sandbox.MaxOutputBytes < 1024 || c.Sandbox.MaxOutputBytes > 64<<20 {
 		return bad("sandbox.max_output_bytes", "%d must be between 1024 and 67108864", c.Sandbox.MaxOutputBytes)
+	}
+	if c.Sandbox.RunAs == "root" || c.Sandbox.RunAs == "0" {
+		return bad("sandbox.run_as", "%q: programs must run as an unprivileged user", c.Sandbox.RunAs)
+	}
+	if c.Sandbox.MaxProcesses < 8 || c.Sandbox.MaxProcesses > 65536 {
+		return bad("sandbox.max_processes", "%d must be between 8 and 65536", c.Sandbox.MaxProcesses)
+	}
+	if c.Sandbox.MaxMemoryBytes < 16<<20 {
+		return bad("sandbox.max_memory_bytes", "%d must be at least 16777216 (16 MiB)", c.Sandbox.MaxMemoryBytes)
+	}
+	if c.Sandbox.MaxFileBytes < 1<<20 {
+		return bad("sandbox.max_file_bytes", "%d must be at least 1048576 (1 MiB)", c.Sandbox.MaxFileBytes)
+	}
+	if c.Sandbox.MaxOpenFiles < 16 || c.Sandbox.MaxOpenFiles > 1<<20 {
+		return bad("sandbox.max_open_files", "%d must be between 16 and 1048576", c.Sandbox.MaxOpenFiles)
+	}
+	if c.Sandbox.TmpBytes < 1<<20 {
+		return bad("sandbox.tmp_bytes", "%d must be at least 1048576 (1 MiB)", c.Sandbox.TmpBytes)
+	}
+	for _, p := range c.Sandbox.NetworkPorts {
+		if p == 0 {
+			return bad("sandbox.network_ports", "port 0 is not a port")
+		}
 	}
 	if c.Output.InlineMaxChars < 100 {
 		return bad("output.inline_max_chars", "%d must be at least 100", c.Output.InlineMaxChars)

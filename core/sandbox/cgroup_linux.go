@@ -1,0 +1,145 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// cgroups places each run in its own pids and memory cgroups, below the
+// gateway's own cgroups (so a container's limits still apply above them).
+// cgroup v1 (separate pids/memory hierarchies) and v2 (unified) are
+// supported; when the gateway may not create cgroups (not root, read-only
+// cgroupfs) runs rely on rlimits alone and doctor says so.
+type cgroups struct {
+	v2     bool
+	pids   string // parent dir for per-run pids cgroups (v1), or the unified parent (v2)
+	memory string // parent dir for per-run memory cgroups (v1); empty in v2
+}
+
+// detectCgroups prepares the parent cgroups; nil when unusable.
+func detectCgroups() (*cgroups, error) {
+	own, err := ownCgroups()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
+		// Unified hierarchy at the root: a sibling tree of our own cgroup
+		// (v2 forbids processes in inner nodes, so not a child of ours).
+		parent := filepath.Join(cgroupRoot, filepath.Dir(own[""]), "silas-sandbox")
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return nil, fmt.Errorf("cgroup v2: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+pids +memory"), 0); err != nil {
+			return nil, fmt.Errorf("cgroup v2: enable pids and memory controllers: %w", err)
+		}
+		return &cgroups{v2: true, pids: parent}, nil
+	}
+	c := &cgroups{}
+	for _, ctrl := range []string{"pids", "memory"} {
+		p, ok := own[ctrl]
+		if !ok {
+			return nil, fmt.Errorf("cgroup v1: no %s controller", ctrl)
+		}
+		parent := filepath.Join(cgroupRoot, ctrl, p, "silas-sandbox")
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return nil, fmt.Errorf("cgroup v1 %s: %w", ctrl, err)
+		}
+		if ctrl == "pids" {
+			c.pids = parent
+		} else {
+			c.memory = parent
+		}
+	}
+	return c, nil
+}
+
+// ownCgroups maps controller → path from /proc/self/cgroup ("" for v2).
+func ownCgroups() (map[string]string, error) {
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	m := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, ctrl := range strings.Split(parts[1], ",") {
+			m[ctrl] = parts[2]
+		}
+	}
+	return m, sc.Err()
+}
+
+// runCgroup is one run's cgroup directories.
+type runCgroup struct{ dirs []string }
+
+// create makes the run's cgroups with their limits.
+func (c *cgroups) create(name string, maxProcs int, maxMemory int64) (*runCgroup, error) {
+	rc := &runCgroup{}
+	mk := func(parent string, files map[string]string) error {
+		d := filepath.Join(parent, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+		rc.dirs = append(rc.dirs, d)
+		for f, v := range files {
+			if err := os.WriteFile(filepath.Join(d, f), []byte(v), 0); err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+		}
+		return nil
+	}
+	procs, mem := strconv.Itoa(maxProcs), strconv.FormatInt(maxMemory, 10)
+	var err error
+	if c.v2 {
+		err = mk(c.pids, map[string]string{"pids.max": procs, "memory.max": mem, "memory.swap.max": "0"})
+	} else {
+		err = mk(c.pids, map[string]string{"pids.max": procs})
+		if err == nil {
+			err = mk(c.memory, map[string]string{"memory.limit_in_bytes": mem})
+		}
+	}
+	if err != nil {
+		rc.remove()
+		return nil, fmt.Errorf("sandbox: cgroup: %w", err)
+	}
+	return rc, nil
+}
+
+// add moves pid into the run's cgroups.
+func (rc *runCgroup) add(pid int) error {
+	for _, d := range rc.dirs {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("sandbox: cgroup: add process: %w", err)
+		}
+	}
+	return nil
+}
+
+// remove deletes the run's cgroups; the PID namespace is gone by then, so
+// they are empty (a short retry covers the kernel's asynchronous teardown).
+func (rc *runCgroup) remove() {
+	for _, d := range rc.dirs {
+		for i := 0; i < 50; i++ {
+			err := os.Remove(d)
+			if err == nil || errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+}

@@ -1,0 +1,415 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// initArg0 is argv[0] of the sandbox's init process: the gateway binary
+// re-executed inside the new namespaces. It prepares the filesystem, drops
+// every privilege and starts the approved program as its only child.
+const initArg0 = "silas-sandbox-init"
+
+// File descriptors handed to the init process (os/exec ExtraFiles start at 3).
+const (
+	fdStatus = 3 // write end: the init reports setup errors and the program's exit here
+	fdGo     = 4 // read end: the parent writes one byte once the init is in its cgroups
+)
+
+// Status lines the init writes to fdStatus. One line each; the parent parses
+// them (statusPrefix + payload).
+const (
+	statusSetupErr = 'E' // isolation could not be set up: nothing ran
+	statusExecErr  = 'X' // the program could not be started: nothing ran
+	statusExit     = 'W' // the program ended: raw wait status
+)
+
+// initSpec is everything the init needs, passed as JSON in argv[1]. It holds
+// no secret the gateway does not already give the program (its environment).
+type initSpec struct {
+	Program  string   `json:"program"` // absolute path, as seen inside the sandbox
+	Argv     []string `json:"argv"`
+	Env      []string `json:"env"`
+	Dir      string   `json:"dir"`  // work dir, mounted at the same path
+	Root     string   `json:"root"` // empty dir the new root is mounted on
+	Network  bool     `json:"network"`
+	Ports    []uint16 `json:"ports,omitempty"`
+	Hide     []string `json:"hide,omitempty"`
+	NProc    uint64   `json:"nproc"`
+	Data     uint64   `json:"data"`
+	FSize    uint64   `json:"fsize"`
+	NoFile   uint64   `json:"nofile"`
+	CPU      uint64   `json:"cpu"` // seconds
+	TmpSize  int64    `json:"tmp_size"`
+	Landlock bool     `json:"landlock"` // required: fail if the kernel lacks it
+	// SetUID: the init runs as root (a root gateway) and switches its
+	// thread to UID/GID before starting the program. Otherwise it already
+	// runs as the program's uid, in its own user namespace.
+	SetUID bool   `json:"setuid"`
+	UID    uint32 `json:"uid"`
+	GID    uint32 `json:"gid"`
+}
+
+// systemDirs are shown read-only inside the sandbox (when they exist). Nothing
+// else of the host's filesystem is visible: not the data dir, not /home,
+// /root, /var, /run, /srv, /mnt or the host's /tmp.
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"}
+
+// devFiles are bind-mounted from the host into the sandbox's /dev.
+var devFiles = []string{"null", "zero", "full", "random", "urandom"}
+
+func init() {
+	if len(os.Args) == 2 && os.Args[0] == initArg0 {
+		// The main goroutine runs package init on the main thread; locked,
+		// every per-thread attribute set below (credentials, capabilities,
+		// no_new_privs, Landlock, seccomp) is the one the program inherits.
+		runtime.LockOSThread()
+		os.Exit(sandboxInit(os.Args[1]))
+	}
+}
+
+// sandboxInit runs as PID 1 of the sandbox's PID namespace. Its exit ends
+// the namespace: the kernel kills every process the program left behind.
+func sandboxInit(arg string) int {
+	status := os.NewFile(fdStatus, "status")
+	fail := func(kind byte, err error) int {
+		msg := strings.ReplaceAll(err.Error(), "\n", " ")
+		fmt.Fprintf(status, "%c %s\n", kind, msg)
+		return 125
+	}
+	// The program must not inherit the status pipe.
+	unix.CloseOnExec(fdStatus)
+	var spec initSpec
+	if err := json.Unmarshal([]byte(arg), &spec); err != nil {
+		return fail(statusSetupErr, fmt.Errorf("init: bad spec: %w", err))
+	}
+	// Wait until the parent has put us into our cgroups: nothing may fork
+	// before that.
+	goPipe := os.NewFile(fdGo, "go")
+	var b [1]byte
+	if n, _ := goPipe.Read(b[:]); n != 1 {
+		return fail(statusSetupErr, errors.New("init: parent went away"))
+	}
+	goPipe.Close()
+	// Not dumpable: the program (same uid) cannot read /proc/1/mem or
+	// environ of this still-privileged process.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail(statusSetupErr, fmt.Errorf("init: PR_SET_DUMPABLE: %w", err))
+	}
+	if err := setupFS(&spec); err != nil {
+		return fail(statusSetupErr, err)
+	}
+	if err := unix.Sethostname([]byte("silas-sandbox")); err != nil {
+		return fail(statusSetupErr, fmt.Errorf("init: sethostname (UTS namespace): %w", err))
+	}
+	if err := setLimits(&spec); err != nil {
+		return fail(statusSetupErr, err)
+	}
+	if err := dropPrivileges(&spec); err != nil {
+		return fail(statusSetupErr, err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fail(statusSetupErr, fmt.Errorf("init: no_new_privs: %w", err))
+	}
+	if err := restrictLandlock(&spec); err != nil {
+		return fail(statusSetupErr, err)
+	}
+	if err := installSeccomp(); err != nil {
+		return fail(statusSetupErr, err)
+	}
+
+	attr := &syscall.ProcAttr{
+		Dir:   spec.Dir,
+		Env:   spec.Env,
+		Files: []uintptr{0, 1, 2}, // stdin is /dev/null (os/exec), stdout/stderr the parent's pipes
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	}
+	// ForkExec runs on this locked thread, so the child inherits exactly
+	// this thread's credentials, empty capabilities, no_new_privs, Landlock
+	// domain and seccomp filter.
+	pid, err := syscall.ForkExec(spec.Program, spec.Argv, attr)
+	if err != nil {
+		return fail(statusExecErr, fmt.Errorf("start %q: %w", spec.Argv[0], err))
+	}
+	// Reap everything (orphans are re-parented to us) until the program
+	// itself ends; then report and exit, which kills the rest.
+	for {
+		var ws syscall.WaitStatus
+		wpid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return fail(statusExecErr, fmt.Errorf("wait: %w", err))
+		}
+		if wpid == pid {
+			w := bufio.NewWriter(status)
+			fmt.Fprintf(w, "%c %d\n", statusExit, uint32(ws))
+			w.Flush()
+			return 0
+		}
+	}
+}
+
+// setupFS builds the sandbox's root in a tmpfs and pivots into it: system
+// dirs read-only, hidden paths covered, the work dir writable, a private
+// /tmp, a minimal /dev and a /proc of the sandbox's own PID namespace.
+func setupFS(spec *initSpec) error {
+	// Nothing we mount may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("init: make mounts private (mount namespace): %w", err)
+	}
+	// The new root is a tmpfs in our private mount namespace, mounted on
+	// an empty directory of the base dir (every run uses the same one, each
+	// in its own namespace), so nothing the work dir's path needs is shadowed.
+	root := spec.Root
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
+		return fmt.Errorf("init: mount root tmpfs: %w", err)
+	}
+	for _, d := range systemDirs {
+		fi, err := os.Lstat(d)
+		if err != nil {
+			continue
+		}
+		dst := root + d
+		if fi.Mode()&os.ModeSymlink != 0 {
+			target, err := os.Readlink(d)
+			if err != nil {
+				return fmt.Errorf("init: %s: %w", d, err)
+			}
+			if err := os.Symlink(target, dst); err != nil {
+				return fmt.Errorf("init: %s: %w", d, err)
+			}
+			continue
+		}
+		if !fi.IsDir() {
+			continue
+		}
+		if err := bindReadOnly(d, dst); err != nil {
+			return err
+		}
+	}
+	for _, h := range spec.Hide {
+		if err := hide(root, h); err != nil {
+			return err
+		}
+	}
+	// /tmp.
+	if err := os.MkdirAll(root+"/tmp", 0o755); err != nil {
+		return fmt.Errorf("init: /tmp: %w", err)
+	}
+	if err := unix.Mount("tmpfs", root+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatInt(spec.TmpSize, 10)); err != nil {
+		return fmt.Errorf("init: mount /tmp: %w", err)
+	}
+	// Work dir: writable, at the same path as on the host. The init can
+	// walk the data dir's path (it is root, or the gateway's own uid); the
+	// program never sees that path's other entries.
+	wd := root + spec.Dir
+	if err := os.MkdirAll(wd, 0o755); err != nil {
+		return fmt.Errorf("init: work dir mount point: %w", err)
+	}
+	if err := unix.Mount(spec.Dir, wd, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("init: bind work dir: %w", err)
+	}
+	if err := remount(wd, unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+		return err
+	}
+	if err := setupDev(root); err != nil {
+		return err
+	}
+	// /proc of our PID namespace: only the sandbox's own processes.
+	if err := os.Mkdir(root+"/proc", 0o555); err != nil {
+		return fmt.Errorf("init: /proc: %w", err)
+	}
+	if err := unix.Mount("proc", root+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("init: mount /proc (PID namespace): %w", err)
+	}
+	// The root itself read-only: no new files next to the mounts.
+	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
+		return fmt.Errorf("init: remount root read-only: %w", err)
+	}
+	// pivot_root(".", ".") stacks the old root under the new one; detaching
+	// it leaves nothing of the host's tree reachable.
+	if err := unix.Chdir(root); err != nil {
+		return fmt.Errorf("init: chdir new root: %w", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("init: pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("init: detach old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("init: chdir /: %w", err)
+	}
+	return nil
+}
+
+// bindReadOnly bind-mounts src at dst (created) read-only, nosuid, nodev.
+func bindReadOnly(src, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("init: mount point %s: %w", dst, err)
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("init: bind %s: %w", src, err)
+	}
+	return remount(dst, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV)
+}
+
+// remount applies flags to the bind mount at dst, keeping the flags the
+// kernel locked on it (a user namespace may not clear them).
+func remount(dst string, flags uintptr) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dst, &st); err != nil {
+		return fmt.Errorf("init: statfs %s: %w", dst, err)
+	}
+	keep := map[int64]uintptr{
+		unix.ST_RDONLY: unix.MS_RDONLY, unix.ST_NOSUID: unix.MS_NOSUID, unix.ST_NODEV: unix.MS_NODEV,
+		unix.ST_NOEXEC: unix.MS_NOEXEC, unix.ST_NOATIME: unix.MS_NOATIME, unix.ST_NODIRATIME: unix.MS_NODIRATIME,
+		unix.ST_RELATIME: unix.MS_RELATIME,
+	}
+	for st_, ms := range keep {
+		if st.Flags&st_ != 0 {
+			flags |= ms
+		}
+	}
+	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|flags, ""); err != nil {
+		return fmt.Errorf("init: remount %s: %w", dst, err)
+	}
+	return nil
+}
+
+// hide covers h inside the new root when a system dir made it visible: an
+// empty read-only tmpfs over a directory, /dev/null over a file.
+func hide(root, h string) error {
+	dst := root + h
+	fi, err := os.Lstat(dst)
+	if err != nil {
+		return nil // not visible: nothing to hide
+	}
+	if fi.IsDir() {
+		if err := unix.Mount("tmpfs", dst, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0000,size=4k"); err != nil {
+			return fmt.Errorf("init: hide %s: %w", h, err)
+		}
+		return nil
+	}
+	if err := unix.Mount("/dev/null", dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("init: hide %s: %w", h, err)
+	}
+	return nil
+}
+
+func setupDev(root string) error {
+	dev := root + "/dev"
+	if err := os.Mkdir(dev, 0o755); err != nil {
+		return fmt.Errorf("init: /dev: %w", err)
+	}
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return fmt.Errorf("init: mount /dev: %w", err)
+	}
+	for _, f := range devFiles {
+		dst := filepath.Join(dev, f)
+		if err := os.WriteFile(dst, nil, 0o666); err != nil {
+			return fmt.Errorf("init: /dev/%s: %w", f, err)
+		}
+		if err := unix.Mount("/dev/"+f, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("init: bind /dev/%s: %w", f, err)
+		}
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+			return fmt.Errorf("init: /dev/%s: %w", name, err)
+		}
+	}
+	if err := os.Mkdir(dev+"/shm", 0o1777); err != nil {
+		return fmt.Errorf("init: /dev/shm: %w", err)
+	}
+	if err := unix.Mount("tmpfs", dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=16m"); err != nil {
+		return fmt.Errorf("init: mount /dev/shm: %w", err)
+	}
+	return nil
+}
+
+// setLimits sets the per-process resource limits the program inherits.
+// syscall.Setrlimit (not x/sys/unix) so the Go runtime does not restore its
+// own RLIMIT_NOFILE for the child.
+func setLimits(spec *initSpec) error {
+	set := func(name string, res int, soft, hard uint64) error {
+		if err := syscall.Setrlimit(res, &syscall.Rlimit{Cur: soft, Max: hard}); err != nil {
+			return fmt.Errorf("init: setrlimit %s: %w", name, err)
+		}
+		return nil
+	}
+	if err := set("NPROC", unix.RLIMIT_NPROC, spec.NProc, spec.NProc); err != nil {
+		return err
+	}
+	if err := set("DATA", unix.RLIMIT_DATA, spec.Data, spec.Data); err != nil {
+		return err
+	}
+	if err := set("FSIZE", unix.RLIMIT_FSIZE, spec.FSize, spec.FSize); err != nil {
+		return err
+	}
+	if err := set("NOFILE", unix.RLIMIT_NOFILE, spec.NoFile, spec.NoFile); err != nil {
+		return err
+	}
+	if err := set("CPU", unix.RLIMIT_CPU, spec.CPU, spec.CPU+1); err != nil {
+		return err
+	}
+	if err := set("CORE", unix.RLIMIT_CORE, 0, 0); err != nil {
+		return err
+	}
+	// Below the gateway: a busy program slows itself, not the chat.
+	if err := unix.Setpriority(unix.PRIO_PROCESS, 0, 10); err != nil {
+		return fmt.Errorf("init: setpriority: %w", err)
+	}
+	return nil
+}
+
+// dropPrivileges switches this thread to the program's uid/gid with no
+// supplementary groups (root gateway) and empties its capability sets
+// (effective, permitted, inheritable, ambient and bounding). The thread then
+// runs as a non-root uid, so execve grants nothing back. Raw syscalls: Go's
+// setuid changes every thread, and only this one must change.
+func dropPrivileges(spec *initSpec) error {
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("init: clear ambient capabilities: %w", err)
+	}
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("init: drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if spec.SetUID {
+		if _, _, errno := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); errno != 0 {
+			return fmt.Errorf("init: setgroups: %w", errno)
+		}
+		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(spec.GID), uintptr(spec.GID), uintptr(spec.GID)); errno != 0 {
+			return fmt.Errorf("init: setresgid %d: %w", spec.GID, errno)
+		}
+		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(spec.UID), uintptr(spec.UID), uintptr(spec.UID)); errno != 0 {
+			return fmt.Errorf("init: setresuid %d: %w", spec.UID, errno)
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("init: capset: %w", err)
+	}
+	r, e, sv := unix.Getresuid() // this thread's ids (raw syscall)
+	if r == 0 || e == 0 || sv == 0 {
+		return errors.New("init: refusing to run the program as uid 0")
+	}
+	return nil
+}

@@ -1,0 +1,12 @@
+//go:build linux && !amd64 && !arm64
+
+package sandbox
+
+// No filter table for this architecture: installSeccomp fails and the
+// sandbox refuses to run (fail closed).
+const (
+	auditArch = 0
+	x32Bit    = 0
+)
+
+var archDeniedSyscalls = []uintptr{}
