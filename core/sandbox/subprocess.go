@@ -205,7 +205,7 @@ func (s *Subprocess) probe() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
-	res, err := s.run(ctx, core.ExecRequest{Argv: []string{prog}}, prog)
+	res, err := s.run(ctx, core.ExecRequest{Argv: []string{prog}, Timeout: probeTimeout}, prog)
 	if err != nil {
 		return err
 	}

@@ -564,4 +564,3 @@ func (t *Tx) rollback() {
 	defer cancel()
 	_, _ = t.conn.Exec(ctx, "ROLLBACK")
 }
-
