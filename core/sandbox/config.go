@@ -33,6 +33,10 @@ const (
 // connect to when Config.NetworkPorts is empty: DNS over TCP, HTTP, HTTPS.
 var DefaultNetworkPorts = []uint16{53, 80, 443}
 
+// SandboxWorkDir is where a run's work directory appears inside the sandbox:
+// its cwd and HOME. Programs never learn the host path.
+const SandboxWorkDir = "/work"
+
 // MinimalPath is the PATH programs see (unless the request sets its own) and
 // the only place argv[0] is looked up when it contains no slash.
 const MinimalPath = "/usr/local/bin:/usr/bin:/bin"

@@ -42,7 +42,7 @@ type initSpec struct {
 	Program  string   `json:"program"` // absolute path, as seen inside the sandbox
 	Argv     []string `json:"argv"`
 	Env      []string `json:"env"`
-	Dir      string   `json:"dir"`  // work dir, mounted at the same path
+	HostDir  string   `json:"host_dir"` // work dir on the host, mounted at SandboxWorkDir
 	Root     string   `json:"root"` // empty dir the new root is mounted on
 	Network  bool     `json:"network"`
 	Ports    []uint16 `json:"ports,omitempty"`
@@ -133,7 +133,7 @@ func sandboxInit(arg string) int {
 	}
 
 	attr := &syscall.ProcAttr{
-		Dir:   spec.Dir,
+		Dir:   SandboxWorkDir,
 		Env:   spec.Env,
 		Files: []uintptr{0, 1, 2}, // stdin is /dev/null (os/exec), stdout/stderr the parent's pipes
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
@@ -215,14 +215,14 @@ func setupFS(spec *initSpec) error {
 	if err := unix.Mount("tmpfs", root+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatInt(spec.TmpSize, 10)); err != nil {
 		return fmt.Errorf("init: mount /tmp: %w", err)
 	}
-	// Work dir: writable, at the same path as on the host. The init can
-	// walk the data dir's path (it is root, or the gateway's own uid); the
-	// program never sees that path's other entries.
-	wd := root + spec.Dir
-	if err := os.MkdirAll(wd, 0o755); err != nil {
+	// Work dir: writable, at SandboxWorkDir, so the program learns nothing
+	// of the host's layout (the data dir's path included). The init can walk
+	// the host path (it is root, or the gateway's own uid).
+	wd := root + SandboxWorkDir
+	if err := os.Mkdir(wd, 0o755); err != nil {
 		return fmt.Errorf("init: work dir mount point: %w", err)
 	}
-	if err := unix.Mount(spec.Dir, wd, "", unix.MS_BIND, ""); err != nil {
+	if err := unix.Mount(spec.HostDir, wd, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("init: bind work dir: %w", err)
 	}
 	if err := remount(wd, unix.MS_NOSUID|unix.MS_NODEV); err != nil {
@@ -354,7 +354,13 @@ func setLimits(spec *initSpec) error {
 		}
 		return nil
 	}
-	if err := set("NPROC", unix.RLIMIT_NPROC, spec.NProc, spec.NProc); err != nil {
+	// Not root, the init shares the program's uid (and its count): leave
+	// room for the init's own threads.
+	nproc := spec.NProc
+	if !spec.SetUID {
+		nproc += 16
+	}
+	if err := set("NPROC", unix.RLIMIT_NPROC, nproc, nproc); err != nil {
 		return err
 	}
 	if err := set("DATA", unix.RLIMIT_DATA, spec.Data, spec.Data); err != nil {

@@ -88,7 +88,7 @@ func restrictLandlock(spec *initSpec) error {
 		access uint64
 	}{
 		{"/", llRead},
-		{spec.Dir, fs},
+		{SandboxWorkDir, fs},
 		{"/tmp", fs},
 		{"/dev/shm", fs},
 	}

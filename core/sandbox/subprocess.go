@@ -335,6 +335,10 @@ func (s *Subprocess) Run(ctx context.Context, req core.ExecRequest) (core.ExecRe
 // visible reports whether prog can be seen inside the sandbox: below a
 // system dir or the work dir, and not below a hidden path.
 func (s *Subprocess) visible(prog, dir string) bool {
+	if dir != "" && isBelow(dir, prog) {
+		// The work dir is visible whatever it lies in (the data dir).
+		return true
+	}
 	real, err := filepath.EvalSymlinks(prog)
 	if err != nil {
 		return false
@@ -343,9 +347,6 @@ func (s *Subprocess) visible(prog, dir string) bool {
 		if real == h || isBelow(h, real) {
 			return false
 		}
-	}
-	if dir != "" && (isBelow(dir, prog) || isBelow(dir, real)) {
-		return true
 	}
 	for _, d := range systemDirs {
 		if isBelow(d, real) {
@@ -381,8 +382,12 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 		return core.ExecResult{}, err
 	}
 
+	inside := prog
+	if rel, err := filepath.Rel(dir, prog); err == nil && isBelow(dir, prog) {
+		inside = filepath.Join(SandboxWorkDir, rel)
+	}
 	spec := initSpec{
-		Program: prog, Argv: req.Argv, Env: buildEnv(req.Env, dir), Dir: dir,
+		Program: inside, Argv: req.Argv, Env: buildEnv(req.Env, SandboxWorkDir), HostDir: dir,
 		Network: req.Network, Hide: s.hidden,
 		NProc: uint64(s.limits.procs), Data: uint64(s.limits.memory), FSize: uint64(s.limits.fileSize),
 		NoFile: uint64(s.limits.openFiles), CPU: uint64(timeout/time.Second) + 1, TmpSize: s.limits.tmpSize,

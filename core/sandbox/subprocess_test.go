@@ -225,14 +225,14 @@ func TestEnvMinimal(t *testing.T) {
 			name: "defaults",
 			env:  nil,
 			want: func(dir string) []string {
-				return []string{"HOME=" + dir, "LANG=C.UTF-8", "PATH=" + MinimalPath}
+				return []string{"HOME=" + SandboxWorkDir, "LANG=C.UTF-8", "PATH=" + MinimalPath}
 			},
 		},
 		{
 			name: "request env added, LANG overridden",
 			env:  map[string]string{"FOO": "bar baz", "LANG": "en_US.UTF-8"},
 			want: func(dir string) []string {
-				return []string{"FOO=bar baz", "HOME=" + dir, "LANG=en_US.UTF-8", "PATH=" + MinimalPath}
+				return []string{"FOO=bar baz", "HOME=" + SandboxWorkDir, "LANG=en_US.UTF-8", "PATH=" + MinimalPath}
 			},
 		},
 	}
@@ -261,8 +261,8 @@ func TestWorkDir(t *testing.T) {
 	if filepath.Dir(res.Dir) != s.BaseDir() {
 		t.Fatalf("work dir %q not directly under base %q", res.Dir, s.BaseDir())
 	}
-	if got := strings.TrimSpace(string(res.Stdout)); got != res.Dir {
-		t.Errorf("cwd = %q, want %q", got, res.Dir)
+	if got := strings.TrimSpace(string(res.Stdout)); got != SandboxWorkDir {
+		t.Errorf("cwd = %q, want %q", got, SandboxWorkDir)
 	}
 	fi, err := os.Stat(res.Dir)
 	if err != nil {
@@ -284,8 +284,8 @@ func TestWorkDir(t *testing.T) {
 	// An explicit Dir is used as is.
 	own := t.TempDir()
 	res3 := run(t, s, core.ExecRequest{Argv: []string{"pwd"}, Dir: own})
-	if res3.Dir != own || strings.TrimSpace(string(res3.Stdout)) != own {
-		t.Errorf("explicit dir: result dir %q, pwd %q, want %q", res3.Dir, res3.Stdout, own)
+	if res3.Dir != own || strings.TrimSpace(string(res3.Stdout)) != SandboxWorkDir {
+		t.Errorf("explicit dir: result dir %q, pwd %q, want %q in the sandbox", res3.Dir, res3.Stdout, own)
 	}
 
 	if err := s.Cleanup(res.Dir); err != nil {

@@ -1,0 +1,455 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// Environment of the escape suite's re-run as an ordinary user.
+const (
+	envNonRoot = "SILAS_ESCAPE_NONROOT" // set: this process is the non-root re-run
+	envHelper  = "SILAS_ESCAPE_HELPER"  // path of the prebuilt probe binary
+)
+
+const canary = "SILAS-ESCAPE-CANARY-7f3a"
+
+// escapeBundle is the world an attacker's approved program finds itself in:
+// a data dir laid out like the gateway's (keys, secrets key, audit key, a
+// PostgreSQL data dir and socket), the gateway's process, a loopback
+// listener, a real PostgreSQL server when one is available, another
+// execution's work dir, and a probe binary in its own work dir.
+type escapeBundle struct {
+	s          *Subprocess
+	data       string
+	keys       []string // key files under data
+	pgData     []string // PostgreSQL data dirs (fake, and the real cluster's when known)
+	pgSockets  []string // PostgreSQL unix sockets
+	pgTCP      []string // PostgreSQL TCP addresses
+	loopback   string   // a 127.0.0.1 listener the test opened
+	otherWork  string   // another execution's work dir
+	probeDir   string   // work dir holding ./escape
+	hiddenSys  string   // a hidden file inside a visible system dir ("" when not testable)
+	hostTmpDir string   // a directory in the host's /tmp
+}
+
+func setupEscape(t *testing.T, cfg Config) *escapeBundle {
+	t.Helper()
+	b := &escapeBundle{}
+	root := t.TempDir()
+	b.hostTmpDir = root
+	b.data = filepath.Join(root, "data")
+	for _, f := range []string{"keys/gateway.key", "keys/secrets.key", "audit/audit.key"} {
+		p := filepath.Join(b.data, f)
+		mustWrite(t, p, canary+" "+f, 0o600)
+		b.keys = append(b.keys, p)
+	}
+	pgdata := filepath.Join(b.data, "pg", "pgdata")
+	mustWrite(t, filepath.Join(pgdata, "PG_VERSION"), "15 "+canary, 0o600)
+	b.pgData = append(b.pgData, pgdata)
+	sock := filepath.Join(b.data, "pg", ".s.PGSQL.5432")
+	ul, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ul.Close() })
+	go acceptAll(ul)
+	b.pgSockets = append(b.pgSockets, sock)
+
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tl.Close() })
+	go acceptAll(tl)
+	b.loopback = tl.Addr().String()
+
+	if os.Getenv(envNonRoot) == "" {
+		// The real PostgreSQL the tests use: its TCP port, socket and data dir.
+		dsn := pgtest.NewDatabase(t)
+		pc, err := pgconn.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(pc.Host, "/") {
+			b.pgSockets = append(b.pgSockets, filepath.Join(pc.Host, fmt.Sprintf(".s.PGSQL.%d", pc.Port)))
+		} else {
+			b.pgTCP = append(b.pgTCP, net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))))
+			socks, _ := filepath.Glob(filepath.Join(os.TempDir(), "silas-pgtest-*", fmt.Sprintf(".s.PGSQL.%d", pc.Port)))
+			b.pgSockets = append(b.pgSockets, socks...)
+		}
+		dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "silas-pgtest-*", "pgdata"))
+		b.pgData = append(b.pgData, dirs...)
+	}
+
+	hidden := []string{b.data}
+	if os.Geteuid() == 0 {
+		// A secret inside a system dir the sandbox shows read-only.
+		if d, err := os.MkdirTemp("/opt", "silas-escape-"); err == nil {
+			t.Cleanup(func() { os.RemoveAll(d) })
+			b.hiddenSys = filepath.Join(d, "token")
+			mustWrite(t, b.hiddenSys, canary+" token", 0o644)
+			hidden = append(hidden, d)
+		}
+	}
+	cfg.BaseDir = filepath.Join(b.data, "sandbox")
+	cfg.HiddenPaths = append(cfg.HiddenPaths, hidden...)
+	b.s = newSandbox(t, cfg)
+
+	other := run(t, b.s, core.ExecRequest{Argv: []string{"sh", "-c", "echo " + canary + " > out"}})
+	if other.ExitCode != 0 {
+		t.Fatalf("other execution: exit %d %s", other.ExitCode, other.Stderr)
+	}
+	b.otherWork = other.Dir
+
+	b.probeDir, err = b.s.newWorkDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, probeBinary(t), filepath.Join(b.probeDir, "escape"), 0o755)
+	if os.Geteuid() == 0 {
+		// A setuid-root program the attacker hopes to gain root with.
+		copyFile(t, "/usr/bin/id", filepath.Join(b.probeDir, "suid-id"), 0o755)
+		if err := os.Chmod(filepath.Join(b.probeDir, "suid-id"), 0o4755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// probeBinary builds the escape probe once per test binary (statically, so
+// it runs inside the sandbox whatever the test binary is built with).
+func probeBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv(envHelper); p != "" {
+		return p
+	}
+	probeOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "silas-escape-probe-")
+		if err != nil {
+			probeErr = err
+			return
+		}
+		probePath = filepath.Join(dir, "escape")
+		cmd := exec.Command(goTool(), "build", "-o", probePath, "./testdata/escape")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			probeErr = fmt.Errorf("build probe: %v\n%s", err, out)
+		}
+	})
+	if probeErr != nil {
+		t.Fatal(probeErr)
+	}
+	return probePath
+}
+
+var (
+	probeOnce sync.Once
+	probePath string
+	probeErr  error
+)
+
+func goTool() string {
+	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	return "go"
+}
+
+func acceptAll(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		c.Close()
+	}
+}
+
+func mustWrite(t *testing.T, p, content string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
+	t.Helper()
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type escapeCase struct {
+	name    string
+	argv    []string
+	network bool
+	// want: the combined output contains one of these (the specific
+	// failure, not just a non-zero exit).
+	want []string
+	// exitZero: the attempt "succeeds" harmlessly (e.g. shows the sandbox's
+	// own view); want is then checked on stdout.
+	exitZero bool
+}
+
+// TestEscape is the sandbox escape suite: every attempt an approved program
+// could make to break the model fails, with the specific error. It runs as
+// root here and in CI; TestEscapeAsOrdinaryUser re-runs it as uid 65534.
+func TestEscape(t *testing.T) {
+	b := setupEscape(t, Config{})
+	gw := strconv.Itoa(os.Getpid())
+	const (
+		enoent   = "no such file or directory"
+		eperm    = "operation not permitted"
+		eacces   = "permission denied"
+		erofs    = "read-only file system"
+		unreach  = "network is unreachable"
+		esrch    = "no such process"
+		probe    = "./escape"
+		shENOENT = "No such file or directory"
+	)
+	var cases []escapeCase
+	for _, k := range b.keys {
+		cases = append(cases,
+			escapeCase{name: "read " + filepath.Base(k), argv: []string{probe, "read", k}, want: []string{enoent}},
+			escapeCase{name: "cat " + filepath.Base(k), argv: []string{"cat", k}, want: []string{shENOENT}},
+		)
+	}
+	cases = append(cases,
+		escapeCase{name: "cat both keys (the reported attack)", argv: []string{"cat", b.keys[0], b.keys[1]}, want: []string{shENOENT}},
+		escapeCase{name: "list the data dir", argv: []string{"ls", "-la", b.data}, want: []string{shENOENT}},
+		escapeCase{name: "another execution's work dir", argv: []string{"cat", filepath.Join(b.otherWork, "out")}, want: []string{shENOENT}},
+		escapeCase{name: "write into the data dir", argv: []string{probe, "write", filepath.Join(b.data, "x")}, want: []string{enoent}},
+		escapeCase{name: "the host's /tmp", argv: []string{"ls", b.hostTmpDir}, want: []string{shENOENT}},
+		escapeCase{name: "write /etc", argv: []string{probe, "write", "/etc/silas-escape"}, want: []string{erofs}},
+		escapeCase{name: "write /usr/bin", argv: []string{probe, "write", "/usr/bin/silas-escape"}, want: []string{erofs}},
+		escapeCase{name: "write /", argv: []string{probe, "write", "/silas-escape"}, want: []string{erofs}},
+		escapeCase{name: "gateway's environ", argv: []string{"cat", "/proc/" + gw + "/environ"}, want: []string{shENOENT}},
+		escapeCase{name: "init's environ", argv: []string{"cat", "/proc/1/environ"}, want: []string{"Permission denied"}},
+		escapeCase{name: "nsenter the gateway's network", argv: []string{"nsenter", "--net=/proc/" + gw + "/ns/net", "true"}, want: []string{shENOENT}},
+		escapeCase{name: "setns", argv: []string{probe, "setns", "/proc/self/ns/net"}, want: []string{eperm}},
+		escapeCase{name: "unshare a user namespace", argv: []string{probe, "unshare-user"}, want: []string{eperm}},
+		escapeCase{name: "unshare a network namespace", argv: []string{probe, "unshare-net"}, want: []string{eperm}},
+		escapeCase{name: "unshare(1)", argv: []string{"unshare", "-U", "-r", "true"}, want: []string{"Operation not permitted"}},
+		escapeCase{name: "clone a user namespace", argv: []string{probe, "clone-newuser"}, want: []string{eperm}},
+		escapeCase{name: "signal the gateway", argv: []string{probe, "kill", gw}, want: []string{esrch}},
+		escapeCase{name: "kill(1) the gateway", argv: []string{"kill", "-9", gw}, want: []string{"No such process"}},
+		escapeCase{name: "ptrace", argv: []string{probe, "ptrace", "1"}, want: []string{eperm}},
+		escapeCase{name: "mount", argv: []string{probe, "mount"}, want: []string{eperm}},
+		escapeCase{name: "umount /proc", argv: []string{probe, "umount"}, want: []string{eperm}},
+		escapeCase{name: "chroot", argv: []string{probe, "chroot"}, want: []string{eperm}},
+		escapeCase{name: "bpf", argv: []string{probe, "bpf"}, want: []string{eperm}},
+		escapeCase{name: "add_key", argv: []string{probe, "keyctl"}, want: []string{eperm}},
+		escapeCase{name: "perf_event_open", argv: []string{probe, "perf"}, want: []string{eperm}},
+		escapeCase{name: "kexec_load", argv: []string{probe, "kexec"}, want: []string{eperm}},
+		escapeCase{name: "init_module", argv: []string{probe, "init-module"}, want: []string{eperm}},
+		escapeCase{name: "reboot", argv: []string{probe, "reboot"}, want: []string{eperm}},
+		// EINVAL in a user namespace, where uid 0 is not even mapped.
+		escapeCase{name: "setuid(0)", argv: []string{probe, "setuid-root"}, want: []string{eperm, "invalid argument"}},
+		// Without network two layers answer: Landlock (no TCP at all) and
+		// the empty network namespace.
+		escapeCase{name: "loopback listener", argv: []string{probe, "connect-tcp", b.loopback}, want: []string{eacces, unreach}},
+		escapeCase{name: "loopback listener from a shell", argv: []string{"bash", "-c", "echo > /dev/tcp/" + strings.Replace(b.loopback, ":", "/", 1)}, want: []string{"Permission denied", "Network is unreachable"}},
+		escapeCase{name: "loopback listener with network", argv: []string{probe, "connect-tcp", b.loopback}, network: true, want: []string{eacces}},
+		escapeCase{name: "no capabilities, no_new_privs, seccomp", argv: []string{"grep", "-E", "^(CapEff|CapPrm|CapBnd|CapAmb|NoNewPrivs|Seccomp):", "/proc/self/status"},
+			exitZero: true, want: []string{"CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2"}},
+		escapeCase{name: "own PID namespace", argv: []string{"sh", "-c", "ls /proc | grep -c '^[0-9]'"}, exitZero: true, want: []string{"3\n", "4\n"}},
+		escapeCase{name: "own UTS namespace", argv: []string{"hostname"}, exitZero: true, want: []string{"silas-sandbox\n"}},
+	)
+	for _, d := range b.pgData {
+		cases = append(cases, escapeCase{name: "PostgreSQL data dir " + d, argv: []string{"ls", d}, want: []string{shENOENT}})
+	}
+	for _, s := range b.pgSockets {
+		cases = append(cases, escapeCase{name: "PostgreSQL socket " + s, argv: []string{probe, "connect-unix", s}, want: []string{enoent}})
+	}
+	for _, a := range b.pgTCP {
+		cases = append(cases,
+			escapeCase{name: "PostgreSQL TCP " + a, argv: []string{probe, "connect-tcp", a}, want: []string{eacces, unreach}},
+			escapeCase{name: "PostgreSQL TCP with network " + a, argv: []string{probe, "connect-tcp", a}, network: true, want: []string{eacces}},
+		)
+	}
+	if b.hiddenSys != "" {
+		cases = append(cases, escapeCase{name: "hidden path inside /opt", argv: []string{"cat", b.hiddenSys}, want: []string{shENOENT, "Permission denied"}})
+	}
+	if os.Geteuid() == 0 {
+		cases = append(cases, escapeCase{name: "setuid-root binary", argv: []string{"./suid-id"}, exitZero: true, want: []string{"uid=65534(nobody) gid=65534(nogroup) groups=65534(nogroup)\n"}})
+	}
+
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := run(t, b.s, core.ExecRequest{Argv: tc.argv, Dir: b.probeDir, Network: tc.network, Timeout: 20 * time.Second})
+			out := string(res.Stdout) + string(res.Stderr)
+			if strings.Contains(out, canary) {
+				t.Fatalf("the canary leaked:\n%s", out)
+			}
+			if tc.exitZero != (res.ExitCode == 0) {
+				t.Fatalf("exit code %d; output:\n%s", res.ExitCode, out)
+			}
+			for _, w := range tc.want {
+				if strings.Contains(out, w) {
+					return
+				}
+			}
+			t.Fatalf("output does not show the expected failure %q:\n%s", tc.want, out)
+		})
+	}
+}
+
+// TestEscapeResources: a fork bomb, a memory bomb and a setsid'd process
+// each end with their run, and leave nothing behind.
+func TestEscapeResources(t *testing.T) {
+	// The memory limit stays at its default: lower ones also starve a
+	// race-enabled init (its sanitizer maps count as data), not only the
+	// program.
+	b := setupEscape(t, Config{MaxProcs: 64})
+	t.Run("fork bomb", func(t *testing.T) {
+		// The shell stays to watch its bomb: the run ends at the timeout.
+		bomb := "f(){ f|f& };f; sleep 5"
+		start := time.Now()
+		res := run(t, b.s, core.ExecRequest{Argv: []string{"sh", "-c", bomb}, Timeout: 3 * time.Second})
+		if !res.TimedOut {
+			t.Errorf("the bomb's run did not time out: exit %d", res.ExitCode)
+		}
+		if el := time.Since(start); el > 15*time.Second {
+			t.Errorf("fork bomb run took %v", el)
+		}
+		if !strings.Contains(string(res.Stderr), "fork") {
+			t.Errorf("stderr shows no failed fork (stopped by the process limit):\n%.500s", res.Stderr)
+		}
+		waitGone(t, "sh\x00-c\x00"+bomb+"\x00")
+	})
+	t.Run("memory bomb", func(t *testing.T) {
+		res := run(t, b.s, core.ExecRequest{Argv: []string{"./escape", "memory"}, Dir: b.probeDir, Timeout: 20 * time.Second})
+		out := string(res.Stdout) + string(res.Stderr)
+		if res.ExitCode == 0 {
+			t.Fatalf("8 GiB were allocated under a 1 GiB limit:\n%s", out)
+		}
+		if !strings.Contains(out, "out of memory") && res.ExitCode != 128+9 {
+			t.Fatalf("exit %d, want out of memory or SIGKILL by the memory cgroup:\n%.500s", res.ExitCode, out)
+		}
+	})
+	t.Run("setsid survives the run", func(t *testing.T) {
+		res := run(t, b.s, core.ExecRequest{Argv: []string{"sh", "-c", "setsid sleep 317 & setsid sh -c 'sleep 319 &' ; sleep 0.1; echo started"}})
+		if res.ExitCode != 0 || !strings.Contains(string(res.Stdout), "started") {
+			t.Fatalf("exit %d %s", res.ExitCode, res.Stderr)
+		}
+		waitGone(t, "sleep\x00317\x00")
+		waitGone(t, "sleep\x00319\x00")
+	})
+	t.Run("file size", func(t *testing.T) {
+		s := newSandbox(t, Config{MaxFileSize: 1 << 20})
+		res := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", "head -c 2097152 /dev/zero > big; echo rc=$?; wc -c < big"}})
+		if !strings.Contains(string(res.Stdout), "1048576") {
+			t.Fatalf("file grew past max_file_bytes: %q %q", res.Stdout, res.Stderr)
+		}
+	})
+}
+
+// waitGone fails unless no host process has cmdline (killed processes take
+// a moment to disappear).
+func waitGone(t *testing.T, cmdline string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		pids := hostProcesses(cmdline)
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %q outlived their run: %v", strings.ReplaceAll(cmdline, "\x00", " "), pids)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestEscapeAsOrdinaryUser re-runs the escape suite as uid 65534, where the
+// sandbox uses a user namespace instead of root's privilege drop.
+func TestEscapeAsOrdinaryUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("already running as an ordinary user (TestEscape covers it)")
+	}
+	if os.Getenv(envNonRoot) != "" {
+		t.Skip("nested")
+	}
+	dir := t.TempDir()
+	// t.TempDir's dirs are 0700: open the two the test made to others.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for d := filepath.Dir(dir); d != "/"; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			t.Skipf("%s is not traversable by others", d)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "sandbox.test")
+	copyFile(t, self, bin, 0o755)
+	helper := filepath.Join(dir, "escape")
+	copyFile(t, probeBinary(t), helper, 0o755)
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(tmp, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run", "^(TestEscape|TestEscapeResources|TestRunResults|TestNetworkIsolation)$", "-test.v", "-test.count=1")
+	cmd.Dir = tmp
+	cmd.Env = []string{"PATH=" + MinimalPath, "TMPDIR=" + tmp, "HOME=" + tmp, envNonRoot + "=1", envHelper + "=" + helper}
+	cmd.SysProcAttr = sysProcAttrAs(65534, 65534)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	t.Logf("as uid 65534:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("escape suite as an ordinary user failed: %v", err)
+	}
+	if !strings.Contains(out.String(), "--- PASS: TestEscape ") || strings.Contains(out.String(), "--- SKIP: TestEscape ") {
+		t.Fatal("the escape suite did not run as an ordinary user")
+	}
+}
+
+func sysProcAttrAs(uid, gid uint32) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}}
+}
