@@ -43,7 +43,7 @@ type initSpec struct {
 	Argv     []string `json:"argv"`
 	Env      []string `json:"env"`
 	HostDir  string   `json:"host_dir"` // work dir on the host, mounted at SandboxWorkDir
-	Root     string   `json:"root"` // empty dir the new root is mounted on
+	Root     string   `json:"root"`     // empty dir the new root is mounted on
 	Network  bool     `json:"network"`
 	Ports    []uint16 `json:"ports,omitempty"`
 	Hide     []string `json:"hide,omitempty"`
