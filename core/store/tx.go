@@ -616,4 +616,3 @@ func (t *Tx) rollback() {
 	defer cancel()
 	_, _ = t.conn.Exec(ctx, "ROLLBACK")
 }
-
