@@ -287,6 +287,13 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
 		// Allowed by policy: the gateway approves on the policy's behalf, so
 		// execution still passes through a signed, single-use token.
 		req.Approvers = []string{"policy:" + res.Rule}
+	}
+	// Signed as proposed: a tap decides only this request, as stored now.
+	if err := e.signRequest(&req); err != nil {
+		o.reply("I could not prepare that action: %v.", err)
+		return
+	}
+	if res.Decision == policy.Allow {
 		o.appr = append(o.appr, req)
 		o.cards = append(o.cards, e.approvalCard(req, nil))
 		o.note("approval.requested", map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk), "auto": true})

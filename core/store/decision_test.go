@@ -58,6 +58,8 @@ func TestRecordedDecision(t *testing.T) {
 		return []audit.Entry{{Kind: "token.minted", Actor: "webchat:local", Conversation: "webchat:local",
 			Data: map[string]any{"approval": "ap2", "token_id": "tok2"}}}, nil
 	})
+	mustDo(t, ctx, s, entriesOp(audit.Entry{Kind: "execution.started", Actor: "silas", Conversation: "webchat:local",
+		Data: map[string]any{"approval": "ap1"}}))
 
 	get := func(id core.ApprovalID, nonce, tok string) Decision {
 		t.Helper()
@@ -75,11 +77,12 @@ func TestRecordedDecision(t *testing.T) {
 		nonce, tok               string
 		wantNonceFor             core.ApprovalID // "" = no nonce row
 		wantEntry, wantNextEntry bool
+		wantStarted              bool
 	}{
-		{"recorded", "ap1", "nonce-1", "tok1", "ap1", true, true},
-		{"nonce only", "ap2", "nonce-2", "tok2", "ap2", false, false},
-		{"entry names another approval", "ap2", "nonce-1", "tok1", "ap1", false, false},
-		{"nothing", "ap1", "nonce-9", "tok9", "", false, false},
+		{"recorded, started", "ap1", "nonce-1", "tok1", "ap1", true, true, true},
+		{"nonce only", "ap2", "nonce-2", "tok2", "ap2", false, false, false},
+		{"entry names another approval", "ap2", "nonce-1", "tok1", "ap1", false, false, false},
+		{"nothing", "ap1", "nonce-9", "tok9", "", false, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,6 +92,9 @@ func TestRecordedDecision(t *testing.T) {
 			}
 			if d.NonceApproval != nil && (d.NonceTokenID == nil || *d.NonceTokenID != tt.tok) {
 				t.Fatalf("nonce token id = %v, want %s", d.NonceTokenID, tt.tok)
+			}
+			if d.Started != tt.wantStarted {
+				t.Fatalf("started = %v, want %v", d.Started, tt.wantStarted)
 			}
 			if (d.Entry != nil) != tt.wantEntry {
 				t.Fatalf("entry = %+v, want found %v", d.Entry, tt.wantEntry)
