@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -390,6 +391,11 @@ func TestAlteredRequestIsNotApproved(t *testing.T) {
 			}
 		})
 	}
+	b.send(t, owner, "/pending")
+	fc.waitFor(t, "pending", func(m []core.OutMessage) bool {
+		return textContaining(m, fmt.Sprintf("%d open approval(s)", len(tests))) &&
+			strings.Count(dump(m), "altered in storage or is unsigned; it cannot be approved") == len(tests)
+	})
 	b.send(t, owner, "/run echo untouched")
 	c := b.pendingCard(t, "echo untouched")
 	b.tap(t, owner, c.ID, "approve")

@@ -333,6 +333,11 @@ func (e *Engine) cmdPending(ctx context.Context, o *outcome) error {
 	fmt.Fprintf(&b, "%d open approval(s):", len(open))
 	now := e.now()
 	for _, a := range open {
+		if e.requestIntact(a) != nil {
+			// Not its stored text: that is what was altered.
+			fmt.Fprintf(&b, "\n• a request that was altered in storage or is unsigned; it cannot be approved (card %s)", a.ID)
+			continue
+		}
 		left := a.ExpiresAt.Sub(now).Round(time.Second)
 		state := "waiting for a tap"
 		if a.Status == core.ApprovalConfirming {
