@@ -51,6 +51,10 @@ type ApprovalRequest struct {
 	DecidedAt time.Time
 	// Token is the signed approval token once approved (JSON).
 	Token []byte
+	// Signature is the gateway's signature over the request as proposed
+	// (approval.Request); nil for requests stored before requests were
+	// signed. A request edited in storage no longer verifies.
+	Signature []byte
 }
 
 // ExecStatus is where an execution stands. Transitions are compare-and-swap:

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
@@ -85,8 +84,15 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		}
 		return refuse("expired", "This card has expired: nothing was run. Ask again if you still want it.")
 	}
-	if sum := sha256.Sum256(a.ActionCanonical); !bytes.Equal(sum[:], a.ActionHash) {
-		return refuse("integrity", "This card's action no longer matches what was proposed; it cannot be approved.")
+	if err := e.requestIntact(a); err != nil {
+		// The stored request is not the one the card showed (edited in the
+		// database since it was proposed), or predates request signatures.
+		// Its card is not re-sent: it would show the stored, altered request.
+		known = nil
+		if errors.Is(err, approval.ErrRequestUnsigned) {
+			return refuse("unsigned", "This request was made before requests were signed, so it cannot be approved: nothing was run. Ask again if you still want it.")
+		}
+		return refuse("altered", "This request was altered after it was proposed and no longer matches what the card showed: nothing was run.")
 	}
 	switch tap.Choice {
 	case "decline":
@@ -170,6 +176,11 @@ func (e *Engine) mayApprove(a core.ApprovalRequest, who core.IdentityID, trust c
 // key) and queues the execution — all in the caller's transaction, so either
 // the request leaves "pending" with its nonce consumed, or nothing happens.
 func (e *Engine) approve(ctx context.Context, tx *store.Tx, o *outcome, a core.ApprovalRequest, by core.IdentityID) error {
+	// decide checked this already for a tap; a policy approval reads back
+	// the request it inserted in this transaction.
+	if err := e.requestIntact(a); err != nil {
+		return fmt.Errorf("engine: approve %s: %w", a.ID, err)
+	}
 	now := tx.Now()
 	tok, err := approval.Mint(e.cfg.Key, core.NewID(), a.ActionHash, string(a.Conversation), string(by), now, e.cfg.TokenTTL)
 	if err != nil {
@@ -205,7 +216,11 @@ func (e *Engine) approve(ctx context.Context, tx *store.Tx, o *outcome, a core.A
 	o.note("token.consumed", map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID})
 	e.m.approvals.WithLabelValues("approved").Inc()
 	id := a.ID
-	o.after = append(o.after, func() { e.startExecution(id) })
+	o.after = append(o.after, func() {
+		if e.holdExecution == nil || !e.holdExecution(id) {
+			e.startExecution(id)
+		}
+	})
 	return nil
 }
 

@@ -159,6 +159,8 @@ type Engine struct {
 
 	// beforeExecute is a test hook (see export_test.go).
 	beforeExecute func(core.ApprovalID)
+	// holdExecution is a test hook (see export_test.go).
+	holdExecution func(core.ApprovalID) bool
 }
 
 type convQueue struct {

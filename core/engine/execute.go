@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/core"
-	"github.com/silas-gateway/silas/core/approval"
 	"github.com/silas-gateway/silas/core/redact"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
@@ -74,30 +73,7 @@ func (e *Engine) finishExecution(ctx context.Context, id core.ApprovalID, from, 
 			return nil, err
 		}
 		conv = a.Conversation
-		if u.Result != nil && u.Result.OutputRef != "" {
-			if err := tx.InsertOutput(ctx, u.Result.OutputRef, id, fullOutput(u.Result)); err != nil {
-				return nil, err
-			}
-		}
-		ex := core.Execution{ApprovalID: id, Status: to, Result: u.Result, Reason: u.Reason}
-		if ex.Result == nil && to != core.ExecRefused && to != core.ExecInterrupted {
-			// Later transitions keep the result stored earlier.
-			if ex.Result, err = e.storedResult(ctx, id); err != nil {
-				return nil, err
-			}
-		}
-		c := e.approvalCard(a, &ex)
-		if err := tx.Enqueue(ctx, a.Channel, core.OpUpdate, string(a.ID), core.OutMessage{Conversation: a.Conversation, Card: c}); err != nil {
-			return nil, err
-		}
-		if data == nil {
-			data = map[string]any{}
-		}
-		data["approval"] = string(id)
-		if u.Reason != "" {
-			data["reason"] = u.Reason
-		}
-		return []auditEntry{{Kind: kind, Actor: "silas", Conversation: string(a.Conversation), Data: data}}, nil
+		return e.showExecution(ctx, tx, a, to, u, kind, data)
 	})
 	if err != nil {
 		return err
@@ -107,6 +83,38 @@ func (e *Engine) finishExecution(ctx context.Context, id core.ApprovalID, from, 
 		e.kick(conv, 1)
 	}
 	return nil
+}
+
+// showExecution, after a transition to "to" in tx, stores long output,
+// enqueues the card update that shows the new state and returns the
+// transition's audit entry.
+func (e *Engine) showExecution(ctx context.Context, tx *store.Tx, a core.ApprovalRequest, to core.ExecStatus, u store.ExecUpdate, kind string, data map[string]any) ([]auditEntry, error) {
+	id := a.ID
+	if u.Result != nil && u.Result.OutputRef != "" {
+		if err := tx.InsertOutput(ctx, u.Result.OutputRef, id, fullOutput(u.Result)); err != nil {
+			return nil, err
+		}
+	}
+	ex := core.Execution{ApprovalID: id, Status: to, Result: u.Result, Reason: u.Reason}
+	if ex.Result == nil && to != core.ExecRefused && to != core.ExecInterrupted {
+		// Later transitions keep the result stored earlier.
+		var err error
+		if ex.Result, err = e.storedResult(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	c := e.approvalCard(a, &ex)
+	if err := tx.Enqueue(ctx, a.Channel, core.OpUpdate, string(a.ID), core.OutMessage{Conversation: a.Conversation, Card: c}); err != nil {
+		return nil, err
+	}
+	if data == nil {
+		data = map[string]any{}
+	}
+	data["approval"] = string(id)
+	if u.Reason != "" {
+		data["reason"] = u.Reason
+	}
+	return []auditEntry{{Kind: kind, Actor: "silas", Conversation: string(a.Conversation), Data: data}}, nil
 }
 
 func (e *Engine) storedResult(ctx context.Context, id core.ApprovalID) (*core.ExecRecord, error) {
@@ -126,25 +134,50 @@ func fullOutput(r *core.ExecRecord) string {
 
 // execute runs one approved action exactly once: queued → running is a
 // compare-and-swap, so a second caller (or a restart) finds nothing to do.
+// The same transaction first passes the execution gate (admit): an
+// execution that no recorded decision stands behind goes from queued
+// straight to refused, and nothing runs.
 func (e *Engine) execute(ctx context.Context, id core.ApprovalID) {
 	e.failpoint("after-approve")
 	log := e.log.With(slog.String("approval", string(id)))
 	var a core.ApprovalRequest
 	var started bool
+	var refused string
 	err := e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
-		ok, err := tx.TransitionExecution(ctx, id, core.ExecQueued, core.ExecRunning, store.ExecUpdate{Started: true})
-		if err != nil || !ok {
-			started = false
-			return nil, err
-		}
-		started = true
+		started, refused = false, ""
+		// The approval row is locked (FOR UPDATE) for the check and the claim.
+		var err error
 		if a, err = tx.GetApproval(ctx, id); err != nil {
 			return nil, err
 		}
+		reason, err := e.admit(ctx, tx, a)
+		if err != nil {
+			return nil, err
+		}
+		if reason != "" {
+			u := store.ExecUpdate{Reason: reason, Done: true}
+			ok, err := tx.TransitionExecution(ctx, id, core.ExecQueued, core.ExecRefused, u)
+			if err != nil || !ok {
+				return nil, err
+			}
+			refused = reason
+			return e.showExecution(ctx, tx, a, core.ExecRefused, u, "execution.refused", nil)
+		}
+		ok, err := tx.TransitionExecution(ctx, id, core.ExecQueued, core.ExecRunning, store.ExecUpdate{Started: true})
+		if err != nil || !ok {
+			return nil, err
+		}
+		started = true
 		return []auditEntry{{Kind: "execution.started", Actor: "silas", Conversation: string(a.Conversation), Data: map[string]any{"approval": string(id)}}}, nil
 	})
 	if err != nil {
 		log.Error("could not start execution; it stays queued and resumes at next start", slog.Any("err", err))
+		return
+	}
+	if refused != "" {
+		log.Warn("execution refused before it started", slog.String("reason", refused))
+		e.m.executions.WithLabelValues(string(core.ExecRefused)).Inc()
+		e.kick(a.Conversation, 1)
 		return
 	}
 	if !started {
@@ -163,43 +196,16 @@ func (e *Engine) execute(ctx context.Context, id core.ApprovalID) {
 		}
 	}
 	// Read the stored request again: what runs is what is stored now, and it
-	// must still hash to what the token was signed for.
+	// must still pass the checks that need no database read (token, hash
+	// binding, request signature) — the action about to run must be exactly
+	// the one the approver saw.
 	if a, err = e.st.GetApproval(ctx, id); err != nil {
 		log.Error("could not reload approval; it stays running and is marked interrupted at next start", slog.Any("err", err))
 		return
 	}
-	// Non-consuming re-check of the token, then the integrity re-hash: the
-	// action about to run must be exactly the one the approver saw.
-	tok, err := approval.Unmarshal(a.Token)
-	if err != nil {
-		refuse("approval token unreadable")
-		return
-	}
-	var act core.Action
-	if err := json.Unmarshal(a.ActionCanonical, &act); err != nil {
-		refuse("stored action unreadable")
-		return
-	}
-	hash, err := act.Hash()
-	if err != nil {
-		refuse("action cannot be hashed")
-		return
-	}
-	if err := approval.Check(e.pub, tok, hash, e.now()); err != nil {
-		reason := "approval token invalid"
-		switch {
-		case errors.Is(err, approval.ErrHashMismatch):
-			reason = "the action changed after approval"
-		case errors.Is(err, approval.ErrExpired):
-			reason = "the approval token expired before execution"
-		case errors.Is(err, approval.ErrBadSignature):
-			reason = "the approval token signature does not verify"
-		}
+	tok, act, reason := e.checkApproval(a)
+	if reason != "" {
 		refuse(reason)
-		return
-	}
-	if tok.Token.Conversation != string(a.Conversation) {
-		refuse("the approval token belongs to another conversation")
 		return
 	}
 	if act.Tool != "shell" {

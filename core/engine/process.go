@@ -287,6 +287,13 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
 		// Allowed by policy: the gateway approves on the policy's behalf, so
 		// execution still passes through a signed, single-use token.
 		req.Approvers = []string{"policy:" + res.Rule}
+	}
+	// Signed as proposed: a tap decides only this request, as stored now.
+	if err := e.signRequest(&req); err != nil {
+		o.reply("I could not prepare that action: %v.", err)
+		return
+	}
+	if res.Decision == policy.Allow {
 		o.appr = append(o.appr, req)
 		o.cards = append(o.cards, e.approvalCard(req, nil))
 		o.note("approval.requested", map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk), "auto": true})
@@ -326,6 +333,11 @@ func (e *Engine) cmdPending(ctx context.Context, o *outcome) error {
 	fmt.Fprintf(&b, "%d open approval(s):", len(open))
 	now := e.now()
 	for _, a := range open {
+		if e.requestIntact(a) != nil {
+			// Not its stored text: that is what was altered.
+			fmt.Fprintf(&b, "\n• a request that was altered in storage or is unsigned; it cannot be approved (card %s)", a.ID)
+			continue
+		}
 		left := a.ExpiresAt.Sub(now).Round(time.Second)
 		state := "waiting for a tap"
 		if a.Status == core.ApprovalConfirming {

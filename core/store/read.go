@@ -15,14 +15,14 @@ import (
 )
 
 const approvalSelect = `SELECT id, channel, conversation, requester, COALESCE(turn_seq, 0), action_canonical, action_hash,
-	intent, rationale, risk, approvers, status, created_at, expires_at, COALESCE(decided_by, ''), decided_at, token FROM approvals`
+	intent, rationale, risk, approvers, status, created_at, expires_at, COALESCE(decided_by, ''), decided_at, token, request_sig FROM approvals`
 
 func scanApproval(row pgx.Row) (core.ApprovalRequest, error) {
 	var a core.ApprovalRequest
 	var risk, status string
 	var decidedAt *time.Time
 	err := row.Scan(&a.ID, &a.Channel, &a.Conversation, &a.Requester, &a.TurnSeq, &a.ActionCanonical, &a.ActionHash,
-		&a.Intent, &a.Rationale, &risk, &a.Approvers, &status, &a.CreatedAt, &a.ExpiresAt, &a.DecidedBy, &decidedAt, &a.Token)
+		&a.Intent, &a.Rationale, &risk, &a.Approvers, &status, &a.CreatedAt, &a.ExpiresAt, &a.DecidedBy, &decidedAt, &a.Token, &a.Signature)
 	if err != nil {
 		return a, notFound(err)
 	}

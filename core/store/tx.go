@@ -370,10 +370,10 @@ func (t *Tx) InsertApproval(ctx context.Context, a core.ApprovalRequest) error {
 		turnSeq = &a.TurnSeq
 	}
 	t.later("insert approval", `INSERT INTO approvals (id, channel, conversation, requester, turn_seq, action_canonical, action_hash,
-		intent, rationale, risk, approvers, status, created_at, expires_at)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)`,
+		intent, rationale, risk, approvers, status, created_at, expires_at, request_sig)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)`,
 		a.ID, a.Channel, a.Conversation, a.Requester, turnSeq, a.ActionCanonical, a.ActionHash,
-		a.Intent, a.Rationale, a.Risk, a.Approvers, a.Status, a.CreatedAt, a.ExpiresAt)
+		a.Intent, a.Rationale, a.Risk, a.Approvers, a.Status, a.CreatedAt, a.ExpiresAt, a.Signature)
 	return nil
 }
 
@@ -408,6 +408,63 @@ func (t *Tx) ConsumeNonce(ctx context.Context, nonce []byte, tokenID string, id 
 		return false, fmt.Errorf("store: consume nonce: %w", err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// Decision is what storage holds of the decision that consumed a token:
+// the token_nonces row of its nonce and the first "token.consumed" audit
+// entry naming the approval and the token id, with the hashes of the
+// entries either side of it (to check that it is linked into the chain).
+// Nil fields: not found.
+type Decision struct {
+	// NonceApproval and NonceTokenID are the token_nonces row for the nonce.
+	NonceApproval *core.ApprovalID
+	NonceTokenID  *string
+	// Entry is the audit entry; PrevHash is the hash of the entry before it
+	// (nil for seq 1) and NextPrevHash the prev_hash of the entry after it
+	// (nil when it is the newest).
+	Entry        *audit.Row
+	PrevHash     []byte
+	NextPrevHash []byte
+	// Started: the audit log has an "execution.started" entry for the
+	// approval — its execution began before, whatever its row says now.
+	Started bool
+}
+
+// RecordedDecision reads, in one round trip, what storage holds of the
+// decision that consumed the token (nonce, tokenID) of approval id, and
+// whether the audit log records a start of its execution.
+func (t *Tx) RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []byte, tokenID string) (Decision, error) {
+	var d Decision
+	var nApproval, nToken, kind, actor, conv, data *string
+	var seq *int64
+	var at *time.Time
+	var prevHash, hash []byte
+	err := t.queryRow(ctx, `SELECT n.approval_id, n.token_id,
+			l.seq, l.at, l.kind, l.actor, l.conversation, l.data::text, l.prev_hash, l.hash,
+			(SELECT p.hash FROM audit_log p WHERE p.seq = l.seq - 1),
+			(SELECT x.prev_hash FROM audit_log x WHERE x.seq = l.seq + 1),
+			EXISTS (SELECT 1 FROM audit_log s WHERE s.kind = 'execution.started' AND s.data->>'approval' = $3)
+		FROM (SELECT 1) AS one
+		LEFT JOIN token_nonces n ON n.nonce = $1
+		LEFT JOIN LATERAL (SELECT * FROM audit_log WHERE kind = 'token.consumed' AND data->>'token_id' = $2 AND data->>'approval' = $3
+			ORDER BY seq LIMIT 1) l ON true`, nonce, tokenID, id).
+		Scan(&nApproval, &nToken, &seq, &at, &kind, &actor, &conv, &data, &prevHash, &hash, &d.PrevHash, &d.NextPrevHash, &d.Started)
+	if err != nil {
+		return Decision{}, fmt.Errorf("store: recorded decision of %s: %w", id, err)
+	}
+	if nApproval != nil {
+		a := core.ApprovalID(*nApproval)
+		d.NonceApproval, d.NonceTokenID = &a, nToken
+	}
+	if seq != nil {
+		r := audit.Row{Seq: *seq, At: *at, Entry: audit.Entry{Kind: *kind, Actor: *actor, Conversation: *conv},
+			DataJSON: []byte(*data), PrevHash: prevHash, Hash: hash}
+		if err := json.Unmarshal(r.DataJSON, &r.Entry.Data); err != nil {
+			return Decision{}, fmt.Errorf("store: decode audit row %d: %w", r.Seq, err)
+		}
+		d.Entry = &r
+	}
+	return d, nil
 }
 
 // InsertExecution queues the execution of an approved action.
