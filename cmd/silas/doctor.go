@@ -19,7 +19,8 @@ import (
 // gathers the settings and prints the findings.
 func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	fs := flags(env, "doctor", "doctor [--telegram-token file:PATH] [--telegram-mode polling|webhook] [--timeout 15s]",
-		"Check the Telegram bot token (getMe) and webhook status (getWebhookInfo) against the configuration\n"+
+		"Check the database role (warns when the gateway's role is a superuser or can change audit_log), the\n"+
+			"audit key, the Telegram bot token (getMe) and webhook status (getWebhookInfo) against the configuration\n"+
 			"and report problems in plain words. Nothing is changed on Telegram's side. Flags override the\n"+
 			"telegram.* configuration keys, so a token can be checked before it goes into the config.\n"+
 			"Exit status 1 when a problem was found.")
@@ -37,6 +38,7 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	problems := doctorDatabase(ctx, env, cfg)
 	tc := telegramSettings(cfg)
 	for _, o := range []struct {
 		dst *string
@@ -51,10 +53,8 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	fmt.Fprintln(env.stdout, "Telegram")
 	if tc.Token == "" {
 		fmt.Fprintln(env.stdout, "  · not configured (no telegram.token): skipped")
-		return nil
 	}
-	problems := 0
-	for _, f := range telegram.Doctor(ctx, tc) {
+	for _, f := range telegramFindings(ctx, tc) {
 		mark := map[telegram.Severity]string{telegram.SeverityOK: "✓", telegram.SeverityInfo: "·", telegram.SeverityWarn: "!", telegram.SeverityError: "✗"}[f.Severity]
 		fmt.Fprintf(env.stdout, "  %s %-12s %s\n", mark, f.Check, f.Message)
 		if f.Severity == telegram.SeverityError {
@@ -78,4 +78,12 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 //	return telegram.Config{Token: t.Token, Mode: t.Mode, WebhookURL: t.WebhookURL, …}
 func telegramSettings(cfg *config.Config) telegram.Config {
 	return telegramConfig(cfg, nil, nil)
+}
+
+// telegramFindings runs the Telegram checks when a token is configured.
+func telegramFindings(ctx context.Context, tc telegram.Config) []telegram.Finding {
+	if tc.Token == "" {
+		return nil
+	}
+	return telegram.Doctor(ctx, tc)
 }
