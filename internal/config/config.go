@@ -42,7 +42,6 @@ type Config struct {
 		MigrateURL  string `yaml:"migrate_url"`
 		AutoMigrate bool   `yaml:"auto_migrate"`
 	} `yaml:"database"`
-	Audit Audit `yaml:"audit"`
 	HTTP struct {
 		Listen        string   `yaml:"listen"`
 		ShutdownGrace Duration `yaml:"shutdown_grace"`
@@ -94,6 +93,7 @@ type Config struct {
 		} `yaml:"tls"`
 	} `yaml:"secrets_web"`
 	Telegram Telegram `yaml:"telegram"`
+	Audit    Audit    `yaml:"audit"`
 	Policy   struct {
 		Rules []policy.Rule `yaml:"rules"`
 	} `yaml:"policy"`
