@@ -16,6 +16,7 @@ import (
 
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/internal/pgcluster"
 	"github.com/silas-gateway/silas/internal/pgtest"
 )
 
@@ -297,5 +298,48 @@ func TestServeSignsCheckpointAtStop(t *testing.T) {
 	code, r := verifyJSON(t, dsn, dataDir)
 	if code != 0 || !r.OK || r.LastSeq == 0 || r.NewestCheckpoint != r.LastSeq || r.HeadSeq != r.LastSeq || r.Checkpoints == 0 {
 		t.Fatalf("after a graceful stop: exit %d, %+v", code, r)
+	}
+}
+
+// `make run`: without DATABASE_URL, serve starts the local cluster with
+// password authentication, migrates as silas_owner and runs as silas_app,
+// which doctor then finds unable to change the audit log.
+func TestLocalClusterLeastPrivilege(t *testing.T) {
+	base := t.TempDir()
+	if os.Geteuid() == 0 {
+		// The cluster runs as the postgres user, which must reach data_dir.
+		for _, d := range []string{filepath.Dir(base), base} {
+			if err := os.Chmod(d, 0o711); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dataDir := filepath.Join(base, "data")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := pgcluster.StopDir(ctx, pgcluster.Options{Dir: filepath.Join(dataDir, "pg")}); err != nil {
+			t.Error(err)
+		}
+	})
+	s := startServer(t, "", dataDir)
+	c := s.connect(t)
+	c.say("/whoami")
+	c.textContaining("owner trust")
+	s.stop()
+
+	for _, role := range []string{"silas", "silas_owner", "silas_app"} {
+		st, err := os.Stat(filepath.Join(dataDir, "pg", "auth", role+".password"))
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s's password file: %v, %v", role, st, err)
+		}
+	}
+	code, out, errOut := silasIn(t, "", dataDir, "doctor")
+	if code != 0 || !strings.Contains(out, "✓ database     the gateway's role silas_app can only read and append the audit log") {
+		t.Fatalf("doctor: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	code, r := verifyJSON(t, "", dataDir)
+	if code != 0 || !r.OK || r.LastSeq == 0 || r.NewestCheckpoint != r.LastSeq {
+		t.Fatalf("audit verify: exit %d, %+v", code, r)
 	}
 }
