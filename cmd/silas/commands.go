@@ -19,7 +19,9 @@ import (
 )
 
 func cmdMigrate(ctx context.Context, env *cliEnv, args []string) error {
-	fs := flags(env, "migrate", "migrate", "Apply pending database migrations (serve does this at start unless database.auto_migrate is false).")
+	fs := flags(env, "migrate", "migrate", "Apply pending database migrations (serve does this at start unless database.auto_migrate is false),\n"+
+		"as database.migrate_url's role (default: database.url's), then grant database.url's role what the gateway\n"+
+		"needs: no UPDATE, DELETE or TRUNCATE on the audit log (docs/operations.md).")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

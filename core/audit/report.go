@@ -80,9 +80,13 @@ func NewCheck(trusted []ed25519.PublicKey, checkpoints []Checkpoint, head *Check
 	r := &c.report
 	r.Checkpoints = len(checkpoints)
 	if len(trusted) == 0 {
-		if len(checkpoints) > 0 || head != nil {
+		n := len(checkpoints)
+		if head != nil {
+			n++
+		}
+		if n > 0 {
 			r.Problems = append(r.Problems, Problem{Kind: ProblemNoPublicKey,
-				Message: fmt.Sprintf("%d checkpoint(s) cannot be checked: no audit public key (give --pubkey or set audit.public_key_file)", len(checkpoints))})
+				Message: fmt.Sprintf("%d checkpoint(s) cannot be checked: no audit public key (give --pubkey or set audit.public_key_file)", n)})
 		}
 		return c
 	}
