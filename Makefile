@@ -29,6 +29,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME) ./core/agent
 	$(GO) test -run '^$$' -fuzz '^FuzzUpdateToTurn$$' -fuzztime $(FUZZTIME) ./adapters/telegram
 	$(GO) test -run '^$$' -fuzz '^FuzzFastData$$' -fuzztime $(FUZZTIME) ./core/audit
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHeadLine$$' -fuzztime $(FUZZTIME) ./core/audit
 	$(GO) test -run '^$$' -fuzz '^FuzzScan$$' -fuzztime $(FUZZTIME) ./core/redact
 	$(GO) test -run '^$$' -fuzz '^FuzzRedactValues$$' -fuzztime $(FUZZTIME) ./core/redact
 

@@ -9,11 +9,14 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/internal/pgcluster"
 	"github.com/silas-gateway/silas/internal/pgtest"
 )
 
@@ -46,8 +49,14 @@ func auditDB(t *testing.T, n int) (string, *store.Store) {
 // silas runs the binary against dsn and returns its exit code and output.
 func silas(t *testing.T, dsn string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return silasIn(t, dsn, t.TempDir(), args...)
+}
+
+// silasIn is silas with a given data_dir.
+func silasIn(t *testing.T, dsn, dataDir string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	cmd := exec.Command(silasBin, args...)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn, "SILAS_DATA_DIR="+t.TempDir(), "SILAS_CONFIG=")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn, "SILAS_DATA_DIR="+dataDir, "SILAS_CONFIG=")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -83,7 +92,8 @@ func TestAuditVerifyCLI(t *testing.T) {
 				t.Fatalf("intact chain: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 			}
 
-			if _, err := st.Pool().Exec(t.Context(), tc.tamper); err != nil {
+			// As a superuser who switched the append-only trigger off.
+			if _, err := st.Pool().Exec(t.Context(), "BEGIN; SET LOCAL session_replication_role = replica; "+tc.tamper+"; COMMIT"); err != nil {
 				t.Fatal(err)
 			}
 			code, out, errOut = silas(t, dsn, "audit", "verify")
@@ -137,5 +147,199 @@ func TestAuditTailCLI(t *testing.T) {
 
 	if code, _, errOut := silas(t, dsn, "audit", "tail", "-n", "0"); code != 1 || !strings.Contains(errOut, "-n must be") {
 		t.Errorf("audit tail -n 0: exit %d, stderr %s", code, errOut)
+	}
+}
+
+// verifyReport is `silas audit verify --json`'s output.
+type verifyReport struct {
+	OK               bool  `json:"ok"`
+	Entries          int64 `json:"entries"`
+	LastSeq          int64 `json:"last_seq"`
+	Checkpoints      int   `json:"checkpoints"`
+	NewestCheckpoint int64 `json:"newest_checkpoint"`
+	HeadSeq          int64 `json:"head_seq"`
+	Problems         []struct {
+		Kind    string `json:"kind"`
+		Seq     int64  `json:"seq"`
+		Message string `json:"message"`
+	} `json:"problems"`
+	Warnings []string `json:"warnings"`
+}
+
+func verifyJSON(t *testing.T, dsn, dataDir string) (int, verifyReport) {
+	t.Helper()
+	code, out, errOut := silasIn(t, dsn, dataDir, "audit", "verify", "--json")
+	var r verifyReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("audit verify --json: exit %d, %v\nstdout: %s\nstderr: %s", code, err, out, errOut)
+	}
+	return code, r
+}
+
+// The audit key, public key and head file where serve keeps them, and
+// what verify makes of a truncated or re-chained log.
+func TestAuditVerifyCheckpointsCLI(t *testing.T) {
+	cases := []struct {
+		name   string
+		tamper string
+		kind   string
+		want   string
+	}{
+		{"truncated", `DELETE FROM audit_log WHERE seq > 6`, "truncated", "checkpoint at seq 10; the log ends at 6 < 10"},
+		{"re-chained", `UPDATE audit_log SET data = '{"i": 400}' WHERE seq = 4`, "rechained", "chain hashes valid but checkpoint at seq 10 was signed over a different hash"},
+		{"checkpoints deleted and truncated", `DELETE FROM audit_checkpoints; DELETE FROM audit_log WHERE seq > 6`, "checkpoints_deleted", "head file"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dsn, st := auditDB(t, 10)
+			dataDir := t.TempDir()
+			key, _, err := audit.LoadOrCreateKey(filepath.Join(dataDir, "audit", "audit.key"), filepath.Join(dataDir, "audit", "audit.pub"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cp, err := st.NewCheckpointer(t.Context(), store.CheckpointOptions{Key: key, HeadFile: filepath.Join(dataDir, "audit", "head.log")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c, err := cp.Checkpoint(t.Context()); err != nil || c == nil || c.Seq != 10 {
+				t.Fatalf("checkpoint = %v, %v", c, err)
+			}
+			code, out, errOut := silasIn(t, dsn, dataDir, "audit", "verify")
+			if code != 0 || !strings.Contains(out, "audit chain intact: 10 entries verified; 1 signed checkpoint(s), the newest at seq 10") {
+				t.Fatalf("intact: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+			}
+
+			if strings.Contains(tc.tamper, "UPDATE") {
+				// Edit, then recompute every hash after it, as an attacker
+				// with the database (but not the audit key) would.
+				tamperSQL(t, st, tc.tamper)
+				rechainFrom(t, st, 4)
+				if code, out, errOut := silasIn(t, dsn, dataDir, "audit", "verify"); code != 1 || !strings.Contains(errOut, tc.want) {
+					t.Fatalf("text: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+				}
+			} else {
+				tamperSQL(t, st, tc.tamper)
+			}
+			code, r := verifyJSON(t, dsn, dataDir)
+			if code != 1 || r.OK || len(r.Problems) == 0 || r.Problems[0].Kind != tc.kind || !strings.Contains(r.Problems[0].Message, tc.want) {
+				t.Fatalf("exit %d, report %+v; want %s: %q", code, r, tc.kind, tc.want)
+			}
+		})
+	}
+}
+
+func tamperSQL(t *testing.T, st *store.Store, sql string) {
+	t.Helper()
+	if _, err := st.Pool().Exec(t.Context(), "BEGIN; SET LOCAL session_replication_role = replica; "+sql+"; COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rechainFrom recomputes prev_hash and hash from seq from on.
+func rechainFrom(t *testing.T, st *store.Store, from int64) {
+	t.Helper()
+	ctx := t.Context()
+	var prev []byte
+	if err := st.Pool().QueryRow(ctx, `SELECT hash FROM audit_log WHERE seq = $1`, from-1).Scan(&prev); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := st.Pool().Query(ctx, `SELECT seq, at, kind, actor, conversation, data::text FROM audit_log WHERE seq >= $1 ORDER BY seq`, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		seq                        int64
+		at                         time.Time
+		kind, actor, conv, dataTxt string
+	}
+	var all []row
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.seq, &r.at, &r.kind, &r.actor, &r.conv, &r.dataTxt); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, r)
+	}
+	rows.Close()
+	for _, r := range all {
+		c, err := audit.Canonical(r.seq, r.at, r.kind, r.actor, r.conv, []byte(r.dataTxt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := audit.Chain(prev, c)
+		_, err = st.Pool().Exec(ctx, fmt.Sprintf("BEGIN; SET LOCAL session_replication_role = replica; UPDATE audit_log SET prev_hash = '\\x%x', hash = '\\x%x' WHERE seq = %d; COMMIT", prev, h, r.seq))
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev = h
+	}
+}
+
+// serve creates the audit key (0600, apart from data_dir/keys), signs a
+// checkpoint of the newest entry at a graceful stop and appends it to the
+// head file; verify then finds every entry covered.
+func TestServeSignsCheckpointAtStop(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	dataDir := t.TempDir()
+	s := startServer(t, dsn, dataDir)
+	c := s.connect(t)
+	c.say("/whoami")
+	c.textContaining("owner trust")
+	s.stop()
+
+	st, err := os.Stat(filepath.Join(dataDir, "audit", "audit.key"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("audit key: %v, %v", st, err)
+	}
+	if !strings.Contains(s.logs.String(), "created the audit signing key") {
+		t.Errorf("serve did not say it created the audit key:\n%s", s.logs.String())
+	}
+	code, r := verifyJSON(t, dsn, dataDir)
+	if code != 0 || !r.OK || r.LastSeq == 0 || r.NewestCheckpoint != r.LastSeq || r.HeadSeq != r.LastSeq || r.Checkpoints == 0 {
+		t.Fatalf("after a graceful stop: exit %d, %+v", code, r)
+	}
+}
+
+// `make run`: without DATABASE_URL, serve starts the local cluster with
+// password authentication, migrates as silas_owner and runs as silas_app,
+// which doctor then finds unable to change the audit log.
+func TestLocalClusterLeastPrivilege(t *testing.T) {
+	base := t.TempDir()
+	if os.Geteuid() == 0 {
+		// The cluster runs as the postgres user, which must reach data_dir.
+		for _, d := range []string{filepath.Dir(base), base} {
+			if err := os.Chmod(d, 0o711); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dataDir := filepath.Join(base, "data")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := pgcluster.StopDir(ctx, pgcluster.Options{Dir: filepath.Join(dataDir, "pg")}); err != nil {
+			t.Error(err)
+		}
+	})
+	s := startServer(t, "", dataDir)
+	c := s.connect(t)
+	c.say("/whoami")
+	c.textContaining("owner trust")
+	s.stop()
+
+	for _, role := range []string{"silas", "silas_owner", "silas_app"} {
+		st, err := os.Stat(filepath.Join(dataDir, "pg", "auth", role+".password"))
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s's password file: %v, %v", role, st, err)
+		}
+	}
+	code, out, errOut := silasIn(t, "", dataDir, "doctor")
+	if code != 0 || !strings.Contains(out, "✓ database     the gateway's role silas_app can only read and append the audit log") {
+		t.Fatalf("doctor: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	code, r := verifyJSON(t, "", dataDir)
+	if code != 0 || !r.OK || r.LastSeq == 0 || r.NewestCheckpoint != r.LastSeq {
+		t.Fatalf("audit verify: exit %d, %+v", code, r)
 	}
 }

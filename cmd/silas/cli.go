@@ -34,7 +34,7 @@ var commands = []command{
 	{"audit", "check or show the audit log (audit verify, audit tail)", cmdAudit},
 	{"secrets", "list or delete stored secrets by name, never values (secrets list, secrets delete)", cmdSecrets},
 	{"secrets-web", "serve only the secure HTTPS form for credentials (without the gateway)", cmdSecretsWeb},
-	{"doctor", "check platform settings (Telegram token and webhook) and report problems in plain words", cmdDoctor},
+	{"doctor", "check the database role, the audit key and platform settings (Telegram token and webhook) and report problems in plain words", cmdDoctor},
 	{"config", "print the example configuration (config example) or check one (config check)", cmdConfig},
 	{"version", "print the version", cmdVersion},
 }
@@ -152,6 +152,41 @@ type database struct {
 	store   *store.Store
 	cluster *pgcluster.Cluster
 	owned   bool // this process started the cluster and stops it
+	// dsn is the runtime (app) role's; migrateDSN the schema owner's, the
+	// same when one role does both (database.migrate_url unset).
+	dsn, migrateDSN string
+}
+
+// migrate applies pending migrations as the owner role and, when the
+// runtime role is another one, grants it what it needs and no more
+// (store.GrantApp: no UPDATE, DELETE or TRUNCATE on the audit tables).
+func (d *database) migrate(ctx context.Context, log *slog.Logger) (int, error) {
+	if d.migrateDSN == d.dsn {
+		return d.store.Migrate(ctx)
+	}
+	owner, err := store.Open(ctx, d.migrateDSN, store.Options{Logger: log, MaxConns: 2})
+	if err != nil {
+		return 0, fmt.Errorf("database.migrate_url: %w", err)
+	}
+	defer owner.Close()
+	n, err := owner.Migrate(ctx)
+	if err != nil {
+		return n, err
+	}
+	ownerRole, err := owner.CurrentUser(ctx)
+	if err != nil {
+		return n, err
+	}
+	appRole, err := d.store.CurrentUser(ctx)
+	if err != nil {
+		return n, err
+	}
+	if appRole != ownerRole {
+		if err := owner.GrantApp(ctx, appRole); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 func (d *database) Close(ctx context.Context) {
@@ -182,7 +217,14 @@ func openDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, sto
 			return nil, fmt.Errorf("start local PostgreSQL (set DATABASE_URL to use your own server): %w", err)
 		}
 		d.cluster, d.owned = c, stopOnClose && !c.Reused
-		dsn = c.DSN()
+		dsn = c.AppDSN()
+		d.migrateDSN = c.OwnerDSN()
+	} else if cfg.Database.MigrateURL != "" {
+		d.migrateDSN = cfg.Database.MigrateURL
+	}
+	d.dsn = dsn
+	if d.migrateDSN == "" {
+		d.migrateDSN = dsn
 	}
 	opt.Logger = log
 	st, err := store.Open(ctx, dsn, opt)

@@ -6,8 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -21,7 +19,9 @@ import (
 )
 
 func cmdMigrate(ctx context.Context, env *cliEnv, args []string) error {
-	fs := flags(env, "migrate", "migrate", "Apply pending database migrations (serve does this at start unless database.auto_migrate is false).")
+	fs := flags(env, "migrate", "migrate", "Apply pending database migrations (serve does this at start unless database.auto_migrate is false),\n"+
+		"as database.migrate_url's role (default: database.url's), then grant database.url's role what the gateway\n"+
+		"needs: no UPDATE, DELETE or TRUNCATE on the audit log (docs/operations.md).")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -35,7 +35,7 @@ func cmdMigrate(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer db.Close(context.Background())
-	n, err := db.store.Migrate(ctx)
+	n, err := db.migrate(ctx, log)
 	if err != nil {
 		return err
 	}
@@ -152,64 +152,6 @@ func requireSchema(ctx context.Context, st *store.Store) error {
 		return fmt.Errorf("database schema is at version %d, this binary needs %d: run `silas migrate`", cur, latest)
 	}
 	return nil
-}
-
-func cmdAudit(ctx context.Context, env *cliEnv, args []string) error {
-	sub, rest := subcommand(args)
-	switch sub {
-	case "verify":
-		fs := flags(env, "audit verify", "audit verify", "Walk the whole hash chain. Exit 0 when intact; exit 1 naming the first row whose hash does not match.")
-		if err := parse(fs, rest); err != nil {
-			return err
-		}
-		return withStore(ctx, env, func(st *store.Store) error {
-			n, err := st.VerifyAudit(ctx)
-			var be *audit.BrokenError
-			if errors.As(err, &be) {
-				return &exitError{code: 1, msg: fmt.Sprintf("audit chain BROKEN at seq %d: %s (%d rows before it verified)", be.Seq, be.Reason, n)}
-			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(env.stdout, "audit chain intact: %d entries verified\n", n)
-			return nil
-		})
-	case "tail":
-		fs := flags(env, "audit tail", "audit tail [-n 20] [--conversation ID] [--json]", "Print the most recent audit entries, oldest first.")
-		n := fs.Int("n", 20, "number of entries")
-		conv := fs.String("conversation", "", "only this conversation (e.g. webchat:local)")
-		asJSON := fs.Bool("json", false, "one JSON object per line")
-		if err := parse(fs, rest); err != nil {
-			return err
-		}
-		if *n < 1 || *n > 10000 {
-			return fmt.Errorf("-n must be between 1 and 10000")
-		}
-		return withStore(ctx, env, func(st *store.Store) error {
-			rows, err := st.AuditTail(ctx, *n, coreConversation(*conv), nil)
-			if err != nil {
-				return err
-			}
-			for _, r := range rows {
-				if *asJSON {
-					b, _ := json.Marshal(map[string]any{"seq": r.Seq, "at": r.At.UTC().Format(time.RFC3339Nano), "kind": r.Entry.Kind,
-						"actor": r.Entry.Actor, "conversation": r.Entry.Conversation, "data": json.RawMessage(r.DataJSON), "hash": hex.EncodeToString(r.Hash)})
-					fmt.Fprintln(env.stdout, string(b))
-					continue
-				}
-				fmt.Fprintf(env.stdout, "%6d %s %-22s %-16s %-16s %s\n", r.Seq, r.At.Local().Format("2006-01-02 15:04:05"), r.Entry.Kind,
-					r.Entry.Actor, r.Entry.Conversation, string(r.DataJSON))
-			}
-			return nil
-		})
-	default:
-		fs := flags(env, "audit", "audit verify | audit tail [-n 20]", "verify  check the hash chain (exit 1 naming the first broken row)\ntail    print recent entries")
-		if err := parse(fs, rest); err != nil {
-			return err
-		}
-		fs.Usage()
-		return errUsage
-	}
 }
 
 func withStore(ctx context.Context, env *cliEnv, f func(*store.Store) error) error {

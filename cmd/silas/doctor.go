@@ -19,7 +19,8 @@ import (
 // gathers the settings and prints the findings.
 func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	fs := flags(env, "doctor", "doctor [--telegram-token file:PATH] [--telegram-mode polling|webhook] [--timeout 15s]",
-		"Check the Telegram bot token (getMe) and webhook status (getWebhookInfo) against the configuration\n"+
+		"Check the database role (warns when the gateway's role is a superuser or can change audit_log), the\n"+
+			"audit key, the Telegram bot token (getMe) and webhook status (getWebhookInfo) against the configuration\n"+
 			"and report problems in plain words. Nothing is changed on Telegram's side. Flags override the\n"+
 			"telegram.* configuration keys, so a token can be checked before it goes into the config.\n"+
 			"Exit status 1 when a problem was found.")
@@ -37,7 +38,10 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	sandboxProblem := doctorSandbox(cfg, env.configPath, env.stdout)
+	problems := doctorDatabase(ctx, env, cfg)
+	if doctorSandbox(cfg, env.configPath, env.stdout) {
+		problems++
+	}
 	tc := telegramSettings(cfg)
 	for _, o := range []struct {
 		dst *string
@@ -49,16 +53,9 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	tc.HTTPTimeout = *timeout
 
-	problems := 0
-	if sandboxProblem {
-		problems++
-	}
 	fmt.Fprintln(env.stdout, "Telegram")
 	if tc.Token == "" {
 		fmt.Fprintln(env.stdout, "  · not configured (no telegram.token): skipped")
-	}
-	if tc.Token == "" && problems == 0 {
-		return nil
 	}
 	for _, f := range telegramFindings(ctx, tc) {
 		mark := map[telegram.Severity]string{telegram.SeverityOK: "✓", telegram.SeverityInfo: "·", telegram.SeverityWarn: "!", telegram.SeverityError: "✗"}[f.Severity]

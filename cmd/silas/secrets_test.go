@@ -421,7 +421,8 @@ func afterStored(t *testing.T, dsn, dataDir string, formEnv []string, s1 *server
 	if !deleted {
 		t.Errorf("no secret.deleted entry by the operator naming %s:\n%s", secretName, out)
 	}
-	if code, out, _ := silas(t, dsn, "audit", "verify"); code != 0 {
+	// In serve's data_dir: its audit.pub checks the signed checkpoints.
+	if code, out, _ := silasIn(t, dsn, dataDir, "audit", "verify"); code != 0 {
 		t.Errorf("audit verify = %d: %s", code, out)
 	}
 

@@ -66,7 +66,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	defer db.Close(context.Background())
 	if cfg.Database.AutoMigrate {
-		n, err := db.store.Migrate(ctx)
+		n, err := db.migrate(ctx, log)
 		if err != nil {
 			return err
 		}
@@ -89,6 +89,10 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if created {
 		log.Info("created the gateway signing key", slog.String("path", keyPath(cfg)), slog.String("fingerprint", fingerprint(key)))
+	}
+	checkpoints, err := newCheckpointer(ctx, cfg, db.store, log)
+	if err != nil {
+		return err
 	}
 
 	sc, err := sandboxConfig(cfg, env.configPath, log)
@@ -218,6 +222,11 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 			errc <- err
 		}
 	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		checkpoints.Run(runCtx)
+	}()
 	select {
 	case <-eng.Ready():
 	case err := <-errc:
@@ -271,6 +280,9 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	scancel()
 	cancel()
 	wg.Wait()
+	// Everything that appends has stopped: sign the newest entry, so that
+	// deleting rows from the end of the log is caught too.
+	finalCheckpoint(checkpoints, log)
 	log.Info("stopped")
 	return runErr
 }

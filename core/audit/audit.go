@@ -7,6 +7,13 @@
 // previous hash is 32 zero bytes. Sequence numbers are contiguous, so a
 // deleted row breaks the chain as surely as an edited one.
 //
+// The chain alone cannot tell a forged history from a real one: whoever can
+// write to the database can recompute every hash. Signed checkpoints
+// (checkpoint.go) anchor it with a key the database never sees, and a head
+// file outside the database (files.go) keeps the latest one; Check
+// (report.go) compares all three. files.go is the only part that touches
+// the disk.
+//
 // Entries carry names and ids, never secret values.
 package audit
 

@@ -309,39 +309,19 @@ func scanAudit(rows pgx.Rows) (audit.Row, error) {
 }
 
 // VerifyAudit walks the whole chain in order. It returns the number of rows
-// checked and a *audit.BrokenError naming the first bad row.
+// checked and a *audit.BrokenError naming the first bad row. It checks the
+// chain only; VerifyAuditAnchored also checks the signed checkpoints.
 func (s *Store) VerifyAudit(ctx context.Context) (int64, error) {
 	v := audit.NewVerifier()
-	const page = 5000
-	var after int64
-	for {
-		rows, err := s.pool.Query(ctx, `SELECT seq, at, kind, actor, conversation, data::text, prev_hash, hash FROM audit_log
-			WHERE seq > $1 ORDER BY seq LIMIT $2`, after, page)
-		if err != nil {
-			return v.Checked, fmt.Errorf("store: audit verify: %w", err)
-		}
-		n := 0
-		for rows.Next() {
-			r, err := scanAuditRaw(rows)
-			if err != nil {
-				rows.Close()
-				return v.Checked, err
-			}
-			n++
-			after = r.Seq
-			if err := v.Check(r); err != nil {
-				rows.Close()
-				return v.Checked, err
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return v.Checked, fmt.Errorf("store: audit verify: %w", err)
-		}
-		if n < page {
-			return v.Checked, nil
-		}
+	var broken error
+	err := s.walkAudit(ctx, func(r audit.Row) bool {
+		broken = v.Check(r)
+		return broken == nil
+	})
+	if err != nil {
+		return v.Checked, err
 	}
+	return v.Checked, broken
 }
 
 // scanAuditRaw does not decode data: verification hashes it as stored, so

@@ -36,7 +36,10 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 type Config struct {
 	DataDir  string `yaml:"data_dir"`
 	Database struct {
-		URL         string `yaml:"url"`
+		URL string `yaml:"url"`
+		// MigrateURL connects as the role that owns the schema and runs
+		// migrations; "" means URL (docs/operations.md).
+		MigrateURL  string `yaml:"migrate_url"`
 		AutoMigrate bool   `yaml:"auto_migrate"`
 	} `yaml:"database"`
 	HTTP struct {
@@ -96,9 +99,26 @@ type Config struct {
 		} `yaml:"tls"`
 	} `yaml:"secrets_web"`
 	Telegram Telegram `yaml:"telegram"`
+	Audit    Audit    `yaml:"audit"`
 	Policy   struct {
 		Rules []policy.Rule `yaml:"rules"`
 	} `yaml:"policy"`
+}
+
+// Audit configures the signed checkpoints of the audit chain
+// (docs/operations.md). Empty paths have defaults under data_dir/audit.
+type Audit struct {
+	// KeyFile is the Ed25519 audit signing key (0600), kept apart from
+	// data_dir/keys; created on first serve.
+	KeyFile string `yaml:"key_file"`
+	// PublicKeyFile holds the audit public key(s) verify trusts.
+	PublicKeyFile string `yaml:"public_key_file"`
+	// HeadFile receives every checkpoint, one JSON line each.
+	HeadFile string `yaml:"head_file"`
+	// CheckpointEntries: sign after this many new entries.
+	CheckpointEntries int `yaml:"checkpoint_entries"`
+	// CheckpointInterval: sign at least this often while entries arrive.
+	CheckpointInterval Duration `yaml:"checkpoint_interval"`
 }
 
 // Telegram configures the Telegram channel (docs/telegram.md).
@@ -126,6 +146,8 @@ type Telegram struct {
 func Default() *Config {
 	c := &Config{DataDir: "./.data"}
 	c.Database.AutoMigrate = true
+	c.Audit.CheckpointEntries = 1000
+	c.Audit.CheckpointInterval = Duration{time.Minute}
 	c.HTTP.Listen = "127.0.0.1:8080"
 	c.HTTP.ShutdownGrace = Duration{20 * time.Second}
 	c.Log.Level, c.Log.Format = "info", "text"
@@ -180,12 +202,17 @@ func Load(path string, env []string) (*Config, error) {
 	if err := applyEnv(c, env); err != nil {
 		return nil, err
 	}
-	if strings.HasPrefix(c.Database.URL, "file:") {
-		b, err := os.ReadFile(strings.TrimPrefix(c.Database.URL, "file:"))
-		if err != nil {
-			return nil, fmt.Errorf("config: database.url: %w", err)
+	for _, u := range []struct {
+		key string
+		v   *string
+	}{{"database.url", &c.Database.URL}, {"database.migrate_url", &c.Database.MigrateURL}} {
+		if strings.HasPrefix(*u.v, "file:") {
+			b, err := os.ReadFile(strings.TrimPrefix(*u.v, "file:"))
+			if err != nil {
+				return nil, fmt.Errorf("config: %s: %w", u.key, err)
+			}
+			*u.v = strings.TrimSpace(string(b))
 		}
-		c.Database.URL = strings.TrimSpace(string(b))
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -319,6 +346,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Database.URL != "" && !strings.HasPrefix(c.Database.URL, "postgres://") && !strings.HasPrefix(c.Database.URL, "postgresql://") && !strings.Contains(c.Database.URL, "=") {
 		return bad("database.url", "must be a postgres:// URL or a key=value connection string")
+	}
+	if c.Database.MigrateURL != "" && !strings.HasPrefix(c.Database.MigrateURL, "postgres://") && !strings.HasPrefix(c.Database.MigrateURL, "postgresql://") && !strings.Contains(c.Database.MigrateURL, "=") {
+		return bad("database.migrate_url", "must be a postgres:// URL or a key=value connection string")
+	}
+	if c.Audit.CheckpointEntries < 1 || c.Audit.CheckpointEntries > 10_000_000 {
+		return bad("audit.checkpoint_entries", "%d must be between 1 and 10000000", c.Audit.CheckpointEntries)
+	}
+	if c.Audit.CheckpointInterval.Duration < time.Second || c.Audit.CheckpointInterval.Duration > 24*time.Hour {
+		return bad("audit.checkpoint_interval", "%s must be between 1s and 24h", c.Audit.CheckpointInterval.Duration)
 	}
 	if _, port, ok := strings.Cut(c.HTTP.Listen, ":"); !ok || port == "" {
 		return bad("http.listen", "%q must be host:port", c.HTTP.Listen)

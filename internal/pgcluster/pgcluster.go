@@ -14,9 +14,16 @@
 // there is reused at the next start, so a persistent Dir keeps both its data
 // and its address across restarts.
 //
-// Security: the cluster is initialised with trust authentication and listens
-// on 127.0.0.1 only. Any local user can connect to it as the superuser "silas".
-// That is acceptable for a throwaway dev/test cluster and for nothing else.
+// Security: the cluster listens on 127.0.0.1 only and every connection
+// authenticates with a password (scram-sha-256). Three roles are set up,
+// each with a generated password kept in Dir/auth/<role>.password (mode
+// 0600, directory 0700): the superuser "silas" (DSN, AdminDSN: creating
+// databases and roles), "silas_owner", which owns the database "silas" and
+// runs migrations (OwnerDSN), and "silas_app", the gateway's runtime role
+// (AppDSN), which the migrations only allow to SELECT and INSERT the audit
+// log. A cluster made by an earlier version with trust authentication is
+// switched to passwords at its next start, and its tables are handed to
+// silas_owner.
 //
 // Running as root: PostgreSQL refuses to run as root. When the process runs
 // with effective uid 0, initdb and pg_ctl are run as the "postgres" system user
@@ -67,12 +74,17 @@ import (
 const (
 	// Superuser is the name of the cluster's superuser.
 	Superuser = "silas"
+	// OwnerRole owns the database "silas" and runs migrations.
+	OwnerRole = "silas_owner"
+	// AppRole is the gateway's runtime role.
+	AppRole = "silas_app"
 	// Database is the application database created at first start.
 	Database = "silas"
 
 	dataDirName = "pgdata"
 	logFileName = "postgres.log"
 	confName    = "silas.conf"
+	authDirName = "auth"
 
 	// maxSocketDir is the longest Dir for which a Unix socket is created:
 	// sun_path holds 107 bytes plus NUL, and the socket file name
@@ -126,15 +138,28 @@ type Cluster struct {
 }
 
 // DSN returns the URL of the application database "silas" as superuser.
-func (c *Cluster) DSN() string { return dsn(c.Port, Database) }
+func (c *Cluster) DSN() string { return c.env.dsn(c.Port, Superuser, Database) }
 
 // AdminDSN returns the URL of the maintenance database "postgres" as superuser.
-func (c *Cluster) AdminDSN() string { return dsn(c.Port, "postgres") }
+func (c *Cluster) AdminDSN() string { return c.env.dsn(c.Port, Superuser, "postgres") }
 
-func dsn(port int, db string) string {
+// OwnerDSN returns the URL of the database "silas" as its owner, the role
+// that runs migrations.
+func (c *Cluster) OwnerDSN() string { return c.env.dsn(c.Port, OwnerRole, Database) }
+
+// AppDSN returns the URL of the database "silas" as the gateway's runtime
+// role.
+func (c *Cluster) AppDSN() string { return c.env.dsn(c.Port, AppRole, Database) }
+
+// dsn is the URL for role on db, with the role's password when it has one.
+func (e *env) dsn(port int, role, db string) string {
+	user := url.User(role)
+	if pw, err := e.password(role, false); err == nil && pw != "" {
+		user = url.UserPassword(role, pw)
+	}
 	u := url.URL{
 		Scheme:   "postgres",
-		User:     url.User(Superuser),
+		User:     user,
 		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		Path:     "/" + db,
 		RawQuery: "sslmode=disable",
@@ -180,10 +205,18 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	if err := c.waitReady(ctx); err != nil {
 		return nil, err
 	}
+	if err := c.requirePasswords(ctx); err != nil {
+		return nil, err
+	}
 	if err := c.ensureDatabase(ctx); err != nil {
 		return nil, err
 	}
-	e.log.Info("postgres: ready", "dsn", c.DSN(), "log", e.logFile())
+	if err := c.ensureRoles(ctx); err != nil {
+		return nil, err
+	}
+	// Never the DSNs: they carry passwords.
+	e.log.Info("postgres: ready", "address", net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port)), "database", Database,
+		"passwords", filepath.Join(e.dir, authDirName), "log", e.logFile())
 	return c, nil
 }
 
@@ -247,7 +280,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 func (c *Cluster) ensureDatabase(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, c.AdminDSN())
 	if err != nil {
-		return c.env.errorf("connect to %s: %v", c.AdminDSN(), err)
+		return c.env.errorf("connect to the maintenance database on port %d: %v", c.Port, err)
 	}
 	defer conn.Close(context.Background())
 	var exists bool
@@ -471,10 +504,14 @@ func (e *env) initdb(ctx context.Context) error {
 	}
 
 	e.log.Info("postgres: initialising cluster", "dir", e.data, "bin", e.bin)
+	if _, err := e.password(Superuser, true); err != nil {
+		return err
+	}
 	args := []string{
 		"-D", e.data,
 		"-U", Superuser,
-		"-A", "trust",
+		"-A", "scram-sha-256",
+		"--pwfile", e.passwordFile(Superuser),
 		"-E", "UTF8",
 		"--locale=C",
 	}

@@ -71,7 +71,11 @@ func TestStartRestartPersists(t *testing.T) {
 	dir := tempDir(t)
 
 	c := start(t, ctx, dir)
-	if want := "postgres://silas@127.0.0.1:" + strconv.Itoa(c.Port) + "/silas?sslmode=disable"; c.DSN() != want {
+	pw, err := os.ReadFile(filepath.Join(dir, "auth", "silas.password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "postgres://silas:" + strings.TrimSpace(string(pw)) + "@127.0.0.1:" + strconv.Itoa(c.Port) + "/silas?sslmode=disable"; c.DSN() != want {
 		t.Errorf("DSN = %q, want %q", c.DSN(), want)
 	}
 	conn := connect(t, ctx, c.DSN())
@@ -203,5 +207,93 @@ func TestMissingBinaries(t *testing.T) {
 	_, err := Start(context.Background(), Options{Dir: t.TempDir(), BinDir: t.TempDir()})
 	if !errors.Is(err, ErrNoBinaries) {
 		t.Fatalf("want ErrNoBinaries, got %v", err)
+	}
+}
+
+// Every role needs its password; the owner owns the database and the app
+// role is neither superuser nor owner.
+func TestPasswordAuthAndRoles(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := tempDir(t)
+	c := start(t, ctx, dir)
+	checkPasswordsAndRoles(t, ctx, c, dir)
+}
+
+func checkPasswordsAndRoles(t *testing.T, ctx context.Context, c *Cluster, dir string) {
+	t.Helper()
+	for _, role := range []string{Superuser, OwnerRole, AppRole} {
+		p := filepath.Join(dir, "auth", role+".password")
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 || st.Size() < 32 {
+			t.Errorf("%s: mode %v, %d bytes", p, st.Mode().Perm(), st.Size())
+		}
+		for _, bad := range []string{
+			"postgres://" + role + "@127.0.0.1:" + strconv.Itoa(c.Port) + "/silas?sslmode=disable",
+			"postgres://" + role + ":wrong@127.0.0.1:" + strconv.Itoa(c.Port) + "/silas?sslmode=disable",
+		} {
+			if conn, err := pgx.Connect(ctx, bad); err == nil {
+				conn.Close(ctx)
+				t.Errorf("%s connected without its password", role)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name      string
+		dsn       string
+		user      string
+		superuser bool
+		owner     bool
+	}{
+		{"superuser", c.DSN(), Superuser, true, false},
+		{"owner", c.OwnerDSN(), OwnerRole, false, true},
+		{"app", c.AppDSN(), AppRole, false, false},
+	} {
+		var user, dbOwner string
+		var super bool
+		err := connect(t, ctx, tc.dsn).QueryRow(ctx, `SELECT current_user, rolsuper, pg_get_userbyid(d.datdba)
+			FROM pg_roles, pg_database d WHERE rolname = current_user AND d.datname = current_database()`).Scan(&user, &super, &dbOwner)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if user != tc.user || super != tc.superuser || (dbOwner == user) != tc.owner {
+			t.Errorf("%s: user %s, superuser %v, database owner %s", tc.name, user, super, dbOwner)
+		}
+	}
+}
+
+// A cluster made with trust authentication (as this package once did) is
+// switched to passwords, and its tables are handed to the owner role.
+func TestUpgradeFromTrust(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := tempDir(t)
+	c := start(t, ctx, dir)
+	if _, err := connect(t, ctx, c.DSN()).Exec(ctx, "CREATE TABLE old (id bigserial PRIMARY KEY); ALTER DATABASE silas OWNER TO silas"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	trust := "local all all trust\nhost all all 127.0.0.1/32 trust\n"
+	if err := os.WriteFile(filepath.Join(dir, "pgdata", "pg_hba.conf"), []byte(trust), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "auth")); err != nil {
+		t.Fatal(err)
+	}
+
+	c2 := start(t, ctx, dir)
+	checkPasswordsAndRoles(t, ctx, c2, dir)
+	var owner, seqOwner string
+	err := connect(t, ctx, c2.DSN()).QueryRow(ctx, `SELECT pg_get_userbyid(relowner), (SELECT pg_get_userbyid(relowner) FROM pg_class WHERE relname = 'old_id_seq')
+		FROM pg_class WHERE relname = 'old'`).Scan(&owner, &seqOwner)
+	if err != nil || owner != OwnerRole || seqOwner != OwnerRole {
+		t.Fatalf("table owner %q, sequence owner %q, %v; want %s", owner, seqOwner, err, OwnerRole)
 	}
 }
