@@ -29,14 +29,18 @@ func sandboxConfig(cfg *config.Config, configPath string, log *slog.Logger) (san
 		return sandbox.Config{}, fmt.Errorf("sandbox.dir: %w", err)
 	}
 	hidden := []string{cfg.DataDir, configPath, cfg.Secrets.KeyFile,
-		cfg.SecretsWeb.TLS.CertFile, cfg.SecretsWeb.TLS.KeyFile, cfg.SecretsWeb.TLS.Dir}
-	for _, v := range []string{cfg.Telegram.Token, cfg.Telegram.WebhookSecret} {
+		cfg.SecretsWeb.TLS.CertFile, cfg.SecretsWeb.TLS.KeyFile, cfg.SecretsWeb.TLS.Dir,
+		filepath.Dir(auditKeyPath(cfg)), auditPubPath(cfg), auditHeadPath(cfg)}
+	for _, v := range []string{cfg.Telegram.Token, cfg.Telegram.WebhookSecret, cfg.Database.MigrateURL} {
 		if p, ok := strings.CutPrefix(v, "file:"); ok {
 			hidden = append(hidden, p)
 		}
 	}
-	if cfg.Database.URL != "" {
-		if pc, err := pgconn.ParseConfig(cfg.Database.URL); err == nil && strings.HasPrefix(pc.Host, "/") {
+	for _, u := range []string{cfg.Database.URL, cfg.Database.MigrateURL} {
+		if u == "" || strings.HasPrefix(u, "file:") {
+			continue
+		}
+		if pc, err := pgconn.ParseConfig(u); err == nil && strings.HasPrefix(pc.Host, "/") {
 			hidden = append(hidden, pc.Host)
 		}
 	}
