@@ -75,7 +75,7 @@ type options struct {
 // world is one deployment: a fake Bot API, a database, a signing key and a
 // sandbox directory that survive restarts of the gateway (node).
 type world struct {
-	t     *testing.T
+	t     testing.TB
 	opts  options
 	srv   *telegramtest.Server
 	proxy *faultProxy
@@ -88,7 +88,7 @@ type world struct {
 	ctx   context.Context
 }
 
-func newWorld(t *testing.T, o options) *world {
+func newWorld(t testing.TB, o options) *world {
 	t.Helper()
 	w := &world{t: t, opts: o, logs: &syncBuffer{}, sbDir: t.TempDir(), ctx: context.Background()}
 	w.srv = telegramtest.NewServer(t, o.fake)
@@ -272,7 +272,7 @@ func (n *node) kill() {
 	})
 }
 
-func waitClosed(t *testing.T, what string, c chan struct{}) {
+func waitClosed(t testing.TB, what string, c chan struct{}) {
 	select {
 	case <-c:
 	case <-time.After(30 * time.Second):
@@ -491,7 +491,7 @@ type proxied struct {
 	status int
 }
 
-func newFaultProxy(t *testing.T, target string) *faultProxy {
+func newFaultProxy(t testing.TB, target string) *faultProxy {
 	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
