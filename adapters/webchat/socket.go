@@ -280,6 +280,22 @@ func (a *Adapter) sendFrame(c *client, v any) {
 	c.push(b)
 }
 
+// frameTurn is the turn of a parsed client frame.
+func (a *Adapter) frameTurn(f ClientFrame) core.Turn {
+	t := core.Turn{
+		Channel: a.cfg.Name, Conversation: a.conv, Sender: a.cfg.Identity, SenderName: "you",
+		Evidence: core.Evidence{Authenticated: true, Method: "webchat-session"}, At: a.now(),
+	}
+	switch f.Type {
+	case "message":
+		t.EventID, t.Text = "m:"+f.ID, f.Text
+	case "tap":
+		t.EventID = "t:" + f.ID
+		t.Tap = &core.Tap{Card: cards.ID(f.CardID), Choice: f.Choice}
+	}
+	return t
+}
+
 func (a *Adapter) handleFrame(ctx context.Context, in core.Inbox, c *client, data []byte) {
 	if _, ok := a.sessionExpiry(c.session); !ok {
 		a.endSession(c)
@@ -293,17 +309,7 @@ func (a *Adapter) handleFrame(ctx context.Context, in core.Inbox, c *client, dat
 		a.sendFrame(c, errorFrame{Type: "error", ID: fe.ID, Code: fe.Code, Message: fe.Message})
 		return
 	}
-	t := core.Turn{
-		Channel: a.cfg.Name, Conversation: a.conv, Sender: a.cfg.Identity, SenderName: "you",
-		Evidence: core.Evidence{Authenticated: true, Method: "webchat-session"}, At: a.now(),
-	}
-	switch f.Type {
-	case "message":
-		t.EventID, t.Text = "m:"+f.ID, f.Text
-	case "tap":
-		t.EventID = "t:" + f.ID
-		t.Tap = &core.Tap{Card: cards.ID(f.CardID), Choice: f.Choice}
-	}
+	t := a.frameTurn(f)
 	// Hold this client's frames from before Deliver until its answer is
 	// queued: the engine processes the turn and its outbox calls Send
 	// asynchronously, possibly before Deliver returns here.
