@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/pgtest"
@@ -137,5 +138,29 @@ func TestAuditTailCLI(t *testing.T) {
 
 	if code, _, errOut := silas(t, dsn, "audit", "tail", "-n", "0"); code != 1 || !strings.Contains(errOut, "-n must be") {
 		t.Errorf("audit tail -n 0: exit %d, stderr %s", code, errOut)
+	}
+}
+
+// silas doctor lists what intake quarantined.
+func TestDoctorListsDeadLetters(t *testing.T) {
+	dsn, st := auditDB(t, 0)
+	code, out, errOut := silas(t, dsn, "doctor")
+	if code != 0 || !strings.Contains(out, "dead letters  none") {
+		t.Fatalf("empty: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for i := range 7 {
+		err := st.Do(t.Context(), func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			_, err := tx.InsertDeadLetter(ctx, core.DeadLetter{Channel: "telegram", EventID: fmt.Sprintf("u%d", i),
+				Payload: []byte(`{"text":"hi\u0000"}`), Error: "permanent: invalid byte sequence\x00", Attempts: 1})
+			return nil, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut = silas(t, dsn, "doctor")
+	if code != 0 || !strings.Contains(out, "7 inbound event(s) quarantined") || !strings.Contains(out, `telegram "u6"`) ||
+		strings.Count(out, "permanent: invalid byte sequence") != 5 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
 }
