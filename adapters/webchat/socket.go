@@ -13,6 +13,7 @@ import (
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/internal/httpserve"
 )
 
 // Timings of a connection.
@@ -173,6 +174,11 @@ func (a *Adapter) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	// Accept enforces that Origin matches Host (403 otherwise): another
 	// site cannot open this socket with the user's cookie.
+	// The server's read and write timeouts must not end the socket: it
+	// has its own (writeTimeout per frame, pings).
+	if err := httpserve.ClearDeadlines(w); err != nil {
+		a.log.Warn("websocket: cannot clear the connection deadlines", slog.Any("err", err))
+	}
 	conn, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		a.log.Warn("websocket upgrade refused", slog.Any("err", err))
@@ -299,6 +305,10 @@ func (a *Adapter) frameTurn(f ClientFrame) core.Turn {
 func (a *Adapter) handleFrame(ctx context.Context, in core.Inbox, c *client, data []byte) {
 	if _, ok := a.sessionExpiry(c.session); !ok {
 		a.endSession(c)
+		return
+	}
+	if !a.frameLim.Allow(string(c.session[:]), a.now()) {
+		a.sendFrame(c, errorFrame{Type: "error", Code: "rate_limited", Message: "too many frames; slow down and resend"})
 		return
 	}
 	f, err := ParseFrame(data)

@@ -164,3 +164,28 @@ func TestDoctorListsDeadLetters(t *testing.T) {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
 }
+
+// silas webchat revoke records the revocation a running gateway acts on.
+func TestWebchatRevokeCLI(t *testing.T) {
+	dsn, st := auditDB(t, 0)
+	code, out, errOut := silas(t, dsn, "webchat", "revoke")
+	if code != 0 || !strings.Contains(out, "Every web chat session ends") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	v, ok, err := st.GetState(t.Context(), "webchat", "sessions_revoked_at")
+	if err != nil || !ok || v == "" {
+		t.Fatalf("state = %q, %v, %v", v, ok, err)
+	}
+	if n := queryCount(t, st, `SELECT count(*) FROM audit_log WHERE kind = 'webchat.sessions_revoked'`); n != 1 {
+		t.Fatalf("%d audit entries", n)
+	}
+}
+
+func queryCount(t *testing.T, st *store.Store, q string) int {
+	t.Helper()
+	var n int
+	if err := st.Pool().QueryRow(t.Context(), q).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -92,3 +92,16 @@ func TestBinaryOutputFinishes(t *testing.T) {
 		t.Fatal("no execution.finished entry")
 	}
 }
+
+// Bidi controls in user text are shown on the card, not obeyed.
+func TestBidiControlsAreVisibleOnCards(t *testing.T) {
+	b := setup(t)
+	b.send(t, owner, "/run echo \u202Efdp.exe")
+	c := b.pendingCard(t, "echo '<U+202E>fdp.exe'")
+	if strings.ContainsRune(c.Choices[0].Label, '\u202E') || !strings.Contains(c.Choices[0].Label, "<U+202E>") {
+		t.Fatalf("label = %q", c.Choices[0].Label)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
