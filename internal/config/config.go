@@ -77,8 +77,8 @@ type Config struct {
 		PreviewChars   int `yaml:"preview_chars"`
 	} `yaml:"output"`
 	Webchat struct {
-		Enabled  bool     `yaml:"enabled"`
-		Identity string   `yaml:"identity"`
+		Enabled    bool     `yaml:"enabled"`
+		Identity   string   `yaml:"identity"`
 		LoginTTL   Duration `yaml:"login_ttl"`
 		SessionTTL Duration `yaml:"session_ttl"`
 	} `yaml:"webchat"`
