@@ -47,9 +47,13 @@ type Turn struct {
 	Tap      *Tap   `json:"tap,omitempty"`
 	// Redacted lists the kinds of credential the core removed from Text at
 	// intake (set by the core; adapters leave it empty).
-	Redacted []string  `json:"redacted,omitempty"`
-	Evidence Evidence  `json:"evidence"`
-	At       time.Time `json:"at"`
+	Redacted []string `json:"redacted,omitempty"`
+	// Sanitized lists the fields in which the core replaced characters
+	// that cannot be stored (NUL, invalid UTF-8) by U+FFFD at intake (set
+	// by the core; adapters leave it empty).
+	Sanitized []string  `json:"sanitized,omitempty"`
+	Evidence  Evidence  `json:"evidence"`
+	At        time.Time `json:"at"`
 }
 
 // DeliverResult tells the adapter what happened to a delivered turn.

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/core/secrets"
+	"github.com/silas-gateway/silas/internal/httpserve"
 )
 
 // Config configures the service. Zero fields take the defaults noted.
@@ -66,6 +67,13 @@ type Config struct {
 	CSRFKey []byte
 	// ShutdownGrace bounds the graceful shutdown in Serve (default 10 s).
 	ShutdownGrace time.Duration
+	// Limits are the listener's timeouts, header size and connection cap
+	// (zero fields: 10s header, 30s read, 30s write, 60s idle, 16 KiB of
+	// headers, 512 connections).
+	Limits httpserve.Limits
+	// AllowedHosts are extra Host values a loopback listener serves
+	// besides its own address and PublicURL's host (DNS rebinding).
+	AllowedHosts []string
 }
 
 // RequestStore reads and fulfils secure-input requests. *store.Store
@@ -217,17 +225,25 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// net/http adjusts the TLS config it serves with (HTTP/2 set-up): give
 	// each Serve its own.
 	tc := s.tlsConfig.Clone()
-	srv := &http.Server{
-		Handler:           s.handler,
-		TLSConfig:         tc,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    16 << 10,
-		// Handshake failures and the like, without request data.
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	l := s.cfg.Limits
+	if l.WriteTimeout <= 0 {
+		l.WriteTimeout = 30 * time.Second
 	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = 60 * time.Second
+	}
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = 16 << 10
+	}
+	l = l.WithDefaults()
+	// A loopback listener answers only Host names of this machine and of
+	// the public URL (DNS rebinding).
+	hosts := append([]string{s.base.Host, s.base.Hostname()}, s.cfg.AllowedHosts...)
+	srv := httpserve.NewServer(httpserve.HostCheck(s.handler, ln.Addr().String(), hosts...), l)
+	srv.TLSConfig = tc
+	// Handshake failures and the like, without request data.
+	srv.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
+	ln = httpserve.LimitListener(ln, l.MaxConns)
 	done := make(chan struct{})
 	shut := make(chan error, 1)
 	go func() {

@@ -27,7 +27,9 @@ import (
 //
 //  1. calls getUpdates with offset = last handled update_id + 1;
 //  2. delivers the updates one by one, in order; a failed Deliver is
-//     retried (with backoff) before going on, so nothing is skipped;
+//     retried (with backoff) before going on, so nothing is skipped — up to
+//     maxDeliverAttempts, after which the update is quarantined
+//     (quarantine.go) so one poisoned update cannot block the others;
 //  3. after each Deliver stores that update_id under the state key
 //     "offset" (core.StateStore);
 //  4. asks for more — which is what confirms the handled updates.
@@ -154,7 +156,8 @@ func (a *Adapter) poll(ctx context.Context, in core.Inbox) {
 			}
 			if derr != nil {
 				a.log.Warn("telegram: malformed update dropped", slog.Int64("update_id", id), slog.Any("err", derr))
-			} else if !a.deliverRetrying(ctx, in, u) {
+				a.quarantine(ctx, in, id, raw, derr, 1)
+			} else if !a.deliverRetrying(ctx, in, raw, u) {
 				return // ctx ended; this update was not acknowledged
 			}
 			a.saveOffset(ctx, id)
@@ -164,17 +167,20 @@ func (a *Adapter) poll(ctx context.Context, in core.Inbox) {
 	}
 }
 
-// deliverRetrying hands u to the core until that succeeds; false means ctx
-// ended first.
-func (a *Adapter) deliverRetrying(ctx context.Context, in core.Inbox, u *models.Update) bool {
-	b := backoff{min: 200 * time.Millisecond, max: 30 * time.Second}
-	for {
+// deliverRetrying hands u to the core until that succeeds or the update is
+// quarantined; false means ctx ended first.
+func (a *Adapter) deliverRetrying(ctx context.Context, in core.Inbox, raw []byte, u *models.Update) bool {
+	b := backoff{min: deliverBackoffMin, max: 30 * time.Second}
+	for attempt := 1; ; attempt++ {
 		err := a.handle(ctx, in, u)
 		if err == nil {
 			return true
 		}
 		if ctx.Err() != nil {
 			return false
+		}
+		if givesUp(err, attempt) && a.quarantine(ctx, in, u.ID, raw, err, attempt) {
+			return true
 		}
 		wait := b.next()
 		a.log.Warn("telegram: delivering an update to the core failed; retrying", slog.Int64("update_id", u.ID),

@@ -59,6 +59,8 @@ type Adapter struct {
 	moved    map[core.MessageRef]core.MessageRef
 	splits   map[[32]byte]*splitProgress
 	memState map[string]string // offset when no StateStore is configured
+	// hookTries counts failed webhook deliveries per update_id.
+	hookTries map[int64]int
 
 	// tapFallback is how long a tap waits for the core's AnswerTap before
 	// the adapter answers it quietly, so the button's spinner stops.

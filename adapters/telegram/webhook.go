@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-telegram/bot"
+
+	"github.com/silas-gateway/silas/core"
 )
 
 // Webhook mode. Run registers the webhook (setWebhook with secret_token and
@@ -23,7 +25,9 @@ import (
 //     reaches the core;
 //   - the update is decoded (malformed → 400, logged) and delivered;
 //   - 200 only after Deliver returned, so the turn is stored before Telegram
-//     forgets the update; a Deliver error answers 500 and Telegram retries;
+//     forgets the update; a Deliver error answers 500 and Telegram retries,
+//     until the update is quarantined (a permanent error, or
+//     maxDeliverAttempts failures): then 200, so Telegram stops retrying;
 //   - while the channel is not running (before Run, during shutdown) the
 //     answer is 503, which Telegram retries too.
 
@@ -80,15 +84,25 @@ func (a *Adapter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id, u, err := decodeUpdate(body)
 	if err != nil {
 		a.log.Warn("telegram webhook: malformed update refused", slog.Int64("update_id", id), slog.Any("err", err))
+		if _, keeps := in.(core.Quarantiner); keeps && id != 0 && a.quarantine(r.Context(), in, id, body, err, 1) {
+			w.WriteHeader(http.StatusOK) // kept; a retry could not fix it
+			return
+		}
 		http.Error(w, "malformed update", http.StatusBadRequest)
 		return
 	}
 	if err := a.handle(r.Context(), in, u); err != nil {
+		if n := a.webhookAttempt(id); givesUp(err, n) && a.quarantine(r.Context(), in, id, body, err, n) {
+			a.webhookDone(id)
+			w.WriteHeader(http.StatusOK)
+			return
+		}
 		a.log.Error("telegram webhook: delivering an update to the core failed; Telegram will retry",
 			slog.Int64("update_id", id), slog.Any("err", err))
 		http.Error(w, "temporarily unavailable", http.StatusInternalServerError)
 		return
 	}
+	a.webhookDone(id)
 	w.WriteHeader(http.StatusOK)
 }
 

@@ -44,6 +44,11 @@ func ParseFrame(b []byte) (ClientFrame, error) {
 	if len(b) > MaxFrameBytes {
 		return f, &FrameError{Code: "too_large", Message: fmt.Sprintf("frame is %d bytes; the limit is %d", len(b), MaxFrameBytes)}
 	}
+	if !utf8.Valid(b) {
+		// encoding/json would quietly turn invalid bytes into U+FFFD; the
+		// sender gets a clear answer instead.
+		return f, &FrameError{Code: "bad_text", Message: "frame is not valid UTF-8"}
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
@@ -62,7 +67,12 @@ func ParseFrame(b []byte) (ClientFrame, error) {
 			return f, bad("a message frame has no card_id or choice")
 		}
 		if !utf8.ValidString(f.Text) {
-			return f, bad("text is not valid UTF-8")
+			return f, &FrameError{Code: "bad_text", ID: f.ID, Message: "text is not valid UTF-8"}
+		}
+		if strings.IndexByte(f.Text, 0) >= 0 {
+			// PostgreSQL cannot store it; refused here with a clear answer
+			// rather than failing later as "could not store".
+			return f, &FrameError{Code: "bad_text", ID: f.ID, Message: "text contains the NUL character (U+0000), which cannot be stored"}
 		}
 		n := utf8.RuneCountInString(f.Text)
 		if n == 0 {

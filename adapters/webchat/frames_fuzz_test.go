@@ -3,6 +3,7 @@ package webchat
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -30,6 +31,9 @@ func TestParseFrame(t *testing.T) {
 		{"tap with odd card", `{"type":"tap","id":"a","card_id":"../x","choice":"approve"}`, "bad_frame"},
 		{"unknown type", `{"type":"shutdown","id":"a"}`, "unknown_type"},
 		{"no type", `{"id":"a"}`, "bad_frame"},
+		{"nul in text", `{"type":"message","id":"a","text":"hi\u0000"}`, "bad_text"},
+		{"raw invalid utf-8", "{\"type\":\"message\",\"id\":\"a\",\"text\":\"hi\xff\"}", "bad_text"},
+		{"escaped backslash is fine", `{"type":"message","id":"a","text":"\\u0000"}`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,7 +76,7 @@ func FuzzParseFrame(f *testing.F) {
 		}
 		switch fr.Type {
 		case "message":
-			if !utf8.ValidString(fr.Text) || fr.Text == "" || utf8.RuneCountInString(fr.Text) > MaxTextChars {
+			if !utf8.ValidString(fr.Text) || strings.IndexByte(fr.Text, 0) >= 0 || fr.Text == "" || utf8.RuneCountInString(fr.Text) > MaxTextChars {
 				t.Fatalf("accepted bad text")
 			}
 		case "tap":

@@ -13,6 +13,7 @@ import (
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/internal/httpserve"
 )
 
 // Timings of a connection.
@@ -173,6 +174,11 @@ func (a *Adapter) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	// Accept enforces that Origin matches Host (403 otherwise): another
 	// site cannot open this socket with the user's cookie.
+	// The server's read and write timeouts must not end the socket: it
+	// has its own (writeTimeout per frame, pings).
+	if err := httpserve.ClearDeadlines(w); err != nil {
+		a.log.Warn("websocket: cannot clear the connection deadlines", slog.Any("err", err))
+	}
 	conn, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		a.log.Warn("websocket upgrade refused", slog.Any("err", err))
@@ -280,19 +286,8 @@ func (a *Adapter) sendFrame(c *client, v any) {
 	c.push(b)
 }
 
-func (a *Adapter) handleFrame(ctx context.Context, in core.Inbox, c *client, data []byte) {
-	if _, ok := a.sessionExpiry(c.session); !ok {
-		a.endSession(c)
-		return
-	}
-	f, err := ParseFrame(data)
-	if err != nil {
-		var fe *FrameError
-		errors.As(err, &fe)
-		a.log.Info("bad web chat frame", slog.String("code", fe.Code), slog.Int("bytes", len(data)))
-		a.sendFrame(c, errorFrame{Type: "error", ID: fe.ID, Code: fe.Code, Message: fe.Message})
-		return
-	}
+// frameTurn is the turn of a parsed client frame.
+func (a *Adapter) frameTurn(f ClientFrame) core.Turn {
 	t := core.Turn{
 		Channel: a.cfg.Name, Conversation: a.conv, Sender: a.cfg.Identity, SenderName: "you",
 		Evidence: core.Evidence{Authenticated: true, Method: "webchat-session"}, At: a.now(),
@@ -304,6 +299,27 @@ func (a *Adapter) handleFrame(ctx context.Context, in core.Inbox, c *client, dat
 		t.EventID = "t:" + f.ID
 		t.Tap = &core.Tap{Card: cards.ID(f.CardID), Choice: f.Choice}
 	}
+	return t
+}
+
+func (a *Adapter) handleFrame(ctx context.Context, in core.Inbox, c *client, data []byte) {
+	if _, ok := a.sessionExpiry(c.session); !ok {
+		a.endSession(c)
+		return
+	}
+	if !a.frameLim.Allow(string(c.session[:]), a.now()) {
+		a.sendFrame(c, errorFrame{Type: "error", Code: "rate_limited", Message: "too many frames; slow down and resend"})
+		return
+	}
+	f, err := ParseFrame(data)
+	if err != nil {
+		var fe *FrameError
+		errors.As(err, &fe)
+		a.log.Info("bad web chat frame", slog.String("code", fe.Code), slog.Int("bytes", len(data)))
+		a.sendFrame(c, errorFrame{Type: "error", ID: fe.ID, Code: fe.Code, Message: fe.Message})
+		return
+	}
+	t := a.frameTurn(f)
 	// Hold this client's frames from before Deliver until its answer is
 	// queued: the engine processes the turn and its outbox calls Send
 	// asynchronously, possibly before Deliver returns here.

@@ -23,9 +23,11 @@ import (
 	"io/fs"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +35,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/internal/httpserve"
 )
 
 //go:embed static
@@ -62,8 +65,17 @@ type Config struct {
 	// Identity is who a logged-in browser speaks as (default
 	// "webchat:local"); the owner list in config decides its trust.
 	Identity core.IdentityID
-	// SessionTTL bounds a login (default 30 days).
+	// SessionTTL bounds a login (default 7 days).
 	SessionTTL time.Duration
+	// State, when set, is where `silas webchat revoke` records that every
+	// session must end (key "sessions_revoked_at"); Run checks it every
+	// RevokePoll (default 2s).
+	State      core.StateStore
+	RevokePoll time.Duration
+	// LoginLimit and FrameLimit rate-limit POST /login per client address
+	// (default 5 at once, then one per 12s) and frames per session
+	// (default 30 at once, then 10 per second).
+	LoginLimit, FrameLimit RateLimit
 	// History is how many recent messages are replayed on connect (200).
 	History int
 	Outputs OutputSource
@@ -88,6 +100,8 @@ type Adapter struct {
 	byID     map[string]*entry
 	ctx      context.Context
 
+	loginLim, frameLim *httpserve.RateLimiter
+
 	// queueSlack is how far beyond the replay a client may fall behind
 	// (queueSlack by default; tests lower it).
 	queueSlack int
@@ -108,7 +122,16 @@ func New(cfg Config) (*Adapter, error) {
 		cfg.Identity = "webchat:local"
 	}
 	if cfg.SessionTTL <= 0 {
-		cfg.SessionTTL = 30 * 24 * time.Hour
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.RevokePoll <= 0 {
+		cfg.RevokePoll = 2 * time.Second
+	}
+	if cfg.LoginLimit.Burst <= 0 || cfg.LoginLimit.Every <= 0 {
+		cfg.LoginLimit = RateLimit{Burst: 5, Every: 12 * time.Second}
+	}
+	if cfg.FrameLimit.Burst <= 0 || cfg.FrameLimit.Every <= 0 {
+		cfg.FrameLimit = RateLimit{Burst: 30, Every: 100 * time.Millisecond}
 	}
 	if cfg.History <= 0 {
 		cfg.History = 200
@@ -134,8 +157,23 @@ func New(cfg Config) (*Adapter, error) {
 		byID:     map[string]*entry{},
 
 		queueSlack: queueSlack,
+		loginLim:   &httpserve.RateLimiter{Burst: cfg.LoginLimit.Burst, Every: cfg.LoginLimit.Every, MaxKeys: 10000},
+		frameLim:   &httpserve.RateLimiter{Burst: cfg.FrameLimit.Burst, Every: cfg.FrameLimit.Every, MaxKeys: 10000},
 	}, nil
 }
+
+// DefaultSessionTTL is how long a web chat login lasts unless configured
+// (webchat.session_ttl).
+const DefaultSessionTTL = 7 * 24 * time.Hour
+
+// RateLimit is a token bucket: Burst at once, then one more every Every.
+type RateLimit struct {
+	Burst int
+	Every time.Duration
+}
+
+// StateRevokedAt is the channel_state key `silas webchat revoke` sets.
+const StateRevokedAt = "sessions_revoked_at"
 
 // Name implements core.Channel.
 func (a *Adapter) Name() core.ChannelName { return a.cfg.Name }
@@ -167,6 +205,7 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 	a.mu.Lock()
 	a.inbox, a.ctx = in, ctx
 	a.mu.Unlock()
+	go a.watchRevocations(ctx)
 	<-ctx.Done()
 	a.mu.Lock()
 	a.inbox = nil
@@ -259,6 +298,8 @@ func (a *Adapter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.serveWS(w, r)
 	case p == "/login":
 		a.serveLogin(w, r)
+	case p == "/logout":
+		a.serveLogout(w, r)
 	case p == "/session":
 		a.serveSession(w, r)
 	case strings.HasPrefix(p, "/outputs/"):
@@ -315,6 +356,15 @@ func (a *Adapter) serveLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	if !sameOrigin(r) {
 		httpError(w, http.StatusForbidden, "cross-origin login refused")
+		return
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if !a.loginLim.Allow(host, a.now()) {
+		w.Header().Set("Retry-After", strconv.Itoa(int(a.cfg.LoginLimit.Every.Seconds()+0.5)))
+		httpError(w, http.StatusTooManyRequests, "too many login attempts; wait and retry")
 		return
 	}
 	var body struct {

@@ -188,7 +188,8 @@ func readBody(t *testing.T, resp *http.Response) string {
 }
 
 func TestLogin(t *testing.T) {
-	f := newFixture(t, Config{})
+	// Many attempts from one address; the rate limit has its own test.
+	f := newFixture(t, Config{LoginLimit: RateLimit{Burst: 100, Every: time.Second}})
 	good := f.a.NewLoginSecret(time.Minute)
 	expired := f.a.NewLoginSecret(-time.Second)
 	tests := []struct {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/pgcluster"
@@ -342,4 +343,53 @@ func TestLocalClusterLeastPrivilege(t *testing.T) {
 	if code != 0 || !r.OK || r.LastSeq == 0 || r.NewestCheckpoint != r.LastSeq {
 		t.Fatalf("audit verify: exit %d, %+v", code, r)
 	}
+}
+
+// silas doctor lists what intake quarantined.
+func TestDoctorListsDeadLetters(t *testing.T) {
+	dsn, st := auditDB(t, 0)
+	code, out, errOut := silas(t, dsn, "doctor")
+	if code != 0 || !strings.Contains(out, "dead letters  none") {
+		t.Fatalf("empty: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for i := range 7 {
+		err := st.Do(t.Context(), func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			_, err := tx.InsertDeadLetter(ctx, core.DeadLetter{Channel: "telegram", EventID: fmt.Sprintf("u%d", i),
+				Payload: []byte(`{"text":"hi\u0000"}`), Error: "permanent: invalid byte sequence\x00", Attempts: 1})
+			return nil, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut = silas(t, dsn, "doctor")
+	if code != 0 || !strings.Contains(out, "7 inbound event(s) quarantined") || !strings.Contains(out, `telegram "u6"`) ||
+		strings.Count(out, "permanent: invalid byte sequence") != 5 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// silas webchat revoke records the revocation a running gateway acts on.
+func TestWebchatRevokeCLI(t *testing.T) {
+	dsn, st := auditDB(t, 0)
+	code, out, errOut := silas(t, dsn, "webchat", "revoke")
+	if code != 0 || !strings.Contains(out, "Every web chat session ends") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	v, ok, err := st.GetState(t.Context(), "webchat", "sessions_revoked_at")
+	if err != nil || !ok || v == "" {
+		t.Fatalf("state = %q, %v, %v", v, ok, err)
+	}
+	if n := queryCount(t, st, `SELECT count(*) FROM audit_log WHERE kind = 'webchat.sessions_revoked'`); n != 1 {
+		t.Fatalf("%d audit entries", n)
+	}
+}
+
+func queryCount(t *testing.T, st *store.Store, q string) int {
+	t.Helper()
+	var n int
+	if err := st.Pool().QueryRow(t.Context(), q).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

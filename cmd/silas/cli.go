@@ -34,7 +34,8 @@ var commands = []command{
 	{"audit", "check or show the audit log (audit verify, audit tail)", cmdAudit},
 	{"secrets", "list or delete stored secrets by name, never values (secrets list, secrets delete)", cmdSecrets},
 	{"secrets-web", "serve only the secure HTTPS form for credentials (without the gateway)", cmdSecretsWeb},
-	{"doctor", "check the database role, the audit key and platform settings (Telegram token and webhook) and report problems in plain words", cmdDoctor},
+	{"webchat", "end every web chat session (webchat revoke)", cmdWebchat},
+	{"doctor", "check the database role, the audit key, the sandbox's isolation, quarantined events and platform settings (Telegram token and webhook) and report problems in plain words", cmdDoctor},
 	{"config", "print the example configuration (config example) or check one (config check)", cmdConfig},
 	{"version", "print the version", cmdVersion},
 }

@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/silas-gateway/silas/adapters/telegram"
+	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/config"
 )
 
@@ -20,8 +24,9 @@ import (
 func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	fs := flags(env, "doctor", "doctor [--telegram-token file:PATH] [--telegram-mode polling|webhook] [--timeout 15s]",
 		"Check the database role (warns when the gateway's role is a superuser or can change audit_log), the\n"+
-			"audit key, the Telegram bot token (getMe) and webhook status (getWebhookInfo) against the configuration\n"+
-			"and report problems in plain words. Nothing is changed on Telegram's side. Flags override the\n"+
+			"audit key, the sandbox's isolation (what is in force, or what is missing), inbound events quarantined\n"+
+			"at intake (dead letters), the Telegram bot token (getMe) and webhook status (getWebhookInfo) against\n"+
+			"the configuration, and report problems in plain words. Nothing is changed on Telegram's side. Flags override the\n"+
 			"telegram.* configuration keys, so a token can be checked before it goes into the config.\n"+
 			"Exit status 1 when a problem was found.")
 	token := fs.String("telegram-token", "", "bot token, or file:/path to read it from (prefer file: — flags end up in shell history)")
@@ -41,6 +46,9 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	problems := doctorDatabase(ctx, env, cfg)
 	if doctorSandbox(cfg, env.configPath, env.stdout) {
 		problems++
+	}
+	if err := doctorDeadLetters(ctx, env, cfg); err != nil {
+		return err
 	}
 	tc := telegramSettings(cfg)
 	for _, o := range []struct {
@@ -89,4 +97,38 @@ func telegramFindings(ctx context.Context, tc telegram.Config) []telegram.Findin
 		return nil
 	}
 	return telegram.Doctor(ctx, tc)
+}
+
+// doctorDeadLetters lists the inbound events quarantined at intake (the
+// dead_letters table): how many, and the newest few. It reads the database
+// only when one is configured (database.url) or the local cluster exists,
+// so doctor never creates a database.
+func doctorDeadLetters(ctx context.Context, env *cliEnv, cfg *config.Config) error {
+	fmt.Fprintln(env.stdout, "Intake")
+	if cfg.Database.URL == "" {
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, "pg")); err != nil {
+			fmt.Fprintln(env.stdout, "  · no database configured: dead letters not checked")
+			return nil
+		}
+	}
+	return withStore(ctx, env, func(st *store.Store) error {
+		n, list, err := st.DeadLetters(ctx, 5)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			fmt.Fprintln(env.stdout, "  ✓ dead letters  none: every inbound event was delivered")
+			return nil
+		}
+		fmt.Fprintf(env.stdout, "  ! dead letters  %d inbound event(s) quarantined (kept in the dead_letters table, audited as intake.quarantined); newest:\n", n)
+		for _, d := range list {
+			msg := []rune(d.Error)
+			if len(msg) > 120 {
+				msg = append(msg[:119], '…')
+			}
+			fmt.Fprintf(env.stdout, "      #%d %s %s %s ×%d: %s\n", d.ID, d.LastSeen.Local().Format("2006-01-02 15:04:05"),
+				d.Channel, strconv.Quote(d.EventID), d.Attempts, strconv.Quote(string(msg)))
+		}
+		return nil
+	})
 }

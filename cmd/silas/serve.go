@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/config"
+	"github.com/silas-gateway/silas/internal/httpserve"
 	secretsweb "github.com/silas-gateway/silas/secrets-web"
 )
 
@@ -124,7 +126,8 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	var channels []core.Channel
 	var web *webchat.Adapter
 	if cfg.Webchat.Enabled {
-		web, err = webchat.New(webchat.Config{Identity: core.IdentityID(cfg.Webchat.Identity), Outputs: db.store, Logger: log})
+		web, err = webchat.New(webchat.Config{Identity: core.IdentityID(cfg.Webchat.Identity), Outputs: db.store, Logger: log,
+			SessionTTL: cfg.Webchat.SessionTTL.Duration, State: db.store})
 		if err != nil {
 			return err
 		}
@@ -194,11 +197,18 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if web != nil {
 		mux.Handle("/", web)
 	}
-	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	limits := httpLimits(cfg)
+	ln, err := httpserve.Listen(cfg.HTTP.Listen, limits)
 	if err != nil {
 		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Loopback: /metrics and everything else only for Host names of this
+	// machine (DNS rebinding), plus configured proxy names.
+	hosts := slices.Clone(cfg.HTTP.AllowedHosts)
+	if u, err := url.Parse(cfg.Telegram.WebhookURL); err == nil && u.Host != "" {
+		hosts = append(hosts, u.Host, u.Hostname())
+	}
+	srv := httpserve.NewServer(httpserve.HostCheck(mux, ln.Addr().String(), hosts...), limits)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -309,4 +319,12 @@ func openSealer(cfg *config.Config, log *slog.Logger) (*secrets.Sealer, error) {
 		return nil, fmt.Errorf("secrets key: %w", err)
 	}
 	return secrets.NewSealer(key)
+}
+
+// httpLimits are the http.* limits every listener applies.
+func httpLimits(cfg *config.Config) httpserve.Limits {
+	h := cfg.HTTP
+	return httpserve.Limits{ReadHeaderTimeout: h.ReadHeaderTimeout.Duration, ReadTimeout: h.ReadTimeout.Duration,
+		WriteTimeout: h.WriteTimeout.Duration, IdleTimeout: h.IdleTimeout.Duration, MaxHeaderBytes: h.MaxHeaderBytes,
+		MaxConns: h.MaxConnections}
 }

@@ -135,6 +135,9 @@ func accessCode() string {
 }
 
 func accessCard(r store.AccessRequest) *cards.Card {
+	// The display name is the stranger's own choice: bidi controls in it
+	// are shown, and the button names the sender by platform id.
+	r.Name = cards.ShowBidi(r.Name)
 	c := &cards.Card{
 		ID:     cards.ID(r.ID),
 		Kind:   cards.KindInfo,
@@ -145,7 +148,7 @@ func accessCard(r store.AccessRequest) *cards.Card {
 	switch r.Status {
 	case "pending":
 		c.Status = cards.StatusPending
-		c.Choices = []cards.Choice{{ID: "allow", Label: clip("Allow "+r.Name, cards.MaxLabel), Style: cards.StylePrimary}, {ID: "deny", Label: "Deny", Style: cards.StyleDanger}}
+		c.Choices = []cards.Choice{{ID: "allow", Label: clip("Allow "+cards.ShowBidi(string(r.Identity)), cards.MaxLabel), Style: cards.StylePrimary}, {ID: "deny", Label: "Deny", Style: cards.StyleDanger}}
 	case "allowed":
 		c.Status = cards.StatusApproved
 		c.Outcome = fmt.Sprintf("Allowed by %s.", r.DecidedBy)

@@ -18,12 +18,15 @@ func (e *Engine) approvalCard(a core.ApprovalRequest, ex *core.Execution) *cards
 	if err := jsonUnmarshal(a.ActionCanonical, &act); err == nil {
 		cmd = act.CommandLine()
 	}
+	// Bidi controls from user text are shown, not obeyed (before
+	// clipping, which then keeps the card within its limits).
+	cmd = cards.ShowBidi(cmd)
 	c := &cards.Card{
 		ID:        cards.ID(a.ID),
 		Kind:      cards.KindApproval,
-		Intent:    clip(a.Intent, cards.MaxIntent),
+		Intent:    clip(cards.ShowBidi(a.Intent), cards.MaxIntent),
 		Risk:      a.Risk,
-		Rationale: clip(a.Rationale, cards.MaxRationale),
+		Rationale: clip(cards.ShowBidi(a.Rationale), cards.MaxRationale),
 		Command:   cmd,
 		ExpiresAt: a.ExpiresAt.UTC().Format(time.RFC3339),
 	}
@@ -59,6 +62,7 @@ func (e *Engine) approvalCard(a core.ApprovalRequest, ex *core.Execution) *cards
 		c.Outcome = fmt.Sprintf("Approved by %s.", a.DecidedBy)
 		if ex != nil {
 			e.renderExecution(c, a, ex)
+			c.Output = cards.ShowBidi(c.Output)
 		}
 	}
 	return c

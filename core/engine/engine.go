@@ -260,6 +260,9 @@ var ErrShuttingDown = errors.New("engine: shutting down")
 
 // Deliver implements core.Inbox: validate, store durably, then queue.
 func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, error) {
+	// Text PostgreSQL cannot store is replaced (and noted on the turn)
+	// before anything else looks at it.
+	sanitizeTurn(&t)
 	if err := e.validateTurn(t); err != nil {
 		e.m.turnsRejected.Inc()
 		return core.DeliverResult{}, err
@@ -323,10 +326,14 @@ func (e *Engine) storeTurn(ctx context.Context, t core.Turn, status string, answ
 
 // receivedEntry is the audit entry of a stored turn.
 func receivedEntry(t core.Turn, seq int64) auditEntry {
-	return auditEntry{Kind: "turn.received", Actor: string(t.Sender), Conversation: string(t.Conversation), Data: map[string]any{
+	e := auditEntry{Kind: "turn.received", Actor: string(t.Sender), Conversation: string(t.Conversation), Data: map[string]any{
 		"seq": seq, "channel": string(t.Channel), "event_id": t.EventID, "tap": t.Tap != nil,
 		"authenticated": t.Evidence.Authenticated, "auth_method": t.Evidence.Method, "redacted": t.Redacted,
 	}}
+	if len(t.Sanitized) > 0 {
+		e.Data["sanitized"] = t.Sanitized
+	}
+	return e
 }
 
 func (e *Engine) validateTurn(t core.Turn) error {
@@ -413,6 +420,13 @@ func (e *Engine) processWithRetry(st core.StoredTurn) {
 		}
 		if e.workCtx.Err() != nil {
 			return // shutting down: the turn stays pending and resumes at start
+		}
+		var perm *core.PermanentError
+		if errors.As(err, &perm) {
+			// A data error fails the same way every time: record it now.
+			e.log.Error("turn processing failed permanently", slog.Int64("seq", st.Seq), slog.Any("err", err))
+			e.failTurn(st, err)
+			return
 		}
 		e.log.Error("turn processing failed", slog.Int64("seq", st.Seq), slog.String("conversation", string(st.Turn.Conversation)),
 			slog.Int("attempt", attempt), slog.Any("err", err))

@@ -648,7 +648,7 @@ func TestAccessPairingPolicy(t *testing.T) {
 			card = m.Card
 		}
 	}
-	if card == nil || card.Choices[0].ID != "allow" || card.Choices[1].ID != "deny" {
+	if card == nil || card.Choices[0].ID != "allow" || card.Choices[0].Label != "Allow test:stranger" || card.Choices[1].ID != "deny" {
 		t.Fatalf("owner card missing or wrong:\n%s", dump(msgs))
 	}
 	// Writing again does not ask the owner twice.

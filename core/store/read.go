@@ -114,10 +114,11 @@ func scanExecution(row pgx.Row) (core.Execution, error) {
 	}
 	e.Status = core.ExecStatus(status)
 	if len(result) > 0 {
-		e.Result = new(core.ExecRecord)
-		if err := json.Unmarshal(result, e.Result); err != nil {
+		r, err := decodeRecord(result)
+		if err != nil {
 			return e, fmt.Errorf("store: decode execution result: %w", err)
 		}
+		e.Result = r
 	}
 	e.Report = report
 	if started != nil {

@@ -359,7 +359,7 @@ func (t *Tx) QueueTurn(turn core.Turn, status string, then func(seq int64, dup b
 	if err != nil {
 		return fmt.Errorf("store: marshal turn: %w", err)
 	}
-	t.turns = append(t.turns, queuedTurn{turn: turn, body: string(body), status: status, then: then})
+	t.turns = append(t.turns, queuedTurn{turn: storableTurn(turn), body: string(jsonbSafe(body)), status: status, then: then})
 	return nil
 }
 
@@ -487,13 +487,13 @@ func (t *Tx) TransitionExecution(ctx context.Context, id core.ApprovalID, from, 
 	var result []byte
 	if u.Result != nil {
 		var err error
-		if result, err = json.Marshal(u.Result); err != nil {
+		if result, err = encodeRecord(u.Result); err != nil {
 			return false, fmt.Errorf("store: marshal result: %w", err)
 		}
 	}
 	var report []byte
 	if len(u.Report) > 0 {
-		report = u.Report
+		report = jsonbSafe(u.Report)
 	}
 	now := t.now()
 	var started, finished *time.Time
@@ -516,7 +516,7 @@ func (t *Tx) TransitionExecution(ctx context.Context, id core.ApprovalID, from, 
 // InsertOutput stores output too long for chat under ref.
 func (t *Tx) InsertOutput(ctx context.Context, ref string, id core.ApprovalID, content string) error {
 	t.later("insert output", `INSERT INTO outputs (ref, approval_id, content, created_at) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (ref) DO NOTHING`, ref, id, content, t.now())
+		ON CONFLICT (ref) DO NOTHING`, ref, id, displayText(content), t.now())
 	return nil
 }
 
@@ -532,7 +532,7 @@ func (t *Tx) EnqueueThen(ch core.ChannelName, op core.OutboxOp, key string, m co
 	if err != nil {
 		return fmt.Errorf("store: marshal outbound message: %w", err)
 	}
-	t.enqueues = append(t.enqueues, queuedJob{ch: ch, conv: m.Conversation, op: op, key: key, payload: string(payload), then: then})
+	t.enqueues = append(t.enqueues, queuedJob{ch: ch, conv: m.Conversation, op: op, key: key, payload: string(jsonbSafe(payload)), then: then})
 	return nil
 }
 

@@ -177,7 +177,7 @@ func (w *writer) loop() {
 }
 
 func (w *writer) run(batch []*request) {
-	err := w.commit(batch)
+	err := classify(w.commit(batch))
 	if err == nil || len(batch) == 1 {
 		for _, r := range batch {
 			r.done <- err
@@ -186,7 +186,7 @@ func (w *writer) run(batch []*request) {
 	}
 	// Isolate the failing op: retry each alone.
 	for _, r := range batch {
-		r.done <- w.commit([]*request{r})
+		r.done <- classify(w.commit([]*request{r}))
 	}
 }
 

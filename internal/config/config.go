@@ -45,6 +45,17 @@ type Config struct {
 	HTTP struct {
 		Listen        string   `yaml:"listen"`
 		ShutdownGrace Duration `yaml:"shutdown_grace"`
+		// Limits of every HTTP listener (web chat and ops, webhooks,
+		// secure form): see internal/httpserve.
+		ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+		ReadTimeout       Duration `yaml:"read_timeout"`
+		WriteTimeout      Duration `yaml:"write_timeout"`
+		IdleTimeout       Duration `yaml:"idle_timeout"`
+		MaxHeaderBytes    int      `yaml:"max_header_bytes"`
+		MaxConnections    int      `yaml:"max_connections"`
+		// AllowedHosts are extra Host header values a loopback listener
+		// serves (a reverse proxy's public name); others get 421.
+		AllowedHosts []string `yaml:"allowed_hosts"`
 	} `yaml:"http"`
 	Log struct {
 		Level  string `yaml:"level"`
@@ -75,9 +86,10 @@ type Config struct {
 		PreviewChars   int `yaml:"preview_chars"`
 	} `yaml:"output"`
 	Webchat struct {
-		Enabled  bool     `yaml:"enabled"`
-		Identity string   `yaml:"identity"`
-		LoginTTL Duration `yaml:"login_ttl"`
+		Enabled    bool     `yaml:"enabled"`
+		Identity   string   `yaml:"identity"`
+		LoginTTL   Duration `yaml:"login_ttl"`
+		SessionTTL Duration `yaml:"session_ttl"`
 	} `yaml:"webchat"`
 	Secrets struct {
 		KeyFile    string   `yaml:"key_file"`
@@ -150,6 +162,12 @@ func Default() *Config {
 	c.Audit.CheckpointInterval = Duration{time.Minute}
 	c.HTTP.Listen = "127.0.0.1:8080"
 	c.HTTP.ShutdownGrace = Duration{20 * time.Second}
+	c.HTTP.ReadHeaderTimeout = Duration{10 * time.Second}
+	c.HTTP.ReadTimeout = Duration{30 * time.Second}
+	c.HTTP.WriteTimeout = Duration{60 * time.Second}
+	c.HTTP.IdleTimeout = Duration{120 * time.Second}
+	c.HTTP.MaxHeaderBytes = 65536
+	c.HTTP.MaxConnections = 512
 	c.Log.Level, c.Log.Format = "info", "text"
 	c.Identities.Owners = []string{"webchat:local"}
 	c.Approvals.TTL = Duration{5 * time.Minute}
@@ -165,6 +183,7 @@ func Default() *Config {
 	c.Output.InlineMaxChars, c.Output.PreviewChars = 10000, 2000
 	c.Webchat.Enabled, c.Webchat.Identity = true, "webchat:local"
 	c.Webchat.LoginTTL = Duration{time.Hour}
+	c.Webchat.SessionTTL = Duration{7 * 24 * time.Hour}
 	c.Secrets.RequestTTL = Duration{15 * time.Minute}
 	c.SecretsWeb.Enabled = true
 	c.SecretsWeb.Listen = "127.0.0.1:8443"
@@ -362,6 +381,26 @@ func (c *Config) Validate() error {
 	if c.HTTP.ShutdownGrace.Duration < 0 {
 		return bad("http.shutdown_grace", "must not be negative")
 	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"http.read_header_timeout", c.HTTP.ReadHeaderTimeout.Duration}, {"http.read_timeout", c.HTTP.ReadTimeout.Duration},
+		{"http.write_timeout", c.HTTP.WriteTimeout.Duration}, {"http.idle_timeout", c.HTTP.IdleTimeout.Duration}} {
+		if d.v < 100*time.Millisecond || d.v > time.Hour {
+			return bad(d.key, "%s must be between 100ms and 1h", d.v)
+		}
+	}
+	if c.HTTP.MaxHeaderBytes < 4096 || c.HTTP.MaxHeaderBytes > 1<<20 {
+		return bad("http.max_header_bytes", "%d must be between 4096 and 1048576", c.HTTP.MaxHeaderBytes)
+	}
+	if c.HTTP.MaxConnections < 1 || c.HTTP.MaxConnections > 100000 {
+		return bad("http.max_connections", "%d must be between 1 and 100000", c.HTTP.MaxConnections)
+	}
+	for _, h := range c.HTTP.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/ ") {
+			return bad("http.allowed_hosts", "%q must be a host name or host:port", h)
+		}
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -429,6 +468,9 @@ func (c *Config) Validate() error {
 		}
 		if c.Webchat.LoginTTL.Duration < time.Minute {
 			return bad("webchat.login_ttl", "must be at least 1m")
+		}
+		if d := c.Webchat.SessionTTL.Duration; d < time.Minute || d > 30*24*time.Hour {
+			return bad("webchat.session_ttl", "%s must be between 1m and 720h (30 days)", d)
 		}
 	}
 	if c.Secrets.RequestTTL.Duration < time.Minute || c.Secrets.RequestTTL.Duration > 24*time.Hour {

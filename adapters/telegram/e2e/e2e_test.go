@@ -75,7 +75,7 @@ type options struct {
 // world is one deployment: a fake Bot API, a database, a signing key and a
 // sandbox directory that survive restarts of the gateway (node).
 type world struct {
-	t     *testing.T
+	t     testing.TB
 	opts  options
 	srv   *telegramtest.Server
 	proxy *faultProxy
@@ -88,7 +88,7 @@ type world struct {
 	ctx   context.Context
 }
 
-func newWorld(t *testing.T, o options) *world {
+func newWorld(t testing.TB, o options) *world {
 	t.Helper()
 	w := &world{t: t, opts: o, logs: &syncBuffer{}, sbDir: t.TempDir(), ctx: context.Background()}
 	w.srv = telegramtest.NewServer(t, o.fake)
@@ -272,7 +272,7 @@ func (n *node) kill() {
 	})
 }
 
-func waitClosed(t *testing.T, what string, c chan struct{}) {
+func waitClosed(t testing.TB, what string, c chan struct{}) {
 	select {
 	case <-c:
 	case <-time.After(30 * time.Second):
@@ -491,7 +491,7 @@ type proxied struct {
 	status int
 }
 
-func newFaultProxy(t *testing.T, target string) *faultProxy {
+func newFaultProxy(t testing.TB, target string) *faultProxy {
 	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
@@ -1254,12 +1254,13 @@ func TestPairing(t *testing.T) {
 		return strings.Contains(m.Text, "your request code is")
 	})
 	code := strings.TrimSuffix(req.Text[strings.LastIndex(req.Text, " ")+1:], ".")
-	card := w.waitMessage(owner.ID, "owner's Allow card", isCard("Allow Sam"))
-	checkKeyboard(t, card, "Allow Sam", "Deny")
+	// The button names the sender by platform id, not by a name they chose.
+	card := w.waitMessage(owner.ID, "owner's Allow card", isCard("Allow telegram:2002"))
+	checkKeyboard(t, card, "Allow telegram:2002", "Deny")
 	if !strings.Contains(card.Text, "Allow Sam (telegram:2002) to talk to Silas?") || !strings.Contains(card.Text, code) {
 		t.Fatalf("card = %q (request code %s)", card.Text, code)
 	}
-	_, q := w.srv.Tap(ownerDM, owner, card.ID, button(t, card, "Allow Sam"))
+	_, q := w.srv.Tap(ownerDM, owner, card.ID, button(t, card, "Allow telegram:2002"))
 	if a := w.waitAnswer(q); a.Text != "Allowed." {
 		t.Errorf("toast = %q", a.Text)
 	}
@@ -1360,7 +1361,7 @@ func TestFormattingInjection(t *testing.T) {
 	eve := telegramtest.User{ID: 6006, FirstName: "<i>Eve</i>", LastName: "& <a href=\"tg://x\">co</a>"}
 	w.say(telegramtest.Private(eve), eve, "hi")
 	name := `<i>Eve</i> & <a href="tg://x">co</a>`
-	ask := w.waitMessage(owner.ID, "access card", isCard("Allow "+name))
+	ask := w.waitMessage(owner.ID, "access card", isCard("Allow telegram:6006"))
 	if !strings.Contains(ask.Text, "Allow "+name+" (telegram:6006) to talk to Silas?") {
 		t.Errorf("access card: %q", ask.Text)
 	}

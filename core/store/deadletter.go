@@ -1,0 +1,76 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/redact"
+)
+
+// maxDeadLetterPayload bounds what is kept of one event (platform events
+// are a few KB; the adapters cap request bodies well below this).
+const maxDeadLetterPayload = 1 << 20
+
+// DeadLetter is a stored core.DeadLetter.
+type DeadLetter struct {
+	ID        int64
+	Channel   core.ChannelName
+	EventID   string
+	Payload   []byte
+	Error     string
+	Attempts  int
+	FirstSeen time.Time
+	LastSeen  time.Time
+}
+
+// InsertDeadLetter keeps an event the adapter gives up on and returns its
+// id. The same event quarantined again (a redelivery) updates the row. The
+// payload is bytes (any bytes fit), but it is a platform event that may
+// contain a credential typed into chat, so it goes through the same
+// redactor as turn text first: no plaintext secret column.
+func (t *Tx) InsertDeadLetter(ctx context.Context, d core.DeadLetter) (int64, error) {
+	payload := d.Payload
+	if len(payload) > maxDeadLetterPayload {
+		payload = payload[:maxDeadLetterPayload]
+	}
+	clean, _ := redact.Redact(string(payload))
+	var id int64
+	now := t.now()
+	err := t.queryRow(ctx, `INSERT INTO dead_letters (channel, event_id, payload, error, attempts, first_seen, last_seen)
+		VALUES ($1, $2, $3, $4, $5, $6, $6)
+		ON CONFLICT (channel, event_id) DO UPDATE SET payload = EXCLUDED.payload, error = EXCLUDED.error,
+			attempts = dead_letters.attempts + EXCLUDED.attempts, last_seen = EXCLUDED.last_seen
+		RETURNING id`, displayText(string(d.Channel)), displayText(d.EventID), []byte(clean), displayText(d.Error), max(d.Attempts, 1), now).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("store: insert dead letter: %w", err)
+	}
+	return id, nil
+}
+
+// DeadLetters returns how many events are quarantined and the newest
+// limit of them (payloads included).
+func (s *Store) DeadLetters(ctx context.Context, limit int) (int64, []DeadLetter, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dead_letters`).Scan(&n); err != nil {
+		return 0, nil, fmt.Errorf("store: count dead letters: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, channel, event_id, payload, error, attempts, first_seen, last_seen
+		FROM dead_letters ORDER BY last_seen DESC, id DESC LIMIT $1`, limit)
+	if err != nil {
+		return 0, nil, fmt.Errorf("store: list dead letters: %w", err)
+	}
+	defer rows.Close()
+	var out []DeadLetter
+	for rows.Next() {
+		var d DeadLetter
+		var ch string
+		if err := rows.Scan(&d.ID, &ch, &d.EventID, &d.Payload, &d.Error, &d.Attempts, &d.FirstSeen, &d.LastSeen); err != nil {
+			return 0, nil, fmt.Errorf("store: list dead letters: %w", err)
+		}
+		d.Channel = core.ChannelName(ch)
+		out = append(out, d)
+	}
+	return n, out, rows.Err()
+}
