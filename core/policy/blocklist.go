@@ -333,18 +333,30 @@ var (
 	perlForker = regexp.MustCompile(`fork\s+while\s+fork`)
 )
 
-func forkBomb(text string) bool {
+// maxFuncDefs and maxFuncBody bound the fork bomb search (it is
+// quadratic otherwise); a script with more function definitions than that
+// is refused as too complex.
+const (
+	maxFuncDefs = 256
+	maxFuncBody = 4096
+)
+
+func forkBomb(text string) (bomb, tooComplex bool) {
 	if colonFunc.MatchString(text) || perlForker.MatchString(text) {
-		return true
+		return true, false
 	}
-	for _, m := range funcDef.FindAllStringSubmatchIndex(text, -1) {
+	defs := funcDef.FindAllStringSubmatchIndex(text, maxFuncDefs+1)
+	if len(defs) > maxFuncDefs {
+		return false, true
+	}
+	for _, m := range defs {
 		var name string
 		if m[2] >= 0 {
 			name = text[m[2]:m[3]]
 		} else {
 			name = text[m[4]:m[5]]
 		}
-		body := text[m[1]:]
+		body := text[m[1]:min(len(text), m[1]+maxFuncBody)]
 		depth := 1
 		for i := 0; i < len(body); i++ {
 			if body[i] == '{' {
@@ -358,10 +370,10 @@ func forkBomb(text string) bool {
 			}
 		}
 		if strings.ContainsAny(body, "|&") && containsWord(body, name) {
-			return true
+			return true, false
 		}
 	}
-	return false
+	return false, false
 }
 
 // containsWord reports name in s delimited by shell separators.
@@ -383,13 +395,18 @@ func containsWord(s, name string) bool {
 
 // blocked runs the built-in checks over an analysed action.
 func (p *Policy) blocked(an *analysis) (Result, bool) {
+	tooComplex := Result{Decision: Blocked, Risk: cards.RiskHigh, Rule: "blocklist/too-complex",
+		Reason: "the command nests wrappers or scripts too deeply (or is too long) to be checked"}
 	if an.tooDeep {
-		return Result{Decision: Blocked, Risk: cards.RiskHigh, Rule: "blocklist/too-complex",
-			Reason: "the command nests wrappers or scripts too deeply to be checked"}, true
+		return tooComplex, true
 	}
 	for _, t := range an.texts {
-		if forkBomb(t) {
+		bomb, complex := forkBomb(t)
+		if bomb {
 			return Result{Decision: Blocked, Risk: cards.RiskHigh, Rule: "blocklist/fork-bomb", Reason: "fork bomb"}, true
+		}
+		if complex {
+			return tooComplex, true
 		}
 	}
 	for _, v := range an.views {

@@ -13,9 +13,12 @@ import (
 const (
 	// maxDepth bounds wrapper and script nesting; deeper actions are refused.
 	maxDepth = 16
-	// maxViews bounds how many commands one action may contain; actions with
-	// more are refused rather than half-checked.
+	// maxViews bounds how many commands one action may contain, and
+	// maxWords how many words all of them hold together (suffix reading
+	// revisits words); actions beyond either are refused rather than
+	// half-checked, and checking stays linear in the budget.
 	maxViews = 512
+	maxWords = 1 << 16
 )
 
 // shells run their -c argument as a script.
@@ -322,6 +325,8 @@ type analysis struct {
 	words []string
 	// tooDeep is set when nesting or size limits were hit.
 	tooDeep bool
+	// nwords counts words against maxWords.
+	nwords int
 }
 
 func analyze(argv []string) *analysis {
@@ -336,7 +341,11 @@ func (an *analysis) add(argv []string, depth int) {
 	if len(argv) == 0 {
 		return
 	}
-	if depth > maxDepth || len(an.views) >= maxViews {
+	if an.tooDeep {
+		return
+	}
+	an.nwords += len(argv)
+	if depth > maxDepth || len(an.views) >= maxViews || an.nwords > maxWords {
 		an.tooDeep = true
 		return
 	}
@@ -391,6 +400,7 @@ func (an *analysis) script(s string, depth int) {
 		an.tooDeep = true
 		return
 	}
+	an.nwords += len(s) / 8 // scripts cost by length too
 	an.texts = append(an.texts, s)
 	cmds, ok := splitScript(s)
 	if !ok {
@@ -407,7 +417,7 @@ func (an *analysis) script(s string, depth int) {
 // programs whose argument syntax is not known here (`strace -f rm -rf /`,
 // `ssh host reboot`), where over-reading can only refuse more.
 func (an *analysis) suffixes(argv []string, depth int) {
-	for i := 1; i < len(argv); i++ {
+	for i := 1; i < len(argv) && !an.tooDeep; i++ {
 		if n := base(argv[i]); suffixNames[n] || shells[n] || isWrapperName(n) || isMkfs(n) {
 			an.add(argv[i:], depth+1)
 		}
