@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 )
@@ -427,5 +429,66 @@ func TestTooDeep(t *testing.T) {
 	script := "echo " + strings.Repeat("$(echo ", maxScriptDepth+2) + strings.Repeat(")", maxScriptDepth+2)
 	if r := p.Evaluate(core.Action{Tool: "shell", Argv: []string{"sh", "-c", script}}); r.Decision != Blocked {
 		t.Fatalf("deep substitution = %+v", r)
+	}
+}
+
+// The docs' example rules decode from YAML and behave as documented.
+func TestDocExampleRules(t *testing.T) {
+	const doc = `
+- name: no-downloads
+  tool: shell
+  match: '^(curl|wget)( |$)'
+  decision: blocked
+  risk: high
+  reason: downloads are not allowed on this host
+- name: disk-usage
+  tool: shell
+  match: '^df( -h)?$'
+  decision: allow
+  risk: low
+- name: restart-app
+  tool: shell
+  match: '^systemctl restart myapp$'
+  decision: auth_required
+  risk: medium
+  approvers: [role:auth]
+- name: shell
+  tool: shell
+  decision: auth_required
+  risk: auto
+- name: default
+  tool: "*"
+  decision: auth_required
+  risk: high
+`
+	var rules []Rule
+	if err := yaml.Unmarshal([]byte(doc), &rules); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		argv []string
+		want Decision
+		risk cards.Risk
+		rule string
+	}{
+		{"sudo wget", []string{"sudo", "wget", "https://x"}, Blocked, high, "no-downloads"},
+		{"df -h", []string{"df", "-h"}, Allow, low, "disk-usage"},
+		{"df with more", []string{"df", "-h", "/"}, AuthRequired, low, "shell/read-only"},
+		{"restart", []string{"systemctl", "restart", "myapp"}, AuthRequired, med, "restart-app"},
+		{"restart other", []string{"systemctl", "restart", "db"}, AuthRequired, high, "shell/changes-services"},
+		{"python", []string{"python3"}, AuthRequired, high, "shell/interpreter"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := p.Evaluate(core.Action{Tool: "shell", Argv: tt.argv})
+			if r.Decision != tt.want || r.Risk != tt.risk || r.Rule != tt.rule {
+				t.Fatalf("Evaluate(%q) = %s/%s (rule %s), want %s/%s (rule %s)", tt.argv, r.Decision, r.Risk, r.Rule, tt.want, tt.risk, tt.rule)
+			}
+		})
 	}
 }
