@@ -68,7 +68,87 @@ func init() {
 // risk while they stay in the work directory and /tmp, high beyond it.
 var mutating = set("touch", "mkdir", "rmdir", "cp", "mv", "rm", "ln", "tee", "truncate", "chmod", "chown", "chgrp",
 	"install", "sed", "tar", "gzip", "gunzip", "bzip2", "bunzip2", "xz", "unxz", "zstd", "unzstd", "zip", "unzip",
-	"split", "csplit", "patch", "git", "curl", "wget", "rsync", "dd", "shred", "mktemp", "mkfifo", "shuf")
+	"split", "csplit", "git", "curl", "wget", "rsync", "dd", "shred", "mktemp", "mkfifo", "shuf")
+
+// execOptions are the options with which an otherwise ordinary mutating
+// program runs another program or a shell command: they make it high.
+var execOptions = map[string]struct {
+	short string
+	long  []string
+}{
+	"tar":     {"IF", []string{"to-command", "use-compress-program", "checkpoint-action", "info-script", "new-volume-script", "rsh-command", "rmt-command"}},
+	"rsync":   {"e", []string{"rsh", "rsync-path"}},
+	"zip":     {"", []string{"unzip-command"}},
+	"wget":    {"", []string{"use-askpass"}},
+	"split":   {"", []string{"filter"}},
+	"install": {"", []string{"strip-program"}},
+}
+
+// runsCommands reports arguments that make a mutating program run other
+// programs: the options above, zip -TT, sed without --sandbox (its e
+// command and s///e flag run shell commands), git's many ways to run
+// commands.
+func runsCommands(name string, args []string) bool {
+	switch name {
+	case "sed":
+		return !hasOpt(args, "", "sandbox")
+	case "git":
+		return gitRunsCommands(args)
+	case "zip":
+		if hasWord(args, "-TT") {
+			return true
+		}
+	case "tar":
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			// Old-style bundled options: tar xIf cmd a.tar.
+			args = append([]string{"-" + args[0]}, args[1:]...)
+		}
+	}
+	if o, ok := execOptions[name]; ok {
+		return hasOpt(args, o.short, o.long...)
+	}
+	return false
+}
+
+// gitSafe are subcommands that run no user-given command (hooks of a fresh
+// clone in the work directory are not executable).
+var gitSafe = set("status", "log", "diff", "show", "clone", "init", "add", "commit", "checkout", "switch", "restore",
+	"branch", "tag", "fetch", "pull", "push", "merge", "rev-parse", "ls-files", "ls-remote", "grep", "blame",
+	"remote", "reset", "stash", "describe", "shortlog", "rm", "mv", "version", "help")
+
+// gitRunsCommands: global -c/--config-env/--exec-path (aliases with !,
+// core.sshCommand, pagers…), a subcommand outside gitSafe (rebase --exec,
+// bisect run, submodule foreach, filter-branch…), upload-pack/receive-pack
+// options or ext:: transports.
+func gitRunsCommands(args []string) bool {
+	i := 0
+	for ; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") {
+			break
+		}
+		n, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch {
+		case a == "-c" || n == "config-env" || n == "exec-path":
+			return true
+		case a == "-C" || n == "git-dir" || n == "work-tree" || n == "namespace":
+			if !strings.Contains(a, "=") {
+				i++
+			}
+		}
+	}
+	if i >= len(args) || !gitSafe[args[i]] {
+		return i < len(args)
+	}
+	sub, rest := args[i], args[i+1:]
+	for _, a := range rest {
+		if strings.Contains(a, "upload-pack") || strings.Contains(a, "receive-pack") || strings.HasPrefix(a, "ext::") ||
+			strings.HasPrefix(a, "--exec") || strings.HasPrefix(a, "--template") {
+			return true
+		}
+	}
+	return sub == "clone" && hasOpt(rest, "u", "upload-pack")
+}
 
 // pureWrappers only change how their command runs (environment, priority,
 // time limit, buffering): the command is classified and the result raised
@@ -132,6 +212,9 @@ func classify(argv []string, depth int) (cards.Risk, string) {
 		return r, step
 	}
 	if mutating[name] {
+		if runsCommands(name, args) {
+			return cards.RiskHigh, "runs-commands"
+		}
 		if anySensitive(args) {
 			return cards.RiskHigh, "sensitive-path"
 		}

@@ -368,6 +368,16 @@ func (an *analysis) add(argv []string, depth int) {
 		}
 	case name == "busybox":
 		an.add(args, depth+1)
+	case name == "git":
+		// git -c alias.x='!cmd' / core.sshCommand=cmd: read the values
+		// of -c as scripts.
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "-c" {
+				if _, v, ok := strings.Cut(args[i+1], "="); ok {
+					an.script(strings.TrimPrefix(v, "!"), depth+1)
+				}
+			}
+		}
 	case name == "find":
 		cmds, _ := findExecs(args)
 		for _, c := range cmds {
