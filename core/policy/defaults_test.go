@@ -207,6 +207,8 @@ func TestDefaultLadder(t *testing.T) {
 		{"date", []string{"date"}, A, low, ""},
 		{"date +%s", []string{"date", "-u", "+%s"}, A, low, ""},
 		{"date -d", []string{"date", "-d", "yesterday"}, A, low, ""},
+		{"date -Iseconds", []string{"date", "-Iseconds"}, A, low, ""},
+		{"date -uIs", []string{"date", "-uIs"}, A, low, ""},
 		{"date -s", []string{"date", "-s", "2020-01-01"}, A, high, "shell/sets-clock"},
 		{"date -us clustered", []string{"date", "-us", "2020-01-01"}, A, high, ""},
 		{"date --set=", []string{"date", "--set=2020-01-01"}, A, high, ""},

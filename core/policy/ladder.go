@@ -335,7 +335,22 @@ func (p parsed) has(short string, long ...string) bool {
 
 // date sets the clock with -s/--set or a positional MMDDhhmm argument.
 func dateCheck(args []string, _ int) (cards.Risk, string) {
-	p := parseArgs(args, "dfrs", []string{"date", "file", "reference", "set", "iso-8601", "rfc-3339"})
+	// -I takes an optional attached value (-Iseconds) whose letters are
+	// not options.
+	var kept []string
+	for i, a := range args {
+		if a == "--" {
+			kept = append(kept, args[i:]...)
+			break
+		}
+		if k := strings.IndexByte(a, 'I'); k > 0 && a[0] == '-' && !strings.HasPrefix(a, "--") {
+			if a = a[:k]; a == "-" {
+				continue
+			}
+		}
+		kept = append(kept, a)
+	}
+	p := parseArgs(kept, "dfrs", []string{"date", "file", "reference", "set", "iso-8601", "rfc-3339"})
 	if p.has("s", "set") {
 		return cards.RiskHigh, "sets-clock"
 	}
