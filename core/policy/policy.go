@@ -71,11 +71,13 @@ type Config struct {
 	// Rules are evaluated in order after the built-in blocklist; the
 	// first match wins. Empty means DefaultRules.
 	Rules []Rule
-	// ProtectedPaths are absolute directories (Silas's data directory,
-	// other secret stores) no action may name: any argument, or path
-	// inside an argument or script, that lies in one is blocked, as is a
-	// relative path that climbs out of the work directory with `..`.
-	// Checked lexically; the sandbox is the boundary.
+	// ProtectedPaths are absolute directories or files (Silas's data
+	// directory, key files kept elsewhere, the config file) no action may
+	// name: any argument, or path inside an argument or script, that is
+	// one of them or lies inside one is blocked. While any is set, a
+	// relative path that climbs out of the work directory with `..` and
+	// /proc/<pid>/{root,cwd,fd} paths are blocked too. Checked lexically
+	// (no symlinks followed); the sandbox is the boundary.
 	ProtectedPaths []string
 }
 
