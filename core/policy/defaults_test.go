@@ -315,18 +315,22 @@ func TestDefaultLadder(t *testing.T) {
 }
 
 func TestProtectedReason(t *testing.T) {
-	p, err := Build(Config{ProtectedPaths: []string{dataDir, "/etc/silas/secrets"}})
+	p, err := Build(Config{ProtectedPaths: []string{dataDir, "/etc/silas/secrets", "/etc/silas.yaml"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, argv := range [][]string{
 		{"cat", dataDir + "/keys/gateway.key"},
 		{"head", "-c", "100", "/etc/silas/secrets/x"},
+		{"cat", "/etc/silas.yaml"},
 	} {
 		r := p.Evaluate(core.Action{Tool: "shell", Argv: argv})
 		if r.Decision != Blocked || r.Reason != "reads or writes Silas's data directory" {
 			t.Errorf("Evaluate(%q) = %+v", argv, r)
 		}
+	}
+	if r := p.Evaluate(core.Action{Tool: "shell", Argv: []string{"cat", "/etc/silas.yaml.example"}}); r.Decision != AuthRequired || r.Risk != low {
+		t.Errorf("a file next to a protected file = %+v, want auth_required/low", r)
 	}
 	// Without protected paths the same read is a plain low-risk cat: the
 	// gateway must pass its data directory.
