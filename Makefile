@@ -32,6 +32,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHeadLine$$' -fuzztime $(FUZZTIME) ./core/audit
 	$(GO) test -run '^$$' -fuzz '^FuzzScan$$' -fuzztime $(FUZZTIME) ./core/redact
 	$(GO) test -run '^$$' -fuzz '^FuzzRedactValues$$' -fuzztime $(FUZZTIME) ./core/redact
+	$(GO) test -run '^$$' -fuzz '^FuzzSplitScript$$' -fuzztime $(FUZZTIME) ./core/policy
+	$(GO) test -run '^$$' -fuzz '^FuzzEvaluate$$' -fuzztime $(FUZZTIME) ./core/policy
 
 ## bench: Go benchmarks plus the load driver, on real PostgreSQL (figures go in BENCHMARKS.md)
 bench:

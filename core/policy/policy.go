@@ -6,7 +6,6 @@ package policy
 
 import (
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -23,9 +22,17 @@ const (
 	Blocked      Decision = "blocked"
 )
 
+// RiskAuto, as a rule's risk, lets the built-in ladder decide the risk from
+// the program and its arguments (see classify and docs/policy.md). Such a
+// rule must be auth_required.
+const RiskAuto cards.Risk = "auto"
+
 // Rule matches actions by tool and a regular expression over the command
 // line (argv joined by single spaces, argv[0] reduced to its base name, so
 // `/bin/rm -rf '/'` is matched as `rm -rf /`). The first matching rule wins.
+// A blocked rule also matches the commands found inside the action (behind
+// wrappers such as env or sudo, in sh -c scripts), so `env curl …` cannot
+// slip past a rule that blocks curl.
 type Rule struct {
 	// Name is shown in audit entries and refusals.
 	Name string `yaml:"name" json:"name"`
@@ -33,9 +40,11 @@ type Rule struct {
 	Tool string `yaml:"tool" json:"tool"`
 	// Match is a regular expression (RE2) searched in the command line;
 	// empty matches everything.
-	Match    string     `yaml:"match" json:"match,omitempty"`
-	Decision Decision   `yaml:"decision" json:"decision"`
-	Risk     cards.Risk `yaml:"risk" json:"risk"`
+	Match    string   `yaml:"match" json:"match,omitempty"`
+	Decision Decision `yaml:"decision" json:"decision"`
+	// Risk is low, medium, high, irreversible or auto (the built-in
+	// ladder decides).
+	Risk cards.Risk `yaml:"risk" json:"risk"`
 	// Approvers lists identities ("telegram:123") and roles ("role:owner",
 	// "role:auth"); empty means role:owner.
 	Approvers []string `yaml:"approvers" json:"approvers,omitempty"`
@@ -50,38 +59,65 @@ type Result struct {
 	Decision  Decision
 	Risk      cards.Risk
 	Approvers []string
-	Rule      string
-	Reason    string
+	// Rule names what decided: a configured rule's name, "<rule>/<step>"
+	// for the ladder (shell/read-only, shell/interpreter…) or
+	// "blocklist/<check>" for the built-in blocklist.
+	Rule   string
+	Reason string
 }
 
-// Policy is an ordered rule list.
+// Config is everything a Policy is built from.
+type Config struct {
+	// Rules are evaluated in order after the built-in blocklist; the
+	// first match wins. Empty means DefaultRules.
+	Rules []Rule
+	// ProtectedPaths are absolute directories or files (Silas's data
+	// directory, key files kept elsewhere, the config file) no action may
+	// name: any argument, or path inside an argument or script, that is
+	// one of them or lies inside one is blocked. While any is set, a
+	// relative path that climbs out of the work directory with `..` and
+	// /proc/<pid>/{root,cwd,fd} paths are blocked too. Checked lexically
+	// (no symlinks followed); the sandbox is the boundary.
+	ProtectedPaths []string
+}
+
+// Policy is the built-in blocklist, protected paths and an ordered rule
+// list.
 type Policy struct {
-	rules []Rule
+	rules     []Rule
+	protected [][]string
 }
 
-// DefaultRules block obviously destructive commands and require approval for
-// every other shell command. Low-risk read-only commands are one tap;
-// everything else takes a confirm tap too.
+// DefaultRules make every shell command need approval at the risk the
+// built-in ladder gives it: low (one tap) only for known read-only programs
+// with read-only arguments, medium for ordinary file changes in the work
+// directory, high (owner) for everything else. Any other tool is high.
+// The built-in blocklist is evaluated before these (and before any
+// configured rules) and cannot be overridden.
 func DefaultRules() []Rule {
 	return []Rule{
-		{Name: "rm-root", Tool: "shell", Match: `^rm( .*)? -[a-zA-Z]*[rR][a-zA-Z]*( .*)? (/|/\*|~|\$HOME)( |$)|^rm( .*)? --recursive( .*)? (/|/\*)( |$)|--no-preserve-root`, Decision: Blocked, Risk: cards.RiskIrreversible, Reason: "recursive delete of the root or home directory"},
-		{Name: "mkfs", Tool: "shell", Match: `^(mkfs(\.[a-z0-9]+)?|mke2fs|mkswap|wipefs)( |$)`, Decision: Blocked, Risk: cards.RiskIrreversible, Reason: "formats a filesystem"},
-		{Name: "dd-device", Tool: "shell", Match: `^dd( .*)? of=/dev/`, Decision: Blocked, Risk: cards.RiskIrreversible, Reason: "writes raw data to a device"},
-		{Name: "power", Tool: "shell", Match: `^(shutdown|reboot|halt|poweroff|init [06])( |$)`, Decision: Blocked, Risk: cards.RiskHigh, Reason: "stops the host"},
-		{Name: "fork-bomb", Tool: "shell", Match: `:\(\)\s*\{`, Decision: Blocked, Risk: cards.RiskHigh, Reason: "fork bomb"},
-		{Name: "chmod-root", Tool: "shell", Match: `^(chmod|chown)( .*)? -[a-zA-Z]*R[a-zA-Z]*( .*)? /( |$)`, Decision: Blocked, Risk: cards.RiskIrreversible, Reason: "recursive permission change of the root directory"},
-		{Name: "read-only", Tool: "shell", Match: `^(uname|echo|date|whoami|id|uptime|hostname|pwd|ls|cat|head|tail|wc|df|du|free|env|printenv|true|false|sleep|seq|sort|grep)( |$)`, Decision: AuthRequired, Risk: cards.RiskLow},
-		{Name: "shell", Tool: "shell", Decision: AuthRequired, Risk: cards.RiskMedium},
+		{Name: "shell", Tool: "shell", Decision: AuthRequired, Risk: RiskAuto},
 		{Name: "default", Tool: "*", Decision: AuthRequired, Risk: cards.RiskHigh},
 	}
 }
 
-// New compiles and validates rules. Errors name the rule index and field.
+// New builds a policy from rules alone (no protected paths); see Build.
 func New(rules []Rule) (*Policy, error) {
+	return Build(Config{Rules: rules})
+}
+
+// Build compiles and validates a policy. Errors name the rule index and
+// field.
+func Build(cfg Config) (*Policy, error) {
+	rules := cfg.Rules
 	if len(rules) == 0 {
 		rules = DefaultRules()
 	}
-	p := &Policy{rules: make([]Rule, len(rules))}
+	prot, err := compileProtected(cfg.ProtectedPaths)
+	if err != nil {
+		return nil, err
+	}
+	p := &Policy{rules: make([]Rule, len(rules)), protected: prot}
 	for i, r := range rules {
 		where := fmt.Sprintf("policy.rules[%d]", i)
 		if r.Name != "" {
@@ -95,8 +131,12 @@ func New(rules []Rule) (*Policy, error) {
 		default:
 			return nil, fmt.Errorf("%s.decision: %q is not allow, auth_required or blocked", where, r.Decision)
 		}
-		if !r.Risk.Valid() {
-			return nil, fmt.Errorf("%s.risk: %q is not low, medium, high or irreversible", where, r.Risk)
+		if r.Risk == RiskAuto {
+			if r.Decision != AuthRequired {
+				return nil, fmt.Errorf("%s.risk: auto needs decision auth_required (the ladder's high risk must never be allowed without a person)", where)
+			}
+		} else if !r.Risk.Valid() {
+			return nil, fmt.Errorf("%s.risk: %q is not low, medium, high, irreversible or auto", where, r.Risk)
 		}
 		if r.Match != "" {
 			re, err := regexp.Compile(r.Match)
@@ -120,25 +160,45 @@ func New(rules []Rule) (*Policy, error) {
 
 // MatchLine is the string rules match against.
 func MatchLine(a core.Action) string {
-	if len(a.Argv) == 0 {
+	return argvLine(a.Argv)
+}
+
+func argvLine(argv []string) string {
+	if len(argv) == 0 {
 		return ""
 	}
-	parts := append([]string{filepath.Base(a.Argv[0])}, a.Argv[1:]...)
+	parts := append([]string{base(argv[0])}, argv[1:]...)
 	return strings.Join(parts, " ")
 }
 
-// Evaluate decides one action. An action no rule matches is blocked: the
-// policy fails closed.
+// Evaluate decides one action: first the built-in blocklist and protected
+// paths over every command the action may run, then the first matching
+// rule. An action no rule matches is blocked: the policy fails closed.
 func (p *Policy) Evaluate(a core.Action) Result {
+	var an *analysis
+	if len(a.Argv) > 0 {
+		an = analyze(a.Argv)
+		if res, blocked := p.blocked(an); blocked {
+			return res
+		}
+	}
 	line := MatchLine(a)
 	for _, r := range p.rules {
 		if r.Tool != "*" && r.Tool != a.Tool {
 			continue
 		}
-		if r.re != nil && !r.re.MatchString(line) {
+		if r.re != nil && !r.matches(line, an) {
 			continue
 		}
 		res := Result{Decision: r.Decision, Risk: r.Risk, Approvers: r.Approvers, Rule: r.Name, Reason: r.Reason}
+		if r.Risk == RiskAuto {
+			risk, step := classify(a.Argv, 0)
+			res.Risk = risk
+			res.Rule = step
+			if r.Name != "" {
+				res.Rule = r.Name + "/" + step
+			}
+		}
 		// Network access or a secret raises the risk of anything below
 		// medium: the approver confirms on the same card.
 		if (a.Network || len(a.Secrets) > 0) && res.Risk.Rank() < cards.RiskMedium.Rank() {
@@ -147,4 +207,22 @@ func (p *Policy) Evaluate(a core.Action) Result {
 		return res
 	}
 	return Result{Decision: Blocked, Risk: cards.RiskHigh, Rule: "", Reason: "no policy rule matches this action"}
+}
+
+// matches applies the rule's pattern to the command line and, for blocked
+// rules, to every command found inside it. Other rules see only the line as
+// written: an allow rule for `echo` must not match `sh -c 'echo; rm …'`.
+func (r Rule) matches(line string, an *analysis) bool {
+	if r.re.MatchString(line) {
+		return true
+	}
+	if r.Decision != Blocked || an == nil {
+		return false
+	}
+	for _, v := range an.views {
+		if r.re.MatchString(argvLine(v)) {
+			return true
+		}
+	}
+	return false
 }
