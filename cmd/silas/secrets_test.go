@@ -312,7 +312,7 @@ func (c *client) drain(quiet time.Duration) {
 }
 
 // runSecretCommand sends /run --secret …, approves and confirms (the
-// command is medium risk) and returns the final card.
+// command is a shell script: high risk) and returns the final card.
 func runSecretCommand(t *testing.T, c *client, final cards.Status) *cards.Card {
 	t.Helper()
 	c.say("/run " + secretRun)
@@ -321,8 +321,8 @@ func runSecretCommand(t *testing.T, c *client, final cards.Status) *cards.Card {
 		return cd != nil && cd.Status == cards.StatusPending && strings.Contains(cd.Command, "DEMO_KEY")
 	})
 	cd := card(f)
-	if cd.Risk != cards.RiskMedium {
-		t.Errorf("risk of %q = %s, want medium", cd.Command, cd.Risk)
+	if cd.Risk != cards.RiskHigh {
+		t.Errorf("risk of %q = %s, want high", cd.Command, cd.Risk)
 	}
 	if !slices.Contains(cd.AffectedItems, "receives secret: "+secretName) {
 		t.Errorf("the card does not say which secret the command receives: %+v", cd.AffectedItems)
@@ -646,8 +646,8 @@ func TestBrowserSecrets(t *testing.T) {
 			.find(c => (c.querySelector('[data-testid=command]')?.textContent || '').includes('DEMO_KEY'));
 		return c ? c.dataset.cardId : '';
 	})()`)
-	if r := cardState(t, ctx, run)["risk"]; r != "medium" {
-		t.Errorf("risk = %v, want medium", r)
+	if r := cardState(t, ctx, run)["risk"]; r != "high" {
+		t.Errorf("risk = %v, want high", r)
 	}
 	if txt := browserEval[string](t, ctx, `document.querySelector('[data-card-id=`+js(run)+`]').innerText`); !strings.Contains(txt, "receives secret: "+secretName) {
 		t.Errorf("the card does not show which secret the command receives:\n%s", txt)

@@ -110,7 +110,15 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		log.Error("sandbox isolation is not available: every execution will be refused (fail closed); `silas doctor` shows what is missing",
 			slog.String("error", err.Error()))
 	}
-	pol, err := policy.New(cfg.Policy.Rules)
+	// Policy refuses what names a path the sandbox hides (a first layer;
+	// the sandbox is the boundary).
+	protected := slices.Clone(sc.HiddenPaths)
+	for _, p := range sc.HiddenPaths {
+		if real, err := filepath.EvalSymlinks(p); err == nil && real != p {
+			protected = append(protected, real)
+		}
+	}
+	pol, err := policy.Build(policy.Config{Rules: cfg.Policy.Rules, ProtectedPaths: protected})
 	if err != nil {
 		return err
 	}

@@ -726,7 +726,7 @@ func TestSecretLifecycle(t *testing.T) {
 	// its output shows it redacted.
 	b.send(t, owner, `/run --secret demo_key sh -c 'echo "key=$DEMO_KEY"'`)
 	run := b.pendingCard(t, `sh -c 'echo "key=$DEMO_KEY"'`)
-	if run.Risk != cards.RiskMedium || !slices.Contains(run.AffectedItems, "receives secret: demo_key") {
+	if run.Risk != cards.RiskHigh || !slices.Contains(run.AffectedItems, "receives secret: demo_key") {
 		t.Fatalf("run card = %+v", run)
 	}
 	b.tap(t, owner, run.ID, "approve")
