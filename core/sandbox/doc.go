@@ -1,58 +1,27 @@
-// Package sandbox holds the sandbox backends that run approved actions.
+// Package sandbox holds the sandbox backend that runs approved actions.
 //
 // # Subprocess backend
 //
-// [Subprocess] runs a program as a child process of the gateway (Linux only).
-// It is a containment measure for programs Silas already decided to run, not
-// a jail for hostile code. What it guarantees:
+// [Subprocess] (Linux) runs each program in a sandbox that is a boundary:
+// the gateway re-executes its own binary as the sandbox's init (argv[0]
+// "silas-sandbox-init", see init_linux.go) in new mount, PID, IPC, UTS,
+// cgroup and — unless the action asks for network — network namespaces
+// (plus a user namespace when the gateway is not root). The init builds a
+// new root (system dirs read-only, hidden paths covered, the work dir
+// writable at /work, private /tmp, minimal /dev, own /proc), pivots into
+// it, sets rlimits, empties every capability set and switches to the
+// program's unprivileged uid, sets no_new_privs, applies Landlock and a
+// seccomp filter, and starts the program as its only child. When the
+// program ends the init exits and the kernel kills whatever else the run
+// started.
 //
-//   - No shell: argv is executed directly (execve); metacharacters are passed
-//     through literally. argv[0] is resolved against the fixed PATH
-//     /usr/local/bin:/usr/bin:/bin, never against the gateway's PATH.
-//   - Minimal environment: exactly ExecRequest.Env plus PATH, HOME (the work
-//     directory) and LANG=C.UTF-8 when the request does not set them. Nothing
-//     is inherited from the gateway (tokens, credentials, proxies ...).
-//     Stdin is /dev/null and no file descriptors other than stdout and
-//     stderr are inherited.
-//   - Work directory: a fresh directory (mode 0700) under Config.BaseDir per
-//     execution, used as cwd and HOME, kept afterwards for verification and
-//     removed with [Subprocess.Cleanup].
-//   - Network: a request with Network == false runs in a new, empty network
-//     namespace (only a loopback interface, which is down): no route to the
-//     host, the LAN, the internet or the gateway's own 127.0.0.1 services.
-//     If network namespaces cannot be created on this host, such requests
-//     fail with core.ErrIsolationUnavailable; the program never runs with
-//     network it was not granted (fail closed).
-//   - Time: the program runs in its own process group; when the timeout
-//     expires or the context is done the whole group is killed with SIGKILL.
-//     When the program exits, whatever it left running in its process group
-//     is killed too. The direct child gets SIGKILL if the gateway dies
-//     (parent-death signal).
-//   - Output: at most OutputLimit bytes of stdout and of stderr each are kept;
-//     the rest is drained and discarded so the program never blocks.
-//   - Optional privilege drop: with Config.RunAs (gateway running as root)
-//     the program runs as that user, with its primary group and no
-//     supplementary groups.
+// New probes the whole chain once; when any required isolation is missing
+// every Run fails with an error wrapping core.ErrIsolationUnavailable that
+// names what is missing (fail closed). docs/sandbox.md lists what is
+// isolated, how, and what is not; core/sandbox/escape_test.go is the escape
+// suite.
 //
-// What it does NOT provide:
-//
-//   - No filesystem isolation. The program sees the host filesystem with the
-//     permissions of the user it runs as (root unless RunAs is set). The work
-//     directory is only its cwd and HOME, not a chroot; it can read (and, if
-//     permitted, write) anything that user can. Use RunAs to limit this.
-//   - No PID, IPC, mount or user isolation (beyond the user namespace used
-//     as a vehicle for the network namespace when the gateway is not root):
-//     the program can see other processes and signal those of its own user.
-//   - No resource limits (CPU, memory, disk, number of processes) other than
-//     the wall-clock timeout and the output cap; no seccomp syscall filter.
-//   - Escape from cleanup: a process that leaves the process group (setsid,
-//     setpgid) survives the group kill; Run stops waiting for its output
-//     after a short grace period but does not kill it. Only the direct child
-//     has the parent-death signal.
-//   - Executions that share a RunAs user are not isolated from each other:
-//     a program could reach another execution's work directory if it learns
-//     its (random) name.
-//
-// Stronger isolation (mount/PID namespaces, cgroups, seccomp, or a VM) belongs
-// in another backend behind the same core.Sandbox interface.
+// This package must never run a program without that isolation, never pass
+// the gateway's environment, and never log arguments, environment values or
+// output.
 package sandbox
