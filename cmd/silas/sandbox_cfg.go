@@ -83,6 +83,7 @@ func doctorSandbox(cfg *config.Config, configPath string, w io.Writer) bool {
 		fmt.Fprintf(w, "  ✗ setup        %v\n", err)
 		return true
 	}
+	defer sb.Close()
 	if err := sb.Available(); err != nil {
 		fmt.Fprintf(w, "  ✗ isolation    %v — every execution is refused until this is fixed\n", err)
 		return true

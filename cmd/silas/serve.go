@@ -106,6 +106,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	defer sb.Close()
 	if err := sb.Available(); err != nil {
 		log.Error("sandbox isolation is not available: every execution will be refused (fail closed); `silas doctor` shows what is missing",
 			slog.String("error", err.Error()))

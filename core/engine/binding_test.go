@@ -59,6 +59,9 @@ func setupKey(t *testing.T) (*bundle, ed25519.PrivateKey) {
 func restart(t *testing.T, b *bundle, key ed25519.PrivateKey) (*fakeChannel, *recordingSandbox) {
 	t.Helper()
 	inner, err := sandbox.New(sandbox.Config{BaseDir: t.TempDir()})
+	if err == nil {
+		t.Cleanup(func() { inner.Close() })
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -187,6 +187,9 @@ func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access engine.Ac
 		t.Fatal(err)
 	}
 	sb, err := sandbox.New(sandbox.Config{BaseDir: t.TempDir()})
+	if err == nil {
+		t.Cleanup(func() { sb.Close() })
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,6 +556,7 @@ func TestRestartResumesTurnsInOrder(t *testing.T) {
 	}
 	pol, _ := policy.New(nil)
 	sb, _ := sandbox.New(sandbox.Config{BaseDir: t.TempDir()})
+	t.Cleanup(func() { sb.Close() })
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	ch := newFakeChannel()
 	eng2, err := engine.New(engine.Config{Store: b.st, Channels: []core.Channel{ch}, Agent: agent.Command{}, Sandbox: sb, Policy: pol, Key: key,

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -24,26 +25,35 @@ const initArg0 = "silas-sandbox-init"
 
 // File descriptors handed to the init process (os/exec ExtraFiles start at 3).
 const (
-	fdStatus = 3 // write end: the init reports setup errors and the program's exit here
-	fdGo     = 4 // read end: the parent writes one byte once the init is in its cgroups
+	fdStatus = 3 // write end: the init reports readiness, setup errors and the program's exit here
+	fdRun    = 4 // read end: the run's part of the spec (JSON), written once the init is in its cgroups
 )
 
 // Status lines the init writes to fdStatus. One line each; the parent parses
 // them (statusPrefix + payload).
 const (
+	statusReady    = 'R' // the sandbox is built; waiting for the run
 	statusSetupErr = 'E' // isolation could not be set up: nothing ran
 	statusExecErr  = 'X' // the program could not be started: nothing ran
 	statusExit     = 'W' // the program ended: raw wait status
 )
 
-// initSpec is everything the init needs, passed as JSON in argv[1]. It holds
-// no secret the gateway does not already give the program (its environment).
+// oldRoot is where the host's root stays, inside the new root, between the
+// init's two phases (it is detached before the program starts).
+const oldRoot = "/.oldroot"
+
+// initSpec is everything the init needs. The part that is the same for
+// every run of a Subprocess comes as JSON in argv[1]: the init builds the
+// sandbox ahead of time (a warm init). The run's part (program, argv, env,
+// work dir, CPU limit) comes as JSON on fdRun. It holds no secret the
+// gateway does not already give the program (its environment).
 type initSpec struct {
-	Program  string   `json:"program"` // absolute path, as seen inside the sandbox
-	Argv     []string `json:"argv"`
-	Env      []string `json:"env"`
-	HostDir  string   `json:"host_dir"` // work dir on the host, mounted at SandboxWorkDir
-	Root     string   `json:"root"`     // empty dir the new root is mounted on
+	Program  string   `json:"-"` // from runSpec
+	Argv     []string `json:"-"`
+	Env      []string `json:"-"`
+	HostDir  string   `json:"-"`
+	CPU      uint64   `json:"-"`
+	Root     string   `json:"root"` // empty dir the new root is mounted on
 	Network  bool     `json:"network"`
 	Ports    []uint16 `json:"ports,omitempty"`
 	Hide     []string `json:"hide,omitempty"`
@@ -51,7 +61,6 @@ type initSpec struct {
 	Data     uint64   `json:"data"`
 	FSize    uint64   `json:"fsize"`
 	NoFile   uint64   `json:"nofile"`
-	CPU      uint64   `json:"cpu"` // seconds
 	TmpSize  int64    `json:"tmp_size"`
 	Landlock bool     `json:"landlock"` // required: fail if the kernel lacks it
 	// SetUID: the init runs as root (a root gateway) and switches its
@@ -60,6 +69,15 @@ type initSpec struct {
 	SetUID bool   `json:"setuid"`
 	UID    uint32 `json:"uid"`
 	GID    uint32 `json:"gid"`
+}
+
+// runSpec is the run's part of the spec, written to fdRun.
+type runSpec struct {
+	Program string   `json:"program"` // absolute path, as seen inside the sandbox
+	Argv    []string `json:"argv"`
+	Env     []string `json:"env"`
+	HostDir string   `json:"host_dir"` // work dir on the host, mounted at SandboxWorkDir
+	CPU     uint64   `json:"cpu"`      // seconds (RLIMIT_CPU)
 }
 
 // systemDirs are shown read-only inside the sandbox (when they exist). Nothing
@@ -97,24 +115,34 @@ func sandboxInit(arg string) int {
 	if err := json.Unmarshal([]byte(arg), &spec); err != nil {
 		return fail(statusSetupErr, fmt.Errorf("init: bad spec: %w", err))
 	}
-	// Wait until the parent has put us into our cgroups: nothing may fork
-	// before that.
-	goPipe := os.NewFile(fdGo, "go")
-	var b [1]byte
-	if n, _ := goPipe.Read(b[:]); n != 1 {
-		return fail(statusSetupErr, errors.New("init: parent went away"))
-	}
-	goPipe.Close()
 	// Not dumpable: the program (same uid) cannot read /proc/1/mem or
 	// environ of this still-privileged process.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fail(statusSetupErr, fmt.Errorf("init: PR_SET_DUMPABLE: %w", err))
 	}
-	if err := setupFS(&spec); err != nil {
+	// Phase 1, ahead of the run: the whole filesystem but the work dir.
+	hidden, err := setupFS(&spec)
+	if err != nil {
 		return fail(statusSetupErr, err)
 	}
 	if err := unix.Sethostname([]byte("silas-sandbox")); err != nil {
 		return fail(statusSetupErr, fmt.Errorf("init: sethostname (UTS namespace): %w", err))
+	}
+	fmt.Fprintf(status, "%c\n", statusReady)
+
+	// Phase 2: the run. The parent writes it once we are in our cgroups:
+	// nothing may fork before that.
+	runJSON, err := io.ReadAll(os.NewFile(fdRun, "run"))
+	if err != nil || len(runJSON) == 0 {
+		return fail(statusSetupErr, errors.New("init: no run (parent went away)"))
+	}
+	var rs runSpec
+	if err := json.Unmarshal(runJSON, &rs); err != nil {
+		return fail(statusSetupErr, fmt.Errorf("init: bad run spec: %w", err))
+	}
+	spec.Program, spec.Argv, spec.Env, spec.HostDir, spec.CPU = rs.Program, rs.Argv, rs.Env, rs.HostDir, rs.CPU
+	if err := finishFS(&spec, hidden); err != nil {
+		return fail(statusSetupErr, err)
 	}
 	if err := setLimits(&spec); err != nil {
 		return fail(statusSetupErr, err)
@@ -166,19 +194,21 @@ func sandboxInit(arg string) int {
 }
 
 // setupFS builds the sandbox's root in a tmpfs and pivots into it: system
-// dirs read-only, hidden paths covered, the work dir writable, a private
-// /tmp, a minimal /dev and a /proc of the sandbox's own PID namespace.
-func setupFS(spec *initSpec) error {
+// dirs read-only, hidden paths covered, a private /tmp, a minimal /dev and a
+// /proc of the sandbox's own PID namespace. The host's root stays at
+// oldRoot until finishFS has mounted the work dir. It returns which hidden
+// paths it covered.
+func setupFS(spec *initSpec) (map[string]bool, error) {
 	// Nothing we mount may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("init: make mounts private (mount namespace): %w", err)
+		return nil, fmt.Errorf("init: make mounts private (mount namespace): %w", err)
 	}
 	// The new root is a tmpfs in our private mount namespace, mounted on
 	// an empty directory of the base dir (every run uses the same one, each
 	// in its own namespace), so nothing the work dir's path needs is shadowed.
 	root := spec.Root
 	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
-		return fmt.Errorf("init: mount root tmpfs: %w", err)
+		return nil, fmt.Errorf("init: mount root tmpfs: %w", err)
 	}
 	for _, d := range systemDirs {
 		fi, err := os.Lstat(d)
@@ -189,10 +219,10 @@ func setupFS(spec *initSpec) error {
 		if fi.Mode()&os.ModeSymlink != 0 {
 			target, err := os.Readlink(d)
 			if err != nil {
-				return fmt.Errorf("init: %s: %w", d, err)
+				return nil, fmt.Errorf("init: %s: %w", d, err)
 			}
 			if err := os.Symlink(target, dst); err != nil {
-				return fmt.Errorf("init: %s: %w", d, err)
+				return nil, fmt.Errorf("init: %s: %w", d, err)
 			}
 			continue
 		}
@@ -200,61 +230,84 @@ func setupFS(spec *initSpec) error {
 			continue
 		}
 		if err := bindReadOnly(d, dst); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	hidden := map[string]bool{}
 	for _, h := range spec.Hide {
-		if err := hide(root, h); err != nil {
-			return err
+		done, err := hide(root, h)
+		if err != nil {
+			return nil, err
 		}
+		hidden[h] = done
 	}
 	// /tmp.
 	if err := os.MkdirAll(root+"/tmp", 0o755); err != nil {
-		return fmt.Errorf("init: /tmp: %w", err)
+		return nil, fmt.Errorf("init: /tmp: %w", err)
 	}
 	if err := unix.Mount("tmpfs", root+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatInt(spec.TmpSize, 10)); err != nil {
-		return fmt.Errorf("init: mount /tmp: %w", err)
+		return nil, fmt.Errorf("init: mount /tmp: %w", err)
 	}
-	// Work dir: writable, at SandboxWorkDir, so the program learns nothing
-	// of the host's layout (the data dir's path included). The init can walk
-	// the host path (it is root, or the gateway's own uid).
-	wd := root + SandboxWorkDir
-	if err := os.Mkdir(wd, 0o755); err != nil {
-		return fmt.Errorf("init: work dir mount point: %w", err)
-	}
-	if err := unix.Mount(spec.HostDir, wd, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("init: bind work dir: %w", err)
-	}
-	if err := remount(wd, unix.MS_NOSUID|unix.MS_NODEV); err != nil {
-		return err
+	for _, d := range []string{SandboxWorkDir, oldRoot} {
+		if err := os.Mkdir(root+d, 0o755); err != nil {
+			return nil, fmt.Errorf("init: mount point %s: %w", d, err)
+		}
 	}
 	if err := setupDev(root); err != nil {
-		return err
+		return nil, err
 	}
 	// /proc of our PID namespace: only the sandbox's own processes.
 	if err := os.Mkdir(root+"/proc", 0o555); err != nil {
-		return fmt.Errorf("init: /proc: %w", err)
+		return nil, fmt.Errorf("init: /proc: %w", err)
 	}
 	if err := unix.Mount("proc", root+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("init: mount /proc (PID namespace): %w", err)
+		return nil, fmt.Errorf("init: mount /proc (PID namespace): %w", err)
 	}
-	// The root itself read-only: no new files next to the mounts.
-	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
-		return fmt.Errorf("init: remount root read-only: %w", err)
-	}
-	// pivot_root(".", ".") stacks the old root under the new one; detaching
-	// it leaves nothing of the host's tree reachable.
 	if err := unix.Chdir(root); err != nil {
-		return fmt.Errorf("init: chdir new root: %w", err)
+		return nil, fmt.Errorf("init: chdir new root: %w", err)
 	}
-	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("init: pivot_root: %w", err)
-	}
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("init: detach old root: %w", err)
+	if err := unix.PivotRoot(".", "."+oldRoot); err != nil {
+		return nil, fmt.Errorf("init: pivot_root: %w", err)
 	}
 	if err := unix.Chdir("/"); err != nil {
-		return fmt.Errorf("init: chdir /: %w", err)
+		return nil, fmt.Errorf("init: chdir /: %w", err)
+	}
+	return hidden, nil
+}
+
+// finishFS completes the sandbox for one run: covers hidden paths that
+// appeared since setupFS, binds the work dir at SandboxWorkDir (writable; the
+// program learns nothing of the host's layout, the data dir's path
+// included), detaches the host's root and makes the new root read-only.
+func finishFS(spec *initSpec, hidden map[string]bool) error {
+	for _, h := range spec.Hide {
+		if hidden[h] {
+			continue
+		}
+		if _, err := hide("", h); err != nil {
+			return err
+		}
+	}
+	if spec.HostDir == "" || !filepath.IsAbs(spec.HostDir) {
+		return fmt.Errorf("init: bad work dir %q", spec.HostDir)
+	}
+	// The init can walk the host path (it is root, or the gateway's own uid).
+	if err := unix.Mount(oldRoot+spec.HostDir, SandboxWorkDir, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("init: bind work dir: %w", err)
+	}
+	if err := remount(SandboxWorkDir, unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+		return err
+	}
+	// Detaching the old root leaves nothing of the host's tree reachable.
+	if err := unix.Unmount(oldRoot, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("init: detach old root: %w", err)
+	}
+	if err := unix.Rmdir(oldRoot); err != nil {
+		return fmt.Errorf("init: remove old root mount point: %w", err)
+	}
+	// The root itself read-only: no new files next to the mounts.
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
+		return fmt.Errorf("init: remount root read-only: %w", err)
 	}
 	return nil
 }
@@ -293,24 +346,25 @@ func remount(dst string, flags uintptr) error {
 	return nil
 }
 
-// hide covers h inside the new root when a system dir made it visible: an
-// empty read-only tmpfs over a directory, /dev/null over a file.
-func hide(root, h string) error {
+// hide covers h inside the new root (root is its path before pivot_root,
+// "" after) when a system dir makes it visible: an empty read-only tmpfs
+// over a directory, /dev/null over a file. It reports whether h was there.
+func hide(root, h string) (bool, error) {
 	dst := root + h
 	fi, err := os.Lstat(dst)
 	if err != nil {
-		return nil // not visible: nothing to hide
+		return false, nil // not visible (yet)
 	}
 	if fi.IsDir() {
 		if err := unix.Mount("tmpfs", dst, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0000,size=4k"); err != nil {
-			return fmt.Errorf("init: hide %s: %w", h, err)
+			return false, fmt.Errorf("init: hide %s: %w", h, err)
 		}
-		return nil
+		return true, nil
 	}
 	if err := unix.Mount("/dev/null", dst, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("init: hide %s: %w", h, err)
+		return false, fmt.Errorf("init: hide %s: %w", h, err)
 	}
-	return nil
+	return true, nil
 }
 
 func setupDev(root string) error {

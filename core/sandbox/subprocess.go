@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -55,6 +56,12 @@ type Subprocess struct {
 	landlock       int      // Landlock ABI, 0 when unavailable
 	unavailable    error    // why isolated runs are refused; nil when the probe passed
 	log            *slog.Logger
+
+	pools  map[bool]chan *warmInit // by ExecRequest.Network
+	poolMu sync.Mutex              // guards closed; held while starting refills
+	poolWG sync.WaitGroup          // refills in progress
+	closed bool
+	seq    atomic.Int64 // cgroup names
 }
 
 type limits struct {
@@ -101,6 +108,7 @@ func New(cfg Config) (*Subprocess, error) {
 	if len(s.ports) == 0 {
 		s.ports = DefaultNetworkPorts
 	}
+	s.pools = map[bool]chan *warmInit{false: make(chan *warmInit, poolSize), true: make(chan *warmInit, poolSize)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -184,6 +192,7 @@ func New(cfg Config) (*Subprocess, error) {
 		}
 	}
 	if err := probe(); err != nil {
+		s.Close() // no warm inits for a sandbox that refuses every run
 		s.unavailable = err
 		s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: isolation unavailable; every execution will be refused",
 			slog.String("error", err.Error()))
@@ -386,93 +395,49 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	if rel, err := filepath.Rel(dir, prog); err == nil && isBelow(dir, prog) {
 		inside = filepath.Join(SandboxWorkDir, rel)
 	}
-	spec := initSpec{
+	runJSON, err := json.Marshal(runSpec{
 		Program: inside, Argv: req.Argv, Env: buildEnv(req.Env, SandboxWorkDir), HostDir: dir,
-		Network: req.Network, Hide: s.hidden,
-		NProc: uint64(s.limits.procs), Data: uint64(s.limits.memory), FSize: uint64(s.limits.fileSize),
-		NoFile: uint64(s.limits.openFiles), CPU: uint64(timeout/time.Second) + 1, TmpSize: s.limits.tmpSize,
-		SetUID: s.root, UID: s.uid, GID: s.gid, Root: filepath.Join(s.baseDir, rootMountPoint),
-	}
-	if req.Network {
-		spec.Ports = s.ports
-		spec.Landlock = true // the port allowlist is the network boundary
-	}
-	specJSON, err := json.Marshal(spec)
+		CPU: uint64(timeout/time.Second) + 1,
+	})
 	if err != nil {
 		return fail(fmt.Errorf("sandbox: spec: %w", err))
 	}
 
-	statusR, statusW, err := os.Pipe()
+	w, err := s.take(req.Network)
 	if err != nil {
-		return fail(fmt.Errorf("sandbox: pipe: %w", err))
+		return fail(err)
 	}
-	defer statusR.Close()
-	goR, goW, err := os.Pipe()
-	if err != nil {
-		statusW.Close()
-		return fail(fmt.Errorf("sandbox: pipe: %w", err))
-	}
-	defer goW.Close()
-	closeChildEnds := func() {
-		statusW.Close()
-		goR.Close()
-	}
+	defer w.release()
+	w.stdout.setLimit(limit)
+	w.stderr.setLimit(limit)
 
-	var cg *runCgroup
-	if s.cgroups != nil {
-		if cg, err = s.cgroups.create(filepath.Base(dir)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36), s.limits.procs, s.limits.memory); err != nil {
-			closeChildEnds()
-			return fail(err)
-		}
-		defer cg.remove()
-	}
-
-	runCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-
-	stdout := &capWriter{limit: limit}
-	stderr := &capWriter{limit: limit}
-	cmd := exec.CommandContext(runCtx, "/proc/self/exe", string(specJSON))
-	cmd.Args[0] = initArg0
-	cmd.Env = []string{} // nothing of the gateway's environment, not even for the init
-	cmd.Dir = "/"
-	cmd.Stdin = nil // /dev/null
-	cmd.Stdout = stdout
-	cmd.Stderr = stderr
-	cmd.ExtraFiles = []*os.File{statusW, goR} // fds 3, 4
-	cmd.SysProcAttr = s.sysProcAttr(req.Network)
-	cmd.WaitDelay = waitDelay
-	var killed atomic.Bool
-	cmd.Cancel = func() error {
+	// The run's clock starts when the warm init gets its run.
+	start := time.Now()
+	var killed, ctxKilled atomic.Bool
+	timer := time.AfterFunc(timeout, func() {
 		// Killing the init ends the PID namespace: the kernel kills every
 		// process of the run, whatever session or group it moved to.
 		killed.Store(true)
-		return cmd.Process.Kill()
+		_ = w.cmd.Process.Kill()
+	})
+	stopWatch := context.AfterFunc(ctx, func() {
+		ctxKilled.Store(true)
+		killed.Store(true)
+		_ = w.cmd.Process.Kill()
+	})
+	_, werr := w.runW.Write(runJSON)
+	w.runW.Close()
+	if werr != nil {
+		// The init is gone: its status says why.
+		_ = w.cmd.Process.Kill()
 	}
 
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		closeChildEnds()
-		if ctx.Err() != nil {
-			return fail(fmt.Errorf("sandbox: start %q: %w", req.Argv[0], context.Cause(ctx)))
-		}
-		return fail(fmt.Errorf("sandbox: start %q: namespaces: %w: %w", req.Argv[0], err, core.ErrIsolationUnavailable))
-	}
-	closeChildEnds()
-	if cg != nil {
-		if err := cg.add(cmd.Process.Pid); err != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			return fail(err)
-		}
-	}
-	_, _ = goW.Write([]byte{1})
-	goW.Close()
-
-	statusBytes, _ := io.ReadAll(statusR)
-	waitErr := cmd.Wait()
+	statusBytes, _ := io.ReadAll(w.statusR)
+	waitErr := w.cmd.Wait()
+	timer.Stop()
+	stopWatch()
 	dur := time.Since(start)
-	if cmd.ProcessState == nil {
+	if w.cmd.ProcessState == nil {
 		return fail(fmt.Errorf("sandbox: wait %q: %w", req.Argv[0], waitErr))
 	}
 	st := parseStatus(statusBytes)
@@ -481,12 +446,15 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 		return fail(fmt.Errorf("sandbox: isolation setup failed: %s: %w", st.setupErr, core.ErrIsolationUnavailable))
 	case st.execErr != "":
 		return fail(fmt.Errorf("sandbox: %s", st.execErr))
+	case !st.ready && !killed.Load():
+		ws, _ := w.cmd.ProcessState.Sys().(syscall.WaitStatus)
+		return fail(fmt.Errorf("sandbox: the sandbox's init died before it was ready (exit %d): %w", exitCode(ws), core.ErrIsolationUnavailable))
 	}
 
 	res := core.ExecResult{
-		Stdout:    stdout.buf,
-		Stderr:    stderr.buf,
-		Truncated: stdout.truncated || stderr.truncated,
+		Stdout:    w.stdout.bytes(),
+		Stderr:    w.stderr.bytes(),
+		Truncated: w.stdout.wasTruncated() || w.stderr.wasTruncated(),
 		TimedOut:  killed.Load(),
 		Duration:  dur,
 		Dir:       dir,
@@ -500,7 +468,7 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	default:
 		// The init ended without reporting: it was killed (the memory
 		// cgroup's OOM killer, or the program signalled it).
-		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		ws, _ := w.cmd.ProcessState.Sys().(syscall.WaitStatus)
 		res.ExitCode = exitCode(ws)
 		if res.ExitCode == 0 {
 			res.ExitCode = 128 + int(syscall.SIGKILL)
@@ -513,14 +481,179 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 		slog.Int("exit_code", res.ExitCode),
 		slog.Bool("timed_out", res.TimedOut),
 		slog.Bool("truncated", res.Truncated),
+		slog.Bool("warm", w.warm),
 		slog.Bool("output_pipes_forced_closed", errors.Is(waitErr, exec.ErrWaitDelay)),
 		slog.String("isolation", res.Isolation),
 	)
 
-	if res.TimedOut && ctx.Err() != nil {
+	if ctxKilled.Load() && ctx.Err() != nil {
 		return res, fmt.Errorf("sandbox: %q stopped: %w", req.Argv[0], context.Cause(ctx))
 	}
 	return res, nil
+}
+
+// warmInit is a sandbox init started ahead of a run: its namespaces,
+// filesystem and cgroups are ready, and it waits for the run on runW. Taking
+// one off the pool removes process start-up and sandbox construction from
+// the time between a tap and the program's start.
+type warmInit struct {
+	cmd            *exec.Cmd
+	statusR        *os.File
+	runW           *os.File
+	stdout, stderr *capWriter
+	cg             *runCgroup
+	warm           bool // came from the pool
+}
+
+// release frees what the init held once it has been waited for.
+func (w *warmInit) release() {
+	w.statusR.Close()
+	w.runW.Close()
+	if w.cg != nil {
+		w.cg.remove()
+	}
+}
+
+// discard kills an unused init and waits for it.
+func (w *warmInit) discard() {
+	_ = w.cmd.Process.Kill()
+	_ = w.cmd.Wait()
+	w.release()
+}
+
+// poolSize is how many warm inits are kept per network mode: enough for a
+// run in progress and the next tap; bursts beyond it start cold.
+const poolSize = 2
+
+// take returns a warm init for the network mode, or starts one when the
+// pool is empty, and refills the pool in the background.
+func (s *Subprocess) take(network bool) (*warmInit, error) {
+	pool := s.pools[network]
+	var w *warmInit
+	select {
+	case w = <-pool:
+		w.warm = true
+	default:
+	}
+	s.refill(network)
+	if w != nil {
+		return w, nil
+	}
+	return s.spawn(network)
+}
+
+// refill starts one init for the pool in the background (unless closed).
+func (s *Subprocess) refill(network bool) {
+	s.poolMu.Lock()
+	defer s.poolMu.Unlock()
+	if s.closed || s.unavailable != nil {
+		return
+	}
+	s.poolWG.Add(1)
+	go func() {
+		defer s.poolWG.Done()
+		w, err := s.spawn(network)
+		if err != nil {
+			s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: could not start a warm init", slog.String("error", err.Error()))
+			return
+		}
+		s.poolMu.Lock()
+		closed := s.closed
+		s.poolMu.Unlock()
+		if !closed {
+			select {
+			case s.pools[network] <- w:
+				return
+			default:
+			}
+		}
+		w.discard()
+	}()
+}
+
+// Close stops the warm inits. Runs in progress are not affected; runs
+// started after Close start their init cold.
+func (s *Subprocess) Close() error {
+	s.poolMu.Lock()
+	s.closed = true
+	s.poolMu.Unlock()
+	s.poolWG.Wait()
+	for _, pool := range s.pools {
+		for {
+			select {
+			case w := <-pool:
+				w.discard()
+				continue
+			default:
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// spawn starts an init that builds the sandbox and waits for its run.
+func (s *Subprocess) spawn(network bool) (*warmInit, error) {
+	prep := initSpec{
+		Network: network, Hide: s.hidden,
+		NProc: uint64(s.limits.procs), Data: uint64(s.limits.memory), FSize: uint64(s.limits.fileSize),
+		NoFile: uint64(s.limits.openFiles), TmpSize: s.limits.tmpSize,
+		SetUID: s.root, UID: s.uid, GID: s.gid, Root: filepath.Join(s.baseDir, rootMountPoint),
+	}
+	if network {
+		prep.Ports = s.ports
+		prep.Landlock = true // the port allowlist is the network boundary
+	}
+	prepJSON, err := json.Marshal(prep)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: spec: %w", err)
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: pipe: %w", err)
+	}
+	runR, runW, err := os.Pipe()
+	if err != nil {
+		statusR.Close()
+		statusW.Close()
+		return nil, fmt.Errorf("sandbox: pipe: %w", err)
+	}
+	w := &warmInit{statusR: statusR, runW: runW, stdout: &capWriter{}, stderr: &capWriter{}}
+	closeChildEnds := func() {
+		statusW.Close()
+		runR.Close()
+	}
+	if s.cgroups != nil {
+		if w.cg, err = s.cgroups.create(strconv.FormatInt(time.Now().UnixNano(), 36)+"-"+strconv.Itoa(int(s.seq.Add(1))), s.limits.procs, s.limits.memory); err != nil {
+			closeChildEnds()
+			w.release()
+			return nil, err
+		}
+	}
+	cmd := exec.Command("/proc/self/exe", string(prepJSON))
+	cmd.Args[0] = initArg0
+	cmd.Env = []string{} // nothing of the gateway's environment, not even for the init
+	cmd.Dir = "/"
+	cmd.Stdin = nil // /dev/null
+	cmd.Stdout = w.stdout
+	cmd.Stderr = w.stderr
+	cmd.ExtraFiles = []*os.File{statusW, runR} // fds 3, 4
+	cmd.SysProcAttr = s.sysProcAttr(network)
+	cmd.WaitDelay = waitDelay
+	w.cmd = cmd
+	if err := cmd.Start(); err != nil {
+		closeChildEnds()
+		w.release()
+		return nil, fmt.Errorf("sandbox: start the sandbox's init (namespaces): %w: %w", err, core.ErrIsolationUnavailable)
+	}
+	closeChildEnds()
+	if w.cg != nil {
+		if err := w.cg.add(cmd.Process.Pid); err != nil {
+			w.discard()
+			return nil, err
+		}
+	}
+	return w, nil
 }
 
 func exitCode(ws syscall.WaitStatus) int {
@@ -552,6 +685,7 @@ func (s *Subprocess) isolationTag(network bool) string {
 }
 
 type initStatus struct {
+	ready             bool
 	setupErr, execErr string
 	exited            bool
 	ws                syscall.WaitStatus
@@ -560,6 +694,10 @@ type initStatus struct {
 func parseStatus(b []byte) initStatus {
 	var st initStatus
 	for _, line := range strings.Split(string(b), "\n") {
+		if line == string(statusReady) {
+			st.ready = true
+			continue
+		}
 		if len(line) < 2 {
 			continue
 		}
@@ -741,14 +879,36 @@ func lookupCredential(name string) (*syscall.Credential, error) {
 }
 
 // capWriter keeps the first limit bytes written and discards (but accepts)
-// the rest, so the program is never blocked on a full pipe.
+// the rest, so the program is never blocked on a full pipe. The limit is set
+// when a warm init gets its run, before any output can arrive.
 type capWriter struct {
+	mu        sync.Mutex
 	limit     int
 	buf       []byte
 	truncated bool
 }
 
+func (w *capWriter) setLimit(n int) {
+	w.mu.Lock()
+	w.limit = n
+	w.mu.Unlock()
+}
+
+func (w *capWriter) bytes() []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf
+}
+
+func (w *capWriter) wasTruncated() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.truncated
+}
+
 func (w *capWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	n := len(p)
 	if room := w.limit - len(w.buf); room < n {
 		w.truncated = true

@@ -34,6 +34,7 @@ func newSandbox(t *testing.T, cfg Config) *Subprocess {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 

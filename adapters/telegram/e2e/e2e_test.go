@@ -158,6 +158,9 @@ func (w *world) start(grace time.Duration) *node {
 		t.Fatal(err)
 	}
 	sb, err := sandbox.New(sandbox.Config{BaseDir: w.sbDir})
+	if err == nil {
+		t.Cleanup(func() { sb.Close() })
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
