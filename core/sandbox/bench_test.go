@@ -33,12 +33,13 @@ func BenchmarkRunTrue(b *testing.B) {
 }
 
 // BenchmarkStartLatency measures what the isolation adds before a program
-// starts: from Run's call to the first instruction of the program (`date`
-// prints the wall clock as it starts). Taps are not back to back in real
-// use, so each run follows a 50 ms pause (not timed).
+// starts: from Run's call to the program's start (`date` prints the wall
+// clock as it starts), and to Run's return (exit-). Taps are not back to
+// back in real use, so each run follows a 50 ms pause (not timed).
 func BenchmarkStartLatency(b *testing.B) {
 	s := benchSandbox(b)
 	ds := make([]time.Duration, 0, b.N)
+	exits := make([]time.Duration, 0, b.N)
 	for b.Loop() {
 		b.StopTimer()
 		time.Sleep(50 * time.Millisecond)
@@ -52,10 +53,12 @@ func BenchmarkStartLatency(b *testing.B) {
 		if err != nil {
 			b.Fatalf("date output %q", res.Stdout)
 		}
+		exits = append(exits, time.Since(t0))
 		ds = append(ds, time.Unix(0, ns).Sub(t0))
 		_ = s.Cleanup(res.Dir)
 	}
 	reportPercentiles(b, ds, "start-")
+	reportPercentiles(b, exits, "exit-")
 }
 
 func benchSandbox(b *testing.B) *Subprocess {

@@ -407,6 +407,7 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	if err != nil {
 		return fail(err)
 	}
+	defer s.refill(req.Network)
 	defer w.release()
 	w.stdout.setLimit(limit)
 	w.stderr.setLimit(limit)
@@ -526,18 +527,14 @@ func (w *warmInit) discard() {
 const poolSize = 2
 
 // take returns a warm init for the network mode, or starts one when the
-// pool is empty, and refills the pool in the background.
+// pool is empty. The caller refills the pool when its run is over, so the
+// next init's start-up does not compete with this run for the CPU.
 func (s *Subprocess) take(network bool) (*warmInit, error) {
-	pool := s.pools[network]
-	var w *warmInit
 	select {
-	case w = <-pool:
+	case w := <-s.pools[network]:
 		w.warm = true
-	default:
-	}
-	s.refill(network)
-	if w != nil {
 		return w, nil
+	default:
 	}
 	return s.spawn(network)
 }
