@@ -510,10 +510,14 @@ func TestSecretsCanary(t *testing.T) {
 		t.Errorf("card after storing = %+v", done)
 	}
 
+	// The card hides the output of a run that received the secret; /output
+	// shows it, redacted.
 	ran := runSecretCommand(t, c, cards.StatusDone)
-	if !strings.Contains(ran.Output, "v=[redacted") || strings.Contains(ran.Output, canary) {
-		t.Errorf("output = %q, want v=[redacted…", ran.Output)
+	if ran.Output != "" || ran.OutputRef == "" || !strings.Contains(ran.Outcome, "Output hidden because this action received secret "+secretName) {
+		t.Errorf("card after the run = %+v, want its output hidden", ran)
 	}
+	c.say("/output " + ran.OutputRef)
+	c.textContaining("(secret values redacted):\nv=[redacted secret]")
 
 	c.say("here is my token " + ghp + " please keep it")
 	c.textContaining(credentialNotice)
@@ -661,9 +665,11 @@ func TestBrowserSecrets(t *testing.T) {
 	}
 	browserWait(t, ctx, "run done", `document.querySelector('[data-testid=card][data-card-id=`+js(run)+`][data-status=done]')`)
 	st := cardState(t, ctx, run)
-	if out, _ := st["output"].(string); !strings.Contains(out, "v=[redacted") || strings.Contains(out, canary) {
-		t.Errorf("output = %q, want v=[redacted…", out)
+	if out, _ := st["output"].(string); out != "" || !strings.Contains(fmt.Sprint(st["outcome"]), "Output hidden because this action received secret "+secretName) {
+		t.Errorf("card after the run = %v, want its output hidden", st)
 	}
+	browserSend(t, ctx, "/output "+run)
+	browserWait(t, ctx, "output shown", `document.body.innerText.includes('v=[redacted secret]')`)
 
 	// A credential typed into the chat.
 	browserSend(t, ctx, "here is my token "+ghp+" please keep it")

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -63,6 +64,7 @@ func (e *Engine) approvalCard(a core.ApprovalRequest, ex *core.Execution) *cards
 		if ex != nil {
 			e.renderExecution(c, a, ex)
 			c.Output = cards.ShowBidi(c.Output)
+			hideSecretOutput(c, act.Secrets)
 		}
 	}
 	return c
@@ -107,6 +109,30 @@ func (e *Engine) renderExecution(c *cards.Card, a core.ApprovalRequest, ex *core
 			c.Details = "Output was longer than the sandbox keeps; the rest was discarded."
 		}
 	}
+}
+
+// hideSecretOutput collapses the output of an action that received
+// secrets: the card says why and how to see it, and the output itself —
+// already redacted, yet possibly carrying the secret in a form redaction
+// cannot recognise — reaches the chat only when someone asks for it with
+// /output (or the web chat's full-output link).
+func hideSecretOutput(c *cards.Card, secrets []string) {
+	if len(secrets) == 0 || c.Output == "" && c.OutputRef == "" {
+		return
+	}
+	c.Output = ""
+	what := "secret " + secrets[0]
+	if len(secrets) > 1 {
+		what = "secrets " + strings.Join(secrets, ", ")
+	}
+	note := "Output hidden because this action received " + what + "."
+	if c.OutputRef != "" {
+		note += " Send /output " + c.OutputRef + " to see it (redacted)."
+	}
+	if c.Outcome != "" {
+		note = c.Outcome + " — " + note
+	}
+	c.Outcome = note
 }
 
 // clip shortens s to at most n characters, marking the cut with "…".

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"net/url"
 	"os"
@@ -726,10 +728,11 @@ func TestSecretLifecycle(t *testing.T) {
 	}
 	b.waitStatus(t, card.ID, cards.StatusDone)
 
-	// An approved action that declares the secret gets it as $DEMO_KEY;
-	// its output shows it redacted.
-	b.send(t, owner, `/run --secret demo_key sh -c 'echo "key=$DEMO_KEY"'`)
-	run := b.pendingCard(t, `sh -c 'echo "key=$DEMO_KEY"'`)
+	// An approved action that declares the secret gets it as $DEMO_KEY.
+	// Its card does not show the output, only why and how to ask for it.
+	script := `echo "key=$DEMO_KEY"; printf %s "$DEMO_KEY" | base64; printf %s "$DEMO_KEY" | od -x; printf %s "$DEMO_KEY" | fold -w 5`
+	b.send(t, owner, `/run --secret demo_key sh -c '`+script+`'`)
+	run := b.pendingCard(t, `sh -c '`+script+`'`)
 	if run.Risk != cards.RiskHigh || !slices.Contains(run.AffectedItems, "receives secret: demo_key") {
 		t.Fatalf("run card = %+v", run)
 	}
@@ -737,9 +740,33 @@ func TestSecretLifecycle(t *testing.T) {
 	b.waitStatus(t, run.ID, cards.StatusConfirming)
 	b.tap(t, owner, run.ID, "confirm")
 	done := b.waitStatus(t, run.ID, cards.StatusDone)
-	if strings.Contains(done.Output, canary) || !strings.Contains(done.Output, "key=[redacted") {
-		t.Fatalf("output not redacted: %q", done.Output)
+	if done.Output != "" || done.OutputRef == "" ||
+		!strings.Contains(done.Outcome, "Output hidden because this action received secret demo_key. Send /output "+done.OutputRef+" to see it (redacted).") {
+		t.Fatalf("output not collapsed: %+v", done)
 	}
+	// Someone who may not decide the card does not get it; the approver
+	// gets it redacted: the value, its base64, its od -x words and the
+	// value folded over lines are each replaced.
+	b.send(t, "test:friend", "/output "+done.OutputRef)
+	b.ch.waitFor(t, "output refused", func(m []core.OutMessage) bool { return textContaining(m, "may not decide card "+string(run.ID)) })
+	b.send(t, owner, "/output "+string(run.ID))
+	var shown string
+	b.ch.waitFor(t, "output shown", func(m []core.OutMessage) bool {
+		for _, x := range m {
+			if strings.HasPrefix(x.Text, "Output "+done.OutputRef+" (secret values redacted):") {
+				shown = x.Text
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(shown, "key=[redacted secret]") || strings.Count(shown, "[redacted secret]") != 4 || strings.Contains(shown, canary[:8]) {
+		t.Fatalf("shown output: %q", shown)
+	}
+	b.send(t, owner, "/output out-nosuchcard")
+	b.ch.waitFor(t, "unknown ref", func(m []core.OutMessage) bool {
+		return textContaining(m, "No stored output out-nosuchcard in this chat.")
+	})
 
 	// A credential typed into chat is not kept.
 	ghp := "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
@@ -748,7 +775,7 @@ func TestSecretLifecycle(t *testing.T) {
 
 	// The canary and the typed token appear nowhere in the database: not in
 	// turns, outbox payloads, executions, outputs or the audit log.
-	for _, v := range []string{canary, ghp} {
+	for _, v := range []string{canary, ghp, base64.StdEncoding.EncodeToString([]byte(canary))[:20], hex.EncodeToString([]byte(canary))[:20]} {
 		rows, err := b.st.Pool().Query(b.ctx, `SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'`)
 		if err != nil {
 			t.Fatal(err)

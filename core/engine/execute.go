@@ -251,8 +251,10 @@ func (e *Engine) execute(ctx context.Context, id core.ApprovalID) {
 		ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr), Truncated: res.Truncated,
 		TimedOut: res.TimedOut, DurationMS: res.Duration.Milliseconds(), Dir: res.Dir, Isolation: res.Isolation,
 	}
-	if n := len([]rune(fullOutput(rec))); n > e.cfg.OutputInlineMax {
-		rec.OutputRef = "out-" + string(id)
+	// Output of an action that received a secret is always stored, never
+	// pasted on the card: it is shown (redacted) only on request.
+	if n := len([]rune(fullOutput(rec))); n > e.cfg.OutputInlineMax || len(act.Secrets) > 0 && n > 0 {
+		rec.OutputRef = outputRefPrefix + string(id)
 	}
 	data := map[string]any{"exit_code": res.ExitCode, "duration_ms": rec.DurationMS, "timed_out": res.TimedOut, "isolation": res.Isolation}
 	if len(act.Secrets) > 0 {

@@ -23,7 +23,7 @@ var inlineCommands = map[string]bool{"/help": true, "/start": true, "/whoami": t
 
 // knownCommands are handled by handleText; any other "/…" is answered
 // "Unknown command" from memory.
-var knownCommands = map[string]bool{"/run": true, "/pending": true, "/audit": true, "/secret": true, "/secrets": true, "/pair": true}
+var knownCommands = map[string]bool{"/run": true, "/pending": true, "/audit": true, "/output": true, "/secret": true, "/secrets": true, "/pair": true}
 
 // inlineCandidate is the cheap test before any work: could this turn be
 // answered inline at all?

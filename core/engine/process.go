@@ -171,6 +171,7 @@ const helpText = `Commands:
 /run --secret <name> <command> — the same, with a stored secret as $NAME in its environment
 /pending — open approvals in this chat
 /audit [n] — recent activity (default 10)
+/output <ref> — an execution's stored output (redacted), for outputs a card does not show in full
 /whoami — your identity and trust
 /secret <name> — give Silas a credential through the secure HTTPS form (never in chat)
 /secrets — stored secret names; /secret delete <name> removes one
@@ -210,6 +211,8 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 		return e.cmdPending(ctx, o)
 	case "/audit":
 		return e.cmdAudit(ctx, o, arg)
+	case "/output":
+		return e.cmdOutput(ctx, o, arg)
 	case "/secret":
 		e.cmdSecret(o, arg)
 		return nil

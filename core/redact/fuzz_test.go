@@ -1,6 +1,9 @@
 package redact
 
 import (
+	"encoding/base32"
+	"encoding/base64"
+	"encoding/hex"
 	"strings"
 	"testing"
 )
@@ -48,15 +51,59 @@ func FuzzScan(f *testing.F) {
 	})
 }
 
-// FuzzRedactValues: the value never survives, whatever surrounds it.
+// FuzzRedactValues: the value never survives, whatever surrounds it,
+// and neither does any form RedactValues searches for (hex, base64,
+// base64url, base32, escaped), printed as is or wrapped every wrap
+// characters.
 func FuzzRedactValues(f *testing.F) {
-	f.Add("before ", "s3cr3t-value", " after")
-	f.Add("", "pa55:w/rd+", "")
-	f.Fuzz(func(t *testing.T, pre, value, post string) {
-		out := RedactValues(pre+value+post, []string{value})
-		// A value containing "[" or "]" can straddle a replacement; skip those.
-		if len(value) >= MinValueLen && !strings.ContainsAny(value, "[]") && strings.Contains(out, value) {
+	f.Add("before ", "s3cr3t-value", " after", uint8(0), uint8(0))
+	f.Add("", "pa55:w/rd+", "", uint8(3), uint8(7))
+	f.Add("user:", "Zq8vW1xR7pL3nB6t", "\n", uint8(2), uint8(76))
+	f.Add("00000000: ", "secret-value", "  secret-value", uint8(1), uint8(4))
+	f.Fuzz(func(t *testing.T, pre, value, post string, form, wrapAt uint8) {
+		if len(value) > 256 {
+			return
+		}
+		forms := []string{
+			value,
+			hex.EncodeToString([]byte(value)),
+			strings.ToUpper(hex.EncodeToString([]byte(value))),
+			base64.StdEncoding.EncodeToString([]byte(pre + value + post)),
+			base64.RawURLEncoding.EncodeToString([]byte(pre + value)),
+			base32.StdEncoding.EncodeToString([]byte(pre + value)),
+		}
+		printed := forms[int(form)%len(forms)]
+		if int(form)%len(forms) >= 3 {
+			printed = "x " + printed + " y" // the encoding already holds pre and post
+		} else {
+			printed = pre + printed + post
+		}
+		if wrapAt > 0 {
+			var b strings.Builder
+			for i := 0; i < len(printed); i += int(wrapAt) {
+				b.WriteString(printed[i:min(i+int(wrapAt), len(printed))])
+				b.WriteByte('\n')
+			}
+			printed = b.String()
+		}
+		out := RedactValues(printed, []string{value})
+		if wrapAt == 0 && int(form)%len(forms) == 0 && len(value) >= MinValueLen && !strings.ContainsAny(value, "[]") && strings.Contains(out, value) {
 			t.Fatalf("value %q survives in %q", value, out)
+		}
+		// Outside the replacements nothing that was searched for is left:
+		// a pattern surviving whole would be a match that was missed.
+		rest := strings.ReplaceAll(out, ValueReplacement, "\x00")
+		flat := stripSpace(rest)
+		p := compileValues([]string{value})
+		for _, pat := range p.exact {
+			if !strings.Contains(pat, "\x00") && strings.Contains(rest, pat) {
+				t.Fatalf("exact form %q survives in %q (from %q)", pat, out, printed)
+			}
+		}
+		for _, pat := range p.spread {
+			if !strings.Contains(pat, "\x00") && strings.Contains(flat, pat) {
+				t.Fatalf("form %q survives in %q (from %q)", pat, out, printed)
+			}
 		}
 	})
 }
