@@ -34,6 +34,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRedactValues$$' -fuzztime $(FUZZTIME) ./core/redact
 	$(GO) test -run '^$$' -fuzz '^FuzzSplitScript$$' -fuzztime $(FUZZTIME) ./core/policy
 	$(GO) test -run '^$$' -fuzz '^FuzzEvaluate$$' -fuzztime $(FUZZTIME) ./core/policy
+	$(GO) test -run '^$$' -fuzz '^FuzzJSONBSafe$$' -fuzztime $(FUZZTIME) ./core/store
+	$(GO) test -run '^$$' -fuzz '^FuzzFrameIntake$$' -fuzztime $(FUZZTIME) ./adapters/webchat
+	$(GO) test -run '^$$' -fuzz '^FuzzWebhookIntake$$' -fuzztime $(FUZZTIME) ./adapters/telegram/e2e
 
 ## bench: Go benchmarks plus the load driver, on real PostgreSQL (figures go in BENCHMARKS.md)
 bench:
