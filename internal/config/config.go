@@ -8,8 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"reflect"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -115,6 +118,9 @@ type Config struct {
 	Policy   struct {
 		Rules []policy.Rule `yaml:"rules"`
 	} `yaml:"policy"`
+
+	// ignoredEnv are Kubernetes service-link variables Load skipped.
+	ignoredEnv []string
 }
 
 // Audit configures the signed checkpoints of the audit chain
@@ -287,12 +293,71 @@ func applyEnv(c *Config, env []string) error {
 	if err := walk(reflect.ValueOf(c).Elem(), "SILAS", ""); err != nil {
 		return err
 	}
-	for k := range vars {
-		if strings.HasPrefix(k, "SILAS_") && !known[k] && !ignoredEnv[k] {
-			return fmt.Errorf("config: environment variable %s does not name a configuration key (see `silas config example`)", k)
+	for k, v := range vars {
+		if !strings.HasPrefix(k, "SILAS_") || known[k] || ignoredEnv[k] {
+			continue
 		}
+		if serviceLink(k, v) {
+			c.ignoredEnv = append(c.ignoredEnv, k)
+			continue
+		}
+		return fmt.Errorf("config: environment variable %s does not name a configuration key (see `silas config example`)", k)
 	}
+	slices.Sort(c.ignoredEnv)
 	return nil
+}
+
+// IgnoredEnv lists the SILAS_* variables Load skipped because they are
+// Kubernetes service links (serve logs them at debug level).
+func (c *Config) IgnoredEnv() []string { return slices.Clone(c.ignoredEnv) }
+
+// serviceLinkRe matches the names Kubernetes gives the variables it puts
+// into every pod for every Service in the namespace (a Service named
+// "silas" yields SILAS_SERVICE_HOST, SILAS_PORT, SILAS_PORT_8080_TCP…).
+// Group 1 tells which kind, and so which value shape to expect.
+var serviceLinkRe = regexp.MustCompile(`^[A-Z0-9_]+?_(SERVICE_HOST|SERVICE_PORT(?:_[A-Z0-9_]+)?|PORT|PORT_[0-9]{1,5}_(?:TCP|UDP|SCTP)(?:_PROTO|_PORT|_ADDR)?)$`)
+
+// serviceLink reports whether name=value is a Kubernetes service link. The
+// value must have the shape Kubernetes writes too (an IP, a port number,
+// tcp://ip:port, a protocol), so that a mistyped key such as
+// SILAS_SANDBOX_NETWORK_PORT=443 is still refused rather than skipped.
+// Deployments should set enableServiceLinks: false (deploy/kubernetes);
+// this keeps a Service named silas from crashing the pod when they don't.
+func serviceLink(name, value string) bool {
+	m := serviceLinkRe.FindStringSubmatch(name)
+	if m == nil {
+		return false
+	}
+	isPort := func(s string) bool {
+		n, err := strconv.Atoi(s)
+		return err == nil && n > 0 && n < 65536 && strconv.Itoa(n) == s
+	}
+	isIP := func(s string) bool { return net.ParseIP(s) != nil }
+	isURL := func(s string) bool {
+		proto, rest, ok := strings.Cut(s, "://")
+		if !ok || (proto != "tcp" && proto != "udp" && proto != "sctp") {
+			return false
+		}
+		host, port, err := net.SplitHostPort(rest)
+		return err == nil && isIP(host) && isPort(port)
+	}
+	kind := m[1]
+	switch {
+	case kind == "SERVICE_HOST":
+		return isIP(value)
+	case strings.HasPrefix(kind, "SERVICE_PORT"):
+		return isPort(value)
+	case kind == "PORT":
+		return isURL(value)
+	case strings.HasSuffix(kind, "_PROTO"):
+		return value == "tcp" || value == "udp" || value == "sctp"
+	case strings.HasSuffix(kind, "_ADDR"):
+		return isIP(value)
+	case strings.HasSuffix(kind, "_TCP_PORT"), strings.HasSuffix(kind, "_UDP_PORT"), strings.HasSuffix(kind, "_SCTP_PORT"):
+		return isPort(value)
+	default: // PORT_<n>_<PROTO>
+		return isURL(value)
+	}
 }
 
 // ignoredEnv are SILAS_ variables that are not configuration keys.
