@@ -47,7 +47,7 @@ type cliEnv struct {
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "Silas — a gateway where every action passes approval, a sandbox, verification and an audit chain.\n\n")
-	fmt.Fprintf(w, "Usage: silas [--config FILE] <command> [flags]\n\nCommands:\n")
+	fmt.Fprintf(w, "Usage: silas <command> [--config FILE] [flags]\n\nCommands:\n")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
@@ -108,18 +108,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// flags builds a FlagSet whose --help prints a description first.
+// flags builds a FlagSet whose --help prints a description first. Every
+// subcommand accepts --config too, because people type it after the
+// command (`silas serve --config FILE`); it overrides the one given before.
 func flags(env *cliEnv, name, synopsis, desc string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
+	fs.StringVar(&env.configPath, "config", env.configPath, "configuration file (YAML); default $SILAS_CONFIG")
 	fs.Usage = func() {
-		fmt.Fprintf(env.stderr, "Usage: silas %s\n\n%s\n", synopsis, desc)
-		var has bool
-		fs.VisitAll(func(*flag.Flag) { has = true })
-		if has {
-			fmt.Fprintf(env.stderr, "\nFlags:\n")
-			fs.PrintDefaults()
-		}
+		fmt.Fprintf(env.stderr, "Usage: silas %s\n\n%s\n\nFlags:\n", synopsis, desc)
+		fs.PrintDefaults()
 	}
 	return fs
 }

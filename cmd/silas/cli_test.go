@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -26,12 +28,62 @@ func TestCLI(t *testing.T) {
 		{"config check ok", []string{"config", "check"}, nil, 0, "configuration is valid"},
 		{"config check names the key", []string{"config", "check"}, map[string]string{"SILAS_APPROVALS_TTL": "1s"}, 1, "approvals.ttl"},
 		{"bad flag", []string{"audit", "tail", "--bogus"}, nil, 2, "flag provided but not defined"},
+		{"config check runs the telegram adapter's validation: token", []string{"config", "check"},
+			map[string]string{"SILAS_TELEGRAM_ENABLED": "true", "SILAS_TELEGRAM_MODE": "webhok", "SILAS_TELEGRAM_TOKEN": "garbage"}, 1, "telegram.token"},
+		{"config check runs the telegram adapter's validation: mode", []string{"config", "check"},
+			map[string]string{"SILAS_TELEGRAM_ENABLED": "true", "SILAS_TELEGRAM_MODE": "webhok", "SILAS_TELEGRAM_TOKEN": "123456:ABCDEFGHIJKLMNOP"}, 1, "telegram.mode"},
+		{"config check valid telegram", []string{"config", "check"},
+			map[string]string{"SILAS_TELEGRAM_ENABLED": "true", "SILAS_TELEGRAM_TOKEN": "123456:ABCDEFGHIJKLMNOP"}, 0, "configuration is valid"},
+		{"config check skips a disabled adapter", []string{"config", "check"},
+			map[string]string{"SILAS_TELEGRAM_MODE": "webhok"}, 0, "configuration is valid"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
+			var out, errOut bytes.Buffer
+			code := run(context.Background(), tt.args, &out, &errOut)
+			all := out.String() + errOut.String()
+			if code != tt.code || !strings.Contains(all, tt.wantOut) {
+				t.Fatalf("run(%q) = %d, output:\n%s\nwant %d and %q", tt.args, code, all, tt.code, tt.wantOut)
+			}
+		})
+	}
+}
+
+// TestConfigFlagPlacement: --config (or -config) works before the command
+// and after it, as people type it; after the command wins.
+func TestConfigFlagPlacement(t *testing.T) {
+	t.Setenv("SILAS_CONFIG", "")
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("approvals:\n  ttl: 1s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("approvals:\n  ttl: 2m\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		code    int
+		wantOut string
+	}{
+		{"before the command", []string{"--config", bad, "config", "check"}, 1, "approvals.ttl"},
+		{"after the command", []string{"config", "check", "--config", bad}, 1, "approvals.ttl"},
+		{"single dash after the command", []string{"config", "check", "-config", bad}, 1, "approvals.ttl"},
+		{"after the command wins", []string{"--config", bad, "config", "check", "--config", good}, 0, "configuration is valid"},
+		// serve loads the configuration before it touches a database, so a
+		// bad file shows that serve read the one given after it.
+		{"serve --config FILE", []string{"serve", "--config", bad}, 1, "approvals.ttl"},
+		{"serve -config=FILE", []string{"serve", "-config=" + bad}, 1, "approvals.ttl"},
+		{"--config FILE serve", []string{"--config", bad, "serve"}, 1, "approvals.ttl"},
+		{"missing file after the command", []string{"serve", "--config", filepath.Join(dir, "none.yaml")}, 1, "none.yaml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
 			code := run(context.Background(), tt.args, &out, &errOut)
 			all := out.String() + errOut.String()

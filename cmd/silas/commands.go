@@ -182,11 +182,16 @@ func cmdConfig(_ context.Context, env *cliEnv, args []string) error {
 		fmt.Fprint(env.stdout, configs.Example)
 		return nil
 	case "check":
-		fs := flags(env, "config check", "config check", "Load the configuration (file from --config or $SILAS_CONFIG, plus SILAS_* variables) and report the first problem.")
+		fs := flags(env, "config check", "config check", "Load the configuration (file from --config or $SILAS_CONFIG, plus SILAS_* variables), run each\n"+
+			"enabled adapter's own validation (the same serve runs at start) and report the first problem.")
 		if err := parse(fs, rest); err != nil {
 			return err
 		}
-		if _, err := config.Load(env.configPath, envList()); err != nil {
+		cfg, err := config.Load(env.configPath, envList())
+		if err != nil {
+			return err
+		}
+		if err := checkAdapters(cfg); err != nil {
 			return err
 		}
 		fmt.Fprintln(env.stdout, "configuration is valid")
@@ -199,4 +204,17 @@ func cmdConfig(_ context.Context, env *cliEnv, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
+}
+
+// checkAdapters runs each enabled adapter's own validation on the settings
+// serve would give it, so that `config check` catches what serve would
+// refuse (a mistyped telegram.mode, a malformed token). The web chat has
+// no settings beyond those config.Validate already checks.
+func checkAdapters(cfg *config.Config) error {
+	if cfg.Telegram.Enabled {
+		if err := telegramConfig(cfg, nil, nil).Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+	}
+	return nil
 }

@@ -14,12 +14,8 @@ import (
 )
 
 // cmdDoctor checks the settings an operator most often gets wrong and says
-// what to do about them in plain words. It changes nothing. Register it in
-// the command table as
-//
-//	{"doctor", "check platform settings (Telegram token and webhook)", cmdDoctor},
-//
-// The checks themselves live in the adapters (telegram.Doctor); this only
+// what to do about them in plain words. It changes nothing. The platform
+// checks themselves live in the adapters (telegram.Doctor); this only
 // gathers the settings and prints the findings.
 func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	fs := flags(env, "doctor", "doctor [--telegram-token file:PATH] [--telegram-mode polling|webhook] [--timeout 15s]",
@@ -79,14 +75,8 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 }
 
 // telegramSettings maps the telegram.* configuration keys to the adapter's
-// config. Until internal/config has a telegram section it returns none, and
-// doctor relies on its --telegram-* flags.
-//
-// Once config.Config has the section (see docs/telegram.md for the keys),
-// this becomes the same mapping serve uses, e.g.
-//
-//	t := cfg.Telegram
-//	return telegram.Config{Token: t.Token, Mode: t.Mode, WebhookURL: t.WebhookURL, …}
+// config with the same mapping serve uses; doctor's --telegram-* flags
+// override them.
 func telegramSettings(cfg *config.Config) telegram.Config {
 	return telegramConfig(cfg, nil, nil)
 }

@@ -61,6 +61,9 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	log := newLogger(cfg, env.stderr)
 	slog.SetDefault(log)
+	for _, k := range cfg.IgnoredEnv() {
+		log.Debug("ignoring a Kubernetes service-link variable (set enableServiceLinks: false in the pod spec)", slog.String("name", k))
+	}
 
 	db, err := openDatabase(ctx, cfg, log, true, store.Options{MaxConns: 16})
 	if err != nil {

@@ -8,8 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"reflect"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,18 +35,30 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// Config is the whole configuration. Field docs live in the example file.
+// Config is the whole configuration. Each field names its YAML key; the
+// example file (configs/silas.example.yaml) documents the keys at length
+// and shows every default.
 type Config struct {
+	// DataDir (data_dir) holds the signing key, sandbox work directories
+	// and, without database.url, the local PostgreSQL cluster.
 	DataDir  string `yaml:"data_dir"`
 	Database struct {
+		// URL (database.url, env DATABASE_URL) is the PostgreSQL URL or
+		// key=value string, or file:/path; "" starts a local cluster under
+		// data_dir/pg.
 		URL string `yaml:"url"`
 		// MigrateURL connects as the role that owns the schema and runs
 		// migrations; "" means URL (docs/operations.md).
-		MigrateURL  string `yaml:"migrate_url"`
-		AutoMigrate bool   `yaml:"auto_migrate"`
+		MigrateURL string `yaml:"migrate_url"`
+		// AutoMigrate applies migrations when serve starts; when false,
+		// serve refuses a schema that is behind.
+		AutoMigrate bool `yaml:"auto_migrate"`
 	} `yaml:"database"`
 	HTTP struct {
-		Listen        string   `yaml:"listen"`
+		// Listen is the address of the web chat, webhooks and /healthz,
+		// /readyz, /metrics (loopback by default).
+		Listen string `yaml:"listen"`
+		// ShutdownGrace is how long SIGTERM waits for in-flight work.
 		ShutdownGrace Duration `yaml:"shutdown_grace"`
 		// Limits of every HTTP listener (web chat and ops, webhooks,
 		// secure form): see internal/httpserve.
@@ -52,60 +67,102 @@ type Config struct {
 		WriteTimeout      Duration `yaml:"write_timeout"`
 		IdleTimeout       Duration `yaml:"idle_timeout"`
 		MaxHeaderBytes    int      `yaml:"max_header_bytes"`
-		MaxConnections    int      `yaml:"max_connections"`
+		// MaxConnections are open at once per listener; more wait.
+		MaxConnections int `yaml:"max_connections"`
 		// AllowedHosts are extra Host header values a loopback listener
 		// serves (a reverse proxy's public name); others get 421.
 		AllowedHosts []string `yaml:"allowed_hosts"`
 	} `yaml:"http"`
 	Log struct {
-		Level  string `yaml:"level"`
+		// Level is debug, info, warn or error.
+		Level string `yaml:"level"`
+		// Format is text or json.
 		Format string `yaml:"format"`
 	} `yaml:"log"`
 	Identities struct {
-		Owners  []string `yaml:"owners"`
+		// Owners have owner trust ("platform:id", e.g. telegram:123456).
+		Owners []string `yaml:"owners"`
+		// Allowed have auth trust: they may talk to Silas and approve what
+		// policy grants role:auth.
 		Allowed []string `yaml:"allowed"`
 	} `yaml:"identities"`
 	Approvals struct {
-		TTL      Duration `yaml:"ttl"`
+		// TTL is how long an approval card can be decided (10s-168h).
+		TTL Duration `yaml:"ttl"`
+		// TokenTTL is how long an approval token stays valid between
+		// decision and execution (10s-24h).
 		TokenTTL Duration `yaml:"token_ttl"`
 	} `yaml:"approvals"`
+	// Sandbox configures every execution's isolation and limits
+	// (docs/sandbox.md).
 	Sandbox struct {
-		Dir            string   `yaml:"dir"`
-		Timeout        Duration `yaml:"timeout"`
-		MaxOutputBytes int      `yaml:"max_output_bytes"`
-		RunAs          string   `yaml:"run_as"`
-		MaxProcesses   int      `yaml:"max_processes"`
-		MaxMemoryBytes int64    `yaml:"max_memory_bytes"`
-		MaxFileBytes   int64    `yaml:"max_file_bytes"`
-		MaxOpenFiles   int      `yaml:"max_open_files"`
-		TmpBytes       int64    `yaml:"tmp_bytes"`
-		NetworkPorts   []uint16 `yaml:"network_ports"`
+		// Dir holds per-execution work directories; "" means data_dir/sandbox.
+		Dir string `yaml:"dir"`
+		// Timeout is the default execution timeout.
+		Timeout Duration `yaml:"timeout"`
+		// MaxOutputBytes are kept from stdout and from stderr each.
+		MaxOutputBytes int `yaml:"max_output_bytes"`
+		// RunAs is the user programs run as when Silas is root ("" means
+		// nobody; never root).
+		RunAs string `yaml:"run_as"`
+		// MaxProcesses bounds processes and threads of one execution.
+		MaxProcesses int `yaml:"max_processes"`
+		// MaxMemoryBytes bounds one execution's memory.
+		MaxMemoryBytes int64 `yaml:"max_memory_bytes"`
+		// MaxFileBytes is the largest file an execution may write.
+		MaxFileBytes int64 `yaml:"max_file_bytes"`
+		// MaxOpenFiles is per process.
+		MaxOpenFiles int `yaml:"max_open_files"`
+		// TmpBytes is the size of each execution's private /tmp.
+		TmpBytes int64 `yaml:"tmp_bytes"`
+		// NetworkPorts are the TCP ports an action granted network may
+		// connect to.
+		NetworkPorts []uint16 `yaml:"network_ports"`
 	} `yaml:"sandbox"`
 	Output struct {
+		// InlineMaxChars: longer output is stored and referenced instead of
+		// pasted into chat.
 		InlineMaxChars int `yaml:"inline_max_chars"`
-		PreviewChars   int `yaml:"preview_chars"`
+		// PreviewChars of a stored output still show on the card.
+		PreviewChars int `yaml:"preview_chars"`
 	} `yaml:"output"`
 	Webchat struct {
-		Enabled    bool     `yaml:"enabled"`
-		Identity   string   `yaml:"identity"`
-		LoginTTL   Duration `yaml:"login_ttl"`
+		// Enabled serves the local web chat on http.listen.
+		Enabled bool `yaml:"enabled"`
+		// Identity is who the logged-in browser speaks as (webchat:<name>).
+		Identity string `yaml:"identity"`
+		// LoginTTL is how long the printed one-time login secret works.
+		LoginTTL Duration `yaml:"login_ttl"`
+		// SessionTTL is how long a login lasts (1m-720h).
 		SessionTTL Duration `yaml:"session_ttl"`
 	} `yaml:"webchat"`
+	// Secrets configures sealed credentials (docs/secrets.md).
 	Secrets struct {
-		KeyFile    string   `yaml:"key_file"`
-		Key        string   `yaml:"key"`
+		// KeyFile is the data key file; "" means data_dir/keys/secrets.key.
+		KeyFile string `yaml:"key_file"`
+		// Key is the data key itself (base64, 32 bytes) or file:/path.
+		Key string `yaml:"key"`
+		// RequestTTL is how long a /secret link works.
 		RequestTTL Duration `yaml:"request_ttl"`
 	} `yaml:"secrets"`
+	// SecretsWeb is the HTTPS form where credentials are typed.
 	SecretsWeb struct {
-		Enabled       bool   `yaml:"enabled"`
-		Listen        string `yaml:"listen"`
-		PublicURL     string `yaml:"public_url"`
-		MaxValueBytes int    `yaml:"max_value_bytes"`
+		Enabled bool `yaml:"enabled"`
+		// Listen is the form's own address.
+		Listen string `yaml:"listen"`
+		// PublicURL is the https:// address links in chat point to.
+		PublicURL string `yaml:"public_url"`
+		// MaxValueBytes bounds one submitted value.
+		MaxValueBytes int `yaml:"max_value_bytes"`
 		TLS           struct {
-			Mode     string `yaml:"mode"`
+			// Mode is self-signed (loopback only), files or acme.
+			Mode string `yaml:"mode"`
+			// CertFile and KeyFile are required in files mode.
 			CertFile string `yaml:"cert_file"`
 			KeyFile  string `yaml:"key_file"`
-			Dir      string `yaml:"dir"`
+			// Dir holds the self-signed certificate or the ACME cache; ""
+			// means data_dir/secrets-web.
+			Dir string `yaml:"dir"`
 			// ACMEEmail is the contact address given to the ACME CA.
 			ACMEEmail string `yaml:"acme_email"`
 		} `yaml:"tls"`
@@ -113,8 +170,13 @@ type Config struct {
 	Telegram Telegram `yaml:"telegram"`
 	Audit    Audit    `yaml:"audit"`
 	Policy   struct {
+		// Rules are tried in order; the first that applies decides
+		// (docs/policy.md). Empty: the built-in defaults.
 		Rules []policy.Rule `yaml:"rules"`
 	} `yaml:"policy"`
+
+	// ignoredEnv are Kubernetes service-link variables Load skipped.
+	ignoredEnv []string
 }
 
 // Audit configures the signed checkpoints of the audit chain
@@ -133,28 +195,47 @@ type Audit struct {
 	CheckpointInterval Duration `yaml:"checkpoint_interval"`
 }
 
-// Telegram configures the Telegram channel (docs/telegram.md).
+// Telegram configures the Telegram channel (docs/telegram.md). cmd/silas
+// maps it onto adapters/telegram.Config, whose field docs give each key's
+// range; zero values take the adapter's defaults, and the adapter's own
+// validation runs at serve and `silas config check`.
 type Telegram struct {
-	Enabled               bool     `yaml:"enabled"`
-	Token                 string   `yaml:"token"`
-	Mode                  string   `yaml:"mode"`
-	WebhookURL            string   `yaml:"webhook_url"`
-	WebhookSecret         string   `yaml:"webhook_secret"`
-	WebhookMaxConnections int      `yaml:"webhook_max_connections"`
-	BaseURL               string   `yaml:"base_url"`
-	BotUsername           string   `yaml:"bot_username"`
-	AllowedUpdates        []string `yaml:"allowed_updates"`
-	PollTimeout           Duration `yaml:"poll_timeout"`
-	HTTPTimeout           Duration `yaml:"http_timeout"`
-	DMPolicy              string   `yaml:"dm_policy"`
-	Limits                struct {
+	// Enabled runs the channel (telegram.token is then required).
+	Enabled bool `yaml:"enabled"`
+	// Token is the bot token from @BotFather, or file:/path.
+	Token string `yaml:"token"`
+	// Mode is polling (default) or webhook.
+	Mode string `yaml:"mode"`
+	// WebhookURL is the public HTTPS URL Telegram posts to (webhook mode).
+	WebhookURL string `yaml:"webhook_url"`
+	// WebhookSecret (webhook mode) is 24-256 characters of A-Z a-z 0-9 _ -,
+	// or file:/path.
+	WebhookSecret string `yaml:"webhook_secret"`
+	// WebhookMaxConnections bounds Telegram's concurrent webhook requests.
+	WebhookMaxConnections int `yaml:"webhook_max_connections"`
+	// BaseURL is the Bot API server (a self-hosted one, if you run one).
+	BaseURL string `yaml:"base_url"`
+	// BotUsername is the bot's @username; "" learns it with getMe.
+	BotUsername string `yaml:"bot_username"`
+	// AllowedUpdates are the update types requested from Telegram.
+	AllowedUpdates []string `yaml:"allowed_updates"`
+	// PollTimeout is getUpdates' long-polling timeout.
+	PollTimeout Duration `yaml:"poll_timeout"`
+	// HTTPTimeout bounds every other Bot API request.
+	HTTPTimeout Duration `yaml:"http_timeout"`
+	// DMPolicy is what direct messages from unknown senders get: pairing,
+	// allowlist, open or disabled.
+	DMPolicy string `yaml:"dm_policy"`
+	// Limits are the outbound rate limits.
+	Limits struct {
 		PerChatInterval Duration `yaml:"per_chat_interval"`
 		GroupPerMinute  int      `yaml:"group_per_minute"`
 		GlobalPerSecond int      `yaml:"global_per_second"`
 	} `yaml:"limits"`
 }
 
-// Default returns the built-in defaults (the example file's values).
+// Default returns the built-in defaults (the example file's values; most
+// telegram.* defaults are applied by the adapter itself).
 func Default() *Config {
 	c := &Config{DataDir: "./.data"}
 	c.Database.AutoMigrate = true
@@ -190,16 +271,9 @@ func Default() *Config {
 	c.SecretsWeb.PublicURL = "https://127.0.0.1:8443"
 	c.SecretsWeb.MaxValueBytes = 16384
 	c.SecretsWeb.TLS.Mode = "self-signed"
-	c.Telegram.Mode = "polling"
-	c.Telegram.WebhookMaxConnections = 40
-	c.Telegram.BaseURL = "https://api.telegram.org"
-	c.Telegram.AllowedUpdates = []string{"message", "callback_query"}
-	c.Telegram.PollTimeout = Duration{30 * time.Second}
-	c.Telegram.HTTPTimeout = Duration{30 * time.Second}
+	// The other telegram.* defaults are the adapter's own: it fills in zero
+	// values (adapters/telegram Config), so they live in one place.
 	c.Telegram.DMPolicy = "pairing"
-	c.Telegram.Limits.PerChatInterval = Duration{time.Second}
-	c.Telegram.Limits.GroupPerMinute = 20
-	c.Telegram.Limits.GlobalPerSecond = 30
 	return c
 }
 
@@ -287,12 +361,71 @@ func applyEnv(c *Config, env []string) error {
 	if err := walk(reflect.ValueOf(c).Elem(), "SILAS", ""); err != nil {
 		return err
 	}
-	for k := range vars {
-		if strings.HasPrefix(k, "SILAS_") && !known[k] && !ignoredEnv[k] {
-			return fmt.Errorf("config: environment variable %s does not name a configuration key (see `silas config example`)", k)
+	for k, v := range vars {
+		if !strings.HasPrefix(k, "SILAS_") || known[k] || ignoredEnv[k] {
+			continue
 		}
+		if serviceLink(k, v) {
+			c.ignoredEnv = append(c.ignoredEnv, k)
+			continue
+		}
+		return fmt.Errorf("config: environment variable %s does not name a configuration key (see `silas config example`)", k)
 	}
+	slices.Sort(c.ignoredEnv)
 	return nil
+}
+
+// IgnoredEnv lists the SILAS_* variables Load skipped because they are
+// Kubernetes service links (serve logs them at debug level).
+func (c *Config) IgnoredEnv() []string { return slices.Clone(c.ignoredEnv) }
+
+// serviceLinkRe matches the names Kubernetes gives the variables it puts
+// into every pod for every Service in the namespace (a Service named
+// "silas" yields SILAS_SERVICE_HOST, SILAS_PORT, SILAS_PORT_8080_TCP…).
+// Group 1 tells which kind, and so which value shape to expect.
+var serviceLinkRe = regexp.MustCompile(`^[A-Z0-9_]+?_(SERVICE_HOST|SERVICE_PORT(?:_[A-Z0-9_]+)?|PORT|PORT_[0-9]{1,5}_(?:TCP|UDP|SCTP)(?:_PROTO|_PORT|_ADDR)?)$`)
+
+// serviceLink reports whether name=value is a Kubernetes service link. The
+// value must have the shape Kubernetes writes too (an IP, a port number,
+// tcp://ip:port, a protocol), so that a mistyped key such as
+// SILAS_SANDBOX_NETWORK_PORT=443 is still refused rather than skipped.
+// Deployments should set enableServiceLinks: false (deploy/kubernetes);
+// this keeps a Service named silas from crashing the pod when they don't.
+func serviceLink(name, value string) bool {
+	m := serviceLinkRe.FindStringSubmatch(name)
+	if m == nil {
+		return false
+	}
+	isPort := func(s string) bool {
+		n, err := strconv.Atoi(s)
+		return err == nil && n > 0 && n < 65536 && strconv.Itoa(n) == s
+	}
+	isIP := func(s string) bool { return net.ParseIP(s) != nil }
+	isURL := func(s string) bool {
+		proto, rest, ok := strings.Cut(s, "://")
+		if !ok || (proto != "tcp" && proto != "udp" && proto != "sctp") {
+			return false
+		}
+		host, port, err := net.SplitHostPort(rest)
+		return err == nil && isIP(host) && isPort(port)
+	}
+	kind := m[1]
+	switch {
+	case kind == "SERVICE_HOST":
+		return isIP(value)
+	case strings.HasPrefix(kind, "SERVICE_PORT"):
+		return isPort(value)
+	case kind == "PORT":
+		return isURL(value)
+	case strings.HasSuffix(kind, "_PROTO"):
+		return value == "tcp" || value == "udp" || value == "sctp"
+	case strings.HasSuffix(kind, "_ADDR"):
+		return isIP(value)
+	case strings.HasSuffix(kind, "_TCP_PORT"), strings.HasSuffix(kind, "_UDP_PORT"), strings.HasSuffix(kind, "_SCTP_PORT"):
+		return isPort(value)
+	default: // PORT_<n>_<PROTO>
+		return isURL(value)
+	}
 }
 
 // ignoredEnv are SILAS_ variables that are not configuration keys.

@@ -79,3 +79,79 @@ func TestDatabaseURLFromFile(t *testing.T) {
 		t.Fatalf("Load = %v, %v", c, err)
 	}
 }
+
+// TestKubernetesServiceLinks: a Service named silas (or silas-db) makes
+// Kubernetes put SILAS_* variables into the pod; they are skipped, while a
+// mistyped key is still refused, even one whose name looks like a link.
+func TestKubernetesServiceLinks(t *testing.T) {
+	links := []string{
+		"SILAS_SERVICE_HOST=10.96.12.34",
+		"SILAS_SERVICE_PORT=8080",
+		"SILAS_SERVICE_PORT_HTTP=8080",
+		"SILAS_PORT=tcp://10.96.12.34:8080",
+		"SILAS_PORT_8080_TCP=tcp://10.96.12.34:8080",
+		"SILAS_PORT_8080_TCP_PROTO=tcp",
+		"SILAS_PORT_8080_TCP_PORT=8080",
+		"SILAS_PORT_8080_TCP_ADDR=10.96.12.34",
+		"SILAS_DB_SERVICE_HOST=fd00::1",
+		"SILAS_DB_PORT_5432_TCP=tcp://[fd00::1]:5432",
+		"SILAS_METRICS_PORT_9090_UDP_PROTO=udp",
+	}
+	c, err := Load("", append([]string{"SILAS_HTTP_LISTEN=0.0.0.0:8080"}, links...))
+	if err != nil {
+		t.Fatalf("service links refused: %v", err)
+	}
+	if c.HTTP.Listen != "0.0.0.0:8080" {
+		t.Fatalf("http.listen = %q", c.HTTP.Listen)
+	}
+	if got := c.IgnoredEnv(); len(got) != len(links) {
+		t.Fatalf("IgnoredEnv = %v, want the %d links", got, len(links))
+	}
+
+	refused := []struct {
+		name string
+		kv   string
+	}{
+		{"typo", "SILAS_TELEGRAM_MODEE=webhook"},
+		{"link-like name, port value", "SILAS_SANDBOX_NETWORK_PORT=443"},
+		{"service host not an IP", "SILAS_TELEGRAM_SERVICE_HOST=example.org"},
+		{"service port not a number", "SILAS_SERVICE_PORT=http"},
+		{"port not a URL", "SILAS_PORT=8080"},
+		{"port URL with a host name", "SILAS_PORT_8080_TCP=tcp://silas:8080"},
+		{"bad protocol", "SILAS_PORT_8080_TCP_PROTO=http"},
+		{"address not an IP", "SILAS_PORT_8080_TCP_ADDR=silas"},
+		{"port out of range", "SILAS_PORT_8080_TCP_PORT=70000"},
+		{"not a protocol suffix", "SILAS_PORT_8080_HTTP=tcp://10.0.0.1:8080"},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			name, _, _ := strings.Cut(tt.kv, "=")
+			_, err := Load("", []string{tt.kv})
+			if err == nil || !strings.Contains(err.Error(), name) {
+				t.Fatalf("Load(%s) = %v, want an error naming %s", tt.kv, err, name)
+			}
+		})
+	}
+}
+
+func FuzzServiceLink(f *testing.F) {
+	f.Add("SILAS_PORT_8080_TCP", "tcp://10.0.0.1:8080")
+	f.Add("SILAS_SERVICE_HOST", "10.0.0.1")
+	f.Add("SILAS_TELEGRAM_MODEE", "webhook")
+	f.Fuzz(func(t *testing.T, name, value string) {
+		// A real configuration key is never taken for a service link.
+		if serviceLink(name, value) && known(name) {
+			t.Fatalf("%s=%q is both a key and a service link", name, value)
+		}
+	})
+}
+
+// known reports whether name is a configuration key's variable: setting
+// it fails, if at all, for its value, not for its name.
+func known(name string) bool {
+	if !strings.HasPrefix(name, "SILAS_") || strings.ContainsAny(name, "=") || ignoredEnv[name] {
+		return false
+	}
+	err := applyEnv(Default(), []string{name + "=x"})
+	return err == nil || !strings.Contains(err.Error(), "does not name a configuration key")
+}
