@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -16,7 +17,7 @@ import (
 func (e *Engine) approvalCard(a core.ApprovalRequest, ex *core.Execution) *cards.Card {
 	cmd := a.Intent
 	var act core.Action
-	if err := jsonUnmarshal(a.ActionCanonical, &act); err == nil {
+	if err := json.Unmarshal(a.ActionCanonical, &act); err == nil {
 		cmd = act.CommandLine()
 	}
 	// Bidi controls from user text are shown, not obeyed (before

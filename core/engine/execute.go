@@ -15,8 +15,6 @@ import (
 	"github.com/silas-gateway/silas/core/verify"
 )
 
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
-
 // startExecution runs an approved action in the background; the engine
 // waits for it on shutdown.
 func (e *Engine) startExecution(id core.ApprovalID) {

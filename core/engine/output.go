@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -64,7 +65,7 @@ func (e *Engine) cmdOutput(ctx context.Context, o *outcome, arg string) error {
 	o.note("output.shown", map[string]any{"approval": string(id), "ref": ref})
 	name := "Output " + ref
 	var act core.Action
-	if jsonUnmarshal(a.ActionCanonical, &act) == nil && len(act.Secrets) > 0 {
+	if json.Unmarshal(a.ActionCanonical, &act) == nil && len(act.Secrets) > 0 {
 		name += " (secret values redacted)"
 	}
 	switch n := utf8.RuneCountInString(out); {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -381,7 +382,7 @@ func (e *Engine) cmdAudit(ctx context.Context, o *outcome, arg string) error {
 		var c string
 		if a, err := e.st.GetApproval(ctx, core.ApprovalID(id)); err == nil {
 			var act core.Action
-			if jsonUnmarshal(a.ActionCanonical, &act) == nil {
+			if json.Unmarshal(a.ActionCanonical, &act) == nil {
 				c = act.CommandLine()
 			}
 		}
