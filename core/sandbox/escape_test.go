@@ -291,6 +291,8 @@ func TestEscape(t *testing.T) {
 			exitZero: true, want: []string{"CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2"}},
 		escapeCase{name: "own PID namespace", argv: []string{"sh", "-c", "ls /proc | grep -c '^[0-9]'"}, exitZero: true, want: []string{"3\n", "4\n"}},
 		escapeCase{name: "own UTS namespace", argv: []string{"hostname"}, exitZero: true, want: []string{"silas-sandbox\n"}},
+		// ls's own directory descriptor is the 3.
+		escapeCase{name: "inherits only stdin, stdout, stderr", argv: []string{"ls", "/proc/self/fd"}, exitZero: true, want: []string{"0\n1\n2\n3\n"}},
 	)
 	for _, d := range b.pgData {
 		cases = append(cases, escapeCase{name: "PostgreSQL data dir " + d, argv: []string{"ls", d}, want: []string{shENOENT}})

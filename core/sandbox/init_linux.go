@@ -132,7 +132,15 @@ func sandboxInit(arg string) int {
 
 	// Phase 2: the run. The parent writes it once we are in our cgroups:
 	// nothing may fork before that.
-	runJSON, err := io.ReadAll(os.NewFile(fdRun, "run"))
+	// Descriptors the gateway inherited from whoever started it (a shell, a
+	// service manager, go test) and did not mark close-on-exec reach us
+	// through os/exec: none may reach the program.
+	if err := closeOnExecFrom(fdRun + 1); err != nil {
+		return fail(statusSetupErr, err)
+	}
+	runPipe := os.NewFile(fdRun, "run")
+	runJSON, err := io.ReadAll(runPipe)
+	runPipe.Close() // the program inherits no descriptor but stdin/out/err
 	if err != nil || len(runJSON) == 0 {
 		return fail(statusSetupErr, errors.New("init: no run (parent went away)"))
 	}
@@ -191,6 +199,24 @@ func sandboxInit(arg string) int {
 			return 0
 		}
 	}
+}
+
+// closeOnExecFrom marks every descriptor from fd up close-on-exec
+// (close_range, or /proc/self/fd where the kernel lacks it).
+func closeOnExecFrom(fd int) error {
+	if err := unix.CloseRange(uint(fd), ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err == nil {
+		return nil
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("init: list descriptors: %w", err)
+	}
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil && n >= fd {
+			unix.CloseOnExec(n)
+		}
+	}
+	return nil
 }
 
 // setupFS builds the sandbox's root in a tmpfs and pivots into it: system
