@@ -3,12 +3,11 @@ package telegram
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
-	"time"
 
 	"github.com/go-telegram/bot"
 
+	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
 )
 
@@ -63,11 +62,11 @@ func mapError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	err = redactURL(err)
+	err = kit.RedactURL(err)
 	wrapped := fmt.Errorf("telegram: %s: %w", op, err)
 	var tm *bot.TooManyRequestsError
 	if errors.As(err, &tm) {
-		return &core.RateLimitedError{RetryAfter: retryAfter(tm.RetryAfter), Err: wrapped}
+		return &core.RateLimitedError{RetryAfter: kit.RetryAfterSeconds(tm.RetryAfter), Err: wrapped}
 	}
 	var mig *bot.MigrateError
 	if errors.As(err, &mig) {
@@ -77,23 +76,4 @@ func mapError(op string, err error) error {
 		return &core.PermanentError{Err: wrapped}
 	}
 	return wrapped
-}
-
-// retryAfter converts Telegram's retry_after seconds, never below one
-// second (a 429 without it still asks us to slow down).
-func retryAfter(sec int) time.Duration {
-	if sec < 1 {
-		sec = 1
-	}
-	return time.Duration(sec) * time.Second
-}
-
-// redactURL drops the request URL from transport errors: it contains the
-// bot token. The SDK masks it already; our own requests rely on this.
-func redactURL(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return fmt.Errorf("%s request failed: %w", ue.Op, ue.Err)
-	}
-	return err
 }

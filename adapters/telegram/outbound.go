@@ -2,7 +2,6 @@ package telegram
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
 
+	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
 )
 
@@ -71,7 +71,7 @@ func (a *Adapter) Send(ctx context.Context, m core.OutMessage) (core.MessageRef,
 	var msgs []rendered
 	textParts := 0
 	if strings.TrimSpace(m.Text) != "" {
-		for _, p := range splitText(m.Text, MaxMessageLen) {
+		for _, p := range kit.SplitText(m.Text, MaxMessageLen, escapedWidth) {
 			if strings.TrimSpace(p) == "" {
 				continue // Telegram refuses blank messages
 			}
@@ -92,56 +92,22 @@ func (a *Adapter) Send(ctx context.Context, m core.OutMessage) (core.MessageRef,
 	if len(msgs) == 1 {
 		return a.sendRendered(ctx, chat, msgs[0])
 	}
-	// Several messages: remember progress so a retry does not repeat parts.
-	key := progressKey(m)
-	a.mu.Lock()
-	p := a.splits[key]
-	if p == nil {
-		p = &splitProgress{}
-		a.splits[key] = p
+	// Several messages: the kit remembers progress so a retry does not
+	// repeat parts.
+	first, last, err := a.splits.Send(kit.SplitKey(m), len(msgs), func(i int) (core.MessageRef, error) {
+		return a.sendRendered(ctx, chat, msgs[i])
+	})
+	if err != nil {
+		return "", err
 	}
-	p.at = a.now()
-	start, first := p.sent, p.first
-	a.mu.Unlock()
-	var last core.MessageRef
-	for i := start; i < len(msgs); i++ {
-		r, err := a.sendRendered(ctx, chat, msgs[i])
-		if err != nil {
-			return "", err
-		}
-		last = r
-		a.mu.Lock()
-		p.sent = i + 1
-		if i == 0 {
-			p.first, first = r, r
-		}
-		a.mu.Unlock()
-	}
-	a.mu.Lock()
-	delete(a.splits, key)
-	a.mu.Unlock()
 	if m.Card != nil || textParts == 0 {
 		return last, nil
 	}
 	return first, nil
 }
 
-func progressKey(m core.OutMessage) [32]byte {
-	h := sha256.New()
-	h.Write([]byte(m.Conversation))
-	h.Write([]byte{0})
-	h.Write([]byte(m.Text))
-	h.Write([]byte{0})
-	if m.Card != nil {
-		h.Write([]byte(m.Card.ID))
-	}
-	var k [32]byte
-	copy(k[:], h.Sum(nil))
-	return k
-}
-
 func (a *Adapter) sendRendered(ctx context.Context, chat int64, r rendered) (core.MessageRef, error) {
-	release, err := a.lim.wait(ctx, chat)
+	release, err := a.lim.Wait(ctx, chat)
 	if err != nil {
 		return "", fmt.Errorf("telegram: sendMessage: waiting for the rate limit: %w", err)
 	}
@@ -166,7 +132,7 @@ func (a *Adapter) outboundError(chat int64, op string, err error) error {
 	err = mapError(op, err)
 	var rl *core.RateLimitedError
 	if errors.As(err, &rl) {
-		a.lim.pause(chat, rl.RetryAfter)
+		a.lim.Pause(chat, rl.RetryAfter)
 	}
 	return err
 }
@@ -192,14 +158,14 @@ func (a *Adapter) Update(ctx context.Context, r core.MessageRef, m core.OutMessa
 		}
 	case strings.TrimSpace(m.Text) != "":
 		text := m.Text
-		if parts := splitText(text, MaxMessageLen-textLen(truncMark)); len(parts) > 1 {
+		if parts := kit.SplitText(text, MaxMessageLen-textLen(truncMark), escapedWidth); len(parts) > 1 {
 			text = parts[0] + truncMark
 		}
 		out = rendered{html: escapeHTML(text)}
 	default:
 		return &core.PermanentError{Err: errors.New("telegram: nothing to show (empty text and no card)")}
 	}
-	release, err := a.lim.wait(ctx, chat)
+	release, err := a.lim.Wait(ctx, chat)
 	if err != nil {
 		return fmt.Errorf("telegram: editMessageText: waiting for the rate limit: %w", err)
 	}
@@ -247,3 +213,8 @@ func (a *Adapter) DeleteMessage(ctx context.Context, conv core.ConversationID, p
 	}
 	return mapError("deleteMessage", err)
 }
+
+// isGroup reports whether a chat id names a group, supergroup or channel
+// (negative ids); private chats have the user's positive id. Groups have
+// their own per-minute limit.
+func isGroup(chat int64) bool { return chat < 0 }
