@@ -20,6 +20,10 @@ import (
 // too, which is stricter, so a rendered message always fits.
 const MaxMessageLen = 4096
 
+// MaxInlineButtons is Telegram's limit on the buttons of one inline
+// keyboard.
+const MaxInlineButtons = 100
+
 // MaxCallbackData is Telegram's limit on a button's callback_data, in bytes.
 const MaxCallbackData = 64
 

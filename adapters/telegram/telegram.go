@@ -38,8 +38,15 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"github.com/silas-gateway/silas/adapters/kit"
+	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 )
+
+// pendingTap is a delivered tap waiting for the core's answer.
+type pendingTap struct {
+	queryID string
+	msg     core.MessageRef // the tapped message; empty when unknown
+}
 
 // Adapter is the Telegram channel.
 type Adapter struct {
@@ -61,8 +68,8 @@ type Adapter struct {
 	// hookTries counts failed webhook deliveries per update_id.
 	hookTries map[int64]int
 
-	// taps are the callback query ids of delivered taps, by Turn.EventID.
-	taps *kit.PendingTaps[string]
+	// taps are the delivered taps waiting for an answer, by Turn.EventID.
+	taps *kit.PendingTaps[pendingTap]
 	// splits is the progress of texts sent in several parts.
 	splits *kit.Splits
 
@@ -72,11 +79,13 @@ type Adapter struct {
 }
 
 var (
-	_ core.Channel         = (*Adapter)(nil)
-	_ core.TapAnswerer     = (*Adapter)(nil)
-	_ core.DirectMessenger = (*Adapter)(nil)
-	_ core.MessageDeleter  = (*Adapter)(nil)
-	_ http.Handler         = (*Adapter)(nil)
+	_ core.Channel            = (*Adapter)(nil)
+	_ core.TapAnswerer        = (*Adapter)(nil)
+	_ core.DirectMessenger    = (*Adapter)(nil)
+	_ core.MessageDeleter     = (*Adapter)(nil)
+	_ core.TapCardAnswerer    = (*Adapter)(nil)
+	_ core.CapabilityReporter = (*Adapter)(nil)
+	_ http.Handler            = (*Adapter)(nil)
 )
 
 // New builds the adapter. It validates cfg and makes no network request;
@@ -90,7 +99,7 @@ func New(cfg Config) (*Adapter, error) {
 		cfg: r, now: r.Now,
 		log:         r.Logger.With(slog.String("channel", string(r.Name))),
 		username:    r.BotUsername,
-		taps:        kit.NewPendingTaps[string](r.Now),
+		taps:        kit.NewPendingTaps[pendingTap](r.Now),
 		moved:       map[core.MessageRef]core.MessageRef{},
 		splits:      kit.NewSplits(r.Now),
 		memState:    map[string]string{},
@@ -243,7 +252,7 @@ func (a *Adapter) handle(ctx context.Context, in core.Inbox, u *models.Update) e
 	if t.Tap != nil {
 		// Registered before Deliver: the core may answer before Deliver
 		// returns here.
-		a.taps.Add(t.EventID, r.queryID)
+		a.taps.Add(t.EventID, pendingTap{queryID: r.queryID, msg: r.tapped})
 	}
 	res, err := in.Deliver(ctx, t)
 	var rej *core.RejectedError
@@ -274,16 +283,52 @@ func (a *Adapter) handle(ctx context.Context, in core.Inbox, u *models.Update) e
 // query with a short toast. A tap the adapter no longer knows (answered
 // already, or the process restarted) is skipped.
 func (a *Adapter) AnswerTap(ctx context.Context, t core.Turn, text string) error {
-	q, ok := a.taps.Take(t.EventID)
+	p, ok := a.taps.Take(t.EventID)
 	if !ok {
 		return nil
 	}
-	return a.answer(ctx, q, text)
+	return a.answer(ctx, p.queryID, text)
+}
+
+// AnswerTapWithCard implements core.TapCardAnswerer: the tapped message
+// shows card (edited in place, as Update does) and the tap is answered
+// with text. Telegram has no single call for both; the edit comes first so
+// the toast never announces a state the card does not show yet. A tap the
+// adapter no longer knows, or whose message Telegram did not name, is
+// core.ErrNotSupported: the caller updates the card with Update.
+func (a *Adapter) AnswerTapWithCard(ctx context.Context, t core.Turn, text string, card *cards.Card) error {
+	p, ok := a.taps.Take(t.EventID)
+	if !ok || (card != nil && p.msg == "") {
+		if ok {
+			_ = a.answer(ctx, p.queryID, text)
+		}
+		return core.ErrNotSupported
+	}
+	if card != nil {
+		if err := a.Update(ctx, p.msg, core.OutMessage{Conversation: t.Conversation, Card: card}); err != nil {
+			_ = a.answer(ctx, p.queryID, "")
+			return err
+		}
+	}
+	return a.answer(ctx, p.queryID, text)
+}
+
+// Capabilities implements core.CapabilityReporter.
+func (a *Adapter) Capabilities() core.Capabilities {
+	return core.Capabilities{
+		EditInPlace: true,
+		Delete:      true,
+		Ephemeral:   true, // a tap's toast (answerCallbackQuery)
+		Threads:     false,
+		Buttons:     true,
+		MaxTextLen:  MaxMessageLen,
+		MaxButtons:  MaxInlineButtons,
+	}
 }
 
 func (a *Adapter) answerPending(ctx context.Context, ev, text string) {
-	if q, ok := a.taps.Take(ev); ok {
-		_ = a.answer(ctx, q, text)
+	if p, ok := a.taps.Take(ev); ok {
+		_ = a.answer(ctx, p.queryID, text)
 	}
 }
 
@@ -312,8 +357,8 @@ func (a *Adapter) answer(ctx context.Context, queryID, text string) error {
 // duplicate, or a tap whose processing is slow) so the spinner stops, and
 // forgets split progress of messages the outbox gave up on.
 func (a *Adapter) sweepTaps(ctx context.Context) {
-	for _, q := range a.taps.Due(a.tapFallback) {
-		_ = a.answer(ctx, q, "")
+	for _, p := range a.taps.Due(a.tapFallback) {
+		_ = a.answer(ctx, p.queryID, "")
 	}
 	a.splits.Sweep(time.Hour)
 }
