@@ -8,7 +8,6 @@ import (
 	"github.com/go-telegram/bot"
 
 	"github.com/silas-gateway/silas/adapters/kit"
-	"github.com/silas-gateway/silas/core"
 )
 
 // apiError is an error answer of the Bot API for a request the adapter made
@@ -66,14 +65,14 @@ func mapError(op string, err error) error {
 	wrapped := fmt.Errorf("telegram: %s: %w", op, err)
 	var tm *bot.TooManyRequestsError
 	if errors.As(err, &tm) {
-		return &core.RateLimitedError{RetryAfter: kit.RetryAfterSeconds(tm.RetryAfter), Err: wrapped}
+		return kit.RateLimited(kit.RetryAfterSeconds(tm.RetryAfter), wrapped)
 	}
 	var mig *bot.MigrateError
 	if errors.As(err, &mig) {
-		return &core.PermanentError{Err: fmt.Errorf("telegram: %s: the group became supergroup %d; its conversation id changed: %w", op, mig.MigrateToChatID, err)}
+		return kit.Permanentf("telegram: %s: the group became supergroup %d; its conversation id changed: %w", op, mig.MigrateToChatID, err)
 	}
 	if errors.Is(err, bot.ErrorBadRequest) || errors.Is(err, bot.ErrorForbidden) {
-		return &core.PermanentError{Err: wrapped}
+		return kit.Permanent(wrapped)
 	}
 	return wrapped
 }

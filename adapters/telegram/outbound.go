@@ -53,11 +53,11 @@ func parseRef(r core.MessageRef) (int64, int, bool) {
 func (a *Adapter) chatOf(conv core.ConversationID) (int64, error) {
 	rest, ok := strings.CutPrefix(string(conv), string(a.cfg.Name)+":")
 	if !ok {
-		return 0, &core.PermanentError{Err: fmt.Errorf("telegram: conversation %q is not a %s conversation", conv, a.cfg.Name)}
+		return 0, kit.Permanentf("telegram: conversation %q is not a %s conversation", conv, a.cfg.Name)
 	}
 	chat, err := strconv.ParseInt(rest, 10, 64)
 	if err != nil || chat == 0 {
-		return 0, &core.PermanentError{Err: fmt.Errorf("telegram: conversation %q has no chat id", conv)}
+		return 0, kit.Permanentf("telegram: conversation %q has no chat id", conv)
 	}
 	return chat, nil
 }
@@ -82,12 +82,12 @@ func (a *Adapter) Send(ctx context.Context, m core.OutMessage) (core.MessageRef,
 	if m.Card != nil {
 		r, err := renderCard(m.Card)
 		if err != nil {
-			return "", &core.PermanentError{Err: fmt.Errorf("telegram: %w", err)}
+			return "", kit.Permanentf("telegram: %w", err)
 		}
 		msgs = append(msgs, r)
 	}
 	if len(msgs) == 0 {
-		return "", &core.PermanentError{Err: errors.New("telegram: nothing to send (empty text and no card)")}
+		return "", kit.Permanent(errors.New("telegram: nothing to send (empty text and no card)"))
 	}
 	if len(msgs) == 1 {
 		return a.sendRendered(ctx, chat, msgs[0])
@@ -147,14 +147,14 @@ func (a *Adapter) Update(ctx context.Context, r core.MessageRef, m core.OutMessa
 	a.mu.Unlock()
 	chat, msgID, ok := parseRef(r)
 	if !ok {
-		return &core.PermanentError{Err: fmt.Errorf("telegram: %q is not a Telegram message reference", r)}
+		return kit.Permanentf("telegram: %q is not a Telegram message reference", r)
 	}
 	var out rendered
 	switch {
 	case m.Card != nil:
 		var err error
 		if out, err = renderCard(m.Card); err != nil {
-			return &core.PermanentError{Err: fmt.Errorf("telegram: %w", err)}
+			return kit.Permanentf("telegram: %w", err)
 		}
 	case strings.TrimSpace(m.Text) != "":
 		text := m.Text
@@ -163,7 +163,7 @@ func (a *Adapter) Update(ctx context.Context, r core.MessageRef, m core.OutMessa
 		}
 		out = rendered{html: escapeHTML(text)}
 	default:
-		return &core.PermanentError{Err: errors.New("telegram: nothing to show (empty text and no card)")}
+		return kit.Permanent(errors.New("telegram: nothing to show (empty text and no card)"))
 	}
 	release, err := a.lim.Wait(ctx, chat)
 	if err != nil {
@@ -205,7 +205,7 @@ func (a *Adapter) DeleteMessage(ctx context.Context, conv core.ConversationID, p
 	}
 	id, err := strconv.Atoi(platformMessageID)
 	if err != nil || id <= 0 {
-		return &core.PermanentError{Err: fmt.Errorf("telegram: %q is not a message id", platformMessageID)}
+		return kit.Permanentf("telegram: %q is not a message id", platformMessageID)
 	}
 	_, err = a.bot.DeleteMessage(ctx, &bot.DeleteMessageParams{ChatID: chat, MessageID: id})
 	if err == nil || isMessageGone(err) {

@@ -250,7 +250,7 @@ func (a *Adapter) call(ctx context.Context, client *http.Client, method string, 
 		ae := &apiError{Method: method, Code: code, Description: r.Description}
 		switch code {
 		case http.StatusTooManyRequests:
-			return &core.RateLimitedError{RetryAfter: kit.RetryAfterSeconds(r.Parameters.RetryAfter), Err: ae}
+			return kit.RateLimited(kit.RetryAfterSeconds(r.Parameters.RetryAfter), ae)
 		case http.StatusUnauthorized:
 			return fmt.Errorf("%w: %w", bot.ErrorUnauthorized, ae)
 		case http.StatusNotFound:
