@@ -28,6 +28,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseFrame$$' -fuzztime $(FUZZTIME) ./adapters/webchat
 	$(GO) test -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME) ./core/agent
 	$(GO) test -run '^$$' -fuzz '^FuzzUpdateToTurn$$' -fuzztime $(FUZZTIME) ./adapters/telegram
+	$(GO) test -run '^$$' -fuzz '^FuzzParseTextTap$$' -fuzztime $(FUZZTIME) ./adapters/kit
+	$(GO) test -run '^$$' -fuzz '^FuzzSplitText$$' -fuzztime $(FUZZTIME) ./adapters/kit
 	$(GO) test -run '^$$' -fuzz '^FuzzFastData$$' -fuzztime $(FUZZTIME) ./core/audit
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHeadLine$$' -fuzztime $(FUZZTIME) ./core/audit
 	$(GO) test -run '^$$' -fuzz '^FuzzScan$$' -fuzztime $(FUZZTIME) ./core/redact

@@ -66,3 +66,61 @@ const (
 	ChatDirect = "direct"
 	ChatGroup  = "group"
 )
+
+// TapCardAnswerer is an optional extension of TapAnswerer: answer a tap
+// with a notice AND the card's new state in the same answer, as platforms
+// that edit the tapped message through the tap's own response need
+// (Discord's interaction response type 7, Slack's response_url with
+// replace_original). card may be nil (notice only). It returns
+// ErrNotSupported when it cannot show the card through this tap (the tap
+// is no longer pending, the message is unknown); the caller then updates
+// the card with Update as usual (the notice may have been shown already).
+type TapCardAnswerer interface {
+	AnswerTapWithCard(ctx context.Context, t Turn, text string, card *cards.Card) error
+}
+
+// Capabilities are what a channel can do beyond the Channel interface, in
+// one place the core reads (in the spirit of mautrix bridgev2's network
+// capabilities). A missing capability is answered with ErrNotSupported by
+// the channel, or avoided by the core (no buttons: cards.PlainText and text
+// replies instead).
+type Capabilities struct {
+	// EditInPlace: Update edits the sent message; otherwise the core shows
+	// a card's new state as a new message.
+	EditInPlace bool `json:"edit_in_place"`
+	// Delete: the channel can delete a user's message (MessageDeleter).
+	Delete bool `json:"delete"`
+	// Ephemeral: the channel can show a notice only one person sees (a
+	// tap's toast, an ephemeral reply).
+	Ephemeral bool `json:"ephemeral"`
+	// Threads: replies can go into a thread of the conversation.
+	Threads bool `json:"threads"`
+	// Buttons: cards are shown with buttons that send taps. Without them
+	// the core sends cards.PlainText and the adapter reads text replies.
+	Buttons bool `json:"buttons"`
+	// MaxTextLen is the longest text of one message, in the platform's own
+	// measure; 0 when the platform has no fixed limit. Send splits longer
+	// texts itself; the core uses this to keep inline content short.
+	MaxTextLen int `json:"max_text_len"`
+	// MaxButtons is the most buttons one message can carry; 0 without
+	// buttons.
+	MaxButtons int `json:"max_buttons"`
+}
+
+// CapabilityReporter is an optional interface: a channel that declares its
+// capabilities. CapabilitiesOf reads it.
+type CapabilityReporter interface {
+	Capabilities() Capabilities
+}
+
+// CapabilitiesOf returns ch's declared capabilities, or what the Channel
+// contract and the optional interfaces ch implements imply: messages are
+// edited in place and cards shown with buttons (every Channel promises
+// that), deleting works with a MessageDeleter, nothing else is assumed.
+func CapabilitiesOf(ch Channel) Capabilities {
+	if r, ok := ch.(CapabilityReporter); ok {
+		return r.Capabilities()
+	}
+	_, del := ch.(MessageDeleter)
+	return Capabilities{EditInPlace: true, Delete: del, Buttons: true, MaxButtons: cards.MaxChoices}
+}

@@ -2,7 +2,10 @@ package core
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/silas-gateway/silas/cards"
 )
@@ -69,4 +72,55 @@ type DeliverResult struct {
 // the turn is stored durably; adapters acknowledge the platform afterwards.
 type Inbox interface {
 	Deliver(ctx context.Context, t Turn) (DeliverResult, error)
+}
+
+// Limits of a turn's fields that do not depend on configuration.
+const (
+	MaxEventID   = 200 // bytes
+	MaxTapCard   = 64  // bytes
+	MaxTapChoice = 16  // bytes
+)
+
+// Validate is the one check of a turn's shape, the same for every channel:
+// the engine runs it at intake and adapters' tests hold every turn they
+// produce to it. It returns a *RejectedError. What depends on the
+// deployment — whether the channel is configured, the text length limit —
+// the engine checks on top.
+//
+// A tap typed as text ("approve <id>") becomes the same Tap as a button
+// and passes the same check; whether its sender may decide is the core's
+// question, not the shape's.
+func (t Turn) Validate() error {
+	bad := func(f string, a ...any) error { return &RejectedError{Reason: fmt.Sprintf(f, a...)} }
+	if t.Channel == "" {
+		return bad("channel is required")
+	}
+	if !strings.HasPrefix(string(t.Conversation), string(t.Channel)+":") || len(t.Conversation) == len(t.Channel)+1 {
+		return bad("conversation %q does not belong to channel %q", t.Conversation, t.Channel)
+	}
+	if p, id, ok := strings.Cut(string(t.Sender), ":"); !ok || p == "" || id == "" {
+		return bad("sender %q is not an identity (platform:id)", t.Sender)
+	}
+	if t.EventID == "" || len(t.EventID) > MaxEventID {
+		return bad("event id must be 1-%d bytes", MaxEventID)
+	}
+	if !t.Evidence.Authenticated {
+		// Adapters must reject unauthenticated requests before the core;
+		// one that reaches it anyway is refused, not processed.
+		return bad("unauthenticated request")
+	}
+	switch t.ChatKind {
+	case "", ChatDirect, ChatGroup:
+	default:
+		// The DM policy applies to "direct": an unknown kind must not
+		// slip past it.
+		return bad("chat kind %q is neither %q nor %q", t.ChatKind, ChatDirect, ChatGroup)
+	}
+	if !utf8.ValidString(t.Text) {
+		return bad("text is not valid UTF-8")
+	}
+	if t.Tap != nil && (t.Tap.Card == "" || t.Tap.Choice == "" || len(t.Tap.Card) > MaxTapCard || len(t.Tap.Choice) > MaxTapChoice) {
+		return bad("malformed tap")
+	}
+	return nil
 }

@@ -1,18 +1,17 @@
 package telegram
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
 )
 
@@ -198,7 +197,7 @@ func (c Config) resolve() (resolved, error) {
 	}
 	r := resolved{Config: c}
 	var err error
-	if r.token, err = readSecret("token", c.Token); err != nil {
+	if r.token, err = kit.ReadSecret("telegram.token", c.Token); err != nil {
 		return r, err
 	}
 	switch {
@@ -263,7 +262,7 @@ func (c Config) resolve() (resolved, error) {
 				return r, bad("webhook_url", "%s is not reachable from Telegram's servers", u.Hostname())
 			}
 		}
-		if r.secret, err = readSecret("webhook_secret", c.WebhookSecret); err != nil {
+		if r.secret, err = kit.ReadSecret("telegram.webhook_secret", c.WebhookSecret); err != nil {
 			return r, err
 		}
 		if !secretRe.MatchString(r.secret) {
@@ -276,22 +275,4 @@ func (c Config) resolve() (resolved, error) {
 		return r, bad("mode", "%q is neither polling nor webhook", c.Mode)
 	}
 	return r, nil
-}
-
-// readSecret returns v, or the trimmed content of the file when v is
-// "file:/path". Errors name the key, never the value.
-func readSecret(key, v string) (string, error) {
-	path, ok := strings.CutPrefix(v, "file:")
-	if !ok {
-		return strings.TrimSpace(v), nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return "", fmt.Errorf("telegram.%s: cannot read %s: %v", key, path, err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-telegram/bot"
+
+	"github.com/silas-gateway/silas/adapters/kit"
 )
 
 // Severity of a doctor finding.
@@ -121,7 +123,7 @@ func Doctor(ctx context.Context, cfg Config) []Finding {
 
 // shortErr is an error for a finding: the SDK's prefix trimmed.
 func shortErr(err error) string {
-	err = redactURL(err)
+	err = kit.RedactURL(err)
 	var tm *bot.TooManyRequestsError
 	if errors.As(err, &tm) {
 		return fmt.Sprintf("rate limited, retry after %ds", tm.RetryAfter)

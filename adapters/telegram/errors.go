@@ -3,13 +3,11 @@ package telegram
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
-	"time"
 
 	"github.com/go-telegram/bot"
 
-	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/adapters/kit"
 )
 
 // apiError is an error answer of the Bot API for a request the adapter made
@@ -63,37 +61,18 @@ func mapError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	err = redactURL(err)
+	err = kit.RedactURL(err)
 	wrapped := fmt.Errorf("telegram: %s: %w", op, err)
 	var tm *bot.TooManyRequestsError
 	if errors.As(err, &tm) {
-		return &core.RateLimitedError{RetryAfter: retryAfter(tm.RetryAfter), Err: wrapped}
+		return kit.RateLimited(kit.RetryAfterSeconds(tm.RetryAfter), wrapped)
 	}
 	var mig *bot.MigrateError
 	if errors.As(err, &mig) {
-		return &core.PermanentError{Err: fmt.Errorf("telegram: %s: the group became supergroup %d; its conversation id changed: %w", op, mig.MigrateToChatID, err)}
+		return kit.Permanentf("telegram: %s: the group became supergroup %d; its conversation id changed: %w", op, mig.MigrateToChatID, err)
 	}
 	if errors.Is(err, bot.ErrorBadRequest) || errors.Is(err, bot.ErrorForbidden) {
-		return &core.PermanentError{Err: wrapped}
+		return kit.Permanent(wrapped)
 	}
 	return wrapped
-}
-
-// retryAfter converts Telegram's retry_after seconds, never below one
-// second (a 429 without it still asks us to slow down).
-func retryAfter(sec int) time.Duration {
-	if sec < 1 {
-		sec = 1
-	}
-	return time.Duration(sec) * time.Second
-}
-
-// redactURL drops the request URL from transport errors: it contains the
-// bot token. The SDK masks it already; our own requests rely on this.
-func redactURL(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return fmt.Errorf("%s request failed: %w", ue.Op, ue.Err)
-	}
-	return err
 }

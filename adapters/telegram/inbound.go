@@ -67,6 +67,9 @@ type inbound struct {
 	reason string
 	// queryID is the callback query to answer (taps only).
 	queryID string
+	// tapped is the message whose button was tapped (taps only; empty when
+	// Telegram did not say).
+	tapped core.MessageRef
 }
 
 // eventID is the turn's event id for an update: "u<update_id>", so a
@@ -194,11 +197,12 @@ func callbackToTurn(q *models.CallbackQuery, t core.Turn) inbound {
 		return unknown("tap without a human sender")
 	}
 	var chat *models.Chat
+	var msgID int
 	switch {
 	case q.Message.Type == models.MaybeInaccessibleMessageTypeMessage && q.Message.Message != nil:
-		chat = &q.Message.Message.Chat
+		chat, msgID = &q.Message.Message.Chat, q.Message.Message.ID
 	case q.Message.Type == models.MaybeInaccessibleMessageTypeInaccessibleMessage && q.Message.InaccessibleMessage != nil:
-		chat = &q.Message.InaccessibleMessage.Chat
+		chat, msgID = &q.Message.InaccessibleMessage.Chat, q.Message.InaccessibleMessage.MessageID
 	default:
 		return unknown("tap on a message that is not in a chat (inline mode)")
 	}
@@ -220,7 +224,11 @@ func callbackToTurn(q *models.CallbackQuery, t core.Turn) inbound {
 	t.SenderName = displayName(&q.From)
 	t.ChatKind = kind
 	t.Tap = &core.Tap{Card: card, Choice: choice}
-	return inbound{act: actDeliver, turn: t, queryID: q.ID}
+	in := inbound{act: actDeliver, turn: t, queryID: q.ID}
+	if msgID > 0 {
+		in.tapped = ref(chat.ID, msgID)
+	}
+	return in
 }
 
 // displayName is for display only; trust is bound to the numeric id.

@@ -2,7 +2,6 @@ package telegram
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
 
+	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
 )
 
@@ -53,11 +53,11 @@ func parseRef(r core.MessageRef) (int64, int, bool) {
 func (a *Adapter) chatOf(conv core.ConversationID) (int64, error) {
 	rest, ok := strings.CutPrefix(string(conv), string(a.cfg.Name)+":")
 	if !ok {
-		return 0, &core.PermanentError{Err: fmt.Errorf("telegram: conversation %q is not a %s conversation", conv, a.cfg.Name)}
+		return 0, kit.Permanentf("telegram: conversation %q is not a %s conversation", conv, a.cfg.Name)
 	}
 	chat, err := strconv.ParseInt(rest, 10, 64)
 	if err != nil || chat == 0 {
-		return 0, &core.PermanentError{Err: fmt.Errorf("telegram: conversation %q has no chat id", conv)}
+		return 0, kit.Permanentf("telegram: conversation %q has no chat id", conv)
 	}
 	return chat, nil
 }
@@ -71,7 +71,7 @@ func (a *Adapter) Send(ctx context.Context, m core.OutMessage) (core.MessageRef,
 	var msgs []rendered
 	textParts := 0
 	if strings.TrimSpace(m.Text) != "" {
-		for _, p := range splitText(m.Text, MaxMessageLen) {
+		for _, p := range kit.SplitText(m.Text, MaxMessageLen, escapedWidth) {
 			if strings.TrimSpace(p) == "" {
 				continue // Telegram refuses blank messages
 			}
@@ -82,66 +82,32 @@ func (a *Adapter) Send(ctx context.Context, m core.OutMessage) (core.MessageRef,
 	if m.Card != nil {
 		r, err := renderCard(m.Card)
 		if err != nil {
-			return "", &core.PermanentError{Err: fmt.Errorf("telegram: %w", err)}
+			return "", kit.Permanentf("telegram: %w", err)
 		}
 		msgs = append(msgs, r)
 	}
 	if len(msgs) == 0 {
-		return "", &core.PermanentError{Err: errors.New("telegram: nothing to send (empty text and no card)")}
+		return "", kit.Permanent(errors.New("telegram: nothing to send (empty text and no card)"))
 	}
 	if len(msgs) == 1 {
 		return a.sendRendered(ctx, chat, msgs[0])
 	}
-	// Several messages: remember progress so a retry does not repeat parts.
-	key := progressKey(m)
-	a.mu.Lock()
-	p := a.splits[key]
-	if p == nil {
-		p = &splitProgress{}
-		a.splits[key] = p
+	// Several messages: the kit remembers progress so a retry does not
+	// repeat parts.
+	first, last, err := a.splits.Send(kit.SplitKey(m), len(msgs), func(i int) (core.MessageRef, error) {
+		return a.sendRendered(ctx, chat, msgs[i])
+	})
+	if err != nil {
+		return "", err
 	}
-	p.at = a.now()
-	start, first := p.sent, p.first
-	a.mu.Unlock()
-	var last core.MessageRef
-	for i := start; i < len(msgs); i++ {
-		r, err := a.sendRendered(ctx, chat, msgs[i])
-		if err != nil {
-			return "", err
-		}
-		last = r
-		a.mu.Lock()
-		p.sent = i + 1
-		if i == 0 {
-			p.first, first = r, r
-		}
-		a.mu.Unlock()
-	}
-	a.mu.Lock()
-	delete(a.splits, key)
-	a.mu.Unlock()
 	if m.Card != nil || textParts == 0 {
 		return last, nil
 	}
 	return first, nil
 }
 
-func progressKey(m core.OutMessage) [32]byte {
-	h := sha256.New()
-	h.Write([]byte(m.Conversation))
-	h.Write([]byte{0})
-	h.Write([]byte(m.Text))
-	h.Write([]byte{0})
-	if m.Card != nil {
-		h.Write([]byte(m.Card.ID))
-	}
-	var k [32]byte
-	copy(k[:], h.Sum(nil))
-	return k
-}
-
 func (a *Adapter) sendRendered(ctx context.Context, chat int64, r rendered) (core.MessageRef, error) {
-	release, err := a.lim.wait(ctx, chat)
+	release, err := a.lim.Wait(ctx, chat)
 	if err != nil {
 		return "", fmt.Errorf("telegram: sendMessage: waiting for the rate limit: %w", err)
 	}
@@ -166,7 +132,7 @@ func (a *Adapter) outboundError(chat int64, op string, err error) error {
 	err = mapError(op, err)
 	var rl *core.RateLimitedError
 	if errors.As(err, &rl) {
-		a.lim.pause(chat, rl.RetryAfter)
+		a.lim.Pause(chat, rl.RetryAfter)
 	}
 	return err
 }
@@ -181,25 +147,25 @@ func (a *Adapter) Update(ctx context.Context, r core.MessageRef, m core.OutMessa
 	a.mu.Unlock()
 	chat, msgID, ok := parseRef(r)
 	if !ok {
-		return &core.PermanentError{Err: fmt.Errorf("telegram: %q is not a Telegram message reference", r)}
+		return kit.Permanentf("telegram: %q is not a Telegram message reference", r)
 	}
 	var out rendered
 	switch {
 	case m.Card != nil:
 		var err error
 		if out, err = renderCard(m.Card); err != nil {
-			return &core.PermanentError{Err: fmt.Errorf("telegram: %w", err)}
+			return kit.Permanentf("telegram: %w", err)
 		}
 	case strings.TrimSpace(m.Text) != "":
 		text := m.Text
-		if parts := splitText(text, MaxMessageLen-textLen(truncMark)); len(parts) > 1 {
+		if parts := kit.SplitText(text, MaxMessageLen-textLen(truncMark), escapedWidth); len(parts) > 1 {
 			text = parts[0] + truncMark
 		}
 		out = rendered{html: escapeHTML(text)}
 	default:
-		return &core.PermanentError{Err: errors.New("telegram: nothing to show (empty text and no card)")}
+		return kit.Permanent(errors.New("telegram: nothing to show (empty text and no card)"))
 	}
-	release, err := a.lim.wait(ctx, chat)
+	release, err := a.lim.Wait(ctx, chat)
 	if err != nil {
 		return fmt.Errorf("telegram: editMessageText: waiting for the rate limit: %w", err)
 	}
@@ -239,7 +205,7 @@ func (a *Adapter) DeleteMessage(ctx context.Context, conv core.ConversationID, p
 	}
 	id, err := strconv.Atoi(platformMessageID)
 	if err != nil || id <= 0 {
-		return &core.PermanentError{Err: fmt.Errorf("telegram: %q is not a message id", platformMessageID)}
+		return kit.Permanentf("telegram: %q is not a message id", platformMessageID)
 	}
 	_, err = a.bot.DeleteMessage(ctx, &bot.DeleteMessageParams{ChatID: chat, MessageID: id})
 	if err == nil || isMessageGone(err) {
@@ -247,3 +213,8 @@ func (a *Adapter) DeleteMessage(ctx context.Context, conv core.ConversationID, p
 	}
 	return mapError("deleteMessage", err)
 }
+
+// isGroup reports whether a chat id names a group, supergroup or channel
+// (negative ids); private chats have the user's positive id. Groups have
+// their own per-minute limit.
+func isGroup(chat int64) bool { return chat < 0 }

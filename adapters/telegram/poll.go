@@ -15,6 +15,7 @@ import (
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
 
+	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
 )
 
@@ -69,7 +70,7 @@ func (a *Adapter) setState(ctx context.Context, key, v string) error {
 
 // loadOffset returns the next offset to ask for (0: none stored).
 func (a *Adapter) loadOffset(ctx context.Context) int64 {
-	b := backoff{min: 500 * time.Millisecond, max: 30 * time.Second}
+	b := kit.Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second}
 	for {
 		v, ok, err := a.getState(ctx, stateOffset)
 		if err == nil {
@@ -93,7 +94,7 @@ func (a *Adapter) loadOffset(ctx context.Context) int64 {
 			return 0
 		}
 		a.log.Error("telegram: cannot read the polling offset; retrying", slog.Any("err", err))
-		if sleepCtx(ctx, b.next()) != nil {
+		if kit.SleepCtx(ctx, b.Next()) != nil {
 			return 0
 		}
 	}
@@ -114,7 +115,7 @@ func (a *Adapter) poll(ctx context.Context, in core.Inbox) {
 	a.removeWebhook(ctx)
 	next := a.loadOffset(ctx)
 	lastProgress := a.now()
-	errs := backoff{min: 500 * time.Millisecond, max: time.Minute}
+	errs := kit.Backoff{Min: 500 * time.Millisecond, Max: time.Minute}
 	for ctx.Err() == nil {
 		if next > 0 && a.now().Sub(lastProgress) > staleOffset {
 			// Everything below next was confirmed by the last call.
@@ -125,7 +126,7 @@ func (a *Adapter) poll(ctx context.Context, in core.Inbox) {
 			if ctx.Err() != nil {
 				return
 			}
-			wait := errs.next()
+			wait := errs.Next()
 			var rl *core.RateLimitedError
 			if errors.As(err, &rl) {
 				wait = rl.RetryAfter
@@ -139,12 +140,12 @@ func (a *Adapter) poll(ctx context.Context, in core.Inbox) {
 				err = fmt.Errorf("%w (a webhook is set or another process polls with this token)", err)
 			}
 			a.log.Log(ctx, lvl, "telegram: getUpdates failed; retrying", slog.Any("err", err), slog.Duration("wait", wait))
-			if sleepCtx(ctx, wait) != nil {
+			if kit.SleepCtx(ctx, wait) != nil {
 				return
 			}
 			continue
 		}
-		errs.reset()
+		errs.Reset()
 		for _, raw := range batch {
 			id, u, derr := decodeUpdate(raw)
 			if derr != nil && id == 0 {
@@ -170,7 +171,7 @@ func (a *Adapter) poll(ctx context.Context, in core.Inbox) {
 // deliverRetrying hands u to the core until that succeeds or the update is
 // quarantined; false means ctx ended first.
 func (a *Adapter) deliverRetrying(ctx context.Context, in core.Inbox, raw []byte, u *models.Update) bool {
-	b := backoff{min: deliverBackoffMin, max: 30 * time.Second}
+	b := kit.Backoff{Min: deliverBackoffMin, Max: 30 * time.Second}
 	for attempt := 1; ; attempt++ {
 		err := a.handle(ctx, in, u)
 		if err == nil {
@@ -182,10 +183,10 @@ func (a *Adapter) deliverRetrying(ctx context.Context, in core.Inbox, raw []byte
 		if givesUp(err, attempt) && a.quarantine(ctx, in, u.ID, raw, err, attempt) {
 			return true
 		}
-		wait := b.next()
+		wait := b.Next()
 		a.log.Warn("telegram: delivering an update to the core failed; retrying", slog.Int64("update_id", u.ID),
 			slog.Any("err", err), slog.Duration("wait", wait))
-		if sleepCtx(ctx, wait) != nil {
+		if kit.SleepCtx(ctx, wait) != nil {
 			return false
 		}
 	}
@@ -222,7 +223,7 @@ func (a *Adapter) call(ctx context.Context, client *http.Client, method string, 
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("telegram: %s: %w", method, redactURL(err))
+		return fmt.Errorf("telegram: %s: %w", method, kit.RedactURL(err))
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -249,7 +250,7 @@ func (a *Adapter) call(ctx context.Context, client *http.Client, method string, 
 		ae := &apiError{Method: method, Code: code, Description: r.Description}
 		switch code {
 		case http.StatusTooManyRequests:
-			return &core.RateLimitedError{RetryAfter: retryAfter(r.Parameters.RetryAfter), Err: ae}
+			return kit.RateLimited(kit.RetryAfterSeconds(r.Parameters.RetryAfter), ae)
 		case http.StatusUnauthorized:
 			return fmt.Errorf("%w: %w", bot.ErrorUnauthorized, ae)
 		case http.StatusNotFound:

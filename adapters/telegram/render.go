@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf16"
-	"unicode/utf8"
 
 	"github.com/silas-gateway/silas/cards"
 )
@@ -20,6 +19,10 @@ import (
 // UTF-16 code units after parsing the markup; the adapter counts the markup
 // too, which is stricter, so a rendered message always fits.
 const MaxMessageLen = 4096
+
+// MaxInlineButtons is Telegram's limit on the buttons of one inline
+// keyboard.
+const MaxInlineButtons = 100
 
 // MaxCallbackData is Telegram's limit on a button's callback_data, in bytes.
 const MaxCallbackData = 64
@@ -294,59 +297,4 @@ func escapedWidth(r rune) int {
 		return 5
 	}
 	return utf16.RuneLen(r)
-}
-
-// splitText splits plain text into parts whose escaped form fits in max,
-// on line boundaries where possible, then on spaces, then anywhere (on a
-// rune boundary). Concatenating the parts gives s back.
-func splitText(s string, max int) []string {
-	var parts []string
-	var cur strings.Builder
-	curLen := 0
-	flush := func() {
-		if cur.Len() > 0 {
-			parts = append(parts, cur.String())
-			cur.Reset()
-			curLen = 0
-		}
-	}
-	for line := range strings.SplitAfterSeq(s, "\n") {
-		n := textLen(escapeHTML(line))
-		if curLen+n <= max {
-			cur.WriteString(line)
-			curLen += n
-			continue
-		}
-		flush()
-		for textLen(escapeHTML(line)) > max {
-			head := fitPrefix(line, max)
-			parts = append(parts, head)
-			line = line[len(head):]
-		}
-		cur.WriteString(line)
-		curLen = textLen(escapeHTML(line))
-	}
-	flush()
-	return parts
-}
-
-// fitPrefix returns the longest prefix of s whose escaped form fits in max,
-// preferring to end after a space. It is never empty for max >= 5.
-func fitPrefix(s string, max int) string {
-	used, end, lastSpace := 0, 0, -1
-	for i, r := range s {
-		w := escapedWidth(r)
-		if used+w > max {
-			break
-		}
-		used += w
-		end = i + utf8.RuneLen(r)
-		if r == ' ' {
-			lastSpace = end
-		}
-	}
-	if lastSpace > end/2 {
-		return s[:lastSpace]
-	}
-	return s[:end]
 }

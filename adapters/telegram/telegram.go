@@ -37,8 +37,16 @@ import (
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
 
+	"github.com/silas-gateway/silas/adapters/kit"
+	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 )
+
+// pendingTap is a delivered tap waiting for the core's answer.
+type pendingTap struct {
+	queryID string
+	msg     core.MessageRef // the tapped message; empty when unknown
+}
 
 // Adapter is the Telegram channel.
 type Adapter struct {
@@ -48,44 +56,36 @@ type Adapter struct {
 	bot     *bot.Bot
 	botID   int64
 	poller  *http.Client // getUpdates: PollTimeout + HTTPTimeout
-	lim     *limiter
+	lim     *kit.Limiter[int64]
 	method  string // evidence method of this adapter's mode
 	secretH [32]byte
 
 	mu       sync.Mutex
 	inbox    core.Inbox
 	username string
-	taps     map[string]pendingTap // Turn.EventID → callback query
 	moved    map[core.MessageRef]core.MessageRef
-	splits   map[[32]byte]*splitProgress
 	memState map[string]string // offset when no StateStore is configured
 	// hookTries counts failed webhook deliveries per update_id.
 	hookTries map[int64]int
+
+	// taps are the delivered taps waiting for an answer, by Turn.EventID.
+	taps *kit.PendingTaps[pendingTap]
+	// splits is the progress of texts sent in several parts.
+	splits *kit.Splits
 
 	// tapFallback is how long a tap waits for the core's AnswerTap before
 	// the adapter answers it quietly, so the button's spinner stops.
 	tapFallback time.Duration
 }
 
-type pendingTap struct {
-	queryID string
-	at      time.Time
-}
-
-// splitProgress remembers which parts of a long text were sent, so a
-// retried Send does not repeat them.
-type splitProgress struct {
-	sent  int
-	first core.MessageRef
-	at    time.Time
-}
-
 var (
-	_ core.Channel         = (*Adapter)(nil)
-	_ core.TapAnswerer     = (*Adapter)(nil)
-	_ core.DirectMessenger = (*Adapter)(nil)
-	_ core.MessageDeleter  = (*Adapter)(nil)
-	_ http.Handler         = (*Adapter)(nil)
+	_ core.Channel            = (*Adapter)(nil)
+	_ core.TapAnswerer        = (*Adapter)(nil)
+	_ core.DirectMessenger    = (*Adapter)(nil)
+	_ core.MessageDeleter     = (*Adapter)(nil)
+	_ core.TapCardAnswerer    = (*Adapter)(nil)
+	_ core.CapabilityReporter = (*Adapter)(nil)
+	_ http.Handler            = (*Adapter)(nil)
 )
 
 // New builds the adapter. It validates cfg and makes no network request;
@@ -99,9 +99,9 @@ func New(cfg Config) (*Adapter, error) {
 		cfg: r, now: r.Now,
 		log:         r.Logger.With(slog.String("channel", string(r.Name))),
 		username:    r.BotUsername,
-		taps:        map[string]pendingTap{},
+		taps:        kit.NewPendingTaps[pendingTap](r.Now),
 		moved:       map[core.MessageRef]core.MessageRef{},
-		splits:      map[[32]byte]*splitProgress{},
+		splits:      kit.NewSplits(r.Now),
 		memState:    map[string]string{},
 		tapFallback: 8 * time.Second,
 		method:      MethodPolling,
@@ -118,13 +118,13 @@ func New(cfg Config) (*Adapter, error) {
 	client := &http.Client{Timeout: r.HTTPTimeout, Transport: transport}
 	a.poller = &http.Client{Timeout: r.PollTimeout + r.HTTPTimeout, Transport: transport}
 	// The limiter keeps to the wall clock: it sleeps.
-	a.lim = newLimiter(r.Limits, realClock{})
+	a.lim = kit.NewLimiter(kit.Limits(r.Limits), kit.RealClock{}, isGroup)
 	a.bot, err = bot.New(r.token,
 		bot.WithServerURL(r.BaseURL),
 		bot.WithSkipGetMe(),
 		bot.WithHTTPClient(r.PollTimeout, client),
 		bot.WithDefaultHandler(func(context.Context, *bot.Bot, *models.Update) {}),
-		bot.WithErrorsHandler(func(err error) { a.log.Warn("telegram sdk", slog.Any("err", redactURL(err))) }),
+		bot.WithErrorsHandler(func(err error) { a.log.Warn("telegram sdk", slog.Any("err", kit.RedactURL(err))) }),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("telegram: %w", err)
@@ -177,7 +177,7 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		a.tapJanitor(ctx)
+		kit.Janitor(ctx, time.Second, a.sweepTaps)
 	}()
 	defer wg.Wait()
 	a.log.Info("telegram channel running", slog.String("mode", a.cfg.Mode), slog.String("bot", "@"+a.botUsername()))
@@ -206,7 +206,7 @@ func (a *Adapter) learnUsername(ctx context.Context) error {
 	if a.botUsername() != "" {
 		return nil
 	}
-	b := backoff{min: time.Second, max: time.Minute}
+	b := kit.Backoff{Min: time.Second, Max: time.Minute}
 	for {
 		cctx, cancel := context.WithTimeout(ctx, a.cfg.HTTPTimeout)
 		me, err := a.bot.GetMe(cctx)
@@ -224,7 +224,7 @@ func (a *Adapter) learnUsername(ctx context.Context) error {
 			err = errors.New("getMe returned no username")
 		}
 		a.log.Error("telegram: cannot learn the bot's username (getMe); retrying", slog.Any("err", mapError("getMe", err)))
-		if err := sleepCtx(ctx, b.next()); err != nil {
+		if err := kit.SleepCtx(ctx, b.Next()); err != nil {
 			return err
 		}
 	}
@@ -252,9 +252,7 @@ func (a *Adapter) handle(ctx context.Context, in core.Inbox, u *models.Update) e
 	if t.Tap != nil {
 		// Registered before Deliver: the core may answer before Deliver
 		// returns here.
-		a.mu.Lock()
-		a.taps[t.EventID] = pendingTap{queryID: r.queryID, at: a.now()}
-		a.mu.Unlock()
+		a.taps.Add(t.EventID, pendingTap{queryID: r.queryID, msg: r.tapped})
 	}
 	res, err := in.Deliver(ctx, t)
 	var rej *core.RejectedError
@@ -268,9 +266,7 @@ func (a *Adapter) handle(ctx context.Context, in core.Inbox, u *models.Update) e
 		return nil
 	case err != nil:
 		if t.Tap != nil {
-			a.mu.Lock()
-			delete(a.taps, t.EventID)
-			a.mu.Unlock()
+			a.taps.Take(t.EventID)
 		}
 		return err
 	}
@@ -287,22 +283,51 @@ func (a *Adapter) handle(ctx context.Context, in core.Inbox, u *models.Update) e
 // query with a short toast. A tap the adapter no longer knows (answered
 // already, or the process restarted) is skipped.
 func (a *Adapter) AnswerTap(ctx context.Context, t core.Turn, text string) error {
-	a.mu.Lock()
-	p, ok := a.taps[t.EventID]
-	delete(a.taps, t.EventID)
-	a.mu.Unlock()
+	p, ok := a.taps.Take(t.EventID)
 	if !ok {
 		return nil
 	}
 	return a.answer(ctx, p.queryID, text)
 }
 
+// AnswerTapWithCard implements core.TapCardAnswerer: the tapped message
+// shows card (edited in place, as Update does) and the tap is answered
+// with text. Telegram has no single call for both; the edit comes first so
+// the toast never announces a state the card does not show yet. A tap the
+// adapter no longer knows, or whose message Telegram did not name, is
+// core.ErrNotSupported: the caller updates the card with Update.
+func (a *Adapter) AnswerTapWithCard(ctx context.Context, t core.Turn, text string, card *cards.Card) error {
+	p, ok := a.taps.Take(t.EventID)
+	if !ok || (card != nil && p.msg == "") {
+		if ok {
+			_ = a.answer(ctx, p.queryID, text)
+		}
+		return core.ErrNotSupported
+	}
+	if card != nil {
+		if err := a.Update(ctx, p.msg, core.OutMessage{Conversation: t.Conversation, Card: card}); err != nil {
+			_ = a.answer(ctx, p.queryID, "")
+			return err
+		}
+	}
+	return a.answer(ctx, p.queryID, text)
+}
+
+// Capabilities implements core.CapabilityReporter.
+func (a *Adapter) Capabilities() core.Capabilities {
+	return core.Capabilities{
+		EditInPlace: true,
+		Delete:      true,
+		Ephemeral:   true, // a tap's toast (answerCallbackQuery)
+		Threads:     false,
+		Buttons:     true,
+		MaxTextLen:  MaxMessageLen,
+		MaxButtons:  MaxInlineButtons,
+	}
+}
+
 func (a *Adapter) answerPending(ctx context.Context, ev, text string) {
-	a.mu.Lock()
-	p, ok := a.taps[ev]
-	delete(a.taps, ev)
-	a.mu.Unlock()
-	if ok {
+	if p, ok := a.taps.Take(ev); ok {
 		_ = a.answer(ctx, p.queryID, text)
 	}
 }
@@ -328,69 +353,12 @@ func (a *Adapter) answer(ctx context.Context, queryID, text string) error {
 	return nil
 }
 
-// tapJanitor answers taps the core did not answer in time (for example a
-// duplicate, or a tap whose processing is slow) so the spinner stops.
-func (a *Adapter) tapJanitor(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			a.sweepTaps(ctx)
-		}
-	}
-}
-
+// sweepTaps answers taps the core did not answer in time (for example a
+// duplicate, or a tap whose processing is slow) so the spinner stops, and
+// forgets split progress of messages the outbox gave up on.
 func (a *Adapter) sweepTaps(ctx context.Context) {
-	now := a.now()
-	var due []string
-	a.mu.Lock()
-	for ev, p := range a.taps {
-		if now.Sub(p.at) >= a.tapFallback {
-			due = append(due, p.queryID)
-			delete(a.taps, ev)
-		}
+	for _, p := range a.taps.Due(a.tapFallback) {
+		_ = a.answer(ctx, p.queryID, "")
 	}
-	for k, s := range a.splits {
-		if now.Sub(s.at) > time.Hour {
-			delete(a.splits, k)
-		}
-	}
-	a.mu.Unlock()
-	for _, q := range due {
-		_ = a.answer(ctx, q, "")
-	}
+	a.splits.Sweep(time.Hour)
 }
-
-// sleepCtx sleeps for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// backoff doubles from min to max.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(b.cur*2, b.max)
-	}
-	return b.cur
-}
-
-func (b *backoff) reset() { b.cur = 0 }

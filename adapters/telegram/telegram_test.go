@@ -673,3 +673,35 @@ func TestDeleteMessage(t *testing.T) {
 		t.Fatalf("deleting again: %v", err)
 	}
 }
+
+func TestAnswerTapWithCardEditsTheTappedMessage(t *testing.T) {
+	b := setup(t, telegramtest.Options{}, nil)
+	b.start(t)
+	c := approvalCard()
+	r, err := b.a.Send(context.Background(), core.OutMessage{Conversation: "telegram:1001", Card: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := b.srv.Message(1001, msgIDOf(t, r))
+	uid, qid := b.srv.Tap(telegramtest.Private(owner), owner, m.ID, m.Keyboard[2][0].CallbackData)
+	got := b.waitTurn(t, uid)
+	decided := *c
+	decided.Status, decided.Outcome, decided.Choices = cards.StatusDeclined, "Declined by telegram:1001. Nothing was run.", nil
+	if err := b.a.AnswerTapWithCard(context.Background(), got, "Declined.", &decided); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := b.srv.Message(1001, m.ID)
+	if after.Edits != 1 || len(after.Keyboard) != 0 || !strings.Contains(after.Text, "Declined by") {
+		t.Fatalf("tapped message after the answer = %+v", after)
+	}
+	if a := b.srv.Answers(); len(a) != 1 || a[0].QueryID != qid || a[0].Text != "Declined." {
+		t.Fatalf("answers = %+v", a)
+	}
+	// The tap is answered: a second answer cannot carry the card.
+	if err := b.a.AnswerTapWithCard(context.Background(), got, "again", &decided); !errors.Is(err, core.ErrNotSupported) {
+		t.Fatalf("second answer: %v; want core.ErrNotSupported", err)
+	}
+	if caps := core.CapabilitiesOf(b.a); !caps.Buttons || !caps.EditInPlace || !caps.Delete || caps.MaxTextLen != MaxMessageLen {
+		t.Fatalf("capabilities = %+v", caps)
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-telegram/bot"
 
+	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
 )
 
@@ -119,7 +120,7 @@ func (a *Adapter) secretMatches(got string) bool {
 // setWebhook registers the webhook, retrying until it succeeds or ctx ends.
 // Pending updates are kept (drop_pending_updates is false).
 func (a *Adapter) setWebhook(ctx context.Context) {
-	b := backoff{min: time.Second, max: time.Minute}
+	b := kit.Backoff{Min: time.Second, Max: time.Minute}
 	for {
 		cctx, cancel := context.WithTimeout(ctx, a.cfg.HTTPTimeout)
 		_, err := a.bot.SetWebhook(cctx, &bot.SetWebhookParams{
@@ -134,9 +135,9 @@ func (a *Adapter) setWebhook(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		wait := b.next()
+		wait := b.Next()
 		a.log.Error("telegram: setWebhook failed; retrying", slog.Any("err", mapError("setWebhook", err)), slog.Duration("wait", wait))
-		if sleepCtx(ctx, wait) != nil {
+		if kit.SleepCtx(ctx, wait) != nil {
 			return
 		}
 	}

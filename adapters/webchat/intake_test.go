@@ -116,3 +116,18 @@ func FuzzFrameIntake(f *testing.F) {
 		}
 	})
 }
+
+// The web page edits in place and shows buttons, and declares no more.
+func TestCapabilities(t *testing.T) {
+	a, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := core.CapabilitiesOf(a)
+	if !got.EditInPlace || !got.Buttons || got.Delete || got.Ephemeral || got.Threads || got.MaxButtons < 2 {
+		t.Fatalf("capabilities = %+v", got)
+	}
+	if _, ok := core.Channel(a).(core.MessageDeleter); ok != got.Delete {
+		t.Fatal("Delete disagrees with the MessageDeleter the adapter implements")
+	}
+}

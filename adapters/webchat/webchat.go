@@ -34,6 +34,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/internal/httpserve"
 )
@@ -111,7 +112,18 @@ type entry struct {
 	frame messageFrame
 }
 
-var _ core.Channel = (*Adapter)(nil)
+var (
+	_ core.Channel            = (*Adapter)(nil)
+	_ core.CapabilityReporter = (*Adapter)(nil)
+)
+
+// Capabilities implements core.CapabilityReporter: the page edits messages
+// in place and shows cards with buttons; it has no deleting, ephemeral
+// notices or threads, and no fixed text limit (frames carry what fits in
+// MaxFrameBytes and shorten the rest).
+func (a *Adapter) Capabilities() core.Capabilities {
+	return core.Capabilities{EditInPlace: true, Buttons: true, MaxButtons: cards.MaxChoices}
+}
 
 // New builds the adapter.
 func New(cfg Config) (*Adapter, error) {

@@ -630,6 +630,12 @@ func (c *Config) Validate() error {
 	default:
 		return bad("telegram.dm_policy", "%q is not pairing, allowlist, open or disabled", c.Telegram.DMPolicy)
 	}
+	if d := c.Telegram.Limits.PerChatInterval.Duration; d <= 0 {
+		// The adapter treats a zero interval as "use the 1s default"; a
+		// written 0 must not silently mean 1s, and Telegram itself allows
+		// about one message per second per chat, so no pause is not offered.
+		return bad("telegram.limits.per_chat_interval", "%s must be positive (Telegram allows about one message per second per chat; default 1s)", d)
+	}
 	if c.Telegram.Enabled && strings.TrimSpace(c.Telegram.Token) == "" {
 		return bad("telegram.token", "required when telegram.enabled is true (the token from @BotFather, or file:/path)")
 	}

@@ -54,6 +54,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"bad policy", "policy:\n  rules:\n    - tool: shell\n      decision: perhaps\n      risk: low\n", nil, "policy.rules[0].decision"},
 		{"env bad int", "", []string{"SILAS_SANDBOX_MAX_OUTPUT_BYTES=lots"}, "sandbox.max_output_bytes"},
 		{"env unknown", "", []string{"SILAS_HTTP_LISTN=x"}, "SILAS_HTTP_LISTN"},
+		{"per-chat interval zero", "telegram:\n  limits:\n    per_chat_interval: 0s\n", nil, "telegram.limits.per_chat_interval"},
+		{"per-chat interval negative", "telegram:\n  limits:\n    per_chat_interval: -1s\n", nil, "telegram.limits.per_chat_interval"},
 		{"preview over inline", "output:\n  preview_chars: 20000\n", nil, "output.preview_chars"},
 	}
 	for _, tt := range tests {

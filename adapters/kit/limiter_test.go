@@ -1,4 +1,4 @@
-package telegram
+package kit
 
 import (
 	"context"
@@ -8,6 +8,12 @@ import (
 	"testing"
 	"time"
 )
+
+// telegramLimits are Telegram's documented limits, the demanding case.
+var telegramLimits = Limits{PerChatInterval: time.Second, GroupPerMinute: 20, GlobalPerSecond: 30}
+
+// isGroup is Telegram's rule: groups have negative chat ids.
+func isGroup(chat int64) bool { return chat < 0 }
 
 // vclock is a virtual clock: After advances it at once.
 type vclock struct {
@@ -49,12 +55,12 @@ func maxInWindow(ts []time.Time, w time.Duration) int {
 
 func TestLimiterScheduleKeepsTelegramLimits(t *testing.T) {
 	vc := &vclock{t: time.Unix(1_800_000_000, 0)}
-	l := newLimiter(Limits{PerChatInterval: time.Second, GroupPerMinute: 20, GlobalPerSecond: 30}, vc)
+	l := NewLimiter(telegramLimits, vc, isGroup)
 	ctx := context.Background()
 	starts := map[int64][]time.Time{}
 	var all []time.Time
 	send := func(chat int64) {
-		rel, err := l.wait(ctx, chat)
+		rel, err := l.Wait(ctx, chat)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,11 +111,11 @@ func TestLimiterScheduleKeepsTelegramLimits(t *testing.T) {
 
 func TestLimiterFanOutIsNotSlowerThanNeeded(t *testing.T) {
 	vc := &vclock{t: time.Unix(1_800_000_000, 0)}
-	l := newLimiter(Limits{PerChatInterval: time.Second, GroupPerMinute: 20, GlobalPerSecond: 30}, vc)
+	l := NewLimiter(telegramLimits, vc, isGroup)
 	begin := vc.Now()
 	var all []time.Time
 	for i := range 100 {
-		rel, err := l.wait(context.Background(), int64(1+i))
+		rel, err := l.Wait(context.Background(), int64(1+i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,11 +132,11 @@ func TestLimiterFanOutIsNotSlowerThanNeeded(t *testing.T) {
 
 func TestLimiterPauseAndCancel(t *testing.T) {
 	vc := &vclock{t: time.Unix(1_800_000_000, 0)}
-	l := newLimiter(Limits{PerChatInterval: time.Second, GroupPerMinute: 20, GlobalPerSecond: 30}, vc)
+	l := NewLimiter(telegramLimits, vc, isGroup)
 	ctx := context.Background()
-	l.pause(5, 7*time.Second)
+	l.Pause(5, 7*time.Second)
 	before := vc.Now()
-	rel, err := l.wait(ctx, 5)
+	rel, err := l.Wait(ctx, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,12 +146,12 @@ func TestLimiterPauseAndCancel(t *testing.T) {
 	// While the chat is busy, a cancelled wait returns at once.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := l.wait(cctx, 5); !errors.Is(err, context.Canceled) {
+	if _, err := l.Wait(cctx, 5); !errors.Is(err, context.Canceled) {
 		t.Fatalf("wait on a busy chat with a cancelled context: %v", err)
 	}
 	rel()
 	rel() // idempotent
-	if _, err := l.wait(ctx, 5); err != nil {
+	if _, err := l.Wait(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
 }

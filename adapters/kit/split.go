@@ -1,0 +1,175 @@
+package kit
+
+import (
+	"crypto/sha256"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/silas-gateway/silas/core"
+)
+
+// SplitText splits s into parts of at most max, measured by width (how
+// much one rune counts towards the platform's limit — for example its
+// UTF-16 length once escaped). It splits on line boundaries where possible,
+// then after a space, then anywhere on a rune boundary. Concatenating the
+// parts gives s back. max must leave room for the widest rune.
+func SplitText(s string, max int, width func(rune) int) []string {
+	var parts []string
+	var cur strings.Builder
+	curLen := 0
+	flush := func() {
+		if cur.Len() > 0 {
+			parts = append(parts, cur.String())
+			cur.Reset()
+			curLen = 0
+		}
+	}
+	for line := range strings.SplitAfterSeq(s, "\n") {
+		n := measure(line, width)
+		if curLen+n <= max {
+			cur.WriteString(line)
+			curLen += n
+			continue
+		}
+		flush()
+		for measure(line, width) > max {
+			head := fitPrefix(line, max, width)
+			if head == "" {
+				// A single rune wider than max: emit it alone rather than
+				// loop forever.
+				_, size := utf8.DecodeRuneInString(line)
+				head = line[:size]
+			}
+			parts = append(parts, head)
+			line = line[len(head):]
+		}
+		cur.WriteString(line)
+		curLen = measure(line, width)
+	}
+	flush()
+	return parts
+}
+
+func measure(s string, width func(rune) int) int {
+	n := 0
+	for _, r := range s {
+		n += width(r)
+	}
+	return n
+}
+
+// fitPrefix returns the longest prefix of s that fits in max, preferring to
+// end after a space when that keeps at least half of it.
+func fitPrefix(s string, max int, width func(rune) int) string {
+	used, end, lastSpace := 0, 0, -1
+	for i, r := range s {
+		w := width(r)
+		if used+w > max {
+			break
+		}
+		used += w
+		end = i + utf8.RuneLen(r)
+		if r == ' ' {
+			lastSpace = end
+		}
+	}
+	if lastSpace > end/2 {
+		return s[:lastSpace]
+	}
+	return s[:end]
+}
+
+// Splits remembers how far the sending of a message split into several
+// platform messages got, so the outbox's retry of a failed Send skips the
+// parts already shown instead of repeating them. Progress lives in memory:
+// after a restart a retried message is sent whole again, which repeats
+// parts but loses none.
+type Splits struct {
+	now func() time.Time
+	mu  sync.Mutex
+	m   map[[32]byte]*splitProgress
+}
+
+type splitProgress struct {
+	sent  int
+	first core.MessageRef
+	at    time.Time
+}
+
+// NewSplits returns an empty tracker using now (time.Now when nil).
+func NewSplits(now func() time.Time) *Splits {
+	if now == nil {
+		now = time.Now
+	}
+	return &Splits{now: now, m: map[[32]byte]*splitProgress{}}
+}
+
+// SplitKey identifies an outbound message across the outbox's retries.
+func SplitKey(m core.OutMessage) [32]byte {
+	h := sha256.New()
+	h.Write([]byte(m.Conversation))
+	h.Write([]byte{0})
+	h.Write([]byte(m.Text))
+	h.Write([]byte{0})
+	if m.Card != nil {
+		h.Write([]byte(m.Card.ID))
+	}
+	var k [32]byte
+	copy(k[:], h.Sum(nil))
+	return k
+}
+
+// Send sends parts 0..n-1 of the message key with send, starting after the
+// parts an earlier attempt already sent, and returns the refs of the first
+// and the last part. On an error the progress so far is kept for the retry.
+func (s *Splits) Send(key [32]byte, n int, send func(i int) (core.MessageRef, error)) (first, last core.MessageRef, err error) {
+	s.mu.Lock()
+	p := s.m[key]
+	if p == nil {
+		p = &splitProgress{}
+		s.m[key] = p
+	}
+	p.at = s.now()
+	start := p.sent
+	first = p.first
+	s.mu.Unlock()
+	for i := start; i < n; i++ {
+		r, err := send(i)
+		if err != nil {
+			return "", "", err
+		}
+		last = r
+		s.mu.Lock()
+		p.sent = i + 1
+		if i == 0 {
+			p.first, first = r, r
+		}
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	delete(s.m, key)
+	s.mu.Unlock()
+	return first, last, nil
+}
+
+// Sweep forgets progress older than maxAge (a message the outbox gave up
+// on).
+func (s *Splits) Sweep(maxAge time.Duration) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, p := range s.m {
+		if now.Sub(p.at) > maxAge {
+			delete(s.m, k)
+		}
+	}
+}
+
+// Len is the number of messages with progress kept.
+func (s *Splits) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
