@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -337,32 +336,16 @@ func receivedEntry(t core.Turn, seq int64) auditEntry {
 }
 
 func (e *Engine) validateTurn(t core.Turn) error {
-	bad := func(f string, a ...any) error { return &core.RejectedError{Reason: fmt.Sprintf(f, a...)} }
+	// What depends on this engine's configuration; the rest is the one
+	// validation of a turn, core.Turn.Validate.
 	if _, ok := e.channels[t.Channel]; !ok {
-		return bad("unknown channel %q", t.Channel)
+		return &core.RejectedError{Reason: fmt.Sprintf("unknown channel %q", t.Channel)}
 	}
-	if !strings.HasPrefix(string(t.Conversation), string(t.Channel)+":") {
-		return bad("conversation %q does not belong to channel %q", t.Conversation, t.Channel)
-	}
-	if t.Sender == "" || !strings.Contains(string(t.Sender), ":") {
-		return bad("sender %q is not an identity (platform:id)", t.Sender)
-	}
-	if t.EventID == "" || len(t.EventID) > 200 {
-		return bad("event id must be 1-200 bytes")
-	}
-	if !t.Evidence.Authenticated {
-		// Adapters must reject unauthenticated requests before the core;
-		// one that reaches us anyway is refused, not processed.
-		return bad("unauthenticated request")
-	}
-	if !utf8.ValidString(t.Text) {
-		return bad("text is not valid UTF-8")
+	if err := t.Validate(); err != nil {
+		return err
 	}
 	if n := utf8.RuneCountInString(t.Text); n > e.cfg.MaxTextLen {
-		return bad("text is %d characters; the limit is %d", n, e.cfg.MaxTextLen)
-	}
-	if t.Tap != nil && (t.Tap.Card == "" || t.Tap.Choice == "" || len(t.Tap.Card) > 64 || len(t.Tap.Choice) > 16) {
-		return bad("malformed tap")
+		return &core.RejectedError{Reason: fmt.Sprintf("text is %d characters; the limit is %d", n, e.cfg.MaxTextLen)}
 	}
 	return nil
 }

@@ -274,6 +274,9 @@ func Default() *Config {
 	// The other telegram.* defaults are the adapter's own: it fills in zero
 	// values (adapters/telegram Config), so they live in one place.
 	c.Telegram.DMPolicy = "pairing"
+	// The adapter fills in its other defaults itself. This one lives here
+	// too: validation must tell a written 0s (refused) from "not set".
+	c.Telegram.Limits.PerChatInterval = Duration{time.Second}
 	return c
 }
 
