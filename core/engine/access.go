@@ -69,7 +69,8 @@ func (e *Engine) gate(o *outcome) bool {
 }
 
 func isPairCommand(text string) bool {
-	return len(text) >= 5 && text[:5] == "/pair"
+	cmd, _, _ := parseCommand(text)
+	return cmd == "/pair"
 }
 
 // requestAccess runs in the turn's transaction: one open request per

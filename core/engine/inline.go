@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"maps"
-	"strings"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/store"
@@ -18,13 +17,6 @@ import (
 // read or write state, a slow agent — is stored first and answered by the
 // conversation's worker, as before.
 
-// inlineCommands are the commands answered from memory.
-var inlineCommands = map[string]bool{"/help": true, "/start": true, "/whoami": true}
-
-// knownCommands are handled by handleText; any other "/…" is answered
-// "Unknown command" from memory.
-var knownCommands = map[string]bool{"/run": true, "/pending": true, "/audit": true, "/output": true, "/secret": true, "/secrets": true, "/pair": true}
-
 // inlineCandidate is the cheap test before any work: could this turn be
 // answered inline at all?
 func (e *Engine) inlineCandidate(t core.Turn) bool {
@@ -34,14 +26,12 @@ func (e *Engine) inlineCandidate(t core.Turn) bool {
 	if a, ok := e.cfg.Agent.(core.InlineAgent); !ok || !a.Inline() {
 		return false
 	}
-	cmd, _, _ := strings.Cut(strings.TrimSpace(t.Text), " ")
-	if !strings.HasPrefix(cmd, "/") {
+	cmd, _, isCmd := parseCommand(t.Text)
+	if !isCmd {
 		return true // the agent answers it
 	}
-	if at := strings.IndexByte(cmd, '@'); at > 0 {
-		cmd = cmd[:at]
-	}
-	return inlineCommands[cmd] || !knownCommands[cmd]
+	spec, known := commands[cmd]
+	return spec.inline || !known // an unknown command is answered from memory
 }
 
 // deliverInline stores and answers t in one transaction when it can; ok

@@ -194,13 +194,7 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 		}
 		return nil
 	}
-	text := strings.TrimSpace(t.Text)
-	cmd, arg, _ := strings.Cut(text, " ")
-	arg = strings.TrimSpace(arg)
-	// "/cmd@botname" addresses a bot in a group; the adapter decided it is us.
-	if at := strings.IndexByte(cmd, '@'); at > 0 && strings.HasPrefix(cmd, "/") {
-		cmd = cmd[:at]
-	}
+	cmd, arg, isCmd := parseCommand(t.Text)
 	switch cmd {
 	case "/help", "/start":
 		o.reply("%s", helpText)
@@ -224,7 +218,7 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 		o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error { return e.pair(ctx, tx, o, code) }
 		return nil
 	}
-	if strings.HasPrefix(cmd, "/") && cmd != "/run" {
+	if isCmd && cmd != "/run" { // the known ones were answered above
 		o.reply("Unknown command %s. Try /help.", cmd)
 		return nil
 	}
