@@ -118,7 +118,7 @@ func TestBrowserWebChat(t *testing.T) {
 	if st["risk"] != "low" || st["buttons"] != float64(2) {
 		t.Errorf("pending card = %v", st)
 	}
-	if label := browserEval[string](t, ctx, `document.querySelector('[data-card-id=`+js(low)+`] [data-testid=choice-approve]').textContent`); label != "Run `uname -a`" {
+	if label := browserEval[string](t, ctx, `document.querySelector('[data-card-id=`+js(low)+`] [data-testid=choice-approve]').innerHTML`); label != "Run <code>uname -a</code>" {
 		t.Errorf("approve label = %q", label)
 	}
 	if err := chromedp.Do(ctx, chromedp.Click(cardSel(low, "choice-approve"))); err != nil {

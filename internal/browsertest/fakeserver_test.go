@@ -402,7 +402,7 @@ func TestFakeServerRunApprove(t *testing.T) {
 	}
 	buttons, _ := card["buttons"].([]any)
 	if len(buttons) != 2 ||
-		!strings.HasPrefix(buttons[0].(string), "choice-approve|Run `uname -a`|") || !strings.Contains(buttons[0].(string), "btn-primary") ||
+		!strings.HasPrefix(buttons[0].(string), "choice-approve|Run uname -a|") || !strings.Contains(buttons[0].(string), "btn-primary") ||
 		!strings.HasPrefix(buttons[1].(string), "choice-decline|Decline|") || !strings.Contains(buttons[1].(string), "btn-danger") {
 		t.Errorf("choice buttons = %q", buttons)
 	}

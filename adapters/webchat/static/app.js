@@ -74,6 +74,15 @@
     return e;
   }
 
+  // codeSpans renders a label's `code` spans as <code> (labels say what a
+  // choice runs: "Run `uname -a`"), never as markup and never with the
+  // backticks shown.
+  function codeSpans(label) {
+    const parts = String(label).split('`');
+    if (parts.length < 3) return [String(label)];
+    return parts.map((p, i) => (i % 2 === 1 && i < parts.length - 1) ? h('code', null, p) : p).filter((p) => p !== '');
+  }
+
   // ---- helpers -------------------------------------------------------------
   function newId(prefix) {
     const b = new Uint8Array(12);
@@ -600,7 +609,7 @@
           'data-choice-id': ch.id,
           disabled: !!tap,
           'aria-busy': tap && tap.choice === ch.id ? 'true' : null,
-        }, str(ch.label) || ch.id);
+        }, ...codeSpans(str(ch.label) || ch.id));
         b.addEventListener('click', () => onChoice(c.id, ch.id));
         group.append(b);
       }
