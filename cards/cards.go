@@ -105,6 +105,9 @@ const (
 	StatusDeclined   Status = "declined"
 	StatusExpired    Status = "expired"
 	StatusRefused    Status = "refused"
+	// StatusInterrupted: the gateway stopped while the action ran; it may
+	// or may not have completed and was not run again.
+	StatusInterrupted Status = "interrupted"
 )
 
 // Open reports whether the card still accepts taps.

@@ -120,14 +120,15 @@ var riskMark = map[cards.Risk]string{
 }
 
 var statusLine = map[cards.Status]string{
-	cards.StatusConfirming: "⏳ Waiting for confirmation",
-	cards.StatusApproved:   "✅ Approved",
-	cards.StatusRunning:    "⚙️ Running",
-	cards.StatusDone:       "✅ Done",
-	cards.StatusFailed:     "❌ Failed",
-	cards.StatusDeclined:   "🚫 Declined",
-	cards.StatusExpired:    "⌛ Expired",
-	cards.StatusRefused:    "⛔ Refused",
+	cards.StatusConfirming:  "⏳ Waiting for confirmation",
+	cards.StatusApproved:    "✅ Approved",
+	cards.StatusRunning:     "⚙️ Running",
+	cards.StatusDone:        "✅ Done",
+	cards.StatusFailed:      "❌ Failed",
+	cards.StatusDeclined:    "🚫 Declined",
+	cards.StatusExpired:     "⌛ Expired",
+	cards.StatusRefused:     "⛔ Refused",
+	cards.StatusInterrupted: "⚠️ Interrupted",
 }
 
 // rendered is one message ready for sendMessage / editMessageText.

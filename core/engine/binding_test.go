@@ -415,3 +415,27 @@ func TestAlteredRequestIsNotApproved(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An execution that was running when the gateway stopped is not run again:
+// its card says "interrupted", a status of its own.
+func TestInterruptedCardStatus(t *testing.T) {
+	b, key := setupKey(t)
+	b.eng.SetHoldExecution(func(core.ApprovalID) bool { return true })
+	b.send(t, owner, "/run echo interrupted")
+	c := b.pendingCard(t, "echo interrupted")
+	b.tap(t, owner, c.ID, "approve")
+	b.waitStatus(t, c.ID, cards.StatusRunning)
+	b.stop()
+	// The crash happened mid-run: the row says running.
+	if _, err := b.st.Pool().Exec(b.ctx, `UPDATE executions SET status = 'running', started_at = now() WHERE approval_id = $1`, string(c.ID)); err != nil {
+		t.Fatal(err)
+	}
+	_, sb := restart(t, b, key)
+	got := b.waitStatus(t, c.ID, cards.StatusInterrupted)
+	if !strings.Contains(got.Outcome, "not re-run") || len(got.Choices) != 0 {
+		t.Fatalf("interrupted card = %+v", got)
+	}
+	if runs := sb.ran(); len(runs) != 0 {
+		t.Fatalf("the interrupted action ran again: %q", runs)
+	}
+}

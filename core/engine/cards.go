@@ -83,7 +83,7 @@ func (e *Engine) renderExecution(c *cards.Card, a core.ApprovalRequest, ex *core
 		c.Status = cards.StatusRefused
 		c.Outcome = "Refused: " + ex.Reason
 	case core.ExecInterrupted:
-		c.Status = cards.StatusFailed
+		c.Status = cards.StatusInterrupted
 		c.Outcome = "Interrupted by a gateway restart; it may or may not have completed and was not re-run."
 	case core.ExecVerified, core.ExecFailed:
 		c.Status = cards.StatusDone

@@ -33,6 +33,7 @@
     declined: 'Declined',
     expired: 'Expired',
     refused: 'Refused by policy',
+    interrupted: 'Interrupted (not re-run)',
   };
 
   // ---- DOM -------------------------------------------------------------------
