@@ -194,3 +194,56 @@ func TestBrowserWebChat(t *testing.T) {
 		t.Logf("leaving the page: %v", err)
 	}
 }
+
+// TestBrowserSignInInOpenTab: after a restart the operator pastes the new
+// one-time address into the tab that is already open. Only the fragment
+// changes (no page load): the page must still sign in, drop the secret from
+// the address bar and clear the stale "session ended" state. A first visit
+// shows what to type.
+func TestBrowserSignInInOpenTab(t *testing.T) {
+	bctx := browsertest.New(t)
+	dsn := pgtest.NewDatabase(t)
+	data := t.TempDir()
+	s := startServer(t, dsn, data)
+	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
+	defer cancel()
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.base+"/#login="+s.login)); err != nil {
+		t.Fatalf("navigate: %v", err)
+	}
+	browserWait(t, ctx, "connected", `document.querySelector('[data-testid=conn]').dataset.state === 'connected'`)
+	browserWait(t, ctx, "first-visit hint", `(document.querySelector('[data-testid=hint]')?.textContent || '').includes('/run uname -a')`)
+
+	// The session ends (as after a restart that lost it, or a revoke).
+	browserEval[bool](t, ctx, `(fetch('/logout', {method: 'POST'}), true)`)
+	browserWait(t, ctx, "login form", `!document.querySelector('[data-testid=login]').hidden`)
+
+	// A restart on the same address prints a new one-time link.
+	addr := strings.TrimPrefix(s.base, "http://")
+	s.stop()
+	s2 := startServer(t, dsn, data, "SILAS_HTTP_LISTEN="+addr)
+	if s2.base != s.base {
+		t.Fatalf("restarted on %s, want %s", s2.base, s.base)
+	}
+	// Pasted into the open tab: a fragment-only navigation.
+	browserEval[bool](t, ctx, `(location.hash = '#login=`+s2.login+`', true)`)
+	browserWait(t, ctx, "connected with the new link", `document.querySelector('[data-testid=conn]').dataset.state === 'connected' && document.querySelector('[data-testid=login]').hidden`)
+	if h := browserEval[string](t, ctx, `location.hash`); h != "" {
+		t.Errorf("the login secret stayed in the address: %q", h)
+	}
+	if e := browserEval[string](t, ctx, `document.querySelector('[data-testid=login-error]').textContent`); e != "" {
+		t.Errorf("stale login error: %q", e)
+	}
+	// It works: a command gets its answer.
+	browserEval[bool](t, ctx, `(() => { const i = document.querySelector('[data-testid=input]'); i.value = '/whoami'; i.form.requestSubmit(); return true; })()`)
+	browserWait(t, ctx, "answer", `[...document.querySelectorAll('[data-testid=message]')].some(m => m.textContent.includes('webchat:local'))`)
+	for _, e := range browsertest.JSErrors(bctx) {
+		// The session check after the logout answers 401 by design.
+		if !strings.Contains(e, "status of 401") {
+			t.Errorf("page error: %q", e)
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Logf("leaving the page: %v", err)
+	}
+}

@@ -132,6 +132,9 @@
   // append adds a node to the log, keeping the view pinned to the bottom
   // when it already was (or when force is set: the user's own message).
   function append(node, force) {
+    // The first-visit hint gives way to the conversation.
+    const hint = ui.log.querySelector('[data-testid=hint]');
+    if (hint && !(node.dataset && node.dataset.testid === 'hint')) hint.remove();
     const pin = force || nearBottom();
     ui.log.append(node);
     if (pin) scrollToBottom();
@@ -407,6 +410,10 @@
     // Unacknowledged frames go again with their original ids; the server
     // answers a repeat with duplicate:true instead of acting twice.
     flushOutbox();
+    // A first visit: say what to type. The replay, if any, replaces it.
+    if (!document.querySelector('[data-testid=message], [data-testid=card], [data-testid=hint]')) {
+      append(h('div', { class: 'notice', 'data-testid': 'hint', role: 'status' }, 'Try /run uname -a, or /help for what Silas can do.'));
+    }
   }
 
   function onAck(f) {
@@ -758,6 +765,34 @@
     }
     connect(); // 'ok', or the gateway is unreachable: connect() retries
   }
+
+  // A login address pasted into this tab when it is already open only
+  // changes the fragment: no page load, so start() would never see it.
+  window.addEventListener('hashchange', async () => {
+    const secret = takeLoginSecret();
+    if (!secret) return;
+    const res = await login(secret);
+    if (!res.ok) {
+      const s = await checkSession();
+      if (s.status !== 'ok') {
+        showLogin(res.error);
+        return;
+      }
+      notice('That login address was not accepted (' + res.error + '), but this browser is already signed in.');
+      return;
+    }
+    // Signed in: what said otherwise is stale.
+    for (const n of document.querySelectorAll('[data-testid=notice]')) n.remove();
+    hideLogin();
+    state.attempt = 0;
+    // A socket of the old session, if any, gives way to the new one.
+    const old = state.ws;
+    state.ws = null;
+    if (old) old.close(1000, 'new session');
+    clearTimeout(state.timer);
+    connect();
+    ui.input.focus();
+  });
 
   start();
 })();
