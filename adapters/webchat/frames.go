@@ -37,6 +37,19 @@ type FrameError struct {
 
 func (e *FrameError) Error() string { return e.Code + ": " + e.Message }
 
+// idOf is the frame's id when the frame is a JSON object with a valid id but
+// fails the strict decoding (an unknown field, a wrong type elsewhere): the
+// error answer still echoes it, as the protocol promises.
+func idOf(b []byte) string {
+	var probe struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(b, &probe) != nil || !clientIDRe.MatchString(probe.ID) {
+		return ""
+	}
+	return probe.ID
+}
+
 // ParseFrame decodes and validates one client frame. Every way it can fail
 // yields a *FrameError with a code from the protocol.
 func ParseFrame(b []byte) (ClientFrame, error) {
@@ -52,7 +65,7 @@ func ParseFrame(b []byte) (ClientFrame, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return ClientFrame{}, &FrameError{Code: "bad_frame", Message: "frame is not a valid JSON object of the protocol: " + err.Error()}
+		return ClientFrame{}, &FrameError{Code: "bad_frame", ID: idOf(b), Message: "frame is not a valid JSON object of the protocol: " + err.Error()}
 	}
 	if dec.More() {
 		return ClientFrame{}, &FrameError{Code: "bad_frame", Message: "one JSON object per frame"}

@@ -35,6 +35,14 @@ func TestParseFrame(t *testing.T) {
 		{"raw invalid utf-8", "{\"type\":\"message\",\"id\":\"a\",\"text\":\"hi\xff\"}", "bad_text"},
 		{"escaped backslash is fine", `{"type":"message","id":"a","text":"\\u0000"}`, ""},
 	}
+	// An error answer echoes the frame's id whenever the frame had a valid one.
+	var fe *FrameError
+	if _, err := ParseFrame([]byte(`{"type":"message","id":"m-7","text":"x","admin":true}`)); !errors.As(err, &fe) || fe.ID != "m-7" {
+		t.Errorf("unknown field: error %v does not echo the id m-7", err)
+	}
+	if _, err := ParseFrame([]byte(`{"type":"message","id":"a b","text":"x","admin":true}`)); !errors.As(err, &fe) || fe.ID != "" {
+		t.Errorf("an invalid id must not be echoed: %v", err)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseFrame([]byte(tt.in))
