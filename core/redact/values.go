@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"math"
 	"net/url"
-	"slices"
 	"strings"
 )
 
@@ -27,7 +26,7 @@ const minEncodedLen = 8
 const minSpreadLen = 8
 
 // ValueReplacement replaces a known secret value in RedactValues' output.
-const ValueReplacement = "[redacted secret]"
+const ValueReplacement = "[redacted " + kindSecret + "]"
 
 // RedactValues replaces every occurrence of the known secret values in
 // text (the output of an execution that was given them) with
@@ -70,7 +69,7 @@ func RedactValues(text string, values []string) string {
 	if len(spans) == 0 {
 		return text
 	}
-	return applySpans(text, spans)
+	return apply(text, spans)
 }
 
 // valuePatterns are the forms searched for, by where they are searched.
@@ -167,17 +166,21 @@ func cores(v []byte, bits int, encode func([]byte) string) []string {
 	return out
 }
 
-type span struct{ start, end int }
+// kindSecret is the kind of a known secret value's finding: Replacement
+// gives ValueReplacement for it.
+const kindSecret = "secret"
 
-func (p *valuePatterns) find(text string) []span {
-	var spans []span
+func (p *valuePatterns) find(text string) []Finding {
+	var spans []Finding
 	for _, pat := range p.exact {
-		eachIndex(text, pat, func(s, e int) { spans = append(spans, span{s, e}) })
+		eachIndex(text, pat, func(s, e int) { spans = append(spans, Finding{Kind: kindSecret, Start: s, End: e}) })
 	}
 	if len(p.spread) > 0 {
 		flat, at := stripSpaceMap(text)
 		for _, pat := range p.spread {
-			eachIndex(flat, pat, func(s, e int) { spans = append(spans, span{int(at[s]), int(at[e-1]) + 1}) })
+			eachIndex(flat, pat, func(s, e int) {
+				spans = append(spans, Finding{Kind: kindSecret, Start: int(at[s]), End: int(at[e-1]) + 1})
+			})
 		}
 	}
 	if len(p.dump) > 0 {
@@ -187,7 +190,10 @@ func (p *valuePatterns) find(text string) []span {
 			}
 		}
 	}
-	return mergeSpans(spans)
+	if len(spans) == 0 {
+		return nil
+	}
+	return union(spans)
 }
 
 // eachIndex calls f for each non-overlapping occurrence of pat in s. An
@@ -203,36 +209,6 @@ func eachIndex(s, pat string, f func(start, end int)) {
 		f(from+i, from+i+len(pat))
 		from += i + len(pat)
 	}
-}
-
-func mergeSpans(spans []span) []span {
-	if len(spans) == 0 {
-		return nil
-	}
-	slices.SortFunc(spans, func(a, b span) int { return a.start - b.start })
-	out := spans[:1]
-	for _, s := range spans[1:] {
-		last := &out[len(out)-1]
-		if s.start < last.end {
-			last.end = max(last.end, s.end)
-			continue
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
-func applySpans(text string, spans []span) string {
-	var b strings.Builder
-	b.Grow(len(text))
-	last := 0
-	for _, s := range spans {
-		b.WriteString(text[last:s.start])
-		b.WriteString(ValueReplacement)
-		last = s.end
-	}
-	b.WriteString(text[last:])
-	return b.String()
 }
 
 func isSpace(c byte) bool {
@@ -279,7 +255,7 @@ type hexStream struct {
 // span maps digits[s:e] back to the text: from the first of those digits
 // to the end of the last line, so the dump's character column, which
 // shows the same bytes as text, is redacted with them.
-func (h *hexStream) span(s, e int) span {
+func (h *hexStream) span(s, e int) Finding {
 	start := h.at[s]
 	for _, a := range h.at[s+1 : e] {
 		start = min(start, a) // byte-swapped streams are permuted within a group
@@ -288,7 +264,7 @@ func (h *hexStream) span(s, e int) span {
 	for _, a := range h.eol[s+1 : e] {
 		end = max(end, a)
 	}
-	return span{int(start), int(end)}
+	return Finding{Kind: kindSecret, Start: int(start), End: int(end)}
 }
 
 // maxDumpGroup is the widest group of hex digits read as part of a dump

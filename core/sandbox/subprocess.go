@@ -221,19 +221,13 @@ func (s *Subprocess) probe() error {
 	if res.ExitCode != 0 {
 		return fmt.Errorf("sandbox: probe: `true` exited %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))
 	}
-	if s.Cleanup(res.Dir) != nil {
-		return nil
-	}
+	_ = s.Cleanup(res.Dir) // a leftover empty work dir is harmless
 	return nil
 }
 
 // Available reports nil when isolated runs work here, or the reason they
 // are all refused (wrapping core.ErrIsolationUnavailable).
 func (s *Subprocess) Available() error { return s.unavailable }
-
-// NetworkIsolation reports whether runs without network get their own
-// network namespace (the probe passed).
-func (s *Subprocess) NetworkIsolation() bool { return s.unavailable == nil }
 
 // BaseDir returns the directory work directories are created under.
 func (s *Subprocess) BaseDir() string { return s.baseDir }

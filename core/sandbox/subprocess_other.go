@@ -31,8 +31,14 @@ func (s *Subprocess) Run(context.Context, core.ExecRequest) (core.ExecResult, er
 	return core.ExecResult{}, errNotLinux
 }
 
-// NetworkIsolation is always false on this platform.
-func (s *Subprocess) NetworkIsolation() bool { return false }
+// Available always reports why nothing runs on this platform.
+func (s *Subprocess) Available() error { return errNotLinux }
+
+// Isolation is empty on this platform.
+func (s *Subprocess) Isolation() []string { return nil }
+
+// Close does nothing on this platform.
+func (s *Subprocess) Close() error { return nil }
 
 // Cleanup always fails on this platform.
 func (s *Subprocess) Cleanup(string) error { return errNotLinux }

@@ -741,21 +741,27 @@
   });
 
   // ---- start -------------------------------------------------------------------
+  // signInWith signs in with a one-time secret from the address. A used or
+  // wrong secret leaves an existing session alone. It answers 'new' (signed
+  // in with it), 'existing' (the secret failed, the old session is fine) or
+  // '' (signed out: the login form is shown).
+  async function signInWith(secret) {
+    const res = await login(secret);
+    if (res.ok) return 'new';
+    const s = await checkSession();
+    if (s.status !== 'ok') {
+      showLogin(res.error);
+      return '';
+    }
+    notice('That login address was not accepted (' + res.error + '), but this browser is already signed in.');
+    return 'existing';
+  }
+
   async function start() {
     setConn('connecting');
     const secret = takeLoginSecret();
     if (secret) {
-      const res = await login(secret);
-      if (!res.ok) {
-        // A used or wrong secret; an existing session may still be fine.
-        const s = await checkSession();
-        if (s.status !== 'ok') {
-          showLogin(res.error);
-          return;
-        }
-        notice('That login address was not accepted (' + res.error + '), but this browser is already signed in.');
-      }
-      connect();
+      if (await signInWith(secret)) connect();
       return;
     }
     const s = await checkSession();
@@ -770,17 +776,7 @@
   // changes the fragment: no page load, so start() would never see it.
   window.addEventListener('hashchange', async () => {
     const secret = takeLoginSecret();
-    if (!secret) return;
-    const res = await login(secret);
-    if (!res.ok) {
-      const s = await checkSession();
-      if (s.status !== 'ok') {
-        showLogin(res.error);
-        return;
-      }
-      notice('That login address was not accepted (' + res.error + '), but this browser is already signed in.');
-      return;
-    }
+    if (!secret || await signInWith(secret) !== 'new') return;
     // Signed in: what said otherwise is stale.
     for (const n of document.querySelectorAll('[data-testid=notice]')) n.remove();
     hideLogin();
