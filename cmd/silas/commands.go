@@ -12,9 +12,9 @@ import (
 
 	"github.com/silas-gateway/silas/configs"
 	"github.com/silas-gateway/silas/core/audit"
-	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/keys"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/internal/config"
 )
 
@@ -127,7 +127,7 @@ func cmdPair(ctx context.Context, env *cliEnv, args []string) error {
 	code := newPairingCode()
 	expires := time.Now().Add(*ttl)
 	err = db.store.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
-		if err := tx.InsertPairingCode(ctx, engine.HashPairingCode(code), *role, platform, expires); err != nil {
+		if err := tx.InsertPairingCode(ctx, trust.HashPairingCode(code), *role, platform, expires); err != nil {
 			return nil, err
 		}
 		return []audit.Entry{{Kind: "pairing.code_created", Actor: "operator", Data: map[string]any{"role": *role, "platform": platform, "expires_at": expires.UTC().Format(time.RFC3339)}}}, nil

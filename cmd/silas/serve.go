@@ -27,6 +27,7 @@ import (
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/config"
 	"github.com/silas-gateway/silas/internal/httpserve"
@@ -145,7 +146,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		channels = append(channels, web)
 	}
-	access := map[core.ChannelName]engine.AccessPolicy{}
+	access := map[core.ChannelName]trust.AccessPolicy{}
 	var tg *telegram.Adapter
 	if cfg.Telegram.Enabled {
 		tg, err = telegram.New(telegramConfig(cfg, db.store, log))
@@ -153,7 +154,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 			return err
 		}
 		channels = append(channels, tg)
-		access[tg.Name()] = engine.AccessPolicy(cfg.Telegram.DMPolicy)
+		access[tg.Name()] = trust.AccessPolicy(cfg.Telegram.DMPolicy)
 	}
 	owners := make([]core.IdentityID, len(cfg.Identities.Owners))
 	for i, o := range cfg.Identities.Owners {

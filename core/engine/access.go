@@ -2,46 +2,21 @@ package engine
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 
-	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/trust"
 )
 
-// AccessPolicy decides what happens to direct messages from senders
-// without trust (external). Group messages are gated by the adapter.
-type AccessPolicy string
-
-const (
-	// AccessOpen: anyone may talk; external trust still cannot run actions.
-	AccessOpen AccessPolicy = "open"
-	// AccessPairing: an unknown sender gets a request code and an owner
-	// gets a card "Allow <name> to talk to Silas? [Allow] [Deny]".
-	AccessPairing AccessPolicy = "pairing"
-	// AccessAllowlist: only owners and allowed or paired identities are
-	// answered; others are ignored (and audited).
-	AccessAllowlist AccessPolicy = "allowlist"
-	// AccessDisabled: only owners are answered in direct chats.
-	AccessDisabled AccessPolicy = "disabled"
-)
-
-// Valid reports whether p is one of the four policies.
-func (p AccessPolicy) Valid() bool {
-	switch p {
-	case AccessOpen, AccessPairing, AccessAllowlist, AccessDisabled:
-		return true
-	}
-	return false
-}
-
-func (e *Engine) accessPolicy(ch core.ChannelName) AccessPolicy {
+func (e *Engine) accessPolicy(ch core.ChannelName) trust.AccessPolicy {
 	if p, ok := e.cfg.Access[ch]; ok {
 		return p
 	}
-	return AccessOpen
+	return trust.AccessOpen
 }
 
 // gate applies the DM access policy; it returns false when the turn is not
@@ -52,15 +27,15 @@ func (e *Engine) gate(o *outcome) bool {
 		return true
 	}
 	switch e.accessPolicy(t.Channel) {
-	case AccessDisabled:
+	case trust.AccessDisabled:
 		o.note("access.ignored", map[string]any{"seq": o.st.Seq, "policy": "disabled"})
 		return false
-	case AccessAllowlist:
+	case trust.AccessAllowlist:
 		if o.trust == core.TrustExternal {
 			o.note("access.ignored", map[string]any{"seq": o.st.Seq, "policy": "allowlist"})
 			return false
 		}
-	case AccessPairing:
+	case trust.AccessPairing:
 		if o.trust == core.TrustExternal && t.Tap == nil && !isPairCommand(t.Text) {
 			o.inTx = e.requestAccess
 		}
@@ -93,12 +68,12 @@ func (e *Engine) requestAccess(ctx context.Context, tx *store.Tx, o *outcome) er
 	if name == "" {
 		name = string(t.Sender)
 	}
-	r := store.AccessRequest{ID: core.NewID(), Channel: t.Channel, Identity: t.Sender, Name: clip(name, 64), Conversation: t.Conversation,
-		Code: accessCode(), OwnerConversation: ownerConv, Status: "pending"}
+	r := store.AccessRequest{ID: core.NewID(), Channel: t.Channel, Identity: t.Sender, Name: render.Clip(name, 64), Conversation: t.Conversation,
+		Code: trust.NewAccessCode(), OwnerConversation: ownerConv, Status: "pending"}
 	if err := tx.InsertAccessRequest(ctx, r); err != nil {
 		return err
 	}
-	o.sends = append(o.sends, pendingSend{conv: ownerConv, key: r.ID, msg: core.OutMessage{Conversation: ownerConv, Card: accessCard(r)}})
+	o.sends = append(o.sends, pendingSend{conv: ownerConv, key: r.ID, msg: core.OutMessage{Conversation: ownerConv, Card: render.Access(r)}})
 	o.reply("I don't know you yet. I asked the owner to let you talk to me; your request code is %s.", r.Code)
 	o.note("access.requested", map[string]any{"request": r.ID, "identity": string(t.Sender), "code": r.Code})
 	return nil
@@ -111,7 +86,7 @@ func (e *Engine) ownerConversation(ctx context.Context, ch core.ChannelName) (co
 	if !ok {
 		return "", false
 	}
-	for _, id := range append(append([]core.IdentityID(nil), e.cfg.Owners...), e.trust.ownersBound(ctx)...) {
+	for _, id := range append(append([]core.IdentityID(nil), e.cfg.Owners...), e.trust.OwnersBound(ctx)...) {
 		if id.Platform() != string(ch) {
 			continue
 		}
@@ -120,44 +95,6 @@ func (e *Engine) ownerConversation(ctx context.Context, ch core.ChannelName) (co
 		}
 	}
 	return "", false
-}
-
-const accessAlphabet = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
-
-func accessCode() string {
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	for i := range b {
-		b[i] = accessAlphabet[int(b[i])%len(accessAlphabet)]
-	}
-	return string(b)
-}
-
-func accessCard(r store.AccessRequest) *cards.Card {
-	// The display name is the stranger's own choice: bidi controls in it
-	// are shown, and the button names the sender by platform id.
-	r.Name = cards.ShowBidi(r.Name)
-	c := &cards.Card{
-		ID:     cards.ID(r.ID),
-		Kind:   cards.KindInfo,
-		Intent: clip(fmt.Sprintf("Allow %s (%s) to talk to Silas?", r.Name, r.Identity), cards.MaxIntent),
-		Rationale: fmt.Sprintf("They wrote to the bot in a private chat (request code %s). Allowing gives them auth trust: they can talk to Silas and ask for actions; owners still approve every action.",
-			r.Code),
-	}
-	switch r.Status {
-	case "pending":
-		c.Status = cards.StatusPending
-		c.Choices = []cards.Choice{{ID: "allow", Label: clip("Allow "+cards.ShowBidi(string(r.Identity)), cards.MaxLabel), Style: cards.StylePrimary}, {ID: "deny", Label: "Deny", Style: cards.StyleDanger}}
-	case "allowed":
-		c.Status = cards.StatusApproved
-		c.Outcome = fmt.Sprintf("Allowed by %s.", r.DecidedBy)
-	case "denied":
-		c.Status = cards.StatusDeclined
-		c.Outcome = fmt.Sprintf("Denied by %s.", r.DecidedBy)
-	}
-	return c
 }
 
 // decideAccess applies an owner's tap on an access card.
@@ -170,7 +107,7 @@ func (e *Engine) decideAccess(ctx context.Context, tx *store.Tx, o *outcome, r s
 		return refuse("not_approver", fmt.Sprintf("You (%s) may not decide this card; nothing was changed.", t.Sender))
 	}
 	if r.Status != "pending" {
-		o.updates = append(o.updates, accessCard(r))
+		o.updates = append(o.updates, render.Access(r))
 		return refuse("already_decided", fmt.Sprintf("Already decided (%s): nothing was changed.", r.Status))
 	}
 	var status string
@@ -188,14 +125,14 @@ func (e *Engine) decideAccess(ctx context.Context, tx *store.Tx, o *outcome, r s
 	}
 	r.Status, r.DecidedBy = status, t.Sender
 	if status == "allowed" {
-		rec, sig, err := SignBinding(e.cfg.Key, r.Identity, "auth", tx.Now())
+		rec, sig, err := trust.SignBinding(e.cfg.Key, r.Identity, "auth", tx.Now())
 		if err != nil {
 			return err
 		}
 		if err := tx.UpsertBinding(ctx, r.Identity, "auth", rec, sig); err != nil {
 			return err
 		}
-		o.after = append(o.after, e.trust.invalidate)
+		o.after = append(o.after, e.trust.Invalidate)
 		o.sends = append(o.sends, pendingSend{conv: r.Conversation, key: "r-" + core.NewID(),
 			msg: core.OutMessage{Conversation: r.Conversation, Text: "The owner allowed you: you can talk to Silas now. Try /help."}})
 		o.note("pairing.bound", map[string]any{"identity": string(r.Identity), "role": "auth", "via": "access request " + r.ID})
@@ -204,6 +141,37 @@ func (e *Engine) decideAccess(ctx context.Context, tx *store.Tx, o *outcome, r s
 		o.toast = "Denied."
 	}
 	o.note("access."+status, map[string]any{"request": r.ID, "identity": string(r.Identity)})
-	o.updates = append(o.updates, accessCard(r))
+	o.updates = append(o.updates, render.Access(r))
+	return nil
+}
+
+// pair binds the sender with the role of a one-time code from `silas pair`,
+// in the turn's transaction.
+func (e *Engine) pair(ctx context.Context, tx *store.Tx, o *outcome, code string) error {
+	t := o.st.Turn
+	code = strings.ToUpper(strings.TrimSpace(code))
+	if code == "" {
+		o.reply("Usage: /pair <code> — get a code by running `silas pair` on the gateway host.")
+		return nil
+	}
+	role, ok, err := tx.UsePairingCode(ctx, trust.HashPairingCode(code), t.Sender)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		o.note("pairing.refused", map[string]any{"reason": "unknown, used or expired code"})
+		o.reply("That pairing code is unknown, used or expired.")
+		return nil
+	}
+	rec, sig, err := trust.SignBinding(e.cfg.Key, t.Sender, role, tx.Now())
+	if err != nil {
+		return err
+	}
+	if err := tx.UpsertBinding(ctx, t.Sender, role, rec, sig); err != nil {
+		return err
+	}
+	o.note("pairing.bound", map[string]any{"identity": string(t.Sender), "role": role})
+	o.reply("Paired: %s now has %s trust.", t.Sender, role)
+	o.after = append(o.after, e.trust.Invalidate)
 	return nil
 }

@@ -2,17 +2,14 @@ package engine
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/approval"
+	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -28,7 +25,7 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		if known != nil && known.Status.Open() {
 			// Re-send the open card so a client that disabled its buttons
 			// while waiting re-enables them.
-			o.updates = append(o.updates, e.approvalCard(*known, nil))
+			o.updates = append(o.updates, e.card(*known, nil))
 		}
 		o.note("approval.refused", map[string]any{"approval": string(tap.Card), "choice": tap.Choice, "reason": reason})
 		// A refusal is a notice to the tapper, not news for the chat: on
@@ -79,7 +76,7 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		}
 		if ok {
 			a.Status = core.ApprovalExpired
-			o.updates = append(o.updates, e.approvalCard(a, nil))
+			o.updates = append(o.updates, e.card(a, nil))
 			o.note("approval.expired", map[string]any{"approval": string(a.ID)})
 		}
 		return refuse("expired", "This card has expired: nothing was run. Ask again if you still want it.")
@@ -101,7 +98,7 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 			return err
 		}
 		a.Status, a.DecidedBy = core.ApprovalDeclined, t.Sender
-		o.updates = append(o.updates, e.approvalCard(a, nil))
+		o.updates = append(o.updates, e.card(a, nil))
 		o.note("approval.declined", map[string]any{"approval": string(a.ID)})
 		o.toast = "Declined. Nothing will run."
 		e.m.approvals.WithLabelValues("declined").Inc()
@@ -119,7 +116,7 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 				return err
 			}
 			a.Status = core.ApprovalConfirming
-			o.updates = append(o.updates, e.approvalCard(a, nil))
+			o.updates = append(o.updates, e.card(a, nil))
 			o.note("approval.confirm_requested", map[string]any{"approval": string(a.ID)})
 			o.toast = fmt.Sprintf("%s risk: tap Confirm on the card to run it.", a.Risk)
 			return nil
@@ -138,16 +135,16 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 // currentCard renders a decided request with its execution, if any.
 func (e *Engine) currentCard(ctx context.Context, a core.ApprovalRequest) (*cards.Card, error) {
 	if a.Status != core.ApprovalApproved {
-		return e.approvalCard(a, nil), nil
+		return e.card(a, nil), nil
 	}
 	ex, err := e.st.GetExecution(ctx, a.ID)
 	if errors.Is(err, core.ErrNotFound) {
-		return e.approvalCard(a, nil), nil
+		return e.card(a, nil), nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return e.approvalCard(a, &ex), nil
+	return e.card(a, &ex), nil
 }
 
 // mayApprove: the identity is listed, or holds a listed role with at least
@@ -208,7 +205,7 @@ func (e *Engine) approve(ctx context.Context, tx *store.Tx, o *outcome, a core.A
 		return err
 	}
 	a.Status, a.DecidedBy, a.Token = core.ApprovalApproved, by, raw
-	o.updates = append(o.updates, e.approvalCard(a, &core.Execution{Status: core.ExecQueued}))
+	o.updates = append(o.updates, e.card(a, &core.Execution{Status: core.ExecQueued}))
 	o.note("approval.approved", map[string]any{"approval": string(a.ID), "by": string(by), "risk": string(a.Risk)})
 	o.toast = "Approved: running it now."
 	o.note("token.minted", map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID,
@@ -224,53 +221,8 @@ func (e *Engine) approve(ctx context.Context, tx *store.Tx, o *outcome, a core.A
 	return nil
 }
 
-// pairingRecord is what a binding signature covers.
-type pairingRecord struct {
-	Identity string    `json:"identity"`
-	Role     string    `json:"role"`
-	BoundAt  time.Time `json:"bound_at"`
-}
-
-func (e *Engine) pair(ctx context.Context, tx *store.Tx, o *outcome, code string) error {
-	t := o.st.Turn
-	code = strings.ToUpper(strings.TrimSpace(code))
-	if code == "" {
-		o.reply("Usage: /pair <code> — get a code by running `silas pair` on the gateway host.")
-		return nil
-	}
-	role, ok, err := tx.UsePairingCode(ctx, HashPairingCode(code), t.Sender)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		o.note("pairing.refused", map[string]any{"reason": "unknown, used or expired code"})
-		o.reply("That pairing code is unknown, used or expired.")
-		return nil
-	}
-	rec, sig, err := SignBinding(e.cfg.Key, t.Sender, role, tx.Now())
-	if err != nil {
-		return err
-	}
-	if err := tx.UpsertBinding(ctx, t.Sender, role, rec, sig); err != nil {
-		return err
-	}
-	o.note("pairing.bound", map[string]any{"identity": string(t.Sender), "role": role})
-	o.reply("Paired: %s now has %s trust.", t.Sender, role)
-	o.after = append(o.after, e.trust.invalidate)
-	return nil
-}
-
-// HashPairingCode is how codes are stored: only their hash.
-func HashPairingCode(code string) []byte {
-	h := sha256.Sum256([]byte("silas-pairing:" + strings.ToUpper(strings.TrimSpace(code))))
-	return h[:]
-}
-
-// SignBinding signs a binding record with the gateway key.
-func SignBinding(key ed25519.PrivateKey, id core.IdentityID, role string, at time.Time) (record, sig []byte, err error) {
-	record, err = json.Marshal(pairingRecord{Identity: string(id), Role: role, BoundAt: at.UTC()})
-	if err != nil {
-		return nil, nil, err
-	}
-	return record, ed25519.Sign(key, record), nil
+// card renders an approval request (and its execution) with this engine's
+// output preview length.
+func (e *Engine) card(a core.ApprovalRequest, ex *core.Execution) *cards.Card {
+	return render.Approval(a, ex, e.cfg.OutputPreview)
 }

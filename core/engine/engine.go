@@ -1,9 +1,11 @@
 // Package engine is the turn pipeline: it takes turns from adapters (as the
 // core.Inbox), stores them durably, processes each conversation's turns in
-// order, decides trust, asks the agent, applies risk policy, runs approvals,
-// executes approved actions in the sandbox, verifies them and delivers
-// replies through the outbox. It depends only on core ports and the store;
-// it never imports an adapter or a platform SDK.
+// order, asks the trust book (core/trust) who the sender is, answers
+// commands or asks the agent, applies risk policy, runs approvals, executes
+// approved actions in the sandbox and verifies them. Cards are drawn by
+// core/render; replies leave through core/outbox. It depends only on core
+// ports, those rooms and the store; it never imports an adapter or a
+// platform SDK, and runs no SQL itself.
 package engine
 
 import (
@@ -21,9 +23,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/verify"
 )
 
@@ -41,7 +45,7 @@ type Config struct {
 	Owners  []core.IdentityID
 	Allowed []core.IdentityID
 	// Access is the direct-message policy per channel (default open).
-	Access map[core.ChannelName]AccessPolicy
+	Access map[core.ChannelName]trust.AccessPolicy
 	// ApprovalTTL is how long a card can be decided (default 5 minutes).
 	ApprovalTTL time.Duration
 	// TokenTTL bounds the gap between approval and execution (default 10m).
@@ -138,7 +142,8 @@ type Engine struct {
 	now      func() time.Time
 	channels map[core.ChannelName]core.Channel
 	pub      ed25519.PublicKey
-	trust    *trustBook
+	trust    *trust.Book
+	out      *outbox.Outbox
 	m        *metrics
 
 	mu       sync.Mutex
@@ -149,12 +154,7 @@ type Engine struct {
 	workCtx  context.Context
 	stopWork context.CancelFunc
 
-	inflightMu sync.Mutex // guards lanes and lanesCtx
-	lanes      map[core.ConversationID]*lane
-	lanesCtx   context.Context
-	laneWG     sync.WaitGroup
-	deliverSem chan struct{}
-	ready      chan struct{}
+	ready chan struct{}
 
 	// beforeExecute is a test hook (see export_test.go).
 	beforeExecute func(core.ApprovalID)
@@ -173,17 +173,15 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{
-		cfg:        cfg,
-		st:         cfg.Store,
-		log:        cfg.Logger,
-		now:        cfg.Now,
-		channels:   map[core.ChannelName]core.Channel{},
-		pub:        cfg.Key.Public().(ed25519.PublicKey),
-		queues:     map[core.ConversationID]*convQueue{},
-		sem:        make(chan struct{}, cfg.Workers),
-		lanes:      map[core.ConversationID]*lane{},
-		deliverSem: make(chan struct{}, cfg.Workers),
-		ready:      make(chan struct{}),
+		cfg:      cfg,
+		st:       cfg.Store,
+		log:      cfg.Logger,
+		now:      cfg.Now,
+		channels: map[core.ChannelName]core.Channel{},
+		pub:      cfg.Key.Public().(ed25519.PublicKey),
+		queues:   map[core.ConversationID]*convQueue{},
+		sem:      make(chan struct{}, cfg.Workers),
+		ready:    make(chan struct{}),
 	}
 	for ch, p := range cfg.Access {
 		if !p.Valid() {
@@ -196,8 +194,10 @@ func New(cfg Config) (*Engine, error) {
 		}
 		e.channels[ch.Name()] = ch
 	}
-	e.trust = newTrustBook(cfg.Store, e.pub, cfg.Owners, cfg.Allowed, cfg.Now)
+	e.trust = trust.NewBook(cfg.Store, e.pub, cfg.Owners, cfg.Allowed, cfg.Now)
 	e.m = newMetrics(cfg.Registry)
+	e.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: e.channels, Logger: cfg.Logger, Now: cfg.Now,
+		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: e.m.outbox})
 	e.workCtx, e.stopWork = context.WithCancel(context.Background())
 	return e, nil
 }
@@ -232,8 +232,8 @@ func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 
 	var loops sync.WaitGroup
 	loops.Add(2)
-	go func() { defer loops.Done(); e.outboxLoop(ctx) }()
-	go func() { defer loops.Done(); e.expiryLoop(ctx) }()
+	go func() { defer loops.Done(); e.out.Run(ctx) }()
+	go func() { defer loops.Done(); e.out.RunExpiry(ctx) }()
 	<-ctx.Done()
 
 	e.mu.Lock()
@@ -440,7 +440,7 @@ func (e *Engine) failTurn(st core.StoredTurn, cause error) {
 	if err != nil {
 		e.log.Error("could not record failed turn", slog.Int64("seq", st.Seq), slog.Any("err", err))
 	}
-	e.kick(st.Turn.Conversation, 1)
+	e.out.Kick(st.Turn.Conversation, 1)
 }
 
 func (e *Engine) failpoint(name string) {

@@ -24,6 +24,7 @@ import (
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
 )
@@ -128,11 +129,11 @@ func textContaining(msgs []core.OutMessage, s string) bool {
 	return false
 }
 
-func accessMap(p engine.AccessPolicy) map[core.ChannelName]engine.AccessPolicy {
+func accessMap(p trust.AccessPolicy) map[core.ChannelName]trust.AccessPolicy {
 	if p == "" {
 		return nil
 	}
-	return map[core.ChannelName]engine.AccessPolicy{"test": p}
+	return map[core.ChannelName]trust.AccessPolicy{"test": p}
 }
 
 type clock struct {
@@ -172,11 +173,11 @@ func setupChannel(t *testing.T, c core.Channel, ch *fakeChannel) *bundle {
 }
 
 const (
-	AccessPolicyPairing   = engine.AccessPairing
-	AccessPolicyAllowlist = engine.AccessAllowlist
+	AccessPolicyPairing   = trust.AccessPairing
+	AccessPolicyAllowlist = trust.AccessAllowlist
 )
 
-func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access engine.AccessPolicy, opts ...func(*engine.Config)) *bundle {
+func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access trust.AccessPolicy, opts ...func(*engine.Config)) *bundle {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dsn := pgtest.NewDatabase(t)
@@ -515,7 +516,7 @@ func TestPairing(t *testing.T) {
 	b := setup(t)
 	code := "ABCDE-23456"
 	err := b.st.Do(b.ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
-		return nil, tx.InsertPairingCode(ctx, engine.HashPairingCode(code), "owner", "test", b.clock.Now().Add(time.Minute))
+		return nil, tx.InsertPairingCode(ctx, trust.HashPairingCode(code), "owner", "test", b.clock.Now().Add(time.Minute))
 	})
 	if err != nil {
 		t.Fatal(err)

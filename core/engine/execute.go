@@ -78,7 +78,7 @@ func (e *Engine) finishExecution(ctx context.Context, id core.ApprovalID, from, 
 	}
 	if applied {
 		e.m.executions.WithLabelValues(string(to)).Inc()
-		e.kick(conv, 1)
+		e.out.Kick(conv, 1)
 	}
 	return nil
 }
@@ -101,7 +101,7 @@ func (e *Engine) showExecution(ctx context.Context, tx *store.Tx, a core.Approva
 			return nil, err
 		}
 	}
-	c := e.approvalCard(a, &ex)
+	c := e.card(a, &ex)
 	if err := tx.Enqueue(ctx, a.Channel, core.OpUpdate, string(a.ID), core.OutMessage{Conversation: a.Conversation, Card: c}); err != nil {
 		return nil, err
 	}
@@ -175,7 +175,7 @@ func (e *Engine) execute(ctx context.Context, id core.ApprovalID) {
 	if refused != "" {
 		log.Warn("execution refused before it started", slog.String("reason", refused))
 		e.m.executions.WithLabelValues(string(core.ExecRefused)).Inc()
-		e.kick(a.Conversation, 1)
+		e.out.Kick(a.Conversation, 1)
 		return
 	}
 	if !started {

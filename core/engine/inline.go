@@ -101,7 +101,7 @@ func (e *Engine) deliverInline(ctx context.Context, t core.Turn) (res core.Deliv
 	}
 	e.m.turnLatency.Observe(e.now().Sub(start).Seconds())
 	e.m.turnsProcessed.Inc()
-	e.handOff(t.Conversation, o.jobs, 0)
+	e.out.HandOff(t.Conversation, o.jobs, 0)
 	released = true
 	e.release(t.Conversation, q)
 	return core.DeliverResult{Seq: seq}, true, nil

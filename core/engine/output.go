@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/render"
 )
 
 // outputRefPrefix starts the ref under which an execution's full output is
@@ -72,7 +73,7 @@ func (e *Engine) cmdOutput(ctx context.Context, o *outcome, arg string) error {
 	case n == 0:
 		o.reply("%s is empty.", name)
 	case n > e.cfg.OutputInlineMax:
-		o.reply("%s, the first %d of %d characters:\n%s", name, e.cfg.OutputInlineMax, n, clip(out, e.cfg.OutputInlineMax))
+		o.reply("%s, the first %d of %d characters:\n%s", name, e.cfg.OutputInlineMax, n, render.Clip(out, e.cfg.OutputInlineMax))
 	default:
 		o.reply("%s:\n%s", name, out)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -160,9 +161,9 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 	}
 	e.m.turnLatency.Observe(e.now().Sub(start).Seconds())
 	e.m.turnsProcessed.Inc()
-	e.handOff(t.Conversation, final.jobs, len(final.updates))
+	e.out.HandOff(t.Conversation, final.jobs, len(final.updates))
 	for _, ps := range final.sends {
-		e.kick(ps.conv, 1)
+		e.out.Kick(ps.conv, 1)
 	}
 	return nil
 }
@@ -293,7 +294,7 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
 	}
 	if res.Decision == policy.Allow {
 		o.appr = append(o.appr, req)
-		o.cards = append(o.cards, e.approvalCard(req, nil))
+		o.cards = append(o.cards, e.card(req, nil))
 		o.note("approval.requested", map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk), "auto": true})
 		id := req.ID
 		prev := o.inTx
@@ -313,7 +314,7 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
 		return
 	}
 	o.appr = append(o.appr, req)
-	o.cards = append(o.cards, e.approvalCard(req, nil))
+	o.cards = append(o.cards, e.card(req, nil))
 	o.note("approval.requested", map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk),
 		"approvers": req.Approvers, "expires_at": req.ExpiresAt.UTC().Format(time.RFC3339)})
 }
@@ -357,7 +358,7 @@ func (e *Engine) cmdAudit(ctx context.Context, o *outcome, arg string) error {
 		}
 		n = min(v, 50)
 	}
-	rows, err := e.st.AuditTail(ctx, n, o.st.Turn.Conversation, humanKinds)
+	rows, err := e.st.AuditTail(ctx, n, o.st.Turn.Conversation, render.HumanKinds)
 	if err != nil {
 		return err
 	}
@@ -383,7 +384,7 @@ func (e *Engine) cmdAudit(ctx context.Context, o *outcome, arg string) error {
 		cmds[id] = c
 		return c
 	}
-	lines := describe(rows, o.st.Turn.Sender, cmdOf)
+	lines := render.Describe(rows, o.st.Turn.Sender, cmdOf)
 	o.reply("%s", strings.Join(lines, "\n"))
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/redact"
+	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
 )
@@ -81,20 +82,12 @@ func (e *Engine) cmdSecret(o *outcome, arg string) {
 // one-time link); the caller stores the request and sends the card in one
 // transaction.
 func (e *Engine) newSecretRequest(name, label string, requester core.IdentityID, conv core.ConversationID, ch core.ChannelName) (secrets.Request, *cards.Card, error) {
-	req, token, err := secrets.NewRequest(secrets.Request{Name: name, Label: clip(label, 100), Requester: string(requester),
+	req, token, err := secrets.NewRequest(secrets.Request{Name: name, Label: render.Clip(label, 100), Requester: string(requester),
 		Conversation: string(conv), Channel: string(ch)}, e.now(), e.cfg.SecretTTL)
 	if err != nil {
 		return secrets.Request{}, nil, err
 	}
-	card := &cards.Card{
-		ID:        cards.ID(req.Ref),
-		Kind:      cards.KindSecureInput,
-		Intent:    fmt.Sprintf("Give Silas `%s` through the secure form", name),
-		Rationale: fmt.Sprintf("The value goes over HTTPS straight into encrypted storage; it never passes through this chat, the agent or the logs. The link works once and expires in %s.", e.cfg.SecretTTL),
-		Link:      &cards.Link{Label: "Enter " + clip(name, 40) + " securely", URL: e.cfg.SecretLink(req.Ref, token)},
-		Status:    cards.StatusPending,
-	}
-	return req, card, nil
+	return req, render.SecretInput(req, e.cfg.SecretLink(req.Ref, token), e.cfg.SecretTTL), nil
 }
 
 // askForMissingSecrets sends a secure-input card for each secret an
@@ -135,7 +128,7 @@ func (e *Engine) askForMissingSecrets(ctx context.Context, a core.ApprovalReques
 		e.log.Error("could not ask for missing secrets", slog.String("approval", string(a.ID)), slog.Any("err", err))
 		return false
 	}
-	e.kick(a.Conversation, len(list))
+	e.out.Kick(a.Conversation, len(list))
 	return true
 }
 
@@ -191,28 +184,16 @@ func (e *Engine) FulfillSecret(ctx context.Context, ref string, tokenHash, ciphe
 		out, req = o, r
 		if o == secrets.OutcomeStored {
 			if err := tx.Enqueue(ctx, core.ChannelName(r.Channel), core.OpUpdate, r.Ref,
-				core.OutMessage{Conversation: core.ConversationID(r.Conversation), Card: secretDoneCard(r, "stored")}); err != nil {
+				core.OutMessage{Conversation: core.ConversationID(r.Conversation), Card: render.SecretDone(r, true)}); err != nil {
 				return nil, err
 			}
 		}
 		return entries, nil
 	})
 	if err == nil && out == secrets.OutcomeStored {
-		e.kick(core.ConversationID(req.Conversation), 1)
+		e.out.Kick(core.ConversationID(req.Conversation), 1)
 	}
 	return out, req, err
-}
-
-// secretDoneCard is the secure-input card once it no longer takes input.
-func secretDoneCard(r secrets.Request, state string) *cards.Card {
-	c := &cards.Card{ID: cards.ID(r.Ref), Kind: cards.KindInfo, Intent: fmt.Sprintf("Secret `%s`", r.Name)}
-	switch state {
-	case "stored":
-		c.Status, c.Outcome = cards.StatusDone, fmt.Sprintf("`%s` stored ✓", r.Name)
-	default:
-		c.Status, c.Outcome = cards.StatusExpired, fmt.Sprintf("The link for `%s` expired unused. Ask again with /secret %s.", r.Name, r.Name)
-	}
-	return c
 }
 
 // revealSecrets opens the secrets an approved action declared, for its

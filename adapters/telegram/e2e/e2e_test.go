@@ -42,6 +42,7 @@ import (
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
 )
@@ -65,9 +66,9 @@ var (
 
 // options shape one world.
 type options struct {
-	access  engine.AccessPolicy // DM policy of the telegram channel ("" = open)
-	webhook bool                // webhook mode instead of polling
-	limits  telegram.Limits     // the adapter's outbound limits (zero: Telegram's)
+	access  trust.AccessPolicy // DM policy of the telegram channel ("" = open)
+	webhook bool               // webhook mode instead of polling
+	limits  telegram.Limits    // the adapter's outbound limits (zero: Telegram's)
 	fake    telegramtest.Options
 	proxy   bool // put a faultProxy between the adapter and the fake
 }
@@ -184,9 +185,9 @@ func (w *world) start(grace time.Duration) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var access map[core.ChannelName]engine.AccessPolicy
+	var access map[core.ChannelName]trust.AccessPolicy
 	if w.opts.access != "" {
-		access = map[core.ChannelName]engine.AccessPolicy{tg.Name(): w.opts.access}
+		access = map[core.ChannelName]trust.AccessPolicy{tg.Name(): w.opts.access}
 	}
 	reg := prometheus.NewRegistry()
 	eng, err := engine.New(engine.Config{
@@ -1247,7 +1248,7 @@ func TestBurstSurvivesRestarts(t *testing.T) {
 // A `silas pair` code bound to telegram gives owner trust through /pair.
 func TestPairing(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, options{access: engine.AccessPairing})
+	w := newWorld(t, options{access: trust.AccessPairing})
 	w.start(5 * time.Second)
 	samDM := telegramtest.Private(sam)
 	ownerDM := telegramtest.Private(owner)
@@ -1282,7 +1283,7 @@ func TestPairing(t *testing.T) {
 	// A code from `silas pair` for telegram; one for another platform is refused.
 	insert := func(code, platform string) {
 		err := w.db.Do(w.ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
-			return nil, tx.InsertPairingCode(ctx, engine.HashPairingCode(code), "owner", platform, time.Now().Add(10*time.Minute))
+			return nil, tx.InsertPairingCode(ctx, trust.HashPairingCode(code), "owner", platform, time.Now().Add(10*time.Minute))
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -1342,7 +1343,7 @@ func TestGroupMentionGating(t *testing.T) {
 // name is shown literally — escaped in what is sent, never parsed as tags.
 func TestFormattingInjection(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, options{access: engine.AccessPairing})
+	w := newWorld(t, options{access: trust.AccessPairing})
 	w.start(5 * time.Second)
 	dm := telegramtest.Private(owner)
 	const payload = `<b>x</b> <a href="http://e">y</a> &amp;`

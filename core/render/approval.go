@@ -1,20 +1,20 @@
-package engine
+package render
 
 import (
 	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 )
 
-// approvalCard renders an approval request (and its execution, if any) as a
+// Approval renders an approval request (and its execution, if any) as a
 // card. The labels state the consequence; the choices present depend only
-// on the state, so a re-render is idempotent.
-func (e *Engine) approvalCard(a core.ApprovalRequest, ex *core.Execution) *cards.Card {
+// on the state, so a re-render is idempotent. preview is how much of a
+// stored (long) output the card shows.
+func Approval(a core.ApprovalRequest, ex *core.Execution, preview int) *cards.Card {
 	cmd := a.Intent
 	var act core.Action
 	if err := json.Unmarshal(a.ActionCanonical, &act); err == nil {
@@ -26,9 +26,9 @@ func (e *Engine) approvalCard(a core.ApprovalRequest, ex *core.Execution) *cards
 	c := &cards.Card{
 		ID:        cards.ID(a.ID),
 		Kind:      cards.KindApproval,
-		Intent:    clip(cards.ShowBidi(a.Intent), cards.MaxIntent),
+		Intent:    Clip(cards.ShowBidi(a.Intent), cards.MaxIntent),
 		Risk:      a.Risk,
-		Rationale: clip(cards.ShowBidi(a.Rationale), cards.MaxRationale),
+		Rationale: Clip(cards.ShowBidi(a.Rationale), cards.MaxRationale),
 		Command:   cmd,
 		ExpiresAt: a.ExpiresAt.UTC().Format(time.RFC3339),
 	}
@@ -41,18 +41,18 @@ func (e *Engine) approvalCard(a core.ApprovalRequest, ex *core.Execution) *cards
 	if len(act.Verify) > 0 {
 		c.Details = fmt.Sprintf("Done when %d verification check(s) pass, run by the gateway outside the sandbox.", len(act.Verify))
 	}
-	label := "Run " + "`" + clip(cmd, cards.MaxLabel-6) + "`"
+	label := "Run " + "`" + Clip(cmd, cards.MaxLabel-6) + "`"
 	switch a.Status {
 	case core.ApprovalPending:
 		c.Status = cards.StatusPending
 		c.Choices = []cards.Choice{{ID: "approve", Label: label, Style: cards.StylePrimary}, {ID: "decline", Label: "Decline", Style: cards.StyleDanger}}
 		if a.Risk.NeedsConfirm() {
-			c.Choices[0].Label = clip("Review: "+label, cards.MaxLabel)
+			c.Choices[0].Label = Clip("Review: "+label, cards.MaxLabel)
 		}
 	case core.ApprovalConfirming:
 		c.Status = cards.StatusConfirming
 		c.Outcome = fmt.Sprintf("%s risk: confirm to run it.", a.Risk)
-		c.Choices = []cards.Choice{{ID: "confirm", Label: clip("Confirm: "+label, cards.MaxLabel), Style: cards.StylePrimary}, {ID: "decline", Label: "Decline", Style: cards.StyleDanger}}
+		c.Choices = []cards.Choice{{ID: "confirm", Label: Clip("Confirm: "+label, cards.MaxLabel), Style: cards.StylePrimary}, {ID: "decline", Label: "Decline", Style: cards.StyleDanger}}
 	case core.ApprovalDeclined:
 		c.Status = cards.StatusDeclined
 		c.Outcome = fmt.Sprintf("Declined by %s. Nothing was run.", a.DecidedBy)
@@ -63,7 +63,7 @@ func (e *Engine) approvalCard(a core.ApprovalRequest, ex *core.Execution) *cards
 		c.Status = cards.StatusApproved
 		c.Outcome = fmt.Sprintf("Approved by %s.", a.DecidedBy)
 		if ex != nil {
-			e.renderExecution(c, a, ex)
+			execution(c, a, ex, preview)
 			c.Output = cards.ShowBidi(c.Output)
 			hideSecretOutput(c, act.Secrets)
 		}
@@ -71,7 +71,7 @@ func (e *Engine) approvalCard(a core.ApprovalRequest, ex *core.Execution) *cards
 	return c
 }
 
-func (e *Engine) renderExecution(c *cards.Card, a core.ApprovalRequest, ex *core.Execution) {
+func execution(c *cards.Card, a core.ApprovalRequest, ex *core.Execution, preview int) {
 	switch ex.Status {
 	case core.ExecQueued, core.ExecRunning:
 		c.Status = cards.StatusRunning
@@ -101,7 +101,7 @@ func (e *Engine) renderExecution(c *cards.Card, a core.ApprovalRequest, ex *core
 			out += r.Stderr
 		}
 		if r.OutputRef != "" {
-			c.Output = clip(out, e.cfg.OutputPreview)
+			c.Output = Clip(out, preview)
 			c.OutputRef = r.OutputRef
 		} else {
 			c.Output = out
@@ -134,13 +134,4 @@ func hideSecretOutput(c *cards.Card, secrets []string) {
 		note = c.Outcome + " — " + note
 	}
 	c.Outcome = note
-}
-
-// clip shortens s to at most n characters, marking the cut with "…".
-func clip(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
 }

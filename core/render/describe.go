@@ -1,4 +1,4 @@
-package engine
+package render
 
 import (
 	"fmt"
@@ -8,19 +8,19 @@ import (
 	"github.com/silas-gateway/silas/core/audit"
 )
 
-// humanKinds are the audit kinds /audit shows; the rest (intake, trust,
+// HumanKinds are the audit kinds /audit shows; the rest (intake, trust,
 // outbound messages) is detail for `silas audit tail`.
-var humanKinds = []string{
+var HumanKinds = []string{
 	"approval.requested", "approval.approved", "approval.declined", "approval.expired", "approval.refused",
 	"policy.refused", "execution.refused", "execution.finished", "execution.interrupted",
 	"verification.passed", "verification.failed", "pairing.bound",
 }
 
-// describe renders audit rows as lines a person reads. The steps of one
+// Describe renders audit rows as lines a person reads. The steps of one
 // approval that follow its decision are folded into the decision's line:
 // "12:04 you approved `uname -a`; ran 38 ms, exit 0; verified: exit code 0 ✓".
 // cmdOf names an approval's command (it may return "").
-func describe(rows []audit.Row, me core.IdentityID, cmdOf func(id string) string) []string {
+func Describe(rows []audit.Row, me core.IdentityID, cmdOf func(id string) string) []string {
 	var lines []string
 	lineOf := map[string]int{} // approval id → index of its decision line
 	who := func(id string) string {

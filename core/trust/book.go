@@ -1,9 +1,8 @@
-package engine
+package trust
 
 import (
 	"context"
 	"crypto/ed25519"
-	"encoding/json"
 	"log/slog"
 	"slices"
 	"sync"
@@ -13,12 +12,12 @@ import (
 	"github.com/silas-gateway/silas/core/store"
 )
 
-// trustBook computes trust from evidence and identity bindings. Bindings
+// Book computes trust from evidence and identity bindings. Bindings
 // come from config (owners, allowlist) and from pairing records signed with
 // the gateway key; a record whose signature does not verify, or that does
 // not match its row, grants nothing.
-type trustBook struct {
-	st      *store.Store
+type Book struct {
+	st      Bindings
 	pub     ed25519.PublicKey
 	owners  map[core.IdentityID]bool
 	allowed map[core.IdentityID]bool
@@ -31,8 +30,17 @@ type trustBook struct {
 
 const bindingCacheTTL = 5 * time.Second
 
-func newTrustBook(st *store.Store, pub ed25519.PublicKey, owners, allowed []core.IdentityID, now func() time.Time) *trustBook {
-	tb := &trustBook{st: st, pub: pub, owners: map[core.IdentityID]bool{}, allowed: map[core.IdentityID]bool{}, now: now}
+// Bindings is where a Book reads the stored identity bindings
+// (*store.Store).
+type Bindings interface {
+	Bindings(ctx context.Context) ([]store.Binding, error)
+}
+
+// NewBook builds a Book over the stored bindings of st, the config's
+// owners and allowlist, and the clock (bindings are cached for a few
+// seconds).
+func NewBook(st Bindings, pub ed25519.PublicKey, owners, allowed []core.IdentityID, now func() time.Time) *Book {
+	tb := &Book{st: st, pub: pub, owners: map[core.IdentityID]bool{}, allowed: map[core.IdentityID]bool{}, now: now}
 	for _, o := range owners {
 		tb.owners[o] = true
 	}
@@ -42,14 +50,15 @@ func newTrustBook(st *store.Store, pub ed25519.PublicKey, owners, allowed []core
 	return tb
 }
 
-func (tb *trustBook) invalidate() {
+// Invalidate drops the cached bindings (after a pairing committed).
+func (tb *Book) Invalidate() {
 	tb.mu.Lock()
 	tb.bindings = nil
 	tb.mu.Unlock()
 }
 
 // Of returns the trust of a turn's sender and the basis for the audit log.
-func (tb *trustBook) Of(ctx context.Context, t core.Turn) (core.Trust, string) {
+func (tb *Book) Of(ctx context.Context, t core.Turn) (core.Trust, string) {
 	if !t.Evidence.Authenticated {
 		return core.TrustExternal, "unauthenticated"
 	}
@@ -68,7 +77,7 @@ func (tb *trustBook) Of(ctx context.Context, t core.Turn) (core.Trust, string) {
 	return core.TrustExternal, "no binding"
 }
 
-func (tb *trustBook) binding(ctx context.Context, id core.IdentityID) string {
+func (tb *Book) binding(ctx context.Context, id core.IdentityID) string {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
 	if tb.bindings == nil || tb.now().Sub(tb.loadedAt) > bindingCacheTTL {
@@ -80,9 +89,7 @@ func (tb *trustBook) binding(ctx context.Context, id core.IdentityID) string {
 		}
 		m := make(map[core.IdentityID]string, len(rows))
 		for _, b := range rows {
-			var rec pairingRecord
-			if !ed25519.Verify(tb.pub, b.Record, b.Signature) || json.Unmarshal(b.Record, &rec) != nil ||
-				rec.Identity != string(b.Identity) || rec.Role != b.Role {
+			if !VerifyBinding(tb.pub, b.Identity, b.Role, b.Record, b.Signature) {
 				slog.Warn("trust: ignoring identity binding with a bad signature", slog.String("identity", string(b.Identity)))
 				continue
 			}
@@ -93,8 +100,8 @@ func (tb *trustBook) binding(ctx context.Context, id core.IdentityID) string {
 	return tb.bindings[id]
 }
 
-// ownersBound lists identities with a valid owner binding.
-func (tb *trustBook) ownersBound(ctx context.Context) []core.IdentityID {
+// OwnersBound lists identities with a valid owner binding.
+func (tb *Book) OwnersBound(ctx context.Context) []core.IdentityID {
 	tb.binding(ctx, "") // refresh the cache if stale
 	tb.mu.Lock()
 	defer tb.mu.Unlock()

@@ -1,0 +1,82 @@
+package outbox
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/core/secrets"
+	"github.com/silas-gateway/silas/core/store"
+)
+
+// RunExpiry closes approval cards whose time ran out, so an old card shows
+// "expired" instead of buttons that would only be refused.
+func (ob *Outbox) RunExpiry(ctx context.Context) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ob.expireSecretRequests(ctx)
+		list, err := ob.st.ExpiredApprovals(ctx, ob.now(), 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				ob.log.Error("expiry: listing failed", slog.Any("err", err))
+			}
+			continue
+		}
+		for _, a := range list {
+			err := ob.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+				ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}, core.ApprovalExpired, "", nil)
+				if err != nil || !ok {
+					return nil, err
+				}
+				a.Status = core.ApprovalExpired
+				if err := tx.Enqueue(ctx, a.Channel, core.OpUpdate, string(a.ID), core.OutMessage{Conversation: a.Conversation, Card: render.Approval(a, nil, 0)}); err != nil {
+					return nil, err
+				}
+				return []audit.Entry{{Kind: "approval.expired", Actor: "silas", Conversation: string(a.Conversation), Data: map[string]any{"approval": string(a.ID)}}}, nil
+			})
+			if err != nil && ctx.Err() == nil {
+				ob.log.Error("expiry: could not expire approval", slog.String("approval", string(a.ID)), slog.Any("err", err))
+			}
+			ob.Kick(a.Conversation, -1)
+		}
+	}
+}
+
+// expireSecretRequests closes secure-form cards whose link expired unused.
+func (ob *Outbox) expireSecretRequests(ctx context.Context) {
+	var expired []secrets.Request
+	err := ob.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		list, entries, err := tx.ExpireSecretRequests(ctx, 100)
+		if err != nil {
+			return nil, err
+		}
+		expired = list
+		for _, r := range list {
+			if err := tx.Enqueue(ctx, core.ChannelName(r.Channel), core.OpUpdate, r.Ref,
+				core.OutMessage{Conversation: core.ConversationID(r.Conversation), Card: render.SecretDone(r, false)}); err != nil {
+				return nil, err
+			}
+		}
+		return entries, nil
+	})
+	if err != nil {
+		// Do returns when ctx ends even if the writer runs the operation
+		// later: expired may still be written, so it is not read.
+		if ctx.Err() == nil {
+			ob.log.Error("expiry: secret requests", slog.Any("err", err))
+		}
+		return
+	}
+	for _, r := range expired {
+		ob.Kick(core.ConversationID(r.Conversation), 1)
+	}
+}

@@ -1,0 +1,406 @@
+// Package outbox delivers what the core enqueued: each conversation with
+// something to deliver has a lane that hands its jobs to the channel oldest
+// first, records each result with its audit entry, and retries with
+// backoff (or the platform's retry_after) until delivered or given up. A
+// rate limit or outage delays a conversation; it never drops a message.
+// The outbox also runs the expiry sweep that closes approval and
+// secure-input cards whose time ran out. It never decides anything about
+// a message's content: it delivers what committed.
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/store"
+)
+
+const (
+	// scanEvery is how often the recovery scan runs.
+	scanEvery = time.Second
+	// giveUp bounds retries of non-rate-limit failures.
+	giveUp = 24 * time.Hour
+)
+
+// Config wires an Outbox.
+type Config struct {
+	Store    *store.Store
+	Channels map[core.ChannelName]core.Channel
+	Logger   *slog.Logger
+	Now      func() time.Time
+	// MaxBackoff caps the wait between retries after a platform error
+	// (rate limits use retry_after instead).
+	MaxBackoff time.Duration
+	// Concurrency bounds platform calls in flight across all lanes.
+	Concurrency int
+	// Deliveries counts delivery attempts by result (nil: not counted).
+	Deliveries *prometheus.CounterVec
+}
+
+// Outbox runs the delivery lanes and the expiry sweep.
+type Outbox struct {
+	st         *store.Store
+	channels   map[core.ChannelName]core.Channel
+	log        *slog.Logger
+	now        func() time.Time
+	maxBackoff time.Duration
+	results    *prometheus.CounterVec
+
+	mu         sync.Mutex // guards lanes and lanesCtx
+	lanes      map[core.ConversationID]*lane
+	lanesCtx   context.Context
+	laneWG     sync.WaitGroup
+	deliverSem chan struct{}
+}
+
+// New builds an Outbox; it delivers nothing until Run.
+func New(cfg Config) *Outbox {
+	if cfg.Deliveries == nil {
+		cfg.Deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "silas_outbox_deliveries_total"}, []string{"result"})
+	}
+	return &Outbox{
+		st: cfg.Store, channels: cfg.Channels, log: cfg.Logger, now: cfg.Now, maxBackoff: cfg.MaxBackoff,
+		results: cfg.Deliveries, lanes: map[core.ConversationID]*lane{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
+	}
+}
+
+// Kick makes sure conv's delivery lane runs; it is called after a commit
+// that enqueued something for conv. Lanes deliver a conversation's jobs
+// oldest first, one at a time, so the cost of a delivery does not grow with
+// the backlog of other conversations.
+//
+// n is how many jobs the commit enqueued for conv that the lane must read
+// from the database; n < 0 means unknown (the recovery scan): the lane then
+// reads until the conversation has nothing pending.
+func (ob *Outbox) Kick(conv core.ConversationID, n int) { ob.HandOff(conv, nil, n) }
+
+// HandOff is Kick with jobs the commit enqueued and the caller knows in
+// full (new messages: ids from the insert, nothing to supersede or edit).
+// The lane delivers those from memory without reading them back; n counts
+// the other jobs of the commit, which it reads.
+func (ob *Outbox) HandOff(conv core.ConversationID, jobs []core.OutboxJob, n int) {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if l, ok := ob.lanes[conv]; ok {
+		l.add(jobs, n)
+		select {
+		case l.kicked <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if ob.lanesCtx == nil || ob.lanesCtx.Err() != nil {
+		return // not running (or shutting down): the scan at start finds it
+	}
+	l := &lane{kicked: make(chan struct{}, 1)}
+	l.add(jobs, n)
+	ob.lanes[conv] = l
+	ob.laneWG.Add(1)
+	go ob.runLane(conv, l)
+}
+
+// lane is one conversation's delivery state (guarded by Outbox.mu). It is
+// in one of two modes. Reading: some pending jobs are known only to the
+// database (expect > 0, or unknown); the lane reads the oldest pending job
+// each time, which may also be one of mem. Memory: every pending job the
+// lane knows of is in mem, in id order, and it delivers them without a
+// read. A delivery that fails (its retry time is in the database) puts the
+// lane back to reading.
+type lane struct {
+	kicked  chan struct{}
+	expect  int  // jobs known to be pending that are not in mem
+	unknown bool // pending count unknown: read until empty
+	mem     []core.OutboxJob
+}
+
+func (l *lane) add(jobs []core.OutboxJob, n int) {
+	for _, j := range jobs {
+		if j.ID == 0 {
+			n++ // its id never arrived: read it like any other
+			continue
+		}
+		// Commits of one conversation may land out of id order (a turn and
+		// an execution result); keep mem sorted so the oldest goes first.
+		i, _ := slices.BinarySearchFunc(l.mem, j.ID, func(a core.OutboxJob, id int64) int { return cmp.Compare(a.ID, id) })
+		l.mem = slices.Insert(l.mem, i, j)
+	}
+	if n < 0 {
+		l.unknown = true
+		return
+	}
+	l.expect += n
+}
+
+func (l *lane) reading() bool { return l.unknown || l.expect > 0 }
+
+// delivered records that job id left the queue (delivered or given up); it
+// reports whether the lane may stop without looking again.
+func (ob *Outbox) laneDone(conv core.ConversationID, l *lane, id int64, fromMem bool) bool {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if !fromMem {
+		if i := slices.IndexFunc(l.mem, func(j core.OutboxJob) bool { return j.ID == id }); i >= 0 {
+			l.mem = slices.Delete(l.mem, i, i+1)
+		} else {
+			l.expect--
+		}
+	}
+	if !l.reading() && len(l.mem) == 0 {
+		select {
+		case <-l.kicked:
+		default:
+		}
+		delete(ob.lanes, conv)
+		return true
+	}
+	return false
+}
+
+// next picks the lane's next job from memory, or reports that the lane must
+// read (read) or has nothing left (done; the lane is then removed).
+func (ob *Outbox) nextFromMemory(conv core.ConversationID, l *lane) (j core.OutboxJob, ok, done bool) {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if l.reading() {
+		return j, false, false
+	}
+	if len(l.mem) == 0 {
+		select {
+		case <-l.kicked:
+		default:
+		}
+		delete(ob.lanes, conv)
+		return j, false, true
+	}
+	j = l.mem[0]
+	l.mem = l.mem[1:]
+	return j, true, false
+}
+
+func (ob *Outbox) runLane(conv core.ConversationID, l *lane) {
+	defer ob.laneWG.Done()
+	ctx := ob.lanesCtx
+	kicked := l.kicked
+	for {
+		j, fromMem, done := ob.nextFromMemory(conv, l)
+		if done {
+			return
+		}
+		var superseded bool
+		var ref core.MessageRef
+		if !fromMem {
+			var err error
+			j, superseded, ref, err = ob.st.NextOutboxJob(ctx, conv)
+			if errors.Is(err, core.ErrNotFound) {
+				ob.mu.Lock()
+				select {
+				case <-kicked:
+					// Work was enqueued while we looked: look again.
+					ob.mu.Unlock()
+					continue
+				default:
+				}
+				// Nothing pending: whatever mem holds was handed over after
+				// the read (its kick is consumed above) — deliver it next.
+				l.unknown, l.expect = false, 0
+				if len(l.mem) > 0 {
+					ob.mu.Unlock()
+					continue
+				}
+				delete(ob.lanes, conv)
+				ob.mu.Unlock()
+				return
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					ob.endLane(conv)
+					return
+				}
+				ob.log.Error("outbox: reading the next job failed", slog.String("conversation", string(conv)), slog.Any("err", err))
+				if !ob.sleep(ctx, kicked, time.Second) {
+					ob.endLane(conv)
+					return
+				}
+				continue
+			}
+			if wait := j.NextAt.Sub(ob.now()); wait > 0 {
+				if !ob.sleep(ctx, kicked, wait) {
+					ob.endLane(conv)
+					return
+				}
+				continue
+			}
+		}
+		// Deliveries use a context of their own so that shutdown lets an
+		// in-flight send finish (bounded by the adapter's timeouts).
+		delivered := ob.deliver(context.WithoutCancel(ctx), j, superseded, ref)
+		if !delivered {
+			// Its retry time is in the database now: read from here on.
+			ob.mu.Lock()
+			l.unknown = true
+			ob.mu.Unlock()
+		}
+		if ctx.Err() != nil {
+			ob.endLane(conv)
+			return
+		}
+		if delivered && ob.laneDone(conv, l, j.ID, fromMem) {
+			return
+		}
+	}
+}
+
+func (ob *Outbox) endLane(conv core.ConversationID) {
+	ob.mu.Lock()
+	delete(ob.lanes, conv)
+	ob.mu.Unlock()
+}
+
+// sleep waits d, a kick or the end of ctx; false means ctx ended.
+func (ob *Outbox) sleep(ctx context.Context, kicked chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-kicked:
+	case <-t.C:
+	}
+	return true
+}
+
+// Run runs the lanes and a slow scan that starts a lane for any
+// conversation with pending work and none running (after a restart, or work
+// enqueued by another process such as the CLI).
+func (ob *Outbox) Run(ctx context.Context) {
+	ob.mu.Lock()
+	ob.lanesCtx = ctx
+	ob.mu.Unlock()
+	defer ob.laneWG.Wait()
+	for {
+		convs, err := ob.st.PendingOutboxConversations(ctx, 10000)
+		if err != nil && ctx.Err() == nil {
+			ob.log.Error("outbox: scanning for pending work failed", slog.Any("err", err))
+		}
+		for _, c := range convs {
+			ob.Kick(c, -1)
+		}
+		t := time.NewTimer(scanEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// deliver hands one job to its channel and records the result; it reports
+// whether the job left the queue (delivered, superseded or given up).
+func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool, prev core.MessageRef) bool {
+	ch, ok := ob.channels[j.Channel]
+	if !ok {
+		ob.outboxFail(ctx, j, "channel "+string(j.Channel)+" is not configured")
+		return true
+	}
+	var ref core.MessageRef
+	var err error
+	status := "delivered"
+	// The semaphore bounds concurrent platform calls only; recording the
+	// result waits for a group commit, which many lanes share.
+	ob.deliverSem <- struct{}{}
+	switch j.Op {
+	case core.OpUpdate:
+		if superseded {
+			status = "superseded" // a newer edit of the same card follows
+			break
+		}
+		if prev == "" {
+			// The original never arrived (or failed for good): show the
+			// current state as a new message rather than losing it.
+			ref, err = ch.Send(ctx, j.Message)
+			break
+		}
+		err = ch.Update(ctx, prev, j.Message)
+	default:
+		ref, err = ch.Send(ctx, j.Message)
+	}
+	<-ob.deliverSem
+	if err == nil {
+		// Nobody waits for this record but the lane's next delivery, so it
+		// may share a transaction with other work (see DoBackground).
+		derr := ob.st.DoBackground(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			if err := tx.OutboxDelivered(ctx, j, ref, status); err != nil {
+				return nil, err
+			}
+			return []audit.Entry{{Kind: "message." + string(j.Op), Actor: "silas", Conversation: string(j.Conversation),
+				Data: map[string]any{"job": j.ID, "key": j.MessageKey, "status": status}}}, nil
+		})
+		if derr != nil {
+			ob.jobLog(j).Error("outbox: delivered but could not record it; it may be delivered again", slog.Any("err", derr))
+		}
+		ob.results.WithLabelValues(status).Inc()
+		return derr == nil
+	}
+	var rl *core.RateLimitedError
+	var perm *core.PermanentError
+	log := ob.jobLog(j)
+	switch {
+	case errors.As(err, &rl):
+		wait := max(rl.RetryAfter, 100*time.Millisecond)
+		log.Warn("outbox: rate limited", slog.Duration("retry_after", wait))
+		ob.outboxRetry(ctx, j, ob.now().Add(wait), err)
+		ob.results.WithLabelValues("rate_limited").Inc()
+		return false
+	case errors.As(err, &perm):
+		log.Error("outbox: permanent delivery failure", slog.Any("err", err))
+		ob.outboxFail(ctx, j, err.Error())
+		return true
+	case ob.now().Sub(j.CreatedAt) > giveUp:
+		log.Error("outbox: giving up after retrying for a day", slog.Any("err", err))
+		ob.outboxFail(ctx, j, err.Error())
+		return true
+	default:
+		backoff := min(time.Second<<min(j.Attempts, 16), ob.maxBackoff)
+		log.Warn("outbox: delivery failed; will retry", slog.Any("err", err), slog.Duration("backoff", backoff), slog.Int("attempt", j.Attempts+1))
+		ob.outboxRetry(ctx, j, ob.now().Add(backoff), err)
+		ob.results.WithLabelValues("retry").Inc()
+		return false
+	}
+}
+
+func (ob *Outbox) jobLog(j core.OutboxJob) *slog.Logger {
+	return ob.log.With(slog.Int64("job", j.ID), slog.String("channel", string(j.Channel)), slog.String("conversation", string(j.Conversation)), slog.String("op", string(j.Op)))
+}
+
+func (ob *Outbox) outboxRetry(ctx context.Context, j core.OutboxJob, next time.Time, cause error) {
+	err := ob.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		return nil, tx.OutboxRetry(ctx, j.ID, next, cause.Error())
+	})
+	if err != nil {
+		ob.log.Error("outbox: could not schedule retry", slog.Int64("job", j.ID), slog.Any("err", err))
+	}
+}
+
+func (ob *Outbox) outboxFail(ctx context.Context, j core.OutboxJob, reason string) {
+	err := ob.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		if err := tx.OutboxFailed(ctx, j.ID, reason); err != nil {
+			return nil, err
+		}
+		return []audit.Entry{{Kind: "message.failed", Actor: "silas", Conversation: string(j.Conversation), Data: map[string]any{"job": j.ID, "key": j.MessageKey}}}, nil
+	})
+	if err != nil {
+		ob.log.Error("outbox: could not record failure", slog.Int64("job", j.ID), slog.Any("err", err))
+	}
+	ob.results.WithLabelValues("failed").Inc()
+}

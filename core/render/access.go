@@ -1,0 +1,35 @@
+package render
+
+import (
+	"fmt"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core/store"
+)
+
+// Access renders a stranger's request to talk to Silas, as shown to the
+// owner who decides it.
+func Access(r store.AccessRequest) *cards.Card {
+	// The display name is the stranger's own choice: bidi controls in it
+	// are shown, and the button names the sender by platform id.
+	r.Name = cards.ShowBidi(r.Name)
+	c := &cards.Card{
+		ID:     cards.ID(r.ID),
+		Kind:   cards.KindInfo,
+		Intent: Clip(fmt.Sprintf("Allow %s (%s) to talk to Silas?", r.Name, r.Identity), cards.MaxIntent),
+		Rationale: fmt.Sprintf("They wrote to the bot in a private chat (request code %s). Allowing gives them auth trust: they can talk to Silas and ask for actions; owners still approve every action.",
+			r.Code),
+	}
+	switch r.Status {
+	case "pending":
+		c.Status = cards.StatusPending
+		c.Choices = []cards.Choice{{ID: "allow", Label: Clip("Allow "+cards.ShowBidi(string(r.Identity)), cards.MaxLabel), Style: cards.StylePrimary}, {ID: "deny", Label: "Deny", Style: cards.StyleDanger}}
+	case "allowed":
+		c.Status = cards.StatusApproved
+		c.Outcome = fmt.Sprintf("Allowed by %s.", r.DecidedBy)
+	case "denied":
+		c.Status = cards.StatusDeclined
+		c.Outcome = fmt.Sprintf("Denied by %s.", r.DecidedBy)
+	}
+	return c
+}
