@@ -36,16 +36,11 @@ func (e *Engine) gate(o *outcome) bool {
 			return false
 		}
 	case trust.AccessPairing:
-		if o.trust == core.TrustExternal && t.Tap == nil && !isPairCommand(t.Text) {
+		if c, _, _, _, _ := commandOf(t.Text); o.trust == core.TrustExternal && t.Tap == nil && !c.stranger {
 			o.inTx = e.requestAccess
 		}
 	}
 	return true
-}
-
-func isPairCommand(text string) bool {
-	cmd, _, _ := parseCommand(text)
-	return cmd == "/pair"
 }
 
 // requestAccess runs in the turn's transaction: one open request per

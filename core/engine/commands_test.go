@@ -23,12 +23,16 @@ func TestParseCommand(t *testing.T) {
 			}
 		})
 	}
-	if !isPairCommand("/pair@silas_bot 1") || isPairCommand("/pairing") || isPairCommand("hello /pair") {
-		t.Fatal("isPairCommand disagrees with parseCommand")
+	stranger := func(text string) bool { c, _, _, _, _ := commandOf(text); return c.stranger }
+	if !stranger("/pair@silas_bot 1") || stranger("/pairing") || stranger("hello /pair") {
+		t.Fatal("the access policy's view of /pair disagrees with parseCommand")
 	}
 	for cmd, spec := range commands {
 		if spec.inline && (cmd == "/run" || cmd == "/pair") {
 			t.Errorf("%s must not be answered inline", cmd)
+		}
+		if spec.stranger && cmd != "/pair" {
+			t.Errorf("%s must not be answered for a stranger under the pairing policy", cmd)
 		}
 	}
 }

@@ -26,12 +26,11 @@ func (e *Engine) inlineCandidate(t core.Turn) bool {
 	if a, ok := e.cfg.Agent.(core.InlineAgent); !ok || !a.Inline() {
 		return false
 	}
-	cmd, _, isCmd := parseCommand(t.Text)
+	c, _, _, isCmd, known := commandOf(t.Text)
 	if !isCmd {
 		return true // the agent answers it
 	}
-	spec, known := commands[cmd]
-	return spec.inline || !known // an unknown command is answered from memory
+	return c.inline || !known // an unknown command is answered from memory
 }
 
 // deliverInline stores and answers t in one transaction when it can; ok

@@ -168,18 +168,6 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 	return nil
 }
 
-const helpText = `Commands:
-/run <command> — propose a command; it runs in a sandbox after you approve it on a card
-/run --secret <name> <command> — the same, with a stored secret as $NAME in its environment
-/pending — open approvals in this chat
-/audit [n] — recent activity (default 10)
-/output <ref> — an execution's stored output (redacted), for outputs a card does not show in full
-/whoami — your identity and trust
-/secret <name> — give Silas a credential through the secure HTTPS form (never in chat)
-/secrets — stored secret names; /secret delete <name> removes one
-/pair <code> — bind this identity using a code from ` + "`silas pair`" + `
-/help — this list`
-
 func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 	t := o.st.Turn
 	if len(t.Redacted) > 0 {
@@ -195,33 +183,14 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 		}
 		return nil
 	}
-	cmd, arg, isCmd := parseCommand(t.Text)
-	switch cmd {
-	case "/help", "/start":
-		o.reply("%s", helpText)
-		return nil
-	case "/whoami":
-		o.reply("You are %s with %s trust.", t.Sender, o.trust)
-		return nil
-	case "/pending":
-		return e.cmdPending(ctx, o)
-	case "/audit":
-		return e.cmdAudit(ctx, o, arg)
-	case "/output":
-		return e.cmdOutput(ctx, o, arg)
-	case "/secret":
-		e.cmdSecret(o, arg)
-		return nil
-	case "/secrets":
-		return e.cmdSecrets(ctx, o)
-	case "/pair":
-		code := arg
-		o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error { return e.pair(ctx, tx, o, code) }
-		return nil
-	}
-	if isCmd && cmd != "/run" { // the known ones were answered above
-		o.reply("Unknown command %s. Try /help.", cmd)
-		return nil
+	if c, name, arg, isCmd, known := commandOf(t.Text); isCmd {
+		if !known {
+			o.reply("Unknown command %s. Try /help.", name)
+			return nil
+		}
+		if c.run != nil {
+			return c.run(e, ctx, o, arg)
+		}
 	}
 	p, err := e.cfg.Agent.Respond(ctx, core.AgentInput{Conversation: t.Conversation, Sender: t.Sender, Trust: o.trust, Text: t.Text})
 	if err != nil {
