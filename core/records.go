@@ -122,3 +122,33 @@ type OutboxJob struct {
 	NextAt     time.Time
 	CreatedAt  time.Time
 }
+
+// TurnStatus is where a stored turn stands: pending until a worker
+// answered it (or it failed for good); an inline turn is stored done.
+type TurnStatus string
+
+const (
+	TurnPending TurnStatus = "pending"
+	TurnDone    TurnStatus = "done"
+	TurnFailed  TurnStatus = "failed"
+)
+
+// OutboxStatus is where an outbox job stands. Only pending jobs are
+// delivered; superseded means a newer edit of the same card replaced it.
+type OutboxStatus string
+
+const (
+	OutboxPending    OutboxStatus = "pending"
+	OutboxDelivered  OutboxStatus = "delivered"
+	OutboxSuperseded OutboxStatus = "superseded"
+	OutboxFailed     OutboxStatus = "failed"
+)
+
+// AccessStatus is where a stranger's request to talk to Silas stands.
+type AccessStatus string
+
+const (
+	AccessPending AccessStatus = "pending"
+	AccessAllowed AccessStatus = "allowed"
+	AccessDenied  AccessStatus = "denied"
+)

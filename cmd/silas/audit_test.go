@@ -264,7 +264,7 @@ func rechainFrom(t *testing.T, st *store.Store, from int64) {
 	}
 	rows.Close()
 	for _, r := range all {
-		c, err := audit.Canonical(r.seq, r.at, r.kind, r.actor, r.conv, []byte(r.dataTxt))
+		c, err := audit.Canonical(r.seq, r.at, audit.Kind(r.kind), r.actor, r.conv, []byte(r.dataTxt))
 		if err != nil {
 			t.Fatal(err)
 		}

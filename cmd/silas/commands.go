@@ -127,10 +127,8 @@ func cmdPair(ctx context.Context, env *cliEnv, args []string) error {
 	code := newPairingCode()
 	expires := time.Now().Add(*ttl)
 	err = db.store.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
-		if err := tx.InsertPairingCode(ctx, trust.HashPairingCode(code), *role, platform, expires); err != nil {
-			return nil, err
-		}
-		return []audit.Entry{{Kind: "pairing.code_created", Actor: "operator", Data: map[string]any{"role": *role, "platform": platform, "expires_at": expires.UTC().Format(time.RFC3339)}}}, nil
+		tx.QueuePairingCode(trust.HashPairingCode(code), *role, platform, expires)
+		return []audit.Entry{{Kind: audit.KindPairingCodeCreated, Actor: "operator", Data: map[string]any{"role": *role, "platform": platform, "expires_at": expires.UTC().Format(time.RFC3339)}}}, nil
 	})
 	if err != nil {
 		return err

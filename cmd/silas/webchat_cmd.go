@@ -34,7 +34,7 @@ func cmdWebchat(ctx context.Context, env *cliEnv, args []string) error {
 			return err
 		}
 		err := st.Do(ctx, func(context.Context, *store.Tx) ([]audit.Entry, error) {
-			return []audit.Entry{{Kind: "webchat.sessions_revoked", Actor: "operator", Conversation: "", Data: map[string]any{"at": at}}}, nil
+			return []audit.Entry{{Kind: audit.KindWebchatSessionsRevoked, Actor: "operator", Conversation: "", Data: map[string]any{"at": at}}}, nil
 		})
 		if err != nil {
 			return err

@@ -31,7 +31,7 @@ import (
 
 // Entry is one audit record before it is chained.
 type Entry struct {
-	Kind         string         `json:"kind"`
+	Kind         Kind           `json:"kind"`
 	Actor        string         `json:"actor"`
 	Conversation string         `json:"conversation"`
 	Data         map[string]any `json:"data"`
@@ -59,7 +59,7 @@ func Truncate(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond)
 
 // Canonical returns the bytes hashed for an entry. dataJSON is the JSON of
 // the entry's data (nil means "{}").
-func Canonical(seq int64, at time.Time, kind, actor, conversation string, dataJSON []byte) ([]byte, error) {
+func Canonical(seq int64, at time.Time, kind Kind, actor, conversation string, dataJSON []byte) ([]byte, error) {
 	if len(dataJSON) == 0 {
 		dataJSON = []byte("{}")
 	}
@@ -70,7 +70,7 @@ func Canonical(seq int64, at time.Time, kind, actor, conversation string, dataJS
 		Actor        string          `json:"actor"`
 		Conversation string          `json:"conversation"`
 		Data         json.RawMessage `json:"data"`
-	}{seq, Truncate(at).Format(TimeFormat), kind, actor, conversation, dataJSON}
+	}{seq, Truncate(at).Format(TimeFormat), string(kind), actor, conversation, dataJSON}
 	raw, err := json.Marshal(doc)
 	if err != nil {
 		return nil, fmt.Errorf("audit: marshal entry: %w", err)
@@ -182,7 +182,7 @@ func prepareGeneral(at time.Time, e Entry) (Prepared, error) {
 		Actor        string          `json:"actor"`
 		Conversation string          `json:"conversation"`
 		Data         json.RawMessage `json:"data"`
-	}{Truncate(at).Format(TimeFormat), e.Kind, e.Actor, e.Conversation, data}
+	}{Truncate(at).Format(TimeFormat), string(e.Kind), e.Actor, e.Conversation, data}
 	raw, err := json.Marshal(doc)
 	if err != nil {
 		return Prepared{}, fmt.Errorf("audit: marshal entry: %w", err)

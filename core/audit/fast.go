@@ -174,7 +174,7 @@ func prepareFast(at string, e Entry) (data, prefix []byte, ok bool) {
 	p = append(p, `,"data":`...)
 	p = append(p, data...)
 	p = append(p, `,"kind":`...)
-	if p, ok = appendCanonicalString(p, e.Kind); !ok {
+	if p, ok = appendCanonicalString(p, string(e.Kind)); !ok {
 		return nil, nil, false
 	}
 	p = append(p, `,"seq":`...)

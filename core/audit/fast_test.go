@@ -50,7 +50,7 @@ func TestFastMatchesTransform(t *testing.T) {
 		checkSamePaths(t, at, Entry{Kind: "k", Actor: "telegram:1", Conversation: "telegram:-100", Data: map[string]any{"v": v, "seq": int64(7)}})
 	}
 	for _, s := range []string{"", "a\"b", "c<d>&", "\x01", "\xfe"} {
-		checkSamePaths(t, at, Entry{Kind: s, Actor: s, Conversation: s, Data: map[string]any{"k": s}})
+		checkSamePaths(t, at, Entry{Kind: Kind(s), Actor: s, Conversation: s, Data: map[string]any{"k": s}})
 	}
 	checkSamePaths(t, at, Entry{Kind: "x"})
 	// The entries the engine writes on its hot path take the fast path.
@@ -70,7 +70,7 @@ func FuzzFastData(f *testing.F) {
 	f.Add("", "\xff", int64(-5), true, "")
 	f.Fuzz(func(t *testing.T, k, s string, n int64, b bool, kind string) {
 		at := time.Unix(1700000000, 123456000).UTC()
-		checkSamePaths(t, at, Entry{Kind: kind, Actor: s, Conversation: k, Data: map[string]any{
+		checkSamePaths(t, at, Entry{Kind: Kind(kind), Actor: s, Conversation: k, Data: map[string]any{
 			k: s, "n": n, "b": b, "list": []string{s, k}, "nested": map[string]any{s: n, "x": []any{s, n, b, nil}},
 		}})
 	})

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/trust"
@@ -28,11 +29,11 @@ func (e *Engine) gate(o *outcome) bool {
 	}
 	switch e.accessPolicy(t.Channel) {
 	case trust.AccessDisabled:
-		o.note("access.ignored", map[string]any{"seq": o.st.Seq, "policy": "disabled"})
+		o.note(audit.KindAccessIgnored, map[string]any{"seq": o.st.Seq, "policy": "disabled"})
 		return false
 	case trust.AccessAllowlist:
 		if o.trust == core.TrustExternal {
-			o.note("access.ignored", map[string]any{"seq": o.st.Seq, "policy": "allowlist"})
+			o.note(audit.KindAccessIgnored, map[string]any{"seq": o.st.Seq, "policy": "allowlist"})
 			return false
 		}
 	case trust.AccessPairing:
@@ -55,7 +56,7 @@ func (e *Engine) requestAccess(ctx context.Context, tx *store.Tx, o *outcome) er
 	}
 	ownerConv, ok := e.ownerConversation(ctx, t.Channel)
 	if !ok {
-		o.note("access.unreachable_owner", map[string]any{"seq": o.st.Seq})
+		o.note(audit.KindAccessUnreachableOwner, map[string]any{"seq": o.st.Seq})
 		o.reply("I don't know you yet, and no owner can be asked here. Ask the operator for a pairing code (`silas pair`), then send /pair <code>.")
 		return nil
 	}
@@ -64,13 +65,13 @@ func (e *Engine) requestAccess(ctx context.Context, tx *store.Tx, o *outcome) er
 		name = string(t.Sender)
 	}
 	r := store.AccessRequest{ID: core.NewID(), Channel: t.Channel, Identity: t.Sender, Name: render.Clip(name, 64), Conversation: t.Conversation,
-		Code: trust.NewAccessCode(), OwnerConversation: ownerConv, Status: "pending"}
+		Code: trust.NewAccessCode(), OwnerConversation: ownerConv, Status: core.AccessPending}
 	if err := tx.InsertAccessRequest(ctx, r); err != nil {
 		return err
 	}
 	o.sends = append(o.sends, pendingSend{conv: ownerConv, key: r.ID, msg: core.OutMessage{Conversation: ownerConv, Card: render.Access(r)}})
 	o.reply("I don't know you yet. I asked the owner to let you talk to me; your request code is %s.", r.Code)
-	o.note("access.requested", map[string]any{"request": r.ID, "identity": string(t.Sender), "code": r.Code})
+	o.note(audit.KindAccessRequested, map[string]any{"request": r.ID, "identity": string(t.Sender), "code": r.Code})
 	return nil
 }
 
@@ -101,16 +102,17 @@ func (e *Engine) decideAccess(ctx context.Context, tx *store.Tx, o *outcome, r s
 	if o.trust != core.TrustOwner {
 		return refuse("not_approver", fmt.Sprintf("You (%s) may not decide this card; nothing was changed.", t.Sender))
 	}
-	if r.Status != "pending" {
+	if r.Status != core.AccessPending {
 		o.updates = append(o.updates, render.Access(r))
 		return refuse("already_decided", fmt.Sprintf("Already decided (%s): nothing was changed.", r.Status))
 	}
-	var status string
+	var status core.AccessStatus
+	kind := audit.KindAccessDenied
 	switch tap.Choice {
 	case "allow":
-		status = "allowed"
+		status, kind = core.AccessAllowed, audit.KindAccessAllowed
 	case "deny":
-		status = "denied"
+		status = core.AccessDenied
 	default:
 		return refuse("bad_choice", "Unknown choice: nothing was changed.")
 	}
@@ -119,23 +121,21 @@ func (e *Engine) decideAccess(ctx context.Context, tx *store.Tx, o *outcome, r s
 		return err
 	}
 	r.Status, r.DecidedBy = status, t.Sender
-	if status == "allowed" {
+	if status == core.AccessAllowed {
 		rec, sig, err := trust.SignBinding(e.cfg.Key, r.Identity, "auth", tx.Now())
 		if err != nil {
 			return err
 		}
-		if err := tx.UpsertBinding(ctx, r.Identity, "auth", rec, sig); err != nil {
-			return err
-		}
+		tx.QueueBinding(r.Identity, "auth", rec, sig)
 		o.after = append(o.after, e.trust.Invalidate)
 		o.sends = append(o.sends, pendingSend{conv: r.Conversation, key: "r-" + core.NewID(),
 			msg: core.OutMessage{Conversation: r.Conversation, Text: "The owner allowed you: you can talk to Silas now. Try /help."}})
-		o.note("pairing.bound", map[string]any{"identity": string(r.Identity), "role": "auth", "via": "access request " + r.ID})
+		o.note(audit.KindPairingBound, map[string]any{"identity": string(r.Identity), "role": "auth", "via": "access request " + r.ID})
 		o.toast = "Allowed."
 	} else {
 		o.toast = "Denied."
 	}
-	o.note("access."+status, map[string]any{"request": r.ID, "identity": string(r.Identity)})
+	o.note(kind, map[string]any{"request": r.ID, "identity": string(r.Identity)})
 	o.updates = append(o.updates, render.Access(r))
 	return nil
 }
@@ -154,7 +154,7 @@ func (e *Engine) pair(ctx context.Context, tx *store.Tx, o *outcome, code string
 		return err
 	}
 	if !ok {
-		o.note("pairing.refused", map[string]any{"reason": "unknown, used or expired code"})
+		o.note(audit.KindPairingRefused, map[string]any{"reason": "unknown, used or expired code"})
 		o.reply("That pairing code is unknown, used or expired.")
 		return nil
 	}
@@ -162,10 +162,8 @@ func (e *Engine) pair(ctx context.Context, tx *store.Tx, o *outcome, code string
 	if err != nil {
 		return err
 	}
-	if err := tx.UpsertBinding(ctx, t.Sender, role, rec, sig); err != nil {
-		return err
-	}
-	o.note("pairing.bound", map[string]any{"identity": string(t.Sender), "role": role})
+	tx.QueueBinding(t.Sender, role, rec, sig)
+	o.note(audit.KindPairingBound, map[string]any{"identity": string(t.Sender), "role": role})
 	o.reply("Paired: %s now has %s trust.", t.Sender, role)
 	o.after = append(o.after, e.trust.Invalidate)
 	return nil

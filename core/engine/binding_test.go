@@ -185,7 +185,7 @@ func waitSettled(t *testing.T, b *bundle) {
 // audit entries.
 func refusals(t *testing.T, b *bundle) map[core.ApprovalID]string {
 	t.Helper()
-	rows, err := b.st.AuditTail(b.ctx, 1000, "", []string{"execution.refused"})
+	rows, err := b.st.AuditTail(b.ctx, 1000, "", []audit.Kind{audit.KindExecutionRefused})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +388,7 @@ func TestAlteredRequestIsNotApproved(t *testing.T) {
 			if status != "pending" || execs != 0 {
 				t.Fatalf("approval %s with %d execution(s), want pending and none", status, execs)
 			}
-			rows, err := b.st.AuditTail(b.ctx, 1, "test:chat", []string{"approval.refused"})
+			rows, err := b.st.AuditTail(b.ctx, 1, "test:chat", []audit.Kind{audit.KindApprovalRefused})
 			if err != nil || len(rows) != 1 || rows[0].Entry.Data["approval"] != string(c.ID) || rows[0].Entry.Data["reason"] != tt.reason {
 				t.Fatalf("last refusal audited = %+v (%v), want %s for %s", rows, err, tt.reason, c.ID)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/approval"
+	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
 )
@@ -27,7 +28,7 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 			// while waiting re-enables them.
 			o.updates = append(o.updates, e.card(*known, nil))
 		}
-		o.note("approval.refused", map[string]any{"approval": string(tap.Card), "choice": tap.Choice, "reason": reason})
+		o.note(audit.KindApprovalRefused, map[string]any{"approval": string(tap.Card), "choice": tap.Choice, "reason": reason})
 		// A refusal is a notice to the tapper, not news for the chat: on
 		// channels with toasts it is only a toast.
 		o.toast = msg
@@ -77,7 +78,7 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		if ok {
 			a.Status = core.ApprovalExpired
 			o.updates = append(o.updates, e.card(a, nil))
-			o.note("approval.expired", map[string]any{"approval": string(a.ID)})
+			o.note(audit.KindApprovalExpired, map[string]any{"approval": string(a.ID)})
 		}
 		return refuse("expired", "This card has expired: nothing was run. Ask again if you still want it.")
 	}
@@ -99,7 +100,7 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		}
 		a.Status, a.DecidedBy = core.ApprovalDeclined, t.Sender
 		o.updates = append(o.updates, e.card(a, nil))
-		o.note("approval.declined", map[string]any{"approval": string(a.ID)})
+		o.note(audit.KindApprovalDeclined, map[string]any{"approval": string(a.ID)})
 		o.toast = "Declined. Nothing will run."
 		e.m.approvals.WithLabelValues("declined").Inc()
 		return nil
@@ -117,7 +118,7 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 			}
 			a.Status = core.ApprovalConfirming
 			o.updates = append(o.updates, e.card(a, nil))
-			o.note("approval.confirm_requested", map[string]any{"approval": string(a.ID)})
+			o.note(audit.KindApprovalConfirmRequested, map[string]any{"approval": string(a.ID)})
 			o.toast = fmt.Sprintf("%s risk: tap Confirm on the card to run it.", a.Risk)
 			return nil
 		}
@@ -201,16 +202,16 @@ func (e *Engine) approve(ctx context.Context, tx *store.Tx, o *outcome, a core.A
 	if !fresh {
 		return errors.New("engine: token nonce already consumed (replay)")
 	}
-	if err := tx.InsertExecution(ctx, a.ID); err != nil {
+	if err := tx.QueueExecution(a.ID); err != nil {
 		return err
 	}
 	a.Status, a.DecidedBy, a.Token = core.ApprovalApproved, by, raw
 	o.updates = append(o.updates, e.card(a, &core.Execution{Status: core.ExecQueued}))
-	o.note("approval.approved", map[string]any{"approval": string(a.ID), "by": string(by), "risk": string(a.Risk)})
+	o.note(audit.KindApprovalApproved, map[string]any{"approval": string(a.ID), "by": string(by), "risk": string(a.Risk)})
 	o.toast = "Approved: running it now."
-	o.note("token.minted", map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID,
+	o.note(audit.KindTokenMinted, map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID,
 		"expires_at": tok.Token.ExpiresAt.Format(time.RFC3339)})
-	o.note("token.consumed", map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID})
+	o.note(audit.KindTokenConsumed, map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID})
 	e.m.approvals.WithLabelValues("approved").Inc()
 	id := a.ID
 	o.after = append(o.after, func() {

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/secrets"
@@ -281,7 +282,7 @@ func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, 
 	if res, ok, err := e.deliverInline(ctx, t); ok {
 		return res, err
 	}
-	seq, dup, err := e.storeTurn(ctx, t, "pending", nil)
+	seq, dup, err := e.storeTurn(ctx, t, core.TurnPending, nil)
 	if err != nil || dup {
 		return core.DeliverResult{Seq: seq, Duplicate: dup}, err
 	}
@@ -293,7 +294,7 @@ func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, 
 // "pending" (a worker answers it) or "done" (answer, run in the same
 // transaction once the seq is known, enqueues the reply and returns its
 // audit entries). A redelivered event stores nothing and runs nothing: dup.
-func (e *Engine) storeTurn(ctx context.Context, t core.Turn, status string, answer func(tx *store.Tx, seq int64) ([]auditEntry, error)) (seq int64, dup bool, err error) {
+func (e *Engine) storeTurn(ctx context.Context, t core.Turn, status core.TurnStatus, answer func(tx *store.Tx, seq int64) ([]auditEntry, error)) (seq int64, dup bool, err error) {
 	err = e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
 		seq, dup = 0, false
 		if err := tx.QueueTurn(t, status, func(s int64, d bool) { seq, dup = s, d }); err != nil {
@@ -325,7 +326,7 @@ func (e *Engine) storeTurn(ctx context.Context, t core.Turn, status string, answ
 
 // receivedEntry is the audit entry of a stored turn.
 func receivedEntry(t core.Turn, seq int64) auditEntry {
-	e := auditEntry{Kind: "turn.received", Actor: string(t.Sender), Conversation: string(t.Conversation), Data: map[string]any{
+	e := auditEntry{Kind: audit.KindTurnReceived, Actor: string(t.Sender), Conversation: string(t.Conversation), Data: map[string]any{
 		"seq": seq, "channel": string(t.Channel), "event_id": t.EventID, "tap": t.Tap != nil,
 		"authenticated": t.Evidence.Authenticated, "auth_method": t.Evidence.Method, "redacted": t.Redacted,
 	}}
@@ -428,14 +429,12 @@ func (e *Engine) processWithRetry(st core.StoredTurn) {
 
 func (e *Engine) failTurn(st core.StoredTurn, cause error) {
 	err := e.st.Do(e.workCtx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
-		if err := tx.FinishTurn(ctx, st.Seq, "failed", cause.Error()); err != nil {
-			return nil, err
-		}
+		tx.QueueFinishTurn(st.Seq, core.TurnFailed, cause.Error())
 		m := core.OutMessage{Conversation: st.Turn.Conversation, Text: "Something went wrong handling that message; it was recorded. Please try again."}
-		if err := tx.Enqueue(ctx, st.Turn.Channel, core.OpSend, "r-"+core.NewID(), m); err != nil {
+		if err := tx.QueueMessage(st.Turn.Channel, core.OpSend, "r-"+core.NewID(), m); err != nil {
 			return nil, err
 		}
-		return []auditEntry{{Kind: "turn.failed", Actor: "silas", Conversation: string(st.Turn.Conversation), Data: map[string]any{"seq": st.Seq}}}, nil
+		return []auditEntry{{Kind: audit.KindTurnFailed, Actor: "silas", Conversation: string(st.Turn.Conversation), Data: map[string]any{"seq": st.Seq}}}, nil
 	})
 	if err != nil {
 		e.log.Error("could not record failed turn", slog.Int64("seq", st.Seq), slog.Any("err", err))

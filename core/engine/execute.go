@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/redact"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
@@ -46,7 +47,7 @@ func (e *Engine) resumeExecutions(ctx context.Context) error {
 			go func() { defer e.work.Done(); e.verifyAndReport(e.workCtx, id) }()
 		case core.ExecRunning:
 			e.log.Warn("execution was running when the gateway stopped; marking it interrupted", slog.String("approval", string(ex.ApprovalID)))
-			if err := e.finishExecution(ctx, ex.ApprovalID, core.ExecRunning, core.ExecInterrupted, store.ExecUpdate{Reason: "interrupted by restart", Done: true}, "execution.interrupted", nil); err != nil {
+			if err := e.finishExecution(ctx, ex.ApprovalID, core.ExecRunning, core.ExecInterrupted, store.ExecUpdate{Reason: "interrupted by restart", Done: true}, audit.KindExecutionInterrupted, nil); err != nil {
 				return err
 			}
 		}
@@ -56,7 +57,7 @@ func (e *Engine) resumeExecutions(ctx context.Context) error {
 
 // finishExecution applies one execution transition and enqueues the card
 // update that shows it, with its audit entry, in one transaction.
-func (e *Engine) finishExecution(ctx context.Context, id core.ApprovalID, from, to core.ExecStatus, u store.ExecUpdate, kind string, data map[string]any) error {
+func (e *Engine) finishExecution(ctx context.Context, id core.ApprovalID, from, to core.ExecStatus, u store.ExecUpdate, kind audit.Kind, data map[string]any) error {
 	var applied bool
 	var conv core.ConversationID
 	err := e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
@@ -86,10 +87,10 @@ func (e *Engine) finishExecution(ctx context.Context, id core.ApprovalID, from, 
 // showExecution, after a transition to "to" in tx, stores long output,
 // enqueues the card update that shows the new state and returns the
 // transition's audit entry.
-func (e *Engine) showExecution(ctx context.Context, tx *store.Tx, a core.ApprovalRequest, to core.ExecStatus, u store.ExecUpdate, kind string, data map[string]any) ([]auditEntry, error) {
+func (e *Engine) showExecution(ctx context.Context, tx *store.Tx, a core.ApprovalRequest, to core.ExecStatus, u store.ExecUpdate, kind audit.Kind, data map[string]any) ([]auditEntry, error) {
 	id := a.ID
 	if u.Result != nil && u.Result.OutputRef != "" {
-		if err := tx.InsertOutput(ctx, u.Result.OutputRef, id, fullOutput(u.Result)); err != nil {
+		if err := tx.QueueOutput(u.Result.OutputRef, id, fullOutput(u.Result)); err != nil {
 			return nil, err
 		}
 	}
@@ -102,7 +103,7 @@ func (e *Engine) showExecution(ctx context.Context, tx *store.Tx, a core.Approva
 		}
 	}
 	c := e.card(a, &ex)
-	if err := tx.Enqueue(ctx, a.Channel, core.OpUpdate, string(a.ID), core.OutMessage{Conversation: a.Conversation, Card: c}); err != nil {
+	if err := tx.QueueMessage(a.Channel, core.OpUpdate, string(a.ID), core.OutMessage{Conversation: a.Conversation, Card: c}); err != nil {
 		return nil, err
 	}
 	if data == nil {
@@ -159,14 +160,14 @@ func (e *Engine) execute(ctx context.Context, id core.ApprovalID) {
 				return nil, err
 			}
 			refused = reason
-			return e.showExecution(ctx, tx, a, core.ExecRefused, u, "execution.refused", nil)
+			return e.showExecution(ctx, tx, a, core.ExecRefused, u, audit.KindExecutionRefused, nil)
 		}
 		ok, err := tx.TransitionExecution(ctx, id, core.ExecQueued, core.ExecRunning, store.ExecUpdate{Started: true})
 		if err != nil || !ok {
 			return nil, err
 		}
 		started = true
-		return []auditEntry{{Kind: "execution.started", Actor: "silas", Conversation: string(a.Conversation), Data: map[string]any{"approval": string(id)}}}, nil
+		return []auditEntry{{Kind: audit.KindExecutionStarted, Actor: "silas", Conversation: string(a.Conversation), Data: map[string]any{"approval": string(id)}}}, nil
 	})
 	if err != nil {
 		log.Error("could not start execution; it stays queued and resumes at next start", slog.Any("err", err))
@@ -189,7 +190,7 @@ func (e *Engine) execute(ctx context.Context, id core.ApprovalID) {
 	}
 	refuse := func(reason string) {
 		log.Warn("execution refused", slog.String("reason", reason))
-		if err := e.finishExecution(ctx, id, core.ExecRunning, core.ExecRefused, store.ExecUpdate{Reason: reason, Done: true}, "execution.refused", nil); err != nil {
+		if err := e.finishExecution(ctx, id, core.ExecRunning, core.ExecRefused, store.ExecUpdate{Reason: reason, Done: true}, audit.KindExecutionRefused, nil); err != nil {
 			log.Error("could not record refusal", slog.Any("err", err))
 		}
 	}
@@ -258,7 +259,7 @@ func (e *Engine) execute(ctx context.Context, id core.ApprovalID) {
 	if len(act.Secrets) > 0 {
 		data["secrets"] = act.Secrets // the use of a secret is audited by name
 	}
-	if err := e.finishExecution(ctx, id, core.ExecRunning, core.ExecExecuted, store.ExecUpdate{Result: rec, Done: true}, "execution.finished", data); err != nil {
+	if err := e.finishExecution(ctx, id, core.ExecRunning, core.ExecExecuted, store.ExecUpdate{Result: rec, Done: true}, audit.KindExecutionFinished, data); err != nil {
 		log.Error("could not record execution result", slog.Any("err", err))
 		return
 	}
@@ -289,9 +290,9 @@ func (e *Engine) verifyAndReport(ctx context.Context, id core.ApprovalID) {
 		ExitCode: ex.Result.ExitCode, Stdout: []byte(ex.Result.Stdout), TimedOut: ex.Result.TimedOut, Dir: ex.Result.Dir,
 	})
 	raw, _ := json.Marshal(report)
-	to, kind := core.ExecVerified, "verification.passed"
+	to, kind := core.ExecVerified, audit.KindVerificationPassed
 	if !report.AllPassed {
-		to, kind = core.ExecFailed, "verification.failed"
+		to, kind = core.ExecFailed, audit.KindVerificationFailed
 	}
 	summary := report.Summary()
 	reason := fmt.Sprintf("ran %s; verified: %s", formatMS(ex.Result.DurationMS), summary)

@@ -5,6 +5,7 @@ import (
 	"maps"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -61,7 +62,7 @@ func (e *Engine) deliverInline(ctx context.Context, t core.Turn) (res core.Deliv
 	o := outcome{st: core.StoredTurn{Turn: t}}
 	var why string
 	o.trust, why = e.trust.Of(ctx, t)
-	o.note("trust.decided", map[string]any{"seq": int64(0), "trust": string(o.trust), "basis": why})
+	o.note(audit.KindTrustDecided, map[string]any{"seq": int64(0), "trust": string(o.trust), "basis": why})
 	if e.gate(&o) {
 		if o.inTx == nil {
 			if err := e.handleText(ctx, &o); err != nil {
@@ -73,7 +74,7 @@ func (e *Engine) deliverInline(ctx context.Context, t core.Turn) (res core.Deliv
 		return res, false, nil
 	}
 
-	seq, dup, err := e.storeTurn(ctx, t, "done", func(tx *store.Tx, seq int64) ([]auditEntry, error) {
+	seq, dup, err := e.storeTurn(ctx, t, core.TurnDone, func(tx *store.Tx, seq int64) ([]auditEntry, error) {
 		o.jobs = nil
 		for _, r := range o.replies {
 			if err := o.send(tx, "r-"+core.NewID(), core.OutMessage{Conversation: t.Conversation, Text: r}); err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/redact"
 	"github.com/silas-gateway/silas/core/store"
 )
@@ -85,7 +86,7 @@ func (e *Engine) Quarantine(ctx context.Context, d core.DeadLetter) error {
 		if id, err = tx.InsertDeadLetter(ctx, d); err != nil {
 			return nil, err
 		}
-		return []auditEntry{{Kind: "intake.quarantined", Actor: "silas", Data: map[string]any{
+		return []auditEntry{{Kind: audit.KindIntakeQuarantined, Actor: "silas", Data: map[string]any{
 			"dead_letter": id, "channel": string(d.Channel), "event_id": d.EventID, "attempts": d.Attempts, "error": d.Error,
 		}}}, nil
 	})

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/render"
 )
 
@@ -52,7 +53,7 @@ func (e *Engine) cmdOutput(ctx context.Context, o *outcome, arg string) error {
 		return err
 	}
 	if !e.mayApprove(a, t.Sender, o.trust) {
-		o.note("output.refused", map[string]any{"approval": string(id), "reason": "not_approver"})
+		o.note(audit.KindOutputRefused, map[string]any{"approval": string(id), "reason": "not_approver"})
 		o.reply("You (%s) may not decide card %s, so its output is not shown to you.", t.Sender, id)
 		return nil
 	}
@@ -63,7 +64,7 @@ func (e *Engine) cmdOutput(ctx context.Context, o *outcome, arg string) error {
 	if err != nil {
 		return fmt.Errorf("engine: read output %s: %w", ref, err)
 	}
-	o.note("output.shown", map[string]any{"approval": string(id), "ref": ref})
+	o.note(audit.KindOutputShown, map[string]any{"approval": string(id), "ref": ref})
 	name := "Output " + ref
 	var act core.Action
 	if json.Unmarshal(a.ActionCanonical, &act) == nil && len(act.Secrets) > 0 {

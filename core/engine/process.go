@@ -52,7 +52,7 @@ func (o *outcome) send(tx *store.Tx, key string, m core.OutMessage) error {
 	now := tx.Now()
 	o.jobs = append(o.jobs, core.OutboxJob{Channel: t.Channel, Conversation: t.Conversation, Op: core.OpSend, MessageKey: key, Message: m,
 		NextAt: now, CreatedAt: now})
-	return tx.EnqueueThen(t.Channel, core.OpSend, key, m, func(id int64) { o.jobs[i].ID = id })
+	return tx.QueueMessageThen(t.Channel, core.OpSend, key, m, func(id int64) { o.jobs[i].ID = id })
 }
 
 type pendingSend struct {
@@ -65,7 +65,7 @@ func (o *outcome) reply(format string, a ...any) {
 	o.replies = append(o.replies, fmt.Sprintf(format, a...))
 }
 
-func (o *outcome) note(kind string, data map[string]any) {
+func (o *outcome) note(kind audit.Kind, data map[string]any) {
 	o.audit = append(o.audit, auditEntry{Kind: kind, Actor: string(o.st.Turn.Sender), Conversation: string(o.st.Turn.Conversation), Data: data})
 }
 
@@ -74,7 +74,7 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 	t := st.Turn
 	trust, why := e.trust.Of(ctx, t)
 	base := outcome{st: st, trust: trust}
-	base.note("trust.decided", map[string]any{"seq": st.Seq, "trust": string(trust), "basis": why})
+	base.note(audit.KindTrustDecided, map[string]any{"seq": st.Seq, "trust": string(trust), "basis": why})
 
 	switch {
 	case !e.gate(&base):
@@ -104,9 +104,7 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 		// Approval requests first: inTx may decide one of them at once (an
 		// action policy allows).
 		for _, a := range o.appr {
-			if err := tx.InsertApproval(ctx, a); err != nil {
-				return nil, err
-			}
+			tx.QueueApproval(a)
 		}
 		if o.inTx != nil {
 			if err := o.inTx(ctx, tx, &o); err != nil {
@@ -125,18 +123,16 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 			}
 		}
 		for _, c := range o.updates {
-			if err := tx.Enqueue(ctx, t.Channel, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: t.Conversation, Card: c}); err != nil {
+			if err := tx.QueueMessage(t.Channel, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: t.Conversation, Card: c}); err != nil {
 				return nil, err
 			}
 		}
 		for _, ps := range o.sends {
-			if err := tx.Enqueue(ctx, t.Channel, core.OpSend, ps.key, ps.msg); err != nil {
+			if err := tx.QueueMessage(t.Channel, core.OpSend, ps.key, ps.msg); err != nil {
 				return nil, err
 			}
 		}
-		if err := tx.FinishTurn(ctx, st.Seq, "done", ""); err != nil {
-			return nil, err
-		}
+		tx.QueueFinishTurn(st.Seq, core.TurnDone, "")
 		final = o
 		return o.audit, nil
 	})
@@ -212,7 +208,7 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
 	a := pa.Action
 	line := a.CommandLine()
 	if o.trust == core.TrustExternal {
-		o.note("policy.refused", map[string]any{"seq": o.st.Seq, "reason": "external trust", "tool": a.Tool})
+		o.note(audit.KindPolicyRefused, map[string]any{"seq": o.st.Seq, "reason": "external trust", "tool": a.Tool})
 		o.reply("I can't run actions for you: your identity (%s) is not trusted here. The owner can pair it with `silas pair`.", t.Sender)
 		e.m.policyDecisions.WithLabelValues("external").Inc()
 		return
@@ -229,7 +225,7 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
 	}
 	res := e.cfg.Policy.Evaluate(a)
 	e.m.policyDecisions.WithLabelValues(string(res.Decision)).Inc()
-	o.note("policy.decided", map[string]any{"seq": o.st.Seq, "tool": a.Tool, "command": line, "decision": string(res.Decision),
+	o.note(audit.KindPolicyDecided, map[string]any{"seq": o.st.Seq, "tool": a.Tool, "command": line, "decision": string(res.Decision),
 		"risk": string(res.Risk), "rule": res.Rule})
 	if res.Decision == policy.Blocked {
 		reason := res.Reason
@@ -264,7 +260,7 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
 	if res.Decision == policy.Allow {
 		o.appr = append(o.appr, req)
 		o.cards = append(o.cards, e.card(req, nil))
-		o.note("approval.requested", map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk), "auto": true})
+		o.note(audit.KindApprovalRequested, map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk), "auto": true})
 		id := req.ID
 		prev := o.inTx
 		rule := res.Rule
@@ -284,7 +280,7 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
 	}
 	o.appr = append(o.appr, req)
 	o.cards = append(o.cards, e.card(req, nil))
-	o.note("approval.requested", map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk),
+	o.note(audit.KindApprovalRequested, map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk),
 		"approvers": req.Approvers, "expires_at": req.ExpiresAt.UTC().Format(time.RFC3339)})
 }
 

@@ -82,8 +82,8 @@ func (e *Engine) cmdSecret(o *outcome, arg string) {
 // one-time link); the caller stores the request and sends the card in one
 // transaction.
 func (e *Engine) newSecretRequest(name, label string, requester core.IdentityID, conv core.ConversationID, ch core.ChannelName) (secrets.Request, *cards.Card, error) {
-	req, token, err := secrets.NewRequest(secrets.Request{Name: name, Label: render.Clip(label, 100), Requester: string(requester),
-		Conversation: string(conv), Channel: string(ch)}, e.now(), e.cfg.SecretTTL)
+	req, token, err := secrets.NewRequest(secrets.Request{Name: name, Label: render.Clip(label, 100), Requester: requester,
+		Conversation: conv, Channel: ch}, e.now(), e.cfg.SecretTTL)
 	if err != nil {
 		return secrets.Request{}, nil, err
 	}
@@ -118,7 +118,7 @@ func (e *Engine) askForMissingSecrets(ctx context.Context, a core.ApprovalReques
 				return nil, err
 			}
 			entries = append(entries, es...)
-			if err := tx.Enqueue(ctx, a.Channel, core.OpSend, x.req.Ref, core.OutMessage{Conversation: a.Conversation, Card: x.card}); err != nil {
+			if err := tx.QueueMessage(a.Channel, core.OpSend, x.req.Ref, core.OutMessage{Conversation: a.Conversation, Card: x.card}); err != nil {
 				return nil, err
 			}
 		}
@@ -183,15 +183,15 @@ func (e *Engine) FulfillSecret(ctx context.Context, ref string, tokenHash, ciphe
 		}
 		out, req = o, r
 		if o == secrets.OutcomeStored {
-			if err := tx.Enqueue(ctx, core.ChannelName(r.Channel), core.OpUpdate, r.Ref,
-				core.OutMessage{Conversation: core.ConversationID(r.Conversation), Card: render.SecretDone(r, true)}); err != nil {
+			if err := tx.QueueMessage(r.Channel, core.OpUpdate, r.Ref,
+				core.OutMessage{Conversation: r.Conversation, Card: render.SecretDone(r, true)}); err != nil {
 				return nil, err
 			}
 		}
 		return entries, nil
 	})
 	if err == nil && out == secrets.OutcomeStored {
-		e.out.Kick(core.ConversationID(req.Conversation), 1)
+		e.out.Kick(req.Conversation, 1)
 	}
 	return out, req, err
 }

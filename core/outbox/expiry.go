@@ -38,10 +38,10 @@ func (ob *Outbox) RunExpiry(ctx context.Context) {
 					return nil, err
 				}
 				a.Status = core.ApprovalExpired
-				if err := tx.Enqueue(ctx, a.Channel, core.OpUpdate, string(a.ID), core.OutMessage{Conversation: a.Conversation, Card: render.Approval(a, nil, 0)}); err != nil {
+				if err := tx.QueueMessage(a.Channel, core.OpUpdate, string(a.ID), core.OutMessage{Conversation: a.Conversation, Card: render.Approval(a, nil, 0)}); err != nil {
 					return nil, err
 				}
-				return []audit.Entry{{Kind: "approval.expired", Actor: "silas", Conversation: string(a.Conversation), Data: map[string]any{"approval": string(a.ID)}}}, nil
+				return []audit.Entry{{Kind: audit.KindApprovalExpired, Actor: "silas", Conversation: string(a.Conversation), Data: map[string]any{"approval": string(a.ID)}}}, nil
 			})
 			if err != nil && ctx.Err() == nil {
 				ob.log.Error("expiry: could not expire approval", slog.String("approval", string(a.ID)), slog.Any("err", err))
@@ -61,8 +61,8 @@ func (ob *Outbox) expireSecretRequests(ctx context.Context) {
 		}
 		expired = list
 		for _, r := range list {
-			if err := tx.Enqueue(ctx, core.ChannelName(r.Channel), core.OpUpdate, r.Ref,
-				core.OutMessage{Conversation: core.ConversationID(r.Conversation), Card: render.SecretDone(r, false)}); err != nil {
+			if err := tx.QueueMessage(r.Channel, core.OpUpdate, r.Ref,
+				core.OutMessage{Conversation: r.Conversation, Card: render.SecretDone(r, false)}); err != nil {
 				return nil, err
 			}
 		}
@@ -77,6 +77,6 @@ func (ob *Outbox) expireSecretRequests(ctx context.Context) {
 		return
 	}
 	for _, r := range expired {
-		ob.Kick(core.ConversationID(r.Conversation), 1)
+		ob.Kick(r.Conversation, 1)
 	}
 }

@@ -315,14 +315,14 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 	}
 	var ref core.MessageRef
 	var err error
-	status := "delivered"
+	status := core.OutboxDelivered
 	// The semaphore bounds concurrent platform calls only; recording the
 	// result waits for a group commit, which many lanes share.
 	ob.deliverSem <- struct{}{}
 	switch j.Op {
 	case core.OpUpdate:
 		if superseded {
-			status = "superseded" // a newer edit of the same card follows
+			status = core.OutboxSuperseded // a newer edit of the same card follows
 			break
 		}
 		if prev == "" {
@@ -340,16 +340,14 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 		// Nobody waits for this record but the lane's next delivery, so it
 		// may share a transaction with other work (see DoBackground).
 		derr := ob.st.DoBackground(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
-			if err := tx.OutboxDelivered(ctx, j, ref, status); err != nil {
-				return nil, err
-			}
-			return []audit.Entry{{Kind: "message." + string(j.Op), Actor: "silas", Conversation: string(j.Conversation),
-				Data: map[string]any{"job": j.ID, "key": j.MessageKey, "status": status}}}, nil
+			tx.QueueDelivered(j, ref, status)
+			return []audit.Entry{{Kind: messageKind(j.Op), Actor: "silas", Conversation: string(j.Conversation),
+				Data: map[string]any{"job": j.ID, "key": j.MessageKey, "status": string(status)}}}, nil
 		})
 		if derr != nil {
 			ob.jobLog(j).Error("outbox: delivered but could not record it; it may be delivered again", slog.Any("err", derr))
 		}
-		ob.results.WithLabelValues(status).Inc()
+		ob.results.WithLabelValues(string(status)).Inc()
 		return derr == nil
 	}
 	var rl *core.RateLimitedError
@@ -397,10 +395,19 @@ func (ob *Outbox) outboxFail(ctx context.Context, j core.OutboxJob, reason strin
 		if err := tx.OutboxFailed(ctx, j.ID, reason); err != nil {
 			return nil, err
 		}
-		return []audit.Entry{{Kind: "message.failed", Actor: "silas", Conversation: string(j.Conversation), Data: map[string]any{"job": j.ID, "key": j.MessageKey}}}, nil
+		return []audit.Entry{{Kind: audit.KindMessageFailed, Actor: "silas", Conversation: string(j.Conversation), Data: map[string]any{"job": j.ID, "key": j.MessageKey}}}, nil
 	})
 	if err != nil {
 		ob.log.Error("outbox: could not record failure", slog.Int64("job", j.ID), slog.Any("err", err))
 	}
 	ob.results.WithLabelValues("failed").Inc()
+}
+
+// messageKind is the audit kind of a delivered job: message.send or
+// message.update.
+func messageKind(op core.OutboxOp) audit.Kind {
+	if op == core.OpUpdate {
+		return audit.KindMessageUpdate
+	}
+	return audit.KindMessageSend
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -21,13 +22,13 @@ func Access(r store.AccessRequest) *cards.Card {
 			r.Code),
 	}
 	switch r.Status {
-	case "pending":
+	case core.AccessPending:
 		c.Status = cards.StatusPending
 		c.Choices = []cards.Choice{{ID: "allow", Label: Clip("Allow "+cards.ShowBidi(string(r.Identity)), cards.MaxLabel), Style: cards.StylePrimary}, {ID: "deny", Label: "Deny", Style: cards.StyleDanger}}
-	case "allowed":
+	case core.AccessAllowed:
 		c.Status = cards.StatusApproved
 		c.Outcome = fmt.Sprintf("Allowed by %s.", r.DecidedBy)
-	case "denied":
+	case core.AccessDenied:
 		c.Status = cards.StatusDeclined
 		c.Outcome = fmt.Sprintf("Denied by %s.", r.DecidedBy)
 	}

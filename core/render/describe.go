@@ -10,10 +10,10 @@ import (
 
 // HumanKinds are the audit kinds /audit shows; the rest (intake, trust,
 // outbound messages) is detail for `silas audit tail`.
-var HumanKinds = []string{
-	"approval.requested", "approval.approved", "approval.declined", "approval.expired", "approval.refused",
-	"policy.refused", "execution.refused", "execution.finished", "execution.interrupted",
-	"verification.passed", "verification.failed", "pairing.bound",
+var HumanKinds = []audit.Kind{
+	audit.KindApprovalRequested, audit.KindApprovalApproved, audit.KindApprovalDeclined, audit.KindApprovalExpired, audit.KindApprovalRefused,
+	audit.KindPolicyRefused, audit.KindExecutionRefused, audit.KindExecutionFinished, audit.KindExecutionInterrupted,
+	audit.KindVerificationPassed, audit.KindVerificationFailed, audit.KindPairingBound,
 }
 
 // Describe renders audit rows as lines a person reads. The steps of one
@@ -39,32 +39,32 @@ func Describe(rows []audit.Row, me core.IdentityID, cmdOf func(id string) string
 		}
 		var text, tail string
 		switch r.Entry.Kind {
-		case "approval.requested":
+		case audit.KindApprovalRequested:
 			text = fmt.Sprintf("%s asked to run `%s` (%s risk)", who(r.Entry.Actor), s("command"), s("risk"))
-		case "approval.approved":
+		case audit.KindApprovalApproved:
 			text = fmt.Sprintf("%s approved %s", who(s("by")), cmd)
-		case "approval.declined":
+		case audit.KindApprovalDeclined:
 			text = fmt.Sprintf("%s declined %s", who(r.Entry.Actor), cmd)
-		case "approval.expired":
+		case audit.KindApprovalExpired:
 			text = fmt.Sprintf("%s expired without a decision", cmd)
-		case "approval.refused":
+		case audit.KindApprovalRefused:
 			text = fmt.Sprintf("a tap by %s on %s was refused (%s)", who(r.Entry.Actor), cmd, strings.ReplaceAll(s("reason"), "_", " "))
-		case "policy.refused":
+		case audit.KindPolicyRefused:
 			text = fmt.Sprintf("an action from %s was refused (%s)", who(r.Entry.Actor), s("reason"))
-		case "execution.refused":
+		case audit.KindExecutionRefused:
 			tail = "refused at execution: " + s("reason")
-		case "execution.finished":
+		case audit.KindExecutionFinished:
 			tail = fmt.Sprintf("ran %v ms, exit %v", d["duration_ms"], d["exit_code"])
-		case "execution.interrupted":
+		case audit.KindExecutionInterrupted:
 			tail = "interrupted by a restart (not re-run)"
-		case "verification.passed":
+		case audit.KindVerificationPassed:
 			tail = "verified: " + s("summary")
-		case "verification.failed":
+		case audit.KindVerificationFailed:
 			tail = "NOT verified: " + s("summary")
-		case "pairing.bound":
+		case audit.KindPairingBound:
 			text = fmt.Sprintf("%s was paired with %s trust", s("identity"), s("role"))
 		default:
-			text = r.Entry.Kind
+			text = string(r.Entry.Kind)
 		}
 		if tail != "" {
 			if i, ok := lineOf[id]; ok {
@@ -73,7 +73,7 @@ func Describe(rows []audit.Row, me core.IdentityID, cmdOf func(id string) string
 			}
 			text = cmd + " " + tail
 		}
-		if r.Entry.Kind == "approval.approved" {
+		if r.Entry.Kind == audit.KindApprovalApproved {
 			lineOf[id] = len(lines)
 		}
 		lines = append(lines, r.At.Local().Format("15:04")+" "+text)

@@ -56,9 +56,9 @@ type Request struct {
 	Hint  string
 	// Requester, Conversation and Channel say who asked and where the card
 	// lives, so the card can be updated once the value is stored.
-	Requester    string
-	Conversation string
-	Channel      string
+	Requester    core.IdentityID
+	Conversation core.ConversationID
+	Channel      core.ChannelName
 	ExpiresAt    time.Time
 	CreatedAt    time.Time
 	// Status is StatusPending, StatusFulfilled or StatusExpired as stored;

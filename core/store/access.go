@@ -20,7 +20,7 @@ type AccessRequest struct {
 	Conversation      core.ConversationID
 	Code              string
 	OwnerConversation core.ConversationID
-	Status            string
+	Status            core.AccessStatus
 	CreatedAt         time.Time
 	DecidedBy         core.IdentityID
 }
@@ -61,7 +61,7 @@ func (t *Tx) InsertAccessRequest(ctx context.Context, r AccessRequest) error {
 
 // DecideAccessRequest moves a pending request to allowed or denied
 // (compare-and-swap; ok=false means it was already decided).
-func (t *Tx) DecideAccessRequest(ctx context.Context, id, status string, by core.IdentityID) (bool, error) {
+func (t *Tx) DecideAccessRequest(ctx context.Context, id string, status core.AccessStatus, by core.IdentityID) (bool, error) {
 	tag, err := t.exec(ctx, `UPDATE access_requests SET status = $2, decided_by = $3, decided_at = $4 WHERE id = $1 AND status = 'pending'`,
 		id, status, by, t.now())
 	if err != nil {

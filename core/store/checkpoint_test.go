@@ -318,7 +318,8 @@ func TestAuditAppendOnlyForAppRole(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		return nil, tx.FinishTurn(ctx, seq, "done", "")
+		tx.QueueFinishTurn(seq, "done", "")
+		return nil, nil
 	})
 	cp, err := app.NewCheckpointer(ctx, CheckpointOptions{Key: key})
 	if err != nil {

@@ -13,7 +13,7 @@ func TestApprovalSignatureRoundTrip(t *testing.T) {
 	s, ctx := setup(t)
 	a := testApproval("signed", s.now())
 	a.Signature = bytes.Repeat([]byte{7}, 64)
-	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) { return nil, tx.InsertApproval(ctx, a) })
+	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) { tx.QueueApproval(a); return nil, nil })
 	insertApproval(t, ctx, s, "unsigned", false)
 	for _, tt := range []struct {
 		name string

@@ -88,7 +88,7 @@ func entriesOp(entries ...audit.Entry) Op {
 // so any two entries differ in every column.
 func numberedEntry(i int) audit.Entry {
 	return audit.Entry{
-		Kind:         fmt.Sprintf("test.kind%d", i%4),
+		Kind:         audit.Kind(fmt.Sprintf("test.kind%d", i%4)),
 		Actor:        fmt.Sprintf("webchat:actor%d", i),
 		Conversation: fmt.Sprintf("webchat:conv%d", i%3),
 		Data:         map[string]any{"i": i, "note": fmt.Sprintf("entry %d", i)},
@@ -144,11 +144,9 @@ func testApproval(id string, now time.Time) core.ApprovalRequest {
 func insertApproval(t testing.TB, ctx context.Context, s *Store, id string, exec bool) {
 	t.Helper()
 	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
-		if err := tx.InsertApproval(ctx, testApproval(id, tx.Now())); err != nil {
-			return nil, err
-		}
+		tx.QueueApproval(testApproval(id, tx.Now()))
 		if exec {
-			if err := tx.InsertExecution(ctx, core.ApprovalID(id)); err != nil {
+			if err := tx.QueueExecution(core.ApprovalID(id)); err != nil {
 				return nil, err
 			}
 		}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -35,9 +36,9 @@ func TestQueueTurnBatch(t *testing.T) {
 	// One Do holding every turn, so they share a batch for certain.
 	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
 		for i, ev := range events {
-			status := "pending"
+			status := core.TurnPending
 			if ev == "c" {
-				status = "done"
+				status = core.TurnDone
 			}
 			if err := tx.QueueTurn(testTurn("q", ev), status, func(seq int64, dup bool) { results[i] = result{seq, dup} }); err != nil {
 				return nil, err
@@ -135,7 +136,7 @@ func TestEnqueueThenIDsInOrder(t *testing.T) {
 	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
 		for i := range ids {
 			m := core.OutMessage{Conversation: "x:chat", Text: fmt.Sprintf("m%d", i)}
-			if err := tx.EnqueueThen("x", core.OpSend, fmt.Sprintf("k%d", i), m, func(id int64) { ids[i] = id }); err != nil {
+			if err := tx.QueueMessageThen("x", core.OpSend, fmt.Sprintf("k%d", i), m, func(id int64) { ids[i] = id }); err != nil {
 				return nil, err
 			}
 		}
@@ -189,5 +190,53 @@ func TestDoBackground(t *testing.T) {
 	}
 	if n := queryInt(t, ctx, s, `SELECT count(*) FROM audit_log`); n != 21 {
 		t.Fatalf("audit rows = %d, want 21", n)
+	}
+}
+
+// A row that references an approval may be queued only once the approval is
+// in the transaction's view; otherwise the store says so where the mistake
+// is made, instead of a foreign key failing the whole batch at commit.
+func TestQueueOrderRule(t *testing.T) {
+	s, ctx := setup(t)
+	insertApproval(t, ctx, s, "stored-before", false)
+	tests := []struct {
+		name    string
+		op      func(tx *Tx) error
+		wantErr bool
+	}{
+		{"execution before its approval", func(tx *Tx) error {
+			return tx.QueueExecution("stored-before")
+		}, true},
+		{"output before its approval", func(tx *Tx) error {
+			return tx.QueueOutput("out-stored-before", "stored-before", "x")
+		}, true},
+		{"execution of an approval read (locked) in this transaction", func(tx *Tx) error {
+			if _, err := tx.GetApproval(ctx, "stored-before"); err != nil {
+				return err
+			}
+			return tx.QueueExecution("stored-before")
+		}, false},
+		{"execution and output of an approval queued in this transaction", func(tx *Tx) error {
+			tx.QueueApproval(testApproval("queued-here", tx.Now()))
+			if err := tx.QueueExecution("queued-here"); err != nil {
+				return err
+			}
+			return tx.QueueOutput("out-queued-here", "queued-here", "x")
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) { return nil, tt.op(tx) })
+			if tt.wantErr != errors.Is(err, ErrOrder) {
+				t.Fatalf("Do = %v, want ErrOrder: %v", err, tt.wantErr)
+			}
+			if !tt.wantErr && err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	ex, err := s.GetExecution(ctx, "queued-here")
+	if err != nil || ex.Status != core.ExecQueued {
+		t.Fatalf("execution queued with its approval: %+v, %v", ex, err)
 	}
 }

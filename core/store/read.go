@@ -243,15 +243,15 @@ func (s *Store) PendingOutboxConversations(ctx context.Context, limit int) ([]co
 	return out, rows.Err()
 }
 
-// OutboxDelivered marks a job delivered and remembers the platform ref.
-func (t *Tx) OutboxDelivered(ctx context.Context, j core.OutboxJob, ref core.MessageRef, status string) error {
+// QueueDelivered marks a job delivered (or superseded) and remembers the
+// platform ref.
+func (t *Tx) QueueDelivered(j core.OutboxJob, ref core.MessageRef, status core.OutboxStatus) {
 	t.delivered = append(t.delivered, queuedDelivered{id: j.ID, status: status})
 	// Only cards are edited later, so only their platform refs are kept.
 	if ref != "" && j.Message.Card != nil {
 		t.later("remember sent message", `INSERT INTO sent_messages (channel, message_key, conversation, ref, sent_at) VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT (channel, message_key) DO UPDATE SET ref = EXCLUDED.ref`, j.Channel, j.MessageKey, j.Conversation, ref, t.now())
 	}
-	return nil
 }
 
 // OutboxRetry records a failed attempt and when to try again.
@@ -274,9 +274,13 @@ func (t *Tx) OutboxFailed(ctx context.Context, id int64, errText string) error {
 
 // AuditTail returns the last n rows, oldest first (conversation filter
 // optional, kinds filter optional).
-func (s *Store) AuditTail(ctx context.Context, n int, conv core.ConversationID, kinds []string) ([]audit.Row, error) {
+func (s *Store) AuditTail(ctx context.Context, n int, conv core.ConversationID, kinds []audit.Kind) ([]audit.Row, error) {
+	ks := make([]string, len(kinds))
+	for i, k := range kinds {
+		ks[i] = string(k)
+	}
 	rows, err := s.pool.Query(ctx, `SELECT * FROM (SELECT seq, at, kind, actor, conversation, data::text, prev_hash, hash FROM audit_log
-		WHERE ($2 = '' OR conversation = $2) AND (COALESCE(cardinality($3::text[]), 0) = 0 OR kind = ANY($3)) ORDER BY seq DESC LIMIT $1) t ORDER BY seq`, n, conv, kinds)
+		WHERE ($2 = '' OR conversation = $2) AND (COALESCE(cardinality($3::text[]), 0) = 0 OR kind = ANY($3)) ORDER BY seq DESC LIMIT $1) t ORDER BY seq`, n, conv, ks)
 	if err != nil {
 		return nil, fmt.Errorf("store: audit tail: %w", err)
 	}

@@ -56,8 +56,8 @@ func (t *Tx) InsertSecretRequest(ctx context.Context, r secrets.Request) ([]audi
 	if err != nil {
 		return nil, fmt.Errorf("store: insert secret request: %w", err)
 	}
-	return []audit.Entry{{Kind: "secret.requested", Actor: r.Requester, Conversation: r.Conversation, Data: map[string]any{
-		"name": r.Name, "ref": r.Ref, "channel": r.Channel, "expires_at": audit.Truncate(r.ExpiresAt).Format(audit.TimeFormat),
+	return []audit.Entry{{Kind: audit.KindSecretRequested, Actor: string(r.Requester), Conversation: string(r.Conversation), Data: map[string]any{
+		"name": r.Name, "ref": r.Ref, "channel": string(r.Channel), "expires_at": audit.Truncate(r.ExpiresAt).Format(audit.TimeFormat),
 	}}}, nil
 }
 
@@ -104,8 +104,8 @@ func (t *Tx) FulfillSecretRequest(ctx context.Context, ref string, tokenHash, ci
 		return 0, secrets.Request{}, nil, fmt.Errorf("store: store secret %s: %w", r.Name, err)
 	}
 	r.Status = secrets.StatusFulfilled
-	return secrets.OutcomeStored, r, []audit.Entry{{Kind: "secret.stored", Actor: SecretsWebActor, Conversation: r.Conversation, Data: map[string]any{
-		"name": r.Name, "ref": r.Ref, "requester": r.Requester, "rotated": !inserted,
+	return secrets.OutcomeStored, r, []audit.Entry{{Kind: audit.KindSecretStored, Actor: SecretsWebActor, Conversation: string(r.Conversation), Data: map[string]any{
+		"name": r.Name, "ref": r.Ref, "requester": string(r.Requester), "rotated": !inserted,
 	}}}, nil
 }
 
@@ -128,7 +128,7 @@ func (t *Tx) ExpireSecretRequests(ctx context.Context, limit int) ([]secrets.Req
 			return nil, nil, fmt.Errorf("store: expire secret requests: %w", err)
 		}
 		out = append(out, r)
-		entries = append(entries, audit.Entry{Kind: "secret.expired", Actor: "silas", Conversation: r.Conversation,
+		entries = append(entries, audit.Entry{Kind: audit.KindSecretExpired, Actor: "silas", Conversation: string(r.Conversation),
 			Data: map[string]any{"name": r.Name, "ref": r.Ref}})
 	}
 	if err := rows.Err(); err != nil {
@@ -147,7 +147,7 @@ func (t *Tx) DeleteSecret(ctx context.Context, name string, actor core.IdentityI
 	if tag.RowsAffected() == 0 {
 		return false, nil, nil
 	}
-	return true, []audit.Entry{{Kind: "secret.deleted", Actor: string(actor), Conversation: string(conv), Data: map[string]any{"name": name}}}, nil
+	return true, []audit.Entry{{Kind: audit.KindSecretDeleted, Actor: string(actor), Conversation: string(conv), Data: map[string]any{"name": name}}}, nil
 }
 
 // GetSecretRequest reads a request by ref (core.ErrNotFound if none).

@@ -444,7 +444,8 @@ func TestDoBatchIsolation(t *testing.T) {
 				}
 				a := testApproval("bad", tx.Now())
 				a.Risk = cards.Risk("bogus")
-				return []audit.Entry{{Kind: "bad"}}, tx.InsertApproval(ctx, a)
+				tx.QueueApproval(a)
+				return []audit.Entry{{Kind: "bad"}}, nil
 			},
 			check: func(t *testing.T, err error) {
 				var pe *pgconn.PgError
@@ -1038,7 +1039,7 @@ func TestOutboxHeads(t *testing.T) {
 	for _, key := range []string{"a1", "b1", "a2", "c1", "b2", "a3"} {
 		conv := core.ConversationID("webchat:" + key[:1])
 		mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
-			return nil, tx.Enqueue(ctx, "webchat", core.OpSend, key, core.OutMessage{Conversation: conv, Text: "text " + key})
+			return nil, tx.QueueMessage("webchat", core.OpSend, key, core.OutMessage{Conversation: conv, Text: "text " + key})
 		})
 	}
 	job := func(key string) core.OutboxJob {
@@ -1077,14 +1078,18 @@ func TestOutboxHeads(t *testing.T) {
 				// Only cards are edited later, so only a card's ref is kept.
 				j := job("b1")
 				j.Message.Card = &cards.Card{ID: "b1", Kind: cards.KindInfo, Intent: "x", Status: cards.StatusDone}
-				return tx.OutboxDelivered(ctx, j, "ref-b1", "delivered")
+				tx.QueueDelivered(j, "ref-b1", core.OutboxDelivered)
+				return nil
 			}),
 			base.Add(time.Minute), 10, []string{"a1", "c1", "b2"}}, // ordered by job id: c1 was queued before b2
 		{"failed head: the conversation is empty",
 			txOp(func(ctx context.Context, tx *Tx) error { return tx.OutboxFailed(ctx, job("c1").ID, "permanent") }),
 			base.Add(time.Minute), 10, []string{"a1", "b2"}},
 		{"superseded head",
-			txOp(func(ctx context.Context, tx *Tx) error { return tx.OutboxDelivered(ctx, job("a1"), "", "superseded") }),
+			txOp(func(ctx context.Context, tx *Tx) error {
+				tx.QueueDelivered(job("a1"), "", core.OutboxSuperseded)
+				return nil
+			}),
 			base.Add(time.Minute), 10, []string{"a2", "b2"}},
 	}
 	for _, st := range steps {

@@ -18,11 +18,25 @@ import (
 
 // Tx is the transaction an Op runs in. Its methods are the only writes.
 //
-// Statements whose result nobody reads are queued and sent together in one
-// pipelined round trip, before the next statement that returns something
-// and before commit. An error in a queued statement therefore surfaces a
-// little later — still inside the same batch, which then fails and is
-// retried op by op, so it is attributed to the right op.
+// Two kinds of method, told apart by name:
+//
+//   - Queue… methods (QueueTurn, QueueMessage, QueueApproval, …) queue a
+//     statement whose result nobody reads; they take no context and return
+//     at once. Queued statements are sent together in one pipelined round
+//     trip, before the next statement that runs now and before commit. An
+//     error in one therefore surfaces a little later — still inside the
+//     same batch, which then fails and is retried op by op, so it is
+//     attributed to the right op.
+//   - Every other method runs its statement now (after everything queued,
+//     in the same round trip) and returns its result.
+//
+// Foreign keys fix an order: a row that references another may only be
+// queued once its parent is in this transaction's view — inserted earlier
+// in it (QueueApproval) or read in it (GetApproval, which locks the row).
+// QueueExecution and QueueOutput check this and refuse with ErrOrder
+// instead of letting the database fail the whole batch. (A turn's seq, the
+// other referenced key, is only known once its insert was sent, so an
+// approval naming it cannot precede it.)
 //
 // The transaction itself is driven by hand on one pooled connection, so
 // that BEGIN travels with the first statements and COMMIT with the audit
@@ -43,6 +57,9 @@ type Tx struct {
 	enqueues  []queuedJob
 	finishes  []queuedFinish
 	delivered []queuedDelivered
+	// approvals this transaction inserted or read: the parents its
+	// executions and outputs may reference (see ErrOrder).
+	approvals map[core.ApprovalID]bool
 	// finally runs after the batch's statements were sent (see Finally).
 	finally []func() ([]audit.Entry, error)
 }
@@ -50,7 +67,7 @@ type Tx struct {
 type queuedTurn struct {
 	turn   core.Turn
 	body   string
-	status string
+	status core.TurnStatus
 	then   func(seq int64, dup bool)
 }
 
@@ -65,13 +82,13 @@ type queuedJob struct {
 
 type queuedFinish struct {
 	seq    int64
-	status string
+	status core.TurnStatus
 	err    string
 }
 
 type queuedDelivered struct {
 	id     int64
-	status string
+	status core.OutboxStatus
 }
 
 // Finally registers f to run once the statements queued so far (by every
@@ -100,6 +117,28 @@ func (t *Tx) runFinally(ctx context.Context) ([]audit.Entry, error) {
 		}
 	}
 	return out, nil
+}
+
+// ErrOrder is returned by a Queue… method asked to queue a row before the
+// row it references is in the transaction's view (see Tx). It is a
+// programming error, reported where it is made rather than as a foreign
+// key violation that fails the whole batch.
+var ErrOrder = errors.New("store: a row was queued before the row it references")
+
+// seen records that approval id is in this transaction's view.
+func (t *Tx) seen(id core.ApprovalID) {
+	if t.approvals == nil {
+		t.approvals = map[core.ApprovalID]bool{}
+	}
+	t.approvals[id] = true
+}
+
+// parent checks the statement-order rule for a row referencing approval id.
+func (t *Tx) parent(what string, id core.ApprovalID) error {
+	if !t.approvals[id] {
+		return fmt.Errorf("%w: %s of approval %s (insert or read the approval first in this transaction)", ErrOrder, what, id)
+	}
+	return nil
 }
 
 // later queues a statement whose result is not needed.
@@ -158,7 +197,7 @@ func (t *Tx) send(ctx context.Context, extras []extra) error {
 		t.finishes = nil
 		seqs, sts, errs := make([]int64, len(fs)), make([]string, len(fs)), make([]string, len(fs))
 		for i, f := range fs {
-			seqs[i], sts[i], errs[i] = f.seq, f.status, f.err
+			seqs[i], sts[i], errs[i] = f.seq, string(f.status), f.err
 		}
 		b.Queue(`UPDATE turns SET status = u.status, processed_at = $2, error = NULLIF(u.err, '')
 			FROM unnest($1::bigint[], $3::text[], $4::text[]) AS u(seq, status, err)
@@ -170,7 +209,7 @@ func (t *Tx) send(ctx context.Context, extras []extra) error {
 		t.delivered = nil
 		ids, sts := make([]int64, len(ds)), make([]string, len(ds))
 		for i, d := range ds {
-			ids[i], sts[i] = d.id, d.status
+			ids[i], sts[i] = d.id, string(d.status)
 		}
 		b.Queue(`UPDATE outbox SET status = u.status, delivered_at = $2, attempts = attempts + 1
 			FROM unnest($1::bigint[], $3::text[]) AS u(id, status)
@@ -251,7 +290,7 @@ func queueTurns(b *pgx.Batch, turns []queuedTurn, now time.Time) {
 	n := len(turns)
 	chans, evs, convs, senders, bodies, sts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i, q := range turns {
-		chans[i], evs[i], convs[i], senders[i], bodies[i], sts[i] = string(q.turn.Channel), q.turn.EventID, string(q.turn.Conversation), string(q.turn.Sender), q.body, q.status
+		chans[i], evs[i], convs[i], senders[i], bodies[i], sts[i] = string(q.turn.Channel), q.turn.EventID, string(q.turn.Conversation), string(q.turn.Sender), q.body, string(q.status)
 	}
 	// Rows that conflict (stored before, or twice in this batch) come back
 	// from the second SELECT with their existing seq; ON CONFLICT DO NOTHING
@@ -333,7 +372,7 @@ func (t *Tx) Now() time.Time { return t.now() }
 // redelivery; seq is the turn's sequence either way. It is QueueTurn sent
 // at once, for callers that need the answer before going on.
 func (t *Tx) InsertTurn(ctx context.Context, turn core.Turn) (seq int64, dup bool, err error) {
-	if err := t.QueueTurn(turn, "pending", func(s int64, d bool) { seq, dup = s, d }); err != nil {
+	if err := t.QueueTurn(turn, core.TurnPending, func(s int64, d bool) { seq, dup = s, d }); err != nil {
 		return 0, false, err
 	}
 	if err := t.flush(ctx); err != nil {
@@ -342,19 +381,18 @@ func (t *Tx) InsertTurn(ctx context.Context, turn core.Turn) (seq int64, dup boo
 	return seq, dup, nil
 }
 
-// FinishTurn marks a turn processed (status "done" or "failed").
-func (t *Tx) FinishTurn(ctx context.Context, seq int64, status, errText string) error {
+// QueueFinishTurn marks a pending turn processed (done or failed).
+func (t *Tx) QueueFinishTurn(seq int64, status core.TurnStatus, errText string) {
 	t.finishes = append(t.finishes, queuedFinish{seq: seq, status: status, err: errText})
-	return nil
 }
 
 // QueueTurn stores a turn unless (channel, event id) exists, like
 // InsertTurn, but gathered with the other turns of the batch into one
 // statement: then receives the seq (and dup for a redelivery) when the
 // batch's statements are sent, before any Finally function runs. status is
-// "pending" for a turn still to be processed, or "done" for one whose
+// TurnPending for a turn still to be processed, or TurnDone for one whose
 // outcome commits in the same transaction.
-func (t *Tx) QueueTurn(turn core.Turn, status string, then func(seq int64, dup bool)) error {
+func (t *Tx) QueueTurn(turn core.Turn, status core.TurnStatus, then func(seq int64, dup bool)) error {
 	body, err := json.Marshal(turn)
 	if err != nil {
 		return fmt.Errorf("store: marshal turn: %w", err)
@@ -363,8 +401,8 @@ func (t *Tx) QueueTurn(turn core.Turn, status string, then func(seq int64, dup b
 	return nil
 }
 
-// InsertApproval stores a new approval request.
-func (t *Tx) InsertApproval(ctx context.Context, a core.ApprovalRequest) error {
+// QueueApproval stores a new approval request.
+func (t *Tx) QueueApproval(a core.ApprovalRequest) {
 	var turnSeq *int64
 	if a.TurnSeq > 0 {
 		turnSeq = &a.TurnSeq
@@ -374,13 +412,17 @@ func (t *Tx) InsertApproval(ctx context.Context, a core.ApprovalRequest) error {
 		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)`,
 		a.ID, a.Channel, a.Conversation, a.Requester, turnSeq, a.ActionCanonical, a.ActionHash,
 		a.Intent, a.Rationale, a.Risk, a.Approvers, a.Status, a.CreatedAt, a.ExpiresAt, a.Signature)
-	return nil
+	t.seen(a.ID)
 }
 
 // GetApproval reads an approval inside the transaction, locking the row so
 // concurrent decisions serialise on it.
 func (t *Tx) GetApproval(ctx context.Context, id core.ApprovalID) (core.ApprovalRequest, error) {
-	return scanApproval(t.queryRow(ctx, approvalSelect+" WHERE id = $1 FOR UPDATE", id))
+	a, err := scanApproval(t.queryRow(ctx, approvalSelect+" WHERE id = $1 FOR UPDATE", id))
+	if err == nil {
+		t.seen(a.ID)
+	}
+	return a, err
 }
 
 // TransitionApproval moves an approval from one of from to to, recording
@@ -457,7 +499,7 @@ func (t *Tx) RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []b
 		d.NonceApproval, d.NonceTokenID = &a, nToken
 	}
 	if seq != nil {
-		r := audit.Row{Seq: *seq, At: *at, Entry: audit.Entry{Kind: *kind, Actor: *actor, Conversation: *conv},
+		r := audit.Row{Seq: *seq, At: *at, Entry: audit.Entry{Kind: audit.Kind(*kind), Actor: *actor, Conversation: *conv},
 			DataJSON: []byte(*data), PrevHash: prevHash, Hash: hash}
 		if err := json.Unmarshal(r.DataJSON, &r.Entry.Data); err != nil {
 			return Decision{}, fmt.Errorf("store: decode audit row %d: %w", r.Seq, err)
@@ -467,8 +509,12 @@ func (t *Tx) RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []b
 	return d, nil
 }
 
-// InsertExecution queues the execution of an approved action.
-func (t *Tx) InsertExecution(ctx context.Context, id core.ApprovalID) error {
+// QueueExecution queues the execution of an approved action. The approval
+// must be in the transaction's view (ErrOrder).
+func (t *Tx) QueueExecution(id core.ApprovalID) error {
+	if err := t.parent("execution", id); err != nil {
+		return err
+	}
 	t.later("insert execution", `INSERT INTO executions (approval_id, status, created_at) VALUES ($1, 'queued', $2)`, id, t.now())
 	return nil
 }
@@ -513,21 +559,25 @@ func (t *Tx) TransitionExecution(ctx context.Context, id core.ApprovalID, from, 
 	return tag.RowsAffected() == 1, nil
 }
 
-// InsertOutput stores output too long for chat under ref.
-func (t *Tx) InsertOutput(ctx context.Context, ref string, id core.ApprovalID, content string) error {
+// QueueOutput stores an execution's full output under ref. The approval
+// must be in the transaction's view (ErrOrder).
+func (t *Tx) QueueOutput(ref string, id core.ApprovalID, content string) error {
+	if err := t.parent("output", id); err != nil {
+		return err
+	}
 	t.later("insert output", `INSERT INTO outputs (ref, approval_id, content, created_at) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (ref) DO NOTHING`, ref, id, displayText(content), t.now())
 	return nil
 }
 
-// Enqueue adds an outbound delivery.
-func (t *Tx) Enqueue(ctx context.Context, ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage) error {
-	return t.EnqueueThen(ch, op, key, m, nil)
+// QueueMessage adds an outbound delivery.
+func (t *Tx) QueueMessage(ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage) error {
+	return t.QueueMessageThen(ch, op, key, m, nil)
 }
 
-// EnqueueThen is Enqueue that hands the job's id to then once the batch's
+// QueueMessageThen is QueueMessage that hands the job's id to then once the batch's
 // statements were sent (nil: not needed).
-func (t *Tx) EnqueueThen(ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage, then func(id int64)) error {
+func (t *Tx) QueueMessageThen(ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage, then func(id int64)) error {
 	payload, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("store: marshal outbound message: %w", err)
@@ -536,11 +586,10 @@ func (t *Tx) EnqueueThen(ch core.ChannelName, op core.OutboxOp, key string, m co
 	return nil
 }
 
-// InsertPairingCode stores the hash of a one-time pairing code.
-func (t *Tx) InsertPairingCode(ctx context.Context, codeHash []byte, role, platform string, expires time.Time) error {
+// QueuePairingCode stores the hash of a one-time pairing code.
+func (t *Tx) QueuePairingCode(codeHash []byte, role, platform string, expires time.Time) {
 	t.later("insert pairing code", `INSERT INTO pairing_codes (code_hash, role, platform, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)`,
 		codeHash, role, platform, t.now(), expires)
-	return nil
 }
 
 // UsePairingCode consumes a code for identity. ok=false: unknown, used,
@@ -558,12 +607,11 @@ func (t *Tx) UsePairingCode(ctx context.Context, codeHash []byte, identity core.
 	return role, true, nil
 }
 
-// UpsertBinding stores a signed identity binding.
-func (t *Tx) UpsertBinding(ctx context.Context, identity core.IdentityID, role string, record, sig []byte) error {
+// QueueBinding stores (or replaces) a signed identity binding.
+func (t *Tx) QueueBinding(identity core.IdentityID, role string, record, sig []byte) {
 	t.later("upsert binding", `INSERT INTO identity_bindings (identity, role, record, signature, created_at) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (identity) DO UPDATE SET role = EXCLUDED.role, record = EXCLUDED.record, signature = EXCLUDED.signature, created_at = EXCLUDED.created_at`,
 		identity, role, record, sig, t.now())
-	return nil
 }
 
 // exec runs a statement whose result is read, after the queued ones.

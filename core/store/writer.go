@@ -274,7 +274,7 @@ func (w *writer) commit(batch []*request) (err error) {
 	for i, e := range prepared {
 		seq++
 		h := audit.Chain(prev, e.Canonical(seq))
-		seqs[i], ats[i], kinds[i], actors[i], convs[i], datas[i], prevs[i], hashes[i] = seq, e.At, e.Entry.Kind, e.Entry.Actor, e.Entry.Conversation, string(e.DataJSON), prev, h
+		seqs[i], ats[i], kinds[i], actors[i], convs[i], datas[i], prevs[i], hashes[i] = seq, e.At, string(e.Entry.Kind), e.Entry.Actor, e.Entry.Conversation, string(e.DataJSON), prev, h
 		prev = h
 	}
 	err = tx.send(ctx, []extra{

@@ -1,0 +1,69 @@
+package audit
+
+// Kind names what an audit entry records ("approval.approved"). Every kind
+// written anywhere is one of the constants below, so emitters, the gate
+// that reads the log back (token.consumed, execution.started) and /audit's
+// plain-language descriptions agree on the spelling.
+type Kind string
+
+// Turns and intake.
+const (
+	KindTurnReceived      Kind = "turn.received"
+	KindTurnFailed        Kind = "turn.failed"
+	KindIntakeQuarantined Kind = "intake.quarantined"
+	KindTrustDecided      Kind = "trust.decided"
+)
+
+// Direct-message access and pairing.
+const (
+	KindAccessIgnored          Kind = "access.ignored"
+	KindAccessRequested        Kind = "access.requested"
+	KindAccessUnreachableOwner Kind = "access.unreachable_owner"
+	KindAccessAllowed          Kind = "access.allowed"
+	KindAccessDenied           Kind = "access.denied"
+	KindPairingBound           Kind = "pairing.bound"
+	KindPairingRefused         Kind = "pairing.refused"
+	KindPairingCodeCreated     Kind = "pairing.code_created"
+	KindWebchatSessionsRevoked Kind = "webchat.sessions_revoked"
+)
+
+// Policy, approvals and tokens.
+const (
+	KindPolicyDecided            Kind = "policy.decided"
+	KindPolicyRefused            Kind = "policy.refused"
+	KindApprovalRequested        Kind = "approval.requested"
+	KindApprovalConfirmRequested Kind = "approval.confirm_requested"
+	KindApprovalApproved         Kind = "approval.approved"
+	KindApprovalDeclined         Kind = "approval.declined"
+	KindApprovalExpired          Kind = "approval.expired"
+	KindApprovalRefused          Kind = "approval.refused"
+	KindTokenMinted              Kind = "token.minted"
+	KindTokenConsumed            Kind = "token.consumed"
+)
+
+// Executions and their verification.
+const (
+	KindExecutionStarted     Kind = "execution.started"
+	KindExecutionFinished    Kind = "execution.finished"
+	KindExecutionRefused     Kind = "execution.refused"
+	KindExecutionInterrupted Kind = "execution.interrupted"
+	KindVerificationPassed   Kind = "verification.passed"
+	KindVerificationFailed   Kind = "verification.failed"
+	KindOutputShown          Kind = "output.shown"
+	KindOutputRefused        Kind = "output.refused"
+)
+
+// Outbound messages.
+const (
+	KindMessageSend   Kind = "message.send"
+	KindMessageUpdate Kind = "message.update"
+	KindMessageFailed Kind = "message.failed"
+)
+
+// Secrets (names only, never values).
+const (
+	KindSecretRequested Kind = "secret.requested"
+	KindSecretStored    Kind = "secret.stored"
+	KindSecretExpired   Kind = "secret.expired"
+	KindSecretDeleted   Kind = "secret.deleted"
+)
