@@ -275,7 +275,7 @@ func TestForgedExecutionsDoNotRun(t *testing.T) {
 	}
 	t.Run("real execution set back to queued", func(t *testing.T) {
 		var status string
-		b.st.Pool().QueryRow(b.ctx, `SELECT status FROM executions WHERE approval_id = $1`, string(first.ID)).Scan(&status)
+		mustScan(t, b.st.Pool().QueryRow(b.ctx, `SELECT status FROM executions WHERE approval_id = $1`, string(first.ID)), &status)
 		if r := reasons[core.ApprovalID(first.ID)]; status != "refused" || !strings.Contains(r, "started before") {
 			t.Fatalf("execution %s, audited reason %q", status, r)
 		}
@@ -303,7 +303,7 @@ func TestHandWrittenDecisionEntry(t *testing.T) {
 		wantReason: "no recorded decision consumed this approval's token (the decision's audit entry is not linked"}
 	id := forge(t, b, key, f, filepath.Join(dir, "forged"))
 	var raw []byte
-	b.st.Pool().QueryRow(b.ctx, `SELECT token FROM approvals WHERE id = $1`, string(id)).Scan(&raw)
+	mustScan(t, b.st.Pool().QueryRow(b.ctx, `SELECT token FROM approvals WHERE id = $1`, string(id)), &raw)
 	tok, err := approval.Unmarshal(raw)
 	if err != nil {
 		t.Fatal(err)
@@ -323,7 +323,7 @@ func TestHandWrittenDecisionEntry(t *testing.T) {
 		t.Fatalf("the sandbox ran %q", got)
 	}
 	var status, reason string
-	b.st.Pool().QueryRow(b.ctx, `SELECT status, COALESCE(reason, '') FROM executions WHERE approval_id = $1`, string(id)).Scan(&status, &reason)
+	mustScan(t, b.st.Pool().QueryRow(b.ctx, `SELECT status, COALESCE(reason, '') FROM executions WHERE approval_id = $1`, string(id)), &status, &reason)
 	if status != "refused" || !strings.Contains(reason, f.wantReason) || refusals(t, b)[id] != reason {
 		t.Fatalf("execution %s, %q; want refused, %q, audited", status, reason, f.wantReason)
 	}
@@ -383,8 +383,8 @@ func TestAlteredRequestIsNotApproved(t *testing.T) {
 			}
 			var status string
 			var execs int
-			b.st.Pool().QueryRow(b.ctx, `SELECT status FROM approvals WHERE id = $1`, string(c.ID)).Scan(&status)
-			b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM executions WHERE approval_id = $1`, string(c.ID)).Scan(&execs)
+			mustScan(t, b.st.Pool().QueryRow(b.ctx, `SELECT status FROM approvals WHERE id = $1`, string(c.ID)), &status)
+			mustScan(t, b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM executions WHERE approval_id = $1`, string(c.ID)), &execs)
 			if status != "pending" || execs != 0 {
 				t.Fatalf("approval %s with %d execution(s), want pending and none", status, execs)
 			}

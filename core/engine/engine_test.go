@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
@@ -369,17 +371,27 @@ func TestRefusals(t *testing.T) {
 	b.tap(t, owner, c.ID, "approve")
 	b.ch.waitFor(t, "already decided", func(m []core.OutMessage) bool { return textContaining(m, "Already decided (approved)") })
 	b.tap(t, owner, c.ID, "decline")
-	time.Sleep(300 * time.Millisecond)
+	// The decline is answered like the tap before it; once it is, every tap
+	// was decided (a conversation's turns are processed in order).
+	b.ch.waitFor(t, "already decided, twice", func(m []core.OutMessage) bool {
+		n := 0
+		for _, x := range m {
+			if strings.Contains(x.Text, "Already decided (approved)") {
+				n++
+			}
+		}
+		return n >= 2
+	})
 	if n := b.executions(t); n != 1 {
 		t.Fatalf("executions = %d, want exactly 1", n)
 	}
 	var status string
-	b.st.Pool().QueryRow(b.ctx, `SELECT status FROM approvals WHERE id = $1`, string(c.ID)).Scan(&status)
+	mustScan(t, b.st.Pool().QueryRow(b.ctx, `SELECT status FROM approvals WHERE id = $1`, string(c.ID)), &status)
 	if status != "approved" {
 		t.Fatalf("approval status = %s", status)
 	}
 	var nonces int
-	b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM token_nonces`).Scan(&nonces)
+	mustScan(t, b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM token_nonces`), &nonces)
 	if nonces != 1 {
 		t.Fatalf("nonces = %d, want 1", nonces)
 	}
@@ -403,7 +415,7 @@ func TestExternalCannotRun(t *testing.T) {
 	b.send(t, "test:stranger", "/run echo pwned")
 	b.ch.waitFor(t, "refusal", func(m []core.OutMessage) bool { return textContaining(m, "not trusted here") })
 	var n int
-	b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM approvals`).Scan(&n)
+	mustScan(t, b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM approvals`), &n)
 	if n != 0 {
 		t.Fatalf("an external turn created %d approval(s)", n)
 	}
@@ -782,13 +794,10 @@ func TestSecretLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var tables []string
-		for rows.Next() {
-			var n string
-			rows.Scan(&n)
-			tables = append(tables, n)
+		tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(tables) == 0 {
+			t.Fatalf("listing tables: %d, %v", len(tables), err)
 		}
-		rows.Close()
 		for _, tbl := range tables {
 			var n int
 			if err := b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM `+tbl+` t WHERE t::text LIKE '%' || $1 || '%'`, v).Scan(&n); err != nil {
@@ -863,8 +872,14 @@ func TestInlineAndQueuedTurnsKeepOrder(t *testing.T) {
 	}
 	want := 3*len(texts) + 1
 	b.ch.waitFor(t, "every answer", func(m []core.OutMessage) bool { return len(m) >= want })
-	time.Sleep(200 * time.Millisecond) // a doubled answer would show up now
-	msgs := b.ch.waitFor(t, "every answer", func(m []core.OutMessage) bool { return true })
+	// A doubled answer would be delivered before the answer to a later turn
+	// of the same conversation: send one and wait for its answer.
+	b.send(t, owner, "/marker")
+	msgs := b.ch.waitFor(t, "the marker's answer", func(m []core.OutMessage) bool { return textContaining(m, "Unknown command /marker") })
+	if last := msgs[len(msgs)-1]; !strings.Contains(last.Text, "Unknown command /marker") {
+		t.Fatalf("the marker's answer is not the last message:\n%s", dump(msgs))
+	}
+	msgs = msgs[:len(msgs)-1]
 	if len(msgs) != want {
 		t.Fatalf("%d messages, want %d:\n%s", len(msgs), want, dump(msgs))
 	}
@@ -903,5 +918,14 @@ func TestInlineAndQueuedTurnsKeepOrder(t *testing.T) {
 	}
 	if _, err := b.st.VerifyAudit(b.ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// mustScan scans row into dest; a failed read fails the test instead of
+// leaving dest at its zero value for the assertion that follows.
+func mustScan(t testing.TB, row pgx.Row, dest ...any) {
+	t.Helper()
+	if err := row.Scan(dest...); err != nil {
+		t.Fatalf("scan: %v", err)
 	}
 }

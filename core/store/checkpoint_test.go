@@ -184,7 +184,7 @@ func TestAuditTamperingAgainstCheckpoints(t *testing.T) {
 			tamper(t, a.ctx, a.s, `DELETE FROM audit_checkpoints`)
 			_, forger, _ := ed25519.GenerateKey(rand.Reader)
 			var h []byte
-			a.s.Pool().QueryRow(a.ctx, `SELECT hash FROM audit_log WHERE seq = 25`).Scan(&h)
+			mustScan(t, a.s.Pool().QueryRow(a.ctx, `SELECT hash FROM audit_log WHERE seq = 25`), &h)
 			c, err := audit.Sign(forger, 25, h, time.Now())
 			if err != nil {
 				t.Fatal(err)

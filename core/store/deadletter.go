@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/redact"
 )
@@ -61,16 +63,13 @@ func (s *Store) DeadLetters(ctx context.Context, limit int) (int64, []DeadLetter
 	if err != nil {
 		return 0, nil, fmt.Errorf("store: list dead letters: %w", err)
 	}
-	defer rows.Close()
-	var out []DeadLetter
-	for rows.Next() {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeadLetter, error) {
 		var d DeadLetter
-		var ch string
-		if err := rows.Scan(&d.ID, &ch, &d.EventID, &d.Payload, &d.Error, &d.Attempts, &d.FirstSeen, &d.LastSeen); err != nil {
-			return 0, nil, fmt.Errorf("store: list dead letters: %w", err)
-		}
-		d.Channel = core.ChannelName(ch)
-		out = append(out, d)
+		err := row.Scan(&d.ID, &d.Channel, &d.EventID, &d.Payload, &d.Error, &d.Attempts, &d.FirstSeen, &d.LastSeen)
+		return d, err
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("store: list dead letters: %w", err)
 	}
-	return n, out, rows.Err()
+	return n, out, nil
 }

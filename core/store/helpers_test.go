@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
@@ -191,4 +193,13 @@ func (c *fakeClock) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = t
+}
+
+// mustScan scans row into dest; a failed read fails the test instead of
+// leaving dest at its zero value for the assertion that follows.
+func mustScan(t testing.TB, row pgx.Row, dest ...any) {
+	t.Helper()
+	if err := row.Scan(dest...); err != nil {
+		t.Fatalf("scan: %v", err)
+	}
 }

@@ -50,17 +50,14 @@ func (s *Store) OpenApprovals(ctx context.Context, conv core.ConversationID) ([]
 	if err != nil {
 		return nil, fmt.Errorf("store: open approvals: %w", err)
 	}
-	defer rows.Close()
-	var out []core.ApprovalRequest
-	for rows.Next() {
-		a, err := scanApproval(rows)
-		if err != nil {
-			return nil, fmt.Errorf("store: open approvals: %w", err)
-		}
-		out = append(out, a)
+	out, err := pgx.CollectRows(rows, rowToApproval)
+	if err != nil {
+		return nil, fmt.Errorf("store: open approvals: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
+
+func rowToApproval(row pgx.CollectableRow) (core.ApprovalRequest, error) { return scanApproval(row) }
 
 // ExpiredApprovals lists open requests whose expiry has passed.
 func (s *Store) ExpiredApprovals(ctx context.Context, now time.Time, limit int) ([]core.ApprovalRequest, error) {
@@ -68,16 +65,11 @@ func (s *Store) ExpiredApprovals(ctx context.Context, now time.Time, limit int) 
 	if err != nil {
 		return nil, fmt.Errorf("store: expired approvals: %w", err)
 	}
-	defer rows.Close()
-	var out []core.ApprovalRequest
-	for rows.Next() {
-		a, err := scanApproval(rows)
-		if err != nil {
-			return nil, fmt.Errorf("store: expired approvals: %w", err)
-		}
-		out = append(out, a)
+	out, err := pgx.CollectRows(rows, rowToApproval)
+	if err != nil {
+		return nil, fmt.Errorf("store: expired approvals: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // PendingTurns lists turns not yet processed, in arrival order.
@@ -86,20 +78,21 @@ func (s *Store) PendingTurns(ctx context.Context) ([]core.StoredTurn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: pending turns: %w", err)
 	}
-	defer rows.Close()
-	var out []core.StoredTurn
-	for rows.Next() {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (core.StoredTurn, error) {
 		var st core.StoredTurn
 		var body []byte
-		if err := rows.Scan(&st.Seq, &body); err != nil {
-			return nil, fmt.Errorf("store: pending turns: %w", err)
+		if err := row.Scan(&st.Seq, &body); err != nil {
+			return st, err
 		}
 		if err := json.Unmarshal(body, &st.Turn); err != nil {
-			return nil, fmt.Errorf("store: decode turn %d: %w", st.Seq, err)
+			return st, fmt.Errorf("decode turn %d: %w", st.Seq, err)
 		}
-		out = append(out, st)
+		return st, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: pending turns: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 const execSelect = `SELECT approval_id, status, result, report, COALESCE(reason, ''), created_at, started_at, finished_at FROM executions`
@@ -142,16 +135,11 @@ func (s *Store) UnfinishedExecutions(ctx context.Context) ([]core.Execution, err
 	if err != nil {
 		return nil, fmt.Errorf("store: unfinished executions: %w", err)
 	}
-	defer rows.Close()
-	var out []core.Execution
-	for rows.Next() {
-		e, err := scanExecution(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (core.Execution, error) { return scanExecution(row) })
+	if err != nil {
+		return nil, fmt.Errorf("store: unfinished executions: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // GetOutput returns stored output by ref.
@@ -184,16 +172,11 @@ func (s *Store) Bindings(ctx context.Context) ([]Binding, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: bindings: %w", err)
 	}
-	defer rows.Close()
-	var out []Binding
-	for rows.Next() {
-		var b Binding
-		if err := rows.Scan(&b.Identity, &b.Role, &b.Record, &b.Signature); err != nil {
-			return nil, fmt.Errorf("store: bindings: %w", err)
-		}
-		out = append(out, b)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Binding])
+	if err != nil {
+		return nil, fmt.Errorf("store: bindings: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // NextOutboxJob returns a conversation's oldest pending job, whether a newer
@@ -231,16 +214,11 @@ func (s *Store) PendingOutboxConversations(ctx context.Context, limit int) ([]co
 	if err != nil {
 		return nil, fmt.Errorf("store: pending outbox conversations: %w", err)
 	}
-	defer rows.Close()
-	var out []core.ConversationID
-	for rows.Next() {
-		var c core.ConversationID
-		if err := rows.Scan(&c); err != nil {
-			return nil, err
-		}
-		out = append(out, c)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[core.ConversationID])
+	if err != nil {
+		return nil, fmt.Errorf("store: pending outbox conversations: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // QueueDelivered marks a job delivered (or superseded) and remembers the
@@ -289,18 +267,10 @@ func (s *Store) AuditTail(ctx context.Context, n int, conv core.ConversationID, 
 }
 
 func collectAudit(rows pgx.Rows) ([]audit.Row, error) {
-	var out []audit.Row
-	for rows.Next() {
-		r, err := scanAudit(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return pgx.CollectRows(rows, scanAudit)
 }
 
-func scanAudit(rows pgx.Rows) (audit.Row, error) {
+func scanAudit(rows pgx.CollectableRow) (audit.Row, error) {
 	var r audit.Row
 	var data string
 	if err := rows.Scan(&r.Seq, &r.At, &r.Entry.Kind, &r.Entry.Actor, &r.Entry.Conversation, &data, &r.PrevHash, &r.Hash); err != nil {

@@ -206,18 +206,17 @@ func (s *Store) ListSecrets(ctx context.Context) ([]secrets.Info, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: list secrets: %w", err)
 	}
-	defer rows.Close()
-	var out []secrets.Info
-	for rows.Next() {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (secrets.Info, error) {
 		var i secrets.Info
 		var used *time.Time
-		if err := rows.Scan(&i.Name, &i.CreatedAt, &i.UpdatedAt, &used); err != nil {
-			return nil, fmt.Errorf("store: list secrets: %w", err)
-		}
+		err := row.Scan(&i.Name, &i.CreatedAt, &i.UpdatedAt, &used)
 		if used != nil {
 			i.LastUsedAt = *used
 		}
-		out = append(out, i)
+		return i, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list secrets: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }

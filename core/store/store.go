@@ -49,6 +49,9 @@ type Store struct {
 	log  *slog.Logger
 	now  func() time.Time
 	w    *writer
+	// migrateLockRetry is the wait between tries for the migrations lock
+	// (tests shorten it).
+	migrateLockRetry time.Duration
 }
 
 // Open connects and starts the writer. It does not migrate.
@@ -79,7 +82,7 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 	if opt.MaxBatch <= 0 {
 		opt.MaxBatch = 256
 	}
-	s := &Store{pool: pool, log: opt.Logger, now: opt.Now}
+	s := &Store{pool: pool, log: opt.Logger, now: opt.Now, migrateLockRetry: defaultMigrateLockRetry}
 	if opt.Writers <= 0 {
 		opt.Writers = defaultWriters
 	}
@@ -108,11 +111,7 @@ func (s *Store) provider() (*goose.Provider, *sql.DB, error) {
 	}
 	// A session lock serialises concurrent migrators (two serves, or serve
 	// and `silas migrate`) instead of letting them collide.
-	locker, err := lock.NewPostgresSessionLocker()
-	if err != nil {
-		db.Close()
-		return nil, nil, fmt.Errorf("store: migrations lock: %w", err)
-	}
+	locker := migrateLocker{id: lock.DefaultLockID, every: s.migrateLockRetry, limit: 5 * time.Minute}
 	p, err := goose.NewProvider(goose.DialectPostgres, db, sub, goose.WithSessionLocker(locker),
 		// Migrations from parallel branches may land in any order.
 		goose.WithAllowOutofOrder(true))

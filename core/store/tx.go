@@ -474,7 +474,9 @@ type Decision struct {
 
 // RecordedDecision reads, in one round trip, what storage holds of the
 // decision that consumed the token (nonce, tokenID) of approval id, and
-// whether the audit log records a start of its execution.
+// whether the audit log records a start of its execution. The kinds are
+// literals in the statement (not parameters) so the planner can use the
+// partial indexes of migration 00006.
 func (t *Tx) RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []byte, tokenID string) (Decision, error) {
 	var d Decision
 	var nApproval, nToken, kind, actor, conv, data *string
@@ -485,10 +487,10 @@ func (t *Tx) RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []b
 			l.seq, l.at, l.kind, l.actor, l.conversation, l.data::text, l.prev_hash, l.hash,
 			(SELECT p.hash FROM audit_log p WHERE p.seq = l.seq - 1),
 			(SELECT x.prev_hash FROM audit_log x WHERE x.seq = l.seq + 1),
-			EXISTS (SELECT 1 FROM audit_log s WHERE s.kind = 'execution.started' AND s.data->>'approval' = $3)
+			EXISTS (SELECT 1 FROM audit_log s WHERE s.kind = '`+string(audit.KindExecutionStarted)+`' AND s.data->>'approval' = $3)
 		FROM (SELECT 1) AS one
 		LEFT JOIN token_nonces n ON n.nonce = $1
-		LEFT JOIN LATERAL (SELECT * FROM audit_log WHERE kind = 'token.consumed' AND data->>'token_id' = $2 AND data->>'approval' = $3
+		LEFT JOIN LATERAL (SELECT * FROM audit_log WHERE kind = '`+string(audit.KindTokenConsumed)+`' AND data->>'token_id' = $2 AND data->>'approval' = $3
 			ORDER BY seq LIMIT 1) l ON true`, nonce, tokenID, id).
 		Scan(&nApproval, &nToken, &seq, &at, &kind, &actor, &conv, &data, &prevHash, &hash, &d.PrevHash, &d.NextPrevHash, &d.Started)
 	if err != nil {
