@@ -41,7 +41,8 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 type Config struct {
 	// DataDir (data_dir) holds the signing key, sandbox work directories
 	// and, without database.url, the local PostgreSQL cluster.
-	DataDir  string `yaml:"data_dir"`
+	DataDir string `yaml:"data_dir"`
+	// Database is where everything durable lives (PostgreSQL).
 	Database struct {
 		// URL (database.url, env DATABASE_URL) is the PostgreSQL URL or
 		// key=value string, or file:/path; "" starts a local cluster under
@@ -54,6 +55,7 @@ type Config struct {
 		// serve refuses a schema that is behind.
 		AutoMigrate bool `yaml:"auto_migrate"`
 	} `yaml:"database"`
+	// HTTP is the main listener and the limits every listener shares.
 	HTTP struct {
 		// Listen is the address of the web chat, webhooks and /healthz,
 		// /readyz, /metrics (loopback by default).
@@ -62,23 +64,32 @@ type Config struct {
 		ShutdownGrace Duration `yaml:"shutdown_grace"`
 		// Limits of every HTTP listener (web chat and ops, webhooks,
 		// secure form): see internal/httpserve.
+		//
+		// ReadHeaderTimeout bounds reading a request's headers.
 		ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
-		ReadTimeout       Duration `yaml:"read_timeout"`
-		WriteTimeout      Duration `yaml:"write_timeout"`
-		IdleTimeout       Duration `yaml:"idle_timeout"`
-		MaxHeaderBytes    int      `yaml:"max_header_bytes"`
+		// ReadTimeout bounds reading a whole request, body included.
+		ReadTimeout Duration `yaml:"read_timeout"`
+		// WriteTimeout bounds writing a response (WebSockets clear it).
+		WriteTimeout Duration `yaml:"write_timeout"`
+		// IdleTimeout closes a keep-alive connection left idle this long.
+		IdleTimeout Duration `yaml:"idle_timeout"`
+		// MaxHeaderBytes bounds a request's headers.
+		MaxHeaderBytes int `yaml:"max_header_bytes"`
 		// MaxConnections are open at once per listener; more wait.
 		MaxConnections int `yaml:"max_connections"`
 		// AllowedHosts are extra Host header values a loopback listener
 		// serves (a reverse proxy's public name); others get 421.
 		AllowedHosts []string `yaml:"allowed_hosts"`
 	} `yaml:"http"`
+	// Log is the gateway's own log (stderr).
 	Log struct {
 		// Level is debug, info, warn or error.
 		Level string `yaml:"level"`
 		// Format is text or json.
 		Format string `yaml:"format"`
 	} `yaml:"log"`
+	// Identities declared in config; pairing (`silas pair`) adds more,
+	// signed, in the database.
 	Identities struct {
 		// Owners have owner trust ("platform:id", e.g. telegram:123456).
 		Owners []string `yaml:"owners"`
@@ -86,6 +97,7 @@ type Config struct {
 		// policy grants role:auth.
 		Allowed []string `yaml:"allowed"`
 	} `yaml:"identities"`
+	// Approvals bounds how long a decision can wait and how long it holds.
 	Approvals struct {
 		// TTL is how long an approval card can be decided (10s-168h).
 		TTL Duration `yaml:"ttl"`
@@ -119,6 +131,7 @@ type Config struct {
 		// connect to.
 		NetworkPorts []uint16 `yaml:"network_ports"`
 	} `yaml:"sandbox"`
+	// Output decides how much of an execution's output goes into chat.
 	Output struct {
 		// InlineMaxChars: longer output is stored and referenced instead of
 		// pasted into chat.
@@ -126,6 +139,7 @@ type Config struct {
 		// PreviewChars of a stored output still show on the card.
 		PreviewChars int `yaml:"preview_chars"`
 	} `yaml:"output"`
+	// Webchat is the local browser chat (docs/webchat-protocol.md).
 	Webchat struct {
 		// Enabled serves the local web chat on http.listen.
 		Enabled bool `yaml:"enabled"`
@@ -147,6 +161,7 @@ type Config struct {
 	} `yaml:"secrets"`
 	// SecretsWeb is the HTTPS form where credentials are typed.
 	SecretsWeb struct {
+		// Enabled serves the form; without it /secret is refused.
 		Enabled bool `yaml:"enabled"`
 		// Listen is the form's own address.
 		Listen string `yaml:"listen"`
@@ -154,7 +169,8 @@ type Config struct {
 		PublicURL string `yaml:"public_url"`
 		// MaxValueBytes bounds one submitted value.
 		MaxValueBytes int `yaml:"max_value_bytes"`
-		TLS           struct {
+		// TLS is how the form gets its certificate.
+		TLS struct {
 			// Mode is self-signed (loopback only), files or acme.
 			Mode string `yaml:"mode"`
 			// CertFile and KeyFile are required in files mode.
@@ -167,9 +183,12 @@ type Config struct {
 			ACMEEmail string `yaml:"acme_email"`
 		} `yaml:"tls"`
 	} `yaml:"secrets_web"`
+	// Telegram is the Telegram channel.
 	Telegram Telegram `yaml:"telegram"`
-	Audit    Audit    `yaml:"audit"`
-	Policy   struct {
+	// Audit is the audit chain's signed checkpoints.
+	Audit Audit `yaml:"audit"`
+	// Policy is the risk policy every proposed action passes.
+	Policy struct {
 		// Rules are tried in order; the first that applies decides
 		// (docs/policy.md). Empty: the built-in defaults.
 		Rules []policy.Rule `yaml:"rules"`
@@ -228,9 +247,13 @@ type Telegram struct {
 	DMPolicy string `yaml:"dm_policy"`
 	// Limits are the outbound rate limits.
 	Limits struct {
+		// PerChatInterval is the least time between two messages (sends
+		// and edits) in one chat.
 		PerChatInterval Duration `yaml:"per_chat_interval"`
-		GroupPerMinute  int      `yaml:"group_per_minute"`
-		GlobalPerSecond int      `yaml:"global_per_second"`
+		// GroupPerMinute caps messages to one group per minute.
+		GroupPerMinute int `yaml:"group_per_minute"`
+		// GlobalPerSecond caps messages across all chats per second.
+		GlobalPerSecond int `yaml:"global_per_second"`
 	} `yaml:"limits"`
 }
 
