@@ -177,11 +177,11 @@ func TestTypedTapTable(t *testing.T) {
 		return r + "}"
 	}
 	tests := []struct {
-		name   string
-		raw    string
-		act    action
-		tap    *core.Tap // nil: delivered as text
-		text   string
+		name string
+		raw  string
+		act  action
+		tap  *core.Tap // nil: delivered as text
+		text string
 	}{
 		{"approve with id", msg(priv, "approve "+card, ""), actDeliver, &core.Tap{Card: cards.ID(card), Choice: "approve"}, ""},
 		{"decline, upper case, quoted", msg(priv, `\"DECLINE `+strings.ToUpper(card)+`\"`, ""), actDeliver, &core.Tap{Card: cards.ID(card), Choice: "decline"}, ""},
