@@ -246,6 +246,16 @@ func newWorld(t *testing.T, p Platform) *world {
 // policy, engine; the channel starts once the engine is ready. grace is
 // the engine's shutdown grace.
 func (w *world) start(grace time.Duration) *node {
+	w.t.Helper()
+	n := w.startAway(grace)
+	w.p.Started(w.t, n.ch)
+	return n
+}
+
+// startAway starts a gateway while the people are away: the platform's
+// Started (the web chat's connect) is left to the caller, to show what a
+// person finds when they come back.
+func (w *world) startAway(grace time.Duration) *node {
 	t := w.t
 	t.Helper()
 	if w.node != nil {
@@ -300,7 +310,6 @@ func (w *world) start(grace time.Duration) *node {
 		}
 	}()
 	w.node = n
-	w.p.Started(t, ch)
 	return n
 }
 

@@ -383,7 +383,16 @@ func restartMidExecution(w *world) {
 		return k == 1, fmt.Sprintf("%d running", k)
 	})
 	n.kill()
-	w.start(5 * time.Second)
+	// The person comes back only after the gateway has delivered the
+	// card's final state: it must be there for them, not only for whoever
+	// happened to be connected at that moment.
+	n = w.startAway(5 * time.Second)
+	w.eventually("the execution closed and its update delivered", 30*time.Second, func() (bool, string) {
+		open := w.count(`SELECT count(*) FROM executions WHERE status IN ('queued', 'running', 'executed')`)
+		pending := w.count(`SELECT count(*) FROM outbox WHERE status = 'pending'`)
+		return open == 0 && pending == 0, fmt.Sprintf("%d executions open, %d outbox jobs pending", open, pending)
+	})
+	w.p.Started(w.t, n.ch)
 	m := w.waitSame(c.ID, "the card in a final state after the restart", func(m Message) bool {
 		return closed(m, cards.StatusInterrupted, cards.StatusDone, cards.StatusFailed)
 	})
