@@ -120,8 +120,9 @@ func New(cfg Config) (*Adapter, error) {
 	}
 	client := &http.Client{Timeout: r.HTTPTimeout, Transport: transport}
 	a.poller = &http.Client{Timeout: r.PollTimeout + r.HTTPTimeout, Transport: transport}
-	// The limiter keeps to the wall clock: it sleeps.
-	a.lim = kit.NewLimiter(kit.Limits(r.Limits), kit.RealClock{}, isGroup)
+	// The limiter sleeps: it keeps to a clock of its own (the wall clock
+	// outside tests).
+	a.lim = kit.NewLimiter(kit.Limits(r.Limits), r.LimitClock, isGroup)
 	a.bot, err = bot.New(r.token,
 		bot.WithServerURL(r.BaseURL),
 		bot.WithSkipGetMe(),
