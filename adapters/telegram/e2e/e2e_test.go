@@ -74,7 +74,7 @@ type options struct {
 	// limits are kept and checked on it.
 	speed float64
 	fake  telegramtest.Options
-	proxy   bool // put a faultProxy between the adapter and the fake
+	proxy bool // put a faultProxy between the adapter and the fake
 }
 
 // world is one deployment: a fake Bot API, a database, a signing key and a
