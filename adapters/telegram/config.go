@@ -100,6 +100,10 @@ type Config struct {
 	Logger     *slog.Logger
 	// Now is the clock (tests inject one); default time.Now.
 	Now func() time.Time
+	// LimitClock is the outbound limiter's clock, on which it measures
+	// intervals and sleeps (tests run it faster than real time); default
+	// the wall clock.
+	LimitClock kit.Clock
 }
 
 // Defaults.
@@ -171,6 +175,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.LimitClock == nil {
+		c.LimitClock = kit.RealClock{}
 	}
 	return c
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-telegram/bot/models"
 
+	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
 )
 
@@ -70,6 +71,9 @@ type inbound struct {
 	// tapped is the message whose button was tapped (taps only; empty when
 	// Telegram did not say).
 	tapped core.MessageRef
+	// typed is set for a tap typed as text ("approve <id>", or "1" in reply
+	// to a card): it has no callback query, so its answer is a message.
+	typed bool
 }
 
 // eventID is the turn's event id for an update: "u<update_id>", so a
@@ -176,14 +180,47 @@ func messageToTurn(m *models.Message, me botInfo, t core.Turn) inbound {
 	}
 	t.Conversation = conversation(t.Channel, m.Chat.ID)
 	t.Sender = identity(m.From.ID)
-	t.PlatformMessageID = strconv.Itoa(m.ID)
 	t.SenderName = displayName(m.From)
 	t.ChatKind = kind
-	t.Text = text
 	if m.Date > 0 {
 		t.At = time.Unix(int64(m.Date), 0).UTC()
 	}
+	// The text fallback: a typed choice becomes the very Tap a button
+	// sends, which the core validates like one (card, conversation,
+	// approver, state). Only it is delivered: the words are not a message.
+	if tap, ok := kit.ParseTextTap(text, quotedCard(m.ReplyToMessage, me)); ok {
+		t.Tap = &tap
+		return inbound{act: actDeliver, turn: t, typed: true}
+	}
+	t.PlatformMessageID = strconv.Itoa(m.ID)
+	t.Text = text
 	return inbound{act: actDeliver, turn: t}
+}
+
+// quotedCard is the open card a message replies to, read from the quoted
+// message's buttons, or nil. Only the bot's own messages count: anyone can
+// quote a message of theirs that carries buttons with our callback data.
+// Every button must name the same card; the choices keep their order, which
+// is the numbering cards.PlainText shows.
+func quotedCard(r *models.Message, me botInfo) *kit.Quoted {
+	if r == nil || r.From == nil || me.id == 0 || r.From.ID != me.id || r.ReplyMarkup == nil {
+		return nil
+	}
+	var q kit.Quoted
+	for _, row := range r.ReplyMarkup.InlineKeyboard {
+		for _, b := range row {
+			card, choice, ok := parseCallbackData(b.CallbackData)
+			if !ok || (q.Card != "" && card != q.Card) {
+				return nil
+			}
+			q.Card = card
+			q.Choices = append(q.Choices, choice)
+		}
+	}
+	if q.Card == "" {
+		return nil
+	}
+	return &q
 }
 
 func callbackToTurn(q *models.CallbackQuery, t core.Turn) inbound {

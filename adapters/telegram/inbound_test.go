@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-telegram/bot/models"
 
+	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 )
 
@@ -85,6 +86,8 @@ func FuzzUpdateToTurn(f *testing.F) {
 		`{"update_id":7,"message":{"message_id":1,"date":1,"chat":{"id":-100,"type":"group"},"from":{"id":42,"is_bot":false,"first_name":"A"},"text":"hi","reply_to_message":{"message_id":1,"date":1,"chat":{"id":-100,"type":"group"},"from":{"id":123456789,"is_bot":true,"first_name":"S"}}}}`,
 		`{"update_id":8,"edited_message":{"message_id":1,"date":1,"chat":{"id":42,"type":"private"},"text":"x"}}`,
 		`{"update_id":9}`, `{}`, `[]`, `null`, `{"update_id":-1,"message":null}`,
+		`{"update_id":10,"message":{"message_id":1,"date":1,"chat":{"id":42,"type":"private"},"from":{"id":42,"is_bot":false,"first_name":"A"},"text":"approve ` + card + `"}}`,
+		`{"update_id":11,"message":{"message_id":2,"date":1,"chat":{"id":42,"type":"private"},"from":{"id":42,"is_bot":false,"first_name":"A"},"text":"2","reply_to_message":{"message_id":1,"date":1,"chat":{"id":42,"type":"private"},"from":{"id":123456789,"is_bot":true,"first_name":"S"},"reply_markup":{"inline_keyboard":[[{"text":"Run","callback_data":"c:` + card + `:approve"}],[{"text":"No","callback_data":"c:` + card + `:decline"}]]}}}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -113,8 +116,11 @@ func FuzzUpdateToTurn(f *testing.F) {
 				if !utf8.ValidString(tr.Text) || !utf8.ValidString(tr.SenderName) || tr.Text != strings.TrimSpace(tr.Text) {
 					t.Fatalf("text %q / name %q", tr.Text, tr.SenderName)
 				}
-				if tr.Tap != nil && r.queryID == "" {
+				if tr.Tap != nil && r.queryID == "" && !r.typed {
 					t.Fatal("a tap without a query id to answer")
+				}
+				if r.typed && (u.Message == nil || tr.Tap == nil || tr.Text != "" || tr.PlatformMessageID != "") {
+					t.Fatalf("typed tap %+v from update %+v", tr, u)
 				}
 				if tr.ChatKind == core.ChatGroup && u.Message != nil && !strings.Contains(strings.ToLower(u.Message.Text), "@silas_test_bot") && u.Message.ReplyToMessage == nil && !hasTextMention(u.Message) {
 					t.Fatalf("group message delivered without being addressed: %q", u.Message.Text)
@@ -135,4 +141,90 @@ func hasTextMention(m *models.Message) bool {
 		}
 	}
 	return false
+}
+
+// TestTypedTapTable: the text fallback. A typed choice ("approve <id>", or
+// "1"/"2" in reply to one of the bot's cards) becomes the Tap a button
+// sends; anything else stays text. A quoted card counts only when the bot
+// sent it and all its buttons name one card.
+func TestTypedTapTable(t *testing.T) {
+	card := core.NewID()
+	other := core.NewID()
+	from := `"from":{"id":42,"is_bot":false,"first_name":"Ann"}`
+	priv := `"chat":{"id":42,"type":"private"}`
+	grp := `"chat":{"id":-100,"type":"supergroup"}`
+	bot := `"from":{"id":123456789,"is_bot":true,"first_name":"Silas"}`
+	human := `"from":{"id":7,"is_bot":false,"first_name":"Eve"}`
+	kb := func(datas ...string) string {
+		var rows []string
+		for _, d := range datas {
+			rows = append(rows, `[{"text":"b","callback_data":"`+d+`"}]`)
+		}
+		return `"reply_markup":{"inline_keyboard":[` + strings.Join(rows, ",") + `]}`
+	}
+	cardKB := kb("c:"+card+":approve", "c:"+card+":decline")
+	msg := func(chat, text, extra string) string {
+		if extra != "" {
+			extra = "," + extra
+		}
+		return `{"update_id":1,"message":{"message_id":5,"date":1,` + chat + `,` + from + `,"text":"` + text + `"` + extra + `}}`
+	}
+	reply := func(chat, who, markup string) string {
+		r := `"reply_to_message":{"message_id":4,"date":1,` + chat + `,` + who + `,"text":"card"`
+		if markup != "" {
+			r += "," + markup
+		}
+		return r + "}"
+	}
+	tests := []struct {
+		name string
+		raw  string
+		act  action
+		tap  *core.Tap // nil: delivered as text
+		text string
+	}{
+		{"approve with id", msg(priv, "approve "+card, ""), actDeliver, &core.Tap{Card: cards.ID(card), Choice: "approve"}, ""},
+		{"decline, upper case, quoted", msg(priv, `\"DECLINE `+strings.ToUpper(card)+`\"`, ""), actDeliver, &core.Tap{Card: cards.ID(card), Choice: "decline"}, ""},
+		{"1 replying to the bot's card", msg(priv, "1", reply(priv, bot, cardKB)), actDeliver, &core.Tap{Card: cards.ID(card), Choice: "approve"}, ""},
+		{"2. replying to the bot's card", msg(priv, "2.", reply(priv, bot, cardKB)), actDeliver, &core.Tap{Card: cards.ID(card), Choice: "decline"}, ""},
+		{"choice word replying to the card", msg(priv, "decline", reply(priv, bot, cardKB)), actDeliver, &core.Tap{Card: cards.ID(card), Choice: "decline"}, ""},
+		{"3 is no choice of the card", msg(priv, "3", reply(priv, bot, cardKB)), actDeliver, nil, "3"},
+		{"1 replying to a person's message with our buttons", msg(priv, "1", reply(priv, human, cardKB)), actDeliver, nil, "1"},
+		{"1 replying to the bot's message without buttons", msg(priv, "1", reply(priv, bot, "")), actDeliver, nil, "1"},
+		{"1 replying to buttons of two cards", msg(priv, "1", reply(priv, bot, kb("c:"+card+":approve", "c:"+other+":decline"))), actDeliver, nil, "1"},
+		{"1 replying to a foreign button", msg(priv, "1", reply(priv, bot, kb("x:"+card+":approve"))), actDeliver, nil, "1"},
+		{"1 without a reply", msg(priv, "1", ""), actDeliver, nil, "1"},
+		{"approve without an id", msg(priv, "approve now", ""), actDeliver, nil, "approve now"},
+		{"group, not addressed", msg(grp, "approve "+card, ""), actIgnore, nil, ""},
+		{"group, addressed by mention", msg(grp, "@silas_test_bot approve "+card, `"entities":[{"type":"mention","offset":0,"length":15}]`), actDeliver, &core.Tap{Card: cards.ID(card), Choice: "approve"}, ""},
+		{"group, 2 replying to the bot's card", msg(grp, "2", reply(grp, bot, cardKB)), actDeliver, &core.Tap{Card: cards.ID(card), Choice: "decline"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := convert(t, tt.raw)
+			if r.act != tt.act {
+				t.Fatalf("action %s (%s); want %s", r.act, r.reason, tt.act)
+			}
+			if r.act != actDeliver {
+				return
+			}
+			if err := r.turn.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tt.tap == nil:
+				if r.turn.Tap != nil || r.typed || r.turn.Text != tt.text || r.turn.PlatformMessageID == "" {
+					t.Fatalf("turn = %+v (typed %v); want the text %q", r.turn, r.typed, tt.text)
+				}
+			default:
+				if r.turn.Tap == nil || *r.turn.Tap != *tt.tap || !r.typed || r.queryID != "" {
+					t.Fatalf("turn = %+v (typed %v); want the tap %+v", r.turn, r.typed, *tt.tap)
+				}
+				// The same turn as a button's: no text, no message id.
+				if r.turn.Text != "" || r.turn.PlatformMessageID != "" || r.turn.Sender != "telegram:42" {
+					t.Fatalf("typed tap turn = %+v", r.turn)
+				}
+			}
+		})
+	}
 }

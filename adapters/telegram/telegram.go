@@ -42,10 +42,13 @@ import (
 	"github.com/silas-gateway/silas/core"
 )
 
-// pendingTap is a delivered tap waiting for the core's answer.
+// pendingTap is a delivered tap waiting for the core's answer: a button's
+// callback query, or a tap typed as text (queryID empty), whose answer is a
+// message in its chat since there is no query to answer.
 type pendingTap struct {
 	queryID string
 	msg     core.MessageRef // the tapped message; empty when unknown
+	chat    int64           // typed taps: where to answer
 }
 
 // Adapter is the Telegram channel.
@@ -117,8 +120,9 @@ func New(cfg Config) (*Adapter, error) {
 	}
 	client := &http.Client{Timeout: r.HTTPTimeout, Transport: transport}
 	a.poller = &http.Client{Timeout: r.PollTimeout + r.HTTPTimeout, Transport: transport}
-	// The limiter keeps to the wall clock: it sleeps.
-	a.lim = kit.NewLimiter(kit.Limits(r.Limits), kit.RealClock{}, isGroup)
+	// The limiter sleeps: it keeps to a clock of its own (the wall clock
+	// outside tests).
+	a.lim = kit.NewLimiter(kit.Limits(r.Limits), r.LimitClock, isGroup)
 	a.bot, err = bot.New(r.token,
 		bot.WithServerURL(r.BaseURL),
 		bot.WithSkipGetMe(),
@@ -252,7 +256,11 @@ func (a *Adapter) handle(ctx context.Context, in core.Inbox, u *models.Update) e
 	if t.Tap != nil {
 		// Registered before Deliver: the core may answer before Deliver
 		// returns here.
-		a.taps.Add(t.EventID, pendingTap{queryID: r.queryID, msg: r.tapped})
+		p := pendingTap{queryID: r.queryID, msg: r.tapped}
+		if r.typed {
+			p = pendingTap{chat: u.Message.Chat.ID}
+		}
+		a.taps.Add(t.EventID, p)
 	}
 	res, err := in.Deliver(ctx, t)
 	var rej *core.RejectedError
@@ -280,14 +288,29 @@ func (a *Adapter) handle(ctx context.Context, in core.Inbox, u *models.Update) e
 }
 
 // AnswerTap implements core.TapAnswerer: it answers the tap's callback
-// query with a short toast. A tap the adapter no longer knows (answered
-// already, or the process restarted) is skipped.
+// query with a short toast. A tap typed as text has no query: its answer
+// (a refusal above all, which the core shows only here on channels with
+// toasts) is sent as a message to the chat instead. A tap the adapter no
+// longer knows (answered already, or the process restarted) is skipped.
 func (a *Adapter) AnswerTap(ctx context.Context, t core.Turn, text string) error {
 	p, ok := a.taps.Take(t.EventID)
 	if !ok {
 		return nil
 	}
-	return a.answer(ctx, p.queryID, text)
+	return a.answerTap(ctx, p, text)
+}
+
+// answerTap answers a pending tap: a toast for a button, a message for a
+// typed tap (none when there is nothing to say).
+func (a *Adapter) answerTap(ctx context.Context, p pendingTap, text string) error {
+	if p.queryID != "" {
+		return a.answer(ctx, p.queryID, text)
+	}
+	if strings.TrimSpace(text) == "" || p.chat == 0 {
+		return nil
+	}
+	_, err := a.sendRendered(ctx, p.chat, rendered{html: escapeHTML(text)})
+	return err
 }
 
 // AnswerTapWithCard implements core.TapCardAnswerer: the tapped message
@@ -300,7 +323,7 @@ func (a *Adapter) AnswerTapWithCard(ctx context.Context, t core.Turn, text strin
 	p, ok := a.taps.Take(t.EventID)
 	if !ok || (card != nil && p.msg == "") {
 		if ok {
-			_ = a.answer(ctx, p.queryID, text)
+			_ = a.answerTap(ctx, p, text)
 		}
 		return core.ErrNotSupported
 	}
@@ -328,7 +351,7 @@ func (a *Adapter) Capabilities() core.Capabilities {
 
 func (a *Adapter) answerPending(ctx context.Context, ev, text string) {
 	if p, ok := a.taps.Take(ev); ok {
-		_ = a.answer(ctx, p.queryID, text)
+		_ = a.answerTap(ctx, p, text)
 	}
 }
 
@@ -358,7 +381,9 @@ func (a *Adapter) answer(ctx context.Context, queryID, text string) error {
 // forgets split progress of messages the outbox gave up on.
 func (a *Adapter) sweepTaps(ctx context.Context) {
 	for _, p := range a.taps.Due(a.tapFallback) {
-		_ = a.answer(ctx, p.queryID, "")
+		if p.queryID != "" { // a typed tap has no spinner to stop
+			_ = a.answer(ctx, p.queryID, "")
+		}
 	}
 	a.splits.Sweep(time.Hour)
 }

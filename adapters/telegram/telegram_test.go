@@ -705,3 +705,47 @@ func TestAnswerTapWithCardEditsTheTappedMessage(t *testing.T) {
 		t.Fatalf("capabilities = %+v", caps)
 	}
 }
+
+// A tap typed as text has no callback query: the core's answer — a
+// refusal above all, which on a channel with toasts is shown nowhere else —
+// comes as a message in the chat, once; an empty answer sends nothing and
+// the janitor has no spinner to stop.
+func TestTypedTapIsAnsweredWithAMessage(t *testing.T) {
+	b := setup(t, telegramtest.Options{}, nil)
+	b.start(t)
+	ctx := context.Background()
+	c := approvalCard()
+	r, err := b.a.Send(ctx, core.OutMessage{Conversation: "telegram:1001", Card: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := b.srv.SendMessage(telegramtest.Msg{Chat: telegramtest.Private(owner), From: owner, Text: "2", ReplyTo: msgIDOf(t, r)})
+	got := b.waitTurn(t, uid)
+	if got.Tap == nil || got.Tap.Card != c.ID || got.Tap.Choice != "later" || got.Text != "" {
+		t.Fatalf("turn = %+v; want a tap on %s/later", got, c.ID)
+	}
+	const refusal = "Already decided (declined): nothing was changed."
+	if err := b.a.AnswerTap(ctx, got, refusal); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.a.AnswerTap(ctx, got, "again"); err != nil {
+		t.Fatal(err)
+	}
+	msgs := b.srv.Messages(owner.ID)
+	if len(msgs) != 2 || msgs[1].Text != refusal || len(b.srv.Answers()) != 0 {
+		t.Fatalf("messages %+v, answers %+v; want the refusal once as a message", msgs, b.srv.Answers())
+	}
+
+	uid = b.srv.SendMessage(telegramtest.Msg{Chat: telegramtest.Private(owner), From: owner, Text: "approve " + string(c.ID)})
+	got = b.waitTurn(t, uid)
+	if got.Tap == nil || got.Tap.Choice != "approve" {
+		t.Fatalf("turn = %+v", got)
+	}
+	if err := b.a.AnswerTap(ctx, got, ""); err != nil {
+		t.Fatal(err)
+	}
+	b.a.sweepTaps(ctx)
+	if n := len(b.srv.Messages(owner.ID)); n != 2 || len(b.srv.Calls("answerCallbackQuery")) != 0 {
+		t.Fatalf("%d messages, %d answers after an empty answer", n, len(b.srv.Calls("answerCallbackQuery")))
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/internal/httpserve"
@@ -295,6 +296,11 @@ func (a *Adapter) frameTurn(f ClientFrame) core.Turn {
 	switch f.Type {
 	case "message":
 		t.EventID, t.Text = "m:"+f.ID, f.Text
+		// The text fallback: "approve <id>" typed is the Tap the button
+		// sends, validated by the core exactly like one.
+		if tap, ok := kit.ParseTextTap(f.Text, nil); ok {
+			t.Text, t.Tap = "", &tap
+		}
 	case "tap":
 		t.EventID = "t:" + f.ID
 		t.Tap = &core.Tap{Card: cards.ID(f.CardID), Choice: f.Choice}

@@ -295,20 +295,24 @@ func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, 
 // transaction once the seq is known, enqueues the reply and returns its
 // audit entries). A redelivered event stores nothing and runs nothing: dup.
 func (e *Engine) storeTurn(ctx context.Context, t core.Turn, status core.TurnStatus, answer func(tx *store.Tx, seq int64) ([]auditEntry, error)) (seq int64, dup bool, err error) {
+	// The op writes its own variables, read only once Do succeeded: when
+	// ctx ends, Do may return while the writer is still running the op.
+	var opSeq int64
+	var opDup bool
 	err = e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
-		seq, dup = 0, false
-		if err := tx.QueueTurn(t, status, func(s int64, d bool) { seq, dup = s, d }); err != nil {
+		opSeq, opDup = 0, false
+		if err := tx.QueueTurn(t, status, func(s int64, d bool) { opSeq, opDup = s, d }); err != nil {
 			return nil, err
 		}
 		tx.Finally(func() ([]auditEntry, error) {
-			if dup {
+			if opDup {
 				return nil, nil
 			}
-			entries := []auditEntry{receivedEntry(t, seq)}
+			entries := []auditEntry{receivedEntry(t, opSeq)}
 			if answer == nil {
 				return entries, nil
 			}
-			more, err := answer(tx, seq)
+			more, err := answer(tx, opSeq)
 			return append(entries, more...), err
 		})
 		return nil, nil
@@ -316,6 +320,7 @@ func (e *Engine) storeTurn(ctx context.Context, t core.Turn, status core.TurnSta
 	if err != nil {
 		return 0, false, fmt.Errorf("engine: store turn: %w", err)
 	}
+	seq, dup = opSeq, opDup
 	if dup {
 		e.m.turnsDuplicate.Inc()
 	} else {

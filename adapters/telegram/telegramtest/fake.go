@@ -473,9 +473,11 @@ func (s *Server) SendMessage(m Msg) int64 {
 		msg["reply_to_message"] = map[string]any{"message_id": m.ReplyTo, "date": s.now().Unix(), "chat": m.Chat.json(), "from": m.ReplyToUser.json(), "text": "…"}
 	case m.ReplyTo != 0:
 		r := map[string]any{"message_id": m.ReplyTo, "date": s.now().Unix(), "chat": m.Chat.json(), "text": "…"}
-		if bm, ok := s.msgs[m.Chat.ID][m.ReplyTo]; ok {
-			r["from"] = s.botUser().json()
-			r["text"] = bm.Text
+		if bm, ok := s.msgs[m.Chat.ID][m.ReplyTo]; ok && !bm.Deleted {
+			// As Telegram quotes it: the bot's message as it is now,
+			// its inline keyboard included.
+			r = s.messageJSON(bm)
+			r["chat"] = m.Chat.json()
 		}
 		msg["reply_to_message"] = r
 	}
