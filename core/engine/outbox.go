@@ -278,12 +278,12 @@ func (e *Engine) deliver(ctx context.Context, j core.OutboxJob, superseded bool,
 		if prev == "" {
 			// The original never arrived (or failed for good): show the
 			// current state as a new message rather than losing it.
-			ref, err = ch.Send(ctx, j.Message)
+			ref, err = sendJob(ctx, ch, j)
 			break
 		}
 		err = ch.Update(ctx, prev, j.Message)
 	default:
-		ref, err = ch.Send(ctx, j.Message)
+		ref, err = sendJob(ctx, ch, j)
 	}
 	<-e.deliverSem
 	if err == nil {
