@@ -55,7 +55,7 @@ func (e *Engine) handOff(conv core.ConversationID, jobs []core.OutboxJob, n int)
 	l.add(jobs, n)
 	e.lanes[conv] = l
 	e.laneWG.Add(1)
-	go e.runLane(conv, l)
+	go e.runLane(e.lanesCtx, conv, l)
 }
 
 // lane is one conversation's delivery state (guarded by inflightMu). It is
@@ -136,9 +136,8 @@ func (e *Engine) nextFromMemory(conv core.ConversationID, l *lane) (j core.Outbo
 	return j, true, false
 }
 
-func (e *Engine) runLane(conv core.ConversationID, l *lane) {
+func (e *Engine) runLane(ctx context.Context, conv core.ConversationID, l *lane) {
 	defer e.laneWG.Done()
-	ctx := e.lanesCtx
 	kicked := l.kicked
 	for {
 		j, fromMem, done := e.nextFromMemory(conv, l)
@@ -235,7 +234,15 @@ func (e *Engine) outboxLoop(ctx context.Context) {
 	e.inflightMu.Lock()
 	e.lanesCtx = ctx
 	e.inflightMu.Unlock()
-	defer e.laneWG.Wait()
+	defer func() {
+		// Under the lock handOff starts lanes with: a worker finishing a
+		// turn during shutdown either started its lane before this (Wait
+		// waits for it) or sees the lanes closed, never Add racing Wait.
+		e.inflightMu.Lock()
+		e.lanesCtx = nil
+		e.inflightMu.Unlock()
+		e.laneWG.Wait()
+	}()
 	for {
 		convs, err := e.st.PendingOutboxConversations(ctx, 10000)
 		if err != nil && ctx.Err() == nil {
