@@ -203,6 +203,11 @@ func TestHistoryReplayAfterRestart(t *testing.T) {
 	want(t, c.next(), "type", "ack", "id", "m-2")
 	pending := c.until("a pending card", isCard(cards.StatusPending))
 	cd := cardFrame(pending)
+	// The forward choice and the decline are told apart by kind.
+	if len(cd.Choices) != 2 || cd.Choices[0].ID != "approve" || cd.Choices[0].Kind != cards.ChoiceForward ||
+		cd.Choices[1].ID != "decline" || cd.Choices[1].Kind != cards.ChoiceDecline {
+		t.Fatalf("choices = %+v", cd.Choices)
+	}
 	c.write(`{"type":"tap","id":"t-1","card_id":"` + string(cd.ID) + `","choice":"decline"}`)
 	want(t, c.next(), "type", "ack", "id", "t-1")
 	declined := c.until("the declined card", isCard(cards.StatusDeclined))

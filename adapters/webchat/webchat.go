@@ -87,9 +87,9 @@ type Config struct {
 	// already durable). Without it (tests) the adapter keeps the last
 	// History bot messages in memory, lost on restart.
 	Transcript HistoryReader
-	Outputs OutputSource
-	Logger  *slog.Logger
-	Now     func() time.Time
+	Outputs    OutputSource
+	Logger     *slog.Logger
+	Now        func() time.Time
 }
 
 // Adapter is the web chat channel.

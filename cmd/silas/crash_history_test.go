@@ -80,6 +80,14 @@ func TestCrashCardsReachFinalState(t *testing.T) {
 		seed, _ = strconv.ParseUint(v, 10, 64)
 	}
 	rng := rand.New(rand.NewPCG(seed, 1))
+	// serve refuses SILAS_* variables that name no configuration key, and
+	// the servers inherit this environment.
+	for _, k := range []string{"SILAS_CRASH_TRIALS", "SILAS_CRASH_SEED"} {
+		if v, ok := os.LookupEnv(k); ok {
+			os.Unsetenv(k)
+			t.Cleanup(func() { os.Setenv(k, v) })
+		}
+	}
 
 	dsn := pgtest.NewDatabase(t)
 	data := t.TempDir()

@@ -149,7 +149,7 @@ func accessCard(r store.AccessRequest) *cards.Card {
 	switch r.Status {
 	case "pending":
 		c.Status = cards.StatusPending
-		c.Choices = []cards.Choice{{ID: "allow", Label: clip("Allow "+cards.ShowBidi(string(r.Identity)), cards.MaxLabel), Style: cards.StylePrimary}, {ID: "deny", Label: "Deny", Style: cards.StyleDanger}}
+		c.Choices = []cards.Choice{{ID: "allow", Label: clip("Allow "+cards.ShowBidi(string(r.Identity)), cards.MaxLabel), Style: cards.StylePrimary, Kind: cards.ChoiceForward}, {ID: "deny", Label: "Deny", Style: cards.StyleDanger, Kind: cards.ChoiceDecline}}
 	case "allowed":
 		c.Status = cards.StatusApproved
 		c.Outcome = fmt.Sprintf("Allowed by %s.", r.DecidedBy)
