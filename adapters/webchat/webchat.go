@@ -7,6 +7,11 @@
 // at POST /login yields an HttpOnly, SameSite=Strict session cookie. The
 // WebSocket requires that cookie and a same-origin Origin header. Turns carry
 // evidence "webchat-session"; trust is decided by the core.
+//
+// History: the conversation a browser is shown on connect is read from the
+// core's storage (HistoryReader: the stored turns and the outbox's messages
+// in their newest state), never from this process's memory, so it survives
+// restarts and includes edits made while nobody was connected.
 package webchat
 
 import (

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -123,7 +124,7 @@ func scanBotEntry(row interface{ Scan(...any) error }) (core.TranscriptEntry, er
 	var payload []byte
 	var at time.Time
 	if err := row.Scan(&e.OutboxID, &e.MessageKey, &at, &e.Version, &payload); err != nil {
-		if err = notFound(err); err == core.ErrNotFound {
+		if err = notFound(err); errors.Is(err, core.ErrNotFound) {
 			return e, err
 		}
 		return e, fmt.Errorf("store: transcript: %w", err)
