@@ -173,6 +173,8 @@ func TestCrashCardsReachFinalState(t *testing.T) {
 	// At the end, every card's state fetched by id matches too.
 	c := s.connect(t)
 	for i, r := range results {
+		// Paced under the per-session frame limit (10 a second).
+		time.Sleep(120 * time.Millisecond)
 		id := fmt.Sprintf("g-%d", i)
 		c.write(map[string]any{"type": "get_card", "id": id, "card_id": string(r.card)})
 		f := c.expectNew("card_state "+id, func(f map[string]any) bool { return f["id"] == id })
