@@ -77,12 +77,24 @@ const (
 	StyleDanger    Style = "danger"
 )
 
+// ChoiceKind says what a choice does to the decision, so a client tells
+// the forward choice from the decline without guessing from style or label.
+type ChoiceKind string
+
+const (
+	// ChoiceForward moves the decision on (approve, confirm, allow).
+	ChoiceForward ChoiceKind = "forward"
+	// ChoiceDecline ends it with nothing run (decline, deny).
+	ChoiceDecline ChoiceKind = "decline"
+)
+
 // Choice is one button. ID is what comes back on a tap ("approve",
 // "confirm", "decline"); Label states the consequence ("Run `uname -a`").
 type Choice struct {
-	ID    string `json:"id"`
-	Label string `json:"label"`
-	Style Style  `json:"style,omitempty"`
+	ID    string     `json:"id"`
+	Label string     `json:"label"`
+	Style Style      `json:"style,omitempty"`
+	Kind  ChoiceKind `json:"kind,omitempty"`
 }
 
 // Link is a URL button (secure-input cards).
@@ -207,6 +219,11 @@ func (c *Card) Validate() error {
 		}
 		if utf8.RuneCountInString(ch.Label) > MaxLabel {
 			return bad("choice %q: label longer than %d characters", ch.ID, MaxLabel)
+		}
+		switch ch.Kind {
+		case "", ChoiceForward, ChoiceDecline:
+		default:
+			return bad("choice %q: unknown kind %q", ch.ID, ch.Kind)
 		}
 	}
 	return nil

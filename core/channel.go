@@ -124,3 +124,38 @@ func CapabilitiesOf(ch Channel) Capabilities {
 	_, del := ch.(MessageDeleter)
 	return Capabilities{EditInPlace: true, Delete: del, Buttons: true, MaxButtons: cards.MaxChoices}
 }
+
+// KeyedSender is an optional capability: Send, told the core's own durable
+// name of the message (OutboxJob.MessageKey, unique per message). A channel
+// that shows a conversation from the core's storage (TranscriptEntry) uses
+// it to give a live message the same id the stored transcript gives it, so
+// a client never sees one message twice. The outbox calls it instead of
+// Send when the channel implements it.
+type KeyedSender interface {
+	SendKeyed(ctx context.Context, key string, m OutMessage) (MessageRef, error)
+}
+
+// Tap refusal reasons (TapOutcomeAnswerer): the tap changed nothing.
+const (
+	RefusedUnknownCard    = "unknown_card"
+	RefusedNotApprover    = "not_approver"
+	RefusedAlreadyDecided = "already_decided"
+	RefusedExpired        = "expired"
+	RefusedAltered        = "altered"
+	RefusedUnsigned       = "unsigned"
+	// RefusedBadChoice: the choice is not one the card offers now.
+	RefusedBadChoice = "bad_choice"
+	// RefusedStepUp: irreversible actions need a step-up confirmation the
+	// gateway does not offer yet.
+	RefusedStepUp = "step_up_unavailable"
+)
+
+// TapOutcomeAnswerer is an optional extension of TapAnswerer: the answer
+// also says whether the tap was refused and why (one of the Refused*
+// reasons; "" when the tap took effect), so a client can match a refusal
+// to the tap that caused it in code rather than by its wording. The engine
+// calls it instead of AnswerTap when the channel implements it.
+type TapOutcomeAnswerer interface {
+	TapAnswerer
+	AnswerTapOutcome(ctx context.Context, t Turn, text, refused string) error
+}

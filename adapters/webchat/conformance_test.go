@@ -27,11 +27,6 @@ func TestConformance(t *testing.T) {
 		switch {
 		case o.Shared:
 			return nil, "the web chat has one person per conversation: nobody else can tap a card there"
-		case o.Scenario == "restart_mid_execution":
-			// An update of a card nobody is connected to is lost today:
-			// the card's final state after a restart reaches a browser
-			// only once the history is durable.
-			return nil, "needs durable web chat history (issue 11)"
 		}
 		return newConformanceClient(t), ""
 	})
@@ -49,6 +44,7 @@ type conformanceClient struct {
 	pending []pendingFrame // sent, not acknowledged yet, in order
 	order   []string
 	msgs    map[string]*shown
+	told    []string // refusals answered to this client's taps (tap_result)
 }
 
 type pendingFrame struct {
@@ -91,6 +87,12 @@ func (c *conformanceClient) NewChannel(t testing.TB, state core.StateStore, log 
 	cfg := Config{State: state, Logger: log}
 	if out, ok := state.(OutputSource); ok {
 		cfg.Outputs = out
+	}
+	// The conversation a browser is shown comes from the core's storage,
+	// as in silas serve: a card's final state reached while nobody was
+	// connected is there on the next connect.
+	if h, ok := state.(HistoryReader); ok {
+		cfg.Transcript = h
 	}
 	a, err := New(cfg)
 	if err != nil {
@@ -177,6 +179,8 @@ func (c *conformanceClient) read(conn *websocket.Conn) {
 			MessageID string      `json:"message_id"`
 			Text      string      `json:"text"`
 			Card      *cards.Card `json:"card"`
+			Refused   bool        `json:"refused"`
+			Message   string      `json:"message"`
 		}
 		if err := json.Unmarshal(b, &f); err != nil {
 			c.t.Errorf("web chat: a server frame is not JSON: %q", b)
@@ -193,6 +197,12 @@ func (c *conformanceClient) read(conn *websocket.Conn) {
 			if f.Code != "internal" {
 				c.dropLocked(f.ID)
 				c.t.Errorf("web chat: frame %s refused: %s", f.ID, b)
+			}
+		case "tap_result":
+			// A refusal is told to the tapper only, correlated by the
+			// frame id this client sent.
+			if f.Refused && f.Message != "" {
+				c.told = append(c.told, f.Message)
 			}
 		case "message", "update":
 			m, ok := c.msgs[f.MessageID]
@@ -276,9 +286,12 @@ func (c *conformanceClient) Chat(testing.TB) []channeltest.Message {
 	return out
 }
 
-// Told: the web chat has no toasts; refusals come as messages.
+// Told: refusals come as tap_result answers to the tap's frame (typed
+// taps too), other notices as messages.
 func (c *conformanceClient) Told(t testing.TB, _ channeltest.Role) []string {
-	var out []string
+	c.mu.Lock()
+	out := append([]string(nil), c.told...)
+	c.mu.Unlock()
 	for _, m := range c.Chat(t) {
 		if m.Card == "" {
 			out = append(out, m.Text)

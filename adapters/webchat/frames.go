@@ -104,6 +104,13 @@ func ParseFrame(b []byte) (ClientFrame, error) {
 		if f.Choice == "" || len(f.Choice) > cards.MaxChoiceID || !clientIDRe.MatchString(f.Choice) {
 			return f, bad("choice is missing or malformed")
 		}
+	case "get_card":
+		if f.Text != "" || f.Choice != "" {
+			return f, bad("a get_card frame has only id and card_id")
+		}
+		if f.CardID == "" || !clientIDRe.MatchString(f.CardID) {
+			return f, bad("card_id is missing or malformed")
+		}
 	case "":
 		return f, bad("type is required")
 	default:
@@ -132,13 +139,34 @@ type ackFrame struct {
 	Duplicate bool   `json:"duplicate"`
 }
 
+// messageFrame is a message or update (and, with ID set, a card_state
+// answer). From is "bot" or "user"; ClientID is the id of the client frame
+// a user message came from.
 type messageFrame struct {
 	Type      string      `json:"type"`
+	ID        string      `json:"id,omitempty"`
 	MessageID string      `json:"message_id"`
+	From      string      `json:"from,omitempty"`
+	ClientID  string      `json:"client_id,omitempty"`
 	Text      string      `json:"text,omitempty"`
 	Card      *cards.Card `json:"card,omitempty"`
 	At        string      `json:"at,omitempty"`
 	Replay    bool        `json:"replay,omitempty"`
+}
+
+const (
+	fromBot  = "bot"
+	fromUser = "user"
+)
+
+// tapResultFrame answers a processed tap (protocol §3.4).
+type tapResultFrame struct {
+	Type    string `json:"type"`
+	ID      string `json:"id,omitempty"`
+	CardID  string `json:"card_id"`
+	Refused bool   `json:"refused"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 type errorFrame struct {

@@ -99,9 +99,10 @@ func (c *client) hold() {
 	c.mu.Unlock()
 }
 
-// release queues first (the ack or error of the delivered frame), then
-// every frame held back meanwhile, in order, and stops holding.
-func (c *client) release(first []byte) {
+// release queues first (the ack or error of the delivered frame, or hello
+// and the replay), then every frame held back meanwhile, in order, and
+// stops holding.
+func (c *client) release(first ...[]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.holding = false
@@ -110,8 +111,11 @@ func (c *client) release(first []byte) {
 	if c.ending {
 		return
 	}
-	if first != nil {
-		c.enqueueLocked(first)
+	for _, b := range first {
+		if c.ending {
+			return
+		}
+		c.enqueueLocked(b)
 	}
 	for _, b := range held {
 		if c.ending {
@@ -189,22 +193,15 @@ func (a *Adapter) serveWS(w http.ResponseWriter, r *http.Request) {
 	conn.SetReadLimit(MaxFrameBytes)
 	c := &client{conn: conn, session: session, out: make(chan outFrame, a.cfg.History+a.queueSlack), closed: make(chan struct{})}
 
-	// hello first, then the replay, both queued and the client registered
-	// under one lock, so no message falls between the replay and the live
-	// stream and no live frame overtakes the replay.
+	// The client is registered holding its frames before the transcript is
+	// read, and hello and the replay are queued before what was held: so
+	// no message falls between the replay and the live stream and no live
+	// frame overtakes the replay. (A live frame held meanwhile may repeat
+	// what the replay shows, or show an older state that a newer stored
+	// edit, still to be delivered, then replaces; the page applies frames
+	// by message_id, so it converges on the stored state.)
+	c.hold()
 	a.mu.Lock()
-	hello, _ := json.Marshal(helloFrame{Type: "hello", Identity: string(a.cfg.Identity), Conversation: string(a.conv)})
-	c.push(hello)
-	for _, e := range a.history {
-		f := e.frame
-		f.Type, f.Replay = "message", true
-		b, err := encodeMessageFrame(f)
-		if err != nil {
-			a.log.Error("replay: marshal frame", slog.Any("err", err))
-			continue
-		}
-		c.push(b)
-	}
 	a.clients[c] = struct{}{}
 	a.mu.Unlock()
 	defer func() {
@@ -213,6 +210,16 @@ func (a *Adapter) serveWS(w http.ResponseWriter, r *http.Request) {
 		a.mu.Unlock()
 		c.close(websocket.StatusNormalClosure, "")
 	}()
+	replay, err := a.replay(r.Context())
+	if err != nil {
+		// Better no chat than a chat missing its history: the page
+		// reconnects with backoff.
+		a.log.Error("websocket: could not read the conversation's history", slog.Any("err", err))
+		c.close(websocket.StatusInternalError, "history unavailable; retry")
+		return
+	}
+	hello, _ := json.Marshal(helloFrame{Type: "hello", Identity: string(a.cfg.Identity), Conversation: string(a.conv)})
+	c.release(append([][]byte{hello}, replay...)...)
 
 	// The session may end while the socket is open.
 	expiry := time.AfterFunc(expires.Sub(a.now()), func() { a.endSession(c) })
@@ -323,6 +330,11 @@ func (a *Adapter) handleFrame(ctx context.Context, in core.Inbox, c *client, dat
 		errors.As(err, &fe)
 		a.log.Info("bad web chat frame", slog.String("code", fe.Code), slog.Int("bytes", len(data)))
 		a.sendFrame(c, errorFrame{Type: "error", ID: fe.ID, Code: fe.Code, Message: fe.Message})
+		return
+	}
+	if f.Type == "get_card" {
+		// A read, not a turn: answered at once, nothing is stored.
+		c.push(a.cardState(ctx, f))
 		return
 	}
 	t := a.frameTurn(f)

@@ -7,6 +7,11 @@
 // at POST /login yields an HttpOnly, SameSite=Strict session cookie. The
 // WebSocket requires that cookie and a same-origin Origin header. Turns carry
 // evidence "webchat-session"; trust is decided by the core.
+//
+// History: the conversation a browser is shown on connect is read from the
+// core's storage (HistoryReader: the stored turns and the outbox's messages
+// in their newest state), never from this process's memory, so it survives
+// restarts and includes edits made while nobody was connected.
 package webchat
 
 import (
@@ -77,11 +82,19 @@ type Config struct {
 	// (default 5 at once, then one per 12s) and frames per session
 	// (default 30 at once, then 10 per second).
 	LoginLimit, FrameLimit RateLimit
-	// History is how many recent messages are replayed on connect (200).
+	// History is how many recent messages are replayed on connect (200),
+	// the user's and the bot's together.
 	History int
-	Outputs OutputSource
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// Transcript is where the conversation is read from: the core's
+	// storage (*store.Store). With it the history survives restarts, an
+	// edit made while nobody is connected is shown on the next connect,
+	// and Send/Update only push to connected browsers (what they push is
+	// already durable). Without it (tests) the adapter keeps the last
+	// History bot messages in memory, lost on restart.
+	Transcript HistoryReader
+	Outputs    OutputSource
+	Logger     *slog.Logger
+	Now        func() time.Time
 }
 
 // Adapter is the web chat channel.
@@ -115,6 +128,8 @@ type entry struct {
 var (
 	_ core.Channel            = (*Adapter)(nil)
 	_ core.CapabilityReporter = (*Adapter)(nil)
+	_ core.KeyedSender        = (*Adapter)(nil)
+	_ core.TapOutcomeAnswerer = (*Adapter)(nil)
 )
 
 // Capabilities implements core.CapabilityReporter: the page edits messages
@@ -232,24 +247,39 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 	return nil
 }
 
-// Send implements core.Channel: the message joins the transcript and is
-// pushed to every connected browser. A browser that is not connected gets
-// it in the replay when it connects, so nothing is lost while it is away.
+// Send implements core.Channel: the message is pushed to every connected
+// browser. A browser that is not connected gets it in the replay when it
+// connects, so nothing is lost while it is away: from Config.Transcript
+// (the outbox job being delivered is already stored there), or, without
+// one, from the in-memory transcript Send adds it to. The engine's outbox
+// calls SendKeyed instead.
 func (a *Adapter) Send(_ context.Context, m core.OutMessage) (core.MessageRef, error) {
+	return a.send("m-"+core.NewID()[:16], m)
+}
+
+// SendKeyed implements core.KeyedSender: Send with the core's name of the
+// message, so the live message has the id the replay gives it
+// (botMessageID).
+func (a *Adapter) SendKeyed(_ context.Context, key string, m core.OutMessage) (core.MessageRef, error) {
+	return a.send(botMessageID(key), m)
+}
+
+func (a *Adapter) send(id string, m core.OutMessage) (core.MessageRef, error) {
 	if m.Card != nil {
 		if err := m.Card.Validate(); err != nil {
 			return "", &core.PermanentError{Err: fmt.Errorf("webchat: %w", err)}
 		}
 	}
-	id := "m-" + core.NewID()[:16]
-	e := &entry{frame: messageFrame{Type: "message", MessageID: id, Text: m.Text, Card: m.Card, At: a.now().UTC().Format(time.RFC3339)}}
+	e := &entry{frame: messageFrame{Type: "message", MessageID: id, From: fromBot, Text: m.Text, Card: m.Card, At: a.now().UTC().Format(time.RFC3339)}}
 	a.mu.Lock()
-	a.history = append(a.history, e)
-	a.byID[id] = e
-	if len(a.history) > a.cfg.History {
-		old := a.history[0]
-		a.history = a.history[1:]
-		delete(a.byID, old.frame.MessageID)
+	if a.cfg.Transcript == nil {
+		a.history = append(a.history, e)
+		a.byID[id] = e
+		if len(a.history) > a.cfg.History {
+			old := a.history[0]
+			a.history = a.history[1:]
+			delete(a.byID, old.frame.MessageID)
+		}
 	}
 	a.broadcastLocked(e.frame)
 	a.mu.Unlock()
@@ -265,12 +295,14 @@ func (a *Adapter) Update(_ context.Context, ref core.MessageRef, m core.OutMessa
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	f := messageFrame{Type: "update", MessageID: string(ref), Text: m.Text, Card: m.Card}
+	f := messageFrame{Type: "update", MessageID: string(ref), From: fromBot, Text: m.Text, Card: m.Card}
 	if e, ok := a.byID[string(ref)]; ok {
 		e.frame.Text, e.frame.Card = m.Text, m.Card
 	}
 	// Pushed even when the message left the transcript: the page shows an
-	// update for an unknown message as a new one.
+	// update for an unknown message as a new one. Nobody connected is not
+	// a failure: the edit is in the transcript the next connect replays
+	// (with Config.Transcript it was stored before this call).
 	a.broadcastLocked(f)
 	return nil
 }
@@ -284,6 +316,10 @@ func (a *Adapter) broadcastLocked(f messageFrame) {
 		a.log.Error("marshal frame", slog.Any("err", err))
 		return
 	}
+	a.broadcastBytesLocked(b)
+}
+
+func (a *Adapter) broadcastBytesLocked(b []byte) {
 	for c := range a.clients {
 		c.push(b)
 	}

@@ -55,6 +55,7 @@ type server struct {
 	logs    *syncBuffer
 	dataDir string
 	env     []string
+	hc      *http.Client // signed in (the login secret is single-use)
 }
 
 type syncBuffer struct {
@@ -148,13 +149,17 @@ type client struct {
 
 func (s *server) connect(t *testing.T) *client {
 	t.Helper()
-	jar, _ := cookiejar.New(nil)
-	hc := &http.Client{Jar: jar, Timeout: 10 * time.Second}
-	resp, err := hc.Post(s.base+"/login", "application/json", strings.NewReader(`{"secret":"`+s.login+`"}`))
-	if err != nil || resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("login: %v %v", err, resp)
+	hc := s.hc
+	if hc == nil {
+		jar, _ := cookiejar.New(nil)
+		hc = &http.Client{Jar: jar, Timeout: 10 * time.Second}
+		resp, err := hc.Post(s.base+"/login", "application/json", strings.NewReader(`{"secret":"`+s.login+`"}`))
+		if err != nil || resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("login: %v %v", err, resp)
+		}
+		resp.Body.Close()
+		s.hc = hc
 	}
-	resp.Body.Close()
 	u, _ := url.Parse(s.base)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -210,6 +215,17 @@ func (c *client) tap(cardID, choice string) string {
 func (c *client) tapID(id, cardID, choice string) map[string]any {
 	c.write(map[string]any{"type": "tap", "id": id, "card_id": cardID, "choice": choice})
 	return c.expectNew("ack "+id, func(f map[string]any) bool { return f["type"] == "ack" && f["id"] == id })
+}
+
+// tapRefused taps and waits for the tap_result refusing that tap (its
+// frame id and card id) with reason and a message containing text.
+func (c *client) tapRefused(cardID, choice, reason, text string) {
+	c.t.Helper()
+	id := c.tap(cardID, choice)
+	r := c.expectNew("tap_result "+id, func(f map[string]any) bool { return f["type"] == "tap_result" && f["id"] == id })
+	if r["card_id"] != cardID || r["refused"] != true || r["reason"] != reason || !strings.Contains(fmt.Sprint(r["message"]), text) {
+		c.t.Fatalf("tap_result = %v, want a refusal %s (%q) of card %s", r, reason, text, cardID)
+	}
 }
 
 // expect returns the first frame (seen before or arriving) matching pred.
@@ -313,12 +329,10 @@ func TestWebChatEndToEnd(t *testing.T) {
 	if ack := c.tapID(first, string(cd.ID), "approve"); ack["duplicate"] != true {
 		t.Fatalf("replayed tap ack = %v", ack)
 	}
-	// A second tap: "already decided".
-	c.tap(string(cd.ID), "approve")
-	c.textContaining("Already decided")
+	// A second tap: "already decided", answered to that tap.
+	c.tapRefused(string(cd.ID), "approve", "already_decided", "Already decided")
 	// A forged card id.
-	c.tap("zzzzzzzzzzzzzzzzzzzzzzzzzz", "approve")
-	c.textContaining("Unknown card")
+	c.tapRefused("zzzzzzzzzzzzzzzzzzzzzzzzzz", "approve", "unknown_card", "Unknown card")
 
 	// Medium risk: approve, then confirm on the same card.
 	c.say("/run touch e2e-file")

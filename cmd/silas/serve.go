@@ -140,7 +140,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	var web *webchat.Adapter
 	if cfg.Webchat.Enabled {
 		web, err = webchat.New(webchat.Config{Identity: core.IdentityID(cfg.Webchat.Identity), Outputs: db.store, Logger: log,
-			SessionTTL: cfg.Webchat.SessionTTL.Duration, State: db.store})
+			SessionTTL: cfg.Webchat.SessionTTL.Duration, State: db.store, Transcript: db.store})
 		if err != nil {
 			return err
 		}

@@ -29,6 +29,7 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 			o.updates = append(o.updates, e.card(*known, nil))
 		}
 		o.note(audit.KindApprovalRefused, map[string]any{"approval": string(tap.Card), "choice": tap.Choice, "reason": reason})
+		o.refused = reason
 		// A refusal is a notice to the tapper, not news for the chat: on
 		// channels with toasts it is only a toast.
 		o.toast = msg

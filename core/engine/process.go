@@ -32,6 +32,9 @@ type outcome struct {
 	audit   []auditEntry
 	// toast answers a tap on channels that can (core.TapAnswerer).
 	toast string
+	// refused is why the tap changed nothing ("" when it took effect), for
+	// channels that answer taps with it (core.TapOutcomeAnswerer).
+	refused string
 	// sends go to other conversations of the same channel.
 	sends []pendingSend
 	// inTx runs inside the transaction (tap decisions, pairing) and may add
@@ -144,13 +147,7 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 	}
 	// Every tap is answered (an empty answer just stops a spinner).
 	if t.Tap != nil {
-		if ta, ok := e.channels[t.Channel].(core.TapAnswerer); ok {
-			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if err := ta.AnswerTap(actx, t, final.toast); err != nil {
-				e.log.Warn("could not answer tap", slog.String("channel", string(t.Channel)), slog.Any("err", err))
-			}
-			cancel()
-		}
+		e.answerTap(ctx, t, final.toast, final.refused)
 	}
 	for _, f := range final.after {
 		f()

@@ -105,7 +105,7 @@ func (ob *Outbox) HandOff(conv core.ConversationID, jobs []core.OutboxJob, n int
 	l.add(jobs, n)
 	ob.lanes[conv] = l
 	ob.laneWG.Add(1)
-	go ob.runLane(conv, l)
+	go ob.runLane(ob.lanesCtx, conv, l)
 }
 
 // lane is one conversation's delivery state (guarded by Outbox.mu). It is
@@ -186,9 +186,8 @@ func (ob *Outbox) nextFromMemory(conv core.ConversationID, l *lane) (j core.Outb
 	return j, true, false
 }
 
-func (ob *Outbox) runLane(conv core.ConversationID, l *lane) {
+func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane) {
 	defer ob.laneWG.Done()
-	ctx := ob.lanesCtx
 	kicked := l.kicked
 	for {
 		j, fromMem, done := ob.nextFromMemory(conv, l)
@@ -285,7 +284,15 @@ func (ob *Outbox) Run(ctx context.Context) {
 	ob.mu.Lock()
 	ob.lanesCtx = ctx
 	ob.mu.Unlock()
-	defer ob.laneWG.Wait()
+	defer func() {
+		// Under the lock HandOff starts lanes with: a worker finishing a
+		// turn during shutdown either started its lane before this (Wait
+		// waits for it) or sees the lanes closed, never Add racing Wait.
+		ob.mu.Lock()
+		ob.lanesCtx = nil
+		ob.mu.Unlock()
+		ob.laneWG.Wait()
+	}()
 	for {
 		convs, err := ob.st.PendingOutboxConversations(ctx, 10000)
 		if err != nil && ctx.Err() == nil {
@@ -328,12 +335,12 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 		if prev == "" {
 			// The original never arrived (or failed for good): show the
 			// current state as a new message rather than losing it.
-			ref, err = ch.Send(ctx, j.Message)
+			ref, err = sendJob(ctx, ch, j)
 			break
 		}
 		err = ch.Update(ctx, prev, j.Message)
 	default:
-		ref, err = ch.Send(ctx, j.Message)
+		ref, err = sendJob(ctx, ch, j)
 	}
 	<-ob.deliverSem
 	if err == nil {
@@ -410,4 +417,14 @@ func messageKind(op core.OutboxOp) audit.Kind {
 		return audit.KindMessageUpdate
 	}
 	return audit.KindMessageSend
+}
+
+// sendJob shows a new message for an outbox job: with the job's message key
+// when the channel names messages by it (core.KeyedSender, the web chat,
+// whose transcript is read from storage), else with Send.
+func sendJob(ctx context.Context, ch core.Channel, j core.OutboxJob) (core.MessageRef, error) {
+	if ks, ok := ch.(core.KeyedSender); ok {
+		return ks.SendKeyed(ctx, j.MessageKey, j.Message)
+	}
+	return ch.Send(ctx, j.Message)
 }

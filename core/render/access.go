@@ -24,7 +24,7 @@ func Access(r store.AccessRequest) *cards.Card {
 	switch r.Status {
 	case core.AccessPending:
 		c.Status = cards.StatusPending
-		c.Choices = []cards.Choice{{ID: "allow", Label: Clip("Allow "+cards.ShowBidi(string(r.Identity)), cards.MaxLabel), Style: cards.StylePrimary}, {ID: "deny", Label: "Deny", Style: cards.StyleDanger}}
+		c.Choices = []cards.Choice{{ID: "allow", Label: Clip("Allow "+cards.ShowBidi(string(r.Identity)), cards.MaxLabel), Style: cards.StylePrimary, Kind: cards.ChoiceForward}, {ID: "deny", Label: "Deny", Style: cards.StyleDanger, Kind: cards.ChoiceDecline}}
 	case core.AccessAllowed:
 		c.Status = cards.StatusApproved
 		c.Outcome = fmt.Sprintf("Allowed by %s.", r.DecidedBy)

@@ -45,14 +45,14 @@ func Approval(a core.ApprovalRequest, ex *core.Execution, preview int) *cards.Ca
 	switch a.Status {
 	case core.ApprovalPending:
 		c.Status = cards.StatusPending
-		c.Choices = []cards.Choice{{ID: "approve", Label: label, Style: cards.StylePrimary}, {ID: "decline", Label: "Decline", Style: cards.StyleDanger}}
+		c.Choices = []cards.Choice{{ID: "approve", Label: label, Style: cards.StylePrimary, Kind: cards.ChoiceForward}, {ID: "decline", Label: "Decline", Style: cards.StyleDanger, Kind: cards.ChoiceDecline}}
 		if a.Risk.NeedsConfirm() {
 			c.Choices[0].Label = Clip("Review: "+label, cards.MaxLabel)
 		}
 	case core.ApprovalConfirming:
 		c.Status = cards.StatusConfirming
 		c.Outcome = fmt.Sprintf("%s risk: confirm to run it.", a.Risk)
-		c.Choices = []cards.Choice{{ID: "confirm", Label: Clip("Confirm: "+label, cards.MaxLabel), Style: cards.StylePrimary}, {ID: "decline", Label: "Decline", Style: cards.StyleDanger}}
+		c.Choices = []cards.Choice{{ID: "confirm", Label: Clip("Confirm: "+label, cards.MaxLabel), Style: cards.StylePrimary, Kind: cards.ChoiceForward}, {ID: "decline", Label: "Decline", Style: cards.StyleDanger, Kind: cards.ChoiceDecline}}
 	case core.ApprovalDeclined:
 		c.Status = cards.StatusDeclined
 		c.Outcome = fmt.Sprintf("Declined by %s. Nothing was run.", a.DecidedBy)

@@ -162,6 +162,11 @@
     cardMsg: new Map(),
     // card_id -> {id, acked, timer}: a tap in flight; its buttons stay disabled.
     taps: new Map(),
+    // card_id -> why the last tap on it was refused; shown on the card
+    // (across re-renders) until the next tap.
+    cardErrors: new Map(),
+    // User messages replayed from the server's history: message_id -> el.
+    userMessages: new Map(),
   };
 
   // ---- connection state ------------------------------------------------------
@@ -390,7 +395,11 @@
         onMessage(f);
         break;
       case 'update':
+      case 'card_state': // the answer to get_card
         onUpdate(f);
+        break;
+      case 'tap_result':
+        onTapResult(f);
         break;
       case 'error':
         onError(f);
@@ -427,7 +436,12 @@
       const tap = state.taps.get(entry.cardId);
       if (tap && tap.id === id) {
         tap.acked = true;
-        tap.timer = setTimeout(() => releaseTap(entry.cardId, id), TAP_STALE_MS);
+        tap.timer = setTimeout(() => {
+          // Nothing came back: ask for the card's current state (an
+          // update missed in a reconnect) and let the buttons work again.
+          transmit({ frame: { type: 'get_card', id: newId('g'), card_id: entry.cardId } });
+          releaseTap(entry.cardId, id);
+        }, TAP_STALE_MS);
       }
     }
   }
@@ -442,11 +456,7 @@
       if (entry.kind === 'message') {
         setUserState(entry.el, 'failed', text, code === 'internal' ? entry : null);
       } else if (entry.kind === 'tap') {
-        releaseTap(entry.cardId, id);
-        const m = state.messages.get(state.cardMsg.get(entry.cardId));
-        const cardEl = m && m.el.querySelector('[data-testid=card]');
-        if (cardEl) cardEl.append(h('p', { class: 'card-error', 'data-testid': 'card-error', role: 'alert' }, text));
-        else notice(text, 'error');
+        tapRefused(entry.cardId, id, text);
       }
       return;
     }
@@ -458,12 +468,68 @@
     notice('Gateway error: ' + text, 'error');
   }
 
+  // tapRefused shows why a tap changed nothing on its card (or as a notice
+  // when the card is not shown) and lets its buttons work again.
+  function tapRefused(cardId, tapId, text) {
+    state.cardErrors.set(cardId, text);
+    if (state.cardMsg.has(cardId)) {
+      const tap = state.taps.get(cardId);
+      if (tap && tap.id === tapId) releaseTap(cardId, tapId);
+      else rerenderCard(cardId);
+    } else {
+      releaseTap(cardId, tapId, true);
+      notice(text, 'error');
+    }
+  }
+
+  // onTapResult: the core's answer to a tap, matched by the tap's id. Only
+  // a refusal needs the page: a tap that took effect is answered by the
+  // card's update. Answers to another tab's taps are ignored.
+  function onTapResult(f) {
+    const id = str(f.id);
+    const cardId = str(f.card_id);
+    const tap = state.taps.get(cardId);
+    if (f.refused && (!tap || tap.id !== id) && ID_RE.test(id) &&
+        ui.log.querySelector('[data-testid=user-message][data-client-id="' + id + '"]')) {
+      // A typed "approve <id>" from this tab: no button to show it on.
+      notice(str(f.message) || 'That was refused: nothing was changed.', 'error');
+      return;
+    }
+    if (!f.refused || !tap || tap.id !== id) return;
+    tapRefused(cardId, id, str(f.message) || 'The tap was refused: nothing was changed.');
+  }
+
   function validMessageId(id) {
     return typeof id === 'string' && id.length > 0 && id.length <= 256;
   }
 
+  // onUserMessage shows a user message from the history: it becomes the
+  // local echo it came from (same client id) or, after a reload, a new
+  // entry; a repeat of one already shown changes nothing.
+  function onUserMessage(f) {
+    if (state.userMessages.has(f.message_id)) return;
+    const cid = str(f.client_id);
+    let el = cid && ID_RE.test(cid) ? ui.log.querySelector('[data-testid=user-message][data-client-id="' + cid + '"]') : null;
+    if (!el) {
+      el = h('div', { class: 'msg user replayed', 'data-testid': 'user-message', 'data-client-id': cid || null, 'data-state': 'sent' },
+        h('div', { class: 'bubble' },
+          h('p', { class: 'text', 'data-testid': 'text' }, str(f.text)),
+          h('span', { class: 'msg-state', 'data-testid': 'msg-state' }, USER_STATE_TEXT.sent)));
+      append(el);
+    } else if (el.dataset.state === 'pending') {
+      // Stored before the connection dropped; its ack follows the re-send.
+      setUserState(el, 'sent');
+    }
+    el.dataset.messageId = f.message_id;
+    state.userMessages.set(f.message_id, el);
+  }
+
   function onMessage(f) {
     if (!validMessageId(f.message_id)) return;
+    if (f.from === 'user') {
+      onUserMessage(f);
+      return;
+    }
     const existing = state.messages.get(f.message_id);
     const data = { text: str(f.text), card: cardOf(f.card), at: str(f.at) || (existing ? existing.at : '') };
     if (existing) {
@@ -517,7 +583,12 @@
 
     const bubble = h('div', { class: 'bubble' });
     if (data.text) bubble.append(h('p', { class: 'text', 'data-testid': 'text' }, data.text));
-    if (data.card) bubble.append(renderCard(data.card, detailsOpen));
+    if (data.card) {
+      const cardEl = renderCard(data.card, detailsOpen);
+      const err = state.cardErrors.get(data.card.id);
+      if (err) cardEl.append(h('p', { class: 'card-error', 'data-testid': 'card-error', role: 'alert' }, err));
+      bubble.append(cardEl);
+    }
     const t = fmtTime(data.at);
     if (t) bubble.append(h('time', { class: 'at', datetime: data.at }, t));
     m.el.replaceChildren(bubble);
@@ -642,6 +713,7 @@
   // ---- taps --------------------------------------------------------------------
   function onChoice(cardId, choice) {
     if (state.taps.has(cardId)) return; // one tap in flight per card
+    state.cardErrors.delete(cardId);
     const id = newId('t');
     const entry = { kind: 'tap', cardId, frame: { type: 'tap', id, card_id: cardId, choice } };
     state.taps.set(cardId, { id, choice, acked: false, timer: 0 });
