@@ -358,7 +358,7 @@ func TestChannelMentionAndNonApproverTap(t *testing.T) {
 	}
 	w.srv.Tap(card, owner, "Run `echo grp`")
 	w.waitEdit(ops, card.TS, "owner's approval runs it", done)
-	if n := w.count(`SELECT count(*) FROM turns WHERE channel = 'slack' AND text IS NOT NULL AND text <> ''`); n != 1 {
+	if n := w.count(`SELECT count(*) FROM turns WHERE event_id LIKE 'm:C0OPS:%'`); n != 1 {
 		t.Errorf("mention stored as %d turns; want 1", n)
 	}
 	// A reply in the thread needs no mention.
@@ -468,6 +468,7 @@ func TestSocketModeDropRefreshHalfOpen(t *testing.T) {
 			w.srv.Send(slacktest.Msg{Channel: dmOf(u), User: u, Text: fmt.Sprintf("whoami %d", i)})
 			n++
 			if f := faults[n]; f != nil {
+				w.eventually("a live socket", 10*time.Second, func() (bool, string) { return w.srv.Live() == 1, "" })
 				f()
 			}
 			time.Sleep(30 * time.Millisecond)

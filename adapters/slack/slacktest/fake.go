@@ -560,6 +560,19 @@ func (s *Server) Opens() int { s.mu.Lock(); defer s.mu.Unlock(); return s.opens 
 // MaxLive is the most Socket Mode connections seen open at once.
 func (s *Server) MaxLive() int { s.mu.Lock(); defer s.mu.Unlock(); return s.maxLive }
 
+// Live is the number of open Socket Mode connections that still answer.
+func (s *Server) Live() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, st := range s.conns {
+		if !st.halfOpen {
+			n++
+		}
+	}
+	return n
+}
+
 // Pending is the number of unacknowledged events.
 func (s *Server) Pending() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.pending) }
 
