@@ -145,4 +145,3 @@ func (a *Adapter) verify(h http.Header, body []byte) error {
 	}
 	return sv.Ensure()
 }
-

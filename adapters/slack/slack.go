@@ -53,7 +53,7 @@ type Adapter struct {
 	// chat.postEphemeral (Tier 4), per minute, workspace-wide.
 	updTier *kit.Limiter[string]
 	ephTier *kit.Limiter[string]
-	method string
+	method  string
 
 	mu      sync.Mutex
 	inbox   core.Inbox

@@ -168,8 +168,10 @@ type Config struct {
 		} `yaml:"tls"`
 	} `yaml:"secrets_web"`
 	Telegram Telegram `yaml:"telegram"`
-	Audit    Audit    `yaml:"audit"`
-	Policy   struct {
+	// Slack configures the Slack channel (internal/config/slack.go).
+	Slack  Slack `yaml:"slack"`
+	Audit  Audit `yaml:"audit"`
+	Policy struct {
 		// Rules are tried in order; the first that applies decides
 		// (docs/policy.md). Empty: the built-in defaults.
 		Rules []policy.Rule `yaml:"rules"`
@@ -277,6 +279,7 @@ func Default() *Config {
 	// The adapter fills in its other defaults itself. This one lives here
 	// too: validation must tell a written 0s (refused) from "not set".
 	c.Telegram.Limits.PerChatInterval = Duration{time.Second}
+	slackDefaults(c)
 	return c
 }
 
@@ -641,6 +644,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Telegram.Enabled && strings.TrimSpace(c.Telegram.Token) == "" {
 		return bad("telegram.token", "required when telegram.enabled is true (the token from @BotFather, or file:/path)")
+	}
+	if err := c.validateSlack(); err != nil {
+		return err
 	}
 	if _, err := policy.New(c.Policy.Rules); err != nil {
 		return fmt.Errorf("config: %w", err)
