@@ -132,6 +132,9 @@ func section(s string) slack.Block { return slack.NewSectionBlock(mrkdwn(s), nil
 
 func contextBlock(s string) slack.Block { return slack.NewContextBlock("", mrkdwn(s)) }
 
+// blank reports text Slack refuses as a block's text.
+func blank(s string) bool { return strings.TrimSpace(s) == "" }
+
 // renderCard renders a card as Block Kit: a header with the intent, the
 // risk as a context line, the rationale, the exact command in a code block,
 // then results and buttons whose labels state the consequence (primary
@@ -162,11 +165,11 @@ func renderCard(c *cards.Card) (rendered, error) {
 	if len(ctx) > 0 {
 		bl = append(bl, contextBlock(strings.Join(ctx, " · ")))
 	}
-	if c.Rationale != "" {
+	if !blank(c.Rationale) {
 		bl = append(bl, section(escape(clip(c.Rationale, MaxSectionText, 0))))
 	}
 	clipped := false
-	if c.Command != "" {
+	if !blank(c.Command) {
 		cmd := c.Command
 		if extra := 6 + strings.Count(cmd, "```"); escLen(cmd)+extra > MaxSectionText {
 			cmd, clipped = clip(cmd, MaxSectionText, extra), true
@@ -188,7 +191,7 @@ func renderCard(c *cards.Card) (rendered, error) {
 		}
 		bl = append(bl, section(strings.TrimRight(b.String(), "\n")))
 	}
-	if c.Details != "" {
+	if !blank(c.Details) {
 		d := escape(clip(c.Details, MaxSectionText, 0))
 		if c.DetailsExpanded() {
 			bl = append(bl, section(d))
@@ -196,15 +199,15 @@ func renderCard(c *cards.Card) (rendered, error) {
 			bl = append(bl, contextBlock(d)) // Slack has no collapsible block: small print
 		}
 	}
-	if c.Outcome != "" {
+	if !blank(c.Outcome) {
 		bl = append(bl, section("*Result:* "+escape(clip(c.Outcome, MaxSectionText, 11))))
 	}
-	if c.Output != "" {
+	if !blank(c.Output) {
 		out := c.Output
 		extra := 6 + strings.Count(out, "```")
 		bl = append(bl, section(code(clip(out, MaxSectionText, extra))))
 	}
-	if c.OutputRef != "" {
+	if !blank(c.OutputRef) {
 		bl = append(bl, contextBlock("Full output stored as `"+escape(clipPlain(c.OutputRef, 200))+"` (/output "+escape(clipPlain(c.OutputRef, 200))+")"))
 	}
 	var buttons []slack.BlockElement

@@ -262,7 +262,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		if v := checkLimits(text, blocks); v != "" {
+		if v := CheckLimits(text, blocks); v != "" {
 			s.violations = append(s.violations, method+": "+v)
 			fail(w, "invalid_blocks")
 			return
@@ -322,8 +322,9 @@ func (s *Server) serveResponseURL(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"ok": true})
 }
 
-// checkLimits holds a message to Slack's documented limits.
-func checkLimits(text string, blocks []map[string]any) string {
+// CheckLimits holds a message to Slack's documented limits; "" when it
+// keeps them, else what it breaks.
+func CheckLimits(text string, blocks []map[string]any) string {
 	if n := len([]rune(text)); n > 40000 {
 		return fmt.Sprintf("text of %d characters", n)
 	}
@@ -333,11 +334,11 @@ func checkLimits(text string, blocks []map[string]any) string {
 	for i, b := range blocks {
 		switch b["type"] {
 		case "header":
-			if n := textLen(b["text"]); n > 150 {
+			if n := textLen(b["text"]); n > 150 || blankText(b["text"]) {
 				return fmt.Sprintf("block %d: header of %d characters", i, n)
 			}
 		case "section":
-			if n := textLen(b["text"]); n > 3000 || n == 0 {
+			if n := textLen(b["text"]); n > 3000 || blankText(b["text"]) {
 				return fmt.Sprintf("block %d: section text of %d characters", i, n)
 			}
 		case "context":
@@ -346,7 +347,7 @@ func checkLimits(text string, blocks []map[string]any) string {
 				return fmt.Sprintf("block %d: %d context elements", i, len(els))
 			}
 			for _, e := range els {
-				if n := textLen(e); n > 3000 {
+				if n := textLen(e); n > 3000 || blankText(e) {
 					return fmt.Sprintf("block %d: context text of %d characters", i, n)
 				}
 			}
@@ -357,7 +358,7 @@ func checkLimits(text string, blocks []map[string]any) string {
 			}
 			for _, e := range els {
 				em, _ := e.(map[string]any)
-				if n := textLen(em["text"]); n > 75 || n == 0 {
+				if n := textLen(em["text"]); n > 75 || blankText(em["text"]) {
 					return fmt.Sprintf("block %d: button text of %d characters", i, n)
 				}
 				if a, _ := em["action_id"].(string); len(a) > 255 {
@@ -370,6 +371,12 @@ func checkLimits(text string, blocks []map[string]any) string {
 		}
 	}
 	return ""
+}
+
+func blankText(v any) bool {
+	m, _ := v.(map[string]any)
+	s, _ := m["text"].(string)
+	return strings.TrimSpace(s) == ""
 }
 
 func textLen(v any) int {
