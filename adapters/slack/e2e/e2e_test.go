@@ -325,6 +325,15 @@ func TestDMRunCardTapUpdatedInPlace(t *testing.T) {
 	if n := w.count(`SELECT count(*) FROM turns WHERE sender = 'slack:U0SILAS'`); n != 0 {
 		t.Errorf("the bot's own messages became %d turns", n)
 	}
+	// A pasted credential: redacted, and deleting it is tried (Slack
+	// refuses a bot deleting a person's message; nothing breaks).
+	tok := "ghp_" + "0123456789abcdefghijABCDEFGHIJ012345"
+	w.srv.Send(slacktest.Msg{Channel: dm, User: owner, Text: "my token is " + tok})
+	w.waitMessage(dm, "redaction notice", func(m slacktest.Message) bool { return strings.Contains(m.Text, "removed what looked like a credential") })
+	w.eventually("chat.delete tried", 10*time.Second, func() (bool, string) { return len(w.srv.Calls("chat.delete")) == 1, "" })
+	if strings.Contains(w.logs.String(), tok) {
+		t.Error("the pasted token appears in the log")
+	}
 }
 
 // TestChannelMentionAndNonApproverTap: a mention arrives as message and
