@@ -329,7 +329,9 @@ func TestDMRunCardTapUpdatedInPlace(t *testing.T) {
 	// refuses a bot deleting a person's message; nothing breaks).
 	tok := "ghp_" + "0123456789abcdefghijABCDEFGHIJ012345"
 	w.srv.Send(slacktest.Msg{Channel: dm, User: owner, Text: "my token is " + tok})
-	w.waitMessage(dm, "redaction notice", func(m slacktest.Message) bool { return strings.Contains(m.Text, "removed what looked like a credential") })
+	w.waitMessage(dm, "redaction notice", func(m slacktest.Message) bool {
+		return strings.Contains(m.Text, "removed what looked like a credential")
+	})
 	w.eventually("chat.delete tried", 10*time.Second, func() (bool, string) { return len(w.srv.Calls("chat.delete")) == 1, "" })
 	if strings.Contains(w.logs.String(), tok) {
 		t.Error("the pasted token appears in the log")
