@@ -28,6 +28,8 @@ import (
 //     are Slack's retries of either;
 //   - a button tap: "a:<trigger_id>";
 //   - a slash command: "c:<trigger_id>".
+//
+// Turn.PlatformMessageID is "<channel id>:<ts>", what chat.delete needs.
 
 // botInfo is who the bot is, learned with auth.test.
 type botInfo struct {
@@ -82,6 +84,20 @@ func conversation(ch core.ChannelName, channel, thread string) core.Conversation
 		return core.ConversationID(string(ch) + ":" + channel)
 	}
 	return core.ConversationID(string(ch) + ":" + channel + ":" + thread)
+}
+
+// convChannel is the channel part of a conversation id. A direct message
+// is keyed by the person (slack:U…), not by the DM's channel id (D…): the
+// core reaches an owner privately by identity (core.DirectMessenger) before
+// it knows the DM's id, and a tap on that card must land in the same
+// conversation. chat.postMessage to a user id posts in the app's DM with
+// them; edits, deletes and ephemerals use the real channel id, which the
+// message refs and taps carry.
+func convChannel(kind, channel, user string) string {
+	if kind == core.ChatDirect {
+		return user
+	}
+	return channel
 }
 
 // identity builds "slack:<user id>".
@@ -182,8 +198,8 @@ func eventToTurn(p *eventsPayload, me botInfo, ch core.ChannelName, method strin
 		return inbound{act: actIgnore, reason: "nothing left after the mention"}
 	}
 	t := core.Turn{
-		Channel: ch, Conversation: conversation(ch, e.Channel, thread), Sender: identity(e.User),
-		EventID: "m:" + e.Channel + ":" + e.TS, PlatformMessageID: e.TS, ChatKind: kind, Text: commandText(text),
+		Channel: ch, Conversation: conversation(ch, convChannel(kind, e.Channel, e.User), thread), Sender: identity(e.User),
+		EventID: "m:" + e.Channel + ":" + e.TS, PlatformMessageID: e.Channel + ":" + e.TS, ChatKind: kind, Text: commandText(text),
 		Evidence: core.Evidence{Authenticated: true, Method: method},
 	}
 	if p.EventTime > 0 {
@@ -344,7 +360,7 @@ func interactionToTurn(ic *slack.InteractionCallback, me botInfo, ch core.Channe
 		kind = core.ChatDirect
 	}
 	t := core.Turn{
-		Channel: ch, Conversation: conversation(ch, channel, thread), Sender: identity(ic.User.ID),
+		Channel: ch, Conversation: conversation(ch, convChannel(kind, channel, ic.User.ID), thread), Sender: identity(ic.User.ID),
 		SenderName: displayName(ic.User.Name), EventID: "a:" + ev, ChatKind: kind,
 		Tap: &core.Tap{Card: cardsID(card), Choice: choice}, Evidence: core.Evidence{Authenticated: true, Method: method},
 	}
@@ -409,7 +425,7 @@ func commandToTurn(c *command, me botInfo, ch core.ChannelName, method string) i
 		kind = core.ChatDirect
 	}
 	t := core.Turn{
-		Channel: ch, Conversation: conversation(ch, c.ChannelID, ""), Sender: identity(c.UserID),
+		Channel: ch, Conversation: conversation(ch, convChannel(kind, c.ChannelID, c.UserID), ""), Sender: identity(c.UserID),
 		SenderName: displayName(c.UserName), EventID: "c:" + c.TriggerID, ChatKind: kind, Text: text,
 		Evidence: core.Evidence{Authenticated: true, Method: method},
 	}

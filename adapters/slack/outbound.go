@@ -103,7 +103,8 @@ func msgOptions(r rendered) []slack.MsgOption {
 
 // post calls chat.postMessage.
 func (a *Adapter) post(ctx context.Context, channel, thread string, r rendered) (core.MessageRef, error) {
-	release, err := a.lim.Wait(ctx, channel)
+	key := a.limKey(channel)
+	release, err := a.lim.Wait(ctx, key)
 	if err != nil {
 		return "", fmt.Errorf("slack: chat.postMessage: waiting for the rate limit: %w", err)
 	}
@@ -114,10 +115,15 @@ func (a *Adapter) post(ctx context.Context, channel, thread string, r rendered) 
 	}
 	got, ts, err := a.api.PostMessageContext(ctx, channel, opts...)
 	if err != nil {
-		return "", a.outboundError(channel, "chat.postMessage", err)
+		return "", a.outboundError(key, "chat.postMessage", err)
 	}
 	if got == "" {
 		got = channel
+	}
+	if got != channel && key != got {
+		// Posted under the user id's key: the DM channel was just used.
+		a.learnDM(channel, got)
+		a.lim.Pause(got, a.cfg.Limits.PerChannelInterval)
 	}
 	if !idRe.MatchString(got) || !tsRe.MatchString(ts) {
 		return "", fmt.Errorf("slack: chat.postMessage: answer without a channel and ts")
@@ -221,8 +227,12 @@ func (a *Adapter) DeleteMessage(ctx context.Context, conv core.ConversationID, p
 	if err != nil {
 		return err
 	}
-	if !tsRe.MatchString(platformMessageID) {
-		return kit.Permanentf("slack: %q is not a message ts", platformMessageID)
+	ts := platformMessageID
+	if c, rest, ok := strings.Cut(platformMessageID, ":"); ok && idRe.MatchString(c) {
+		channel, ts = c, rest
+	}
+	if !tsRe.MatchString(ts) {
+		return kit.Permanentf("slack: %q is not a message reference", platformMessageID)
 	}
 	release, err := a.lim.Wait(ctx, channel)
 	if err != nil {
@@ -233,7 +243,7 @@ func (a *Adapter) DeleteMessage(ctx context.Context, conv core.ConversationID, p
 		release()
 		return fmt.Errorf("slack: chat.delete: waiting for the rate limit: %w", err)
 	}
-	_, _, err = a.api.DeleteMessageContext(ctx, channel, platformMessageID)
+	_, _, err = a.api.DeleteMessageContext(ctx, channel, ts)
 	tier()
 	release()
 	if err == nil || slackErr(err) == "message_not_found" {

@@ -61,6 +61,9 @@ type Adapter struct {
 	ready   chan struct{} // closed once auth.test answered
 	threads map[string]time.Time
 	moved   map[core.MessageRef]core.MessageRef
+	// dms maps a user id to the id of the app's DM with them, so that
+	// limits and pauses apply to one key per real channel.
+	dms map[string]string
 
 	taps   *kit.PendingTaps[tapHandle]
 	splits *kit.Splits
@@ -87,7 +90,7 @@ func New(cfg Config) (*Adapter, error) {
 	}
 	a := &Adapter{
 		cfg: r, now: r.Now, log: r.Logger.With(slog.String("channel", string(r.Name))),
-		ready: make(chan struct{}), threads: map[string]time.Time{}, moved: map[core.MessageRef]core.MessageRef{},
+		ready: make(chan struct{}), threads: map[string]time.Time{}, moved: map[core.MessageRef]core.MessageRef{}, dms: map[string]string{},
 		taps: kit.NewPendingTaps[tapHandle](r.Now), splits: kit.NewSplits(r.Now), method: MethodSocket,
 	}
 	if r.Mode == ModeHTTP {
@@ -230,7 +233,7 @@ func (a *Adapter) deliver(ctx context.Context, in core.Inbox, r inbound, log *sl
 	case actUnknownButton:
 		log.Warn("slack tap refused", slog.String("reason", r.reason))
 		if r.tap != nil {
-			a.ephemeral(ctx, *r.tap, "Unknown button.")
+			a.ephemeralLater(ctx, *r.tap, "Unknown button.")
 		}
 		return nil
 	}
@@ -238,6 +241,13 @@ func (a *Adapter) deliver(ctx context.Context, in core.Inbox, r inbound, log *sl
 	if t.Tap != nil && r.tap != nil {
 		// Registered before Deliver: the core may answer before it returns.
 		a.taps.Add(t.EventID, *r.tap)
+	}
+	if t.ChatKind == core.ChatDirect {
+		if r.tap != nil {
+			a.learnDM(strings.TrimPrefix(string(t.Sender), "slack:"), r.tap.channel)
+		} else if c, _, ok := strings.Cut(t.PlatformMessageID, ":"); ok {
+			a.learnDM(strings.TrimPrefix(string(t.Sender), "slack:"), c)
+		}
 	}
 	if r.thread != "" {
 		a.markThread(strings.SplitN(strings.TrimPrefix(string(t.Conversation), string(a.cfg.Name)+":"), ":", 2)[0], r.thread)
@@ -249,7 +259,7 @@ func (a *Adapter) deliver(ctx context.Context, in core.Inbox, r inbound, log *sl
 		log.Warn("slack turn rejected by the core", slog.String("reason", rej.Reason))
 		if t.Tap != nil {
 			if h, ok := a.taps.Take(t.EventID); ok {
-				a.ephemeral(ctx, h, "Not accepted.")
+				a.ephemeralLater(ctx, h, "Not accepted.")
 			}
 		}
 		return nil
@@ -266,6 +276,16 @@ func (a *Adapter) deliver(ctx context.Context, in core.Inbox, r inbound, log *sl
 		}
 	}
 	return nil
+}
+
+// ephemeralLater answers a tap without holding up the acknowledgement
+// (Slack wants it within 3 seconds; the notice may wait for a rate limit).
+func (a *Adapter) ephemeralLater(ctx context.Context, h tapHandle, text string) {
+	go func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.HTTPTimeout)
+		defer cancel()
+		_ = a.ephemeral(cctx, h, text)
+	}()
 }
 
 // deliverRetrying retries a failed Deliver a few times before the payload
@@ -299,6 +319,30 @@ func (a *Adapter) deliverRetrying(ctx context.Context, in core.Inbox, r inbound,
 			return false
 		}
 	}
+}
+
+// learnDM remembers that channel is the app's DM with user.
+func (a *Adapter) learnDM(user, channel string) {
+	if !strings.HasPrefix(channel, "D") || user == "" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.dms) > 100000 {
+		a.dms = map[string]string{}
+	}
+	a.dms[user] = channel
+}
+
+// limKey is the limiter's key for a channel: a user id counts as the DM
+// channel it posts to.
+func (a *Adapter) limKey(channel string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if d, ok := a.dms[channel]; ok {
+		return d
+	}
+	return channel
 }
 
 // markThread remembers a thread the bot takes part in, so replies there

@@ -90,9 +90,9 @@ func TestEventToTurn(t *testing.T) {
 		evID string
 	}{
 		{"dm", ev(map[string]any{"type": "message", "user": "U1", "text": "run uname -a", "ts": "1.000001", "channel": "D1", "channel_type": "im"}),
-			actDeliver, "slack:D1", "/run uname -a", core.ChatDirect, "m:D1:1.000001"},
+			actDeliver, "slack:U1", "/run uname -a", core.ChatDirect, "m:D1:1.000001"},
 		{"dm slash form", ev(map[string]any{"type": "message", "user": "U1", "text": "/whoami", "ts": "1.000001", "channel": "D1", "channel_type": "im"}),
-			actDeliver, "slack:D1", "/whoami", core.ChatDirect, "m:D1:1.000001"},
+			actDeliver, "slack:U1", "/whoami", core.ChatDirect, "m:D1:1.000001"},
 		{"mention as message", ev(map[string]any{"type": "message", "user": "U1", "text": "<@U0BOT> run ls", "ts": "1.000002", "channel": "C1", "channel_type": "channel"}),
 			actDeliver, "slack:C1:1.000002", "/run ls", core.ChatGroup, "m:C1:1.000002"},
 		{"same mention as app_mention: same event id", ev(map[string]any{"type": "app_mention", "user": "U1", "text": "<@U0BOT> run ls", "ts": "1.000002", "channel": "C1"}),
@@ -110,7 +110,7 @@ func TestEventToTurn(t *testing.T) {
 		{"malformed ts", ev(map[string]any{"type": "message", "user": "U1", "text": "hi", "ts": "x", "channel": "D1"}), actMalformed, "", "", "", ""},
 		{"mention only", ev(map[string]any{"type": "app_mention", "user": "U1", "text": "<@U0BOT>", "ts": "1.000004", "channel": "C1"}), actIgnore, "", "", "", ""},
 		{"escaped text", ev(map[string]any{"type": "message", "user": "U1", "text": "run echo &lt;b&gt; &amp; <http://x.y|x.y>", "ts": "1.000001", "channel": "D1", "channel_type": "im"}),
-			actDeliver, "slack:D1", "/run echo <b> & http://x.y", core.ChatDirect, "m:D1:1.000001"},
+			actDeliver, "slack:U1", "/run echo <b> & http://x.y", core.ChatDirect, "m:D1:1.000001"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -47,7 +47,8 @@ const (
 func dmOf(user string) string { return "D" + user[1:] }
 
 type options struct {
-	http bool
+	http   bool
+	access engine.AccessPolicy // DM policy ("" = open)
 }
 
 type world struct {
@@ -149,10 +150,14 @@ func (w *world) start(mod func(*slack.Config)) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var access map[core.ChannelName]engine.AccessPolicy
+	if w.opts.access != "" {
+		access = map[core.ChannelName]engine.AccessPolicy{sl.Name(): w.opts.access}
+	}
 	eng, err := engine.New(engine.Config{
 		Store: st, Channels: []core.Channel{sl}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: w.key,
-		Owners: []core.IdentityID{ownerID}, OutboxMaxBackoff: 2 * time.Second,
+		Owners: []core.IdentityID{ownerID}, Access: access, OutboxMaxBackoff: 2 * time.Second,
 		Registry: prometheus.NewRegistry(), Logger: log,
 	})
 	if err != nil {
@@ -555,4 +560,21 @@ func TestRateLimitStorm(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPairingAccessRequest: with dm_policy pairing an unknown person's DM
+// makes Silas ask the owner privately (a card posted to the owner's user
+// id, which Slack puts in the app's DM); the owner's tap on it is in the
+// same conversation and lets the person in.
+func TestPairingAccessRequest(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, options{access: engine.AccessPairing})
+	w.start(nil)
+	w.srv.Send(slacktest.Msg{Channel: dmOf(sam), User: sam, Text: "whoami"})
+	w.waitMessage(dmOf(sam), "request code", func(m slacktest.Message) bool { return strings.Contains(m.Text, "request code") })
+	card := w.waitMessage(dmOf(owner), "access card to the owner", hasButton("Allow slack:"+sam))
+	w.srv.Tap(card, owner, "Allow slack:"+sam)
+	w.waitMessage(dmOf(sam), "allowed", func(m slacktest.Message) bool { return strings.Contains(m.Text, "The owner allowed you") })
+	w.srv.Send(slacktest.Msg{Channel: dmOf(sam), User: sam, Text: "whoami"})
+	w.waitMessage(dmOf(sam), "answered now", func(m slacktest.Message) bool { return strings.Contains(m.Text, "You are slack:"+sam) })
 }
