@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -131,5 +135,80 @@ func TestSlackSIGKILLBurst(t *testing.T) {
 	}
 	if strings.Contains(s.logs.String(), slacktest.BotToken) {
 		t.Error("the bot token appears in the log")
+	}
+}
+
+// TestSlackHTTPModeServe: `silas serve` with slack.mode http answers the
+// url_verification challenge, refuses unsigned and badly signed requests
+// with 401 before the core, and stores a signed event once even when
+// Slack retries it.
+func TestSlackHTTPModeServe(t *testing.T) {
+	t.Parallel()
+	const secret = "0123456789abcdef0123456789abcdef"
+	srv := slacktest.NewServer(t, slacktest.Options{SigningSecret: secret})
+	dsn := pgtest.NewDatabase(t)
+	env := []string{"SILAS_SLACK_ENABLED=true", "SILAS_SLACK_MODE=http", "SILAS_SLACK_BOT_TOKEN=" + slacktest.BotToken,
+		"SILAS_SLACK_SIGNING_SECRET=" + secret, "SILAS_SLACK_BASE_URL=" + srv.URL, "SILAS_SLACK_DM_POLICY=open"}
+	s := startServer(t, dsn, t.TempDir(), env...)
+	post := func(path string, body []byte, sign bool, ts int64, retry string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, s.base+path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		// A reverse proxy's public name: the /slack/ paths are
+		// authenticated by signature, not by Host.
+		req.Host = "silas.example.com"
+		if sign {
+			req.Header.Set("X-Slack-Request-Timestamp", strconv.FormatInt(ts, 10))
+			req.Header.Set("X-Slack-Signature", slacktest.Sign(secret, ts, body))
+		}
+		if retry != "" {
+			req.Header.Set("X-Slack-Retry-Num", retry)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	now := time.Now().Unix()
+	challenge := []byte(`{"type":"url_verification","token":"x","challenge":"c-123"}`)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := post("/slack/events", challenge, true, now, "")
+		if code == 200 && strings.TrimSpace(body) == "c-123" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("url_verification: %d %q\n%s", code, body, s.logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ev := []byte(`{"type":"event_callback","team_id":"T0TEST","event_id":"Ev9","event":{"type":"message","user":"U0SAM","text":"whoami","ts":"1700000009.000009","channel":"D0SAM","channel_type":"im"}}`)
+	for _, p := range []string{"/slack/events", "/slack/interactions", "/slack/commands"} {
+		if code, _ := post(p, ev, false, now, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s unsigned: %d; want 401", p, code)
+		}
+	}
+	if code, _ := post("/slack/events", ev, true, now-10*60, ""); code != http.StatusUnauthorized {
+		t.Errorf("stale timestamp: %d; want 401", code)
+	}
+	if n := dbCount(t, dsn, `SELECT count(*) FROM turns`); n != 0 {
+		t.Fatalf("%d turns stored from refused requests", n)
+	}
+	for _, retry := range []string{"", "1"} {
+		if code, _ := post("/slack/events", ev, true, now, retry); code != 200 {
+			t.Fatalf("signed event (retry %q): %d", retry, code)
+		}
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for len(srv.Messages("D0SAM")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer\n%s", s.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := dbCount(t, dsn, `SELECT count(*) FROM turns WHERE channel = 'slack'`); n != 1 {
+		t.Errorf("turns = %d; want 1", n)
 	}
 }
