@@ -341,19 +341,28 @@ func interactionToTurn(ic *slack.InteractionCallback, me botInfo, ch core.Channe
 		return inbound{act: actMalformed, reason: "tap without a user or channel"}
 	case msgTS != "" && !tsRe.MatchString(msgTS), thread != "" && !tsRe.MatchString(thread):
 		return inbound{act: actMalformed, reason: "ts malformed"}
-	case len(ic.ActionCallback.BlockActions) != 1 || ic.ActionCallback.BlockActions[0] == nil:
+	}
+	// slack-go files an action without block_id under AttachmentActions;
+	// Slack always sends one, but a proxy or fake may not.
+	var value, actionTS string
+	switch ba, aa := ic.ActionCallback.BlockActions, ic.ActionCallback.AttachmentActions; {
+	case len(ba) == 1 && len(aa) == 0 && ba[0] != nil:
+		value, actionTS = ba[0].Value, ba[0].ActionTs
+	case len(ba) == 0 && len(aa) == 1 && aa[0] != nil:
+		value = aa[0].Value
+	default:
 		return unknown("not exactly one action")
 	}
 	if ic.ResponseURL != "" && !okResponseURL(ic.ResponseURL) {
 		h.responseURL = ""
 	}
-	card, choice, ok := parseButtonValue(ic.ActionCallback.BlockActions[0].Value)
+	card, choice, ok := parseButtonValue(value)
 	if !ok {
 		return unknown("button value is not a Silas button")
 	}
 	ev := ic.TriggerID
 	if ev == "" || len(ev) > 150 {
-		ev = channel + ":" + msgTS + ":" + ic.User.ID + ":" + ic.ActionCallback.BlockActions[0].ActionTs
+		ev = channel + ":" + msgTS + ":" + ic.User.ID + ":" + actionTS
 	}
 	kind := core.ChatGroup
 	if strings.HasPrefix(channel, "D") {

@@ -150,6 +150,11 @@ func TestInteractionAndCommand(t *testing.T) {
 		r.turn.Conversation != "slack:C1:1.000001" || r.turn.EventID != "a:t.1" || r.tap.messageTS != "1.000005" {
 		t.Fatalf("tap = %+v %+v (%s)", r.turn, r.tap, r.reason)
 	}
+	// Without block_id slack-go files the action elsewhere; still read.
+	ic2, _ := decodeInteraction([]byte(strings.Replace(raw, `"block_id":"choices",`, "", 1)))
+	if r := interactionToTurn(ic2, me, "slack", MethodSocket); r.act != actDeliver || r.turn.Tap.Choice != "approve" {
+		t.Fatalf("tap without block_id: %s %s", r.act, r.reason)
+	}
 	ic.ActionCallback.BlockActions[0].Value = "rm -rf /"
 	if r := interactionToTurn(ic, me, "slack", MethodSocket); r.act != actUnknownButton {
 		t.Fatalf("foreign value: %s", r.act)
