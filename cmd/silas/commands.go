@@ -214,5 +214,10 @@ func checkAdapters(cfg *config.Config) error {
 			return fmt.Errorf("config: %w", err)
 		}
 	}
+	if cfg.Slack.Enabled {
+		if err := slackConfig(cfg, nil).Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/silas-gateway/silas/adapters/slack"
 	"github.com/silas-gateway/silas/adapters/telegram"
 	"github.com/silas-gateway/silas/adapters/webchat"
 	"github.com/silas-gateway/silas/core"
@@ -156,6 +157,14 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		channels = append(channels, tg)
 		access[tg.Name()] = trust.AccessPolicy(cfg.Telegram.DMPolicy)
 	}
+	var sl *slack.Adapter
+	if cfg.Slack.Enabled {
+		if sl, err = slack.New(slackConfig(cfg, log)); err != nil {
+			return err
+		}
+		channels = append(channels, sl)
+		access[sl.Name()] = trust.AccessPolicy(cfg.Slack.DMPolicy)
+	}
 	owners := make([]core.IdentityID, len(cfg.Identities.Owners))
 	for i, o := range cfg.Identities.Owners {
 		owners[i] = core.IdentityID(o)
@@ -221,7 +230,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if u, err := url.Parse(cfg.Telegram.WebhookURL); err == nil && u.Host != "" {
 		hosts = append(hosts, u.Host, u.Hostname())
 	}
-	srv := httpserve.NewServer(httpserve.HostCheck(mux, ln.Addr().String(), hosts...), limits)
+	srv := httpserve.NewServer(slackRoutes(sl, httpserve.HostCheck(mux, ln.Addr().String(), hosts...)), limits)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

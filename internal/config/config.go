@@ -185,6 +185,8 @@ type Config struct {
 	} `yaml:"secrets_web"`
 	// Telegram is the Telegram channel.
 	Telegram Telegram `yaml:"telegram"`
+	// Slack configures the Slack channel (internal/config/slack.go).
+	Slack Slack `yaml:"slack"`
 	// Audit is the audit chain's signed checkpoints.
 	Audit Audit `yaml:"audit"`
 	// Policy is the risk policy every proposed action passes.
@@ -300,6 +302,7 @@ func Default() *Config {
 	// The adapter fills in its other defaults itself. This one lives here
 	// too: validation must tell a written 0s (refused) from "not set".
 	c.Telegram.Limits.PerChatInterval = Duration{time.Second}
+	slackDefaults(c)
 	return c
 }
 
@@ -664,6 +667,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Telegram.Enabled && strings.TrimSpace(c.Telegram.Token) == "" {
 		return bad("telegram.token", "required when telegram.enabled is true (the token from @BotFather, or file:/path)")
+	}
+	if err := c.validateSlack(); err != nil {
+		return err
 	}
 	if _, err := policy.New(c.Policy.Rules); err != nil {
 		return fmt.Errorf("config: %w", err)

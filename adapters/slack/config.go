@@ -1,0 +1,256 @@
+package slack
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/silas-gateway/silas/adapters/kit"
+	"github.com/silas-gateway/silas/core"
+)
+
+// Receiving modes (Config.Mode).
+const (
+	// ModeSocket receives over Socket Mode: an outbound WebSocket the app
+	// token opens. It needs no public address.
+	ModeSocket = "socket"
+	// ModeHTTP has Slack POST events, interactions and slash commands to
+	// /slack/events, /slack/interactions and /slack/commands on http.listen.
+	ModeHTTP = "http"
+)
+
+// DefaultBaseURL is Slack's Web API.
+const DefaultBaseURL = "https://slack.com/api/"
+
+// HTTP endpoints of HTTP mode (relative to http.listen's origin).
+const (
+	PathEvents       = "/slack/events"
+	PathInteractions = "/slack/interactions"
+	PathCommands     = "/slack/commands"
+)
+
+// Evidence methods reported on turns (core.Evidence.Method).
+const (
+	MethodSocket    = "slack-socket-mode"
+	MethodSignature = "slack-signature"
+)
+
+// Limits are the outbound rate limits the adapter keeps on its own, so that
+// Slack rarely has to answer 429. Zero values take the defaults, which
+// follow Slack's documented limits.
+type Limits struct {
+	// PerChannelInterval is the minimum time between two calls (posts,
+	// edits, ephemeral notices, deletes) in one channel. YAML
+	// slack.limits.per_channel_interval; default 1s (chat.postMessage
+	// allows about one message per second per channel).
+	PerChannelInterval time.Duration
+	// GlobalPerSecond caps calls across all channels per second. YAML
+	// slack.limits.global_per_second; default 20.
+	GlobalPerSecond int
+	// UpdatePerMinute caps chat.update and chat.delete calls per minute
+	// (Slack's Tier 3: 50+). YAML slack.limits.update_per_minute; default 50.
+	UpdatePerMinute int
+	// EphemeralPerMinute caps chat.postEphemeral calls per minute (Tier 4:
+	// 100+). YAML slack.limits.ephemeral_per_minute; default 100.
+	EphemeralPerMinute int
+}
+
+// Config configures the adapter. The YAML key of each field is given in its
+// comment; zero values take the defaults named there.
+type Config struct {
+	// Name is the channel name; conversations are "<name>:<channel id>" or
+	// "<name>:<channel id>:<thread ts>". Default "slack". Identities are
+	// always "slack:<user id>".
+	Name core.ChannelName
+	// Mode is "socket" (default) or "http". YAML slack.mode.
+	Mode string
+	// BotToken is the bot user OAuth token (xoxb-…), or "file:/path".
+	// Required. YAML slack.bot_token.
+	BotToken string
+	// AppToken is the app-level token (xapp-…) with connections:write, or
+	// "file:/path". Required in socket mode. YAML slack.app_token.
+	AppToken string
+	// SigningSecret verifies HTTP-mode requests, or "file:/path". Required
+	// in http mode. YAML slack.signing_secret.
+	SigningSecret string
+	// BaseURL is the Web API (default https://slack.com/api/; http:// is
+	// accepted for tests and local proxies). YAML slack.base_url.
+	BaseURL string
+	// TeamID pins the workspace (T…); "" learns it with auth.test at start.
+	// Events from any other workspace are refused. YAML slack.team_id.
+	TeamID string
+	// HTTPTimeout bounds every Web API request (1s-5m, default 30s). YAML
+	// slack.http_timeout.
+	HTTPTimeout time.Duration
+	// PingInterval is how often a Socket Mode connection is pinged
+	// (100ms-60s, default 20s). YAML slack.ping_interval.
+	PingInterval time.Duration
+	// PingTimeout: a Socket Mode connection that has received nothing
+	// (pong, ping, event) for PingInterval+PingTimeout is closed and
+	// replaced (100ms-60s, default 30s; with the defaults a half-open
+	// socket is replaced within 50s). YAML slack.ping_timeout.
+	PingTimeout time.Duration
+	// Limits are the outbound rate limits. YAML slack.limits.*.
+	Limits Limits
+
+	// HTTPClient replaces the HTTP client (tests); its Timeout is ignored in
+	// favour of HTTPTimeout.
+	HTTPClient *http.Client
+	Logger     *slog.Logger
+	// Now is the clock (tests inject one); default time.Now.
+	Now func() time.Time
+}
+
+const (
+	defaultHTTPTimeout  = 30 * time.Second
+	defaultPingInterval = 20 * time.Second
+	defaultPingTimeout  = 30 * time.Second
+	defaultPerChannel   = time.Second
+	defaultGlobal       = 20
+	defaultUpdate       = 50
+	defaultEphemeral    = 100
+)
+
+var (
+	botTokenRe = regexp.MustCompile(`^xoxb-[A-Za-z0-9-]{8,250}$`)
+	appTokenRe = regexp.MustCompile(`^xapp-[A-Za-z0-9-]{8,250}$`)
+	secretRe   = regexp.MustCompile(`^[A-Za-z0-9]{16,128}$`)
+	teamRe     = regexp.MustCompile(`^[TE][A-Z0-9]{2,30}$`)
+)
+
+func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		c.Name = "slack"
+	}
+	if c.Mode == "" {
+		c.Mode = ModeSocket
+	}
+	if c.BaseURL == "" {
+		c.BaseURL = DefaultBaseURL
+	}
+	if !strings.HasSuffix(c.BaseURL, "/") {
+		// slack-go appends the method name to the URL as is.
+		c.BaseURL += "/"
+	}
+	if c.HTTPTimeout == 0 {
+		c.HTTPTimeout = defaultHTTPTimeout
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = defaultPingInterval
+	}
+	if c.PingTimeout == 0 {
+		c.PingTimeout = defaultPingTimeout
+	}
+	if c.Limits.PerChannelInterval == 0 {
+		c.Limits.PerChannelInterval = defaultPerChannel
+	}
+	if c.Limits.GlobalPerSecond == 0 {
+		c.Limits.GlobalPerSecond = defaultGlobal
+	}
+	if c.Limits.UpdatePerMinute == 0 {
+		c.Limits.UpdatePerMinute = defaultUpdate
+	}
+	if c.Limits.EphemeralPerMinute == 0 {
+		c.Limits.EphemeralPerMinute = defaultEphemeral
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate checks the configuration (after defaults) and names the bad key
+// as slack.<key>. It reads "file:" secrets to check them but never puts a
+// secret value in an error.
+func (c Config) Validate() error {
+	_, err := c.resolve()
+	return err
+}
+
+// resolved is a validated configuration with its secrets read.
+type resolved struct {
+	Config
+	botToken string
+	appToken string
+	signing  string
+}
+
+func (c Config) resolve() (resolved, error) {
+	c = c.withDefaults()
+	bad := func(key, format string, a ...any) error {
+		return fmt.Errorf("slack.%s: %s", key, fmt.Sprintf(format, a...))
+	}
+	r := resolved{Config: c}
+	var err error
+	if r.botToken, err = kit.ReadSecret("slack.bot_token", c.BotToken); err != nil {
+		return r, err
+	}
+	switch {
+	case r.botToken == "":
+		return r, bad("bot_token", "is required (the Bot User OAuth Token, xoxb-…, or file:/path)")
+	case !botTokenRe.MatchString(r.botToken):
+		// Never echo the value: it may be a real token with a typo.
+		return r, bad("bot_token", "does not look like a bot token (xoxb-…); an xapp- token belongs in slack.app_token")
+	}
+	base, err := url.Parse(c.BaseURL)
+	if err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" || base.RawQuery != "" {
+		return r, bad("base_url", "%q is not an http(s) URL like %s", c.BaseURL, DefaultBaseURL)
+	}
+	if c.TeamID != "" && !teamRe.MatchString(c.TeamID) {
+		return r, bad("team_id", "%q is not a Slack workspace id (T… or E…)", c.TeamID)
+	}
+	if c.HTTPTimeout < time.Second || c.HTTPTimeout > 5*time.Minute {
+		return r, bad("http_timeout", "%s is outside 1s-5m", c.HTTPTimeout)
+	}
+	if c.PingInterval < 100*time.Millisecond || c.PingInterval > time.Minute {
+		return r, bad("ping_interval", "%s is outside 100ms-60s", c.PingInterval)
+	}
+	if c.PingTimeout < 100*time.Millisecond || c.PingTimeout > time.Minute {
+		return r, bad("ping_timeout", "%s is outside 100ms-60s", c.PingTimeout)
+	}
+	l := c.Limits
+	if l.PerChannelInterval < 0 || l.PerChannelInterval > time.Minute {
+		return r, bad("limits.per_channel_interval", "%s is outside 0-1m", l.PerChannelInterval)
+	}
+	if l.GlobalPerSecond < 1 || l.GlobalPerSecond > 10000 {
+		return r, bad("limits.global_per_second", "%d is outside 1-10000", l.GlobalPerSecond)
+	}
+	if l.UpdatePerMinute < 1 || l.UpdatePerMinute > 100000 {
+		return r, bad("limits.update_per_minute", "%d is outside 1-100000", l.UpdatePerMinute)
+	}
+	if l.EphemeralPerMinute < 1 || l.EphemeralPerMinute > 100000 {
+		return r, bad("limits.ephemeral_per_minute", "%d is outside 1-100000", l.EphemeralPerMinute)
+	}
+	switch c.Mode {
+	case ModeSocket:
+		if r.appToken, err = kit.ReadSecret("slack.app_token", c.AppToken); err != nil {
+			return r, err
+		}
+		switch {
+		case r.appToken == "":
+			return r, bad("app_token", "is required in socket mode (an app-level token, xapp-…, with connections:write, or file:/path)")
+		case !appTokenRe.MatchString(r.appToken):
+			return r, bad("app_token", "does not look like an app-level token (xapp-…)")
+		}
+	case ModeHTTP:
+		if r.signing, err = kit.ReadSecret("slack.signing_secret", c.SigningSecret); err != nil {
+			return r, err
+		}
+		switch {
+		case r.signing == "":
+			return r, bad("signing_secret", "is required in http mode (Basic Information → Signing Secret, or file:/path)")
+		case !secretRe.MatchString(r.signing):
+			return r, bad("signing_secret", "does not look like a Slack signing secret (16-128 letters and digits)")
+		}
+	default:
+		return r, bad("mode", "%q is neither socket nor http", c.Mode)
+	}
+	return r, nil
+}
