@@ -31,7 +31,7 @@ func sandboxConfig(cfg *config.Config, configPath string, log *slog.Logger) (san
 	hidden := []string{cfg.DataDir, configPath, cfg.Secrets.KeyFile,
 		cfg.SecretsWeb.TLS.CertFile, cfg.SecretsWeb.TLS.KeyFile, cfg.SecretsWeb.TLS.Dir,
 		filepath.Dir(auditKeyPath(cfg)), auditPubPath(cfg), auditHeadPath(cfg)}
-	for _, v := range []string{cfg.Telegram.Token, cfg.Telegram.WebhookSecret, cfg.Database.MigrateURL} {
+	for _, v := range []string{cfg.Telegram.Token, cfg.Telegram.WebhookSecret, cfg.Discord.Token, cfg.Discord.PublicKey, cfg.Database.MigrateURL} {
 		if p, ok := strings.CutPrefix(v, "file:"); ok {
 			hidden = append(hidden, p)
 		}

@@ -168,6 +168,7 @@ type Config struct {
 		} `yaml:"tls"`
 	} `yaml:"secrets_web"`
 	Telegram Telegram `yaml:"telegram"`
+	Discord  Discord  `yaml:"discord"`
 	Audit    Audit    `yaml:"audit"`
 	Policy   struct {
 		// Rules are tried in order; the first that applies decides
@@ -277,6 +278,7 @@ func Default() *Config {
 	// The adapter fills in its other defaults itself. This one lives here
 	// too: validation must tell a written 0s (refused) from "not set".
 	c.Telegram.Limits.PerChatInterval = Duration{time.Second}
+	defaultDiscord(c)
 	return c
 }
 
@@ -641,6 +643,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Telegram.Enabled && strings.TrimSpace(c.Telegram.Token) == "" {
 		return bad("telegram.token", "required when telegram.enabled is true (the token from @BotFather, or file:/path)")
+	}
+	if err := validateDiscord(c); err != nil {
+		return err
 	}
 	if _, err := policy.New(c.Policy.Rules); err != nil {
 		return fmt.Errorf("config: %w", err)
