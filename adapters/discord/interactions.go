@@ -296,12 +296,17 @@ func (a *Adapter) unchanged(ref core.MessageRef, r rendered) bool {
 	return ok && h == renderedHash(r)
 }
 
+// renderedHash is what tells a state change apart: for a card its id,
+// status, outcome, output and buttons (not every byte of the embed: the
+// engine re-sends an open card after a refusal, and details such as the
+// expiry line may be formatted afresh); for text, the text.
 func renderedHash(r rendered) [32]byte {
-	b, _ := json.Marshal(struct {
+	v := struct {
 		C string
-		E []*discordgo.MessageEmbed
+		S string
 		K []discordgo.MessageComponent
-	}{r.content, r.embeds, r.components})
+	}{C: r.content, S: r.state, K: r.components}
+	b, _ := json.Marshal(v)
 	return sha256.Sum256(b)
 }
 

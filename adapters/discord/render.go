@@ -136,6 +136,9 @@ var statusLine = map[cards.Status]string{
 
 // rendered is one message ready to send or edit.
 type rendered struct {
+	// state sums up a card's state (id, status, outcome, output) for
+	// renderedHash; "" for text.
+	state      string
 	content    string
 	embeds     []*discordgo.MessageEmbed
 	components []discordgo.MessageComponent
@@ -184,7 +187,8 @@ func renderCard(c *cards.Card) (rendered, error) {
 		title = m + " " + title
 	}
 	e := &discordgo.MessageEmbed{Title: title, Description: desc, Color: cardColor(c.Status)}
-	return rendered{embeds: []*discordgo.MessageEmbed{e}, components: comps}, nil
+	state := strings.Join([]string{string(c.ID), string(c.Status), c.Outcome, c.Output, c.OutputRef}, "\x00")
+	return rendered{state: state, embeds: []*discordgo.MessageEmbed{e}, components: comps}, nil
 }
 
 func cardColor(s cards.Status) int {
