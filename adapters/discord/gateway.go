@@ -140,10 +140,14 @@ type gatewayConn = gwSession
 // watch waits until the connection drops, ctx ends or the connection turns
 // zombie. It reports whether the close was clean (1000/1001 from our
 // side), which ends the session.
+//
+// Only LastHeartbeatAck is read: discordgo writes it under the session's
+// lock (LastHeartbeatSent is written under another one). ACKs arrive once
+// per heartbeat interval, so the gap between two ACKs is the interval.
 func (a *Adapter) watch(ctx context.Context, g *gwSession) (clean bool) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	var lastSent time.Time
+	var lastAck time.Time
 	var interval time.Duration
 	for {
 		select {
@@ -154,18 +158,18 @@ func (a *Adapter) watch(ctx context.Context, g *gwSession) (clean bool) {
 		case <-tick.C:
 		}
 		g.gs.RLock()
-		sent, ack := g.gs.LastHeartbeatSent, g.gs.LastHeartbeatAck
+		ack := g.gs.LastHeartbeatAck
 		g.gs.RUnlock()
-		if !lastSent.IsZero() && sent.After(lastSent) {
-			interval = sent.Sub(lastSent)
+		if !lastAck.IsZero() && ack.After(lastAck) {
+			interval = ack.Sub(lastAck)
 		}
-		lastSent = sent
+		lastAck = ack
 		limit := a.cfg.ZombieAfter
 		if interval > 0 {
 			limit = min(limit, interval+min(interval/2, 10*time.Second))
 		}
-		if !sent.IsZero() && time.Since(ack) > limit {
-			a.log.Warn("discord: no heartbeat ACK; replacing the zombie connection", slog.Duration("since_ack", time.Since(ack)))
+		if since := time.Since(ack); since > limit {
+			a.log.Warn("discord: no heartbeat ACK; replacing the zombie connection", slog.Duration("since_ack", since))
 			// Not 1000/1001: the session stays resumable.
 			_ = g.gs.CloseWithCode(4000)
 			select {

@@ -571,3 +571,29 @@ func TestInteractionsEndpoint(t *testing.T) {
 	})
 	w.eventually("reply", 15*time.Second, func() (bool, string) { return len(whoamiReplies(w, dm)) == 1, "" })
 }
+
+// TestZombieReplaced: the gateway stops acknowledging heartbeats; the
+// adapter replaces the connection (RESUME) and messages keep flowing.
+func TestZombieReplaced(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, discord.ModeGateway)
+	w.srv.SetHeartbeat(300)
+	w.start()
+	w.waitReady()
+	dm := w.srv.DM(owner.ID)
+	w.srv.SendMessage(owner, dm, "/whoami", false)
+	w.eventually("first reply", 15*time.Second, func() (bool, string) { return len(whoamiReplies(w, dm)) == 1, "" })
+	before := w.srv.Gateway()
+	w.srv.Zombie(true)
+	w.eventually("zombie replaced", 20*time.Second, func() (bool, string) {
+		g := w.srv.Gateway()
+		return g.Connects > before.Connects, fmt.Sprintf("%+v", g)
+	})
+	w.srv.Zombie(false)
+	w.waitReady()
+	if g := w.srv.Gateway(); g.Resumes == 0 {
+		t.Errorf("gateway %+v: want a RESUME after a zombie connection", g)
+	}
+	w.srv.SendMessage(owner, dm, "/whoami", false)
+	w.eventually("reply after the reconnect", 15*time.Second, func() (bool, string) { return len(whoamiReplies(w, dm)) == 2, "" })
+}
