@@ -127,7 +127,9 @@ func TestVerifyWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := []byte(`{"type":1}`)
-	sign := func(ts string, b []byte) string { return hex.EncodeToString(ed25519.Sign(priv, append([]byte(ts), b...))) }
+	sign := func(ts string, b []byte) string {
+		return hex.EncodeToString(ed25519.Sign(priv, append([]byte(ts), b...)))
+	}
 	at := func(d time.Duration) string { return strconv.FormatInt(now.Add(d).Unix(), 10) }
 	for _, tc := range []struct {
 		name    string
