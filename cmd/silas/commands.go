@@ -219,5 +219,10 @@ func checkAdapters(cfg *config.Config) error {
 			return fmt.Errorf("config: %w", err)
 		}
 	}
+	if cfg.Discord.Enabled {
+		if err := discordConfig(cfg, nil, nil).Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+	}
 	return nil
 }

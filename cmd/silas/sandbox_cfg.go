@@ -32,7 +32,8 @@ func sandboxConfig(cfg *config.Config, configPath string, log *slog.Logger) (san
 		cfg.SecretsWeb.TLS.CertFile, cfg.SecretsWeb.TLS.KeyFile, cfg.SecretsWeb.TLS.Dir,
 		filepath.Dir(auditKeyPath(cfg)), auditPubPath(cfg), auditHeadPath(cfg)}
 	for _, v := range []string{cfg.Telegram.Token, cfg.Telegram.WebhookSecret, cfg.Database.MigrateURL,
-		cfg.Slack.BotToken, cfg.Slack.AppToken, cfg.Slack.SigningSecret} {
+		cfg.Slack.BotToken, cfg.Slack.AppToken, cfg.Slack.SigningSecret,
+		cfg.Discord.Token, cfg.Discord.PublicKey} {
 		if p, ok := strings.CutPrefix(v, "file:"); ok {
 			hidden = append(hidden, p)
 		}

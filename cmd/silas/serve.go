@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/silas-gateway/silas/adapters/discord"
 	"github.com/silas-gateway/silas/adapters/slack"
 	"github.com/silas-gateway/silas/adapters/telegram"
 	"github.com/silas-gateway/silas/adapters/webchat"
@@ -165,6 +166,15 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		channels = append(channels, sl)
 		access[sl.Name()] = trust.AccessPolicy(cfg.Slack.DMPolicy)
 	}
+	var dc *discord.Adapter
+	if cfg.Discord.Enabled {
+		dc, err = discord.New(discordConfig(cfg, db.store, log))
+		if err != nil {
+			return err
+		}
+		channels = append(channels, dc)
+		access[dc.Name()] = trust.AccessPolicy(cfg.Discord.DMPolicy)
+	}
 	owners := make([]core.IdentityID, len(cfg.Identities.Owners))
 	for i, o := range cfg.Identities.Owners {
 		owners[i] = core.IdentityID(o)
@@ -214,6 +224,11 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if tg != nil {
 		if p := tg.WebhookPath(); p != "" {
 			mux.Handle(p, tg) // more specific than the web chat's "/"
+		}
+	}
+	if dc != nil {
+		if p := dc.InteractionsPath(); p != "" {
+			mux.Handle("POST "+p, dc)
 		}
 	}
 	if web != nil {

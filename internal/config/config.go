@@ -187,6 +187,8 @@ type Config struct {
 	Telegram Telegram `yaml:"telegram"`
 	// Slack configures the Slack channel (internal/config/slack.go).
 	Slack Slack `yaml:"slack"`
+	// Discord configures the Discord channel (internal/config/discord.go).
+	Discord Discord `yaml:"discord"`
 	// Audit is the audit chain's signed checkpoints.
 	Audit Audit `yaml:"audit"`
 	// Policy is the risk policy every proposed action passes.
@@ -303,6 +305,7 @@ func Default() *Config {
 	// too: validation must tell a written 0s (refused) from "not set".
 	c.Telegram.Limits.PerChatInterval = Duration{time.Second}
 	slackDefaults(c)
+	defaultDiscord(c)
 	return c
 }
 
@@ -669,6 +672,9 @@ func (c *Config) Validate() error {
 		return bad("telegram.token", "required when telegram.enabled is true (the token from @BotFather, or file:/path)")
 	}
 	if err := c.validateSlack(); err != nil {
+		return err
+	}
+	if err := validateDiscord(c); err != nil {
 		return err
 	}
 	if _, err := policy.New(c.Policy.Rules); err != nil {

@@ -26,10 +26,10 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/engine"
-	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
 )

@@ -1,0 +1,97 @@
+package discord
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/bwmarrin/discordgo"
+)
+
+// Severity of a doctor finding.
+type Severity int
+
+const (
+	SeverityOK Severity = iota
+	SeverityInfo
+	SeverityWarn
+	SeverityError
+)
+
+// Finding is one result of Doctor.
+type Finding struct {
+	Severity Severity
+	Check    string
+	Message  string
+}
+
+// Doctor checks the configuration against Discord: the token (GET
+// /users/@me), the application (GET /applications/@me: id, intents,
+// interactions endpoint), the gateway (GET /gateway/bot) and the
+// registered commands. It changes nothing on Discord's side.
+func Doctor(ctx context.Context, cfg Config) []Finding {
+	a, err := New(cfg)
+	if err != nil {
+		return []Finding{{SeverityError, "config", err.Error()}}
+	}
+	var out []Finding
+	add := func(s Severity, check, format string, args ...any) {
+		out = append(out, Finding{s, check, fmt.Sprintf(format, args...)})
+	}
+	if !realTokenRe.MatchString(a.cfg.token) && a.cfg.BaseURL == DefaultBaseURL {
+		add(SeverityWarn, "token", "does not have the shape of a Discord bot token (three dot-separated parts)")
+	}
+	me, err := a.rest.User("@me", discordgo.WithContext(ctx))
+	if err != nil {
+		add(SeverityError, "token", "Discord refused the token (%v): copy it again from Bot → Reset Token", mapError("GET /users/@me", err))
+		return out
+	}
+	if !me.Bot {
+		add(SeverityError, "token", "the token belongs to a user account, not a bot")
+	} else {
+		add(SeverityOK, "token", "bot %s (id %s)", me.Username, me.ID)
+	}
+	app, err := a.rest.Application("@me")
+	switch {
+	case err != nil:
+		add(SeverityWarn, "application", "could not read the application (%v)", mapError("GET /applications/@me", err))
+	case app.ID != a.cfg.ApplicationID:
+		add(SeverityError, "application", "discord.application_id is %s but the token's application is %s", a.cfg.ApplicationID, app.ID)
+	default:
+		add(SeverityOK, "application", "%s (id %s)", app.Name, app.ID)
+		if a.cfg.Mode == ModeHTTP {
+			add(SeverityInfo, "interactions", "http mode: the application's Interactions Endpoint URL must be https://<your host>%s", InteractionsPath)
+		}
+	}
+	if a.cfg.Mode == ModeGateway {
+		gb, err := a.rest.GatewayBot(discordgo.WithContext(ctx))
+		if err != nil {
+			add(SeverityError, "gateway", "GET /gateway/bot failed (%v)", mapError("gateway", err))
+		} else {
+			add(SeverityOK, "gateway", "%s (%d identifies left today)", gb.URL, gb.SessionStartLimit.Remaining)
+		}
+		add(SeverityInfo, "intents", "Silas asks for Guilds, Guild Messages and Direct Messages; Message Content is not needed (DMs and mentions carry content)")
+	}
+	have, err := a.rest.ApplicationCommands(a.cfg.ApplicationID, "", discordgo.WithContext(ctx))
+	switch {
+	case err != nil:
+		add(SeverityWarn, "commands", "could not list the application commands (%v)", mapError("commands", err))
+	case commandsEqual(have, Commands()):
+		add(SeverityOK, "commands", "/run, /secret, /pending, /audit, /whoami, /pair and /help are registered")
+	default:
+		add(SeverityInfo, "commands", "the slash commands differ from Silas's; `silas serve` registers them at start")
+	}
+	add(SeverityInfo, "invite", "%s", InviteURL(a.cfg.ApplicationID))
+	return out
+}
+
+// Permissions the bot needs in guild channels: View Channel, Send
+// Messages, Embed Links, Read Message History (catch-up) and Manage
+// Messages (to delete a message that pasted a credential).
+const Permissions = discordgo.PermissionViewChannel | discordgo.PermissionSendMessages | discordgo.PermissionEmbedLinks |
+	discordgo.PermissionReadMessageHistory | discordgo.PermissionManageMessages
+
+// InviteURL is the OAuth2 URL that adds the bot to a guild with the scopes
+// bot and applications.commands and the minimal permissions.
+func InviteURL(appID string) string {
+	return fmt.Sprintf("https://discord.com/oauth2/authorize?client_id=%s&scope=bot+applications.commands&permissions=%d", appID, Permissions)
+}

@@ -1,0 +1,486 @@
+package discord
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+)
+
+// Interactions (slash commands and button taps) must be answered within
+// 3 s, once. The first answer goes through respond: as the HTTP response
+// in http mode, as POST /interactions/{id}/{token}/callback over the
+// gateway. Later words to the tapper are follow-up messages
+// (POST /webhooks/{app}/{token}, ephemeral).
+//
+// A tap is answered the Discord way: the tapped message itself shows the
+// card's new state (response type 7, UPDATE_MESSAGE) and a refusal goes to
+// the tapper alone (type 4 with flags 64, EPHEMERAL). The engine first
+// answers the tap (AnswerTap, its notice) and then hands the card's new
+// state to the outbox (Update of the tapped message). So AnswerTap holds
+// the notice for up to tapWait; an Update of the tapped message in that
+// time becomes the type-7 answer (the notice, if any, a follow-up), and
+// an Update that changes nothing (the engine re-sends an open card after a
+// refusal) leaves the notice to answer alone as the ephemeral refusal. An
+// interaction nothing answered after answerBy is acknowledged with a
+// deferred update (type 6); what comes later is an edit and a follow-up.
+
+// maxInteractionBody bounds a POSTed interaction.
+const maxInteractionBody = 1 << 20
+
+type pendingIx struct {
+	ix  *discordgo.Interaction
+	ref core.MessageRef // the tapped message; "" for commands
+	// http receives the first answer in http mode (buffered, 1).
+	http chan *discordgo.InteractionResponse
+
+	mu        sync.Mutex
+	responded bool
+	deferred  bool    // the answer was a deferred one (type 6)
+	notice    *string // AnswerTap's text, once given
+	noticed   bool    // the notice was shown (or needs no showing)
+}
+
+type interactions struct {
+	a       *Adapter
+	mu      sync.Mutex
+	byEvent map[string]*pendingIx
+	byRef   map[core.MessageRef]*pendingIx
+}
+
+func newInteractions(a *Adapter) *interactions {
+	return &interactions{a: a, byEvent: map[string]*pendingIx{}, byRef: map[core.MessageRef]*pendingIx{}}
+}
+
+func (x *interactions) add(ev string, p *pendingIx) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.byEvent[ev] = p
+	if p.ref != "" {
+		x.byRef[p.ref] = p
+	}
+	// Interaction tokens live 15 minutes; nothing is owed after that.
+	time.AfterFunc(15*time.Minute, func() { x.remove(ev, p) })
+}
+
+func (x *interactions) remove(ev string, p *pendingIx) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.byEvent[ev] == p {
+		delete(x.byEvent, ev)
+	}
+	if p.ref != "" && x.byRef[p.ref] == p {
+		delete(x.byRef, p.ref)
+	}
+}
+
+func (x *interactions) event(ev string) (*pendingIx, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	p, ok := x.byEvent[ev]
+	return p, ok
+}
+
+func (x *interactions) onRef(r core.MessageRef) (*pendingIx, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	p, ok := x.byRef[r]
+	return p, ok
+}
+
+// respond sends the first answer to an interaction. p.mu is held.
+func (a *Adapter) respondLocked(ctx context.Context, p *pendingIx, resp *discordgo.InteractionResponse) error {
+	if p.responded {
+		return errors.New("discord: interaction already answered")
+	}
+	if resp.Data != nil && resp.Data.AllowedMentions == nil {
+		resp.Data.AllowedMentions = noMentions()
+	}
+	if p.http != nil {
+		select {
+		case p.http <- resp:
+			p.responded = true
+			return nil
+		default:
+			return errors.New("discord: interaction already answered")
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := a.rest.InteractionRespond(p.ix, resp, discordgo.WithContext(cctx)); err != nil {
+		return mapError("interaction callback", err)
+	}
+	p.responded = true
+	return nil
+}
+
+func ephemeralText(text string) *discordgo.InteractionResponse {
+	return &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
+		Data: &discordgo.InteractionResponseData{Content: cutRunes(escapeMarkdown(text), MaxMessageLen), Flags: ephemeral, AllowedMentions: noMentions()}}
+}
+
+// followUp shows text to the tapper alone, after the first answer.
+func (a *Adapter) followUp(ctx context.Context, p *pendingIx, text string) {
+	if strings.TrimSpace(text) == "" {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := a.rest.FollowupMessageCreate(p.ix, false, &discordgo.WebhookParams{Content: cutRunes(escapeMarkdown(text), MaxMessageLen),
+		Flags: ephemeral, AllowedMentions: noMentions()}, discordgo.WithContext(cctx))
+	if err != nil {
+		a.log.Warn("discord: could not send a follow-up to a tap", slog.Any("err", mapError("follow-up", err)))
+	}
+}
+
+// deadline acknowledges an interaction nothing answered yet: a tap with a
+// deferred update (type 6), showing the notice ephemerally if it is known.
+func (a *Adapter) deadline(p *pendingIx) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.responded {
+		return
+	}
+	ctx := context.Background()
+	if p.notice != nil && *p.notice != "" {
+		if a.respondLocked(ctx, p, ephemeralText(*p.notice)) == nil {
+			p.noticed = true
+		}
+		return
+	}
+	if err := a.respondLocked(ctx, p, &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredMessageUpdate}); err != nil {
+		a.log.Warn("discord: could not acknowledge a tap", slog.Any("err", err))
+		return
+	}
+	p.deferred = true
+	if p.notice != nil {
+		p.noticed = true // an empty notice needs no showing
+	}
+}
+
+// AnswerTap implements core.TapAnswerer (see the comment at the top).
+func (a *Adapter) AnswerTap(ctx context.Context, t core.Turn, text string) error {
+	p, ok := a.ixs.event(t.EventID)
+	if !ok {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.notice = &text
+	if p.responded {
+		if !p.noticed {
+			p.noticed = true
+			go a.followUp(context.Background(), p, text)
+		}
+		a.ixs.remove(t.EventID, p)
+		return nil
+	}
+	time.AfterFunc(a.tapWait, func() {
+		a.deadline(p)
+		a.ixs.remove(t.EventID, p)
+	})
+	return nil
+}
+
+// AnswerTapWithCard implements core.TapCardAnswerer: the tapped message
+// shows card (type 7) and text goes to the tapper alone; with no card the
+// text is the ephemeral answer. A tap that was answered already is
+// core.ErrNotSupported (the caller updates the card with Update).
+func (a *Adapter) AnswerTapWithCard(ctx context.Context, t core.Turn, text string, card *cards.Card) error {
+	p, ok := a.ixs.event(t.EventID)
+	if !ok {
+		return core.ErrNotSupported
+	}
+	defer a.ixs.remove(t.EventID, p)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.notice = &text
+	if p.responded {
+		if !p.noticed {
+			p.noticed = true
+			go a.followUp(context.Background(), p, text)
+		}
+		if card != nil {
+			return core.ErrNotSupported
+		}
+		return nil
+	}
+	if card == nil {
+		if text == "" {
+			return a.respondLocked(ctx, p, &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredMessageUpdate})
+		}
+		p.noticed = true
+		return a.respondLocked(ctx, p, ephemeralText(text))
+	}
+	r, err := renderCard(card)
+	if err != nil {
+		return err
+	}
+	if err := a.respondLocked(ctx, p, updateResponse(r)); err != nil {
+		return core.ErrNotSupported
+	}
+	a.remember(p.ref, r)
+	p.noticed = true
+	go a.followUp(context.Background(), p, text)
+	return nil
+}
+
+func updateResponse(r rendered) *discordgo.InteractionResponse {
+	return &discordgo.InteractionResponse{Type: discordgo.InteractionResponseUpdateMessage,
+		Data: &discordgo.InteractionResponseData{Content: r.content, Embeds: r.embeds, Components: r.components, AllowedMentions: noMentions()}}
+}
+
+// updateThroughTap answers a pending tap on message ref with the message's
+// new content (type 7). It reports whether the update is done.
+func (a *Adapter) updateThroughTap(ctx context.Context, ref core.MessageRef, r rendered) bool {
+	p, ok := a.ixs.onRef(ref)
+	if !ok {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.responded {
+		return false
+	}
+	unchanged := a.unchanged(ref, r)
+	if unchanged && p.notice != nil && *p.notice != "" {
+		// A refusal: the card is as it was; the notice is the answer.
+		if a.respondLocked(ctx, p, ephemeralText(*p.notice)) == nil {
+			p.noticed = true
+			return true
+		}
+		return false
+	}
+	if err := a.respondLocked(ctx, p, updateResponse(r)); err != nil {
+		a.log.Debug("discord: could not update through the tap; editing instead", slog.Any("err", err))
+		return false
+	}
+	a.remember(ref, r)
+	if p.notice != nil {
+		p.noticed = true
+		go a.followUp(context.Background(), p, *p.notice)
+	}
+	return true
+}
+
+// remember records what a message shows, so that an update that changes
+// nothing can be told apart.
+func (a *Adapter) remember(ref core.MessageRef, r rendered) {
+	h := renderedHash(r)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.shown) > 10000 {
+		clear(a.shown)
+	}
+	a.shown[ref] = h
+}
+
+func (a *Adapter) unchanged(ref core.MessageRef, r rendered) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h, ok := a.shown[ref]
+	return ok && h == renderedHash(r)
+}
+
+// renderedHash is what tells a state change apart: for a card its id,
+// status, outcome, output and buttons (not every byte of the embed: the
+// engine re-sends an open card after a refusal, and details such as the
+// expiry line may be formatted afresh); for text, the text.
+func renderedHash(r rendered) [32]byte {
+	v := struct {
+		C string
+		S string
+		K []discordgo.MessageComponent
+	}{C: r.content, S: r.state, K: r.components}
+	b, _ := json.Marshal(v)
+	return sha256.Sum256(b)
+}
+
+// handleInteraction converts, delivers and answers one interaction. p.http
+// is set in http mode.
+func (a *Adapter) handleInteraction(ctx context.Context, ix *discordgo.Interaction, httpAnswer chan *discordgo.InteractionResponse) {
+	in := interactionToTurn(ix, a.cfg.allowedGuildChannel, a.cfg.Name, a.method())
+	p := &pendingIx{ix: ix, http: httpAnswer}
+	if ix != nil && ix.Message != nil && ix.ChannelID != "" {
+		p.ref = messageRef(ix.ChannelID, ix.Message.ID)
+	}
+	answer := func(resp *discordgo.InteractionResponse) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err := a.respondLocked(ctx, p, resp); err != nil {
+			a.log.Warn("discord: could not answer an interaction", slog.Any("err", err))
+		}
+	}
+	log := a.log
+	if ix != nil {
+		log = log.With(slog.String("interaction", ix.ID))
+	}
+	switch in.act {
+	case actMalformed:
+		log.Warn("discord interaction malformed; dropped", slog.String("reason", in.reason))
+		if ix != nil && ix.Token != "" && ix.ID != "" {
+			answer(ephemeralText("Silas could not read this request."))
+		}
+		return
+	case actRefuse:
+		log.Info("discord interaction refused", slog.String("reason", in.reason))
+		answer(ephemeralText(in.reason))
+		return
+	case actIgnore:
+		return
+	}
+	inbox := a.currentInbox()
+	if inbox == nil {
+		answer(ephemeralText("Silas is starting or stopping; please try again in a moment."))
+		return
+	}
+	t := in.turn
+	convChannel := ix.ChannelID
+	if t.Tap == nil && t.ChatKind == core.ChatGroup && strings.HasPrefix(t.Text, "/secret") {
+		// The secure form's link is for the requester alone: it goes to
+		// their DM, never into a guild channel.
+		dm, err := a.rest.UserChannelCreate(in.user, discordgo.WithContext(ctx))
+		if err != nil || dm == nil || !snowflakeRe.MatchString(dm.ID) {
+			answer(ephemeralText("I could not open a direct message with you; allow DMs from this server's members and try again."))
+			return
+		}
+		t.Conversation, t.ChatKind = conversation(a.cfg.Name, dm.ID), core.ChatDirect
+		in.guild, convChannel = "", dm.ID
+	}
+	a.convs.start(convChannel, in.guild, in.user, ix.ID, a.now())
+	if t.Tap != nil {
+		a.ixs.add(t.EventID, p)
+		time.AfterFunc(a.answerBy, func() { a.deadline(p) })
+	}
+	res, err := inbox.Deliver(ctx, t)
+	var rej *core.RejectedError
+	switch {
+	case errors.As(err, &rej):
+		log.Warn("discord turn rejected by the core", slog.String("reason", rej.Reason))
+		a.ixs.remove(t.EventID, p)
+		answer(ephemeralText("Not accepted: " + rej.Reason))
+		return
+	case err != nil:
+		log.Error("discord: could not store an interaction", slog.Any("err", err))
+		a.ixs.remove(t.EventID, p)
+		answer(ephemeralText("Silas could not take this right now; please try again."))
+		return
+	}
+	if t.Tap != nil {
+		if res.Duplicate {
+			a.ixs.remove(t.EventID, p)
+			answer(&discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredMessageUpdate})
+		}
+		return
+	}
+	switch {
+	case res.Duplicate:
+		answer(ephemeralText("Already received."))
+	case convChannel != ix.ChannelID:
+		answer(ephemeralText("I sent you a direct message with the secure form."))
+	default:
+		// The visible record of the command; Silas's answer (a card, a
+		// reply) follows as its own message, which taps then update.
+		answer(&discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
+			Data: &discordgo.InteractionResponseData{Content: "`" + strings.ReplaceAll(cutRunes(t.Text, 200), "`", "'") + "`", AllowedMentions: noMentions()}})
+	}
+}
+
+func (a *Adapter) method() string {
+	if a.cfg.Mode == ModeHTTP {
+		return MethodHTTP
+	}
+	return MethodGateway
+}
+
+// ServeHTTP is the interactions endpoint (http mode). The signature over
+// timestamp + raw body is checked before anything is parsed, and the
+// timestamp must be within the window (discordgo's VerifyInteraction does
+// not check freshness, so a recorded request could be replayed); any
+// failure is 401 and nothing is stored. Discord probes endpoints with bad
+// signatures and removes those that accept them.
+func (a *Adapter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	if a.cfg.pubKey == nil {
+		http.Error(w, "interactions are not configured", http.StatusNotFound)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxInteractionBody+1))
+	if err != nil || len(body) > maxInteractionBody {
+		http.Error(w, "bad request", http.StatusUnauthorized)
+		return
+	}
+	if !a.verify(r.Header.Get("X-Signature-Ed25519"), r.Header.Get("X-Signature-Timestamp"), body) {
+		a.log.Info("discord: interaction with a bad or stale signature refused")
+		http.Error(w, "invalid request signature", http.StatusUnauthorized)
+		return
+	}
+	var ix discordgo.Interaction
+	if err := json.Unmarshal(body, &ix); err != nil {
+		http.Error(w, "malformed interaction", http.StatusBadRequest)
+		return
+	}
+	if ix.Type == discordgo.InteractionPing {
+		writeJSON(w, &discordgo.InteractionResponse{Type: discordgo.InteractionResponsePong})
+		return
+	}
+	answer := make(chan *discordgo.InteractionResponse, 1)
+	go a.handleInteraction(context.WithoutCancel(r.Context()), &ix, answer)
+	// Discord waits 3 s; handleInteraction answers taps within answerBy.
+	t := time.NewTimer(a.answerBy + 400*time.Millisecond)
+	defer t.Stop()
+	select {
+	case resp := <-answer:
+		writeJSON(w, resp)
+	case <-t.C:
+		a.log.Warn("discord: an interaction had no answer in time")
+		http.Error(w, "no answer in time", http.StatusServiceUnavailable)
+	case <-r.Context().Done():
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// verify checks an interaction's signature and timestamp.
+func (a *Adapter) verify(sigHex, ts string, body []byte) bool {
+	sig, err := hex.DecodeString(sigHex)
+	if err != nil || len(sig) != ed25519.SignatureSize || ts == "" || len(ts) > 20 {
+		return false
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return false
+	}
+	if d := a.now().Sub(time.Unix(sec, 0)); d > a.cfg.TimestampWindow || d < -a.cfg.TimestampWindow {
+		return false
+	}
+	msg := make([]byte, 0, len(ts)+len(body))
+	msg = append(append(msg, ts...), body...)
+	return ed25519.Verify(a.cfg.pubKey, msg, sig)
+}
