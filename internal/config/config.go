@@ -174,6 +174,9 @@ type Config struct {
 		// (docs/policy.md). Empty: the built-in defaults.
 		Rules []policy.Rule `yaml:"rules"`
 	} `yaml:"policy"`
+	// Agent and LLM choose and configure the agent (llm.go).
+	Agent Agent `yaml:"agent"`
+	LLM   LLM   `yaml:"llm"`
 
 	// ignoredEnv are Kubernetes service-link variables Load skipped.
 	ignoredEnv []string
@@ -277,6 +280,7 @@ func Default() *Config {
 	// The adapter fills in its other defaults itself. This one lives here
 	// too: validation must tell a written 0s (refused) from "not set".
 	c.Telegram.Limits.PerChatInterval = Duration{time.Second}
+	c.setLLMDefaults()
 	return c
 }
 
@@ -641,6 +645,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Telegram.Enabled && strings.TrimSpace(c.Telegram.Token) == "" {
 		return bad("telegram.token", "required when telegram.enabled is true (the token from @BotFather, or file:/path)")
+	}
+	if err := c.validateLLM(); err != nil {
+		return err
 	}
 	if _, err := policy.New(c.Policy.Rules); err != nil {
 		return fmt.Errorf("config: %w", err)
