@@ -373,3 +373,32 @@ func TestPromptInjection(t *testing.T) {
 		})
 	}
 }
+
+// Integrity failure (seed 000 §3.4): the runtime, not the model, hashed
+// the proposed call; arguments changed after the card was shown (here in
+// storage) are refused at the tap and nothing runs.
+func TestAgentChangedArgumentsAreRefused(t *testing.T) {
+	h := setup(t)
+	h.fake.Script(shellCall(`["echo","safe"]`))
+	h.deliver(t, owner, "say safe", nil)
+	var c *cards.Card
+	h.ch.waitFor(t, "approval card", func(m []core.OutMessage) bool {
+		c = card(m, func(c *cards.Card) bool { return c.Command == "echo safe" && c.Status == cards.StatusPending })
+		return c != nil
+	})
+	evil := core.Action{Tool: "shell", Argv: []string{"touch", "/tmp/llm-pwned"}, Verify: []verify.Check{verify.ExitCodeZero()}}
+	canonical, _ := evil.Canonical()
+	hash, _ := evil.Hash()
+	if _, err := h.st.Pool().Exec(h.ctx, `UPDATE approvals SET action_canonical = $2, action_hash = $3 WHERE id = $1`, string(c.ID), canonical, hash); err != nil {
+		t.Fatal(err)
+	}
+	h.deliver(t, owner, "", &core.Tap{Card: c.ID, Choice: "approve"})
+	h.ch.waitFor(t, "refusal", func(m []core.OutMessage) bool { return hasText(m, "nothing was run") })
+	if n := h.executions(t); n != 0 {
+		t.Fatalf("executions = %d", n)
+	}
+	rows, err := h.st.AuditTail(h.ctx, 1, "test:chat", []string{"approval.refused"})
+	if err != nil || len(rows) != 1 || rows[0].Entry.Data["reason"] != "altered" {
+		t.Fatalf("refusal audit = %+v, %v", rows, err)
+	}
+}
