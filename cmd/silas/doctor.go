@@ -22,7 +22,7 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 		"Check the database role (warns when the gateway's role is a superuser or can change audit_log), the\n"+
 			"audit key, the sandbox's isolation (what is in force, or what is missing), inbound events quarantined\n"+
 			"at intake (dead letters), the Telegram bot token (getMe) and webhook status (getWebhookInfo) against\n"+
-			"the configuration, and report problems in plain words. Nothing is changed on Telegram's side. Flags override the\n"+
+			"the configuration, the model endpoint, its models and tool calling (agent.kind: llm), and report problems in plain words. Nothing is changed on Telegram's side. Flags override the\n"+
 			"telegram.* configuration keys, so a token can be checked before it goes into the config.\n"+
 			"Exit status 1 when a problem was found.")
 	token := fs.String("telegram-token", "", "bot token, or file:/path to read it from (prefer file: — flags end up in shell history)")
@@ -46,6 +46,7 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	if err := doctorDeadLetters(ctx, env, cfg); err != nil {
 		return err
 	}
+	problems += doctorLLM(ctx, cfg, env.stdout, *timeout)
 	tc := telegramSettings(cfg)
 	for _, o := range []struct {
 		dst *string

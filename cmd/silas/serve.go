@@ -22,7 +22,6 @@ import (
 	"github.com/silas-gateway/silas/adapters/telegram"
 	"github.com/silas-gateway/silas/adapters/webchat"
 	"github.com/silas-gateway/silas/core"
-	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/keys"
 	"github.com/silas-gateway/silas/core/policy"
@@ -183,8 +182,12 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	for i, o := range cfg.Identities.Allowed {
 		allowed[i] = core.IdentityID(o)
 	}
+	ag, err := newAgent(cfg, log)
+	if err != nil {
+		return err
+	}
 	eng, err := engine.New(engine.Config{
-		Store: db.store, Channels: channels, Agent: agent.Command{}, Sandbox: sb,
+		Store: db.store, Channels: channels, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{sbDir}},
 		Policy:   pol, Key: key, Owners: owners, Allowed: allowed, Access: access,
 		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration, ExecTimeout: cfg.Sandbox.Timeout.Duration,

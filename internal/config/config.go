@@ -197,6 +197,9 @@ type Config struct {
 		// (docs/policy.md). Empty: the built-in defaults.
 		Rules []policy.Rule `yaml:"rules"`
 	} `yaml:"policy"`
+	// Agent and LLM choose and configure the agent (llm.go).
+	Agent Agent `yaml:"agent"`
+	LLM   LLM   `yaml:"llm"`
 
 	// ignoredEnv are Kubernetes service-link variables Load skipped.
 	ignoredEnv []string
@@ -306,6 +309,7 @@ func Default() *Config {
 	c.Telegram.Limits.PerChatInterval = Duration{time.Second}
 	slackDefaults(c)
 	defaultDiscord(c)
+	c.setLLMDefaults()
 	return c
 }
 
@@ -675,6 +679,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := validateDiscord(c); err != nil {
+		return err
+	}
+	if err := c.validateLLM(); err != nil {
 		return err
 	}
 	if _, err := policy.New(c.Policy.Rules); err != nil {

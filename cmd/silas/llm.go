@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/silas-gateway/silas/adapters/kit"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/agent"
+	"github.com/silas-gateway/silas/core/agent/llm"
+	"github.com/silas-gateway/silas/internal/config"
+)
+
+// llmConfig maps the llm.* keys onto the client's config, reading a
+// file: key. Planner and executor default to the proxy model.
+func llmConfig(cfg *config.Config, log *slog.Logger) (llm.Config, error) {
+	l := cfg.LLM
+	key, err := kit.ReadSecret("llm.api_key", l.APIKey)
+	if err != nil {
+		return llm.Config{}, fmt.Errorf("config: %w", err)
+	}
+	m := llm.Models{Proxy: l.Models.Proxy, Planner: l.Models.Planner, Executor: l.Models.Executor}
+	if m.Planner == "" {
+		m.Planner = m.Proxy
+	}
+	if m.Executor == "" {
+		m.Executor = m.Proxy
+	}
+	return llm.Config{BaseURL: l.BaseURL, APIKey: key, Models: m, Timeout: l.Timeout.Duration,
+		MaxRetries: l.MaxRetries, MaxRetryDelay: l.MaxRetryDelay.Duration, Logger: log}, nil
+}
+
+// newAgent returns the agent agent.kind names: the command agent, or the
+// one-step LLM agent with the command agent as its fallback.
+func newAgent(cfg *config.Config, log *slog.Logger) (core.Agent, error) {
+	if cfg.Agent.Kind != "llm" {
+		return agent.Command{}, nil
+	}
+	lc, err := llmConfig(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	c, err := llm.New(lc)
+	if err != nil {
+		return nil, fmt.Errorf("config: llm.base_url: %w", err)
+	}
+	tools := llm.ToolOptions{HTTPAllowDomains: cfg.LLM.HTTPAllowDomains}
+	log.Info("agent: llm", slog.String("base_url", lc.BaseURL), slog.String("proxy", lc.Models.Proxy),
+		slog.String("planner", lc.Models.Planner), slog.String("executor", lc.Models.Executor))
+	return &llm.Agent{Proxy: llm.Proxy{Client: c, Tools: tools}, Planner: llm.Planner{Client: c}, Fallback: agent.Command{},
+		Timeout: cfg.LLM.TurnTimeout.Duration, Log: log}, nil
+}
+
+// doctorLLM checks the model endpoint when agent.kind is llm and returns
+// the number of problems found.
+func doctorLLM(ctx context.Context, cfg *config.Config, out io.Writer, timeout time.Duration) int {
+	fmt.Fprintln(out, "Model (agent.kind: "+cfg.Agent.Kind+")")
+	if cfg.Agent.Kind != "llm" {
+		fmt.Fprintln(out, "  · the command agent needs no model: skipped")
+		return 0
+	}
+	lc, err := llmConfig(cfg, slog.New(slog.DiscardHandler))
+	if err == nil {
+		lc.Timeout = min(lc.Timeout, timeout)
+		lc.MaxRetries = 0
+	}
+	var c *llm.Client
+	if err == nil {
+		c, err = llm.New(lc)
+	}
+	if err != nil {
+		fmt.Fprintf(out, "  ✗ %-12s %v\n", "config", err)
+		return 1
+	}
+	problems := 0
+	for _, f := range llm.Doctor(ctx, c) {
+		mark := map[llm.Severity]string{llm.SeverityOK: "✓", llm.SeverityInfo: "·", llm.SeverityWarn: "!", llm.SeverityError: "✗"}[f.Severity]
+		fmt.Fprintf(out, "  %s %-12s %s\n", mark, f.Check, f.Message)
+		if f.Severity == llm.SeverityError {
+			problems++
+		}
+	}
+	return problems
+}

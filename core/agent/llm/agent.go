@@ -1,0 +1,90 @@
+package llm
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/silas-gateway/silas/core"
+)
+
+// Agent is the one-step LLM agent behind `agent.kind: llm`: per message
+// the proxy answers in text, proposes one tool call — which becomes the
+// turn's one proposed action and goes through the same policy, card,
+// token, sandbox and verification as /run — or hands a task to the
+// planner, whose plan is shown. Multi-step execution of plans needs the
+// durable task runtime (see docs/agent.md); until then a plan is shown,
+// not run.
+//
+// Commands (text starting with "/", /run included) and every model failure
+// go to Fallback, the deterministic command agent, so Silas keeps working
+// when the endpoint does not.
+type Agent struct {
+	Proxy    Proxy
+	Planner  Planner
+	Fallback core.Agent
+	// Timeout bounds one Respond, model calls and retries included
+	// (0: 2 minutes).
+	Timeout time.Duration
+	Log     *slog.Logger
+}
+
+var _ core.Agent = (*Agent)(nil)
+
+// Respond implements core.Agent. It is not a core.InlineAgent: it calls a
+// model, so its turns are stored first and answered by a worker.
+func (a *Agent) Respond(ctx context.Context, in core.AgentInput) (core.Proposal, error) {
+	text := strings.TrimSpace(in.Text)
+	if strings.HasPrefix(text, "/") || text == "" {
+		return a.Fallback.Respond(ctx, in)
+	}
+	timeout := a.Timeout
+	if timeout <= 0 {
+		timeout = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	log := a.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	route, err := a.Proxy.Decide(ctx, text, in.Trust == core.TrustExternal)
+	if err != nil {
+		log.Warn("proxy model failed; answering with the command agent", slog.String("conversation", string(in.Conversation)), slog.String("err", err.Error()))
+		p, ferr := a.Fallback.Respond(ctx, in)
+		if ferr != nil {
+			return p, ferr
+		}
+		p.Reply = strings.TrimSpace("The model is not available right now (" + shorten(err.Error(), 200) + "). " + p.Reply)
+		return p, nil
+	}
+	log.Debug("proxy decided", slog.String("conversation", string(in.Conversation)), slog.Bool("call", route.Call != nil),
+		slog.Int64("tokens", route.Usage.TotalTokens))
+	if route.Call == nil {
+		return core.Proposal{Reply: route.Reply}, nil
+	}
+	c := *route.Call
+	switch c.Name {
+	case ToolAskUser:
+		var b strings.Builder
+		b.WriteString(c.Question)
+		for i, ch := range c.Choices {
+			fmt.Fprintf(&b, "\n%d. %s", i+1, ch)
+		}
+		return core.Proposal{Reply: b.String()}, nil
+	case ToolPlanTask:
+		pl, _, err := a.Planner.Plan(ctx, c.Goal, "")
+		if err != nil {
+			log.Warn("planner failed", slog.String("conversation", string(in.Conversation)), slog.String("err", err.Error()))
+			return core.Proposal{Reply: "I could not make a plan for that (" + shorten(err.Error(), 200) + "). Try asking for one step at a time."}, nil
+		}
+		return core.Proposal{Reply: "Plan: " + pl.Summary() + "\n\nRunning multi-step plans is not available yet: ask me for one step at a time, and I will propose it for your approval."}, nil
+	}
+	pa, ok := c.Action()
+	if !ok {
+		return core.Proposal{Reply: route.Reply}, nil
+	}
+	return core.Proposal{Reply: route.Reply, Actions: []core.ProposedAction{pa}}, nil
+}

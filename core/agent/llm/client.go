@@ -1,0 +1,374 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+)
+
+// Models names the model of each role. One model may serve all three.
+type Models struct {
+	// Proxy answers simple messages and routes tasks (cheap, fast).
+	Proxy string
+	// Planner writes plans (the strongest reasoning).
+	Planner string
+	// Executor proposes tool calls step by step (tool-capable, cost-optimised).
+	Executor string
+}
+
+// Config configures a Client. cmd/silas maps the llm.* configuration keys
+// onto it; internal/config validates them and documents the defaults.
+type Config struct {
+	// BaseURL is the endpoint's OpenAI-compatible API root, e.g.
+	// https://api.openai.com/v1 or http://127.0.0.1:11434/v1.
+	BaseURL string
+	// APIKey is sent as a bearer token. It is never logged and never put
+	// into an error; empty sends no Authorization header (local servers).
+	APIKey string
+	Models Models
+	// Timeout bounds one HTTP attempt (0: 60s). The caller's context bounds
+	// the whole call, retries included.
+	Timeout time.Duration
+	// MaxRetries is how often a connection error, 408, 409, 429 or 5xx is
+	// retried, with exponential backoff that honours Retry-After.
+	MaxRetries int
+	// MaxRetryDelay caps one backoff wait (0: 8s). A server asking to wait
+	// longer than this ends the retries with its error.
+	MaxRetryDelay time.Duration
+	// HTTPClient is injected by tests; nil uses a plain http.Client.
+	HTTPClient *http.Client
+	// Logger gets one debug line per call (model, time, tokens); nil
+	// discards.
+	Logger *slog.Logger
+}
+
+// Role is who wrote a message.
+type Role string
+
+// The four roles of a chat-completions conversation.
+const (
+	RoleSystem    Role = "system"
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleTool      Role = "tool"
+)
+
+// Message is one message of a conversation sent to the model.
+type Message struct {
+	Role    Role
+	Content string
+	// ToolCalls are the calls an assistant message made (RoleAssistant).
+	ToolCalls []ToolCall
+	// ToolCallID answers that call (RoleTool).
+	ToolCallID string
+}
+
+// ToolCall is one function call the model asked for. Arguments is the raw
+// JSON text the model wrote: untrusted, decoded strictly by DecodeArgs.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments string
+}
+
+// Tool is a function the model may call; Parameters is its JSON Schema.
+type Tool struct {
+	Name        string
+	Description string
+	Parameters  map[string]any
+}
+
+// Request is one chat-completions call.
+type Request struct {
+	Model    string
+	Messages []Message
+	Tools    []Tool
+	// ToolChoice is "" or "auto" (the model decides), "none", "required",
+	// or the name of one tool the model must call.
+	ToolChoice string
+}
+
+// Usage is what the endpoint reported the call cost in tokens.
+type Usage struct {
+	PromptTokens     int64
+	CompletionTokens int64
+	TotalTokens      int64
+}
+
+// Response is the model's answer: text, tool calls, or both.
+type Response struct {
+	Model        string
+	Content      string
+	Refusal      string
+	ToolCalls    []ToolCall
+	FinishReason string
+	Usage        Usage
+}
+
+// APIError is an error answer from the endpoint (after retries). Message is
+// the server's own text, shortened, with the API key cut out in case a
+// server echoes it.
+type APIError struct {
+	Op      string
+	Status  int
+	Code    string
+	Type    string
+	Message string
+}
+
+func (e *APIError) Error() string {
+	s := fmt.Sprintf("llm: %s: the endpoint answered %d %s", e.Op, e.Status, http.StatusText(e.Status))
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	switch e.Status {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		s += " (check llm.api_key)"
+	case http.StatusNotFound:
+		s += " (check llm.base_url and the model names in llm.models)"
+	}
+	return s
+}
+
+// Client talks to one OpenAI-compatible endpoint.
+type Client struct {
+	cfg    Config
+	chat   openai.ChatCompletionService
+	models openai.ModelService
+	log    *slog.Logger
+}
+
+// New returns a client for cfg. It makes no request.
+//
+// The SDK's services are built directly rather than through
+// openai.NewClient, which would also read OPENAI_API_KEY, OPENAI_ORG_ID,
+// OPENAI_CUSTOM_HEADERS… from the environment and send them to whatever
+// server llm.base_url names; Silas's configuration is the only source.
+func New(cfg Config) (*Client, error) {
+	u, err := checkBaseURL(cfg.BaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 60 * time.Second
+	}
+	if cfg.MaxRetryDelay <= 0 {
+		cfg.MaxRetryDelay = 8 * time.Second
+	}
+	if cfg.MaxRetries < 0 {
+		cfg.MaxRetries = 0
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	opts := []option.RequestOption{
+		option.WithBaseURL(u),
+		option.WithHTTPClient(hc),
+		option.WithMaxRetries(cfg.MaxRetries),
+		option.WithMaxRetryDelay(cfg.MaxRetryDelay),
+		option.WithRequestTimeout(cfg.Timeout),
+	}
+	if cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	}
+	return &Client{
+		cfg:    cfg,
+		chat:   openai.NewChatCompletionService(opts...),
+		models: openai.NewModelService(opts...),
+		log:    log,
+	}, nil
+}
+
+// Models returns the configured role models.
+func (c *Client) Models() Models { return c.cfg.Models }
+
+// checkBaseURL accepts an http(s) URL without credentials, query or
+// fragment and returns it with a trailing slash (the SDK joins paths).
+func checkBaseURL(s string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(s))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("llm: base URL %q must be an http:// or https:// URL such as https://api.openai.com/v1", s)
+	}
+	if u.User != nil {
+		// Credentials in the URL would end up in logs and error messages.
+		return "", errors.New("llm: the base URL must not contain credentials: put the key in llm.api_key")
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("llm: base URL %q must not have a query or fragment", s)
+	}
+	if !strings.HasSuffix(u.Path, "/") {
+		u.Path += "/"
+	}
+	return u.String(), nil
+}
+
+// ListModels returns the ids of the models the endpoint serves
+// (GET /models).
+func (c *Client) ListModels(ctx context.Context) ([]string, error) {
+	page, err := c.models.List(ctx)
+	if err != nil {
+		return nil, c.wrap(ctx, "list models", err)
+	}
+	ids := make([]string, 0, len(page.Data))
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+	}
+	return ids, nil
+}
+
+// Chat makes one chat-completions call (POST /chat/completions), retried on
+// 429 and 5xx as configured, and returns the first choice.
+func (c *Client) Chat(ctx context.Context, req Request) (Response, error) {
+	params, err := buildParams(req)
+	if err != nil {
+		return Response{}, err
+	}
+	start := time.Now()
+	res, err := c.chat.New(ctx, params)
+	took := time.Since(start)
+	if err != nil {
+		err = c.wrap(ctx, "chat completions", err)
+		c.log.Warn("model call failed", slog.String("model", req.Model), slog.Duration("took", took), slog.String("err", err.Error()))
+		return Response{}, err
+	}
+	if len(res.Choices) == 0 {
+		return Response{}, fmt.Errorf("llm: chat completions: the answer from %s has no choices", req.Model)
+	}
+	ch := res.Choices[0]
+	out := Response{
+		Model:        res.Model,
+		Content:      ch.Message.Content,
+		Refusal:      ch.Message.Refusal,
+		FinishReason: ch.FinishReason,
+		Usage: Usage{
+			PromptTokens:     res.Usage.PromptTokens,
+			CompletionTokens: res.Usage.CompletionTokens,
+			TotalTokens:      res.Usage.TotalTokens,
+		},
+	}
+	for _, tc := range ch.Message.ToolCalls {
+		if tc.Type != "" && tc.Type != "function" {
+			return Response{}, fmt.Errorf("llm: chat completions: %s called a %q tool; only function tools are offered", req.Model, tc.Type)
+		}
+		out.ToolCalls = append(out.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+	}
+	c.log.Debug("model call", slog.String("model", req.Model), slog.Duration("took", took),
+		slog.Int64("prompt_tokens", out.Usage.PromptTokens), slog.Int64("completion_tokens", out.Usage.CompletionTokens),
+		slog.Int("tool_calls", len(out.ToolCalls)), slog.String("finish_reason", out.FinishReason))
+	return out, nil
+}
+
+// buildParams maps a Request onto the SDK's parameters.
+func buildParams(req Request) (openai.ChatCompletionNewParams, error) {
+	var p openai.ChatCompletionNewParams
+	if strings.TrimSpace(req.Model) == "" {
+		return p, errors.New("llm: chat completions: no model named")
+	}
+	if len(req.Messages) == 0 {
+		return p, errors.New("llm: chat completions: no messages")
+	}
+	p.Model = shared.ChatModel(req.Model)
+	for i, m := range req.Messages {
+		switch m.Role {
+		case RoleSystem:
+			p.Messages = append(p.Messages, openai.SystemMessage(m.Content))
+		case RoleUser:
+			p.Messages = append(p.Messages, openai.UserMessage(m.Content))
+		case RoleTool:
+			if m.ToolCallID == "" {
+				return p, fmt.Errorf("llm: chat completions: message %d is a tool result without a tool call id", i)
+			}
+			p.Messages = append(p.Messages, openai.ToolMessage(m.Content, m.ToolCallID))
+		case RoleAssistant:
+			a := openai.ChatCompletionAssistantMessageParam{}
+			if m.Content != "" {
+				a.Content.OfString = openai.String(m.Content)
+			}
+			for _, tc := range m.ToolCalls {
+				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+						ID:       tc.ID,
+						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
+					},
+				})
+			}
+			p.Messages = append(p.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+		default:
+			return p, fmt.Errorf("llm: chat completions: message %d has unknown role %q", i, m.Role)
+		}
+	}
+	for _, t := range req.Tools {
+		fd := shared.FunctionDefinitionParam{Name: t.Name, Parameters: shared.FunctionParameters(t.Parameters)}
+		if t.Description != "" {
+			fd.Description = openai.String(t.Description)
+		}
+		p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(fd))
+	}
+	switch req.ToolChoice {
+	case "":
+	case "auto", "none", "required":
+		p.ToolChoice.OfAuto = openai.String(req.ToolChoice)
+	default:
+		p.ToolChoice.OfFunctionToolChoice = &openai.ChatCompletionNamedToolChoiceParam{
+			Function: openai.ChatCompletionNamedToolChoiceFunctionParam{Name: req.ToolChoice},
+		}
+	}
+	return p, nil
+}
+
+// wrap turns an SDK error into a clear one that never carries the key.
+func (c *Client) wrap(ctx context.Context, op string, err error) error {
+	var ae *openai.Error
+	if errors.As(err, &ae) {
+		return &APIError{Op: op, Status: ae.StatusCode, Code: c.scrub(ae.Code), Type: c.scrub(ae.Type), Message: c.scrub(shorten(ae.Message, 300))}
+	}
+	msg := err.Error()
+	switch {
+	case ctx.Err() != nil:
+		msg = "gave up: " + ctx.Err().Error()
+	case errors.Is(err, context.DeadlineExceeded):
+		msg = fmt.Sprintf("no answer within %s (llm.timeout), after %d retries", c.cfg.Timeout, c.cfg.MaxRetries)
+	}
+	return &scrubbed{msg: fmt.Sprintf("llm: %s: %s", op, c.scrub(msg)), err: err}
+}
+
+// scrub removes the API key from text that came from outside.
+func (c *Client) scrub(s string) string {
+	if len(c.cfg.APIKey) >= 4 {
+		s = strings.ReplaceAll(s, c.cfg.APIKey, "[api key]")
+	}
+	return s
+}
+
+// scrubbed is an error whose text was cleaned but whose cause still
+// unwraps (errors.Is(err, context.Canceled) keeps working).
+type scrubbed struct {
+	msg string
+	err error
+}
+
+func (e *scrubbed) Error() string { return e.msg }
+func (e *scrubbed) Unwrap() error { return e.err }
+
+// shorten cuts s to n runes, marking the cut.
+func shorten(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
