@@ -48,7 +48,7 @@ func (a *Adapter) enqueue(ctx context.Context, w work) {
 }
 
 func (a *Adapter) runGateway(ctx context.Context) {
-	b := kit.Backoff{Min: time.Second, Max: 2 * time.Minute}
+	b := kit.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
 	var s *gwSession
 	for ctx.Err() == nil {
 		if s == nil {
@@ -236,6 +236,9 @@ func (a *Adapter) handleMessage(ctx context.Context, in core.Inbox, m *discordgo
 	track := r.act == actDeliver || guild == "" || w.allowed
 	switch r.act {
 	case actDeliver:
+		if r.typed {
+			a.ixs.addTyped(r.turn.EventID, m.ChannelID)
+		}
 		b := kit.Backoff{Min: 200 * time.Millisecond, Max: 30 * time.Second}
 		for {
 			res, err := in.Deliver(ctx, r.turn)
@@ -247,6 +250,9 @@ func (a *Adapter) handleMessage(ctx context.Context, in core.Inbox, m *discordgo
 			if err == nil {
 				if res.Duplicate {
 					log.Debug("discord message was delivered before")
+					if r.typed {
+						a.ixs.takeTyped(r.turn.EventID)
+					}
 				}
 				break
 			}

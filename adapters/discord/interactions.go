@@ -60,10 +60,42 @@ type interactions struct {
 	mu      sync.Mutex
 	byEvent map[string]*pendingIx
 	byRef   map[core.MessageRef]*pendingIx
+	// typed are taps typed as text (event id → channel id): no
+	// interaction to answer, so the answer is a message in the channel.
+	typed map[string]string
 }
 
 func newInteractions(a *Adapter) *interactions {
-	return &interactions{a: a, byEvent: map[string]*pendingIx{}, byRef: map[core.MessageRef]*pendingIx{}}
+	return &interactions{a: a, byEvent: map[string]*pendingIx{}, byRef: map[core.MessageRef]*pendingIx{}, typed: map[string]string{}}
+}
+
+// addTyped registers a typed tap before it is delivered (the core may
+// answer before Deliver returns).
+func (x *interactions) addTyped(ev, channel string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.typed) > 10000 {
+		clear(x.typed) // answers owed that long are not coming
+	}
+	x.typed[ev] = channel
+}
+
+func (x *interactions) takeTyped(ev string) (string, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ch, ok := x.typed[ev]
+	delete(x.typed, ev)
+	return ch, ok
+}
+
+// answerTyped answers a typed tap with a message in its channel (nothing
+// when there is nothing to say).
+func (a *Adapter) answerTyped(ctx context.Context, channel, text string) error {
+	if strings.TrimSpace(text) == "" {
+		return nil
+	}
+	_, err := a.sendRendered(ctx, channel, rendered{content: cutRunes(escapeMarkdown(text), MaxMessageLen)})
+	return err
 }
 
 func (x *interactions) add(ev string, p *pendingIx) {
@@ -174,6 +206,9 @@ func (a *Adapter) deadline(p *pendingIx) {
 
 // AnswerTap implements core.TapAnswerer (see the comment at the top).
 func (a *Adapter) AnswerTap(ctx context.Context, t core.Turn, text string) error {
+	if ch, ok := a.ixs.takeTyped(t.EventID); ok {
+		return a.answerTyped(ctx, ch, text)
+	}
 	p, ok := a.ixs.event(t.EventID)
 	if !ok {
 		return nil
@@ -201,6 +236,12 @@ func (a *Adapter) AnswerTap(ctx context.Context, t core.Turn, text string) error
 // text is the ephemeral answer. A tap that was answered already is
 // core.ErrNotSupported (the caller updates the card with Update).
 func (a *Adapter) AnswerTapWithCard(ctx context.Context, t core.Turn, text string, card *cards.Card) error {
+	if ch, ok := a.ixs.takeTyped(t.EventID); ok {
+		if err := a.answerTyped(ctx, ch, text); err != nil || card == nil {
+			return err
+		}
+		return core.ErrNotSupported
+	}
 	p, ok := a.ixs.event(t.EventID)
 	if !ok {
 		return core.ErrNotSupported

@@ -325,8 +325,18 @@ func TestSlashRunTapUpdatesSameMessage(t *testing.T) {
 		m := w.message(dm, card.ID)
 		return strings.Contains(embedText(m), "exit code 0 ✓") && len(buttons(m)) == 0, embedText(m)
 	})
-	if n := len(w.srv.BotMessages(dm)); n != 1 {
-		t.Errorf("bot messages in the DM = %d; want the one card, updated in place", n)
+	// The DM shows the command's record (the slash command's type-4
+	// answer) and the card, one message, updated in place.
+	var records, others []discordtest.Message
+	for _, m := range w.srv.BotMessages(dm) {
+		if m.Interaction == ix {
+			records = append(records, m)
+		} else {
+			others = append(others, m)
+		}
+	}
+	if len(records) != 1 || !strings.Contains(records[0].Content, "/run echo hi") || len(others) != 1 || others[0].ID != card.ID {
+		t.Errorf("bot messages in the DM: records %v, others %v; want the command's record and the one card", records, others)
 	}
 	// The same approve tap again (a new interaction on a decided card):
 	// refused, nothing runs again.
