@@ -76,6 +76,7 @@ func (a *Adapter) runGateway(ctx context.Context) {
 		if ctx.Err() != nil {
 			// A clean close: Discord ends the session (we do not resume
 			// across a restart; the catch-up covers it).
+			s.guard.clean.Store(true)
 			_ = gs.Close()
 			return
 		}
@@ -94,8 +95,9 @@ func (a *Adapter) runGateway(ctx context.Context) {
 
 // gwSession is a discordgo session with its disconnect signal.
 type gwSession struct {
-	gs   *discordgo.Session
-	down chan struct{} // receives on every Disconnect
+	gs    *discordgo.Session
+	down  chan struct{} // receives on every Disconnect
+	guard closeGuard
 }
 
 func (a *Adapter) gatewaySession(ctx context.Context) (*gatewayConn, error) {
@@ -104,6 +106,7 @@ func (a *Adapter) gatewaySession(ctx context.Context) (*gatewayConn, error) {
 		return nil, err
 	}
 	g := &gatewayConn{gs: s, down: make(chan struct{}, 1)}
+	s.Dialer = g.guard.dialer()
 	s.AddHandler(func(_ *discordgo.Session, r *discordgo.Ready) {
 		if r.User != nil {
 			a.setMe(r.User.ID)

@@ -114,26 +114,27 @@ type Server struct {
 	BaseURL string
 	t       testing.TB
 
-	mu        sync.Mutex
-	next      int64
-	msgs      map[string][]*Message // by channel
-	guildOf   map[string]string     // channel → guild
-	dms       map[string]string     // user → DM channel
-	cbs       []Callback
-	follows   []Callback
-	commands  []map[string]any
-	cmdPuts   int
-	faults    map[string][]int     // route prefix → queued retry_after ms for 429
-	ixMsg     map[string][2]string // interaction → tapped channel, message
-	ixUser    map[string]string    // interaction → user
-	ixChannel map[string]string    // interaction → channel
-	ixSent    map[string]time.Time // interaction → written to a live socket
-	calls     map[string]int
-	limits    Limits
-	buckets   map[string]*bucket
-	arrivals  []time.Time // REST requests counted by the global limit
-	viol      []string
-	outage    bool
+	mu         sync.Mutex
+	next       int64
+	msgs       map[string][]*Message // by channel
+	guildOf    map[string]string     // channel → guild
+	dms        map[string]string     // user → DM channel
+	cbs        []Callback
+	follows    []Callback
+	commands   []map[string]any
+	cmdPuts    int
+	faults     map[string][]int     // route prefix → queued retry_after ms for 429
+	ixMsg      map[string][2]string // interaction → tapped channel, message
+	ixUser     map[string]string    // interaction → user
+	ixChannel  map[string]string    // interaction → channel
+	ixSent     map[string]time.Time // interaction → written to a live socket
+	calls      map[string]int
+	limits     Limits
+	buckets    map[string]*bucket
+	arrivals   []time.Time // REST requests counted by the global limit
+	viol       []string
+	outage     bool
+	outageHits int
 
 	// gateway: Discord ends a session when the client closes with
 	// 1000/1001; cleanCloses counts those, resumesAfterClean the RESUMEs
@@ -217,6 +218,9 @@ func (s *Server) Outage(v bool) {
 		s.DropConnection()
 	}
 }
+
+// OutageHits counts REST requests answered 502 during an outage.
+func (s *Server) OutageHits() int { s.mu.Lock(); defer s.mu.Unlock(); return s.outageHits }
 
 // Stats are counts of gateway handshakes.
 type Stats struct {
@@ -658,6 +662,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.calls[route]++
 	if s.outage {
+		s.outageHits++
 		s.mu.Unlock()
 		w.Header().Set("Content-Type", "text/html")
 		w.WriteHeader(http.StatusBadGateway)

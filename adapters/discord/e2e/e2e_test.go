@@ -67,6 +67,8 @@ type world struct {
 	pub   ed25519.PublicKey
 	ipriv ed25519.PrivateKey
 	now   func() time.Time
+	// cfg adjusts the adapter's configuration.
+	cfg func(*discord.Config)
 }
 
 type node struct {
@@ -81,8 +83,13 @@ type node struct {
 
 func newWorld(t *testing.T, mode string) *world {
 	t.Helper()
-	w := &world{t: t, logs: &syncBuffer{}, sbDir: t.TempDir(), mode: mode}
-	w.srv = discordtest.NewServer(t)
+	return newWorldWith(t, mode, discordtest.DiscordLimits, nil)
+}
+
+func newWorldWith(t *testing.T, mode string, l discordtest.Limits, cfg func(*discord.Config)) *world {
+	t.Helper()
+	w := &world{t: t, logs: &syncBuffer{}, sbDir: t.TempDir(), mode: mode, cfg: cfg}
+	w.srv = discordtest.NewServerWithLimits(t, l)
 	w.dsn = pgtest.NewDatabase(t)
 	db, err := store.Open(context.Background(), w.dsn, store.Options{})
 	if err != nil {
@@ -135,6 +142,9 @@ func (w *world) start() *node {
 		State: st, Logger: log, Now: w.now}
 	if w.mode == discord.ModeHTTP {
 		cfg.PublicKey = hex.EncodeToString(w.pub)
+	}
+	if w.cfg != nil {
+		w.cfg(&cfg)
 	}
 	dc, err := discord.New(cfg)
 	if err != nil {
@@ -477,28 +487,6 @@ func TestRestartCatchUp(t *testing.T) {
 	}
 	if n := len(whoamiReplies(w, dm)); n != missed+1 {
 		t.Errorf("replies = %d; want %d", n, missed+1)
-	}
-}
-
-// TestRateLimitStorm: 429s with a small retry_after on message creation:
-// every reply still arrives, in order.
-func TestRateLimitStorm(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t, discord.ModeGateway)
-	w.start()
-	w.waitReady()
-	dm := w.srv.DM(owner.ID)
-	w.srv.Inject429("POST /channels/{id}/messages", 6, 150*time.Millisecond)
-	const total = 8
-	for i := range total {
-		w.srv.SendMessage(owner, dm, "/audit "+strconv.Itoa(i+1), false)
-	}
-	w.eventually("every reply", 30*time.Second, func() (bool, string) {
-		n := len(w.srv.BotMessages(dm))
-		return n >= total, fmt.Sprintf("%d replies", n)
-	})
-	if n := w.count(`SELECT count(*) FROM outbox WHERE channel = 'discord' AND status = 'delivered'`); n != total {
-		t.Errorf("delivered = %d; want %d", n, total)
 	}
 }
 
