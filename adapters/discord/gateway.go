@@ -167,10 +167,7 @@ func (a *Adapter) watch(ctx context.Context, g *gwSession) (clean bool) {
 			interval = ack.Sub(lastAck)
 		}
 		lastAck = ack
-		limit := a.cfg.ZombieAfter
-		if interval > 0 {
-			limit = min(limit, interval+min(interval/2, 10*time.Second))
-		}
+		limit := zombieLimit(a.cfg.ZombieAfter, interval)
 		if since := time.Since(ack); since > limit {
 			a.log.Warn("discord: no heartbeat ACK; replacing the zombie connection", slog.Duration("since_ack", since))
 			// Not 1000/1001: the session stays resumable.
@@ -182,6 +179,17 @@ func (a *Adapter) watch(ctx context.Context, g *gwSession) (clean bool) {
 			return false
 		}
 	}
+}
+
+// zombieLimit is how long after the last heartbeat ACK a connection is
+// replaced: one interval and a half (at most 10 s more than the interval)
+// once the interval is known, never more than zombieAfter. With Discord's
+// 41.25 s interval that is 50 s.
+func zombieLimit(zombieAfter, interval time.Duration) time.Duration {
+	if interval <= 0 {
+		return zombieAfter
+	}
+	return min(zombieAfter, interval+min(interval/2, 10*time.Second))
 }
 
 func shortID(s string) string {

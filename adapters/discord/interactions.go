@@ -362,6 +362,14 @@ func (a *Adapter) handleInteraction(ctx context.Context, ix *discordgo.Interacti
 	answer := func(resp *discordgo.InteractionResponse) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
+		if p.responded {
+			// The deadline answered first (a slow store): what is left to
+			// say goes to the user alone as a follow-up.
+			if resp.Data != nil && resp.Data.Flags&ephemeral != 0 {
+				go a.followUp(context.Background(), p, resp.Data.Content)
+			}
+			return
+		}
 		if err := a.respondLocked(ctx, p, resp); err != nil {
 			a.log.Warn("discord: could not answer an interaction", slog.Any("err", err))
 		}
@@ -390,6 +398,28 @@ func (a *Adapter) handleInteraction(ctx context.Context, ix *discordgo.Interacti
 		return
 	}
 	t := in.turn
+	// The visible record of a command; Silas's answer (a card, a reply)
+	// follows as its own message, which taps then update.
+	record := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
+		Data: &discordgo.InteractionResponseData{Content: "`" + strings.ReplaceAll(cutRunes(t.Text, 200), "`", "'") + "`", AllowedMentions: noMentions()}}
+	if t.Tap == nil {
+		// Discord waits 3 s for the first answer. When storing the
+		// command takes longer (a slow database), the record goes out
+		// first and any later word is an ephemeral follow-up.
+		early := record
+		if t.ChatKind == core.ChatGroup && strings.HasPrefix(t.Text, "/secret") {
+			early = ephemeralText("I will send you a direct message with the secure form.")
+		}
+		time.AfterFunc(a.answerBy, func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if !p.responded {
+				if err := a.respondLocked(context.Background(), p, early); err != nil {
+					a.log.Warn("discord: could not answer a command in time", slog.Any("err", err))
+				}
+			}
+		})
+	}
 	convChannel := ix.ChannelID
 	if t.Tap == nil && t.ChatKind == core.ChatGroup && strings.HasPrefix(t.Text, "/secret") {
 		// The secure form's link is for the requester alone: it goes to
@@ -434,10 +464,7 @@ func (a *Adapter) handleInteraction(ctx context.Context, ix *discordgo.Interacti
 	case convChannel != ix.ChannelID:
 		answer(ephemeralText("I sent you a direct message with the secure form."))
 	default:
-		// The visible record of the command; Silas's answer (a card, a
-		// reply) follows as its own message, which taps then update.
-		answer(&discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
-			Data: &discordgo.InteractionResponseData{Content: "`" + strings.ReplaceAll(cutRunes(t.Text, 200), "`", "'") + "`", AllowedMentions: noMentions()}})
+		answer(record)
 	}
 }
 

@@ -757,7 +757,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			"session_start_limit": map[string]any{"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}})
 	case route == "GET /users/@me":
 		writeJSON(w, 200, User{ID: BotID, Username: BotName, Bot: true})
-	case route == "GET /applications/@me":
+	case route == "GET /applications/@me" || route == "GET /oauth2/applications/@me":
 		writeJSON(w, 200, map[string]any{"id": AppID, "name": "Silas"})
 	case route == "POST /users/@me/channels":
 		rid, _ := in["recipient_id"].(string)
