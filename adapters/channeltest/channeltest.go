@@ -84,6 +84,10 @@ type Message struct {
 	Buttons []Button
 	// Edits counts edits of the message.
 	Edits int
+	// MaxLen is the platform's limit of this message's text when it is not
+	// MaxTextLen (Discord: an embed holds more than a message's content);
+	// 0 means MaxTextLen.
+	MaxLen int
 }
 
 // Choices are the choice ids of the message's buttons, in order.

@@ -321,6 +321,10 @@ func oversizedReply(w *world) {
 	w.start(5 * time.Second)
 	limit := w.p.MaxTextLen()
 	fits := func(m Message) {
+		limit := limit
+		if m.MaxLen > 0 {
+			limit = m.MaxLen
+		}
 		if limit > 0 && utf8.RuneCountInString(m.Text) > limit {
 			w.t.Errorf("message %s is %d characters; the platform allows %d", m.ID, utf8.RuneCountInString(m.Text), limit)
 		}

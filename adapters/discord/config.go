@@ -79,6 +79,9 @@ type Config struct {
 	// ZombieAfter is how long the gateway may go without a heartbeat ACK
 	// before the connection is replaced (default 50s).
 	ZombieAfter time.Duration
+	// ReconnectMin and ReconnectMax bound the gateway's reconnect backoff
+	// (defaults 1s and 2 minutes; tests scale them down).
+	ReconnectMin, ReconnectMax time.Duration
 }
 
 var (
@@ -116,6 +119,13 @@ func (c Config) withDefaults() Config {
 	if c.ZombieAfter == 0 {
 		c.ZombieAfter = 50 * time.Second
 	}
+	if c.ReconnectMin == 0 {
+		c.ReconnectMin = time.Second
+	}
+	if c.ReconnectMax == 0 {
+		c.ReconnectMax = 2 * time.Minute
+	}
+	c.ReconnectMax = max(c.ReconnectMax, c.ReconnectMin)
 	return c
 }
 

@@ -48,7 +48,7 @@ func (a *Adapter) enqueue(ctx context.Context, w work) {
 }
 
 func (a *Adapter) runGateway(ctx context.Context) {
-	b := kit.Backoff{Min: time.Second, Max: 2 * time.Minute}
+	b := kit.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
 	var s *gwSession
 	for ctx.Err() == nil {
 		if s == nil {
@@ -76,6 +76,7 @@ func (a *Adapter) runGateway(ctx context.Context) {
 		if ctx.Err() != nil {
 			// A clean close: Discord ends the session (we do not resume
 			// across a restart; the catch-up covers it).
+			s.guard.clean.Store(true)
 			_ = gs.Close()
 			return
 		}
@@ -94,8 +95,9 @@ func (a *Adapter) runGateway(ctx context.Context) {
 
 // gwSession is a discordgo session with its disconnect signal.
 type gwSession struct {
-	gs   *discordgo.Session
-	down chan struct{} // receives on every Disconnect
+	gs    *discordgo.Session
+	down  chan struct{} // receives on every Disconnect
+	guard closeGuard
 }
 
 func (a *Adapter) gatewaySession(ctx context.Context) (*gatewayConn, error) {
@@ -104,6 +106,7 @@ func (a *Adapter) gatewaySession(ctx context.Context) (*gatewayConn, error) {
 		return nil, err
 	}
 	g := &gatewayConn{gs: s, down: make(chan struct{}, 1)}
+	s.Dialer = g.guard.dialer()
 	s.AddHandler(func(_ *discordgo.Session, r *discordgo.Ready) {
 		if r.User != nil {
 			a.setMe(r.User.ID)
@@ -164,10 +167,7 @@ func (a *Adapter) watch(ctx context.Context, g *gwSession) (clean bool) {
 			interval = ack.Sub(lastAck)
 		}
 		lastAck = ack
-		limit := a.cfg.ZombieAfter
-		if interval > 0 {
-			limit = min(limit, interval+min(interval/2, 10*time.Second))
-		}
+		limit := zombieLimit(a.cfg.ZombieAfter, interval)
 		if since := time.Since(ack); since > limit {
 			a.log.Warn("discord: no heartbeat ACK; replacing the zombie connection", slog.Duration("since_ack", since))
 			// Not 1000/1001: the session stays resumable.
@@ -179,6 +179,17 @@ func (a *Adapter) watch(ctx context.Context, g *gwSession) (clean bool) {
 			return false
 		}
 	}
+}
+
+// zombieLimit is how long after the last heartbeat ACK a connection is
+// replaced: one interval and a half (at most 10 s more than the interval)
+// once the interval is known, never more than zombieAfter. With Discord's
+// 41.25 s interval that is 50 s.
+func zombieLimit(zombieAfter, interval time.Duration) time.Duration {
+	if interval <= 0 {
+		return zombieAfter
+	}
+	return min(zombieAfter, interval+min(interval/2, 10*time.Second))
 }
 
 func shortID(s string) string {
@@ -236,6 +247,9 @@ func (a *Adapter) handleMessage(ctx context.Context, in core.Inbox, m *discordgo
 	track := r.act == actDeliver || guild == "" || w.allowed
 	switch r.act {
 	case actDeliver:
+		if r.typed {
+			a.ixs.addTyped(r.turn.EventID, m.ChannelID)
+		}
 		b := kit.Backoff{Min: 200 * time.Millisecond, Max: 30 * time.Second}
 		for {
 			res, err := in.Deliver(ctx, r.turn)
@@ -247,6 +261,9 @@ func (a *Adapter) handleMessage(ctx context.Context, in core.Inbox, m *discordgo
 			if err == nil {
 				if res.Duplicate {
 					log.Debug("discord message was delivered before")
+					if r.typed {
+						a.ixs.takeTyped(r.turn.EventID)
+					}
 				}
 				break
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/bwmarrin/discordgo"
 
+	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
 )
 
@@ -32,6 +33,9 @@ type inbound struct {
 	reason string
 	// guild and user are where and who, for the conversation records.
 	guild, user string
+	// typed is set for a tap typed as text ("approve <id>", or "1"
+	// replying to a card): its answer goes to the chat as a message.
+	typed bool
 }
 
 func conversation(ch core.ChannelName, channelID string) core.ConversationID {
@@ -124,13 +128,67 @@ func messageToTurn(m *discordgo.Message, w where, me string, ch core.ChannelName
 		return in
 	}
 	t := core.Turn{Channel: ch, Conversation: conversation(ch, m.ChannelID), Sender: identity(m.Author.ID),
-		SenderName: displayName(m.Author), EventID: "m" + m.ID, PlatformMessageID: m.ID, ChatKind: kind, Text: text,
+		SenderName: displayName(m.Author), EventID: "m" + m.ID, ChatKind: kind,
 		Evidence: core.Evidence{Authenticated: true, Method: method}}
 	if !m.Timestamp.IsZero() {
 		t.At = m.Timestamp.UTC()
 	}
+	// The text fallback: a typed choice becomes the very Tap a button
+	// sends, which the core validates like one (card, conversation,
+	// approver, state). Only it is delivered: the words are not a message.
+	if tap, ok := kit.ParseTextTap(text, quotedCard(m.ReferencedMessage, me)); ok {
+		t.Tap = &tap
+		in.act, in.turn, in.typed = actDeliver, t, true
+		return in
+	}
+	t.PlatformMessageID, t.Text = m.ID, text
 	in.act, in.turn = actDeliver, t
 	return in
+}
+
+// quotedCard is the open card a message replies to, read from the quoted
+// message's buttons, or nil. Only the bot's own messages count (anyone can
+// quote a message carrying buttons with our custom ids, but only the bot
+// can author one). Every button must name the same card; the choices keep
+// their order, which is the numbering cards.PlainText shows.
+func quotedCard(r *discordgo.Message, me string) *kit.Quoted {
+	if r == nil || r.Author == nil || me == "" || r.Author.ID != me {
+		return nil
+	}
+	var q kit.Quoted
+	for _, row := range r.Components {
+		var inner []discordgo.MessageComponent
+		switch ar := row.(type) {
+		case *discordgo.ActionsRow:
+			inner = ar.Components
+		case discordgo.ActionsRow:
+			inner = ar.Components
+		default:
+			continue
+		}
+		for _, c := range inner {
+			var id string
+			switch b := c.(type) {
+			case *discordgo.Button:
+				id = b.CustomID
+			case discordgo.Button:
+				id = b.CustomID
+			}
+			if id == "" {
+				continue // a link button
+			}
+			card, choice, ok := parseCustomID(id)
+			if !ok || (q.Card != "" && card != q.Card) {
+				return nil
+			}
+			q.Card = card
+			q.Choices = append(q.Choices, choice)
+		}
+	}
+	if q.Card == "" {
+		return nil
+	}
+	return &q
 }
 
 // normalizeCommand turns the plain forms "run …" (any case) into the

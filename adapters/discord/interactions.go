@@ -60,10 +60,42 @@ type interactions struct {
 	mu      sync.Mutex
 	byEvent map[string]*pendingIx
 	byRef   map[core.MessageRef]*pendingIx
+	// typed are taps typed as text (event id → channel id): no
+	// interaction to answer, so the answer is a message in the channel.
+	typed map[string]string
 }
 
 func newInteractions(a *Adapter) *interactions {
-	return &interactions{a: a, byEvent: map[string]*pendingIx{}, byRef: map[core.MessageRef]*pendingIx{}}
+	return &interactions{a: a, byEvent: map[string]*pendingIx{}, byRef: map[core.MessageRef]*pendingIx{}, typed: map[string]string{}}
+}
+
+// addTyped registers a typed tap before it is delivered (the core may
+// answer before Deliver returns).
+func (x *interactions) addTyped(ev, channel string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.typed) > 10000 {
+		clear(x.typed) // answers owed that long are not coming
+	}
+	x.typed[ev] = channel
+}
+
+func (x *interactions) takeTyped(ev string) (string, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ch, ok := x.typed[ev]
+	delete(x.typed, ev)
+	return ch, ok
+}
+
+// answerTyped answers a typed tap with a message in its channel (nothing
+// when there is nothing to say).
+func (a *Adapter) answerTyped(ctx context.Context, channel, text string) error {
+	if strings.TrimSpace(text) == "" {
+		return nil
+	}
+	_, err := a.sendRendered(ctx, channel, rendered{content: cutRunes(escapeMarkdown(text), MaxMessageLen)})
+	return err
 }
 
 func (x *interactions) add(ev string, p *pendingIx) {
@@ -174,6 +206,9 @@ func (a *Adapter) deadline(p *pendingIx) {
 
 // AnswerTap implements core.TapAnswerer (see the comment at the top).
 func (a *Adapter) AnswerTap(ctx context.Context, t core.Turn, text string) error {
+	if ch, ok := a.ixs.takeTyped(t.EventID); ok {
+		return a.answerTyped(ctx, ch, text)
+	}
 	p, ok := a.ixs.event(t.EventID)
 	if !ok {
 		return nil
@@ -201,6 +236,12 @@ func (a *Adapter) AnswerTap(ctx context.Context, t core.Turn, text string) error
 // text is the ephemeral answer. A tap that was answered already is
 // core.ErrNotSupported (the caller updates the card with Update).
 func (a *Adapter) AnswerTapWithCard(ctx context.Context, t core.Turn, text string, card *cards.Card) error {
+	if ch, ok := a.ixs.takeTyped(t.EventID); ok {
+		if err := a.answerTyped(ctx, ch, text); err != nil || card == nil {
+			return err
+		}
+		return core.ErrNotSupported
+	}
 	p, ok := a.ixs.event(t.EventID)
 	if !ok {
 		return core.ErrNotSupported
@@ -321,6 +362,14 @@ func (a *Adapter) handleInteraction(ctx context.Context, ix *discordgo.Interacti
 	answer := func(resp *discordgo.InteractionResponse) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
+		if p.responded {
+			// The deadline answered first (a slow store): what is left to
+			// say goes to the user alone as a follow-up.
+			if resp.Data != nil && resp.Data.Flags&ephemeral != 0 {
+				go a.followUp(context.Background(), p, resp.Data.Content)
+			}
+			return
+		}
 		if err := a.respondLocked(ctx, p, resp); err != nil {
 			a.log.Warn("discord: could not answer an interaction", slog.Any("err", err))
 		}
@@ -349,6 +398,28 @@ func (a *Adapter) handleInteraction(ctx context.Context, ix *discordgo.Interacti
 		return
 	}
 	t := in.turn
+	// The visible record of a command; Silas's answer (a card, a reply)
+	// follows as its own message, which taps then update.
+	record := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
+		Data: &discordgo.InteractionResponseData{Content: "`" + strings.ReplaceAll(cutRunes(t.Text, 200), "`", "'") + "`", AllowedMentions: noMentions()}}
+	if t.Tap == nil {
+		// Discord waits 3 s for the first answer. When storing the
+		// command takes longer (a slow database), the record goes out
+		// first and any later word is an ephemeral follow-up.
+		early := record
+		if t.ChatKind == core.ChatGroup && strings.HasPrefix(t.Text, "/secret") {
+			early = ephemeralText("I will send you a direct message with the secure form.")
+		}
+		time.AfterFunc(a.answerBy, func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if !p.responded {
+				if err := a.respondLocked(context.Background(), p, early); err != nil {
+					a.log.Warn("discord: could not answer a command in time", slog.Any("err", err))
+				}
+			}
+		})
+	}
 	convChannel := ix.ChannelID
 	if t.Tap == nil && t.ChatKind == core.ChatGroup && strings.HasPrefix(t.Text, "/secret") {
 		// The secure form's link is for the requester alone: it goes to
@@ -393,10 +464,7 @@ func (a *Adapter) handleInteraction(ctx context.Context, ix *discordgo.Interacti
 	case convChannel != ix.ChannelID:
 		answer(ephemeralText("I sent you a direct message with the secure form."))
 	default:
-		// The visible record of the command; Silas's answer (a card, a
-		// reply) follows as its own message, which taps then update.
-		answer(&discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
-			Data: &discordgo.InteractionResponseData{Content: "`" + strings.ReplaceAll(cutRunes(t.Text, 200), "`", "'") + "`", AllowedMentions: noMentions()}})
+		answer(record)
 	}
 }
 

@@ -14,6 +14,7 @@ package discordtest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -51,6 +52,13 @@ type Message struct {
 	Embeds     []map[string]any `json:"embeds"`
 	Components []map[string]any `json:"components"`
 	Flags      int              `json:"flags,omitempty"`
+	// Reference is the message a reply quotes (message_reference).
+	Reference map[string]any `json:"message_reference,omitempty"`
+	// Referenced is the quoted message itself, as Discord includes it.
+	Referenced *Message `json:"referenced_message,omitempty"`
+	// Interaction names the interaction a response message answers
+	// (a non-ephemeral type-4 answer becomes a channel message).
+	Interaction string `json:"-"`
 	// AllowedMentions is what the bot sent (nil: absent).
 	AllowedMentions map[string]any `json:"-"`
 	Edits           int            `json:"-"`
@@ -66,8 +74,38 @@ type User struct {
 // Callback is one interaction response the bot gave.
 type Callback struct {
 	Interaction string
-	Type        int
-	Data        map[string]any
+	// User is who caused the interaction.
+	User string
+	Type int
+	Data map[string]any
+}
+
+// Ephemeral reports a message only the interaction's user sees.
+func (c Callback) Ephemeral() bool {
+	f, _ := c.Data["flags"].(float64)
+	return int(f)&64 != 0
+}
+
+// Limits are the fake's rate limits, enforced as Discord does: fixed
+// windows per bucket announced with X-RateLimit-* headers, a 429 for a
+// request over the limit (recorded as a violation).
+type Limits struct {
+	// PerChannel messages (creates; edits have a bucket of their own) per
+	// Window in one channel. Discord: 5 per 5 s.
+	PerChannel int
+	Window     time.Duration
+	// GlobalPerSecond caps all REST requests but interaction answers.
+	// Discord: 50.
+	GlobalPerSecond int
+}
+
+// DiscordLimits are Discord's documented limits.
+var DiscordLimits = Limits{PerChannel: 5, Window: 5 * time.Second, GlobalPerSecond: 50}
+
+type bucket struct {
+	start time.Time
+	n     int
+	until time.Time // a 429 told the bot to wait until then
 }
 
 // Server is the fake.
@@ -76,18 +114,37 @@ type Server struct {
 	BaseURL string
 	t       testing.TB
 
-	mu       sync.Mutex
-	next     int64
-	msgs     map[string][]*Message // by channel
-	guildOf  map[string]string     // channel → guild
-	dms      map[string]string     // user → DM channel
-	cbs      []Callback
-	follows  []Callback
-	commands []map[string]any
-	cmdPuts  int
-	faults   map[string][]int     // route prefix → queued retry_after ms for 429
-	ixMsg    map[string][2]string // interaction → tapped channel, message
-	calls    map[string]int
+	mu         sync.Mutex
+	next       int64
+	msgs       map[string][]*Message // by channel
+	guildOf    map[string]string     // channel → guild
+	dms        map[string]string     // user → DM channel
+	cbs        []Callback
+	follows    []Callback
+	commands   []map[string]any
+	cmdPuts    int
+	faults     map[string][]int     // route prefix → queued retry_after ms for 429
+	ixMsg      map[string][2]string // interaction → tapped channel, message
+	ixUser     map[string]string    // interaction → user
+	ixChannel  map[string]string    // interaction → channel
+	ixSent     map[string]time.Time // interaction → written to a live socket
+	calls      map[string]int
+	limits     Limits
+	buckets    map[string]*bucket
+	arrivals   []time.Time // REST requests counted by the global limit
+	viol       []string
+	outage     bool
+	outageHits int
+
+	// gateway: Discord ends a session when the client closes with
+	// 1000/1001; cleanCloses counts those, resumesAfterClean the RESUMEs
+	// attempted on such a session (which Discord refuses).
+	cleanCloses       int
+	closeCodes        []int
+	resumesAfterClean int
+	endedSession      string
+	loseEvents        bool
+	refusedResumes    int
 
 	// gateway
 	conn        *websocket.Conn
@@ -111,8 +168,15 @@ type event struct {
 
 // NewServer starts the fake; it is closed at the end of the test.
 func NewServer(t testing.TB) *Server {
+	return NewServerWithLimits(t, DiscordLimits)
+}
+
+// NewServerWithLimits starts the fake with other rate limits (a shorter
+// window keeps scenarios short).
+func NewServerWithLimits(t testing.TB, l Limits) *Server {
 	s := &Server{t: t, next: 1200000000000000000, msgs: map[string][]*Message{}, guildOf: map[string]string{}, dms: map[string]string{},
-		faults: map[string][]int{}, ixMsg: map[string][2]string{}, calls: map[string]int{}, heartbeatMs: 500}
+		faults: map[string][]int{}, ixMsg: map[string][2]string{}, ixUser: map[string]string{}, ixChannel: map[string]string{}, ixSent: map[string]time.Time{},
+		calls: map[string]int{}, heartbeatMs: 500, limits: l, buckets: map[string]*bucket{}}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.BaseURL = s.URL + "/api/v10"
 	t.Cleanup(s.Close)
@@ -139,14 +203,90 @@ func (s *Server) RefuseResume(v bool) { s.mu.Lock(); s.refuseRes = v; s.mu.Unloc
 // Zombie stops (true) or restarts (false) heartbeat ACKs.
 func (s *Server) Zombie(v bool) { s.mu.Lock(); s.zombie = v; s.mu.Unlock() }
 
+// LoseEvents (true) makes the gateway forget what it dispatches while no
+// socket is connected, so a RESUME replays none of it — as Discord loses
+// events across some reconnects. Only the REST history has them.
+func (s *Server) LoseEvents(v bool) { s.mu.Lock(); s.loseEvents = v; s.mu.Unlock() }
+
+// Outage (true) answers every REST request with 502 and refuses gateway
+// connections, as during a Discord outage or a network partition.
+func (s *Server) Outage(v bool) {
+	s.mu.Lock()
+	s.outage = v
+	s.mu.Unlock()
+	if v {
+		s.DropConnection()
+	}
+}
+
+// OutageHits counts REST requests answered 502 during an outage.
+func (s *Server) OutageHits() int { s.mu.Lock(); defer s.mu.Unlock(); return s.outageHits }
+
 // Stats are counts of gateway handshakes.
-type Stats struct{ Connects, Identifies, Resumes int }
+type Stats struct {
+	Connects, Identifies, Resumes int
+	// RefusedResumes were answered with op 9.
+	RefusedResumes int
+	// CleanCloses are client closes with 1000/1001 (which end the session).
+	CleanCloses int
+	// ResumesAfterCleanClose are RESUMEs of a session the client had ended.
+	ResumesAfterCleanClose int
+	// CloseCodes are the client's close codes, in order.
+	CloseCodes []int
+}
 
 // Gateway returns the handshake counts.
 func (s *Server) Gateway() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{s.connects, s.identifies, s.resumes}
+	return Stats{s.connects, s.identifies, s.resumes, s.refusedResumes, s.cleanCloses, s.resumesAfterClean, slices.Clone(s.closeCodes)}
+}
+
+// CloseWith closes the gateway socket from Discord's side with a close
+// frame (code), then waits briefly for the client's own close frame.
+func (s *Server) CloseWith(code int) {
+	s.mu.Lock()
+	c := s.conn
+	s.mu.Unlock()
+	if c == nil {
+		return
+	}
+	s.connMu.Lock()
+	_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, "closed by the fake"), time.Now().Add(time.Second))
+	s.connMu.Unlock()
+	// The reader (gateway) records the client's answer and ends.
+	time.AfterFunc(2*time.Second, func() { _ = c.UnderlyingConn().Close() })
+}
+
+// Violations are the ways the bot broke Discord's rules: requests over a
+// rate limit, messages or edits without allowed_mentions with no parse
+// targets, custom_ids over 100 characters, interactions answered late or
+// twice.
+func (s *Server) Violations() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.viol)
+}
+
+func (s *Server) violate(format string, a ...any) {
+	s.viol = append(s.viol, fmt.Sprintf(format, a...))
+}
+
+// Unanswered lists the interactions written to a live socket more than d
+// ago that have no answer.
+func (s *Server) Unanswered(d time.Duration) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for ix, at := range s.ixSent {
+		if time.Since(at) < d {
+			continue
+		}
+		if !slices.ContainsFunc(s.cbs, func(c Callback) bool { return c.Interaction == ix }) {
+			out = append(out, ix)
+		}
+	}
+	return out
 }
 
 // Connected reports whether a gateway session is READY.
@@ -211,11 +351,32 @@ func (s *Server) GuildChannel(guild, channel string) {
 // MESSAGE_CREATE if the bot is connected. mention adds the bot to
 // mentions. It returns the message id.
 func (s *Server) SendMessage(from User, channel, content string, mention bool) string {
+	return s.SendReply(from, channel, content, mention, "")
+}
+
+// SendReply is SendMessage replying to message replyTo of the channel
+// (type 19, message_reference and referenced_message as Discord sends
+// them); mention is whether the reply pings its author (Discord's
+// "@ on", the default).
+func (s *Server) SendReply(from User, channel, content string, mention bool, replyTo string) string {
 	s.mu.Lock()
 	m := &Message{ID: s.id(), ChannelID: channel, GuildID: s.guildOf[channel], Author: from, Content: content,
 		Timestamp: time.Now().UTC().Format(time.RFC3339Nano), Mentions: []User{}}
 	if mention {
 		m.Mentions = append(m.Mentions, User{ID: BotID, Username: BotName, Bot: true})
+	}
+	if replyTo != "" {
+		for _, q := range s.msgs[channel] {
+			if q.ID == replyTo {
+				c := *q
+				c.Referenced, c.Reference = nil, nil
+				m.Type, m.Referenced = 19, &c
+				m.Reference = map[string]any{"message_id": q.ID, "channel_id": channel}
+				if m.GuildID != "" {
+					m.Reference["guild_id"] = m.GuildID
+				}
+			}
+		}
 	}
 	s.msgs[channel] = append(s.msgs[channel], m)
 	d := s.messageJSONLocked(m, true)
@@ -285,6 +446,10 @@ func (s *Server) Interaction(typ int, from User, channel string, data map[string
 	s.mu.Unlock()
 	ix := map[string]any{"id": id, "application_id": AppID, "type": typ, "token": "itok-" + id, "version": 1,
 		"channel_id": channel, "data": data}
+	s.mu.Lock()
+	s.ixUser[id] = from.ID
+	s.ixChannel[id] = channel
+	s.mu.Unlock()
 	if guild != "" {
 		ix["guild_id"] = guild
 		ix["member"] = map[string]any{"user": from}
@@ -328,10 +493,21 @@ func (s *Server) dispatch(t string, d any) {
 		s.mu.Unlock()
 		return
 	}
+	c := s.conn
+	if c == nil && s.loseEvents {
+		s.mu.Unlock()
+		return
+	}
 	s.seq++
 	ev := event{seq: s.seq, t: t, d: d}
 	s.events = append(s.events, ev)
-	c := s.conn
+	if m, ok := d.(map[string]any); ok && t == "INTERACTION_CREATE" && c != nil {
+		if id, ok := m["id"].(string); ok {
+			if _, seen := s.ixSent[id]; !seen {
+				s.ixSent[id] = time.Now()
+			}
+		}
+	}
 	s.mu.Unlock()
 	if c != nil {
 		s.write(c, map[string]any{"op": 0, "s": ev.seq, "t": t, "d": d})
@@ -347,6 +523,13 @@ func (s *Server) write(c *websocket.Conn, v any) {
 var upgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
 
 func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	down := s.outage
+	s.mu.Unlock()
+	if down {
+		http.Error(w, "502 Bad Gateway", http.StatusBadGateway)
+		return
+	}
 	c, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return
@@ -372,6 +555,17 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 	for {
 		_, raw, err := c.ReadMessage()
 		if err != nil {
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) {
+				s.mu.Lock()
+				s.closeCodes = append(s.closeCodes, ce.Code)
+				if ce.Code == websocket.CloseNormalClosure || ce.Code == websocket.CloseGoingAway {
+					// Discord: the session is over; a RESUME of it fails.
+					s.cleanCloses++
+					s.endedSession, s.session = s.session, ""
+				}
+				s.mu.Unlock()
+			}
 			return
 		}
 		var p struct {
@@ -415,7 +609,13 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 			_ = json.Unmarshal(p.D, &rs)
 			s.mu.Lock()
 			s.resumes++
+			if rs.Session != "" && rs.Session == s.endedSession {
+				s.resumesAfterClean++
+			}
 			ok := !s.refuseRes && rs.Session == s.session && s.session != ""
+			if !ok {
+				s.refusedResumes++
+			}
 			var replay []event
 			if ok {
 				for _, e := range s.events {
@@ -456,8 +656,32 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	route := r.Method + " " + idRe.ReplaceAllString(path, "/{id}")
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	isIx := strings.HasPrefix(path, "/interactions/") || strings.HasPrefix(path, "/webhooks/")
+	now := time.Now()
 	s.mu.Lock()
 	s.calls[route]++
+	if s.outage {
+		s.outageHits++
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = io.WriteString(w, "<html><body><h1>502 Bad Gateway</h1></body></html>\n")
+		return
+	}
+	// The bucket of the request: message creates and edits per channel.
+	key := ""
+	if len(parts) >= 3 && parts[0] == "channels" && parts[2] == "messages" && (r.Method == "POST" || r.Method == "PATCH") {
+		key = r.Method + " " + parts[1]
+	}
+	var b *bucket
+	if key != "" && s.limits.PerChannel > 0 {
+		b = s.buckets[key]
+		if b == nil || !now.Before(b.start.Add(s.limits.Window)) {
+			b = &bucket{start: now}
+			s.buckets[key] = b
+		}
+	}
 	var retry int
 	faulted := false
 	for prefix, q := range s.faults {
@@ -467,8 +691,44 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
+	if !faulted && !isIx && s.limits.GlobalPerSecond > 0 {
+		cut := 0
+		for cut < len(s.arrivals) && now.Sub(s.arrivals[cut]) >= time.Second {
+			cut++
+		}
+		s.arrivals = append(s.arrivals[cut:], now)
+		if len(s.arrivals) > s.limits.GlobalPerSecond {
+			s.violate("%s: over the global limit (%d requests within 1s)", route, len(s.arrivals))
+		}
+	}
+	if !faulted && b != nil {
+		if b.until.After(now) {
+			s.violate("%s %s: sent %s before the retry_after of an earlier 429 ended", route, key, b.until.Sub(now).Round(time.Millisecond))
+		}
+		if b.n >= s.limits.PerChannel {
+			s.violate("%s %s: over the limit of %d per %s", route, key, s.limits.PerChannel, s.limits.Window)
+			retry = int(b.start.Add(s.limits.Window).Sub(now) / time.Millisecond)
+			faulted = true
+		} else {
+			b.n++
+		}
+	}
+	if faulted && b != nil {
+		b.until = now.Add(time.Duration(retry) * time.Millisecond)
+	}
+	if b != nil {
+		w.Header().Set("X-RateLimit-Bucket", strings.Fields(key)[0]+"-messages")
+		w.Header().Set("X-RateLimit-Limit", strconv.Itoa(s.limits.PerChannel))
+		w.Header().Set("X-RateLimit-Remaining", strconv.Itoa(s.limits.PerChannel-b.n))
+		reset := b.start.Add(s.limits.Window).Sub(now)
+		if faulted {
+			reset = time.Duration(retry) * time.Millisecond
+			w.Header().Set("X-RateLimit-Remaining", "0")
+		}
+		w.Header().Set("X-RateLimit-Reset-After", strconv.FormatFloat(reset.Seconds(), 'f', 3, 64))
+	}
 	s.mu.Unlock()
-	if !strings.HasPrefix(path, "/interactions/") && !strings.HasPrefix(path, "/webhooks/") && r.Header.Get("Authorization") != "Bot "+Token {
+	if !isIx && r.Header.Get("Authorization") != "Bot "+Token {
 		writeJSON(w, 401, map[string]any{"message": "401: Unauthorized", "code": 0})
 		return
 	}
@@ -485,14 +745,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	parts := strings.Split(strings.Trim(path, "/"), "/")
+	if r.Method == "POST" || r.Method == "PATCH" {
+		if !s.checkOutgoing(route, in) {
+			writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
+			return
+		}
+	}
 	switch {
 	case route == "GET /gateway/bot":
 		writeJSON(w, 200, map[string]any{"url": "ws" + strings.TrimPrefix(s.URL, "http") + "/gateway", "shards": 1,
 			"session_start_limit": map[string]any{"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}})
 	case route == "GET /users/@me":
 		writeJSON(w, 200, User{ID: BotID, Username: BotName, Bot: true})
-	case route == "GET /applications/@me":
+	case route == "GET /applications/@me" || route == "GET /oauth2/applications/@me":
 		writeJSON(w, 200, map[string]any{"id": AppID, "name": "Silas"})
 	case route == "POST /users/@me/channels":
 		rid, _ := in["recipient_id"].(string)
@@ -522,7 +787,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.callback(w, parts[1], in)
 	case len(parts) == 3 && parts[0] == "webhooks" && r.Method == "POST":
 		s.mu.Lock()
-		s.follows = append(s.follows, Callback{Interaction: strings.TrimPrefix(parts[2], "itok-"), Type: 0, Data: in})
+		ix := strings.TrimPrefix(parts[2], "itok-")
+		s.follows = append(s.follows, Callback{Interaction: ix, User: s.ixUser[ix], Type: 0, Data: in})
 		s.mu.Unlock()
 		writeJSON(w, 200, map[string]any{"id": s.DM("0"), "content": in["content"]})
 	default:
@@ -541,9 +807,26 @@ func (s *Server) callback(w http.ResponseWriter, ixID string, in map[string]any)
 			return
 		}
 	}
-	s.cbs = append(s.cbs, Callback{Interaction: ixID, Type: int(typ), Data: data})
+	if at, ok := s.ixSent[ixID]; ok && time.Since(at) > 3*time.Second {
+		// Discord forgets an interaction not answered within 3 s.
+		s.violate("interaction %s answered after %s", ixID, time.Since(at).Round(time.Millisecond))
+		s.mu.Unlock()
+		writeJSON(w, 404, map[string]any{"message": "Unknown interaction", "code": 10062})
+		return
+	}
+	cb := Callback{Interaction: ixID, User: s.ixUser[ixID], Type: int(typ), Data: data}
+	s.cbs = append(s.cbs, cb)
 	if m, ok := s.ixMsg[ixID]; ok && typ == 7 && data != nil {
 		s.applyType7Locked(m[0], m[1], data)
+	}
+	if typ == 4 && !cb.Ephemeral() && data != nil {
+		// A visible answer is a message of the bot in the channel.
+		if ch, ok := s.ixChannel[ixID]; ok {
+			m := &Message{ID: s.id(), ChannelID: ch, Author: User{ID: BotID, Username: BotName, Bot: true},
+				Timestamp: time.Now().UTC().Format(time.RFC3339Nano), Mentions: []User{}, Interaction: ixID}
+			setContent(m, data)
+			s.msgs[ch] = append(s.msgs[ch], m)
+		}
 	}
 	s.mu.Unlock()
 	w.WriteHeader(204)
@@ -593,10 +876,6 @@ func (s *Server) channelMessages(w http.ResponseWriter, r *http.Request, parts [
 	defer s.mu.Unlock()
 	switch {
 	case r.Method == "POST" && len(parts) == 3:
-		if c, _ := in["content"].(string); len([]rune(c)) > 2000 {
-			writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
-			return
-		}
 		m := &Message{ID: s.id(), ChannelID: ch, Author: User{ID: BotID, Username: BotName, Bot: true},
 			Timestamp: time.Now().UTC().Format(time.RFC3339Nano), Mentions: []User{}}
 		setContent(m, in)
@@ -665,4 +944,60 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // String describes a message for failure output.
 func (m Message) String() string {
 	return fmt.Sprintf("%s by %s: %q embeds=%v comps=%v", m.ID, m.Author.ID, m.Content, m.Embeds, m.Components)
+}
+
+// checkOutgoing checks what the bot creates or edits against Discord's
+// rules the adapter promises to keep: allowed_mentions with no parse
+// targets wherever there is text, custom_ids of at most 100 characters. It
+// records violations and reports whether Discord would accept the request.
+func (s *Server) checkOutgoing(route string, in map[string]any) bool {
+	data := in
+	if strings.HasPrefix(route, "POST /interactions/") {
+		data, _ = in["data"].(map[string]any)
+	}
+	if data == nil {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, hasContent := data["content"]
+	_, hasEmbeds := data["embeds"]
+	if hasContent || hasEmbeds {
+		am, ok := data["allowed_mentions"].(map[string]any)
+		parse, okP := am["parse"].([]any)
+		users, _ := am["users"].([]any)
+		roles, _ := am["roles"].([]any)
+		if !ok || !okP || len(parse) != 0 || len(users) != 0 || len(roles) != 0 {
+			s.violate("%s: allowed_mentions %v; want no parse targets", route, data["allowed_mentions"])
+		}
+	}
+	ok := true
+	if c, _ := data["content"].(string); len([]rune(c)) > 2000 {
+		s.violate("%s: content of %d characters (Discord allows 2000)", route, len([]rune(c)))
+		ok = false
+	}
+	embeds, _ := data["embeds"].([]any)
+	for _, e := range embeds {
+		em, _ := e.(map[string]any)
+		title, _ := em["title"].(string)
+		desc, _ := em["description"].(string)
+		nt, nd := len([]rune(title)), len([]rune(desc))
+		if nt > 256 || nd > 4096 || nt+nd > 6000 {
+			s.violate("%s: embed with a title of %d and a description of %d characters (Discord: 256, 4096, 6000 in all)", route, nt, nd)
+			ok = false
+		}
+	}
+	rows, _ := data["components"].([]any)
+	for _, row := range rows {
+		rm, _ := row.(map[string]any)
+		cs, _ := rm["components"].([]any)
+		for _, c := range cs {
+			cm, _ := c.(map[string]any)
+			if id, _ := cm["custom_id"].(string); len(id) > 100 {
+				s.violate("%s: custom_id of %d characters", route, len(id))
+				ok = false
+			}
+		}
+	}
+	return ok
 }

@@ -1,0 +1,186 @@
+package discord
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/silas-gateway/silas/adapters/discord/discordtest"
+	"github.com/silas-gateway/silas/core"
+)
+
+// slowInbox stores nothing and takes its time, as a database under load.
+type slowInbox struct {
+	delay time.Duration
+	n     atomic.Int64
+}
+
+func (s *slowInbox) Deliver(ctx context.Context, _ core.Turn) (core.DeliverResult, error) {
+	s.n.Add(1)
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+	}
+	return core.DeliverResult{}, nil
+}
+
+// TestInteractionsAnsweredWithin3s: with a core that takes 4 s to store a
+// turn, a slash command and a tap are still answered within Discord's 3 s
+// (the fake refuses and records a later answer): the command with its
+// visible record, the tap with a deferred update.
+func TestInteractionsAnsweredWithin3s(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.NewServer(t)
+	a, err := New(Config{Token: discordtest.Token, ApplicationID: discordtest.AppID, BaseURL: srv.BaseURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &slowInbox{delay: 4 * time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx, in) }()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(10 * time.Second); !srv.Connected(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no gateway session")
+		}
+	}
+	user := discordtest.User{ID: "1300000000000000001", Username: "olive"}
+	dm := srv.DM(user.ID)
+	cmd := srv.Command(user, dm, "run", [2]string{"command", "echo slow"})
+	card := discordtest.Message{ID: "1200000000000000500", ChannelID: dm}
+	tap := srv.Tap(user, card, "c:dqkc53c53bi4vzkowpdi4w34xm:approve")
+	time.Sleep(5 * time.Second) // past the slow store
+	got := map[string]discordtest.Callback{}
+	for _, c := range srv.Callbacks() {
+		got[c.Interaction] = c
+	}
+	if c, ok := got[cmd]; !ok || c.Type != 4 || !strings.Contains(c.Data["content"].(string), "/run echo slow") {
+		t.Errorf("slash command answered %+v (%v); want its record (type 4)", c, ok)
+	}
+	if c, ok := got[tap]; !ok || c.Type != 6 {
+		t.Errorf("tap answered %+v (%v); want a deferred update (type 6)", c, ok)
+	}
+	if v := srv.Violations(); len(v) > 0 {
+		t.Errorf("violations: %q", v)
+	}
+	if u := srv.Unanswered(3 * time.Second); len(u) > 0 {
+		t.Errorf("unanswered interactions: %v", u)
+	}
+	if in.n.Load() != 2 {
+		t.Errorf("deliveries = %d; want 2", in.n.Load())
+	}
+}
+
+// TestDoctorAgainstFake: silas doctor's checks against the fake API: the
+// token, the application id, GET /gateway/bot and the command
+// registration, which a start writes once and a restart leaves alone.
+func TestDoctorAgainstFake(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.NewServer(t)
+	ctx := context.Background()
+	cfg := Config{Token: discordtest.Token, ApplicationID: discordtest.AppID, BaseURL: srv.BaseURL}
+	findings := func(c Config) map[string]Finding {
+		out := map[string]Finding{}
+		for _, f := range Doctor(ctx, c) {
+			out[f.Check] = f
+		}
+		return out
+	}
+	f := findings(cfg)
+	for _, c := range []string{"token", "application", "gateway"} {
+		if f[c].Severity != SeverityOK {
+			t.Errorf("%s: %+v; want OK", c, f[c])
+		}
+	}
+	if !strings.Contains(f["gateway"].Message, "ws://") || !strings.Contains(f["token"].Message, discordtest.BotID) {
+		t.Errorf("gateway %q, token %q", f["gateway"].Message, f["token"].Message)
+	}
+	if f["commands"].Severity != SeverityInfo || !strings.Contains(f["commands"].Message, "differ") {
+		t.Errorf("commands before registration: %+v", f["commands"])
+	}
+	if srv.CommandPuts() != 0 {
+		t.Fatalf("doctor wrote commands")
+	}
+	// A start registers the commands once; a restart writes nothing.
+	for i, want := range []bool{true, false, false} {
+		a, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		changed, err := a.syncCommands(ctx)
+		if err != nil || changed != want {
+			t.Fatalf("start %d: changed %v, %v; want %v", i, changed, err, want)
+		}
+	}
+	if n := srv.CommandPuts(); n != 1 {
+		t.Errorf("commands written %d times; want once", n)
+	}
+	if f := findings(cfg); f["commands"].Severity != SeverityOK {
+		t.Errorf("commands after registration: %+v", f["commands"])
+	}
+
+	wrongApp := cfg
+	wrongApp.ApplicationID = "1100000000000000099"
+	if f := findings(wrongApp); f["application"].Severity != SeverityError || !strings.Contains(f["application"].Message, "discord.application_id") {
+		t.Errorf("wrong application id: %+v", f["application"])
+	}
+	badToken := cfg
+	badToken.Token = "MTEx.other-token.0123456789abcdef0123"
+	if f := findings(badToken); f["token"].Severity != SeverityError {
+		t.Errorf("refused token: %+v", f["token"])
+	}
+	if f := findings(Config{Token: discordtest.Token, ApplicationID: "x", BaseURL: srv.BaseURL}); f["config"].Severity != SeverityError {
+		t.Errorf("bad config: %+v", f)
+	}
+}
+
+// TestZombieLimit: with Discord's heartbeat interval (41.25 s) a
+// connection without ACKs is replaced within about 50 s of the last ACK,
+// and before the interval is known after ZombieAfter (50 s).
+func TestZombieLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		interval time.Duration
+		want     time.Duration
+	}{
+		{"interval unknown", 0, 50 * time.Second},
+		{"discord", 41250 * time.Millisecond, 50 * time.Second},
+		{"short interval", 300 * time.Millisecond, 450 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := zombieLimit(50*time.Second, tc.interval); got != tc.want {
+				t.Errorf("zombieLimit = %s; want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestClientCloseCode(t *testing.T) {
+	mask := []byte{0x12, 0x34, 0x56, 0x78}
+	frame := func(code int) []byte {
+		b := []byte{0x88, 0x82, mask[0], mask[1], mask[2], mask[3], byte(code>>8) ^ mask[0], byte(code) ^ mask[1]}
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		code int
+		ok   bool
+	}{
+		{"1000", frame(1000), 1000, true},
+		{"4000", frame(4000), 4000, true},
+		{"text frame", []byte{0x81, 0x82, 1, 2, 3, 4, 5, 6}, 0, false},
+		{"unmasked", []byte{0x88, 0x02, 0x03, 0xe8}, 0, false},
+		{"short", []byte{0x88}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, ok := clientCloseCode(tc.b)
+			if code != tc.code || ok != tc.ok {
+				t.Errorf("clientCloseCode = %d, %v; want %d, %v", code, ok, tc.code, tc.ok)
+			}
+		})
+	}
+}
