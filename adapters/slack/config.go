@@ -97,6 +97,11 @@ type Config struct {
 	// Limits are the outbound rate limits. YAML slack.limits.*.
 	Limits Limits
 
+	// State keeps the threads the bot started by answering a mention, so
+	// that replies there need no mention after a restart either (core/store
+	// implements it); nil keeps them in memory only.
+	State core.StateStore
+
 	// HTTPClient replaces the HTTP client (tests); its Timeout is ignored in
 	// favour of HTTPTimeout.
 	HTTPClient *http.Client

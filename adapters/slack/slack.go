@@ -59,7 +59,7 @@ type Adapter struct {
 	inbox   core.Inbox
 	me      botInfo
 	ready   chan struct{} // closed once auth.test answered
-	threads map[string]time.Time
+	threads threadSet
 	moved   map[core.MessageRef]core.MessageRef
 	// dms maps a user id to the id of the app's DM with them, so that
 	// limits and pauses apply to one key per real channel.
@@ -90,7 +90,7 @@ func New(cfg Config) (*Adapter, error) {
 	}
 	a := &Adapter{
 		cfg: r, now: r.Now, log: r.Logger.With(slog.String("channel", string(r.Name))),
-		ready: make(chan struct{}), threads: map[string]time.Time{}, moved: map[core.MessageRef]core.MessageRef{}, dms: map[string]string{},
+		ready: make(chan struct{}), threads: threadSet{m: map[string]time.Time{}}, moved: map[core.MessageRef]core.MessageRef{}, dms: map[string]string{},
 		taps: kit.NewPendingTaps[tapHandle](r.Now), splits: kit.NewSplits(r.Now), method: MethodSocket,
 	}
 	if r.Mode == ModeHTTP {
@@ -163,6 +163,7 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 	if err := a.learnIdentity(ctx); err != nil {
 		return nil // ctx ended
 	}
+	a.loadThreads(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -249,8 +250,8 @@ func (a *Adapter) deliver(ctx context.Context, in core.Inbox, r inbound, log *sl
 			a.learnDM(strings.TrimPrefix(string(t.Sender), "slack:"), c)
 		}
 	}
-	if r.thread != "" {
-		a.markThread(strings.SplitN(strings.TrimPrefix(string(t.Conversation), string(a.cfg.Name)+":"), ":", 2)[0], r.thread)
+	if r.thread != "" && t.ChatKind == core.ChatGroup {
+		a.joinThread(ctx, strings.SplitN(strings.TrimPrefix(string(t.Conversation), string(a.cfg.Name)+":"), ":", 2)[0], r.thread)
 	}
 	res, err := in.Deliver(ctx, t)
 	var rej *core.RejectedError
@@ -343,36 +344,6 @@ func (a *Adapter) limKey(channel string) string {
 		return d
 	}
 	return channel
-}
-
-// markThread remembers a thread the bot takes part in, so replies there
-// need no mention. Bounded; forgotten after a day or a restart (then a
-// mention is needed again, or the thread is under the bot's own message).
-func (a *Adapter) markThread(channel, ts string) {
-	if channel == "" || ts == "" {
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.threads) > 10000 {
-		cut := a.now().Add(-24 * time.Hour)
-		for k, at := range a.threads {
-			if at.Before(cut) {
-				delete(a.threads, k)
-			}
-		}
-		if len(a.threads) > 10000 {
-			a.threads = map[string]time.Time{}
-		}
-	}
-	a.threads[channel+":"+ts] = a.now()
-}
-
-func (a *Adapter) threadKnown(channel, ts string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	_, ok := a.threads[channel+":"+ts]
-	return ok
 }
 
 // AnswerTap implements core.TapAnswerer: the notice goes to the tapper

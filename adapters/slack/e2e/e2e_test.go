@@ -139,7 +139,7 @@ func (w *world) start(mod func(*slack.Config)) {
 	t.Cleanup(func() { sb.Close() })
 	pol, _ := policy.New(nil)
 	log := slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cfg := slack.Config{BotToken: slacktest.BotToken, AppToken: slacktest.AppToken, BaseURL: w.srv.URL, Logger: log,
+	cfg := slack.Config{BotToken: slacktest.BotToken, AppToken: slacktest.AppToken, BaseURL: w.srv.URL, Logger: log, State: st,
 		HTTPTimeout: 5 * time.Second, PingInterval: 200 * time.Millisecond, PingTimeout: 400 * time.Millisecond}
 	if w.opts.http {
 		cfg.Mode, cfg.SigningSecret, cfg.AppToken = slack.ModeHTTP, secret, ""
@@ -578,4 +578,30 @@ func TestPairingAccessRequest(t *testing.T) {
 	w.waitMessage(dmOf(sam), "allowed", func(m slacktest.Message) bool { return strings.Contains(m.Text, "The owner allowed you") })
 	w.srv.Send(slacktest.Msg{Channel: dmOf(sam), User: sam, Text: "whoami"})
 	w.waitMessage(dmOf(sam), "answered now", func(m slacktest.Message) bool { return strings.Contains(m.Text, "You are slack:"+sam) })
+}
+
+// TestThreadStartedSurvivesRestart: a top-level mention is answered in a
+// thread under it; that thread is one the bot started, so a reply there
+// needs no mention — after a restart of the gateway too. Chatter in other
+// threads still is not for the bot.
+func TestThreadStartedSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, options{})
+	w.start(nil)
+	ts := w.srv.Send(slacktest.Msg{Channel: ops, User: owner, Text: "<@" + slacktest.BotUser + "> whoami"})
+	w.waitMessage(ops, "the answer in a thread under the mention", func(m slacktest.Message) bool {
+		return m.Thread == ts && strings.Contains(m.Text, "owner trust")
+	})
+	w.stop()
+	w.start(nil)
+	other := w.srv.Send(slacktest.Msg{Channel: ops, User: sam, Text: "lunch?"})
+	w.srv.Send(slacktest.Msg{Channel: ops, User: sam, Text: "whoami", Thread: other})
+	w.srv.Send(slacktest.Msg{Channel: ops, User: sam, Text: "whoami", Thread: ts})
+	w.waitMessage(ops, "a reply in the bot's thread answered after the restart", func(m slacktest.Message) bool {
+		return m.Thread == ts && strings.Contains(m.Text, "slack:"+sam)
+	})
+	w.eventually("every event acknowledged", 10*time.Second, func() (bool, string) { return w.srv.Pending() == 0, "" })
+	if n := w.count(`SELECT count(*) FROM turns`); n != 2 {
+		t.Errorf("%d turns; want 2 (the mention and the reply in its thread)", n)
+	}
 }

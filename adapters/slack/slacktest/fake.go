@@ -122,6 +122,7 @@ type Server struct {
 	pausedTill map[string]time.Time
 	rlUntil    time.Time
 	rlAfter    int
+	rlNext     int // the next rlNext posts and edits answer 429
 	pending    []*pendingEnv
 	conns      map[*websocket.Conn]*connState
 	maxLive    int
@@ -245,6 +246,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.violations = append(s.violations, fmt.Sprintf("%s to %s only %s after the previous call", method, channel, now.Sub(last)))
 	}
 	s.lastCall[channel] = now
+	if s.rlNext > 0 && (method == "chat.postMessage" || method == "chat.update") {
+		s.rlNext--
+		w.Header().Set("Retry-After", strconv.Itoa(s.rlAfter))
+		s.pausedTill[channel] = now.Add(time.Duration(s.rlAfter) * time.Second)
+		w.WriteHeader(http.StatusTooManyRequests)
+		writeJSON(w, map[string]any{"ok": false, "error": "ratelimited"})
+		return
+	}
 	if now.Before(s.rlUntil) {
 		w.Header().Set("Retry-After", strconv.Itoa(s.rlAfter))
 		s.pausedTill[channel] = now.Add(time.Duration(s.rlAfter) * time.Second)
@@ -588,6 +597,14 @@ func (s *Server) Pending() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.
 func (s *Server) RateLimit(d time.Duration, retryAfter int) {
 	s.mu.Lock()
 	s.rlUntil, s.rlAfter = time.Now().Add(d), retryAfter
+	s.mu.Unlock()
+}
+
+// RateLimitNext answers the next n chat.postMessage and chat.update calls
+// with 429 and Retry-After retryAfter seconds.
+func (s *Server) RateLimitNext(n, retryAfter int) {
+	s.mu.Lock()
+	s.rlNext, s.rlAfter = n, retryAfter
 	s.mu.Unlock()
 }
 
