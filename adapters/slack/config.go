@@ -108,6 +108,10 @@ type Config struct {
 	Logger     *slog.Logger
 	// Now is the clock (tests inject one); default time.Now.
 	Now func() time.Time
+	// Clock is the rate limiters' clock, which they wait on; default the
+	// wall clock. Tests that run time faster pass the same clock to the
+	// fake Slack.
+	Clock kit.Clock
 }
 
 const (
@@ -167,6 +171,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Clock == nil {
+		c.Clock = kit.RealClock{}
 	}
 	return c
 }

@@ -105,11 +105,11 @@ func New(cfg Config) (*Adapter, error) {
 	if r.appToken != "" {
 		a.appAPI = slack.New(r.botToken, slack.OptionAPIURL(r.BaseURL), slack.OptionHTTPClient(client), slack.OptionAppLevelToken(r.appToken))
 	}
-	// The limiters keep to the wall clock: they sleep.
-	a.lim = kit.NewLimiter[string](kit.Limits{PerChatInterval: r.Limits.PerChannelInterval, GlobalPerSecond: r.Limits.GlobalPerSecond}, kit.RealClock{}, nil)
+	// The limiters wait on Clock (the wall clock outside tests).
+	a.lim = kit.NewLimiter[string](kit.Limits{PerChatInterval: r.Limits.PerChannelInterval, GlobalPerSecond: r.Limits.GlobalPerSecond}, r.Clock, nil)
 	always := func(string) bool { return true }
-	a.updTier = kit.NewLimiter(kit.Limits{GroupPerMinute: r.Limits.UpdatePerMinute}, kit.RealClock{}, always)
-	a.ephTier = kit.NewLimiter(kit.Limits{GroupPerMinute: r.Limits.EphemeralPerMinute}, kit.RealClock{}, always)
+	a.updTier = kit.NewLimiter(kit.Limits{GroupPerMinute: r.Limits.UpdatePerMinute}, r.Clock, always)
+	a.ephTier = kit.NewLimiter(kit.Limits{GroupPerMinute: r.Limits.EphemeralPerMinute}, r.Clock, always)
 	return a, nil
 }
 

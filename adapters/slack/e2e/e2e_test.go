@@ -50,11 +50,31 @@ func dmOf(user string) string { return "D" + user[1:] }
 type options struct {
 	http   bool
 	access trust.AccessPolicy // DM policy ("" = open)
+	// speed runs every clock of the deployment — the fake Slack's, the
+	// adapter's limiters', the engine's and store's Now and the outbox's
+	// retry timers — this many times faster than real time, with the
+	// engine's default outbox backoff (5 minutes at most).
+	speed float64
+}
+
+// fastClock is a kit.Clock running speed times faster than real time.
+type fastClock struct {
+	start time.Time
+	speed float64
+}
+
+func (c *fastClock) Now() time.Time {
+	return c.start.Add(time.Duration(float64(time.Since(c.start)) * c.speed))
+}
+
+func (c *fastClock) After(d time.Duration) <-chan time.Time {
+	return time.After(time.Duration(float64(d) / c.speed))
 }
 
 type world struct {
 	t     *testing.T
 	opts  options
+	fast  *fastClock // options.speed
 	srv   *slacktest.Server
 	dsn   string
 	db    *store.Store
@@ -85,7 +105,12 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 
 func newWorld(t *testing.T, o options) *world {
 	w := &world{t: t, opts: o, logs: &syncBuffer{}, sbDir: t.TempDir(), ctx: context.Background()}
-	w.srv = slacktest.NewServer(t, slacktest.Options{SigningSecret: secret})
+	so := slacktest.Options{SigningSecret: secret}
+	if o.speed > 0 {
+		w.fast = &fastClock{start: time.Now(), speed: o.speed}
+		so.Now = w.fast.Now
+	}
+	w.srv = slacktest.NewServer(t, so)
 	w.dsn = pgtest.NewDatabase(t)
 	db, err := store.Open(w.ctx, w.dsn, store.Options{})
 	if err != nil {
@@ -128,7 +153,11 @@ func newWorld(t *testing.T, o options) *world {
 // start runs a gateway wired like cmd/silas serve.
 func (w *world) start(mod func(*slack.Config)) {
 	t := w.t
-	st, err := store.Open(w.ctx, w.dsn, store.Options{MaxConns: 16})
+	so := store.Options{MaxConns: 16}
+	if w.fast != nil {
+		so.Now = w.fast.Now
+	}
+	st, err := store.Open(w.ctx, w.dsn, so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +173,11 @@ func (w *world) start(mod func(*slack.Config)) {
 	if w.opts.http {
 		cfg.Mode, cfg.SigningSecret, cfg.AppToken = slack.ModeHTTP, secret, ""
 	}
+	ecfg := engine.Config{OutboxMaxBackoff: 2 * time.Second}
+	if w.fast != nil {
+		cfg.Now, cfg.Clock = w.fast.Now, w.fast
+		ecfg = engine.Config{Now: w.fast.Now, OutboxAfter: w.fast.After} // default backoff
+	}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -158,8 +192,8 @@ func (w *world) start(mod func(*slack.Config)) {
 	eng, err := engine.New(engine.Config{
 		Store: st, Channels: []core.Channel{sl}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: w.key,
-		Owners: []core.IdentityID{ownerID}, Access: access, OutboxMaxBackoff: 2 * time.Second,
-		Registry: prometheus.NewRegistry(), Logger: log,
+		Owners: []core.IdentityID{ownerID}, Access: access, OutboxMaxBackoff: ecfg.OutboxMaxBackoff,
+		Now: ecfg.Now, OutboxAfter: ecfg.OutboxAfter, Registry: prometheus.NewRegistry(), Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -603,5 +637,80 @@ func TestThreadStartedSurvivesRestart(t *testing.T) {
 	w.eventually("every event acknowledged", 10*time.Second, func() (bool, string) { return w.srv.Pending() == 0, "" })
 	if n := w.count(`SELECT count(*) FROM turns`); n != 2 {
 		t.Errorf("%d turns; want 2 (the mention and the reply in its thread)", n)
+	}
+}
+
+// TestAPIOutage60s: a 60 s outage of Slack's Web API — chat.* answered
+// alternately 429 (Retry-After 5 s) and 503 — while people keep writing
+// (Socket Mode stays up). Every reply is delivered afterwards, once, in
+// order per conversation; nothing reaches Slack during the outage; nothing
+// is sent to a channel before a 429's Retry-After or closer than Slack's
+// one second per channel (the fake records both as violations). The whole
+// deployment runs 40 times faster than real time (see options.speed), so
+// the outage and the outbox's production backoff pass in seconds with
+// every retry they would see.
+func TestAPIOutage60s(t *testing.T) {
+	t.Parallel()
+	const outage = 60 * time.Second
+	w := newWorld(t, options{speed: 40})
+	w.start(nil)
+	w.eventually("connected", 10*time.Second, func() (bool, string) { return w.sl.LiveConnections() == 1, "" })
+	start := w.fast.Now()
+	w.srv.Outage(outage, 5)
+	users := []string{owner, sam, mia}
+	want := map[string][]string{}
+	say := func(round int) {
+		for _, u := range users {
+			for i := range 3 {
+				cmd := fmt.Sprintf("/o%d%d", round, i)
+				w.srv.Send(slacktest.Msg{Channel: dmOf(u), User: u, Text: cmd})
+				want[u] = append(want[u], "Unknown command "+cmd+". Try /help.")
+			}
+		}
+	}
+	say(1)
+	// Halfway through, more arrive.
+	for w.fast.Now().Sub(start) < outage/2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	say(2)
+	w.eventually("every message stored during the outage", 10*time.Second, func() (bool, string) {
+		n := w.count(`SELECT count(*) FROM turns WHERE status = 'done'`)
+		return n == 18, fmt.Sprintf("%d turns done", n)
+	})
+	// Shortly before the end nothing has got through.
+	for w.fast.Now().Sub(start) < outage-5*time.Second {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, u := range users {
+		if msgs := w.srv.Messages(dmOf(u)); len(msgs) != 0 {
+			t.Fatalf("%d messages got through the outage to %s", len(msgs), u)
+		}
+	}
+	if w.fast.Now().Sub(start) >= outage {
+		t.Fatal("the check ran after the outage ended: the machine is too slow for speed 40")
+	}
+	calls := w.srv.OutageCalls()
+	w.eventually("every reply delivered after the outage", 60*time.Second, func() (bool, string) {
+		got := 0
+		for _, u := range users {
+			got += len(w.srv.Messages(dmOf(u)))
+		}
+		return got >= 18 && w.count(`SELECT count(*) FROM outbox WHERE status = 'pending'`) == 0, fmt.Sprintf("%d of 18", got)
+	})
+	for _, u := range users {
+		var got []string
+		for _, m := range w.srv.Messages(dmOf(u)) {
+			got = append(got, m.Text)
+		}
+		if strings.Join(got, "|") != strings.Join(want[u], "|") {
+			t.Errorf("%s's replies:\n%q\nwant (each once, in order)\n%q", u, got, want[u])
+		}
+	}
+	retried := w.count(`SELECT count(*) FROM outbox WHERE attempts >= 2`)
+	t.Logf("outage of %s (virtual): %d calls refused, %d of 18 replies retried twice or more, recovered %s after the outage began",
+		outage, calls, retried, w.fast.Now().Sub(start).Round(time.Second))
+	if calls < 18 || retried == 0 {
+		t.Errorf("the outage was not met: %d calls refused, %d replies retried twice or more", calls, retried)
 	}
 }

@@ -10,7 +10,8 @@
 // connected socket (and redelivered on the next connection until
 // acknowledged), or, in HTTP mode, POSTed signed to a target by Push.
 //
-// Faults: RateLimit (429 storms), DropSocket, Refresh (disconnect
+// Faults: RateLimit and RateLimitNext (429 storms), Outage (429s and 503s
+// for a while), DropSocket, Refresh (disconnect
 // refresh_requested), HalfOpen (the socket stops answering pings and
 // sending), ForeignTeam events.
 package slacktest
@@ -43,6 +44,10 @@ type Options struct {
 	PerChannelInterval time.Duration
 	// SigningSecret signs HTTP-mode requests (Push).
 	SigningSecret string
+	// Now is the fake's clock for its limits, Retry-After and outages
+	// (default time.Now); a test running time faster gives the adapter the
+	// same clock.
+	Now func() time.Time
 }
 
 // Bot identity.
@@ -123,6 +128,9 @@ type Server struct {
 	rlUntil    time.Time
 	rlAfter    int
 	rlNext     int // the next rlNext posts and edits answer 429
+	outUntil   time.Time
+	outAfter   int
+	outCalls   int
 	pending    []*pendingEnv
 	conns      map[*websocket.Conn]*connState
 	maxLive    int
@@ -142,6 +150,9 @@ func NewServer(t testing.TB, o Options) *Server {
 	}
 	if o.PerChannelInterval == 0 {
 		o.PerChannelInterval = time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	s := &Server{t: t, opts: o, messages: map[string]*Message{}, lastCall: map[string]time.Time{},
 		pausedTill: map[string]time.Time{}, conns: map[*websocket.Conn]*connState{}}
@@ -235,7 +246,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(channel, "U") {
 		channel = "D" + channel[1:] // the app's DM with that user
 	}
-	now := time.Now()
+	now := s.opts.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls = append(s.calls, Call{Method: method, Channel: channel, At: now})
@@ -252,6 +263,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.pausedTill[channel] = now.Add(time.Duration(s.rlAfter) * time.Second)
 		w.WriteHeader(http.StatusTooManyRequests)
 		writeJSON(w, map[string]any{"ok": false, "error": "ratelimited"})
+		return
+	}
+	if now.Before(s.outUntil) {
+		// An outage: 429 storms and gateway errors, alternately.
+		s.outCalls++
+		if s.outCalls%2 == 1 {
+			w.Header().Set("Retry-After", strconv.Itoa(s.outAfter))
+			s.pausedTill[channel] = now.Add(time.Duration(s.outAfter) * time.Second)
+			w.WriteHeader(http.StatusTooManyRequests)
+			writeJSON(w, map[string]any{"ok": false, "error": "ratelimited"})
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
 		return
 	}
 	if now.Before(s.rlUntil) {
@@ -596,9 +620,21 @@ func (s *Server) Pending() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.
 // retryAfter seconds for d.
 func (s *Server) RateLimit(d time.Duration, retryAfter int) {
 	s.mu.Lock()
-	s.rlUntil, s.rlAfter = time.Now().Add(d), retryAfter
+	s.rlUntil, s.rlAfter = s.opts.Now().Add(d), retryAfter
 	s.mu.Unlock()
 }
+
+// Outage makes the Web API's chat.* methods fail for d (on the fake's
+// clock): every other call is answered 429 with Retry-After retryAfter
+// seconds, the others 503. Socket Mode stays up, so events keep arriving.
+func (s *Server) Outage(d time.Duration, retryAfter int) {
+	s.mu.Lock()
+	s.outUntil, s.outAfter = s.opts.Now().Add(d), retryAfter
+	s.mu.Unlock()
+}
+
+// OutageCalls is the number of calls answered with an outage's errors.
+func (s *Server) OutageCalls() int { s.mu.Lock(); defer s.mu.Unlock(); return s.outCalls }
 
 // RateLimitNext answers the next n chat.postMessage and chat.update calls
 // with 429 and Retry-After retryAfter seconds.
