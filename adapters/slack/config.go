@@ -91,8 +91,9 @@ type Config struct {
 	PingInterval time.Duration
 	// PingTimeout: a Socket Mode connection that has received nothing
 	// (pong, ping, event) for PingInterval+PingTimeout is closed and
-	// replaced (100ms-60s, default 30s; with the defaults a half-open
-	// socket is replaced within 50s). YAML slack.ping_timeout.
+	// replaced (100ms-60s, default 30s, and PingInterval+PingTimeout at
+	// most 60s; with the defaults a half-open socket is replaced within
+	// 50s). YAML slack.ping_timeout.
 	PingTimeout time.Duration
 	// Limits are the outbound rate limits. YAML slack.limits.*.
 	Limits Limits
@@ -118,6 +119,7 @@ const (
 	defaultHTTPTimeout  = 30 * time.Second
 	defaultPingInterval = 20 * time.Second
 	defaultPingTimeout  = 30 * time.Second
+	maxSilence          = 60 * time.Second
 	defaultPerChannel   = time.Second
 	defaultGlobal       = 20
 	defaultUpdate       = 50
@@ -226,6 +228,11 @@ func (c Config) resolve() (resolved, error) {
 	}
 	if c.PingTimeout < 100*time.Millisecond || c.PingTimeout > time.Minute {
 		return r, bad("ping_timeout", "%s is outside 100ms-60s", c.PingTimeout)
+	}
+	if w := c.PingInterval + c.PingTimeout; w > maxSilence {
+		// A half-open socket must be replaced within 75 s: silence is
+		// noticed after the window, the close and reconnect take seconds.
+		return r, bad("ping_timeout", "ping_interval + ping_timeout is %s; at most %s, so that a silent connection is replaced within 75s", w, maxSilence)
 	}
 	l := c.Limits
 	if l.PerChannelInterval < 0 || l.PerChannelInterval > time.Minute {

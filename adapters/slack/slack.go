@@ -34,6 +34,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/slack-go/slack"
 
 	"github.com/silas-gateway/silas/adapters/kit"
@@ -70,6 +71,9 @@ type Adapter struct {
 
 	// live counts open Socket Mode connections (never above one).
 	live atomic.Int32
+	// reported is num_connections from the last hello: the app's open
+	// connections as Slack counts them, other processes' included.
+	reported atomic.Int32
 }
 
 var (
@@ -121,6 +125,32 @@ func (a *Adapter) Mode() string { return a.cfg.Mode }
 
 // LiveConnections is the number of open Socket Mode connections (0 or 1).
 func (a *Adapter) LiveConnections() int { return int(a.live.Load()) }
+
+// ReportedConnections is the number of the app's open Socket Mode
+// connections Slack reported in the last hello (other processes' included;
+// above 1 they receive some of the events). 0 before the first hello.
+func (a *Adapter) ReportedConnections() int { return int(a.reported.Load()) }
+
+// RegisterMetrics registers the adapter's gauges with reg:
+// silas_slack_socket_connections (this process's open Socket Mode
+// connections: 1 when receiving, 0 while reconnecting or in http mode) and
+// silas_slack_reported_connections (the app's connections as Slack counts
+// them in hello; above 1 another process shares the app token).
+func (a *Adapter) RegisterMetrics(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "silas_slack_socket_connections",
+			Help: "Open Socket Mode connections of this process (1 when receiving; 0 while reconnecting, or in http mode)."},
+			func() float64 { return float64(a.LiveConnections()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "silas_slack_reported_connections",
+			Help: "The app's open Socket Mode connections as Slack reported them in the last hello; above 1 another process uses the same app token."},
+			func() float64 { return float64(a.ReportedConnections()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("slack: registering metrics: %w", err)
+		}
+	}
+	return nil
+}
 
 // Capabilities implements core.CapabilityReporter.
 func (a *Adapter) Capabilities() core.Capabilities {

@@ -165,6 +165,9 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		if sl, err = slack.New(scfg); err != nil {
 			return err
 		}
+		if err := sl.RegisterMetrics(reg); err != nil {
+			return err
+		}
 		channels = append(channels, sl)
 		access[sl.Name()] = trust.AccessPolicy(cfg.Slack.DMPolicy)
 	}

@@ -55,6 +55,9 @@ type options struct {
 	// retry timers — this many times faster than real time, with the
 	// engine's default outbox backoff (5 minutes at most).
 	speed float64
+	// others are Socket Mode connections of another process on the same
+	// app token (slacktest.Options.OtherConnections).
+	others int
 }
 
 // fastClock is a kit.Clock running speed times faster than real time.
@@ -87,6 +90,7 @@ type world struct {
 	eng     *engine.Engine
 	sl      *slack.Adapter
 	hs      *httptest.Server
+	reg     *prometheus.Registry
 	stop    func()
 	stopped bool
 }
@@ -105,7 +109,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 
 func newWorld(t *testing.T, o options) *world {
 	w := &world{t: t, opts: o, logs: &syncBuffer{}, sbDir: t.TempDir(), ctx: context.Background()}
-	so := slacktest.Options{SigningSecret: secret}
+	so := slacktest.Options{SigningSecret: secret, OtherConnections: o.others}
 	if o.speed > 0 {
 		w.fast = &fastClock{start: time.Now(), speed: o.speed}
 		so.Now = w.fast.Now
@@ -185,6 +189,10 @@ func (w *world) start(mod func(*slack.Config)) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.reg = prometheus.NewRegistry()
+	if err := sl.RegisterMetrics(w.reg); err != nil {
+		t.Fatal(err)
+	}
 	var access map[core.ChannelName]trust.AccessPolicy
 	if w.opts.access != "" {
 		access = map[core.ChannelName]trust.AccessPolicy{sl.Name(): w.opts.access}
@@ -193,7 +201,7 @@ func (w *world) start(mod func(*slack.Config)) {
 		Store: st, Channels: []core.Channel{sl}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: w.key,
 		Owners: []core.IdentityID{ownerID}, Access: access, OutboxMaxBackoff: ecfg.OutboxMaxBackoff,
-		Now: ecfg.Now, OutboxAfter: ecfg.OutboxAfter, Registry: prometheus.NewRegistry(), Logger: log,
+		Now: ecfg.Now, OutboxAfter: ecfg.OutboxAfter, Registry: w.reg, Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -476,6 +484,12 @@ func TestHTTPModeSignatures(t *testing.T) {
 			t.Errorf("%s: status %d; want 401", tc.name, code)
 		}
 	}
+	// A body too large to verify is refused the same way.
+	big := append([]byte(`{"type":"event_callback","x":"`), bytes.Repeat([]byte("a"), 2<<20)...)
+	big = append(big, `"}`...)
+	if code := post(slack.PathEvents, map[string]string{"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": slacktest.Sign(secret, now, big)}, big); code != http.StatusUnauthorized {
+		t.Errorf("body over 1 MiB: status %d; want 401", code)
+	}
 	if n := w.count(`SELECT count(*) FROM turns`); n != 0 {
 		t.Fatalf("%d turns stored from refused requests", n)
 	}
@@ -712,5 +726,41 @@ func TestAPIOutage60s(t *testing.T) {
 		outage, calls, retried, w.fast.Now().Sub(start).Round(time.Second))
 	if calls < 18 || retried == 0 {
 		t.Errorf("the outage was not met: %d calls refused, %d replies retried twice or more", calls, retried)
+	}
+}
+
+// gauge reads a gauge of the gateway's registry (-1 when absent).
+func (w *world) gauge(name string) float64 {
+	w.t.Helper()
+	mfs, err := w.reg.Gather()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
+// TestSharedAppTokenWarned: when Slack's hello counts more connections
+// than this process holds (another deployment uses the same app token and
+// receives some of the events), the adapter warns and the metrics show it;
+// its own connections stay at one.
+func TestSharedAppTokenWarned(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, options{others: 1})
+	w.start(nil)
+	w.eventually("connected", 10*time.Second, func() (bool, string) {
+		return w.gauge("silas_slack_socket_connections") == 1 && w.gauge("silas_slack_reported_connections") == 2,
+			fmt.Sprintf("own %v, reported %v", w.gauge("silas_slack_socket_connections"), w.gauge("silas_slack_reported_connections"))
+	})
+	if !strings.Contains(w.logs.String(), "more than one open Socket Mode connection") {
+		t.Error("no warning about another process sharing the app token")
+	}
+	w.stop()
+	if g := w.gauge("silas_slack_socket_connections"); g != 0 {
+		t.Errorf("after the stop: %v connections", g)
 	}
 }

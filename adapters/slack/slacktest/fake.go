@@ -44,6 +44,10 @@ type Options struct {
 	PerChannelInterval time.Duration
 	// SigningSecret signs HTTP-mode requests (Push).
 	SigningSecret string
+	// OtherConnections are Socket Mode connections of another process
+	// using the same app token, counted in hello's num_connections (they
+	// receive no events here).
+	OtherConnections int
 	// Now is the fake's clock for its limits, Retry-After and outages
 	// (default time.Now); a test running time faster gives the adapter the
 	// same clock.
@@ -465,7 +469,7 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 		defer st.wmu.Unlock()
 		return c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, ""), time.Now().Add(time.Second))
 	})
-	s.write(c, st, map[string]any{"type": "hello", "num_connections": live, "connection_info": map[string]any{"app_id": "A0SILAS"}})
+	s.write(c, st, map[string]any{"type": "hello", "num_connections": live + s.opts.OtherConnections, "connection_info": map[string]any{"app_id": "A0SILAS"}})
 	s.flush()
 	for {
 		_, raw, err := c.ReadMessage()
