@@ -662,7 +662,9 @@ func TestThreadStartedSurvivesRestart(t *testing.T) {
 // one second per channel (the fake records both as violations). The whole
 // deployment runs 40 times faster than real time (see options.speed), so
 // the outage and the outbox's production backoff pass in seconds with
-// every retry they would see.
+// every retry they would see. Nothing here depends on how fast the machine
+// is: times are read on the shared clock, and a slow run only sends fewer
+// calls into the outage.
 func TestAPIOutage60s(t *testing.T) {
 	t.Parallel()
 	const outage = 60 * time.Second
@@ -670,7 +672,7 @@ func TestAPIOutage60s(t *testing.T) {
 	w.start(nil)
 	w.eventually("connected", 10*time.Second, func() (bool, string) { return w.sl.LiveConnections() == 1, "" })
 	start := w.fast.Now()
-	w.srv.Outage(outage, 5)
+	end := w.srv.Outage(outage, 5)
 	users := []string{owner, sam, mia}
 	want := map[string][]string{}
 	say := func(round int) {
@@ -688,23 +690,6 @@ func TestAPIOutage60s(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	say(2)
-	w.eventually("every message stored during the outage", 10*time.Second, func() (bool, string) {
-		n := w.count(`SELECT count(*) FROM turns WHERE status = 'done'`)
-		return n == 18, fmt.Sprintf("%d turns done", n)
-	})
-	// Shortly before the end nothing has got through.
-	for w.fast.Now().Sub(start) < outage-5*time.Second {
-		time.Sleep(5 * time.Millisecond)
-	}
-	for _, u := range users {
-		if msgs := w.srv.Messages(dmOf(u)); len(msgs) != 0 {
-			t.Fatalf("%d messages got through the outage to %s", len(msgs), u)
-		}
-	}
-	if w.fast.Now().Sub(start) >= outage {
-		t.Fatal("the check ran after the outage ended: the machine is too slow for speed 40")
-	}
-	calls := w.srv.OutageCalls()
 	w.eventually("every reply delivered after the outage", 60*time.Second, func() (bool, string) {
 		got := 0
 		for _, u := range users {
@@ -712,19 +697,27 @@ func TestAPIOutage60s(t *testing.T) {
 		}
 		return got >= 18 && w.count(`SELECT count(*) FROM outbox WHERE status = 'pending'`) == 0, fmt.Sprintf("%d of 18", got)
 	})
+	last := start
 	for _, u := range users {
 		var got []string
 		for _, m := range w.srv.Messages(dmOf(u)) {
 			got = append(got, m.Text)
+			if m.PostedAt.Before(end) {
+				t.Errorf("%q was posted %s before the outage ended", m.Text, end.Sub(m.PostedAt))
+			}
+			if m.PostedAt.After(last) {
+				last = m.PostedAt
+			}
 		}
 		if strings.Join(got, "|") != strings.Join(want[u], "|") {
 			t.Errorf("%s's replies:\n%q\nwant (each once, in order)\n%q", u, got, want[u])
 		}
 	}
+	calls := w.srv.OutageCalls()
 	retried := w.count(`SELECT count(*) FROM outbox WHERE attempts >= 2`)
-	t.Logf("outage of %s (virtual): %d calls refused, %d of 18 replies retried twice or more, recovered %s after the outage began",
-		outage, calls, retried, w.fast.Now().Sub(start).Round(time.Second))
-	if calls < 18 || retried == 0 {
+	t.Logf("outage of %s (virtual): %d calls refused, %d of 18 replies retried twice or more, the last delivered %s after the outage began",
+		outage, calls, retried, last.Sub(start).Round(time.Second))
+	if calls < len(users) || retried == 0 {
 		t.Errorf("the outage was not met: %d calls refused, %d replies retried twice or more", calls, retried)
 	}
 }

@@ -68,6 +68,8 @@ type Message struct {
 	Text                string
 	Blocks              []map[string]any
 	Edits               int
+	// PostedAt is when chat.postMessage created it (the fake's clock).
+	PostedAt time.Time
 }
 
 // BlocksText is every text of the blocks, joined (for assertions).
@@ -320,7 +322,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ts := s.nextTS()
-		m := &Message{Channel: channel, TS: ts, Thread: vals.Get("thread_ts"), Text: text, Blocks: blocks}
+		m := &Message{Channel: channel, TS: ts, Thread: vals.Get("thread_ts"), Text: text, Blocks: blocks, PostedAt: now}
 		s.messages[channel+":"+ts] = m
 		s.order = append(s.order, channel+":"+ts)
 		writeJSON(w, map[string]any{"ok": true, "channel": channel, "ts": ts})
@@ -631,10 +633,12 @@ func (s *Server) RateLimit(d time.Duration, retryAfter int) {
 // Outage makes the Web API's chat.* methods fail for d (on the fake's
 // clock): every other call is answered 429 with Retry-After retryAfter
 // seconds, the others 503. Socket Mode stays up, so events keep arriving.
-func (s *Server) Outage(d time.Duration, retryAfter int) {
+// It returns when the outage ends.
+func (s *Server) Outage(d time.Duration, retryAfter int) time.Time {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.outUntil, s.outAfter = s.opts.Now().Add(d), retryAfter
-	s.mu.Unlock()
+	return s.outUntil
 }
 
 // OutageCalls is the number of calls answered with an outage's errors.
