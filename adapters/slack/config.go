@@ -91,11 +91,17 @@ type Config struct {
 	PingInterval time.Duration
 	// PingTimeout: a Socket Mode connection that has received nothing
 	// (pong, ping, event) for PingInterval+PingTimeout is closed and
-	// replaced (100ms-60s, default 30s; with the defaults a half-open
-	// socket is replaced within 50s). YAML slack.ping_timeout.
+	// replaced (100ms-60s, default 30s, and PingInterval+PingTimeout at
+	// most 60s; with the defaults a half-open socket is replaced within
+	// 50s). YAML slack.ping_timeout.
 	PingTimeout time.Duration
 	// Limits are the outbound rate limits. YAML slack.limits.*.
 	Limits Limits
+
+	// State keeps the threads the bot started by answering a mention, so
+	// that replies there need no mention after a restart either (core/store
+	// implements it); nil keeps them in memory only.
+	State core.StateStore
 
 	// HTTPClient replaces the HTTP client (tests); its Timeout is ignored in
 	// favour of HTTPTimeout.
@@ -103,12 +109,17 @@ type Config struct {
 	Logger     *slog.Logger
 	// Now is the clock (tests inject one); default time.Now.
 	Now func() time.Time
+	// Clock is the rate limiters' clock, which they wait on; default the
+	// wall clock. Tests that run time faster pass the same clock to the
+	// fake Slack.
+	Clock kit.Clock
 }
 
 const (
 	defaultHTTPTimeout  = 30 * time.Second
 	defaultPingInterval = 20 * time.Second
 	defaultPingTimeout  = 30 * time.Second
+	maxSilence          = 60 * time.Second
 	defaultPerChannel   = time.Second
 	defaultGlobal       = 20
 	defaultUpdate       = 50
@@ -163,6 +174,9 @@ func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Clock == nil {
+		c.Clock = kit.RealClock{}
+	}
 	return c
 }
 
@@ -214,6 +228,11 @@ func (c Config) resolve() (resolved, error) {
 	}
 	if c.PingTimeout < 100*time.Millisecond || c.PingTimeout > time.Minute {
 		return r, bad("ping_timeout", "%s is outside 100ms-60s", c.PingTimeout)
+	}
+	if w := c.PingInterval + c.PingTimeout; w > maxSilence {
+		// A half-open socket must be replaced within 75 s: silence is
+		// noticed after the window, the close and reconnect take seconds.
+		return r, bad("ping_timeout", "ping_interval + ping_timeout is %s; at most %s, so that a silent connection is replaced within 75s", w, maxSilence)
 	}
 	l := c.Limits
 	if l.PerChannelInterval < 0 || l.PerChannelInterval > time.Minute {

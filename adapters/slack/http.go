@@ -53,20 +53,24 @@ const (
 )
 
 func (a *Adapter) serve(w http.ResponseWriter, r *http.Request, kind reqKind) {
+	refuse := func(reason string) {
+		a.log.Warn("slack: request refused: signature check failed", slog.String("path", r.URL.Path),
+			slog.String("remote", r.RemoteAddr), slog.String("reason", reason))
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	}
+	if r.Header.Get("X-Slack-Signature") == "" || r.Header.Get("X-Slack-Request-Timestamp") == "" {
+		refuse("missing X-Slack-Signature or X-Slack-Request-Timestamp")
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-			return
-		}
-		http.Error(w, "cannot read the request body", http.StatusBadRequest)
+		// A body that cannot be read whole cannot be verified: it is
+		// refused like any unverified request (exactly 401).
+		refuse("request body unreadable or over 1 MiB: " + err.Error())
 		return
 	}
 	if err := a.verify(r.Header, body); err != nil {
-		a.log.Warn("slack: request refused: signature check failed", slog.String("path", r.URL.Path),
-			slog.String("remote", r.RemoteAddr), slog.String("reason", err.Error()))
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		refuse(err.Error())
 		return
 	}
 	log := a.log.With(slog.String("path", r.URL.Path))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
 )
 
@@ -196,6 +197,22 @@ func eventToTurn(p *eventsPayload, me botInfo, ch core.ChannelName, method strin
 	}
 	if strings.TrimSpace(text) == "" {
 		return inbound{act: actIgnore, reason: "nothing left after the mention"}
+	}
+	// The text fallback: "approve <id>" typed is the very Tap a button
+	// sends, which the core validates like one (card, conversation,
+	// approver, state). It belongs to the conversation where it was typed
+	// (a card's thread, or the top level), not to a new thread under it,
+	// and its answer is an ephemeral notice to the typist there.
+	if tap, ok := kit.ParseTextTap(text, nil); ok {
+		t := core.Turn{
+			Channel: ch, Conversation: conversation(ch, convChannel(kind, e.Channel, e.User), e.ThreadTS), Sender: identity(e.User),
+			EventID: "m:" + e.Channel + ":" + e.TS, ChatKind: kind, Tap: &tap,
+			Evidence: core.Evidence{Authenticated: true, Method: method},
+		}
+		if p.EventTime > 0 {
+			t.At = time.Unix(p.EventTime, 0).UTC()
+		}
+		return inbound{act: actDeliver, turn: t, tap: &tapHandle{channel: e.Channel, user: e.User, thread: e.ThreadTS}}
 	}
 	t := core.Turn{
 		Channel: ch, Conversation: conversation(ch, convChannel(kind, e.Channel, e.User), thread), Sender: identity(e.User),

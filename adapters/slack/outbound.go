@@ -129,9 +129,9 @@ func (a *Adapter) post(ctx context.Context, channel, thread string, r rendered) 
 		return "", fmt.Errorf("slack: chat.postMessage: answer without a channel and ts")
 	}
 	if thread != "" {
-		a.markThread(got, thread)
-	} else {
-		a.markThread(got, ts) // a thread under the bot's own message is the bot's
+		// A thread under the bot's own message needs no memory (Slack's
+		// events name the parent's author); one it answered in does.
+		a.joinThread(ctx, got, thread)
 	}
 	return ref(got, ts), nil
 }
@@ -165,6 +165,13 @@ func (a *Adapter) Update(ctx context.Context, r core.MessageRef, m core.OutMessa
 	channel, ts, ok := parseRef(r)
 	if !ok {
 		return kit.Permanentf("slack: %q is not a Slack message reference", r)
+	}
+	if c, _, err := a.chatOf(m.Conversation); err == nil && (strings.HasPrefix(c, "U") || strings.HasPrefix(c, "W")) {
+		// A direct conversation is keyed by the person; its messages live
+		// in the DM channel. Learnt here too (after a restart the first
+		// job may be an edit), so that posts to the person and edits in
+		// the DM share one rate-limit budget.
+		a.learnDM(c, channel)
 	}
 	var out rendered
 	switch {

@@ -34,6 +34,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/slack-go/slack"
 
 	"github.com/silas-gateway/silas/adapters/kit"
@@ -59,7 +60,7 @@ type Adapter struct {
 	inbox   core.Inbox
 	me      botInfo
 	ready   chan struct{} // closed once auth.test answered
-	threads map[string]time.Time
+	threads threadSet
 	moved   map[core.MessageRef]core.MessageRef
 	// dms maps a user id to the id of the app's DM with them, so that
 	// limits and pauses apply to one key per real channel.
@@ -70,6 +71,9 @@ type Adapter struct {
 
 	// live counts open Socket Mode connections (never above one).
 	live atomic.Int32
+	// reported is num_connections from the last hello: the app's open
+	// connections as Slack counts them, other processes' included.
+	reported atomic.Int32
 }
 
 var (
@@ -90,7 +94,7 @@ func New(cfg Config) (*Adapter, error) {
 	}
 	a := &Adapter{
 		cfg: r, now: r.Now, log: r.Logger.With(slog.String("channel", string(r.Name))),
-		ready: make(chan struct{}), threads: map[string]time.Time{}, moved: map[core.MessageRef]core.MessageRef{}, dms: map[string]string{},
+		ready: make(chan struct{}), threads: threadSet{m: map[string]time.Time{}}, moved: map[core.MessageRef]core.MessageRef{}, dms: map[string]string{},
 		taps: kit.NewPendingTaps[tapHandle](r.Now), splits: kit.NewSplits(r.Now), method: MethodSocket,
 	}
 	if r.Mode == ModeHTTP {
@@ -105,11 +109,11 @@ func New(cfg Config) (*Adapter, error) {
 	if r.appToken != "" {
 		a.appAPI = slack.New(r.botToken, slack.OptionAPIURL(r.BaseURL), slack.OptionHTTPClient(client), slack.OptionAppLevelToken(r.appToken))
 	}
-	// The limiters keep to the wall clock: they sleep.
-	a.lim = kit.NewLimiter[string](kit.Limits{PerChatInterval: r.Limits.PerChannelInterval, GlobalPerSecond: r.Limits.GlobalPerSecond}, kit.RealClock{}, nil)
+	// The limiters wait on Clock (the wall clock outside tests).
+	a.lim = kit.NewLimiter[string](kit.Limits{PerChatInterval: r.Limits.PerChannelInterval, GlobalPerSecond: r.Limits.GlobalPerSecond}, r.Clock, nil)
 	always := func(string) bool { return true }
-	a.updTier = kit.NewLimiter(kit.Limits{GroupPerMinute: r.Limits.UpdatePerMinute}, kit.RealClock{}, always)
-	a.ephTier = kit.NewLimiter(kit.Limits{GroupPerMinute: r.Limits.EphemeralPerMinute}, kit.RealClock{}, always)
+	a.updTier = kit.NewLimiter(kit.Limits{GroupPerMinute: r.Limits.UpdatePerMinute}, r.Clock, always)
+	a.ephTier = kit.NewLimiter(kit.Limits{GroupPerMinute: r.Limits.EphemeralPerMinute}, r.Clock, always)
 	return a, nil
 }
 
@@ -121,6 +125,32 @@ func (a *Adapter) Mode() string { return a.cfg.Mode }
 
 // LiveConnections is the number of open Socket Mode connections (0 or 1).
 func (a *Adapter) LiveConnections() int { return int(a.live.Load()) }
+
+// ReportedConnections is the number of the app's open Socket Mode
+// connections Slack reported in the last hello (other processes' included;
+// above 1 they receive some of the events). 0 before the first hello.
+func (a *Adapter) ReportedConnections() int { return int(a.reported.Load()) }
+
+// RegisterMetrics registers the adapter's gauges with reg:
+// silas_slack_socket_connections (this process's open Socket Mode
+// connections: 1 when receiving, 0 while reconnecting or in http mode) and
+// silas_slack_reported_connections (the app's connections as Slack counts
+// them in hello; above 1 another process shares the app token).
+func (a *Adapter) RegisterMetrics(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "silas_slack_socket_connections",
+			Help: "Open Socket Mode connections of this process (1 when receiving; 0 while reconnecting, or in http mode)."},
+			func() float64 { return float64(a.LiveConnections()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "silas_slack_reported_connections",
+			Help: "The app's open Socket Mode connections as Slack reported them in the last hello; above 1 another process uses the same app token."},
+			func() float64 { return float64(a.ReportedConnections()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("slack: registering metrics: %w", err)
+		}
+	}
+	return nil
+}
 
 // Capabilities implements core.CapabilityReporter.
 func (a *Adapter) Capabilities() core.Capabilities {
@@ -163,6 +193,7 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 	if err := a.learnIdentity(ctx); err != nil {
 		return nil // ctx ended
 	}
+	a.loadThreads(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -249,8 +280,8 @@ func (a *Adapter) deliver(ctx context.Context, in core.Inbox, r inbound, log *sl
 			a.learnDM(strings.TrimPrefix(string(t.Sender), "slack:"), c)
 		}
 	}
-	if r.thread != "" {
-		a.markThread(strings.SplitN(strings.TrimPrefix(string(t.Conversation), string(a.cfg.Name)+":"), ":", 2)[0], r.thread)
+	if r.thread != "" && t.ChatKind == core.ChatGroup {
+		a.joinThread(ctx, strings.SplitN(strings.TrimPrefix(string(t.Conversation), string(a.cfg.Name)+":"), ":", 2)[0], r.thread)
 	}
 	res, err := in.Deliver(ctx, t)
 	var rej *core.RejectedError
@@ -343,36 +374,6 @@ func (a *Adapter) limKey(channel string) string {
 		return d
 	}
 	return channel
-}
-
-// markThread remembers a thread the bot takes part in, so replies there
-// need no mention. Bounded; forgotten after a day or a restart (then a
-// mention is needed again, or the thread is under the bot's own message).
-func (a *Adapter) markThread(channel, ts string) {
-	if channel == "" || ts == "" {
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.threads) > 10000 {
-		cut := a.now().Add(-24 * time.Hour)
-		for k, at := range a.threads {
-			if at.Before(cut) {
-				delete(a.threads, k)
-			}
-		}
-		if len(a.threads) > 10000 {
-			a.threads = map[string]time.Time{}
-		}
-	}
-	a.threads[channel+":"+ts] = a.now()
-}
-
-func (a *Adapter) threadKnown(channel, ts string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	_, ok := a.threads[channel+":"+ts]
-	return ok
 }
 
 // AnswerTap implements core.TapAnswerer: the notice goes to the tapper

@@ -49,6 +49,8 @@ func TestConfigValidate(t *testing.T) {
 		{"bad team", Config{BotToken: botTok, AppToken: appTok, TeamID: "x"}, "slack.team_id"},
 		{"ping interval", Config{BotToken: botTok, AppToken: appTok, PingInterval: time.Hour}, "slack.ping_interval"},
 		{"ping timeout", Config{BotToken: botTok, AppToken: appTok, PingTimeout: time.Millisecond}, "slack.ping_timeout"},
+		{"silence window at most 60s", Config{BotToken: botTok, AppToken: appTok, PingInterval: 30 * time.Second, PingTimeout: 30 * time.Second}, ""},
+		{"silence window over 60s (half-open not replaced within 75s)", Config{BotToken: botTok, AppToken: appTok, PingInterval: 40 * time.Second}, "slack.ping_timeout"},
 		{"per channel", Config{BotToken: botTok, AppToken: appTok, Limits: Limits{PerChannelInterval: time.Hour}}, "slack.limits.per_channel_interval"},
 		{"global", Config{BotToken: botTok, AppToken: appTok, Limits: Limits{GlobalPerSecond: -1}}, "slack.limits.global_per_second"},
 		{"update tier", Config{BotToken: botTok, AppToken: appTok, Limits: Limits{UpdatePerMinute: -1}}, "slack.limits.update_per_minute"},
@@ -218,9 +220,11 @@ func TestRenderCardEscapesAndFits(t *testing.T) {
 	r := limitsOf(t, c)
 	b, _ := json.Marshal(r.blocks)
 	s := string(b)
+	// (json.Marshal writes < as \u003c: the blocks are checked field by
+	// field in TestRenderCardEscapesEveryUserField.)
 	for _, bad := range []string{"<!channel>", "<@U123>", "<https://evil", "<!here>"} {
-		if strings.Contains(s, bad) || strings.Contains(r.text, bad) {
-			t.Errorf("rendered card contains %q unescaped", bad)
+		if strings.Contains(r.text, bad) {
+			t.Errorf("the notification text contains %q unescaped", bad)
 		}
 	}
 	if !strings.Contains(s, truncMark) {
@@ -316,3 +320,82 @@ func TestMapError(t *testing.T) {
 }
 
 func asErr[T error](err error, target *T) bool { return errorsAs(err, target) }
+
+// TestRenderCardEscapesEveryUserField: every user-derived field of a card
+// that Slack reads as mrkdwn (sections, context lines, the confirm
+// dialog's text, the notification text) carries & < > escaped, so nobody
+// can mention @channel, a person or a link through a card. plain_text
+// objects (header, button labels, dialog title) are not parsed by Slack
+// and show the characters as typed.
+func TestRenderCardEscapesEveryUserField(t *testing.T) {
+	const inj = "<!channel> <@U123> <https://evil|click> & <!subteam^S1>"
+	tests := []struct {
+		name string
+		edit func(c *cards.Card)
+	}{
+		{"intent", func(c *cards.Card) { c.Intent = "Ping " + inj; c.Risk = cards.RiskHigh }},
+		{"rationale", func(c *cards.Card) { c.Rationale = inj }},
+		{"command", func(c *cards.Card) { c.Command = "echo '" + inj + "'" }},
+		{"affected items", func(c *cards.Card) { c.AffectedItems = []string{inj, "x" + inj} }},
+		{"details collapsed", func(c *cards.Card) { c.Details = inj }},
+		{"outcome", func(c *cards.Card) { c.Status, c.Outcome, c.Choices = cards.StatusDone, inj, nil }},
+		{"output", func(c *cards.Card) { c.Status, c.Output, c.Choices = cards.StatusDone, inj, nil }},
+		{"output ref", func(c *cards.Card) { c.Status, c.OutputRef, c.Choices = cards.StatusDone, "out-1"+inj, nil }},
+		{"expiry", func(c *cards.Card) { c.ExpiresAt = inj }},
+		{"link label, link shown as text", func(c *cards.Card) {
+			c.Status, c.Choices, c.Link = cards.StatusDone, nil, &cards.Link{Label: inj, URL: "https://x.test/" + inj}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cardFor("Run it", "because", "echo hi", "", "", "Run", 0)
+			c.AffectedItems, c.Outcome, c.OutputRef = nil, "", ""
+			tc.edit(c)
+			if err := c.Validate(); err != nil {
+				t.Skipf("the core would not make this card: %v", err)
+			}
+			r := limitsOf(t, c)
+			var buf strings.Builder
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(false) // show < as Slack receives it
+			if err := enc.Encode(r.blocks); err != nil {
+				t.Fatal(err)
+			}
+			var blocks any
+			if err := json.Unmarshal([]byte(buf.String()), &blocks); err != nil {
+				t.Fatal(err)
+			}
+			mrkdwnTexts := []string{r.text}
+			var walk func(v any)
+			walk = func(v any) {
+				switch x := v.(type) {
+				case map[string]any:
+					if x["type"] == "mrkdwn" {
+						s, _ := x["text"].(string)
+						mrkdwnTexts = append(mrkdwnTexts, s)
+					}
+					for _, e := range x {
+						walk(e)
+					}
+				case []any:
+					for _, e := range x {
+						walk(e)
+					}
+				}
+			}
+			walk(blocks)
+			seen := false
+			for _, s := range mrkdwnTexts {
+				if strings.ContainsAny(strings.ReplaceAll(strings.ReplaceAll(strings.ReplaceAll(s, "&amp;", ""), "&lt;", ""), "&gt;", ""), "<>&") {
+					t.Errorf("mrkdwn text with an unescaped & < or >: %q", s)
+				}
+				if strings.Contains(s, "&lt;!channel&gt;") {
+					seen = true
+				}
+			}
+			if !seen {
+				t.Errorf("the field is not shown (escaped) in any mrkdwn text: %s", buf.String())
+			}
+		})
+	}
+}

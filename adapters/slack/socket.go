@@ -172,6 +172,7 @@ func (a *Adapter) serveConn(ctx context.Context, in core.Inbox, url string) (str
 		}
 		switch env.Type {
 		case "hello":
+			a.reported.Store(int32(min(env.NumConnections, 1<<20)))
 			lvl := slog.LevelInfo
 			if env.NumConnections > 1 {
 				lvl = slog.LevelWarn

@@ -159,7 +159,12 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	var sl *slack.Adapter
 	if cfg.Slack.Enabled {
-		if sl, err = slack.New(slackConfig(cfg, log)); err != nil {
+		scfg := slackConfig(cfg, log)
+		scfg.State = db.store // threads the bot started survive a restart
+		if sl, err = slack.New(scfg); err != nil {
+			return err
+		}
+		if err := sl.RegisterMetrics(reg); err != nil {
 			return err
 		}
 		channels = append(channels, sl)

@@ -65,6 +65,10 @@ type Config struct {
 	// OutboxMaxBackoff caps the wait between delivery retries after a
 	// platform error (default 5 minutes; rate limits use retry_after).
 	OutboxMaxBackoff time.Duration
+	// OutboxAfter is the timer outbox lanes wait on until a retry time
+	// read with Now (default time.After); tests running Now faster pass a
+	// matching shorter one.
+	OutboxAfter func(time.Duration) <-chan time.Time
 	// Registry receives metrics (nil: none registered).
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
@@ -197,7 +201,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.trust = trust.NewBook(cfg.Store, e.pub, cfg.Owners, cfg.Allowed, cfg.Now)
 	e.m = newMetrics(cfg.Registry)
-	e.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: e.channels, Logger: cfg.Logger, Now: cfg.Now,
+	e.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: e.channels, Logger: cfg.Logger, Now: cfg.Now, After: cfg.OutboxAfter,
 		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: e.m.outbox})
 	e.workCtx, e.stopWork = context.WithCancel(context.Background())
 	return e, nil

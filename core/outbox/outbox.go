@@ -40,6 +40,11 @@ type Config struct {
 	// MaxBackoff caps the wait between retries after a platform error
 	// (rate limits use retry_after instead).
 	MaxBackoff time.Duration
+	// After is the timer a lane waits on until a job's retry time (read
+	// with Now); default time.After. Tests that run Now faster than real
+	// time pass a matching shorter After, so a long outage passes in
+	// seconds with every retry it would see.
+	After func(time.Duration) <-chan time.Time
 	// Concurrency bounds platform calls in flight across all lanes.
 	Concurrency int
 	// Deliveries counts delivery attempts by result (nil: not counted).
@@ -52,6 +57,7 @@ type Outbox struct {
 	channels   map[core.ChannelName]core.Channel
 	log        *slog.Logger
 	now        func() time.Time
+	after      func(time.Duration) <-chan time.Time
 	maxBackoff time.Duration
 	results    *prometheus.CounterVec
 
@@ -67,8 +73,11 @@ func New(cfg Config) *Outbox {
 	if cfg.Deliveries == nil {
 		cfg.Deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "silas_outbox_deliveries_total"}, []string{"result"})
 	}
+	if cfg.After == nil {
+		cfg.After = time.After
+	}
 	return &Outbox{
-		st: cfg.Store, channels: cfg.Channels, log: cfg.Logger, now: cfg.Now, maxBackoff: cfg.MaxBackoff,
+		after: cfg.After, st: cfg.Store, channels: cfg.Channels, log: cfg.Logger, now: cfg.Now, maxBackoff: cfg.MaxBackoff,
 		results: cfg.Deliveries, lanes: map[core.ConversationID]*lane{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
 	}
 }
@@ -266,13 +275,11 @@ func (ob *Outbox) endLane(conv core.ConversationID) {
 
 // sleep waits d, a kick or the end of ctx; false means ctx ended.
 func (ob *Outbox) sleep(ctx context.Context, kicked chan struct{}, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
 	case <-kicked:
-	case <-t.C:
+	case <-ob.after(d):
 	}
 	return true
 }

@@ -50,11 +50,34 @@ func dmOf(user string) string { return "D" + user[1:] }
 type options struct {
 	http   bool
 	access trust.AccessPolicy // DM policy ("" = open)
+	// speed runs every clock of the deployment — the fake Slack's, the
+	// adapter's limiters', the engine's and store's Now and the outbox's
+	// retry timers — this many times faster than real time, with the
+	// engine's default outbox backoff (5 minutes at most).
+	speed float64
+	// others are Socket Mode connections of another process on the same
+	// app token (slacktest.Options.OtherConnections).
+	others int
+}
+
+// fastClock is a kit.Clock running speed times faster than real time.
+type fastClock struct {
+	start time.Time
+	speed float64
+}
+
+func (c *fastClock) Now() time.Time {
+	return c.start.Add(time.Duration(float64(time.Since(c.start)) * c.speed))
+}
+
+func (c *fastClock) After(d time.Duration) <-chan time.Time {
+	return time.After(time.Duration(float64(d) / c.speed))
 }
 
 type world struct {
 	t     *testing.T
 	opts  options
+	fast  *fastClock // options.speed
 	srv   *slacktest.Server
 	dsn   string
 	db    *store.Store
@@ -67,6 +90,7 @@ type world struct {
 	eng     *engine.Engine
 	sl      *slack.Adapter
 	hs      *httptest.Server
+	reg     *prometheus.Registry
 	stop    func()
 	stopped bool
 }
@@ -85,7 +109,12 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 
 func newWorld(t *testing.T, o options) *world {
 	w := &world{t: t, opts: o, logs: &syncBuffer{}, sbDir: t.TempDir(), ctx: context.Background()}
-	w.srv = slacktest.NewServer(t, slacktest.Options{SigningSecret: secret})
+	so := slacktest.Options{SigningSecret: secret, OtherConnections: o.others}
+	if o.speed > 0 {
+		w.fast = &fastClock{start: time.Now(), speed: o.speed}
+		so.Now = w.fast.Now
+	}
+	w.srv = slacktest.NewServer(t, so)
 	w.dsn = pgtest.NewDatabase(t)
 	db, err := store.Open(w.ctx, w.dsn, store.Options{})
 	if err != nil {
@@ -128,7 +157,11 @@ func newWorld(t *testing.T, o options) *world {
 // start runs a gateway wired like cmd/silas serve.
 func (w *world) start(mod func(*slack.Config)) {
 	t := w.t
-	st, err := store.Open(w.ctx, w.dsn, store.Options{MaxConns: 16})
+	so := store.Options{MaxConns: 16}
+	if w.fast != nil {
+		so.Now = w.fast.Now
+	}
+	st, err := store.Open(w.ctx, w.dsn, so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,16 +172,25 @@ func (w *world) start(mod func(*slack.Config)) {
 	t.Cleanup(func() { sb.Close() })
 	pol, _ := policy.New(nil)
 	log := slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cfg := slack.Config{BotToken: slacktest.BotToken, AppToken: slacktest.AppToken, BaseURL: w.srv.URL, Logger: log,
+	cfg := slack.Config{BotToken: slacktest.BotToken, AppToken: slacktest.AppToken, BaseURL: w.srv.URL, Logger: log, State: st,
 		HTTPTimeout: 5 * time.Second, PingInterval: 200 * time.Millisecond, PingTimeout: 400 * time.Millisecond}
 	if w.opts.http {
 		cfg.Mode, cfg.SigningSecret, cfg.AppToken = slack.ModeHTTP, secret, ""
+	}
+	ecfg := engine.Config{OutboxMaxBackoff: 2 * time.Second}
+	if w.fast != nil {
+		cfg.Now, cfg.Clock = w.fast.Now, w.fast
+		ecfg = engine.Config{Now: w.fast.Now, OutboxAfter: w.fast.After} // default backoff
 	}
 	if mod != nil {
 		mod(&cfg)
 	}
 	sl, err := slack.New(cfg)
 	if err != nil {
+		t.Fatal(err)
+	}
+	w.reg = prometheus.NewRegistry()
+	if err := sl.RegisterMetrics(w.reg); err != nil {
 		t.Fatal(err)
 	}
 	var access map[core.ChannelName]trust.AccessPolicy
@@ -158,8 +200,8 @@ func (w *world) start(mod func(*slack.Config)) {
 	eng, err := engine.New(engine.Config{
 		Store: st, Channels: []core.Channel{sl}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: w.key,
-		Owners: []core.IdentityID{ownerID}, Access: access, OutboxMaxBackoff: 2 * time.Second,
-		Registry: prometheus.NewRegistry(), Logger: log,
+		Owners: []core.IdentityID{ownerID}, Access: access, OutboxMaxBackoff: ecfg.OutboxMaxBackoff,
+		Now: ecfg.Now, OutboxAfter: ecfg.OutboxAfter, Registry: w.reg, Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -442,6 +484,12 @@ func TestHTTPModeSignatures(t *testing.T) {
 			t.Errorf("%s: status %d; want 401", tc.name, code)
 		}
 	}
+	// A body too large to verify is refused the same way.
+	big := append([]byte(`{"type":"event_callback","x":"`), bytes.Repeat([]byte("a"), 2<<20)...)
+	big = append(big, `"}`...)
+	if code := post(slack.PathEvents, map[string]string{"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": slacktest.Sign(secret, now, big)}, big); code != http.StatusUnauthorized {
+		t.Errorf("body over 1 MiB: status %d; want 401", code)
+	}
 	if n := w.count(`SELECT count(*) FROM turns`); n != 0 {
 		t.Fatalf("%d turns stored from refused requests", n)
 	}
@@ -578,4 +626,134 @@ func TestPairingAccessRequest(t *testing.T) {
 	w.waitMessage(dmOf(sam), "allowed", func(m slacktest.Message) bool { return strings.Contains(m.Text, "The owner allowed you") })
 	w.srv.Send(slacktest.Msg{Channel: dmOf(sam), User: sam, Text: "whoami"})
 	w.waitMessage(dmOf(sam), "answered now", func(m slacktest.Message) bool { return strings.Contains(m.Text, "You are slack:"+sam) })
+}
+
+// TestThreadStartedSurvivesRestart: a top-level mention is answered in a
+// thread under it; that thread is one the bot started, so a reply there
+// needs no mention — after a restart of the gateway too. Chatter in other
+// threads still is not for the bot.
+func TestThreadStartedSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, options{})
+	w.start(nil)
+	ts := w.srv.Send(slacktest.Msg{Channel: ops, User: owner, Text: "<@" + slacktest.BotUser + "> whoami"})
+	w.waitMessage(ops, "the answer in a thread under the mention", func(m slacktest.Message) bool {
+		return m.Thread == ts && strings.Contains(m.Text, "owner trust")
+	})
+	w.stop()
+	w.start(nil)
+	other := w.srv.Send(slacktest.Msg{Channel: ops, User: sam, Text: "lunch?"})
+	w.srv.Send(slacktest.Msg{Channel: ops, User: sam, Text: "whoami", Thread: other})
+	w.srv.Send(slacktest.Msg{Channel: ops, User: sam, Text: "whoami", Thread: ts})
+	w.waitMessage(ops, "a reply in the bot's thread answered after the restart", func(m slacktest.Message) bool {
+		return m.Thread == ts && strings.Contains(m.Text, "slack:"+sam)
+	})
+	w.eventually("every event acknowledged", 10*time.Second, func() (bool, string) { return w.srv.Pending() == 0, "" })
+	if n := w.count(`SELECT count(*) FROM turns`); n != 2 {
+		t.Errorf("%d turns; want 2 (the mention and the reply in its thread)", n)
+	}
+}
+
+// TestAPIOutage60s: a 60 s outage of Slack's Web API — chat.* answered
+// alternately 429 (Retry-After 5 s) and 503 — while people keep writing
+// (Socket Mode stays up). Every reply is delivered afterwards, once, in
+// order per conversation; nothing reaches Slack during the outage; nothing
+// is sent to a channel before a 429's Retry-After or closer than Slack's
+// one second per channel (the fake records both as violations). The whole
+// deployment runs 40 times faster than real time (see options.speed), so
+// the outage and the outbox's production backoff pass in seconds with
+// every retry they would see. Nothing here depends on how fast the machine
+// is: times are read on the shared clock, and a slow run only sends fewer
+// calls into the outage.
+func TestAPIOutage60s(t *testing.T) {
+	t.Parallel()
+	const outage = 60 * time.Second
+	w := newWorld(t, options{speed: 40})
+	w.start(nil)
+	w.eventually("connected", 10*time.Second, func() (bool, string) { return w.sl.LiveConnections() == 1, "" })
+	start := w.fast.Now()
+	end := w.srv.Outage(outage, 5)
+	users := []string{owner, sam, mia}
+	want := map[string][]string{}
+	say := func(round int) {
+		for _, u := range users {
+			for i := range 3 {
+				cmd := fmt.Sprintf("/o%d%d", round, i)
+				w.srv.Send(slacktest.Msg{Channel: dmOf(u), User: u, Text: cmd})
+				want[u] = append(want[u], "Unknown command "+cmd+". Try /help.")
+			}
+		}
+	}
+	say(1)
+	// Halfway through, more arrive.
+	for w.fast.Now().Sub(start) < outage/2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	say(2)
+	w.eventually("every reply delivered after the outage", 60*time.Second, func() (bool, string) {
+		got := 0
+		for _, u := range users {
+			got += len(w.srv.Messages(dmOf(u)))
+		}
+		return got >= 18 && w.count(`SELECT count(*) FROM outbox WHERE status = 'pending'`) == 0, fmt.Sprintf("%d of 18", got)
+	})
+	last := start
+	for _, u := range users {
+		var got []string
+		for _, m := range w.srv.Messages(dmOf(u)) {
+			got = append(got, m.Text)
+			if m.PostedAt.Before(end) {
+				t.Errorf("%q was posted %s before the outage ended", m.Text, end.Sub(m.PostedAt))
+			}
+			if m.PostedAt.After(last) {
+				last = m.PostedAt
+			}
+		}
+		if strings.Join(got, "|") != strings.Join(want[u], "|") {
+			t.Errorf("%s's replies:\n%q\nwant (each once, in order)\n%q", u, got, want[u])
+		}
+	}
+	calls := w.srv.OutageCalls()
+	retried := w.count(`SELECT count(*) FROM outbox WHERE attempts >= 2`)
+	t.Logf("outage of %s (virtual): %d calls refused, %d of 18 replies retried twice or more, the last delivered %s after the outage began",
+		outage, calls, retried, last.Sub(start).Round(time.Second))
+	if calls < len(users) || retried == 0 {
+		t.Errorf("the outage was not met: %d calls refused, %d replies retried twice or more", calls, retried)
+	}
+}
+
+// gauge reads a gauge of the gateway's registry (-1 when absent).
+func (w *world) gauge(name string) float64 {
+	w.t.Helper()
+	mfs, err := w.reg.Gather()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
+// TestSharedAppTokenWarned: when Slack's hello counts more connections
+// than this process holds (another deployment uses the same app token and
+// receives some of the events), the adapter warns and the metrics show it;
+// its own connections stay at one.
+func TestSharedAppTokenWarned(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, options{others: 1})
+	w.start(nil)
+	w.eventually("connected", 10*time.Second, func() (bool, string) {
+		return w.gauge("silas_slack_socket_connections") == 1 && w.gauge("silas_slack_reported_connections") == 2,
+			fmt.Sprintf("own %v, reported %v", w.gauge("silas_slack_socket_connections"), w.gauge("silas_slack_reported_connections"))
+	})
+	if !strings.Contains(w.logs.String(), "more than one open Socket Mode connection") {
+		t.Error("no warning about another process sharing the app token")
+	}
+	w.stop()
+	if g := w.gauge("silas_slack_socket_connections"); g != 0 {
+		t.Errorf("after the stop: %v connections", g)
+	}
 }

@@ -10,7 +10,8 @@
 // connected socket (and redelivered on the next connection until
 // acknowledged), or, in HTTP mode, POSTed signed to a target by Push.
 //
-// Faults: RateLimit (429 storms), DropSocket, Refresh (disconnect
+// Faults: RateLimit and RateLimitNext (429 storms), Outage (429s and 503s
+// for a while), DropSocket, Refresh (disconnect
 // refresh_requested), HalfOpen (the socket stops answering pings and
 // sending), ForeignTeam events.
 package slacktest
@@ -43,6 +44,14 @@ type Options struct {
 	PerChannelInterval time.Duration
 	// SigningSecret signs HTTP-mode requests (Push).
 	SigningSecret string
+	// OtherConnections are Socket Mode connections of another process
+	// using the same app token, counted in hello's num_connections (they
+	// receive no events here).
+	OtherConnections int
+	// Now is the fake's clock for its limits, Retry-After and outages
+	// (default time.Now); a test running time faster gives the adapter the
+	// same clock.
+	Now func() time.Time
 }
 
 // Bot identity.
@@ -59,6 +68,8 @@ type Message struct {
 	Text                string
 	Blocks              []map[string]any
 	Edits               int
+	// PostedAt is when chat.postMessage created it (the fake's clock).
+	PostedAt time.Time
 }
 
 // BlocksText is every text of the blocks, joined (for assertions).
@@ -122,6 +133,10 @@ type Server struct {
 	pausedTill map[string]time.Time
 	rlUntil    time.Time
 	rlAfter    int
+	rlNext     int // the next rlNext posts and edits answer 429
+	outUntil   time.Time
+	outAfter   int
+	outCalls   int
 	pending    []*pendingEnv
 	conns      map[*websocket.Conn]*connState
 	maxLive    int
@@ -141,6 +156,9 @@ func NewServer(t testing.TB, o Options) *Server {
 	}
 	if o.PerChannelInterval == 0 {
 		o.PerChannelInterval = time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	s := &Server{t: t, opts: o, messages: map[string]*Message{}, lastCall: map[string]time.Time{},
 		pausedTill: map[string]time.Time{}, conns: map[*websocket.Conn]*connState{}}
@@ -234,7 +252,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(channel, "U") {
 		channel = "D" + channel[1:] // the app's DM with that user
 	}
-	now := time.Now()
+	now := s.opts.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls = append(s.calls, Call{Method: method, Channel: channel, At: now})
@@ -245,6 +263,27 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.violations = append(s.violations, fmt.Sprintf("%s to %s only %s after the previous call", method, channel, now.Sub(last)))
 	}
 	s.lastCall[channel] = now
+	if s.rlNext > 0 && (method == "chat.postMessage" || method == "chat.update") {
+		s.rlNext--
+		w.Header().Set("Retry-After", strconv.Itoa(s.rlAfter))
+		s.pausedTill[channel] = now.Add(time.Duration(s.rlAfter) * time.Second)
+		w.WriteHeader(http.StatusTooManyRequests)
+		writeJSON(w, map[string]any{"ok": false, "error": "ratelimited"})
+		return
+	}
+	if now.Before(s.outUntil) {
+		// An outage: 429 storms and gateway errors, alternately.
+		s.outCalls++
+		if s.outCalls%2 == 1 {
+			w.Header().Set("Retry-After", strconv.Itoa(s.outAfter))
+			s.pausedTill[channel] = now.Add(time.Duration(s.outAfter) * time.Second)
+			w.WriteHeader(http.StatusTooManyRequests)
+			writeJSON(w, map[string]any{"ok": false, "error": "ratelimited"})
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
 	if now.Before(s.rlUntil) {
 		w.Header().Set("Retry-After", strconv.Itoa(s.rlAfter))
 		s.pausedTill[channel] = now.Add(time.Duration(s.rlAfter) * time.Second)
@@ -283,7 +322,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ts := s.nextTS()
-		m := &Message{Channel: channel, TS: ts, Thread: vals.Get("thread_ts"), Text: text, Blocks: blocks}
+		m := &Message{Channel: channel, TS: ts, Thread: vals.Get("thread_ts"), Text: text, Blocks: blocks, PostedAt: now}
 		s.messages[channel+":"+ts] = m
 		s.order = append(s.order, channel+":"+ts)
 		writeJSON(w, map[string]any{"ok": true, "channel": channel, "ts": ts})
@@ -432,7 +471,7 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 		defer st.wmu.Unlock()
 		return c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, ""), time.Now().Add(time.Second))
 	})
-	s.write(c, st, map[string]any{"type": "hello", "num_connections": live, "connection_info": map[string]any{"app_id": "A0SILAS"}})
+	s.write(c, st, map[string]any{"type": "hello", "num_connections": live + s.opts.OtherConnections, "connection_info": map[string]any{"app_id": "A0SILAS"}})
 	s.flush()
 	for {
 		_, raw, err := c.ReadMessage()
@@ -587,7 +626,29 @@ func (s *Server) Pending() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.
 // retryAfter seconds for d.
 func (s *Server) RateLimit(d time.Duration, retryAfter int) {
 	s.mu.Lock()
-	s.rlUntil, s.rlAfter = time.Now().Add(d), retryAfter
+	s.rlUntil, s.rlAfter = s.opts.Now().Add(d), retryAfter
+	s.mu.Unlock()
+}
+
+// Outage makes the Web API's chat.* methods fail for d (on the fake's
+// clock): every other call is answered 429 with Retry-After retryAfter
+// seconds, the others 503. Socket Mode stays up, so events keep arriving.
+// It returns when the outage ends.
+func (s *Server) Outage(d time.Duration, retryAfter int) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.outUntil, s.outAfter = s.opts.Now().Add(d), retryAfter
+	return s.outUntil
+}
+
+// OutageCalls is the number of calls answered with an outage's errors.
+func (s *Server) OutageCalls() int { s.mu.Lock(); defer s.mu.Unlock(); return s.outCalls }
+
+// RateLimitNext answers the next n chat.postMessage and chat.update calls
+// with 429 and Retry-After retryAfter seconds.
+func (s *Server) RateLimitNext(n, retryAfter int) {
+	s.mu.Lock()
+	s.rlNext, s.rlAfter = n, retryAfter
 	s.mu.Unlock()
 }
 
