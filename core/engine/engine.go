@@ -63,7 +63,11 @@ type Config struct {
 	// Workers bounds conversations processed concurrently (default 64).
 	Workers int
 	// OutboxMaxBackoff caps the wait between delivery retries after a
-	// platform error (default 5 minutes; rate limits use retry_after).
+	// platform error (default 30 seconds; rate limits use retry_after). A
+	// job's attempts count its rate-limited tries too, so after a long 429
+	// storm the first 5xx would otherwise wait the full cap: short enough
+	// that replies arrive soon after an outage ends, long enough not to
+	// hammer a platform that is down.
 	OutboxMaxBackoff time.Duration
 	// OutboxAfter is the timer outbox lanes wait on until a retry time
 	// read with Now (default time.After); tests running Now faster pass a
@@ -119,7 +123,7 @@ func (c *Config) defaults() error {
 		c.SecretTTL = 15 * time.Minute
 	}
 	if c.OutboxMaxBackoff <= 0 {
-		c.OutboxMaxBackoff = 5 * time.Minute
+		c.OutboxMaxBackoff = 30 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
