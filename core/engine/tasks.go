@@ -413,7 +413,12 @@ func (e *Engine) advanceTask(ctx context.Context, id string) (more bool, err err
 	if err != nil {
 		return false, err
 	}
-	if reason := s.spent().Exhausted(s.lim, e.now()); reason != "" {
+	// Before anything else (a model call, the checks): every limit but the
+	// tool calls, which are counted when a call is proposed — so the last
+	// call the budget allows still runs and is reported.
+	lim := s.lim
+	lim.ToolCalls = 0
+	if reason := s.spent().Exhausted(lim, e.now()); reason != "" {
 		return e.taskEvent(ctx, e.newTaskWrite(s), task.Event{Kind: task.BudgetExhausted, Detail: reason})
 	}
 	switch s.m.State {

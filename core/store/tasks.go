@@ -184,11 +184,12 @@ func (t *Tx) QueueTaskAttempt(taskID string, planNo, step, attempt int) {
 		VALUES ($1, $2, $3, $4, 'running', $5) ON CONFLICT DO NOTHING`, taskID, planNo, step, attempt, t.now())
 }
 
-// QueueTaskAttemptEnd records how a running attempt ended ("succeeded" or
-// "failed").
+// QueueTaskAttemptEnd records how an attempt ended ("succeeded" or
+// "failed"); a succeeded attempt can still fail afterwards, when the
+// plan's checks run after the last step.
 func (t *Tx) QueueTaskAttemptEnd(taskID string, planNo, step, attempt int, state, failure string) {
 	t.later("finish task attempt", `UPDATE task_attempts SET state = $5, failure = $6, finished_at = $7
-		WHERE task_id = $1 AND plan_no = $2 AND step = $3 AND attempt = $4 AND state = 'running'`,
+		WHERE task_id = $1 AND plan_no = $2 AND step = $3 AND attempt = $4 AND state <> 'failed'`,
 		taskID, planNo, step, attempt, state, displayText(failure), t.now())
 }
 
