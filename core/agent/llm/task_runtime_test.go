@@ -129,7 +129,9 @@ func planTaskCall(goal string) llmtest.Reply {
 	return llmtest.Reply{ToolCalls: []llmtest.ToolCall{{Name: "plan_task", Arguments: `{"goal":"` + goal + `"}`}}}
 }
 
-func planReply(body string) llmtest.Reply { return llmtest.Reply{Content: "---\n" + body + "---\n# Context\nA test plan."} }
+func planReply(body string) llmtest.Reply {
+	return llmtest.Reply{Content: "---\n" + body + "---\n# Context\nA test plan."}
+}
 
 func stepDone(what string) llmtest.Reply { return llmtest.Reply{Content: "STEP DONE: " + what} }
 
@@ -340,7 +342,9 @@ func TestTaskEscalation(t *testing.T) {
 	h.deliver(t, owner, "fetch the file", nil)
 	var esc *cards.Card
 	msgs := h.ch.waitFor(t, "escalation card", func(m []core.OutMessage) bool {
-		esc = card(m, func(c *cards.Card) bool { return strings.HasPrefix(c.Intent, "Stuck on step 1: still blocked") && c.Open() })
+		esc = card(m, func(c *cards.Card) bool {
+			return strings.HasPrefix(c.Intent, "Stuck on step 1: still blocked") && c.Open()
+		})
 		return esc != nil
 	})
 	if !hasText(msgs, "`curl https://example.org` was not run: blocked by policy: downloads are not allowed here.") {
@@ -363,14 +367,18 @@ func TestTaskEscalation(t *testing.T) {
 	h.deliver(t, owner, "", &core.Tap{Card: esc.ID, Choice: "retry"})
 	var esc2 *cards.Card
 	h.ch.waitFor(t, "second escalation", func(m []core.OutMessage) bool {
-		esc2 = card(m, func(c *cards.Card) bool { return c.ID != esc.ID && strings.HasPrefix(c.Intent, "Stuck on step 1") && c.Open() })
+		esc2 = card(m, func(c *cards.Card) bool {
+			return c.ID != esc.ID && strings.HasPrefix(c.Intent, "Stuck on step 1") && c.Open()
+		})
 		return esc2 != nil && card(m, func(c *cards.Card) bool { return c.ID == esc.ID && c.Outcome == "Retry chosen by test:owner." }) != nil
 	})
 	// A tap on the old card changes nothing.
 	h.deliver(t, owner, "", &core.Tap{Card: esc.ID, Choice: "stop"})
 	h.ch.waitFor(t, "refusal", func(m []core.OutMessage) bool { return hasText(m, "nothing was changed") })
 	h.deliver(t, owner, "", &core.Tap{Card: esc2.ID, Choice: "stop"})
-	h.ch.waitFor(t, "stopped", func(m []core.OutMessage) bool { return hasText(m, "Stopped the task \"Fetch it\": stopped by the user") })
+	h.ch.waitFor(t, "stopped", func(m []core.OutMessage) bool {
+		return hasText(m, "Stopped the task \"Fetch it\": stopped by the user")
+	})
 	if st, _ := h.taskState(t); st != "stopped" {
 		t.Fatalf("state = %s", st)
 	}
