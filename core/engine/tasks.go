@@ -76,9 +76,20 @@ func (e *Engine) kickTask(id string) {
 		rt.mu.Unlock()
 		return
 	}
+	// Not once shutdown began: Run is waiting for e.work, and the task
+	// resumes from its row at the next start anyway.
+	e.mu.Lock()
+	closing := e.closing
+	if !closing {
+		e.work.Add(1)
+	}
+	e.mu.Unlock()
+	if closing {
+		rt.mu.Unlock()
+		return
+	}
 	rt.running[id] = &taskJob{}
 	rt.mu.Unlock()
-	e.work.Add(1)
 	go func() {
 		defer e.work.Done()
 		e.runTask(id)
