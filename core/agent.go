@@ -25,6 +25,17 @@ type ProposedAction struct {
 type Proposal struct {
 	Reply   string
 	Actions []ProposedAction
+	// Task hands a goal that needs several steps to the engine's task
+	// runtime (the LLM agent's planner → executor loop). The runtime, not
+	// the agent, then plans, proposes each action through the same policy
+	// and approval path, and verifies the outcome.
+	Task *TaskRequest
+}
+
+// TaskRequest is a goal for the task runtime, in the user's words as the
+// agent understood them.
+type TaskRequest struct {
+	Goal string
 }
 
 // Agent turns a message into a Proposal. The deterministic command agent is

@@ -11,6 +11,8 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/agent/llm"
+	"github.com/silas-gateway/silas/core/agent/llm/task"
+	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/internal/config"
 )
 
@@ -51,7 +53,36 @@ func newAgent(cfg *config.Config, log *slog.Logger) (core.Agent, error) {
 	log.Info("agent: llm", slog.String("base_url", lc.BaseURL), slog.String("proxy", lc.Models.Proxy),
 		slog.String("planner", lc.Models.Planner), slog.String("executor", lc.Models.Executor))
 	return &llm.Agent{Proxy: llm.Proxy{Client: c, Tools: tools}, Planner: llm.Planner{Client: c}, Fallback: agent.Command{},
-		Timeout: cfg.LLM.TurnTimeout.Duration, Log: log}, nil
+		Timeout: cfg.LLM.TurnTimeout.Duration, Log: log, Tasks: true}, nil
+}
+
+// newTasks configures the engine's task runtime when agent.kind is llm
+// (nil otherwise): planner and executor on the same endpoint, the
+// llm.budget.* limits and recovery.
+func newTasks(cfg *config.Config, log *slog.Logger) (*engine.TaskConfig, error) {
+	if cfg.Agent.Kind != "llm" {
+		return nil, nil
+	}
+	lc, err := llmConfig(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	c, err := llm.New(lc)
+	if err != nil {
+		return nil, fmt.Errorf("config: llm.base_url: %w", err)
+	}
+	b := cfg.LLM.Budget
+	replans := b.MaxReplans
+	if replans == 0 {
+		replans = -1 // task.Policy reads 0 as "the default"; the key's 0 means none
+	}
+	return &engine.TaskConfig{
+		Planner:  llm.Planner{Client: c},
+		Executor: llm.Executor{Client: c, Tools: llm.ToolOptions{HTTPAllowDomains: cfg.LLM.HTTPAllowDomains}},
+		Limits: task.Limits{Tokens: b.MaxTokens, ModelCalls: b.MaxModelCalls, ToolCalls: b.MaxToolCalls, WallTime: b.MaxWallTime.Duration,
+			CostUSD: b.MaxCostUSD},
+		Recovery: task.Policy{MaxAttempts: b.MaxAttempts, MaxReplans: replans},
+	}, nil
 }
 
 // doctorLLM checks the model endpoint when agent.kind is llm and returns

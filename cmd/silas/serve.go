@@ -191,6 +191,10 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	tasks, err := newTasks(cfg, log)
+	if err != nil {
+		return err
+	}
 	eng, err := engine.New(engine.Config{
 		Store: db.store, Channels: channels, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{sbDir}},
@@ -198,7 +202,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration, ExecTimeout: cfg.Sandbox.Timeout.Duration,
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
-		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration,
+		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks,
 	})
 	if err != nil {
 		return err

@@ -67,3 +67,20 @@ const (
 	KindSecretExpired   Kind = "secret.expired"
 	KindSecretDeleted   Kind = "secret.deleted"
 )
+
+// LLM tasks (the durable task runtime, docs/agent.md). Every transition of
+// a task is one of these; data carries the task id and what changed.
+const (
+	KindTaskCreated      Kind = "task.created"
+	KindTaskPlanned      Kind = "task.planned"
+	KindTaskStepStarted  Kind = "task.step_started"
+	KindTaskStepFinished Kind = "task.step_finished"
+	KindTaskCallProposed Kind = "task.call_proposed"
+	KindTaskCallResult   Kind = "task.call_result"
+	KindTaskVerified     Kind = "task.verified"
+	KindTaskConsulted    Kind = "task.consulted"
+	KindTaskEscalated    Kind = "task.escalated"
+	KindTaskDecided      Kind = "task.decided"
+	KindTaskDone         Kind = "task.done"
+	KindTaskStopped      Kind = "task.stopped"
+)

@@ -42,6 +42,13 @@ var commands = map[string]command{
 	"/secrets": {run: func(e *Engine, ctx context.Context, o *outcome, _ string) error {
 		return e.cmdSecrets(ctx, o)
 	}},
+	"/tasks": {run: func(e *Engine, ctx context.Context, o *outcome, _ string) error {
+		return e.cmdTasks(ctx, o)
+	}},
+	"/stop": {run: func(e *Engine, _ context.Context, o *outcome, arg string) error {
+		e.cmdStop(o, arg)
+		return nil
+	}},
 	"/pair": {stranger: true, run: func(e *Engine, _ context.Context, o *outcome, code string) error {
 		o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error { return e.pair(ctx, tx, o, code) }
 		return nil
@@ -54,6 +61,8 @@ const helpText = `Commands:
 /pending — open approvals in this chat
 /audit [n] — recent activity (default 10)
 /output <ref> — an execution's stored output (redacted), for outputs a card does not show in full
+/tasks — running and recent multi-step tasks, with their state and spend
+/stop [task] — stop the running task: its open cards close, nothing further runs
 /whoami — your identity and trust
 /secret <name> — give Silas a credential through the secure HTTPS form (never in chat)
 /secrets — stored secret names; /secret delete <name> removes one

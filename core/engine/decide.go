@@ -49,6 +49,11 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 			return aerr
 		}
 	}
+	if errors.Is(err, core.ErrNotFound) {
+		if handled, terr := e.decideTaskCard(ctx, tx, o, tap, refuse); handled || terr != nil {
+			return terr
+		}
+	}
 	if errors.Is(err, core.ErrNotFound) || (err == nil && a.Conversation != t.Conversation) {
 		// A card from another conversation is "unknown" too: do not reveal it.
 		return refuse("unknown_card", "Unknown card: nothing was changed.")
@@ -104,6 +109,8 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		o.note(audit.KindApprovalDeclined, map[string]any{"approval": string(a.ID)})
 		o.toast = "Declined. Nothing will run."
 		e.m.approvals.WithLabelValues("declined").Inc()
+		id := a.ID
+		o.after = append(o.after, func() { e.taskNotice(id) })
 		return nil
 	case "approve":
 		if a.Status != core.ApprovalPending {

@@ -86,6 +86,9 @@ type Config struct {
 	SecretTTL time.Duration
 	// Hooks observe progress (benchmarks and tests); nil fields are skipped.
 	Hooks Hooks
+	// Tasks enables the LLM agent's durable task runtime (tasks.go); nil:
+	// a multi-step task request is answered "not enabled".
+	Tasks *TaskConfig
 	// Failpoint, for crash tests only: "after-approve" or "after-execute"
 	// makes the process SIGKILL itself at that point.
 	Failpoint string
@@ -165,6 +168,10 @@ type Engine struct {
 
 	ready chan struct{}
 
+	tasks  *taskRuntime
+	runsMu sync.Mutex
+	runs   map[core.ApprovalID]*runHandle
+
 	// beforeExecute is a test hook (see export_test.go).
 	beforeExecute func(core.ApprovalID)
 	// holdExecution is a test hook (see export_test.go).
@@ -208,6 +215,9 @@ func New(cfg Config) (*Engine, error) {
 	e.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: e.channels, Logger: cfg.Logger, Now: cfg.Now, After: cfg.OutboxAfter,
 		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: e.m.outbox})
 	e.workCtx, e.stopWork = context.WithCancel(context.Background())
+	if cfg.Tasks != nil {
+		e.tasks = &taskRuntime{cfg: *cfg.Tasks, running: map[string]*taskJob{}}
+	}
 	return e, nil
 }
 
@@ -237,12 +247,19 @@ func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	if err := e.resumeExecutions(ctx); err != nil {
 		return err
 	}
+	if err := e.resumeTasks(ctx); err != nil {
+		return err
+	}
 	close(e.ready)
 
 	var loops sync.WaitGroup
 	loops.Add(2)
 	go func() { defer loops.Done(); e.out.Run(ctx) }()
 	go func() { defer loops.Done(); e.out.RunExpiry(ctx) }()
+	if e.tasks != nil {
+		loops.Add(1)
+		go func() { defer loops.Done(); e.sweepTasks(ctx) }()
+	}
 	<-ctx.Done()
 
 	e.mu.Lock()

@@ -80,6 +80,7 @@ func (e *Engine) finishExecution(ctx context.Context, id core.ApprovalID, from, 
 	if applied {
 		e.m.executions.WithLabelValues(string(to)).Inc()
 		e.out.Kick(conv, 1)
+		e.taskNotice(id)
 	}
 	return nil
 }
@@ -177,6 +178,7 @@ func (e *Engine) execute(ctx context.Context, id core.ApprovalID) {
 		log.Warn("execution refused before it started", slog.String("reason", refused))
 		e.m.executions.WithLabelValues(string(core.ExecRefused)).Inc()
 		e.out.Kick(a.Conversation, 1)
+		e.taskNotice(id)
 		return
 	}
 	if !started {
@@ -226,7 +228,17 @@ func (e *Engine) execute(ctx context.Context, id core.ApprovalID) {
 		refuse(err.Error())
 		return
 	}
-	res, err := e.cfg.Sandbox.Run(ctx, core.ExecRequest{Argv: act.Argv, Env: env, Timeout: timeout, Network: act.Network})
+	runCtx, stopped, runDone := e.runContext(ctx, id)
+	res, err := e.cfg.Sandbox.Run(runCtx, core.ExecRequest{Argv: act.Argv, Env: env, Timeout: timeout, Network: act.Network})
+	runDone()
+	if stopped() {
+		// Killed because its task was stopped: whatever it did so far
+		// stands, nothing of it is verified, and it is never run again.
+		if err := e.finishExecution(ctx, id, core.ExecRunning, core.ExecInterrupted, store.ExecUpdate{Reason: "stopped with its task; the program was killed", Done: true}, audit.KindExecutionInterrupted, nil); err != nil {
+			log.Error("could not record a stopped execution", slog.Any("err", err))
+		}
+		return
+	}
 	if len(values) > 0 {
 		// Before the output goes anywhere (storage, verification, chat,
 		// audit), any secret value it contains is replaced.

@@ -195,6 +195,9 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 	for _, pa := range p.Actions {
 		e.propose(o, pa)
 	}
+	if p.Task != nil {
+		e.startTask(o, *p.Task)
+	}
 	return nil
 }
 

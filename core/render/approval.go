@@ -10,6 +10,11 @@ import (
 	"github.com/silas-gateway/silas/core"
 )
 
+// TaskStopped is recorded as the decider of an approval closed because its
+// task was stopped (cards have no "cancelled" status: the card shows as
+// declined, with nothing run, and says why).
+const TaskStopped core.IdentityID = "silas:task-stopped"
+
 // Approval renders an approval request (and its execution, if any) as a
 // card. The labels state the consequence; the choices present depend only
 // on the state, so a re-render is idempotent. preview is how much of a
@@ -56,6 +61,9 @@ func Approval(a core.ApprovalRequest, ex *core.Execution, preview int) *cards.Ca
 	case core.ApprovalDeclined:
 		c.Status = cards.StatusDeclined
 		c.Outcome = fmt.Sprintf("Declined by %s. Nothing was run.", a.DecidedBy)
+		if a.DecidedBy == TaskStopped {
+			c.Outcome = "Cancelled: its task was stopped. Nothing was run."
+		}
 	case core.ApprovalExpired:
 		c.Status = cards.StatusExpired
 		c.Outcome = "Expired without a decision. Nothing was run."
@@ -85,6 +93,9 @@ func execution(c *cards.Card, a core.ApprovalRequest, ex *core.Execution, previe
 	case core.ExecInterrupted:
 		c.Status = cards.StatusInterrupted
 		c.Outcome = "Interrupted by a gateway restart; it may or may not have completed and was not re-run."
+		if strings.HasPrefix(ex.Reason, "stopped with its task") {
+			c.Outcome = "Stopped with its task: the program was killed; it may have done part of its work and was not re-run."
+		}
 	case core.ExecVerified, core.ExecFailed:
 		c.Status = cards.StatusDone
 		if ex.Status == core.ExecFailed {

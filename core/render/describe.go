@@ -14,6 +14,8 @@ var HumanKinds = []audit.Kind{
 	audit.KindApprovalRequested, audit.KindApprovalApproved, audit.KindApprovalDeclined, audit.KindApprovalExpired, audit.KindApprovalRefused,
 	audit.KindPolicyRefused, audit.KindExecutionRefused, audit.KindExecutionFinished, audit.KindExecutionInterrupted,
 	audit.KindVerificationPassed, audit.KindVerificationFailed, audit.KindPairingBound,
+	audit.KindTaskCreated, audit.KindTaskPlanned, audit.KindTaskVerified, audit.KindTaskEscalated, audit.KindTaskDecided,
+	audit.KindTaskDone, audit.KindTaskStopped,
 }
 
 // Describe renders audit rows as lines a person reads. The steps of one
@@ -63,6 +65,24 @@ func Describe(rows []audit.Row, me core.IdentityID, cmdOf func(id string) string
 			tail = "NOT verified: " + s("summary")
 		case audit.KindPairingBound:
 			text = fmt.Sprintf("%s was paired with %s trust", s("identity"), s("role"))
+		case audit.KindTaskCreated:
+			text = fmt.Sprintf("%s started a task: %s", who(r.Entry.Actor), s("goal"))
+		case audit.KindTaskPlanned:
+			text = fmt.Sprintf("task planned: %s (%v steps, %v checks)", s("title"), d["steps"], d["checks"])
+		case audit.KindTaskVerified:
+			if d["passed"] == true {
+				text = "task checks passed: " + s("summary")
+			} else {
+				text = "task checks failed: " + s("summary")
+			}
+		case audit.KindTaskEscalated:
+			text = fmt.Sprintf("a task got stuck and asked for a decision (%s)", s("reason"))
+		case audit.KindTaskDecided:
+			text = fmt.Sprintf("%s chose %s for a task", who(s("by")), strings.TrimPrefix(s("event"), "user_"))
+		case audit.KindTaskDone:
+			text = "a task finished, verified by the gateway"
+		case audit.KindTaskStopped:
+			text = "a task was stopped: " + s("reason")
 		default:
 			text = string(r.Entry.Kind)
 		}

@@ -14,9 +14,8 @@ import (
 // the proxy answers in text, proposes one tool call — which becomes the
 // turn's one proposed action and goes through the same policy, card,
 // token, sandbox and verification as /run — or hands a task to the
-// planner, whose plan is shown. Multi-step execution of plans needs the
-// durable task runtime (see docs/agent.md); until then a plan is shown,
-// not run.
+// planner: with Tasks set the goal goes to the engine's durable task
+// runtime (docs/agent.md), otherwise the plan is only shown.
 //
 // Commands (text starting with "/", /run included) and every model failure
 // go to Fallback, the deterministic command agent, so Silas keeps working
@@ -29,6 +28,10 @@ type Agent struct {
 	// (0: 2 minutes).
 	Timeout time.Duration
 	Log     *slog.Logger
+	// Tasks hands plan_task to the engine's durable task runtime
+	// (core.Proposal.Task), which plans, runs and verifies the task step by
+	// step. Off, a plan is only shown.
+	Tasks bool
 }
 
 var _ core.Agent = (*Agent)(nil)
@@ -75,6 +78,9 @@ func (a *Agent) Respond(ctx context.Context, in core.AgentInput) (core.Proposal,
 		}
 		return core.Proposal{Reply: b.String()}, nil
 	case ToolPlanTask:
+		if a.Tasks {
+			return core.Proposal{Reply: route.Reply, Task: &core.TaskRequest{Goal: c.Goal}}, nil
+		}
 		pl, _, err := a.Planner.Plan(ctx, c.Goal, "")
 		if err != nil {
 			log.Warn("planner failed", slog.String("conversation", string(in.Conversation)), slog.String("err", err.Error()))
