@@ -181,7 +181,8 @@ func (e *Engine) startTask(o *outcome, req core.TaskRequest) {
 // cmdTasks answers /tasks.
 func (e *Engine) cmdTasks(ctx context.Context, o *outcome) error {
 	if e.tasks == nil {
-		o.reply("Multi-step tasks are not enabled on this gateway.")
+		// Without the runtime no task can have started.
+		o.reply("No tasks here yet.")
 		return nil
 	}
 	text, err := e.tasks.List(ctx, o.st.Turn.Conversation)
@@ -195,7 +196,7 @@ func (e *Engine) cmdTasks(ctx context.Context, o *outcome) error {
 // cmdStop answers /stop [task].
 func (e *Engine) cmdStop(o *outcome, arg string) {
 	if e.tasks == nil {
-		o.reply("Multi-step tasks are not enabled on this gateway.")
+		o.reply("No running task here to stop.")
 		return
 	}
 	o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error {
