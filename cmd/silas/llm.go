@@ -12,7 +12,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
-	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/internal/config"
 )
 
@@ -56,10 +56,10 @@ func newAgent(cfg *config.Config, log *slog.Logger) (core.Agent, error) {
 		Timeout: cfg.LLM.TurnTimeout.Duration, Log: log, Tasks: true}, nil
 }
 
-// newTasks configures the engine's task runtime when agent.kind is llm
+// newTasks configures the task runtime (core/tasks) when agent.kind is llm
 // (nil otherwise): planner and executor on the same endpoint, the
 // llm.budget.* limits and recovery.
-func newTasks(cfg *config.Config, log *slog.Logger) (*engine.TaskConfig, error) {
+func newTasks(cfg *config.Config, log *slog.Logger) (*tasks.Config, error) {
 	if cfg.Agent.Kind != "llm" {
 		return nil, nil
 	}
@@ -76,7 +76,7 @@ func newTasks(cfg *config.Config, log *slog.Logger) (*engine.TaskConfig, error) 
 	if replans == 0 {
 		replans = -1 // task.Policy reads 0 as "the default"; the key's 0 means none
 	}
-	return &engine.TaskConfig{
+	return &tasks.Config{
 		Planner:  llm.Planner{Client: c},
 		Executor: llm.Executor{Client: c, Tools: llm.ToolOptions{HTTPAllowDomains: cfg.LLM.HTTPAllowDomains}},
 		Limits: task.Limits{Tokens: b.MaxTokens, ModelCalls: b.MaxModelCalls, ToolCalls: b.MaxToolCalls, WallTime: b.MaxWallTime.Duration,

@@ -50,8 +50,18 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		}
 	}
 	if errors.Is(err, core.ErrNotFound) {
-		if handled, terr := e.decideTaskCard(ctx, tx, o, tap, refuse); handled || terr != nil {
-			return terr
+		if e.tasks != nil {
+			handled, fx, terr := e.tasks.Tap(ctx, tx, o.st, o.trust, tap)
+			if terr != nil {
+				return terr
+			}
+			if handled && fx.Refused != "" {
+				return refuse(fx.Refused, fx.Toast)
+			}
+			if handled {
+				o.add(fx)
+				return nil
+			}
 		}
 	}
 	if errors.Is(err, core.ErrNotFound) || (err == nil && a.Conversation != t.Conversation) {

@@ -86,9 +86,6 @@ type Config struct {
 	SecretTTL time.Duration
 	// Hooks observe progress (benchmarks and tests); nil fields are skipped.
 	Hooks Hooks
-	// Tasks enables the LLM agent's durable task runtime (tasks.go); nil:
-	// a multi-step task request is answered "not enabled".
-	Tasks *TaskConfig
 	// Failpoint, for crash tests only: "after-approve" or "after-execute"
 	// makes the process SIGKILL itself at that point.
 	Failpoint string
@@ -168,7 +165,7 @@ type Engine struct {
 
 	ready chan struct{}
 
-	tasks  *taskRuntime
+	tasks  TaskRuntime // nil: tasks not enabled (SetTasks)
 	runsMu sync.Mutex
 	runs   map[core.ApprovalID]*runHandle
 
@@ -215,9 +212,6 @@ func New(cfg Config) (*Engine, error) {
 	e.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: e.channels, Logger: cfg.Logger, Now: cfg.Now, After: cfg.OutboxAfter,
 		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: e.m.outbox})
 	e.workCtx, e.stopWork = context.WithCancel(context.Background())
-	if cfg.Tasks != nil {
-		e.tasks = &taskRuntime{cfg: *cfg.Tasks, running: map[string]*taskJob{}}
-	}
 	return e, nil
 }
 
@@ -247,8 +241,10 @@ func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	if err := e.resumeExecutions(ctx); err != nil {
 		return err
 	}
-	if err := e.resumeTasks(ctx); err != nil {
-		return err
+	if e.tasks != nil {
+		if err := e.tasks.Resume(ctx); err != nil {
+			return fmt.Errorf("engine: %w", err)
+		}
 	}
 	close(e.ready)
 
@@ -258,7 +254,7 @@ func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	go func() { defer loops.Done(); e.out.RunExpiry(ctx) }()
 	if e.tasks != nil {
 		loops.Add(1)
-		go func() { defer loops.Done(); e.sweepTasks(ctx) }()
+		go func() { defer loops.Done(); e.tasks.Sweep(ctx) }()
 	}
 	<-ctx.Done()
 

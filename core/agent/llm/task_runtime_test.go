@@ -24,6 +24,7 @@ import (
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
 )
@@ -106,11 +107,16 @@ func (h *taskHarness) start(t *testing.T) {
 	eng, err := engine.New(engine.Config{Store: h.st, Channels: []core.Channel{h.ch}, Agent: ag, Sandbox: h.sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: h.sb}, AllowedDirs: []string{h.dir}}, Policy: taskPolicy(t), Key: h.key,
 		Owners: []core.IdentityID{owner}, Logger: slog.New(slog.DiscardHandler),
-		Tasks: &engine.TaskConfig{Planner: llm.Planner{Client: h.client}, Executor: llm.Executor{Client: h.client},
-			Limits: h.opts.limits, Recovery: h.opts.recovery, Sweep: 200 * time.Millisecond}})
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	rt, err := tasks.New(tasks.Config{Store: h.st, Planner: llm.Planner{Client: h.client}, Executor: llm.Executor{Client: h.client},
+		Limits: h.opts.limits, Recovery: h.opts.recovery, Sweep: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}, eng.TaskHost())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetTasks(rt)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = eng.Run(ctx, 100*time.Millisecond) }()
 	<-eng.Ready()

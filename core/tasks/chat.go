@@ -1,0 +1,255 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/agent/llm/task"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/effects"
+	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/core/store"
+)
+
+// The chat side of tasks: starting one from the agent's hand-off, /tasks,
+// /stop and the escalation card's taps. Each runs inside the engine's
+// transaction for the turn and returns what the turn shows.
+
+// turnFx collects what a turn's command shows; audit entries are the
+// sender's, as for any turn.
+type turnFx struct {
+	effects.Effects
+	st core.StoredTurn
+}
+
+func (o *turnFx) reply(format string, a ...any) {
+	o.Replies = append(o.Replies, fmt.Sprintf(format, a...))
+}
+
+func (o *turnFx) note(kind audit.Kind, data map[string]any) {
+	o.Audit = append(o.Audit, audit.Entry{Kind: kind, Actor: string(o.st.Turn.Sender), Conversation: string(o.st.Turn.Conversation), Data: data})
+}
+
+// Start starts a task for the turn (the agent's core.Proposal.Task), inside
+// the turn's transaction.
+func (r *Runtime) Start(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, req core.TaskRequest) (effects.Effects, error) {
+	o := &turnFx{st: st}
+	t := st.Turn
+	if trust == core.TrustExternal {
+		o.note(audit.KindPolicyRefused, map[string]any{"seq": st.Seq, "reason": "external trust", "tool": "task"})
+		o.reply("I can't run tasks for you: your identity (%s) is not trusted here. The owner can pair it with `silas pair`.", t.Sender)
+		return o.Effects, nil
+	}
+	goal := clipText(req.Goal, 1000)
+	if goal == "" {
+		o.reply("I could not tell what the task is; please say what outcome you want.")
+		return o.Effects, nil
+	}
+	m, _ := task.Start()
+	origin := core.Turn{Channel: t.Channel, Conversation: t.Conversation, Sender: t.Sender, SenderName: t.SenderName, ChatKind: t.ChatKind,
+		Evidence: t.Evidence, EventID: t.EventID, At: t.At}
+	om, err1 := json.Marshal(origin)
+	mm, err2 := json.Marshal(m)
+	lm, err3 := json.Marshal(r.cfg.Limits)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		o.reply("I could not start that task: %v.", err)
+		return o.Effects, nil
+	}
+	k := store.Task{ID: core.NewID(), Channel: t.Channel, Conversation: t.Conversation, Requester: t.Sender, Origin: om, Goal: goal,
+		State: string(m.State), Machine: mm, Limits: lm}
+	// One task at a time per conversation: /stop is unambiguous.
+	cur, err := tx.LockActiveTask(ctx, t.Conversation)
+	if err == nil {
+		o.reply("A task is already running here (%s). Wait for it, or /stop it first.", taskTitle(cur))
+		return o.Effects, nil
+	}
+	if !errors.Is(err, core.ErrNotFound) {
+		return effects.Effects{}, err
+	}
+	tx.QueueInsertTask(k)
+	o.reply("On it: I'll make a plan for %q and show it to you. Each action will ask for your approval unless the risk policy allows it; /stop cancels.", goal)
+	o.note(audit.KindTaskCreated, map[string]any{"task": k.ID, "goal": clipText(goal, 300), "seq": st.Seq})
+	id := k.ID
+	o.After = append(o.After, func() { r.kick(id) })
+	return o.Effects, nil
+}
+
+func taskTitle(k store.Task) string {
+	if k.Plan != "" {
+		if i := strings.Index(k.Plan, "title: "); i >= 0 {
+			line, _, _ := strings.Cut(k.Plan[i+len("title: "):], "\n")
+			if t := strings.Trim(strings.TrimSpace(line), `"'`); t != "" {
+				return t
+			}
+		}
+	}
+	return clipText(k.Goal, 80)
+}
+
+// List answers /tasks: the conversation's running and recent tasks.
+func (r *Runtime) List(ctx context.Context, conv core.ConversationID) (string, error) {
+	list, err := r.st.ConversationTasks(ctx, conv, 10)
+	if err != nil {
+		return "", err
+	}
+	if len(list) == 0 {
+		return "No tasks here yet.", nil
+	}
+	var b strings.Builder
+	b.WriteString("Tasks (newest first):")
+	for _, k := range list {
+		var m task.Machine
+		_ = json.Unmarshal(k.Machine, &m)
+		state := k.State
+		if k.State == string(task.Running) {
+			state = fmt.Sprintf("running step %d, attempt %d", m.Step+1, m.Attempt)
+		}
+		if k.Reason != "" && (k.State == string(task.Stopped) || k.State == string(task.Escalated)) {
+			state += ": " + clipText(k.Reason, 120)
+		}
+		end := r.host.Now()
+		if !k.FinishedAt.IsZero() {
+			end = k.FinishedAt
+		}
+		fmt.Fprintf(&b, "\n• %s — %s; spent %d model call(s), %d tokens, %d tool call(s), %s (task %s)", taskTitle(k), state,
+			k.ModelCalls, k.Tokens, k.ToolCalls, end.Sub(k.CreatedAt).Round(time.Second), k.ID)
+	}
+	return b.String(), nil
+}
+
+// mayCommandTask: the task's requester or an owner may stop or steer it.
+func mayCommandTask(k store.Task, who core.IdentityID, trust core.Trust) bool {
+	return trust != core.TrustExternal && (who == k.Requester || trust == core.TrustOwner)
+}
+
+// Stop answers /stop [task], inside the turn's transaction: it stops the
+// conversation's running task (or the one named).
+func (r *Runtime) Stop(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string) (effects.Effects, error) {
+	o := &turnFx{st: st}
+	conv := st.Turn.Conversation
+	var k store.Task
+	var err error
+	if arg != "" {
+		k, err = tx.LockTask(ctx, arg)
+		if err == nil && k.Conversation != conv {
+			err = core.ErrNotFound
+		}
+	} else {
+		k, err = tx.LockActiveTask(ctx, conv)
+	}
+	if errors.Is(err, core.ErrNotFound) {
+		o.reply("No running task here to stop.")
+		return o.Effects, nil
+	}
+	if err != nil {
+		return effects.Effects{}, err
+	}
+	if k.Final() {
+		o.reply("That task already ended (%s).", k.State)
+		return o.Effects, nil
+	}
+	if !mayCommandTask(k, st.Turn.Sender, trust) {
+		o.reply("Only the person who asked for this task or an owner can stop it; nothing was changed.")
+		return o.Effects, nil
+	}
+	if err := r.taskUserEvent(ctx, tx, &o.Effects, k, task.Event{Kind: task.UserStop}, string(st.Turn.Sender)); err != nil {
+		return effects.Effects{}, err
+	}
+	return o.Effects, nil
+}
+
+// taskUserEvent applies a person's event (stop, retry, re-plan) to a
+// locked task inside the turn's transaction, adding what it shows to o.
+func (r *Runtime) taskUserEvent(ctx context.Context, tx *store.Tx, o *effects.Effects, k store.Task, ev task.Event, by string) error {
+	s, err := r.decodeTask(k)
+	if err != nil {
+		return err
+	}
+	w := r.newTaskWrite(s)
+	if ev.Kind != task.UserStop {
+		r.closeEscalation(w, map[task.EventKind]string{task.UserRetry: render.ChoiceRetry, task.UserReplan: render.ChoiceReplan}[ev.Kind], by)
+	}
+	if err := r.applyEvent(w, ev); err != nil {
+		return err
+	}
+	if ev.Kind == task.UserStop && len(w.fx.Updates) > 0 {
+		// applyEvent closed the escalation card as stopped by "silas":
+		// name the person instead.
+		for i, c := range w.fx.Updates {
+			if c.ID == cards.ID(k.EscalationCard) {
+				w.fx.Updates[i] = render.EscalationCard(render.TaskEscalation{Card: c.ID, Title: s.title(), Chosen: render.ChoiceStop, By: by})
+			}
+		}
+	}
+	w.note(audit.KindTaskDecided, map[string]any{"event": string(ev.Kind), "by": by})
+	ok, err := r.casTask(ctx, tx, w)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("tasks: task %s changed while locked", k.ID)
+	}
+	// The stopped task's approval cards close first, then what the event
+	// shows.
+	if err := r.writeTaskRows(ctx, tx, o, w); err != nil {
+		return err
+	}
+	o.Replies = append(o.Replies, w.fx.Replies...)
+	o.Cards = append(o.Cards, w.fx.Cards...)
+	o.Updates = append(o.Updates, w.fx.Updates...)
+	o.Audit = append(o.Audit, w.fx.Audit...)
+	cancel := *w.cancel
+	id := k.ID
+	o.After = append(o.After, func() {
+		r.host.CancelRuns(cancel)
+		r.kick(id)
+	})
+	return nil
+}
+
+// Tap answers a tap on an escalation card inside the turn's transaction;
+// handled=false when the card is not one. A refusal comes back as
+// fx.Refused (the reason) and fx.Toast (what to tell the tapper).
+func (r *Runtime) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, tap core.Tap) (handled bool, fx effects.Effects, err error) {
+	if !strings.HasPrefix(string(tap.Card), "esc-") {
+		return false, fx, nil
+	}
+	refuse := func(reason, msg string) (bool, effects.Effects, error) {
+		return true, effects.Effects{Refused: reason, Toast: msg}, nil
+	}
+	k, err := tx.LockTaskByCard(ctx, string(tap.Card))
+	if errors.Is(err, core.ErrNotFound) {
+		return false, fx, nil
+	}
+	if err != nil {
+		return true, fx, err
+	}
+	if k.Conversation != st.Turn.Conversation {
+		return false, fx, nil
+	}
+	if !mayCommandTask(k, st.Turn.Sender, trust) {
+		return refuse("not_approver", fmt.Sprintf("You (%s) may not decide this card; nothing was changed.", st.Turn.Sender))
+	}
+	ev := map[string]task.EventKind{render.ChoiceRetry: task.UserRetry, render.ChoiceReplan: task.UserReplan, render.ChoiceStop: task.UserStop}[tap.Choice]
+	if ev == "" {
+		return refuse("bad_choice", "Unknown choice: nothing was changed.")
+	}
+	var m task.Machine
+	if err := json.Unmarshal(k.Machine, &m); err != nil {
+		return true, fx, err
+	}
+	if m.State != task.Escalated {
+		return refuse("already_decided", "This task is no longer waiting for you: nothing was changed.")
+	}
+	fx.Toast = map[task.EventKind]string{task.UserRetry: "Retrying the step.", task.UserReplan: "Asking for a new plan.", task.UserStop: "Stopping the task."}[ev]
+	if err := r.taskUserEvent(ctx, tx, &fx, k, task.Event{Kind: ev}, string(st.Turn.Sender)); err != nil {
+		return true, effects.Effects{}, err
+	}
+	return true, fx, nil
+}

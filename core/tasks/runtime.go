@@ -1,0 +1,951 @@
+// Package tasks is the LLM agent's durable task runtime (docs/agent.md).
+// A task is a row in PostgreSQL holding the recovery machine
+// (core/agent/llm/task), the plan and the spend; it is advanced by a
+// per-task job that reads the row, does one thing (a model call, a
+// proposal, recording a result, the final checks) and writes the next state
+// with a compare-and-swap on the row's rev. Nothing lives only in memory:
+// at start every unfinished task is advanced again, and a sweep re-advances
+// them periodically (approval expiry, wall-time budget). A model call in
+// flight at a restart is simply made again; an execution in flight is
+// reported interrupted by the engine's execution resume and never re-run.
+//
+// The model proposes; the runtime decides. Each tool call becomes a
+// core.Action that the engine proposes (Host.Propose) — the same trust
+// check, policy, signed request, card, token and sandbox as /run — and only
+// its recorded execution and verification become the result the model is
+// shown. The plan's checks are run by the runtime, through policy, in the
+// verification sandbox; only they mark a task done.
+//
+// The engine calls the runtime through an interface it owns
+// (engine.TaskRuntime); the runtime calls the engine through Host, which it
+// owns. Neither package imports the other; both speak core/effects.
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/agent/llm"
+	"github.com/silas-gateway/silas/core/agent/llm/plan"
+	"github.com/silas-gateway/silas/core/agent/llm/task"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/effects"
+	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/redact"
+	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/verify"
+)
+
+// Host is what the runtime needs from the engine.
+type Host interface {
+	// Go runs f as the engine's work (waited for at shutdown, with the
+	// engine's work context); false, and f is not run, once shutdown began.
+	Go(f func(ctx context.Context)) bool
+	Now() time.Time
+	// Trust is the trust of the turn's sender, as for any turn.
+	Trust(ctx context.Context, t core.Turn) core.Trust
+	// Evaluate is the engine's risk policy.
+	Evaluate(a core.Action) policy.Result
+	// Verify runs checks in the engine's verification sandbox.
+	Verify(ctx context.Context, checks []verify.Check, ev verify.Evidence) verify.Report
+	// ApprovalCard renders an approval request as the engine does.
+	ApprovalCard(a core.ApprovalRequest) *cards.Card
+	// Propose puts pa through the same path as /run for the origin turn:
+	// trust, validation, policy, signed request and card. approval is ""
+	// when it was not proposed (fx says why). write, inside the caller's
+	// transaction, stores the request and — when policy allows it —
+	// approves it with a single-use token, adding what that shows to fx.
+	Propose(origin core.Turn, trust core.Trust, pa core.ProposedAction) (approval core.ApprovalID, fx effects.Effects,
+		write func(ctx context.Context, tx *store.Tx, fx *effects.Effects) error)
+	// Send queues fx's replies, cards and card updates to the conversation
+	// inside tx; handOff, after commit, gives them to the outbox.
+	Send(tx *store.Tx, ch core.ChannelName, conv core.ConversationID, fx effects.Effects) (handOff func(), err error)
+	// CancelRuns kills the running executions of a stopped task.
+	CancelRuns(ids []core.ApprovalID)
+}
+
+// Config enables the task runtime.
+type Config struct {
+	Store    *store.Store
+	Planner  llm.Planner
+	Executor llm.Executor
+	// Limits are the configured budget per task (llm.budget.*); a plan may
+	// only lower them.
+	Limits task.Limits
+	// Recovery sets the attempts per step and the re-plans per task; the
+	// plan chooses on_stuck.
+	Recovery task.Policy
+	// Sweep is how often unfinished tasks are re-advanced (default 5s).
+	Sweep  time.Duration
+	Logger *slog.Logger
+}
+
+// Runtime advances tasks; it implements the engine's TaskRuntime.
+type Runtime struct {
+	cfg     Config
+	st      *store.Store
+	log     *slog.Logger
+	host    Host
+	mu      sync.Mutex
+	running map[string]*taskJob
+}
+
+type taskJob struct{ again bool }
+
+// New builds the runtime on host (the engine, before its Run).
+func New(cfg Config, host Host) (*Runtime, error) {
+	if cfg.Store == nil || host == nil {
+		return nil, errors.New("tasks: Store and host are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Sweep <= 0 {
+		cfg.Sweep = 5 * time.Second
+	}
+	return &Runtime{cfg: cfg, st: cfg.Store, log: cfg.Logger, host: host, running: map[string]*taskJob{}}, nil
+}
+
+// kick advances a task in the background unless a job for it runs; then
+// that job goes round once more. Not once shutdown began: the engine's Run
+// is waiting for its work, and the task resumes from its row at the next
+// start anyway.
+func (r *Runtime) kick(id string) {
+	if id == "" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if j, ok := r.running[id]; ok {
+		j.again = true
+		return
+	}
+	r.running[id] = &taskJob{}
+	// The job locks r.mu only after its first advance, so it finds itself
+	// registered.
+	if !r.host.Go(func(ctx context.Context) { r.runTask(ctx, id) }) {
+		delete(r.running, id)
+	}
+}
+
+func (r *Runtime) runTask(ctx context.Context, id string) {
+	log := r.log.With(slog.String("task", id))
+	for {
+		more, err := r.advanceTask(ctx, id)
+		if err != nil && ctx.Err() == nil {
+			// A database error: the sweep tries again later.
+			log.Error("task: advance failed", slog.Any("err", err))
+			more = false
+		}
+		r.mu.Lock()
+		j := r.running[id]
+		if ctx.Err() != nil || (!more && !j.again) {
+			delete(r.running, id)
+			r.mu.Unlock()
+			return
+		}
+		j.again = false
+		r.mu.Unlock()
+	}
+}
+
+// Resume advances every unfinished task (at start and by the sweep).
+func (r *Runtime) Resume(ctx context.Context) error {
+	list, err := r.st.ActiveTasks(ctx)
+	if err != nil {
+		return fmt.Errorf("tasks: resume: %w", err)
+	}
+	for _, k := range list {
+		r.kick(k.ID)
+	}
+	return nil
+}
+
+// Sweep re-advances unfinished tasks periodically until ctx ends.
+func (r *Runtime) Sweep(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Sweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := r.Resume(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("task sweep failed", slog.Any("err", err))
+			}
+		}
+	}
+}
+
+// Notice kicks the task an approval belongs to, if any (its execution or
+// decision changed).
+func (r *Runtime) Notice(ctx context.Context, id core.ApprovalID) {
+	tid, err := r.st.TaskOfApproval(ctx, id)
+	if err != nil {
+		r.log.Warn("task: look up the task of an approval", slog.String("approval", string(id)), slog.Any("err", err))
+		return
+	}
+	r.kick(tid)
+}
+
+// taskState is a stored task decoded.
+type taskState struct {
+	k    store.Task
+	m    task.Machine
+	lim  task.Limits
+	pl   *plan.Plan // nil before the first plan
+	orig core.Turn
+}
+
+func (r *Runtime) decodeTask(k store.Task) (*taskState, error) {
+	s := &taskState{k: k}
+	if err := json.Unmarshal(k.Machine, &s.m); err != nil {
+		return nil, fmt.Errorf("tasks: task %s: machine: %w", k.ID, err)
+	}
+	if err := json.Unmarshal(k.Limits, &s.lim); err != nil {
+		return nil, fmt.Errorf("tasks: task %s: limits: %w", k.ID, err)
+	}
+	if err := json.Unmarshal(k.Origin, &s.orig); err != nil {
+		return nil, fmt.Errorf("tasks: task %s: origin: %w", k.ID, err)
+	}
+	if k.Plan != "" {
+		pl, err := plan.Parse(k.Plan)
+		if err != nil {
+			return nil, fmt.Errorf("tasks: task %s: stored plan: %w", k.ID, err)
+		}
+		s.pl = pl
+	}
+	return s, nil
+}
+
+func (s *taskState) spent() task.Spent {
+	return task.Spent{Tokens: s.k.Tokens, ModelCalls: s.k.ModelCalls, ToolCalls: s.k.ToolCalls, CostUSD: s.k.CostUSD, CostKnown: s.k.CostKnown, Started: s.k.CreatedAt}
+}
+
+func (s *taskState) setSpent(sp task.Spent) {
+	s.k.Tokens, s.k.ModelCalls, s.k.ToolCalls, s.k.CostUSD, s.k.CostKnown = sp.Tokens, sp.ModelCalls, sp.ToolCalls, sp.CostUSD, sp.CostKnown
+}
+
+func (s *taskState) title() string {
+	if s.pl != nil {
+		return s.pl.Title
+	}
+	return clipText(s.k.Goal, 80)
+}
+
+func (s *taskState) recovery(cfg Config) task.Policy {
+	p := cfg.Recovery
+	if s.pl != nil {
+		p.OnStuck = s.pl.OnStuck
+	}
+	return p
+}
+
+// taskWrite is one transition of a task, written in one transaction with
+// the messages, cards and approvals it causes.
+type taskWrite struct {
+	s *taskState
+	// fx is what the transition shows in the task's conversation.
+	fx effects.Effects
+	// propose, when a call was proposed, stores its approval request (and
+	// approves it when policy allows) inside the transaction.
+	propose  func(ctx context.Context, tx *store.Tx, fx *effects.Effects) error
+	calls    []store.TaskCall
+	finished []finishedCall
+	spend    []spendRow
+	outputs  [][2]string // pointer, content
+	attempts []attemptRow
+	ends     []attemptRow
+	stop     bool
+	// checks is the summary of the plan's passed checks (VerifyPassed).
+	checks string
+	// cancel lists approvals whose running executions are killed after
+	// commit (a stop).
+	cancel *[]core.ApprovalID
+}
+
+type finishedCall struct {
+	id     int64
+	result json.RawMessage
+}
+
+type spendRow struct {
+	role   string
+	tokens int64
+}
+
+type attemptRow struct {
+	step, attempt int
+	state, reason string
+}
+
+func (r *Runtime) newTaskWrite(s *taskState) *taskWrite {
+	return &taskWrite{s: s, cancel: new([]core.ApprovalID)}
+}
+
+func (w *taskWrite) note(kind audit.Kind, data map[string]any) {
+	if data == nil {
+		data = map[string]any{}
+	}
+	data["task"] = w.s.k.ID
+	w.fx.Audit = append(w.fx.Audit, audit.Entry{Kind: kind, Actor: "silas", Conversation: string(w.s.k.Conversation), Data: data})
+}
+
+// modelCall records one model call's usage.
+func (w *taskWrite) modelCall(role string, u llm.Usage) {
+	w.s.setSpent(w.s.spent().ModelCall(u.TotalTokens, -1))
+	w.spend = append(w.spend, spendRow{role: role, tokens: u.TotalTokens})
+}
+
+// casTask writes the task row if it is still the one read; ok=false means
+// another writer got there first and nothing may be written.
+func (r *Runtime) casTask(ctx context.Context, tx *store.Tx, w *taskWrite) (bool, error) {
+	m, err := json.Marshal(w.s.m)
+	if err != nil {
+		return false, err
+	}
+	l, err := json.Marshal(w.s.lim)
+	if err != nil {
+		return false, err
+	}
+	k := w.s.k
+	k.Machine, k.Limits, k.State, k.Reason = m, l, string(w.s.m.State), w.s.m.Reason
+	if k.Final() && k.FinishedAt.IsZero() {
+		k.FinishedAt = tx.Now()
+	}
+	return tx.UpdateTask(ctx, k)
+}
+
+// writeTaskRows writes what the transition adds besides the task row (after
+// casTask and after any approval the calls reference).
+func (r *Runtime) writeTaskRows(ctx context.Context, tx *store.Tx, o *effects.Effects, w *taskWrite) error {
+	id := w.s.k.ID
+	if w.stop {
+		open, err := tx.OpenTaskApprovals(ctx, id)
+		if err != nil {
+			return err
+		}
+		for _, a := range open {
+			ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}, core.ApprovalDeclined, render.TaskStopped, nil)
+			if err != nil {
+				return err
+			}
+			if ok {
+				a.Status, a.DecidedBy = core.ApprovalDeclined, render.TaskStopped
+				o.Updates = append(o.Updates, r.host.ApprovalCard(a))
+				o.Audit = append(o.Audit, audit.Entry{Kind: audit.KindApprovalDeclined, Actor: "silas", Conversation: string(a.Conversation),
+					Data: map[string]any{"approval": string(a.ID), "task": id, "reason": "task stopped"}})
+			}
+		}
+		calls, err := r.st.TaskCalls(ctx, id)
+		if err != nil {
+			return err
+		}
+		for _, c := range calls {
+			if c.Status == "waiting" && c.Approval != "" {
+				*w.cancel = append(*w.cancel, c.Approval)
+			}
+		}
+	}
+	for _, c := range w.calls {
+		if err := tx.QueueTaskCall(c); err != nil {
+			return err
+		}
+	}
+	for _, f := range w.finished {
+		if _, err := tx.FinishTaskCall(ctx, f.id, f.result); err != nil {
+			return err
+		}
+	}
+	for _, s := range w.spend {
+		tx.QueueTaskSpend(id, s.role, s.tokens)
+	}
+	for _, p := range w.outputs {
+		tx.QueueTaskOutput(p[0], id, p[1])
+	}
+	for _, a := range w.ends {
+		tx.QueueTaskAttemptEnd(id, w.s.k.PlanNo, a.step, a.attempt, a.state, a.reason)
+	}
+	for _, a := range w.attempts {
+		tx.QueueTaskAttempt(id, w.s.k.PlanNo, a.step, a.attempt)
+	}
+	return nil
+}
+
+// commitTask writes w in one transaction: the task row (compare-and-swap),
+// approvals (and policy approvals), task rows, messages. applied=false: the
+// task changed meanwhile and nothing was written.
+func (r *Runtime) commitTask(ctx context.Context, w *taskWrite) (bool, error) {
+	var applied bool
+	var final effects.Effects
+	var handOff func()
+	k := w.s.k
+	err := r.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		applied = false
+		o := w.fx.Clone() // a fresh copy on every (re)try
+		o.After = nil
+		*w.cancel = nil
+		ok, err := r.casTask(ctx, tx, w)
+		if err != nil || !ok {
+			return nil, err
+		}
+		if w.propose != nil {
+			if err := w.propose(ctx, tx, &o); err != nil {
+				return nil, err
+			}
+		}
+		if err := r.writeTaskRows(ctx, tx, &o, w); err != nil {
+			return nil, err
+		}
+		if handOff, err = r.host.Send(tx, k.Channel, k.Conversation, o); err != nil {
+			return nil, err
+		}
+		applied, final = true, o
+		return o.Audit, nil
+	})
+	if err != nil || !applied {
+		return false, err
+	}
+	for _, f := range final.After {
+		f()
+	}
+	r.host.CancelRuns(*w.cancel)
+	handOff()
+	return true, nil
+}
+
+// advanceTask does the next thing for a task. more: call again at once.
+func (r *Runtime) advanceTask(ctx context.Context, id string) (more bool, err error) {
+	k, err := r.st.GetTask(ctx, id)
+	if errors.Is(err, core.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if k.Final() {
+		return false, nil
+	}
+	s, err := r.decodeTask(k)
+	if err != nil {
+		return false, err
+	}
+	// Before anything else (a model call, the checks): every limit but the
+	// tool calls, which are counted when a call is proposed — so the last
+	// call the budget allows still runs and is reported.
+	lim := s.lim
+	lim.ToolCalls = 0
+	if reason := s.spent().Exhausted(lim, r.host.Now()); reason != "" {
+		return r.taskEvent(ctx, r.newTaskWrite(s), task.Event{Kind: task.BudgetExhausted, Detail: reason})
+	}
+	switch s.m.State {
+	case task.Planning, task.Replanning:
+		return r.taskPlan(ctx, s)
+	case task.Running:
+		return r.taskStep(ctx, s)
+	case task.Verifying:
+		return r.taskVerify(ctx, s)
+	case task.Consulting:
+		return r.taskConsult(ctx, s)
+	}
+	return false, nil // escalated: waiting for the user
+}
+
+// taskEvent applies ev with w's other changes and commits. A stale write
+// (the task changed meanwhile) is dropped and the caller reads again.
+func (r *Runtime) taskEvent(ctx context.Context, w *taskWrite, ev task.Event) (bool, error) {
+	if err := r.applyEvent(w, ev); err != nil {
+		return false, err
+	}
+	if w.s.m.State == task.Done {
+		if err := r.finishSummary(ctx, w); err != nil {
+			return false, err
+		}
+	}
+	applied, err := r.commitTask(ctx, w)
+	if err != nil {
+		return false, err
+	}
+	if !applied {
+		return true, nil
+	}
+	return !w.s.k.Final() && w.s.m.State != task.Escalated, nil
+}
+
+// applyEvent runs the recovery machine and prepares what its directive
+// shows: the attempt rows, the escalation card, the summary, the stop.
+func (r *Runtime) applyEvent(w *taskWrite, ev task.Event) error {
+	s := w.s
+	before := s.m
+	m, d, err := task.Next(s.m, ev, s.recovery(r.cfg))
+	if err != nil {
+		return fmt.Errorf("tasks: task %s: %w", s.k.ID, err)
+	}
+	s.m = m
+	switch ev.Kind {
+	case task.StepSucceeded, task.StepFailed, task.VerifyFailed:
+		state := "succeeded"
+		if ev.Kind != task.StepSucceeded {
+			state = "failed"
+		}
+		w.ends = append(w.ends, attemptRow{step: before.Step, attempt: before.Attempt, state: state, reason: ev.Detail})
+		w.note(audit.KindTaskStepFinished, map[string]any{"plan": s.k.PlanNo, "step": before.Step + 1, "attempt": before.Attempt,
+			"outcome": string(ev.Kind), "detail": clipText(ev.Detail, 300)})
+	}
+	switch d.Kind {
+	case task.DoRunStep:
+		w.attempts = append(w.attempts, attemptRow{step: d.Step, attempt: d.Attempt})
+		w.note(audit.KindTaskStepStarted, map[string]any{"plan": s.k.PlanNo, "step": d.Step + 1, "attempt": d.Attempt, "retry": d.Failure != ""})
+	case task.DoEscalate:
+		s.k.EscalationCard = "esc-" + core.NewID()
+		w.fx.Cards = append(w.fx.Cards, render.EscalationCard(render.TaskEscalation{Card: cards.ID(s.k.EscalationCard), Title: s.title(),
+			Step: d.Step + 1, Reason: clipText(strings.TrimPrefix(d.Reason, fmt.Sprintf("stuck on step %d: ", d.Step+1)), 150)}))
+		w.note(audit.KindTaskEscalated, map[string]any{"step": d.Step + 1, "reason": clipText(d.Reason, 300), "card": s.k.EscalationCard})
+	case task.DoStop:
+		w.stop = true
+		r.closeEscalation(w, "stop", "silas")
+		s.k.Summary = "Stopped: " + d.Reason
+		w.fx.Replies = append(w.fx.Replies, fmt.Sprintf("Stopped the task %q: %s. Nothing further will run for it.", s.title(), d.Reason))
+		if s.pl != nil {
+			w.fx.Updates = append(w.fx.Updates, r.planCard(s, "Stopped: "+d.Reason, false))
+		}
+		w.note(audit.KindTaskStopped, map[string]any{"reason": d.Reason})
+	}
+	return nil
+}
+
+// closeEscalation edits an open escalation card to show the choice.
+func (r *Runtime) closeEscalation(w *taskWrite, choice, by string) {
+	s := w.s
+	if s.k.EscalationCard == "" {
+		return
+	}
+	w.fx.Updates = append(w.fx.Updates, render.EscalationCard(render.TaskEscalation{Card: cards.ID(s.k.EscalationCard), Title: s.title(),
+		Step: s.m.Step + 1, Reason: "", Chosen: choice, By: by}))
+	s.k.EscalationCard = ""
+}
+
+func (r *Runtime) planCard(s *taskState, outcome string, done bool) *cards.Card {
+	p := render.TaskPlan{Card: cards.ID(fmt.Sprintf("plan-%s-%d", s.k.ID, s.k.PlanNo)), Title: s.pl.Title, Steps: s.pl.Steps,
+		Outcome: outcome, Done: done, Budget: budgetLine(s.lim)}
+	for _, c := range s.pl.Verify {
+		name := c.Name
+		if name == "" {
+			name = "check"
+		}
+		if len(c.Run) > 0 {
+			name += ": " + (core.Action{Argv: c.Run}).CommandLine()
+		}
+		p.Checks = append(p.Checks, name)
+	}
+	return render.PlanCard(p)
+}
+
+func budgetLine(l task.Limits) string {
+	var parts []string
+	if l.Tokens > 0 {
+		parts = append(parts, fmt.Sprintf("%d tokens", l.Tokens))
+	}
+	if l.ModelCalls > 0 {
+		parts = append(parts, fmt.Sprintf("%d model calls", l.ModelCalls))
+	}
+	if l.ToolCalls > 0 {
+		parts = append(parts, fmt.Sprintf("%d tool calls", l.ToolCalls))
+	}
+	if l.WallTime > 0 {
+		parts = append(parts, l.WallTime.String())
+	}
+	if l.CostUSD > 0 {
+		parts = append(parts, fmt.Sprintf("$%.2f", l.CostUSD))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// taskPlan asks the planner for a (new) plan.
+func (r *Runtime) taskPlan(ctx context.Context, s *taskState) (bool, error) {
+	known := ""
+	if s.m.State == task.Replanning && s.pl != nil {
+		known = "The previous plan did not work: " + s.m.Failure + "\n\nPrevious plan:\n" + s.pl.Markdown()
+	}
+	pl, u, err := r.cfg.Planner.Plan(ctx, s.k.Goal, known)
+	if ctx.Err() != nil {
+		return false, ctx.Err() // a restart: the call is made again
+	}
+	w := r.newTaskWrite(s)
+	w.modelCall("planner", u)
+	if err != nil {
+		return r.taskEvent(ctx, w, task.Event{Kind: task.PlanFailed, Detail: clipText(err.Error(), 300)})
+	}
+	s.pl = pl
+	s.k.Plan = pl.Markdown()
+	s.k.PlanNo++
+	s.lim = s.lim.Apply(pl.Budget)
+	w.fx.Cards = append(w.fx.Cards, r.planCard(s, "", false))
+	w.note(audit.KindTaskPlanned, map[string]any{"plan": s.k.PlanNo, "title": pl.Title, "steps": len(pl.Steps), "checks": len(pl.Verify)})
+	return r.taskEvent(ctx, w, task.Event{Kind: task.PlanReady, Steps: len(pl.Steps), HasChecks: len(pl.Verify) > 0})
+}
+
+// taskConsult asks the planner for guidance on the stuck step.
+func (r *Runtime) taskConsult(ctx context.Context, s *taskState) (bool, error) {
+	g, u, err := r.cfg.Planner.Consult(ctx, s.pl, s.m.Step, s.m.Failure)
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	w := r.newTaskWrite(s)
+	w.modelCall("planner", u)
+	w.note(audit.KindTaskConsulted, map[string]any{"step": s.m.Step + 1, "ok": err == nil})
+	if err != nil {
+		return r.taskEvent(ctx, w, task.Event{Kind: task.GuidanceFailed, Detail: clipText(err.Error(), 300)})
+	}
+	return r.taskEvent(ctx, w, task.Event{Kind: task.GuidanceReady, Detail: clipText(g, 2000)})
+}
+
+// attemptCalls are the calls of the current attempt at the current step.
+func attemptCalls(all []store.TaskCall, s *taskState) []store.TaskCall {
+	var out []store.TaskCall
+	for _, c := range all {
+		if c.PlanNo == s.k.PlanNo && c.Step == s.m.Step && c.Attempt == s.m.Attempt {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// taskStep moves the current step on: record a settled call's result, or
+// wait for it, or ask the executor for the next move.
+func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
+	all, err := r.st.TaskCalls(ctx, s.k.ID)
+	if err != nil {
+		return false, err
+	}
+	calls := attemptCalls(all, s)
+	for _, c := range calls {
+		if c.Status != "waiting" {
+			continue
+		}
+		status, text, settled, err := r.callOutcome(ctx, c)
+		if err != nil || !settled {
+			return false, err
+		}
+		w := r.newTaskWrite(s)
+		res, err := task.Interpret(status, text, func(out string) (string, error) {
+			p := "taskout-" + core.NewID()
+			w.outputs = append(w.outputs, [2]string{p, out})
+			return p, nil
+		})
+		if err != nil {
+			return false, err
+		}
+		raw, _ := json.Marshal(res)
+		w.finished = append(w.finished, finishedCall{id: c.ID, result: raw})
+		w.note(audit.KindTaskCallResult, map[string]any{"call": c.ID, "approval": string(c.Approval), "status": status, "evicted": res.Evicted})
+		applied, err := r.commitTask(ctx, w)
+		return applied || err == nil, err
+	}
+	b := llm.Briefing{Plan: s.pl, Step: s.m.Step, Attempt: s.m.Attempt, Failure: s.m.Failure, Guidance: s.m.Guidance}
+	for _, c := range calls {
+		b.History = append(b.History,
+			llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: c.CallID, Name: c.Tool, Arguments: c.Arguments}}},
+			llm.Message{Role: llm.RoleTool, ToolCallID: c.CallID, Content: llm.Fence("tool result", string(c.Result))})
+	}
+	out, err := r.cfg.Executor.Next(ctx, b)
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	w := r.newTaskWrite(s)
+	if err != nil {
+		w.modelCall("executor", llm.Usage{})
+		return r.taskEvent(ctx, w, task.Event{Kind: task.StepFailed, Detail: "the model could not be asked: " + clipText(err.Error(), 300)})
+	}
+	w.modelCall("executor", out.Usage)
+	switch {
+	case out.Done:
+		// The model's claim is not enough: the step's last action must
+		// have run and passed its checks.
+		if n := len(calls); n > 0 && resultStatus(calls[n-1].Result) == "ok" {
+			return r.taskEvent(ctx, w, task.Event{Kind: task.StepSucceeded, Detail: clipText(out.Text, 300)})
+		}
+		return r.taskEvent(ctx, w, task.Event{Kind: task.StepFailed,
+			Detail: "the executor said the step was done, but no action of this attempt ran and passed its checks"})
+	case out.Stuck:
+		return r.taskEvent(ctx, w, task.Event{Kind: task.StepFailed, Detail: clipText(strings.TrimPrefix(out.Text, "STUCK:"), 500)})
+	}
+	if reason := s.spent().Exhausted(s.lim, r.host.Now()); reason != "" {
+		return r.taskEvent(ctx, w, task.Event{Kind: task.BudgetExhausted, Detail: reason})
+	}
+	s.setSpent(s.spent().ToolCall())
+	tc := out.ToolCall
+	if tc.ID == "" {
+		tc.ID = "call_" + core.NewID()[:12]
+	}
+	call := store.TaskCall{TaskID: s.k.ID, PlanNo: s.k.PlanNo, Step: s.m.Step, Attempt: s.m.Attempt, CallID: tc.ID, Tool: tc.Name, Arguments: tc.Arguments, Status: "done"}
+	done := func(status, text string) (bool, error) {
+		raw, _ := json.Marshal(task.Result{Status: status, Output: text, SizeChars: len([]rune(text)), RehydrationAllowed: true})
+		call.Result = raw
+		w.calls = append(w.calls, call)
+		w.note(audit.KindTaskCallProposed, map[string]any{"tool": tc.Name, "step": s.m.Step + 1, "outcome": status})
+		applied, err := r.commitTask(ctx, w)
+		return applied || err == nil, err
+	}
+	if out.Invalid {
+		return done("invalid", out.Text+". Call the tool again with valid arguments.")
+	}
+	c := *out.Call
+	pa, ok := c.Action()
+	if !ok {
+		// ask_user and plan_task are not actions and not offered here as
+		// such: tell the model what it can do instead.
+		return done("failed", "ask_user is not available while a task runs: choose a sensible default, or answer with STUCK: and the question so the user is asked.")
+	}
+	label := fmt.Sprintf("Step %d of %d — %s", s.m.Step+1, len(s.pl.Steps), s.pl.Title)
+	pa.Intent = label + ": " + pa.Intent
+	trust := r.host.Trust(ctx, s.orig)
+	approval, pfx, write := r.host.Propose(s.orig, trust, pa)
+	w.fx.Add(pfx)
+	if approval == "" {
+		// Not proposed: refused (trust), blocked by policy or malformed.
+		// propose told the user; the model is told why, as data.
+		why := "not proposed"
+		if len(w.fx.Replies) > 0 {
+			why = w.fx.Replies[len(w.fx.Replies)-1]
+		}
+		if res := r.host.Evaluate(pa.Action); trust != core.TrustExternal && res.Decision == "blocked" {
+			reason := res.Reason
+			if reason == "" {
+				reason = "the risk policy blocks it"
+			}
+			why = "blocked by policy: " + reason
+		}
+		w.fx.Replies = append(w.fx.Replies[:max(len(w.fx.Replies)-1, 0)], fmt.Sprintf("%s — `%s` was not run: %s The assistant was told.",
+			label, pa.Action.CommandLine(), strings.TrimSuffix(why, ".")+"."))
+		return done("blocked", why)
+	}
+	call.Approval, call.Status = approval, "waiting"
+	w.propose = write
+	w.calls = append(w.calls, call)
+	w.note(audit.KindTaskCallProposed, map[string]any{"tool": tc.Name, "step": s.m.Step + 1, "approval": string(call.Approval), "outcome": "proposed"})
+	applied, err := r.commitTask(ctx, w)
+	return applied || err == nil, err
+}
+
+func resultStatus(raw json.RawMessage) string {
+	var r task.Result
+	if json.Unmarshal(raw, &r) != nil {
+		return ""
+	}
+	return r.Status
+}
+
+// callOutcome reads what became of a call's approval and execution.
+// settled=false: still waiting (a tap, the run, its verification).
+func (r *Runtime) callOutcome(ctx context.Context, c store.TaskCall) (status, text string, settled bool, err error) {
+	a, err := r.st.GetApproval(ctx, c.Approval)
+	if err != nil {
+		return "", "", false, err
+	}
+	switch a.Status {
+	case core.ApprovalDeclined:
+		if a.DecidedBy == render.TaskStopped {
+			return "declined", "Cancelled because the task was stopped; nothing was run.", true, nil
+		}
+		return "declined", "The user declined this call; nothing was run.", true, nil
+	case core.ApprovalExpired:
+		return "declined", "The approval card expired without a decision; nothing was run.", true, nil
+	case core.ApprovalApproved:
+	default:
+		return "", "", false, nil
+	}
+	ex, err := r.st.GetExecution(ctx, a.ID)
+	if errors.Is(err, core.ErrNotFound) {
+		return "", "", false, nil
+	}
+	if err != nil {
+		return "", "", false, err
+	}
+	switch ex.Status {
+	case core.ExecRefused:
+		return "refused", "Refused before it ran: " + ex.Reason + ". Nothing was run.", true, nil
+	case core.ExecInterrupted:
+		return "interrupted", "Interrupted (" + ex.Reason + "): it may or may not have completed, and it was not run again.", true, nil
+	case core.ExecVerified, core.ExecFailed:
+	default:
+		return "", "", false, nil
+	}
+	out := ""
+	if ex.Result != nil {
+		out = fullOutput(ex.Result)
+		if ex.Result.OutputRef != "" {
+			if full, err := r.st.GetOutput(ctx, ex.Result.OutputRef); err == nil {
+				out = full
+			}
+		}
+		var act core.Action
+		if json.Unmarshal(a.ActionCanonical, &act) == nil && len(act.Secrets) > 0 {
+			out = "(output hidden: the action received a secret)"
+		}
+	}
+	// Credentials the program printed are cut out before the model sees
+	// them (secret values are already redacted by the execution).
+	out = redactText(out)
+	status = "ok"
+	if ex.Status == core.ExecFailed {
+		status = "failed"
+	}
+	code := 0
+	if ex.Result != nil {
+		code = ex.Result.ExitCode
+	}
+	return status, fmt.Sprintf("exit code %d; %s\n%s", code, ex.Reason, out), true, nil
+}
+
+// taskVerify runs the plan's checks: each command through the risk policy
+// (only an "allow" runs without a person; anything else fails the check),
+// then the verification sandbox.
+func (r *Runtime) taskVerify(ctx context.Context, s *taskState) (bool, error) {
+	checks := s.pl.Verify
+	report := verifyReport{results: make([]verifyLine, len(checks))}
+	var run []int
+	var runnable = checks[:0:0]
+	for i, c := range checks {
+		name := c.Name
+		if name == "" {
+			name = fmt.Sprintf("check %d", i+1)
+		}
+		report.results[i].name = name
+		if len(c.Run) > 0 {
+			res := r.host.Evaluate(core.Action{Tool: "shell", Argv: c.Run})
+			if res.Decision != "allow" {
+				why := res.Reason
+				if why == "" {
+					why = "it needs a person's approval"
+				}
+				report.results[i].reason = fmt.Sprintf("not run: the risk policy says %s (%s)", res.Decision, why)
+				continue
+			}
+		}
+		run = append(run, i)
+		runnable = append(runnable, c)
+	}
+	if len(runnable) > 0 {
+		// No execution evidence: a check judging the (absent) execution's
+		// own exit code fails rather than passes by default.
+		rep := r.host.Verify(ctx, runnable, verifyEvidence())
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		for j, r := range rep.Results {
+			i := run[j]
+			report.results[i].passed, report.results[i].reason = r.Passed, r.Reason
+		}
+	}
+	w := r.newTaskWrite(s)
+	summary, passed := report.summary()
+	w.note(audit.KindTaskVerified, map[string]any{"plan": s.k.PlanNo, "passed": passed, "summary": clipText(summary, 500)})
+	if !passed {
+		return r.taskEvent(ctx, w, task.Event{Kind: task.VerifyFailed, Detail: summary})
+	}
+	w.checks = summary
+	return r.taskEvent(ctx, w, task.Event{Kind: task.VerifyPassed})
+}
+
+// finishSummary prepares the report of a verified task, in plain words
+// with what was run.
+func (r *Runtime) finishSummary(ctx context.Context, w *taskWrite) error {
+	s := w.s
+	all, err := r.st.TaskCalls(ctx, s.k.ID)
+	if err != nil {
+		return err
+	}
+	var ran []string
+	for _, c := range all {
+		if st := resultStatus(c.Result); c.Approval == "" || (st != "ok" && st != "failed") {
+			continue
+		}
+		a, err := r.st.GetApproval(ctx, c.Approval)
+		if err != nil {
+			return err
+		}
+		var act core.Action
+		if json.Unmarshal(a.ActionCanonical, &act) == nil {
+			ran = append(ran, fmt.Sprintf("`%s` (step %d)", act.CommandLine(), c.Step+1))
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Done: %s ✓", s.pl.Title)
+	if len(ran) > 0 {
+		fmt.Fprintf(&b, "\nWhat ran: %s.", strings.Join(ran, "; "))
+	}
+	if w.checks != "" {
+		fmt.Fprintf(&b, "\nChecked by the gateway: %s.", w.checks)
+	} else {
+		b.WriteString("\nThe plan had no final checks; each action passed its own.")
+	}
+	fmt.Fprintf(&b, "\nSpent: %d model call(s), %d tokens, %d tool call(s).", s.k.ModelCalls, s.k.Tokens, s.k.ToolCalls)
+	s.k.Summary = b.String()
+	w.fx.Replies = append(w.fx.Replies, s.k.Summary)
+	w.fx.Updates = append(w.fx.Updates, r.planCard(s, "Done: verified by the gateway.", true))
+	w.note(audit.KindTaskDone, map[string]any{"checks": clipText(w.checks, 300), "ran": len(ran)})
+	return nil
+}
+
+func clipText(s string, n int) string {
+	s = strings.TrimSpace(s)
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+// verifyLine is one plan check's result; verifyReport all of them.
+type verifyLine struct {
+	name, reason string
+	passed       bool
+}
+
+type verifyReport struct{ results []verifyLine }
+
+func (r verifyReport) summary() (string, bool) {
+	if len(r.results) == 0 {
+		return "no checks", false
+	}
+	ok := true
+	parts := make([]string, len(r.results))
+	for i, l := range r.results {
+		if l.passed {
+			parts[i] = l.name + " ✓"
+			continue
+		}
+		ok = false
+		parts[i] = l.name + " ✗ (" + l.reason + ")"
+	}
+	return strings.Join(parts, "; "), ok
+}
+
+// verifyEvidence is the evidence plan checks run against: there is no
+// execution of their own, so a check that would judge one (its exit code
+// or output) fails instead of passing on a zero value.
+func verifyEvidence() verify.Evidence { return verify.Evidence{ExitCode: -1} }
+
+// redactText cuts credentials out of tool output before a model sees it.
+func redactText(s string) string {
+	out, _ := redact.Redact(s)
+	return out
+}
+
+// fullOutput is an execution's output as the engine stores it.
+func fullOutput(r *core.ExecRecord) string {
+	if r.Stderr == "" {
+		return r.Stdout
+	}
+	return r.Stdout + "\n--- stderr ---\n" + r.Stderr
+}
