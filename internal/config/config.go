@@ -189,6 +189,8 @@ type Config struct {
 	Slack Slack `yaml:"slack"`
 	// Discord configures the Discord channel (internal/config/discord.go).
 	Discord Discord `yaml:"discord"`
+	// WhatsApp configures the WhatsApp channel (internal/config/whatsapp.go).
+	WhatsApp WhatsApp `yaml:"whatsapp"`
 	// Audit is the audit chain's signed checkpoints.
 	Audit Audit `yaml:"audit"`
 	// Policy is the risk policy every proposed action passes.
@@ -306,6 +308,7 @@ func Default() *Config {
 	c.Telegram.Limits.PerChatInterval = Duration{time.Second}
 	slackDefaults(c)
 	defaultDiscord(c)
+	whatsappDefaults(c)
 	return c
 }
 
@@ -675,6 +678,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := validateDiscord(c); err != nil {
+		return err
+	}
+	if err := c.validateWhatsApp(); err != nil {
 		return err
 	}
 	if _, err := policy.New(c.Policy.Rules); err != nil {
