@@ -72,4 +72,3 @@ func contains(s []string, v string) bool {
 	}
 	return false
 }
-
