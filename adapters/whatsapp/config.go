@@ -53,6 +53,9 @@ type Config struct {
 	EditWindow time.Duration
 	// NeverEdit always replies instead of editing (edit_window: 0s).
 	NeverEdit bool
+	// Typing shows "typing…" before each text Silas sends. YAML
+	// whatsapp.typing.
+	Typing bool
 	// Limits pace outbound messages. Defaults: 2s per chat, 10 per minute
 	// per group, 1 per second overall (conservative: WhatsApp bans
 	// numbers that send like bots). YAML whatsapp.limits.*.

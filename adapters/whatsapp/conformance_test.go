@@ -460,3 +460,5 @@ func (c *waConn) emit(evt any) bool {
 	}
 	return ok
 }
+
+func (c *waConn) SendTyping(context.Context, types.JID, bool) error { return nil }

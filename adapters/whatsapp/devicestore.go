@@ -46,9 +46,19 @@ func OpenDeviceStore(ctx context.Context, dsn string, log *slog.Logger) (*Device
 	cc.RuntimeParams["search_path"] = Schema
 	db := stdlib.OpenDB(*cc)
 	db.SetMaxOpenConns(4)
-	if _, err := db.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{Schema}.Sanitize()); err != nil {
+	// Create the schema only when missing: the gateway's runtime role may
+	// not have CREATE on the database (PrepareDeviceStore, run as the
+	// owner, made it then).
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, Schema).Scan(&exists); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("whatsapp: device store: create schema %s: %w", Schema, err)
+		return nil, fmt.Errorf("whatsapp: device store: %w", err)
+	}
+	if !exists {
+		if _, err := db.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{Schema}.Sanitize()); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("whatsapp: device store: create schema %s (or run `silas whatsapp link` with database.migrate_url set): %w", Schema, err)
+		}
 	}
 	c := sqlstore.NewWithDB(db, "pgx", waLogger(log.With(slog.String("component", "whatsmeow-store"))))
 	if err := c.Upgrade(ctx); err != nil {
@@ -56,6 +66,32 @@ func OpenDeviceStore(ctx context.Context, dsn string, log *slog.Logger) (*Device
 		return nil, fmt.Errorf("whatsapp: device store: whatsmeow upgrade: %w", err)
 	}
 	return &DeviceStore{db: db, container: c}, nil
+}
+
+// PrepareDeviceStore creates Schema and runs whatsmeow's upgrades as the
+// schema owner (ownerDSN: database.migrate_url's role), then lets appRole
+// — the gateway's runtime role, when it is another — use the tables and
+// sequences there (no DDL). Idempotent.
+func PrepareDeviceStore(ctx context.Context, ownerDSN, appRole string, log *slog.Logger) error {
+	s, err := OpenDeviceStore(ctx, ownerDSN, log)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if appRole == "" {
+		return nil
+	}
+	id, sch := pgx.Identifier{appRole}.Sanitize(), pgx.Identifier{Schema}.Sanitize()
+	for _, q := range []string{
+		`GRANT USAGE ON SCHEMA ` + sch + ` TO ` + id,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + sch + ` TO ` + id,
+		`GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA ` + sch + ` TO ` + id,
+	} {
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("whatsapp: device store: grant %s: %w", appRole, err)
+		}
+	}
+	return nil
 }
 
 // Device returns the linked device, or a new unlinked one (its ID is nil

@@ -2,6 +2,8 @@ package whatsapp
 
 import (
 	"context"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -75,5 +77,62 @@ func TestDeviceStoreOnPostgres(t *testing.T) {
 	}
 	if inPublic != 0 || inSchema < 5 {
 		t.Fatalf("whatsmeow tables: %d in public, %d in %s", inPublic, inSchema, Schema)
+	}
+}
+
+// TestDeviceStoreTwoRoles: the schema is made and upgraded by the owner
+// role; the runtime role, without CREATE on the database, then uses it.
+func TestDeviceStoreTwoRoles(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.NewDatabase(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var db string
+	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	role := "wa_app_" + db
+	for _, q := range []string{`CREATE ROLE ` + pgx.Identifier{role}.Sanitize() + ` LOGIN PASSWORD 'pw'`,
+		`REVOKE CREATE ON DATABASE ` + pgx.Identifier{db}.Sanitize() + ` FROM PUBLIC`} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), dsn)
+		if err == nil {
+			_, _ = c.Exec(context.Background(), `DROP OWNED BY `+pgx.Identifier{role}.Sanitize())
+			c.Close(context.Background())
+		}
+	})
+	u, err := url.Parse(dsn)
+	if err != nil || u.Scheme == "" {
+		t.Skipf("not a URL DSN: %v", err)
+	}
+	u.User = url.UserPassword(role, "pw")
+	appDSN := u.String()
+	if _, err := OpenDeviceStore(ctx, appDSN, nil); err == nil || !strings.Contains(err.Error(), "create schema") {
+		t.Fatalf("runtime role created the schema itself: %v", err)
+	}
+	if err := PrepareDeviceStore(ctx, dsn, role, nil); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenDeviceStore(ctx, appDSN, nil)
+	if err != nil {
+		t.Fatalf("runtime role after prepare: %v", err)
+	}
+	defer s.Close()
+	d, err := s.Device(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jid := types.NewJID("4915112345678", types.DefaultUserServer)
+	d.ID = &jid
+	d.Account = &waAdv.ADVSignedDeviceIdentity{Details: []byte("d"), AccountSignature: make([]byte, 64), AccountSignatureKey: make([]byte, 32), DeviceSignature: make([]byte, 64)}
+	if err := d.Save(ctx); err != nil {
+		t.Fatalf("runtime role saves the device: %v", err)
 	}
 }

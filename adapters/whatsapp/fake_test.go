@@ -36,6 +36,8 @@ type fakeWA struct {
 	lids      map[types.JID]types.JID
 	votes     map[string]*waE2E.PollVoteMessage
 	acks      map[string]int // message id → times acknowledged
+	typing    []types.JID
+	notLinked bool
 }
 
 type sentMsg struct {
@@ -54,6 +56,11 @@ func newFakeWA(t *testing.T) *fakeWA {
 
 func (f *fakeWA) Connect(context.Context) error {
 	f.mu.Lock()
+	if f.notLinked {
+		f.connects++
+		f.mu.Unlock()
+		return ErrNotLinked
+	}
 	f.connected = true
 	f.connects++
 	f.mu.Unlock()
@@ -193,3 +200,10 @@ func (r *recInbox) all() []core.Turn {
 }
 
 var limitsFast = kitLimitsFast()
+
+func (f *fakeWA) SendTyping(_ context.Context, chat types.JID, on bool) error {
+	f.mu.Lock()
+	f.typing = append(f.typing, chat)
+	f.mu.Unlock()
+	return nil
+}

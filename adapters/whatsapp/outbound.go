@@ -172,6 +172,12 @@ func (a *Adapter) send(ctx context.Context, chat types.JID, msg *waE2E.Message) 
 		return whatsmeow.SendResponse{}, fmt.Errorf("whatsapp: send: waiting for the rate limit: %w", err)
 	}
 	defer release()
+	if a.cfg.Typing && (msg.Conversation != nil || msg.ExtendedTextMessage != nil) {
+		// A courtesy only: a failed presence never holds a reply back.
+		if err := a.cli.SendTyping(ctx, chat, true); err != nil {
+			a.log.Debug("whatsapp: typing presence failed", slog.Any("err", err))
+		}
+	}
 	resp, err := a.cli.SendMessage(ctx, chat, msg)
 	if err != nil {
 		return resp, mapSendError(err)

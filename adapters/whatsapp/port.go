@@ -2,7 +2,7 @@ package whatsapp
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
 
 	"go.mau.fi/whatsmeow"
@@ -41,11 +41,17 @@ type Client interface {
 	// PNForLID maps a LID to its phone-number JID through whatsmeow's LID
 	// store; an empty JID when the mapping is unknown.
 	PNForLID(ctx context.Context, lid types.JID) (types.JID, error)
+	// SendTyping shows (or stops showing) "typing…" in a chat.
+	SendTyping(ctx context.Context, chat types.JID, on bool) error
 	// AddEventHandler registers h. whatsmeow acknowledges a message to
 	// the server only after h returned true for it (SynchronousAck);
 	// false leaves it unacknowledged, so WhatsApp delivers it again.
 	AddEventHandler(h func(evt any) bool)
 }
+
+// ErrNotLinked: the device store holds no linked device (never linked, or
+// WhatsApp logged it out and whatsmeow deleted it).
+var ErrNotLinked = errors.New("whatsapp: no linked device: run `silas whatsapp link`")
 
 // waClient is Client over a real *whatsmeow.Client.
 type waClient struct{ c *whatsmeow.Client }
@@ -71,7 +77,7 @@ func (w waClient) WA() *whatsmeow.Client { return w.c }
 
 func (w waClient) Connect(ctx context.Context) error {
 	if w.c.Store.ID == nil {
-		return fmt.Errorf("whatsapp: no linked device: run `silas whatsapp link`")
+		return ErrNotLinked
 	}
 	return w.c.ConnectContext(ctx)
 }
@@ -101,5 +107,12 @@ func (w waClient) DecryptPollVote(ctx context.Context, v *events.Message) (*waE2
 }
 func (w waClient) PNForLID(ctx context.Context, lid types.JID) (types.JID, error) {
 	return w.c.Store.LIDs.GetPNForLID(ctx, lid)
+}
+func (w waClient) SendTyping(ctx context.Context, chat types.JID, on bool) error {
+	state := types.ChatPresencePaused
+	if on {
+		state = types.ChatPresenceComposing
+	}
+	return w.c.SendChatPresence(ctx, chat, state, types.ChatPresenceMediaText)
 }
 func (w waClient) AddEventHandler(h func(any) bool) { w.c.AddEventHandlerWithSuccessStatus(h) }

@@ -148,6 +148,10 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 			if err == nil {
 				break
 			}
+			if errors.Is(err, ErrNotLinked) {
+				a.fatal(ctx, "No WhatsApp device is linked (never linked, or WhatsApp logged it out). Run `silas whatsapp link`, then restart `silas serve`.")
+				break
+			}
 			d := b.Next()
 			a.log.Warn("whatsapp: connect failed; retrying", slog.Any("err", err), slog.Duration("in", d))
 			if kit.SleepCtx(ctx, d) != nil {
@@ -183,6 +187,11 @@ func (a *Adapter) handle(evt any) bool {
 		return a.onMessage(ctx, e)
 	case *events.Connected:
 		a.setStatus(Status{Connected: true})
+		if a.cfg.State != nil {
+			if err := a.cfg.State.SetState(ctx, a.cfg.Name, "problem", ""); err != nil {
+				a.log.Warn("whatsapp: could not clear the recorded problem", slog.Any("err", err))
+			}
+		}
 		a.log.Info("whatsapp: connected")
 	case *events.OfflineSyncPreview:
 		a.log.Info("whatsapp: delivering what arrived while offline", slog.Int("messages", e.Messages))

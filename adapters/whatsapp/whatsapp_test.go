@@ -330,3 +330,42 @@ func TestLongTextSplit(t *testing.T) {
 		t.Fatalf("%d messages", len(sent))
 	}
 }
+
+func TestTypingBeforeText(t *testing.T) {
+	wa := newFakeWA(t)
+	wa.connected = true
+	a, err := New(Config{Client: wa, Typing: true, Limits: limitsFast, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Send(context.Background(), core.OutMessage{Conversation: conv(owner), Text: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(wa.typing) != 1 || wa.typing[0] != owner {
+		t.Fatalf("typing presence %v", wa.typing)
+	}
+}
+
+func TestNotLinkedIsReportedNotRetried(t *testing.T) {
+	wa := newFakeWA(t)
+	wa.notLinked = true
+	var told []string
+	var mu sync.Mutex
+	a, err := New(Config{Client: wa, Limits: limitsFast, Logger: slog.New(slog.DiscardHandler), ReconnectMin: time.Millisecond,
+		Notify: func(_ context.Context, s string) { mu.Lock(); told = append(told, s); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx, &recInbox{}) }()
+	eventually(t, "the problem reported", func() bool { return strings.Contains(a.Status().Problem, "silas whatsapp link") })
+	time.Sleep(30 * time.Millisecond)
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if wa.connects != 1 || len(told) != 1 {
+		t.Fatalf("%d connect attempts, owner told %q; want 1 and one notice", wa.connects, told)
+	}
+}
