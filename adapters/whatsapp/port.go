@@ -66,6 +66,12 @@ func NewClient(dev *store.Device, log *slog.Logger) Client {
 	}
 	c := whatsmeow.NewClient(dev, waLogger(log.With(slog.String("component", "whatsmeow"))))
 	c.SynchronousAck = true
+	// Keep each decrypted message (by ciphertext hash, in the device
+	// store) until the handler succeeded: when storing the turn fails,
+	// no receipt goes out and WhatsApp sends the same ciphertext again,
+	// which the Signal ratchet can no longer decrypt — without this
+	// buffer that message would be lost.
+	c.EnableDecryptedEventBuffer = true
 	c.EnableAutoReconnect = false
 	// History sync blobs are not turns: never download them.
 	c.ManualHistorySyncDownload = true

@@ -106,12 +106,12 @@ func TestRealClientReceivesThroughFakeServer(t *testing.T) {
 	in.fail = nil
 	in.mu.Unlock()
 	// The server drops the connection (as on a 408/428): the adapter
-	// reconnects by itself; the message comes again and is stored once.
+	// reconnects by itself, and the server sends the unacknowledged
+	// message again — the same ciphertext, which the Signal session can no
+	// longer decrypt; whatsmeow's decrypted-event buffer (kept in the
+	// device store) still has its plaintext, so it is stored once.
 	srv.DropConnection()
 	eventually(t, "a second login", func() bool { return srv.Logins() >= 2 && a.Status().Connected })
-	if err := srv.SendText(ctx, phone, dev, "3EB0AAAA0002", "hello"); err != nil {
-		t.Fatal(err)
-	}
 	eventually(t, "the redelivered message stored and acknowledged", func() bool {
 		return len(in.all()) == 2 && srv.Receipts("3EB0AAAA0002") == 1
 	})

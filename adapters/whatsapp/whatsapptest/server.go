@@ -66,7 +66,11 @@ type Server struct {
 	regID    uint32
 	receipts map[string]int
 	other    []string
-	connCh   chan struct{}
+	// unacked are the messages sent to the device without a delivery
+	// receipt yet, oldest first: like WhatsApp, the fake sends them
+	// again (the same ciphertext) after the next login.
+	unacked []waBinary.Node
+	connCh  chan struct{}
 }
 
 type uploadedKey struct {
@@ -257,6 +261,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}()
 	_ = c.send(waBinary.Node{Tag: "success", Attrs: waBinary.Attrs{"t": strconv.FormatInt(time.Now().Unix(), 10), "props": "1", "abprops": "1", "location": "test"}})
+	s.mu.Lock()
+	again := append([]waBinary.Node(nil), s.unacked...)
+	s.mu.Unlock()
+	for _, n := range again {
+		_ = c.send(n)
+	}
 	for {
 		n, err := c.recvNode()
 		if err != nil {
@@ -414,11 +424,21 @@ func (c *conn) handle(n *waBinary.Node) {
 		// encrypt again (the device could not decrypt).
 		if typ == "" || typ == "inactive" {
 			c.s.receipts[ag.String("id")]++
+			c.s.dropUnacked(ag.String("id"))
 		} else {
 			c.s.other = append(c.s.other, typ+":"+ag.String("id"))
 		}
 		c.s.mu.Unlock()
 		_ = c.send(waBinary.Node{Tag: "ack", Attrs: waBinary.Attrs{"id": ag.String("id"), "class": "receipt", "from": types.ServerJID}})
+	}
+}
+
+func (s *Server) dropUnacked(id string) {
+	for i, n := range s.unacked {
+		if n.AttrGetter().String("id") == id {
+			s.unacked = append(s.unacked[:i], s.unacked[i+1:]...)
+			return
+		}
 	}
 }
 
@@ -494,7 +514,11 @@ func (s *Server) SendText(ctx context.Context, phone Phone, device *store.Device
 	if msg.Type() == protocol.PREKEY_TYPE {
 		encType = "pkmsg"
 	}
-	return c.send(waBinary.Node{Tag: "message", Attrs: waBinary.Attrs{"from": phone.JID, "id": id, "type": "text",
+	n := waBinary.Node{Tag: "message", Attrs: waBinary.Attrs{"from": phone.JID, "id": id, "type": "text",
 		"t": strconv.FormatInt(time.Now().Unix(), 10), "notify": "Phone"},
-		Content: []waBinary.Node{{Tag: "enc", Attrs: waBinary.Attrs{"v": "2", "type": encType}, Content: msg.Serialize()}}})
+		Content: []waBinary.Node{{Tag: "enc", Attrs: waBinary.Attrs{"v": "2", "type": encType}, Content: msg.Serialize()}}}
+	s.mu.Lock()
+	s.unacked = append(s.unacked, n)
+	s.mu.Unlock()
+	return c.send(n)
 }
