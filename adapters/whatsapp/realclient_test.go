@@ -19,6 +19,7 @@ import (
 	"go.mau.fi/whatsmeow/types"
 
 	"github.com/silas-gateway/silas/adapters/whatsapp/whatsapptest"
+	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/internal/pgtest"
 )
 
@@ -59,6 +60,7 @@ func TestRealClientReceivesThroughFakeServer(t *testing.T) {
 	phone := whatsapptest.Phone{JID: phoneJID, Store: phoneDev}
 
 	srv := whatsapptest.NewServer(t)
+	srv.AddPhone(phone)
 	log := slog.New(slog.DiscardHandler)
 	cli := NewClient(dev, log)
 	wa := cli.(waClient).WA()
@@ -90,6 +92,17 @@ func TestRealClientReceivesThroughFakeServer(t *testing.T) {
 		t.Fatalf("turn %+v", tr)
 	}
 	eventually(t, "the receipt after the turn was stored", func() bool { return srv.Receipts("3EB0AAAA0001") == 1 })
+
+	// The answer goes back through whatsmeow: device list, Signal
+	// encryption to the phone's session, the server's ack.
+	ref, err := a.Send(ctx, core.OutMessage{Conversation: tr.Conversation, Text: "You are whatsapp:4915112345678."})
+	if err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	got := srv.Received()
+	if len(got) != 1 || got[0].Message.GetConversation() != "You are whatsapp:4915112345678." || string(ref) != "4915112345678@s.whatsapp.net/"+got[0].ID {
+		t.Fatalf("the phone received %+v (ref %s)", got, ref)
+	}
 
 	// Storing fails: no receipt.
 	in.mu.Lock()

@@ -7,10 +7,12 @@
 // a "phone" that sends the device a Signal-encrypted (pkmsg) text message
 // with go.mau.fi/libsignal and records the receipt the device returns.
 //
-// It does not implement sending from the device (usync device lists,
-// prekey fetches, Signal encryption towards other devices, server acks),
-// app state, history sync or groups: tests of those stay on the adapter's
-// port (docs/whatsapp.md, "Testing").
+// The device can answer a phone that wrote first: the fake answers the
+// usync device-list query, decrypts the device's Signal message as the
+// phone and acknowledges it. It does not implement prekey fetches (a
+// message to someone who never wrote), app state, history sync, media or
+// groups: tests of those stay on the adapter's port (docs/whatsapp.md,
+// "Testing").
 package whatsapptest
 
 import (
@@ -70,7 +72,11 @@ type Server struct {
 	// receipt yet, oldest first: like WhatsApp, the fake sends them
 	// again (the same ciphertext) after the next login.
 	unacked []waBinary.Node
-	connCh  chan struct{}
+	// phones are the users the fake knows (device 0 each), by user.
+	phones map[string]Phone
+	// got are the messages the phones received from the device.
+	got    []Received
+	connCh chan struct{}
 }
 
 type uploadedKey struct {
@@ -83,7 +89,7 @@ type uploadedKey struct {
 // connections in the same process.
 func NewServer(t testing.TB) *Server {
 	root, inter := keys.NewKeyPair(), keys.NewKeyPair()
-	s := &Server{t: t, static: keys.NewKeyPair(), receipts: map[string]int{}, connCh: make(chan struct{}, 16)}
+	s := &Server{t: t, static: keys.NewKeyPair(), receipts: map[string]int{}, connCh: make(chan struct{}, 16), phones: map[string]Phone{}}
 	interDetails, _ := proto.Marshal(&waCert.CertChain_NoiseCertificate_Details{Serial: proto.Uint32(7), IssuerSerial: proto.Uint32(whatsmeow.WACertIssuerSerial), Key: inter.Pub[:]})
 	leafDetails, _ := proto.Marshal(&waCert.CertChain_NoiseCertificate_Details{Serial: proto.Uint32(8), IssuerSerial: proto.Uint32(7), Key: s.static.Pub[:]})
 	interSig := ecc.CalculateSignature(ecc.NewDjbECPrivateKey(*root.Priv), interDetails)
@@ -405,6 +411,9 @@ func (c *conn) handle(n *waBinary.Node) {
 	switch n.Tag {
 	case "iq":
 		res := waBinary.Node{Tag: "iq", Attrs: waBinary.Attrs{"id": ag.String("id"), "type": "result", "from": types.ServerJID}}
+		if ag.OptionalString("xmlns") == "usync" {
+			res.Content = c.usync(n)
+		}
 		if ag.OptionalString("xmlns") == "encrypt" {
 			for _, ch := range n.GetChildren() {
 				switch ch.Tag {
@@ -416,6 +425,8 @@ func (c *conn) handle(n *waBinary.Node) {
 			}
 		}
 		_ = c.send(res)
+	case "message":
+		c.message(n)
 	case "receipt":
 		typ := ag.OptionalString("type")
 		c.s.mu.Lock()
@@ -440,6 +451,107 @@ func (s *Server) dropUnacked(id string) {
 			return
 		}
 	}
+}
+
+// Received is a message a phone received from the device, decrypted.
+type Received struct {
+	To      types.JID
+	ID      string
+	Message *waE2E.Message
+}
+
+// AddPhone makes the fake know a user (usync answers device 0 for it).
+func (s *Server) AddPhone(p Phone) {
+	s.mu.Lock()
+	s.phones[p.JID.User] = p
+	s.mu.Unlock()
+}
+
+// Received returns what the phones received so far, oldest first.
+func (s *Server) Received() []Received {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Received(nil), s.got...)
+}
+
+// usync answers a device-list query: device 0 for known phones, the
+// logged-in device for its own user (whatsmeow leaves itself out).
+func (c *conn) usync(n *waBinary.Node) []waBinary.Node {
+	list, _ := n.GetOptionalChildByTag("usync", "list")
+	var users []waBinary.Node
+	for _, u := range list.GetChildren() {
+		jid, ok := u.Attrs["jid"].(types.JID)
+		if !ok {
+			continue
+		}
+		var devs []waBinary.Node
+		c.s.mu.Lock()
+		_, known := c.s.phones[jid.User]
+		c.s.mu.Unlock()
+		switch {
+		case known:
+			devs = []waBinary.Node{{Tag: "device", Attrs: waBinary.Attrs{"id": "0"}}}
+		case jid.User == c.device.User:
+			devs = []waBinary.Node{{Tag: "device", Attrs: waBinary.Attrs{"id": strconv.Itoa(int(c.device.Device))}}}
+		}
+		users = append(users, waBinary.Node{Tag: "user", Attrs: waBinary.Attrs{"jid": jid.ToNonAD()},
+			Content: []waBinary.Node{{Tag: "devices", Content: []waBinary.Node{{Tag: "device-list", Content: devs}}}}})
+	}
+	return []waBinary.Node{{Tag: "usync", Content: []waBinary.Node{{Tag: "list", Content: users}}}}
+}
+
+// message decrypts what the device sent to a phone and acknowledges it.
+func (c *conn) message(n *waBinary.Node) {
+	ag := n.AttrGetter()
+	id, to := ag.String("id"), ag.JID("to")
+	parts := n.GetChildByTag("participants")
+	for _, p := range parts.GetChildren() {
+		dev, ok := p.Attrs["jid"].(types.JID)
+		if !ok || dev.Device != 0 {
+			continue
+		}
+		c.s.mu.Lock()
+		phone, known := c.s.phones[dev.User]
+		c.s.mu.Unlock()
+		if !known {
+			continue
+		}
+		enc := p.GetChildByTag("enc")
+		data, _ := enc.Content.([]byte)
+		plain, err := c.decryptFor(phone, enc.AttrGetter().String("type"), data)
+		if err != nil {
+			c.s.t.Logf("whatsapptest: %s cannot decrypt %s: %v", dev.User, id, err)
+			continue
+		}
+		var m waE2E.Message
+		if len(plain) == 0 || proto.Unmarshal(plain[:len(plain)-int(plain[len(plain)-1])], &m) != nil {
+			c.s.t.Logf("whatsapptest: bad plaintext of %s", id)
+			continue
+		}
+		c.s.mu.Lock()
+		c.s.got = append(c.s.got, Received{To: to, ID: id, Message: &m})
+		c.s.mu.Unlock()
+	}
+	_ = c.send(waBinary.Node{Tag: "ack", Attrs: waBinary.Attrs{"id": id, "class": "message", "from": to,
+		"t": strconv.FormatInt(time.Now().Unix(), 10)}})
+}
+
+func (c *conn) decryptFor(phone Phone, typ string, data []byte) ([]byte, error) {
+	addr := protocol.NewSignalAddress(c.device.User, uint32(c.device.Device))
+	cipher := session.NewCipher(session.NewBuilderFromSignal(phone.Store, addr, store.SignalProtobufSerializer), addr)
+	ser := store.SignalProtobufSerializer
+	if typ == "pkmsg" {
+		pk, err := protocol.NewPreKeySignalMessageFromBytes(data, ser.PreKeySignalMessage, ser.SignalMessage)
+		if err != nil {
+			return nil, err
+		}
+		return cipher.DecryptMessage(c.ctx, pk)
+	}
+	sm, err := protocol.NewSignalMessageFromBytes(data, ser.SignalMessage)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.Decrypt(c.ctx, sm)
 }
 
 func (s *Server) recordPreKeys(n *waBinary.Node) {
