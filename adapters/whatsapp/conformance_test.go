@@ -396,7 +396,32 @@ func (c *waConn) SendMessage(_ context.Context, to types.JID, m *waE2E.Message) 
 		}
 		return whatsmeow.SendResponse{ID: w.nextID("REV"), Timestamp: now}, nil
 	}
-	msg := &waMsg{id: w.nextID("3EB0")}
+	id := w.nextID("3EB0")
+	if err := w.record(id, m); err != nil {
+		return whatsmeow.SendResponse{}, err
+	}
+	return whatsmeow.SendResponse{ID: id, Timestamp: now}, nil
+}
+
+// record applies a message the bot sent (a text, a poll, an edit, a
+// revoke) to the chat as a person sees it. The caller holds w.mu.
+func (w *waWorld) record(id string, m *waE2E.Message) error {
+	if pm := m.GetEditedMessage().GetMessage().GetProtocolMessage(); pm != nil && pm.GetType() == waE2E.ProtocolMessage_MESSAGE_EDIT {
+		t := w.byID[pm.GetKey().GetID()]
+		if t == nil || t.poll != nil {
+			return fmt.Errorf("edit of unknown message %s", pm.GetKey().GetID())
+		}
+		t.text = pm.GetEditedMessage().GetConversation()
+		t.edits++
+		return nil
+	}
+	if pm := m.GetProtocolMessage(); pm != nil && pm.GetType() == waE2E.ProtocolMessage_REVOKE {
+		if t := w.byID[pm.GetKey().GetID()]; t != nil {
+			t.revoked = true
+		}
+		return nil
+	}
+	msg := &waMsg{id: id}
 	switch {
 	case m.GetConversation() != "":
 		msg.text = m.GetConversation()
@@ -412,14 +437,14 @@ func (c *waConn) SendMessage(_ context.Context, to types.JID, m *waE2E.Message) 
 			msg.poll = append(msg.poll, o.GetOptionName())
 		}
 	default:
-		return whatsmeow.SendResponse{}, fmt.Errorf("unexpected message %v", m)
+		return fmt.Errorf("unexpected message %v", m)
 	}
 	if len([]rune(msg.text)) > MaxMessageLen {
 		w.viol = append(w.viol, "message over 65536 characters")
 	}
 	w.msgs = append(w.msgs, msg)
 	w.byID[msg.id] = msg
-	return whatsmeow.SendResponse{ID: msg.id, Timestamp: now}, nil
+	return nil
 }
 
 func (c *waConn) BuildPollCreation(name string, o []string, n int) *waE2E.Message {

@@ -62,6 +62,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	conn     *conn
+	device   types.JID // the device that logged in last
 	logins   int
 	preKey   *uploadedKey
 	identity [32]byte
@@ -256,6 +257,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.conn = c
+	s.device = c.device
 	s.logins++
 	s.mu.Unlock()
 	s.connCh <- struct{}{}
@@ -528,6 +530,13 @@ func (c *conn) message(n *waBinary.Node) {
 			c.s.t.Logf("whatsapptest: bad plaintext of %s", id)
 			continue
 		}
+		if sec := m.GetMessageContextInfo().GetMessageSecret(); sec != nil {
+			// The phone keeps a poll's secret to encrypt its votes.
+			me := c.device.ToNonAD()
+			if err := phone.Store.MsgSecrets.PutMessageSecret(c.ctx, me, me, id, sec); err != nil {
+				c.s.t.Logf("whatsapptest: keep message secret: %v", err)
+			}
+		}
 		c.s.mu.Lock()
 		c.s.got = append(c.s.got, Received{To: to, ID: id, Message: &m})
 		c.s.mu.Unlock()
@@ -586,20 +595,39 @@ type Phone struct {
 	Store *store.Device
 }
 
-// SendText makes phone send text to the logged-in device as a new
-// Signal session (a pkmsg), with the message id id. device is the
-// device's store (for its signed prekey, which the fake does not receive
-// in the prekey upload it recorded).
+// SendText makes phone send text to the device.
 func (s *Server) SendText(ctx context.Context, phone Phone, device *store.Device, id, text string) error {
-	s.mu.Lock()
-	c, pk := s.conn, s.preKey
-	s.mu.Unlock()
-	if c == nil || pk == nil {
-		return errors.New("whatsapptest: no device logged in with its prekeys uploaded")
+	return s.SendMessage(ctx, phone, device, id, &waE2E.Message{Conversation: proto.String(text)})
+}
+
+// Vote makes phone vote for option on the device's poll pollID, encrypted
+// with the poll's message secret by whatsmeow's own EncryptPollVote on the
+// phone's side.
+func (s *Server) Vote(ctx context.Context, phone Phone, device *store.Device, id, pollID, option string) error {
+	me := device.ID.ToNonAD()
+	pu, err := whatsmeow.NewClient(phone.Store, nil).EncryptPollVote(ctx,
+		&types.MessageInfo{MessageSource: types.MessageSource{Chat: me, Sender: me}, ID: pollID},
+		&waE2E.PollVoteMessage{SelectedOptions: whatsmeow.HashPollOptions([]string{option})})
+	if err != nil {
+		return fmt.Errorf("whatsapptest: encrypt vote: %w", err)
 	}
-	addr := protocol.NewSignalAddress(c.device.User, uint32(c.device.Device))
+	return s.SendMessage(ctx, phone, device, id, &waE2E.Message{PollUpdateMessage: pu})
+}
+
+// SendMessage makes phone send m to the device with message id id,
+// Signal-encrypted (a new session, pkmsg, the first time). While no device
+// is connected the message waits, as on WhatsApp, and comes after the next
+// login.
+func (s *Server) SendMessage(ctx context.Context, phone Phone, device *store.Device, id string, m *waE2E.Message) error {
+	s.mu.Lock()
+	c, pk, dj := s.conn, s.preKey, s.device
+	s.mu.Unlock()
+	if pk == nil || dj.IsEmpty() {
+		return errors.New("whatsapptest: no device has logged in and uploaded its prekeys yet")
+	}
+	addr := protocol.NewSignalAddress(dj.User, uint32(dj.Device))
 	b := session.NewBuilderFromSignal(phone.Store, addr, store.SignalProtobufSerializer)
-	bundle := prekey.NewBundle(device.RegistrationID, uint32(c.device.Device), optional.NewOptionalUint32(pk.id), device.SignedPreKey.KeyID,
+	bundle := prekey.NewBundle(device.RegistrationID, uint32(dj.Device), optional.NewOptionalUint32(pk.id), device.SignedPreKey.KeyID,
 		ecc.NewDjbECPublicKey(pk.pub), ecc.NewDjbECPublicKey(*device.SignedPreKey.Pub), *device.SignedPreKey.Signature,
 		identity.NewKey(ecc.NewDjbECPublicKey(*device.IdentityKey.Pub)))
 	// A new session only for the first message: later ones continue it
@@ -613,11 +641,13 @@ func (s *Server) SendText(ctx context.Context, phone Phone, device *store.Device
 			return fmt.Errorf("whatsapptest: process bundle: %w", err)
 		}
 	}
-	plain, err := proto.Marshal(&waE2E.Message{Conversation: proto.String(text)})
+	plain, err := proto.Marshal(m)
 	if err != nil {
 		return err
 	}
 	plain = append(plain, 1) // one byte of padding, as whatsmeow's padMessage
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	msg, err := session.NewCipher(b, addr).Encrypt(ctx, plain)
 	if err != nil {
 		return fmt.Errorf("whatsapptest: encrypt: %w", err)
@@ -626,11 +656,16 @@ func (s *Server) SendText(ctx context.Context, phone Phone, device *store.Device
 	if msg.Type() == protocol.PREKEY_TYPE {
 		encType = "pkmsg"
 	}
-	n := waBinary.Node{Tag: "message", Attrs: waBinary.Attrs{"from": phone.JID, "id": id, "type": "text",
+	typ := "text"
+	if m.PollUpdateMessage != nil {
+		typ = "poll"
+	}
+	n := waBinary.Node{Tag: "message", Attrs: waBinary.Attrs{"from": phone.JID, "id": id, "type": typ,
 		"t": strconv.FormatInt(time.Now().Unix(), 10), "notify": "Phone"},
 		Content: []waBinary.Node{{Tag: "enc", Attrs: waBinary.Attrs{"v": "2", "type": encType}, Content: msg.Serialize()}}}
-	s.mu.Lock()
 	s.unacked = append(s.unacked, n)
-	s.mu.Unlock()
+	if c == nil {
+		return nil
+	}
 	return c.send(n)
 }
