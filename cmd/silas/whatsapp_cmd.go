@@ -162,3 +162,46 @@ func whatsappLimits(cfg *config.Config) kit.Limits {
 	l := cfg.WhatsApp.Limits
 	return kit.Limits{PerChatInterval: l.PerChatInterval.Duration, GroupPerMinute: l.GroupPerMinute, GlobalPerSecond: l.GlobalPerSecond}
 }
+
+// whatsappChannel builds the WhatsApp channel for serve: the device store
+// on the gateway's database (prepared as the owner role when
+// database.auto_migrate is on), the whatsmeow client of the linked device
+// and the adapter. Without a linked device the channel still starts and
+// reports "run silas whatsapp link" (log, doctor) instead of stopping the
+// other channels.
+//
+// Notifying the owner through another channel when WhatsApp logs the
+// device out (issue 13) needs an engine entry point that does not exist
+// yet: until then such problems are logged at error level and shown by
+// `silas doctor` / `silas whatsapp status`.
+func whatsappChannel(ctx context.Context, cfg *config.Config, db *database, log *slog.Logger) (*whatsapp.Adapter, func(), error) {
+	if cfg.Database.AutoMigrate {
+		appRole := ""
+		if db.migrateDSN != db.dsn {
+			var err error
+			if appRole, err = db.store.CurrentUser(ctx); err != nil {
+				return nil, nil, err
+			}
+		}
+		if err := whatsapp.PrepareDeviceStore(ctx, db.migrateDSN, appRole, log); err != nil {
+			return nil, nil, err
+		}
+	}
+	ds, err := whatsapp.OpenDeviceStore(ctx, db.dsn, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	dev, err := ds.Device(ctx)
+	if err != nil {
+		ds.Close()
+		return nil, nil, err
+	}
+	wc := whatsappConfig(cfg, log)
+	wc.Client, wc.State = whatsapp.NewClient(dev, log), db.store
+	a, err := whatsapp.New(wc)
+	if err != nil {
+		ds.Close()
+		return nil, nil, err
+	}
+	return a, func() { ds.Close() }, nil
+}

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/silas-gateway/silas/internal/pgtest"
 )
@@ -63,4 +65,34 @@ func silasEnv(t *testing.T, dsn string, env []string, args ...string) (code int,
 		t.Fatalf("silas %v: %v", args, err)
 	}
 	return code, out.String(), errb.String()
+}
+
+// TestServeWhatsAppWithoutDevice: `silas serve` with whatsapp.enabled and
+// no linked device starts (the other channels keep working), prepares the
+// device store, says what to do, and records it for `silas whatsapp
+// status` / doctor. (With a device, the channel is exercised through the
+// real whatsmeow client by adapters/whatsapp's TestConformanceRealClient;
+// the binary cannot reach the fake server, whose certificate root is
+// replaced in-process only.)
+func TestServeWhatsAppWithoutDevice(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewDatabase(t)
+	s := startServer(t, dsn, t.TempDir(), "SILAS_WHATSAPP_ENABLED=true")
+	defer s.stop()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(s.logs.String(), "No WhatsApp device is linked") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no word about the missing device:\n%s", s.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c := s.connect(t)
+	c.say("/whoami")
+	c.expect("the web chat still answers", func(f map[string]any) bool {
+		return strings.Contains(fmt.Sprint(f["text"]), "You are webchat:local")
+	})
+	code, out, _ := silas(t, dsn, "whatsapp", "status")
+	if code != 1 || !strings.Contains(out, "no device is linked") || !strings.Contains(out, "No WhatsApp device is linked") {
+		t.Fatalf("status: exit %d\n%s", code, out)
+	}
 }
