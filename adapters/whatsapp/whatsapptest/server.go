@@ -60,6 +60,7 @@ type Server struct {
 	static *keys.KeyPair
 	chain  []byte
 
+	sendMu   sync.Mutex
 	mu       sync.Mutex
 	conn     *conn
 	device   types.JID // the device that logged in last
@@ -310,13 +311,6 @@ func (c *conn) frame() ([]byte, error) {
 	}
 }
 
-func (c *conn) writeFrame(data []byte) error {
-	f := make([]byte, 3+len(data))
-	f[0], f[1], f[2] = byte(len(data)>>16), byte(len(data)>>8), byte(len(data))
-	copy(f[3:], data)
-	return c.ws.Write(c.ctx, websocket.MessageBinary, f)
-}
-
 func (c *conn) handshake() error {
 	f, err := c.frame()
 	if err != nil {
@@ -388,6 +382,17 @@ func (c *conn) send(n waBinary.Node) error {
 	ct := c.wr.Seal(nil, iv(c.wc), data, nil)
 	c.wc++
 	return c.writeFrame(ct)
+}
+
+// writeFrame writes one frame, giving up after a few seconds on a
+// connection whose peer stopped reading.
+func (c *conn) writeFrame(data []byte) error {
+	f := make([]byte, 3+len(data))
+	f[0], f[1], f[2] = byte(len(data)>>16), byte(len(data)>>8), byte(len(data))
+	copy(f[3:], data)
+	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	defer cancel()
+	return c.ws.Write(ctx, websocket.MessageBinary, f)
 }
 
 func (c *conn) recvNode() (*waBinary.Node, error) {
@@ -646,8 +651,10 @@ func (s *Server) SendMessage(ctx context.Context, phone Phone, device *store.Dev
 		return err
 	}
 	plain = append(plain, 1) // one byte of padding, as whatsmeow's padMessage
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	// One phone message at a time, in order (the Signal chain), without
+	// holding s.mu while writing to a socket that may be dying.
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
 	msg, err := session.NewCipher(b, addr).Encrypt(ctx, plain)
 	if err != nil {
 		return fmt.Errorf("whatsapptest: encrypt: %w", err)
@@ -663,9 +670,13 @@ func (s *Server) SendMessage(ctx context.Context, phone Phone, device *store.Dev
 	n := waBinary.Node{Tag: "message", Attrs: waBinary.Attrs{"from": phone.JID, "id": id, "type": typ,
 		"t": strconv.FormatInt(time.Now().Unix(), 10), "notify": "Phone"},
 		Content: []waBinary.Node{{Tag: "enc", Attrs: waBinary.Attrs{"v": "2", "type": encType}, Content: msg.Serialize()}}}
+	s.mu.Lock()
 	s.unacked = append(s.unacked, n)
+	c = s.conn
+	s.mu.Unlock()
 	if c == nil {
 		return nil
 	}
-	return c.send(n)
+	_ = c.send(n) // a failed write: it comes again after the next login
+	return nil
 }
