@@ -71,6 +71,7 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	problems += doctorSlack(ctx, env.stdout, cfg)
 	problems += doctorDiscord(ctx, cfg, env.stdout)
+	problems += doctorWhatsApp(ctx, env, cfg)
 	if problems > 0 {
 		return &exitError{code: 1, msg: fmt.Sprintf("silas doctor: %d problem(s) found", problems)}
 	}

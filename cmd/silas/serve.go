@@ -180,6 +180,15 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		channels = append(channels, dc)
 		access[dc.Name()] = trust.AccessPolicy(cfg.Discord.DMPolicy)
 	}
+	if cfg.WhatsApp.Enabled {
+		wa, closeWA, err := whatsappChannel(ctx, cfg, db, log)
+		if err != nil {
+			return err
+		}
+		defer closeWA()
+		channels = append(channels, wa)
+		access[wa.Name()] = trust.AccessPolicy(cfg.WhatsApp.DMPolicy)
+	}
 	owners := make([]core.IdentityID, len(cfg.Identities.Owners))
 	for i, o := range cfg.Identities.Owners {
 		owners[i] = core.IdentityID(o)

@@ -189,6 +189,8 @@ type Config struct {
 	Slack Slack `yaml:"slack"`
 	// Discord configures the Discord channel (internal/config/discord.go).
 	Discord Discord `yaml:"discord"`
+	// WhatsApp configures the WhatsApp channel (internal/config/whatsapp.go).
+	WhatsApp WhatsApp `yaml:"whatsapp"`
 	// Audit is the audit chain's signed checkpoints.
 	Audit Audit `yaml:"audit"`
 	// Policy is the risk policy every proposed action passes.
@@ -310,6 +312,7 @@ func Default() *Config {
 	slackDefaults(c)
 	defaultDiscord(c)
 	c.setLLMDefaults()
+	whatsappDefaults(c)
 	return c
 }
 
@@ -682,6 +685,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateLLM(); err != nil {
+		return err
+	}
+	if err := c.validateWhatsApp(); err != nil {
 		return err
 	}
 	if _, err := policy.New(c.Policy.Rules); err != nil {

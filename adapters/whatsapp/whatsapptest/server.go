@@ -1,0 +1,682 @@
+// Package whatsapptest is a local fake of WhatsApp's multi-device server,
+// small but faithful enough for the real whatsmeow client: the websocket
+// under TLS, the Noise_XX_25519_AESGCM_SHA256 handshake with a certificate
+// chain signed by a test root (whatsmeow.WACertPubKey is a package
+// variable; the fake replaces it), login with the stored device, the IQs
+// whatsmeow sends after <success> (prekey count and upload, passive), and
+// a "phone" that sends the device a Signal-encrypted (pkmsg) text message
+// with go.mau.fi/libsignal and records the receipt the device returns.
+//
+// The device can answer a phone that wrote first: the fake answers the
+// usync device-list query, decrypts the device's Signal message as the
+// phone and acknowledges it. It does not implement prekey fetches (a
+// message to someone who never wrote), app state, history sync, media or
+// groups: tests of those stay on the adapter's port (docs/whatsapp.md,
+// "Testing").
+package whatsapptest
+
+import (
+	"context"
+	"crypto/cipher"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"go.mau.fi/libsignal/ecc"
+	"go.mau.fi/libsignal/keys/identity"
+	"go.mau.fi/libsignal/keys/prekey"
+	"go.mau.fi/libsignal/protocol"
+	"go.mau.fi/libsignal/session"
+	"go.mau.fi/libsignal/util/optional"
+	"go.mau.fi/whatsmeow"
+	waBinary "go.mau.fi/whatsmeow/binary"
+	"go.mau.fi/whatsmeow/proto/waCert"
+	"go.mau.fi/whatsmeow/proto/waE2E"
+	"go.mau.fi/whatsmeow/proto/waWa6"
+	"go.mau.fi/whatsmeow/socket"
+	"go.mau.fi/whatsmeow/store"
+	"go.mau.fi/whatsmeow/types"
+	"go.mau.fi/whatsmeow/util/gcmutil"
+	"go.mau.fi/whatsmeow/util/keys"
+	"golang.org/x/crypto/curve25519"
+	"golang.org/x/crypto/hkdf"
+	"google.golang.org/protobuf/proto"
+)
+
+// Server is the fake.
+type Server struct {
+	t      testing.TB
+	http   *httptest.Server
+	static *keys.KeyPair
+	chain  []byte
+
+	sendMu   sync.Mutex
+	mu       sync.Mutex
+	conn     *conn
+	device   types.JID // the device that logged in last
+	logins   int
+	preKey   *uploadedKey
+	identity [32]byte
+	regID    uint32
+	receipts map[string]int
+	other    []string
+	// unacked are the messages sent to the device without a delivery
+	// receipt yet, oldest first: like WhatsApp, the fake sends them
+	// again (the same ciphertext) after the next login.
+	unacked []waBinary.Node
+	// phones are the users the fake knows (device 0 each), by user.
+	phones map[string]Phone
+	// got are the messages the phones received from the device.
+	got    []Received
+	connCh chan struct{}
+}
+
+type uploadedKey struct {
+	id  uint32
+	pub [32]byte
+}
+
+// NewServer starts the fake and points whatsmeow's certificate root at
+// it. Tests using it must not run in parallel with other whatsmeow
+// connections in the same process.
+func NewServer(t testing.TB) *Server {
+	root, inter := keys.NewKeyPair(), keys.NewKeyPair()
+	s := &Server{t: t, static: keys.NewKeyPair(), receipts: map[string]int{}, connCh: make(chan struct{}, 16), phones: map[string]Phone{}}
+	interDetails, _ := proto.Marshal(&waCert.CertChain_NoiseCertificate_Details{Serial: proto.Uint32(7), IssuerSerial: proto.Uint32(whatsmeow.WACertIssuerSerial), Key: inter.Pub[:]})
+	leafDetails, _ := proto.Marshal(&waCert.CertChain_NoiseCertificate_Details{Serial: proto.Uint32(8), IssuerSerial: proto.Uint32(7), Key: s.static.Pub[:]})
+	interSig := ecc.CalculateSignature(ecc.NewDjbECPrivateKey(*root.Priv), interDetails)
+	leafSig := ecc.CalculateSignature(ecc.NewDjbECPrivateKey(*inter.Priv), leafDetails)
+	s.chain, _ = proto.Marshal(&waCert.CertChain{
+		Intermediate: &waCert.CertChain_NoiseCertificate{Details: interDetails, Signature: interSig[:]},
+		Leaf:         &waCert.CertChain_NoiseCertificate{Details: leafDetails, Signature: leafSig[:]},
+	})
+	old := whatsmeow.WACertPubKey
+	whatsmeow.WACertPubKey = *root.Pub
+	s.http = httptest.NewTLSServer(http.HandlerFunc(s.serve))
+	t.Cleanup(func() {
+		s.http.CloseClientConnections()
+		s.http.Close()
+		whatsmeow.WACertPubKey = old
+	})
+	return s
+}
+
+// HTTPClient is the client to give whatsmeow (SetWebsocketHTTPClient): it
+// reaches the fake whatever host it is asked for and trusts its
+// certificate.
+func (s *Server) HTTPClient() *http.Client {
+	tr := s.http.Client().Transport.(*http.Transport).Clone()
+	addr := s.http.Listener.Addr().String()
+	tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	tr.TLSClientConfig.ServerName = "example.com" // in httptest's certificate
+	return &http.Client{Transport: tr}
+}
+
+// Logins counts completed logins.
+func (s *Server) Logins() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.logins
+}
+
+// Receipts counts the delivery receipts the device sent for a message id.
+func (s *Server) Receipts(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.receipts[id]
+}
+
+// OtherReceipts lists receipts other than delivery receipts as
+// "<type>:<message id>" (retry receipts: the device could not decrypt).
+func (s *Server) OtherReceipts() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.other...)
+}
+
+// WaitReady waits until a device logged in and uploaded its prekeys.
+func (s *Server) WaitReady(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		ok := s.conn != nil && s.preKey != nil
+		s.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.connCh:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// DropConnection closes the device's websocket, as a server-side drop.
+func (s *Server) DropConnection() {
+	s.mu.Lock()
+	c := s.conn
+	s.mu.Unlock()
+	if c != nil {
+		c.ws.Close(websocket.StatusGoingAway, "drop")
+	}
+}
+
+// noise is the server's half of the handshake (the same state machine as
+// whatsmeow's socket.NoiseHandshake, whose final salt is unexported).
+type noise struct {
+	hash, salt []byte
+	key        cipher.AEAD
+	counter    uint32
+}
+
+func newNoise(header []byte) *noise {
+	n := &noise{hash: []byte(socket.NoiseStartPattern)}
+	n.salt = n.hash
+	n.key, _ = gcmutil.Prepare(n.hash)
+	n.auth(header)
+	return n
+}
+func (n *noise) auth(d []byte) {
+	h := sha256.Sum256(append(append([]byte(nil), n.hash...), d...))
+	n.hash = h[:]
+}
+func iv(c uint32) []byte {
+	b := make([]byte, 12)
+	binary.BigEndian.PutUint32(b[8:], c)
+	return b
+}
+func (n *noise) encrypt(p []byte) []byte {
+	c := n.key.Seal(nil, iv(n.counter), p, n.hash)
+	n.counter++
+	n.auth(c)
+	return c
+}
+func (n *noise) decrypt(c []byte) ([]byte, error) {
+	p, err := n.key.Open(nil, iv(n.counter), c, n.hash)
+	n.counter++
+	if err == nil {
+		n.auth(c)
+	}
+	return p, err
+}
+func expand(salt, data []byte) ([]byte, []byte) {
+	h := hkdf.New(sha256.New, data, salt, nil)
+	a, b := make([]byte, 32), make([]byte, 32)
+	_, _ = io.ReadFull(h, a)
+	_, _ = io.ReadFull(h, b)
+	return a, b
+}
+func (n *noise) mix(priv, pub []byte) error {
+	secret, err := curve25519.X25519(priv, pub)
+	if err != nil {
+		return err
+	}
+	n.counter = 0
+	w, r := expand(n.salt, secret)
+	n.salt = w
+	n.key, err = gcmutil.Prepare(r)
+	return err
+}
+
+// conn is one device connection after the handshake.
+type conn struct {
+	s          *Server
+	ws         *websocket.Conn
+	ctx        context.Context
+	read, wr   cipher.AEAD
+	rc, wc     uint32
+	wmu        sync.Mutex
+	device     types.JID
+	pending    []byte
+	headerSeen bool
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		return
+	}
+	ws.SetReadLimit(1 << 24)
+	c := &conn{s: s, ws: ws, ctx: r.Context()}
+	if err := c.handshake(); err != nil {
+		s.t.Logf("whatsapptest: handshake: %v", err)
+		ws.Close(websocket.StatusProtocolError, "handshake")
+		return
+	}
+	s.mu.Lock()
+	s.conn = c
+	s.device = c.device
+	s.logins++
+	s.mu.Unlock()
+	s.connCh <- struct{}{}
+	defer func() {
+		s.mu.Lock()
+		if s.conn == c {
+			s.conn = nil
+		}
+		s.mu.Unlock()
+	}()
+	_ = c.send(waBinary.Node{Tag: "success", Attrs: waBinary.Attrs{"t": strconv.FormatInt(time.Now().Unix(), 10), "props": "1", "abprops": "1", "location": "test"}})
+	s.mu.Lock()
+	again := append([]waBinary.Node(nil), s.unacked...)
+	s.mu.Unlock()
+	for _, n := range again {
+		_ = c.send(n)
+	}
+	for {
+		n, err := c.recvNode()
+		if err != nil {
+			return
+		}
+		c.handle(n)
+	}
+}
+
+// frame reads one length-prefixed frame (after the 4-byte header of the
+// first websocket message).
+func (c *conn) frame() ([]byte, error) {
+	for {
+		if len(c.pending) >= 3 {
+			l := int(c.pending[0])<<16 | int(c.pending[1])<<8 | int(c.pending[2])
+			if len(c.pending) >= 3+l {
+				f := c.pending[3 : 3+l]
+				c.pending = c.pending[3+l:]
+				return f, nil
+			}
+		}
+		_, data, err := c.ws.Read(c.ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !c.headerSeen {
+			if len(data) < 4 || string(data[:2]) != "WA" {
+				return nil, errors.New("missing WA header")
+			}
+			data, c.headerSeen = data[4:], true
+		}
+		c.pending = append(c.pending, data...)
+	}
+}
+
+func (c *conn) handshake() error {
+	f, err := c.frame()
+	if err != nil {
+		return err
+	}
+	var hello waWa6.HandshakeMessage
+	if err := proto.Unmarshal(f, &hello); err != nil || len(hello.GetClientHello().GetEphemeral()) != 32 {
+		return fmt.Errorf("client hello: %v", err)
+	}
+	clientEph := hello.GetClientHello().GetEphemeral()
+	n := newNoise(socket.WAConnHeader)
+	n.auth(clientEph)
+	eph := keys.NewKeyPair()
+	n.auth(eph.Pub[:])
+	if err := n.mix(eph.Priv[:], clientEph); err != nil {
+		return err
+	}
+	staticCT := n.encrypt(c.s.static.Pub[:])
+	if err := n.mix(c.s.static.Priv[:], clientEph); err != nil {
+		return err
+	}
+	certCT := n.encrypt(c.s.chain)
+	out, _ := proto.Marshal(&waWa6.HandshakeMessage{ServerHello: &waWa6.HandshakeMessage_ServerHello{Ephemeral: eph.Pub[:], Static: staticCT, Payload: certCT}})
+	if err := c.writeFrame(out); err != nil {
+		return err
+	}
+	if f, err = c.frame(); err != nil {
+		return err
+	}
+	var fin waWa6.HandshakeMessage
+	if err := proto.Unmarshal(f, &fin); err != nil {
+		return err
+	}
+	clientStatic, err := n.decrypt(fin.GetClientFinish().GetStatic())
+	if err != nil {
+		return fmt.Errorf("client static: %w", err)
+	}
+	if err := n.mix(eph.Priv[:], clientStatic); err != nil {
+		return err
+	}
+	payload, err := n.decrypt(fin.GetClientFinish().GetPayload())
+	if err != nil {
+		return fmt.Errorf("client payload: %w", err)
+	}
+	var cp waWa6.ClientPayload
+	if err := proto.Unmarshal(payload, &cp); err != nil {
+		return err
+	}
+	if cp.Username == nil {
+		return errors.New("registration (pairing) is not supported by the fake: give the client a linked device")
+	}
+	c.device = types.NewADJID(strconv.FormatUint(cp.GetUsername(), 10), 0, uint8(cp.GetDevice()))
+	w, r := expand(n.salt, nil)
+	// The client writes with the first key and reads with the second.
+	if c.read, err = gcmutil.Prepare(w); err != nil {
+		return err
+	}
+	c.wr, err = gcmutil.Prepare(r)
+	return err
+}
+
+func (c *conn) send(n waBinary.Node) error {
+	data, err := waBinary.Marshal(n)
+	if err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	ct := c.wr.Seal(nil, iv(c.wc), data, nil)
+	c.wc++
+	return c.writeFrame(ct)
+}
+
+// writeFrame writes one frame, giving up after a few seconds on a
+// connection whose peer stopped reading.
+func (c *conn) writeFrame(data []byte) error {
+	f := make([]byte, 3+len(data))
+	f[0], f[1], f[2] = byte(len(data)>>16), byte(len(data)>>8), byte(len(data))
+	copy(f[3:], data)
+	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	defer cancel()
+	return c.ws.Write(ctx, websocket.MessageBinary, f)
+}
+
+func (c *conn) recvNode() (*waBinary.Node, error) {
+	f, err := c.frame()
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.read.Open(nil, iv(c.rc), f, nil)
+	c.rc++
+	if err != nil {
+		return nil, err
+	}
+	data, err := waBinary.Unpack(p)
+	if err != nil {
+		return nil, err
+	}
+	return waBinary.Unmarshal(data)
+}
+
+// handle answers what whatsmeow sends after login.
+func (c *conn) handle(n *waBinary.Node) {
+	ag := n.AttrGetter()
+	switch n.Tag {
+	case "iq":
+		res := waBinary.Node{Tag: "iq", Attrs: waBinary.Attrs{"id": ag.String("id"), "type": "result", "from": types.ServerJID}}
+		if ag.OptionalString("xmlns") == "usync" {
+			res.Content = c.usync(n)
+		}
+		if ag.OptionalString("xmlns") == "encrypt" {
+			for _, ch := range n.GetChildren() {
+				switch ch.Tag {
+				case "count":
+					res.Content = []waBinary.Node{{Tag: "count", Attrs: waBinary.Attrs{"value": "0"}}}
+				case "list":
+					c.s.recordPreKeys(n)
+				}
+			}
+		}
+		_ = c.send(res)
+	case "message":
+		c.message(n)
+	case "receipt":
+		typ := ag.OptionalString("type")
+		c.s.mu.Lock()
+		// Delivery receipts: no type, or "inactive" from a device that
+		// has not announced its presence; "retry" asks the sender to
+		// encrypt again (the device could not decrypt).
+		if typ == "" || typ == "inactive" {
+			c.s.receipts[ag.String("id")]++
+			c.s.dropUnacked(ag.String("id"))
+		} else {
+			c.s.other = append(c.s.other, typ+":"+ag.String("id"))
+		}
+		c.s.mu.Unlock()
+		_ = c.send(waBinary.Node{Tag: "ack", Attrs: waBinary.Attrs{"id": ag.String("id"), "class": "receipt", "from": types.ServerJID}})
+	}
+}
+
+func (s *Server) dropUnacked(id string) {
+	for i, n := range s.unacked {
+		if n.AttrGetter().String("id") == id {
+			s.unacked = append(s.unacked[:i], s.unacked[i+1:]...)
+			return
+		}
+	}
+}
+
+// Received is a message a phone received from the device, decrypted.
+type Received struct {
+	To      types.JID
+	ID      string
+	Message *waE2E.Message
+}
+
+// AddPhone makes the fake know a user (usync answers device 0 for it).
+func (s *Server) AddPhone(p Phone) {
+	s.mu.Lock()
+	s.phones[p.JID.User] = p
+	s.mu.Unlock()
+}
+
+// Received returns what the phones received so far, oldest first.
+func (s *Server) Received() []Received {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Received(nil), s.got...)
+}
+
+// usync answers a device-list query: device 0 for known phones, the
+// logged-in device for its own user (whatsmeow leaves itself out).
+func (c *conn) usync(n *waBinary.Node) []waBinary.Node {
+	list, _ := n.GetOptionalChildByTag("usync", "list")
+	var users []waBinary.Node
+	for _, u := range list.GetChildren() {
+		jid, ok := u.Attrs["jid"].(types.JID)
+		if !ok {
+			continue
+		}
+		var devs []waBinary.Node
+		c.s.mu.Lock()
+		_, known := c.s.phones[jid.User]
+		c.s.mu.Unlock()
+		switch {
+		case known:
+			devs = []waBinary.Node{{Tag: "device", Attrs: waBinary.Attrs{"id": "0"}}}
+		case jid.User == c.device.User:
+			devs = []waBinary.Node{{Tag: "device", Attrs: waBinary.Attrs{"id": strconv.Itoa(int(c.device.Device))}}}
+		}
+		users = append(users, waBinary.Node{Tag: "user", Attrs: waBinary.Attrs{"jid": jid.ToNonAD()},
+			Content: []waBinary.Node{{Tag: "devices", Content: []waBinary.Node{{Tag: "device-list", Content: devs}}}}})
+	}
+	return []waBinary.Node{{Tag: "usync", Content: []waBinary.Node{{Tag: "list", Content: users}}}}
+}
+
+// message decrypts what the device sent to a phone and acknowledges it.
+func (c *conn) message(n *waBinary.Node) {
+	ag := n.AttrGetter()
+	id, to := ag.String("id"), ag.JID("to")
+	parts := n.GetChildByTag("participants")
+	for _, p := range parts.GetChildren() {
+		dev, ok := p.Attrs["jid"].(types.JID)
+		if !ok || dev.Device != 0 {
+			continue
+		}
+		c.s.mu.Lock()
+		phone, known := c.s.phones[dev.User]
+		c.s.mu.Unlock()
+		if !known {
+			continue
+		}
+		enc := p.GetChildByTag("enc")
+		data, _ := enc.Content.([]byte)
+		plain, err := c.decryptFor(phone, enc.AttrGetter().String("type"), data)
+		if err != nil {
+			c.s.t.Logf("whatsapptest: %s cannot decrypt %s: %v", dev.User, id, err)
+			continue
+		}
+		var m waE2E.Message
+		if len(plain) == 0 || proto.Unmarshal(plain[:len(plain)-int(plain[len(plain)-1])], &m) != nil {
+			c.s.t.Logf("whatsapptest: bad plaintext of %s", id)
+			continue
+		}
+		if sec := m.GetMessageContextInfo().GetMessageSecret(); sec != nil {
+			// The phone keeps a poll's secret to encrypt its votes.
+			me := c.device.ToNonAD()
+			if err := phone.Store.MsgSecrets.PutMessageSecret(c.ctx, me, me, id, sec); err != nil {
+				c.s.t.Logf("whatsapptest: keep message secret: %v", err)
+			}
+		}
+		c.s.mu.Lock()
+		c.s.got = append(c.s.got, Received{To: to, ID: id, Message: &m})
+		c.s.mu.Unlock()
+	}
+	_ = c.send(waBinary.Node{Tag: "ack", Attrs: waBinary.Attrs{"id": id, "class": "message", "from": to,
+		"t": strconv.FormatInt(time.Now().Unix(), 10)}})
+}
+
+func (c *conn) decryptFor(phone Phone, typ string, data []byte) ([]byte, error) {
+	addr := protocol.NewSignalAddress(c.device.User, uint32(c.device.Device))
+	cipher := session.NewCipher(session.NewBuilderFromSignal(phone.Store, addr, store.SignalProtobufSerializer), addr)
+	ser := store.SignalProtobufSerializer
+	if typ == "pkmsg" {
+		pk, err := protocol.NewPreKeySignalMessageFromBytes(data, ser.PreKeySignalMessage, ser.SignalMessage)
+		if err != nil {
+			return nil, err
+		}
+		return cipher.DecryptMessage(c.ctx, pk)
+	}
+	sm, err := protocol.NewSignalMessageFromBytes(data, ser.SignalMessage)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.Decrypt(c.ctx, sm)
+}
+
+func (s *Server) recordPreKeys(n *waBinary.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range n.GetChildren() {
+		switch ch.Tag {
+		case "identity":
+			if b, ok := ch.Content.([]byte); ok && len(b) == 32 {
+				copy(s.identity[:], b)
+			}
+		case "registration":
+			if b, ok := ch.Content.([]byte); ok && len(b) == 4 {
+				s.regID = binary.BigEndian.Uint32(b)
+			}
+		case "list":
+			for _, k := range ch.GetChildren() {
+				id, _ := k.GetChildByTag("id").Content.([]byte)
+				val, _ := k.GetChildByTag("value").Content.([]byte)
+				if len(id) == 3 && len(val) == 32 && s.preKey == nil {
+					s.preKey = &uploadedKey{id: uint32(id[0])<<16 | uint32(id[1])<<8 | uint32(id[2]), pub: [32]byte(val)}
+				}
+			}
+		}
+	}
+}
+
+// Phone is a WhatsApp user's phone whose Signal state lives in a
+// whatsmeow device store (it implements libsignal's stores).
+type Phone struct {
+	JID   types.JID
+	Store *store.Device
+}
+
+// SendText makes phone send text to the device.
+func (s *Server) SendText(ctx context.Context, phone Phone, device *store.Device, id, text string) error {
+	return s.SendMessage(ctx, phone, device, id, &waE2E.Message{Conversation: proto.String(text)})
+}
+
+// Vote makes phone vote for option on the device's poll pollID, encrypted
+// with the poll's message secret by whatsmeow's own EncryptPollVote on the
+// phone's side.
+func (s *Server) Vote(ctx context.Context, phone Phone, device *store.Device, id, pollID, option string) error {
+	me := device.ID.ToNonAD()
+	pu, err := whatsmeow.NewClient(phone.Store, nil).EncryptPollVote(ctx,
+		&types.MessageInfo{MessageSource: types.MessageSource{Chat: me, Sender: me}, ID: pollID},
+		&waE2E.PollVoteMessage{SelectedOptions: whatsmeow.HashPollOptions([]string{option})})
+	if err != nil {
+		return fmt.Errorf("whatsapptest: encrypt vote: %w", err)
+	}
+	return s.SendMessage(ctx, phone, device, id, &waE2E.Message{PollUpdateMessage: pu})
+}
+
+// SendMessage makes phone send m to the device with message id id,
+// Signal-encrypted (a new session, pkmsg, the first time). While no device
+// is connected the message waits, as on WhatsApp, and comes after the next
+// login.
+func (s *Server) SendMessage(ctx context.Context, phone Phone, device *store.Device, id string, m *waE2E.Message) error {
+	s.mu.Lock()
+	c, pk, dj := s.conn, s.preKey, s.device
+	s.mu.Unlock()
+	if pk == nil || dj.IsEmpty() {
+		return errors.New("whatsapptest: no device has logged in and uploaded its prekeys yet")
+	}
+	addr := protocol.NewSignalAddress(dj.User, uint32(dj.Device))
+	b := session.NewBuilderFromSignal(phone.Store, addr, store.SignalProtobufSerializer)
+	bundle := prekey.NewBundle(device.RegistrationID, uint32(dj.Device), optional.NewOptionalUint32(pk.id), device.SignedPreKey.KeyID,
+		ecc.NewDjbECPublicKey(pk.pub), ecc.NewDjbECPublicKey(*device.SignedPreKey.Pub), *device.SignedPreKey.Signature,
+		identity.NewKey(ecc.NewDjbECPublicKey(*device.IdentityKey.Pub)))
+	// A new session only for the first message: later ones continue it
+	// (a phone does not start over, and the one-time prekey is used up).
+	has, err := phone.Store.ContainsSession(ctx, addr)
+	if err != nil {
+		return err
+	}
+	if !has {
+		if err := b.ProcessBundle(ctx, bundle); err != nil {
+			return fmt.Errorf("whatsapptest: process bundle: %w", err)
+		}
+	}
+	plain, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	plain = append(plain, 1) // one byte of padding, as whatsmeow's padMessage
+	// One phone message at a time, in order (the Signal chain), without
+	// holding s.mu while writing to a socket that may be dying.
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	msg, err := session.NewCipher(b, addr).Encrypt(ctx, plain)
+	if err != nil {
+		return fmt.Errorf("whatsapptest: encrypt: %w", err)
+	}
+	encType := "msg"
+	if msg.Type() == protocol.PREKEY_TYPE {
+		encType = "pkmsg"
+	}
+	typ := "text"
+	if m.PollUpdateMessage != nil {
+		typ = "poll"
+	}
+	n := waBinary.Node{Tag: "message", Attrs: waBinary.Attrs{"from": phone.JID, "id": id, "type": typ,
+		"t": strconv.FormatInt(time.Now().Unix(), 10), "notify": "Phone"},
+		Content: []waBinary.Node{{Tag: "enc", Attrs: waBinary.Attrs{"v": "2", "type": encType}, Content: msg.Serialize()}}}
+	s.mu.Lock()
+	s.unacked = append(s.unacked, n)
+	c = s.conn
+	s.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	_ = c.send(n) // a failed write: it comes again after the next login
+	return nil
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/silas-gateway/silas/adapters/kit"
+	"github.com/silas-gateway/silas/adapters/whatsapp"
+	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/internal/config"
+)
+
+// cmdWhatsApp links, shows and unlinks Silas's WhatsApp device
+// (docs/whatsapp.md). The device's keys live in the database (schema
+// whatsmeow), so every subcommand needs it.
+func cmdWhatsApp(ctx context.Context, env *cliEnv, args []string) error {
+	sub, rest := subcommand(args)
+	switch sub {
+	case "link":
+		fs := flags(env, "whatsapp link", "whatsapp link [--phone +<number>] [--timeout 5m]",
+			"Link Silas as a device of a WhatsApp account: shows a QR code to scan in WhatsApp → Settings →\n"+
+				"Linked devices → Link a device (a new one as WhatsApp rotates them), or with --phone a pairing code to\n"+
+				"type on that phone instead. The device's keys are stored in the database (schema whatsmeow).")
+		phone := fs.String("phone", "", "link with a pairing code for this number (international form, +49…) instead of a QR code")
+		timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		return withDeviceStore(ctx, env, func(cfg *config.Config, ds *whatsapp.DeviceStore, _ *store.Store, log *slog.Logger) error {
+			lctx, cancel := context.WithTimeout(ctx, *timeout)
+			defer cancel()
+			jid, err := whatsapp.Link(lctx, ds, whatsapp.LinkOptions{Phone: *phone, Out: env.stdout, Logger: log})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(env.stdout, "linked as +%s ✓ (device %d)\n", jid.User, jid.Device)
+			if !cfg.WhatsApp.Enabled {
+				fmt.Fprintln(env.stdout, "set whatsapp.enabled: true to use it")
+			}
+			return nil
+		})
+	case "status":
+		fs := flags(env, "whatsapp status", "whatsapp status", "Show whether a device is linked and any problem the running channel recorded (logout, ban, replaced connection).\nExit status 1 when something needs doing.")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		problems := 0
+		err := withDeviceStore(ctx, env, func(cfg *config.Config, ds *whatsapp.DeviceStore, st *store.Store, _ *slog.Logger) error {
+			problems = printWhatsAppFindings(env.stdout, whatsapp.Doctor(ctx, ds, st, "whatsapp", whatsappConfig(cfg, nil)))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if problems > 0 {
+			return &exitError{code: 1, msg: fmt.Sprintf("silas whatsapp status: %d problem(s)", problems)}
+		}
+		return nil
+	case "unlink":
+		fs := flags(env, "whatsapp unlink", "whatsapp unlink [--forget]",
+			"Log Silas's device out of WhatsApp (it disappears from the phone's Linked devices) and delete its keys.\n"+
+				"Stop `silas serve` first. With --forget, only delete the keys here (when WhatsApp cannot be reached or\n"+
+				"already removed the device); then remove it on the phone too.")
+		forget := fs.Bool("forget", false, "delete the device keys here without telling WhatsApp")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		return withDeviceStore(ctx, env, func(_ *config.Config, ds *whatsapp.DeviceStore, _ *store.Store, log *slog.Logger) error {
+			if err := whatsapp.Unlink(ctx, ds, *forget, log); err != nil {
+				return err
+			}
+			fmt.Fprintln(env.stdout, "unlinked ✓")
+			return nil
+		})
+	default:
+		fs := flags(env, "whatsapp", "whatsapp link|status|unlink", "whatsapp link    link Silas as a WhatsApp device (QR code, or --phone for a pairing code)\n"+
+			"whatsapp status  show the link state\nwhatsapp unlink  log the device out and delete its keys")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		fs.Usage()
+		return errUsage
+	}
+}
+
+// withDeviceStore opens the database and whatsmeow's device store on it:
+// prepared (schema, upgrades, grants) as the owner role, used as the
+// runtime role.
+func withDeviceStore(ctx context.Context, env *cliEnv, f func(*config.Config, *whatsapp.DeviceStore, *store.Store, *slog.Logger) error) error {
+	cfg, err := loadConfig(env)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, env.stderr)
+	db, err := openDatabase(ctx, cfg, log, true, store.Options{})
+	if err != nil {
+		return err
+	}
+	defer db.Close(context.Background())
+	appRole := ""
+	if db.migrateDSN != db.dsn {
+		if appRole, err = db.store.CurrentUser(ctx); err != nil {
+			return err
+		}
+	}
+	if err := whatsapp.PrepareDeviceStore(ctx, db.migrateDSN, appRole, log); err != nil {
+		return err
+	}
+	ds, err := whatsapp.OpenDeviceStore(ctx, db.dsn, log)
+	if err != nil {
+		return err
+	}
+	defer ds.Close()
+	return f(cfg, ds, db.store, log)
+}
+
+// whatsappConfig maps the whatsapp.* keys onto the adapter's config
+// (without a client: serve adds it).
+func whatsappConfig(cfg *config.Config, log *slog.Logger) whatsapp.Config {
+	w := cfg.WhatsApp
+	return whatsapp.Config{Cards: w.Cards, EditWindow: w.EditWindow.Duration, NeverEdit: w.EditWindow.Duration == 0,
+		Typing: w.Typing, Logger: log, Limits: whatsappLimits(cfg)}
+}
+
+func printWhatsAppFindings(w io.Writer, fs []whatsapp.Finding) int {
+	problems := 0
+	for _, f := range fs {
+		mark := map[whatsapp.Severity]string{whatsapp.SeverityOK: "✓", whatsapp.SeverityInfo: "·", whatsapp.SeverityWarn: "!", whatsapp.SeverityError: "✗"}[f.Severity]
+		fmt.Fprintf(w, "  %s %-12s %s\n", mark, f.Check, f.Message)
+		if f.Severity == whatsapp.SeverityError {
+			problems++
+		}
+	}
+	return problems
+}
+
+// doctorWhatsApp prints the WhatsApp checks (from the database only: a
+// connection with the device's keys would replace the running gateway's);
+// it returns the number of problems.
+func doctorWhatsApp(ctx context.Context, env *cliEnv, cfg *config.Config) int {
+	fmt.Fprintln(env.stdout, "WhatsApp")
+	if !cfg.WhatsApp.Enabled {
+		fmt.Fprintln(env.stdout, "  · not enabled (whatsapp.enabled): skipped")
+		return 0
+	}
+	problems := 0
+	err := withDeviceStore(ctx, env, func(cfg *config.Config, ds *whatsapp.DeviceStore, st *store.Store, _ *slog.Logger) error {
+		problems = printWhatsAppFindings(env.stdout, whatsapp.Doctor(ctx, ds, st, "whatsapp", whatsappConfig(cfg, nil)))
+		return nil
+	})
+	if err != nil {
+		fmt.Fprintf(env.stdout, "  ✗ %-12s %v\n", "device", err)
+		return 1
+	}
+	return problems
+}
+
+func whatsappLimits(cfg *config.Config) kit.Limits {
+	l := cfg.WhatsApp.Limits
+	return kit.Limits{PerChatInterval: l.PerChatInterval.Duration, GroupPerMinute: l.GroupPerMinute, GlobalPerSecond: l.GlobalPerSecond}
+}
+
+// whatsappChannel builds the WhatsApp channel for serve: the device store
+// on the gateway's database (prepared as the owner role when
+// database.auto_migrate is on), the whatsmeow client of the linked device
+// and the adapter. Without a linked device the channel still starts and
+// reports "run silas whatsapp link" (log, doctor) instead of stopping the
+// other channels.
+//
+// Notifying the owner through another channel when WhatsApp logs the
+// device out (issue 13) needs an engine entry point that does not exist
+// yet: until then such problems are logged at error level and shown by
+// `silas doctor` / `silas whatsapp status`.
+func whatsappChannel(ctx context.Context, cfg *config.Config, db *database, log *slog.Logger) (*whatsapp.Adapter, func(), error) {
+	if cfg.Database.AutoMigrate {
+		appRole := ""
+		if db.migrateDSN != db.dsn {
+			var err error
+			if appRole, err = db.store.CurrentUser(ctx); err != nil {
+				return nil, nil, err
+			}
+		}
+		if err := whatsapp.PrepareDeviceStore(ctx, db.migrateDSN, appRole, log); err != nil {
+			return nil, nil, err
+		}
+	}
+	ds, err := whatsapp.OpenDeviceStore(ctx, db.dsn, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	dev, err := ds.Device(ctx)
+	if err != nil {
+		ds.Close()
+		return nil, nil, err
+	}
+	wc := whatsappConfig(cfg, log)
+	wc.Client, wc.State = whatsapp.NewClient(dev, log), db.store
+	a, err := whatsapp.New(wc)
+	if err != nil {
+		ds.Close()
+		return nil, nil, err
+	}
+	return a, func() { ds.Close() }, nil
+}
