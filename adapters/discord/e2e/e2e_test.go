@@ -32,6 +32,7 @@ import (
 	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -83,12 +84,9 @@ func newWorld(t *testing.T, mode string) *world {
 	t.Helper()
 	w := &world{t: t, logs: &syncBuffer{}, sbDir: t.TempDir(), mode: mode}
 	w.srv = discordtest.NewServer(t)
-	w.dsn = pgtest.NewDatabase(t)
+	w.dsn = storetest.NewDatabase(t)
 	db, err := store.Open(context.Background(), w.dsn, store.Options{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	w.db = db
