@@ -259,6 +259,58 @@ func createDatabase(ctx context.Context, admin, name, tmpl string) error {
 	return adminExec(ctx, admin, sql)
 }
 
+// RunShared runs the command args with one throwaway cluster for all of it,
+// passed on as TEST_DATABASE_URL, and returns the command's exit code. It is
+// what `make test` wraps `go test ./...` in (see cmd pgtestrun): instead of
+// each test binary starting (initdb, start, stop) a cluster of its own,
+// they all create their databases on one. A lone `go test ./pkg` still gets
+// its own cluster from Main. With TEST_DATABASE_URL or DATABASE_URL already
+// set, the command just runs against that server. The cluster is stopped
+// and removed when the command ends, and by the watchdog if this process
+// dies first.
+func RunShared(args []string) int {
+	if dir := os.Getenv(watchdogEnv); dir != "" {
+		return runWatchdog(dir)
+	}
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "pgtest: usage: pgtestrun COMMAND [ARG...]")
+		return 2
+	}
+	env := os.Environ()
+	if os.Getenv("TEST_DATABASE_URL") == "" && os.Getenv("DATABASE_URL") == "" {
+		mu.Lock()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		dsn, err := startCluster(ctx)
+		cancel()
+		mu.Unlock()
+		defer cleanup()
+		if err != nil {
+			// Each test binary tries again on its own and reports why.
+			fmt.Fprintf(os.Stderr, "pgtest: no shared PostgreSQL cluster, each test binary starts its own: %v\n", err)
+		} else {
+			env = append(env, "TEST_DATABASE_URL="+dsn)
+		}
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	// A Ctrl-C reaches the command too (same process group); this process
+	// outlives it to stop the cluster.
+	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			if code := exit.ExitCode(); code > 0 {
+				return code
+			}
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
 // startCluster starts the throwaway cluster; mu is held.
 func startCluster(ctx context.Context) (string, error) {
 	dir, err := os.MkdirTemp("", "silas-pgtest-")
@@ -270,13 +322,16 @@ func startCluster(ctx context.Context) (string, error) {
 		return "", err
 	}
 	level := slog.LevelWarn
-	if testing.Verbose() {
+	if inMain && testing.Verbose() { // testing.Verbose panics outside tests (RunShared)
 		level = slog.LevelInfo
 	}
 	c, err := pgcluster.Start(ctx, pgcluster.Options{
 		Dir:    dir,
 		NoSync: true,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		// Under RunShared, two test binaries at a time use it, each
+		// with several pools and `silas serve` subprocesses.
+		MaxConnections: 300,
+		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {
 		return "", err

@@ -210,12 +210,17 @@ func TestWatchdogCleansUpAfterCrash(t *testing.T) {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	}
-	if os.Getenv("TEST_DATABASE_URL") != "" || os.Getenv("DATABASE_URL") != "" {
-		t.Skip("the watchdog only guards the throwaway cluster")
-	}
 	t.Parallel()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWatchdogCleansUpAfterCrash$")
-	cmd.Env = append(os.Environ(), crashHelperEnv+"=1")
+	// The watchdog guards the throwaway cluster: the helper must start one
+	// even when this binary runs against a given (or make test's shared)
+	// server.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TEST_DATABASE_URL=") && !strings.HasPrefix(kv, "DATABASE_URL=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, crashHelperEnv+"=1")
 	out, err := cmd.Output()
 	if err == nil {
 		t.Fatalf("helper did not die: %s", out)
