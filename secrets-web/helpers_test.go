@@ -24,6 +24,7 @@ import (
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -136,15 +137,12 @@ func setup(t *testing.T, withDB bool, opts ...option) *bundle {
 	}
 	var reqs RequestStore
 	if withDB {
-		dsn := pgtest.NewDatabase(t)
+		dsn := storetest.NewDatabase(t)
 		b.db, err = store.Open(context.Background(), dsn, store.Options{Logger: log, Now: b.clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(b.db.Close)
-		if _, err := b.db.Migrate(t.Context()); err != nil {
-			t.Fatal(err)
-		}
 		reqs = b.db
 	} else {
 		b.mem = newMemStore(b.clock.Now)

@@ -4,8 +4,9 @@
 // fallback, a burst across an abrupt restart, a 429 storm, a secure-input
 // link, an oversized reply, a restart in the middle of an execution — run
 // through the real engine (wired as `silas serve` wires it) on a real
-// PostgreSQL database (internal/pgtest) against the adapter and a fake of
-// its platform.
+// PostgreSQL database (internal/pgtest; the schema is migrated once per test
+// binary and copied, see internal/storetest) against the adapter and a fake
+// of its platform.
 //
 // Each adapter's tests implement Platform over their fake (the Telegram
 // Bot API fake, a WebSocket client for the web chat, …) and call Run from a
@@ -39,7 +40,7 @@ import (
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // Role is a person in the chat, as the suite names them.
@@ -206,12 +207,9 @@ type node struct {
 func newWorld(t *testing.T, p Platform) *world {
 	t.Helper()
 	w := &world{t: t, p: p, ctx: context.Background(), sbDir: t.TempDir(), clock: &Clock{}, logs: &syncBuffer{}}
-	w.dsn = pgtest.NewDatabase(t)
+	w.dsn = storetest.NewDatabase(t)
 	db, err := store.Open(w.ctx, w.dsn, store.Options{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Migrate(w.ctx); err != nil {
 		t.Fatal(err)
 	}
 	w.db = db

@@ -167,6 +167,9 @@ var (
 
 const testSecret = "s3cret-webhook-token-0123456789abcdef"
 
+// quickPerChat is the per-chat interval of setup's scaled-down limits.
+const quickPerChat = 100 * time.Millisecond
+
 // bundle is one adapter wired to a fake Bot API, inbox and state store.
 type bundle struct {
 	a    *Adapter
@@ -178,13 +181,28 @@ type bundle struct {
 }
 
 // setup builds an adapter against a fake. mod adjusts the config.
+//
+// Unless the test gives the fake's limits, both sides use Telegram's limits
+// with a tenth of the per-chat interval (as the conformance suite does):
+// the fake (unless NoRateLimits) still answers any violation with 429, but a
+// test that is not about the limits does not wait a real second per chat
+// (the limiter starts as if every chat had just been sent to). Tests about
+// Telegram's real limits give them to the fake explicitly; mod may set the
+// adapter's.
 func setup(t *testing.T, fopts telegramtest.Options, mod func(*Config)) *bundle {
 	t.Helper()
+	var lim Limits
+	if fopts.Limits == (telegramtest.Limits{}) {
+		lim.PerChatInterval = quickPerChat
+		if !fopts.NoRateLimits {
+			fopts.Limits = telegramtest.Limits{PerChat: quickPerChat, Slack: 20 * time.Millisecond}
+		}
+	}
 	srv := telegramtest.NewServer(t, fopts)
 	b := &bundle{srv: srv, in: newFakeInbox(), st: newFakeState(), logs: &syncBuffer{}}
 	b.cfg = Config{
 		Token: srv.Token, BaseURL: srv.URL, BotUsername: srv.BotUsername, State: b.st,
-		PollTimeout: 2 * time.Second, HTTPTimeout: 30 * time.Second,
+		PollTimeout: 2 * time.Second, HTTPTimeout: 30 * time.Second, Limits: lim,
 		Logger: slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	if mod != nil {

@@ -595,7 +595,7 @@ func TestErrorsAreClassified(t *testing.T) {
 func TestLimiterIsObservedByTelegram(t *testing.T) {
 	// Real time, Telegram's real limits, enforced by the fake (a violation
 	// would be answered 429 and listed). Only lower bounds on time.
-	b := setup(t, telegramtest.Options{}, nil)
+	b := setup(t, telegramtest.Options{Limits: telegramtest.Limits{PerChat: time.Second}}, nil)
 	ctx := context.Background()
 	start := time.Now()
 	errc := make(chan error, 100)

@@ -18,7 +18,7 @@ import (
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // gateway is a web chat adapter wired to a real engine and PostgreSQL, the
@@ -34,11 +34,8 @@ type gateway struct {
 func openStore(t *testing.T) *store.Store {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{})
+	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)

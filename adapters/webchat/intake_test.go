@@ -18,6 +18,7 @@ import (
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // The database is started only by tests that ask for one.
@@ -54,11 +55,8 @@ func FuzzFrameIntake(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.NewDatabase(f), store.Options{})
+	st, err := store.Open(ctx, storetest.NewDatabase(f), store.Options{})
 	if err != nil {
-		f.Fatal(err)
-	}
-	if _, err := st.Migrate(ctx); err != nil {
 		f.Fatal(err)
 	}
 	a, err := New(Config{})

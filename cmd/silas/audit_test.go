@@ -110,6 +110,7 @@ func TestAuditVerifyCLI(t *testing.T) {
 }
 
 func TestAuditTailCLI(t *testing.T) {
+	t.Parallel() // a database of its own
 	dsn, _ := auditDB(t, 10)
 
 	code, out, errOut := silas(t, dsn, "audit", "tail", "-n", "5")
@@ -281,6 +282,7 @@ func rechainFrom(t *testing.T, st *store.Store, from int64) {
 // checkpoint of the newest entry at a graceful stop and appends it to the
 // head file; verify then finds every entry covered.
 func TestServeSignsCheckpointAtStop(t *testing.T) {
+	t.Parallel() // a server of its own on a database of its own
 	dsn := pgtest.NewDatabase(t)
 	dataDir := t.TempDir()
 	s := startServer(t, dsn, dataDir)
@@ -306,6 +308,7 @@ func TestServeSignsCheckpointAtStop(t *testing.T) {
 // password authentication, migrates as silas_owner and runs as silas_app,
 // which doctor then finds unable to change the audit log.
 func TestLocalClusterLeastPrivilege(t *testing.T) {
+	t.Parallel() // a cluster of its own in a directory of its own
 	base := t.TempDir()
 	if os.Geteuid() == 0 {
 		// The cluster runs as the postgres user, which must reach data_dir.
@@ -347,6 +350,7 @@ func TestLocalClusterLeastPrivilege(t *testing.T) {
 
 // silas doctor lists what intake quarantined.
 func TestDoctorListsDeadLetters(t *testing.T) {
+	t.Parallel() // a database of its own
 	dsn, st := auditDB(t, 0)
 	code, out, errOut := silas(t, dsn, "doctor")
 	if code != 0 || !strings.Contains(out, "dead letters  none") {
@@ -371,6 +375,7 @@ func TestDoctorListsDeadLetters(t *testing.T) {
 
 // silas webchat revoke records the revocation a running gateway acts on.
 func TestWebchatRevokeCLI(t *testing.T) {
+	t.Parallel() // a database of its own
 	dsn, st := auditDB(t, 0)
 	code, out, errOut := silas(t, dsn, "webchat", "revoke")
 	if code != 0 || !strings.Contains(out, "Every web chat session ends") {

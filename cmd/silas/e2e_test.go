@@ -309,6 +309,7 @@ func dbCount(t *testing.T, dsn, q string, args ...any) int {
 }
 
 func TestWebChatEndToEnd(t *testing.T) {
+	t.Parallel() // a server of its own on a database of its own
 	dsn := pgtest.NewDatabase(t)
 	s := startServer(t, dsn, t.TempDir())
 	c := s.connect(t)
@@ -385,6 +386,7 @@ func TestWebChatEndToEnd(t *testing.T) {
 }
 
 func TestExpiredCardViaWebChat(t *testing.T) {
+	t.Parallel() // a server of its own on a database of its own
 	dsn := pgtest.NewDatabase(t)
 	s := startServer(t, dsn, t.TempDir(), "SILAS_APPROVALS_TTL=10s")
 	c := s.connect(t)
@@ -399,6 +401,7 @@ func TestExpiredCardViaWebChat(t *testing.T) {
 }
 
 func TestExternalIdentityCannotRun(t *testing.T) {
+	t.Parallel() // a server of its own on a database of its own
 	dsn := pgtest.NewDatabase(t)
 	s := startServer(t, dsn, t.TempDir(), "SILAS_WEBCHAT_IDENTITY=webchat:guest")
 	c := s.connect(t)

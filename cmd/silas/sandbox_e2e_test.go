@@ -25,6 +25,7 @@ import (
 // appear nowhere: chat frames, the executions and outputs tables (every
 // table, in fact), the audit log and the gateway's logs.
 func TestSandboxKeepsKeysOut(t *testing.T) {
+	t.Parallel() // a server of its own on a database of its own
 	dsn := pgtest.NewDatabase(t)
 	data := t.TempDir()
 	s := startServer(t, dsn, data)

@@ -29,6 +29,7 @@ import (
 	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -182,13 +183,10 @@ const (
 func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access trust.AccessPolicy, opts ...func(*engine.Config)) *bundle {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	clk := &clock{t: time.Now()}
 	st, err := store.Open(ctx, dsn, store.Options{Now: clk.Now})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	sb, err := sandbox.New(sandbox.Config{BaseDir: t.TempDir()})

@@ -31,13 +31,29 @@ func setup(t testing.TB) (*Store, context.Context) {
 // a second Store (a second process) on the same database.
 func setupDSN(t testing.TB, opt Options) (*Store, context.Context, string) {
 	t.Helper()
-	dsn := pgtest.NewDatabase(t)
+	dsn := migratedDatabase(t)
 	ctx := t.Context()
 	s := openStore(t, dsn, opt)
-	if _, err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	return s, ctx, dsn
+}
+
+// migratedDatabase returns a fresh database with every migration applied:
+// a copy of a template migrated once per test binary by Migrate itself, so
+// each test sees exactly the schema Migrate builds without paying for the
+// migrations again. (internal/storetest does the same for other packages;
+// it imports this package, so the tests here cannot use it.) The tests of
+// Migrate itself start from pgtest.NewDatabase.
+func migratedDatabase(t testing.TB) string {
+	t.Helper()
+	return pgtest.NewDatabaseFrom(t, "silas-migrated", func(ctx context.Context, dsn string) error {
+		s, err := Open(ctx, dsn, Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		_, err = s.Migrate(ctx)
+		return err
+	})
 }
 
 // openStore opens a Store (its own pool and writer) without migrating.

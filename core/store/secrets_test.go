@@ -13,7 +13,6 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/secrets"
-	"github.com/silas-gateway/silas/internal/pgtest"
 )
 
 // This file's helpers are its own (prefixed secrets*) so it depends on the
@@ -47,12 +46,9 @@ func secretsOpen(t *testing.T, dsn string, clock *secretsClock) *Store {
 func secretsSetup(t *testing.T) (*Store, *secretsClock, *secrets.Sealer) {
 	t.Helper()
 	clock := &secretsClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	dsn := pgtest.NewDatabase(t)
+	dsn := migratedDatabase(t)
 	s := secretsOpen(t, dsn, clock)
 	secretsDSN.Store(s, dsn)
-	if _, err := s.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
 	k, err := secrets.GenerateKey()
 	if err != nil {
 		t.Fatal(err)

@@ -117,6 +117,9 @@ type Options struct {
 	// runs with fsync, synchronous_commit and full_page_writes off. Data may
 	// be lost if the machine (not just the server) crashes. Meant for tests.
 	NoSync bool
+	// MaxConnections sets max_connections; 0 keeps the server's default
+	// (100). A cluster shared by several test binaries at once needs more.
+	MaxConnections int
 }
 
 // Cluster is a running PostgreSQL server started (or found running) by Start.
@@ -301,6 +304,7 @@ func (c *Cluster) ensureDatabase(ctx context.Context) error {
 type env struct {
 	dir, data, bin string
 	noSync         bool
+	maxConns       int
 	log            *slog.Logger
 	// cred is non-nil when running as root: commands run as postgres.
 	cred    *syscall.Credential
@@ -320,11 +324,12 @@ func newEnv(opt Options) (*env, error) {
 		return nil, err
 	}
 	e := &env{
-		dir:    dir,
-		data:   filepath.Join(dir, dataDirName),
-		bin:    bin,
-		noSync: opt.NoSync,
-		log:    opt.Logger,
+		dir:      dir,
+		data:     filepath.Join(dir, dataDirName),
+		bin:      bin,
+		noSync:   opt.NoSync,
+		maxConns: opt.MaxConnections,
+		log:      opt.Logger,
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
@@ -620,6 +625,9 @@ func (e *env) writeConf(port int) error {
 		b.WriteString("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")
 	} else {
 		b.WriteString("fsync = on\nsynchronous_commit = on\nfull_page_writes = on\n")
+	}
+	if e.maxConns > 0 {
+		fmt.Fprintf(&b, "max_connections = %d\n", e.maxConns)
 	}
 	if err := os.WriteFile(e.confFile(), []byte(b.String()), 0o600); err != nil {
 		return fmt.Errorf("pgcluster: %w", err)

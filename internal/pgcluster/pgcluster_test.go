@@ -42,7 +42,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 
 func start(t *testing.T, ctx context.Context, dir string) *Cluster {
 	t.Helper()
-	c, err := Start(ctx, Options{Dir: dir, NoSync: true, Logger: testLogger(t)})
+	c, err := Start(ctx, Options{Dir: dir, NoSync: true, MaxConnections: 150, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -82,6 +82,10 @@ func TestStartRestartPersists(t *testing.T) {
 	var one int
 	if err := conn.QueryRow(ctx, "select 1").Scan(&one); err != nil || one != 1 {
 		t.Fatalf("select 1: %v, %d", err, one)
+	}
+	var maxConns string
+	if err := conn.QueryRow(ctx, "show max_connections").Scan(&maxConns); err != nil || maxConns != "150" {
+		t.Errorf("max_connections = %q, %v; want the 150 of Options.MaxConnections", maxConns, err)
 	}
 	if _, err := conn.Exec(ctx, "create table kept (v text); insert into kept values ('hello')"); err != nil {
 		t.Fatal(err)

@@ -84,6 +84,30 @@ func Main(m *testing.M) int {
 // subtests finish, and returns its DSN.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
+	return newDatabase(t, "")
+}
+
+// NewDatabaseFrom is NewDatabase for a database that starts as a copy of a
+// template instead of empty. The first call with a given key in this test
+// binary creates the template and runs prepare on it (for instance: apply
+// the migrations); every call then gets its own copy of it (CREATE DATABASE
+// … TEMPLATE, a file copy), which is much cheaper than running prepare again
+// for each test. The copy is byte for byte what prepare left, so a test sees
+// the same database it would have built itself. prepare must close its
+// connections (a template with open connections cannot be copied). The
+// templates are dropped when the test binary ends.
+func NewDatabaseFrom(t testing.TB, key string, prepare func(ctx context.Context, dsn string) error) string {
+	t.Helper()
+	tmpl, err := template(key, prepare)
+	if err != nil {
+		t.Fatalf("pgtest: template %q: %v", key, err)
+	}
+	return newDatabase(t, tmpl)
+}
+
+// newDatabase creates a database for t, a copy of tmpl ("" for template1).
+func newDatabase(t testing.TB, tmpl string) string {
+	t.Helper()
 	admin, err := server()
 	if err != nil {
 		t.Fatalf("pgtest: no PostgreSQL server for this test: %v", err)
@@ -92,7 +116,7 @@ func NewDatabase(t testing.TB) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	name := DBPrefix + randomSuffix()
-	if err := adminExec(ctx, admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if err := createDatabase(ctx, admin, name, tmpl); err != nil {
 		t.Fatalf("pgtest: create database %s: %v", name, err)
 	}
 	t.Cleanup(func() {
@@ -141,6 +165,152 @@ func server() (string, error) {
 	return adminDSN, setupErr
 }
 
+// templates are the databases made by NewDatabaseFrom, by key.
+var (
+	tmplMu sync.Mutex
+	tmpls  = map[string]*tmplEntry{}
+)
+
+type tmplEntry struct {
+	once sync.Once
+	name string
+	err  error
+}
+
+// template returns the name of the template database for key, creating and
+// preparing it on first use. Concurrent first callers wait for one prepare.
+func template(key string, prepare func(ctx context.Context, dsn string) error) (string, error) {
+	tmplMu.Lock()
+	e := tmpls[key]
+	if e == nil {
+		e = &tmplEntry{}
+		tmpls[key] = e
+	}
+	tmplMu.Unlock()
+	e.once.Do(func() {
+		admin, err := server()
+		if err != nil {
+			e.err = fmt.Errorf("no PostgreSQL server: %w", err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		name := DBPrefix + "tmpl_" + randomSuffix()
+		if err := createDatabase(ctx, admin, name, ""); err != nil {
+			e.err = fmt.Errorf("create database %s: %w", name, err)
+			return
+		}
+		dsn, err := withDatabase(admin, name)
+		if err == nil {
+			err = prepare(ctx, dsn)
+		}
+		if err != nil {
+			adminExec(ctx, admin, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+			e.err = fmt.Errorf("prepare: %w", err)
+			return
+		}
+		e.name = name
+	})
+	return e.name, e.err
+}
+
+// dropTemplates drops the templates; the server is reachable.
+func dropTemplates(ctx context.Context, admin string) {
+	tmplMu.Lock()
+	defer tmplMu.Unlock()
+	for key, e := range tmpls {
+		if e.name != "" {
+			if err := adminExec(ctx, admin, "DROP DATABASE IF EXISTS "+pgx.Identifier{e.name}.Sanitize()+" WITH (FORCE)"); err != nil {
+				fmt.Fprintf(os.Stderr, "pgtest: drop template %s: %v\n", e.name, err)
+			}
+		}
+		delete(tmpls, key)
+	}
+}
+
+// fileCopy is whether CREATE DATABASE takes STRATEGY (PostgreSQL 15+).
+// FILE_COPY copies the template's files and is about twice as fast for
+// these small databases as the default WAL_LOG, which writes every page of
+// the copy to the WAL; crash safety of the copy does not matter in tests.
+var (
+	strategyOnce sync.Once
+	fileCopy     bool
+)
+
+func createDatabase(ctx context.Context, admin, name, tmpl string) error {
+	strategyOnce.Do(func() {
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			return
+		}
+		defer conn.Close(context.Background())
+		var v int
+		if conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&v) == nil {
+			fileCopy = v >= 150000
+		}
+	})
+	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if tmpl != "" {
+		sql += " TEMPLATE " + pgx.Identifier{tmpl}.Sanitize()
+	}
+	if fileCopy {
+		sql += " STRATEGY FILE_COPY"
+	}
+	return adminExec(ctx, admin, sql)
+}
+
+// RunShared runs the command args with one throwaway cluster for all of it,
+// passed on as TEST_DATABASE_URL, and returns the command's exit code. It is
+// what `make test` wraps `go test ./...` in (see cmd pgtestrun): instead of
+// each test binary starting (initdb, start, stop) a cluster of its own,
+// they all create their databases on one. A lone `go test ./pkg` still gets
+// its own cluster from Main. With TEST_DATABASE_URL or DATABASE_URL already
+// set, the command just runs against that server. The cluster is stopped
+// and removed when the command ends, and by the watchdog if this process
+// dies first.
+func RunShared(args []string) int {
+	if dir := os.Getenv(watchdogEnv); dir != "" {
+		return runWatchdog(dir)
+	}
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "pgtest: usage: pgtestrun COMMAND [ARG...]")
+		return 2
+	}
+	env := os.Environ()
+	if os.Getenv("TEST_DATABASE_URL") == "" && os.Getenv("DATABASE_URL") == "" {
+		mu.Lock()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		dsn, err := startCluster(ctx)
+		cancel()
+		mu.Unlock()
+		defer cleanup()
+		if err != nil {
+			// Each test binary tries again on its own and reports why.
+			fmt.Fprintf(os.Stderr, "pgtest: no shared PostgreSQL cluster, each test binary starts its own: %v\n", err)
+		} else {
+			env = append(env, "TEST_DATABASE_URL="+dsn)
+		}
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	// A Ctrl-C reaches the command too (same process group); this process
+	// outlives it to stop the cluster.
+	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			if code := exit.ExitCode(); code > 0 {
+				return code
+			}
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
 // startCluster starts the throwaway cluster; mu is held.
 func startCluster(ctx context.Context) (string, error) {
 	dir, err := os.MkdirTemp("", "silas-pgtest-")
@@ -152,13 +322,16 @@ func startCluster(ctx context.Context) (string, error) {
 		return "", err
 	}
 	level := slog.LevelWarn
-	if testing.Verbose() {
+	if inMain && testing.Verbose() { // testing.Verbose panics outside tests (RunShared)
 		level = slog.LevelInfo
 	}
 	c, err := pgcluster.Start(ctx, pgcluster.Options{
 		Dir:    dir,
 		NoSync: true,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		// Under RunShared, two test binaries at a time use it, each
+		// with several pools and `silas serve` subprocesses.
+		MaxConnections: 300,
+		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {
 		return "", err
@@ -175,6 +348,11 @@ func cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ok := true
+	if adminDSN != "" && cluster == nil {
+		// A server we do not own: leave it as we found it. (A throwaway
+		// cluster goes as a whole.)
+		dropTemplates(ctx, adminDSN)
+	}
 	if cluster != nil {
 		if err := cluster.Stop(ctx); err != nil {
 			ok = false

@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -109,6 +110,83 @@ func TestNewDatabaseDropped(t *testing.T) {
 	}
 }
 
+// NewDatabaseFrom prepares its template once and gives each caller its own
+// copy of what prepare left.
+func TestNewDatabaseFrom(t *testing.T) {
+	ctx := context.Background()
+	prepares := 0
+	prepare := func(ctx context.Context, dsn string) error {
+		prepares++
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		_, err = conn.Exec(ctx, "create table prepared (id int); insert into prepared values (1)")
+		return err
+	}
+	a, b := NewDatabaseFrom(t, "test-from", prepare), NewDatabaseFrom(t, "test-from", prepare)
+	if prepares != 1 {
+		t.Fatalf("prepare ran %d times, want 1", prepares)
+	}
+	if a == b {
+		t.Fatalf("two calls returned the same DSN %s", a)
+	}
+	ca, cb := connect(t, a), connect(t, b)
+	if _, err := ca.Exec(ctx, "insert into prepared values (2)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		conn *pgx.Conn
+		want int
+	}{{"a", ca, 2}, {"b", cb, 1}} {
+		var n int
+		if err := c.conn.QueryRow(ctx, "select count(*) from prepared").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != c.want {
+			t.Errorf("database %s has %d rows, want %d (copies must be independent)", c.name, n, c.want)
+		}
+	}
+	if e := NewDatabase(t); e != "" {
+		var n int
+		if err := connect(t, e).QueryRow(ctx, "select count(*) from pg_tables where tablename = 'prepared'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Error("NewDatabase returned a copy of the template")
+		}
+	}
+
+	failing := func(context.Context, string) error { return errors.New("boom") }
+	ok := t.Run("failing prepare", func(t *testing.T) {
+		ft := &fatalRecorder{TB: t}
+		func() {
+			defer func() { recover() }()
+			NewDatabaseFrom(ft, "test-failing", failing)
+		}()
+		if !strings.Contains(ft.msg, "boom") {
+			t.Errorf("failing prepare reported %q", ft.msg)
+		}
+	})
+	if !ok {
+		t.Fatal("failing prepare")
+	}
+}
+
+// fatalRecorder records Fatalf instead of failing the test; it panics to
+// stop the caller as Fatalf would.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalRecorder) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	panic("fatal")
+}
+
 func TestWithDatabase(t *testing.T) {
 	for in, want := range map[string]string{
 		"postgres://u:p@h:5/db?sslmode=disable": "postgres://u:p@h:5/x?sslmode=disable",
@@ -132,12 +210,17 @@ func TestWatchdogCleansUpAfterCrash(t *testing.T) {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	}
-	if os.Getenv("TEST_DATABASE_URL") != "" || os.Getenv("DATABASE_URL") != "" {
-		t.Skip("the watchdog only guards the throwaway cluster")
-	}
 	t.Parallel()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWatchdogCleansUpAfterCrash$")
-	cmd.Env = append(os.Environ(), crashHelperEnv+"=1")
+	// The watchdog guards the throwaway cluster: the helper must start one
+	// even when this binary runs against a given (or make test's shared)
+	// server.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TEST_DATABASE_URL=") && !strings.HasPrefix(kv, "DATABASE_URL=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, crashHelperEnv+"=1")
 	out, err := cmd.Output()
 	if err == nil {
 		t.Fatalf("helper did not die: %s", out)

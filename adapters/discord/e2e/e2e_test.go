@@ -32,6 +32,7 @@ import (
 	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -90,12 +91,9 @@ func newWorldWith(t *testing.T, mode string, l discordtest.Limits, cfg func(*dis
 	t.Helper()
 	w := &world{t: t, logs: &syncBuffer{}, sbDir: t.TempDir(), mode: mode, cfg: cfg}
 	w.srv = discordtest.NewServerWithLimits(t, l)
-	w.dsn = pgtest.NewDatabase(t)
+	w.dsn = storetest.NewDatabase(t)
 	db, err := store.Open(context.Background(), w.dsn, store.Options{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	w.db = db

@@ -32,6 +32,7 @@ import (
 	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -115,12 +116,9 @@ func newWorld(t *testing.T, o options) *world {
 		so.Now = w.fast.Now
 	}
 	w.srv = slacktest.NewServer(t, so)
-	w.dsn = pgtest.NewDatabase(t)
+	w.dsn = storetest.NewDatabase(t)
 	db, err := store.Open(w.ctx, w.dsn, store.Options{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Migrate(w.ctx); err != nil {
 		t.Fatal(err)
 	}
 	w.db = db

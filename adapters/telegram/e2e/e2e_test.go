@@ -45,6 +45,7 @@ import (
 	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -124,12 +125,9 @@ func newWorld(t testing.TB, o options) *world {
 	if o.proxy {
 		w.proxy = newFaultProxy(t, w.srv.URL)
 	}
-	w.dsn = pgtest.NewDatabase(t)
+	w.dsn = storetest.NewDatabase(t)
 	db, err := store.Open(w.ctx, w.dsn, store.Options{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Migrate(w.ctx); err != nil {
 		t.Fatal(err)
 	}
 	w.db = db

@@ -24,6 +24,7 @@ import (
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // The database is started only by tests that ask for one.
@@ -111,11 +112,8 @@ const owner core.IdentityID = "test:owner"
 func setup(t *testing.T) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{})
+	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	sb, err := sandbox.New(sandbox.Config{BaseDir: t.TempDir()})
