@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -168,9 +167,8 @@ func (c Config) resolve() (resolved, error) {
 	if !snowflakeRe.MatchString(c.ApplicationID) {
 		return r, bad("application_id", "%q is not an application id (digits; General Information → Application ID)", c.ApplicationID)
 	}
-	base, err := url.Parse(c.BaseURL)
-	if err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" || base.RawQuery != "" {
-		return r, bad("base_url", "%q is not an http(s) URL like %s", c.BaseURL, DefaultBaseURL)
+	if err := kit.CheckBaseURL("discord.base_url", c.BaseURL, DefaultBaseURL); err != nil {
+		return r, err
 	}
 	for _, g := range c.Guilds {
 		gid, ch, hasCh := strings.Cut(strings.TrimSpace(g), "/")

@@ -51,16 +51,10 @@ func (a *Adapter) Send(ctx context.Context, m core.OutMessage) (core.MessageRef,
 		return "", err
 	}
 	var msgs []rendered
-	textParts := 0
-	if strings.TrimSpace(m.Text) != "" {
-		for _, p := range kit.SplitText(m.Text, MaxMessageLen, escapedWidth) {
-			if strings.TrimSpace(p) == "" {
-				continue
-			}
-			msgs = append(msgs, rendered{content: escapeMarkdown(p)})
-		}
-		textParts = len(msgs)
+	for _, p := range kit.TextParts(m.Text, MaxMessageLen, escapedWidth) {
+		msgs = append(msgs, rendered{content: escapeMarkdown(p)})
 	}
+	textParts := len(msgs)
 	if m.Card != nil {
 		r, err := renderCard(m.Card)
 		if err != nil {
@@ -68,22 +62,9 @@ func (a *Adapter) Send(ctx context.Context, m core.OutMessage) (core.MessageRef,
 		}
 		msgs = append(msgs, r)
 	}
-	if len(msgs) == 0 {
-		return "", kit.Permanent(errors.New("discord: nothing to send (empty text and no card)"))
-	}
-	if len(msgs) == 1 {
-		return a.sendRendered(ctx, ch, msgs[0])
-	}
-	first, last, err := a.splits.Send(kit.SplitKey(m), len(msgs), func(i int) (core.MessageRef, error) {
-		return a.sendRendered(ctx, ch, msgs[i])
+	return kit.SendParts(a.splits, m, msgs, textParts, "discord", func(_ int, r rendered) (core.MessageRef, error) {
+		return a.sendRendered(ctx, ch, r)
 	})
-	if err != nil {
-		return "", err
-	}
-	if m.Card != nil || textParts == 0 {
-		return last, nil
-	}
-	return first, nil
 }
 
 func (a *Adapter) sendRendered(ctx context.Context, ch string, r rendered) (core.MessageRef, error) {

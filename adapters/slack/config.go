@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -213,9 +212,8 @@ func (c Config) resolve() (resolved, error) {
 		// Never echo the value: it may be a real token with a typo.
 		return r, bad("bot_token", "does not look like a bot token (xoxb-…); an xapp- token belongs in slack.app_token")
 	}
-	base, err := url.Parse(c.BaseURL)
-	if err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" || base.RawQuery != "" {
-		return r, bad("base_url", "%q is not an http(s) URL like %s", c.BaseURL, DefaultBaseURL)
+	if err := kit.CheckBaseURL("slack.base_url", c.BaseURL, DefaultBaseURL); err != nil {
+		return r, err
 	}
 	if c.TeamID != "" && !teamRe.MatchString(c.TeamID) {
 		return r, bad("team_id", "%q is not a Slack workspace id (T… or E…)", c.TeamID)

@@ -214,9 +214,8 @@ func (c Config) resolve() (resolved, error) {
 		// Never echo the value: it may be a real token with a typo.
 		return r, bad("token", "does not look like a bot token (<digits>:<letters, digits, _ and ->)")
 	}
-	base, err := url.Parse(c.BaseURL)
-	if err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" || base.RawQuery != "" {
-		return r, bad("base_url", "%q is not an http(s) URL like %s", c.BaseURL, DefaultBaseURL)
+	if err := kit.CheckBaseURL("telegram.base_url", c.BaseURL, DefaultBaseURL); err != nil {
+		return r, err
 	}
 	if c.BotUsername != "" && !usernameRe.MatchString(c.BotUsername) {
 		return r, bad("bot_username", "%q is not a Telegram bot username (5-32 letters, digits and _)", c.BotUsername)

@@ -69,16 +69,10 @@ func (a *Adapter) Send(ctx context.Context, m core.OutMessage) (core.MessageRef,
 		return "", err
 	}
 	var msgs []rendered
-	textParts := 0
-	if strings.TrimSpace(m.Text) != "" {
-		for _, p := range kit.SplitText(m.Text, MaxMessageLen, escapedWidth) {
-			if strings.TrimSpace(p) == "" {
-				continue // Telegram refuses blank messages
-			}
-			msgs = append(msgs, rendered{html: escapeHTML(p)})
-		}
-		textParts = len(msgs)
+	for _, p := range kit.TextParts(m.Text, MaxMessageLen, escapedWidth) {
+		msgs = append(msgs, rendered{html: escapeHTML(p)})
 	}
+	textParts := len(msgs)
 	if m.Card != nil {
 		r, err := renderCard(m.Card)
 		if err != nil {
@@ -86,24 +80,9 @@ func (a *Adapter) Send(ctx context.Context, m core.OutMessage) (core.MessageRef,
 		}
 		msgs = append(msgs, r)
 	}
-	if len(msgs) == 0 {
-		return "", kit.Permanent(errors.New("telegram: nothing to send (empty text and no card)"))
-	}
-	if len(msgs) == 1 {
-		return a.sendRendered(ctx, chat, msgs[0])
-	}
-	// Several messages: the kit remembers progress so a retry does not
-	// repeat parts.
-	first, last, err := a.splits.Send(kit.SplitKey(m), len(msgs), func(i int) (core.MessageRef, error) {
-		return a.sendRendered(ctx, chat, msgs[i])
+	return kit.SendParts(a.splits, m, msgs, textParts, "telegram", func(_ int, r rendered) (core.MessageRef, error) {
+		return a.sendRendered(ctx, chat, r)
 	})
-	if err != nil {
-		return "", err
-	}
-	if m.Card != nil || textParts == 0 {
-		return last, nil
-	}
-	return first, nil
 }
 
 func (a *Adapter) sendRendered(ctx context.Context, chat int64, r rendered) (core.MessageRef, error) {

@@ -63,35 +63,18 @@ func (a *Adapter) Send(ctx context.Context, m core.OutMessage) (core.MessageRef,
 	if err != nil {
 		return "", err
 	}
-	var parts []string
-	if strings.TrimSpace(m.Text) != "" {
-		for _, p := range kit.SplitText(m.Text, MaxMessageLen, func(rune) int { return 1 }) {
-			if strings.TrimSpace(p) != "" {
-				parts = append(parts, p)
-			}
-		}
-	}
+	parts := kit.TextParts(m.Text, MaxMessageLen, func(rune) int { return 1 })
 	textParts := len(parts)
 	if m.Card != nil {
 		parts = append(parts, cardText(m.Card))
 	}
-	if len(parts) == 0 {
-		return "", kit.Permanent(errors.New("whatsapp: nothing to send (empty text and no card)"))
-	}
-	first, last, err := a.splits.Send(kit.SplitKey(m), len(parts), func(i int) (core.MessageRef, error) {
-		r, err := a.sendText(ctx, chat, parts[i], nil)
+	return kit.SendParts(a.splits, m, parts, textParts, "whatsapp", func(i int, p string) (core.MessageRef, error) {
+		r, err := a.sendText(ctx, chat, p, nil)
 		if err != nil || i < textParts || m.Card == nil {
 			return r, err
 		}
-		return r, a.cardSent(ctx, chat, r, m.Card, parts[i])
+		return r, a.cardSent(ctx, chat, r, m.Card, p)
 	})
-	if err != nil {
-		return "", err
-	}
-	if m.Card != nil || textParts == 0 {
-		return last, nil
-	}
-	return first, nil
 }
 
 // cardText is how a card reads on WhatsApp.
