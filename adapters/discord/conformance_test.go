@@ -186,10 +186,8 @@ func unescapeMarkdown(s string) string {
 // shownStatus reads a card's status from its status line; an open card
 // without one is pending.
 func shownStatus(text string, open bool) cards.Status {
-	for s, line := range statusLine {
-		if strings.Contains(text, line) {
-			return s
-		}
+	if s, ok := cards.StatusIn(text); ok {
+		return s
 	}
 	if open {
 		return cards.StatusPending

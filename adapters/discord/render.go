@@ -118,22 +118,6 @@ func cutRunes(s string, n int) string {
 	return strings.TrimRight(string([]rune(s)[:keep]), " \n") + truncMark
 }
 
-var riskMark = map[cards.Risk]string{
-	cards.RiskLow: "🟢", cards.RiskMedium: "🟡", cards.RiskHigh: "🟠", cards.RiskIrreversible: "🔴",
-}
-
-var statusLine = map[cards.Status]string{
-	cards.StatusConfirming:  "⏳ Waiting for confirmation",
-	cards.StatusApproved:    "✅ Approved",
-	cards.StatusRunning:     "⚙️ Running",
-	cards.StatusDone:        "✅ Done",
-	cards.StatusFailed:      "❌ Failed",
-	cards.StatusDeclined:    "🚫 Declined",
-	cards.StatusExpired:     "⌛ Expired",
-	cards.StatusRefused:     "⛔ Refused",
-	cards.StatusInterrupted: "⚠️ Interrupted",
-}
-
 // rendered is one message ready to send or edit.
 type rendered struct {
 	// state sums up a card's state (id, status, outcome, output) for
@@ -183,7 +167,7 @@ func renderCard(c *cards.Card) (rendered, error) {
 		return rendered{}, fmt.Errorf("card %s does not fit in one Discord embed", c.ID)
 	}
 	title := cutRunes(c.Intent, MaxEmbedTitle-3)
-	if m := riskMark[c.Risk]; m != "" {
+	if m := c.Risk.Mark(); m != "" {
 		title = m + " " + title
 	}
 	e := &discordgo.MessageEmbed{Title: title, Description: desc, Color: cardColor(c.Status)}
@@ -242,7 +226,7 @@ func cardDescription(c *cards.Card, commandClipped bool) string {
 	if c.Link != nil && !linkButtonOK(c.Link.URL) {
 		b.WriteString(escapeMarkdown(c.Link.Label) + ": " + escapeMarkdown(c.Link.URL) + "\n")
 	}
-	if s, ok := statusLine[c.Status]; ok {
+	if s, ok := c.Status.Line(); ok {
 		b.WriteString("*" + s + "*\n")
 	}
 	if c.Open() && c.ExpiresAt != "" {

@@ -102,22 +102,6 @@ func clipPlain(s string, max int) string {
 	return string(r[:max-1]) + "…"
 }
 
-var riskMark = map[cards.Risk]string{
-	cards.RiskLow: "🟢", cards.RiskMedium: "🟡", cards.RiskHigh: "🟠", cards.RiskIrreversible: "🔴",
-}
-
-var statusLine = map[cards.Status]string{
-	cards.StatusConfirming:  "⏳ Waiting for confirmation",
-	cards.StatusApproved:    "✅ Approved",
-	cards.StatusRunning:     "⚙️ Running",
-	cards.StatusDone:        "✅ Done",
-	cards.StatusFailed:      "❌ Failed",
-	cards.StatusDeclined:    "🚫 Declined",
-	cards.StatusExpired:     "⌛ Expired",
-	cards.StatusRefused:     "⛔ Refused",
-	cards.StatusInterrupted: "⚠️ Interrupted",
-}
-
 // rendered is one message ready for chat.postMessage / chat.update.
 type rendered struct {
 	text   string // mrkdwn; the notification text when blocks are set
@@ -148,7 +132,7 @@ func renderCard(c *cards.Card) (rendered, error) {
 	}
 	var bl []slack.Block
 	head := c.Intent
-	if m := riskMark[c.Risk]; m != "" {
+	if m := c.Risk.Mark(); m != "" {
 		head = m + " " + head
 	}
 	bl = append(bl, slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, clipPlain(head, MaxHeaderText), false, false)))
@@ -156,7 +140,7 @@ func renderCard(c *cards.Card) (rendered, error) {
 	if c.Risk != "" {
 		ctx = append(ctx, "Risk: *"+escape(string(c.Risk))+"*")
 	}
-	if s, ok := statusLine[c.Status]; ok {
+	if s, ok := c.Status.Line(); ok {
 		ctx = append(ctx, s)
 	}
 	if c.Open() && c.ExpiresAt != "" {
@@ -255,7 +239,7 @@ func renderCard(c *cards.Card) (rendered, error) {
 		return rendered{}, fmt.Errorf("card %s needs %d blocks; Slack allows %d", c.ID, len(bl), MaxBlocks)
 	}
 	fallback := c.Intent
-	if s, ok := statusLine[c.Status]; ok {
+	if s, ok := c.Status.Line(); ok {
 		fallback += " — " + s
 	}
 	return rendered{text: escape(clipPlain(fallback, maxFallbackText)), blocks: bl}, nil

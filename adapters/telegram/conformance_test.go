@@ -148,10 +148,8 @@ func (p *conformancePlatform) Chat(testing.TB) []channeltest.Message {
 // shownStatus reads a card's status from its status line; an open card
 // without one is pending.
 func shownStatus(text string, open bool) cards.Status {
-	for s, line := range statusLine {
-		if strings.Contains(text, line) {
-			return s
-		}
+	if s, ok := cards.StatusIn(text); ok {
+		return s
 	}
 	if open {
 		return cards.StatusPending

@@ -115,22 +115,6 @@ func parseCallbackData(d string) (card cards.ID, choice string, ok bool) {
 	return cards.ID(id), ch, true
 }
 
-var riskMark = map[cards.Risk]string{
-	cards.RiskLow: "🟢", cards.RiskMedium: "🟡", cards.RiskHigh: "🟠", cards.RiskIrreversible: "🔴",
-}
-
-var statusLine = map[cards.Status]string{
-	cards.StatusConfirming:  "⏳ Waiting for confirmation",
-	cards.StatusApproved:    "✅ Approved",
-	cards.StatusRunning:     "⚙️ Running",
-	cards.StatusDone:        "✅ Done",
-	cards.StatusFailed:      "❌ Failed",
-	cards.StatusDeclined:    "🚫 Declined",
-	cards.StatusExpired:     "⌛ Expired",
-	cards.StatusRefused:     "⛔ Refused",
-	cards.StatusInterrupted: "⚠️ Interrupted",
-}
-
 // rendered is one message ready for sendMessage / editMessageText.
 type rendered struct {
 	html     string
@@ -222,7 +206,7 @@ func linkButtonOK(u string) bool {
 // buttons when the command could not be shown in full.
 func cardHTML(c *cards.Card, commandClipped bool) string {
 	var b strings.Builder
-	if m := riskMark[c.Risk]; m != "" {
+	if m := c.Risk.Mark(); m != "" {
 		b.WriteString(m + " ")
 	}
 	b.WriteString("<b>" + escapeHTML(c.Intent) + "</b>\n")
@@ -260,7 +244,7 @@ func cardHTML(c *cards.Card, commandClipped bool) string {
 	if c.Link != nil && !linkButtonOK(c.Link.URL) {
 		b.WriteString(escapeHTML(c.Link.Label) + ": " + escapeHTML(c.Link.URL) + "\n")
 	}
-	if s, ok := statusLine[c.Status]; ok {
+	if s, ok := c.Status.Line(); ok {
 		b.WriteString("<i>" + s + "</i>\n")
 	}
 	if c.Open() && c.ExpiresAt != "" {
