@@ -61,8 +61,9 @@ type Outbox struct {
 	maxBackoff time.Duration
 	results    *prometheus.CounterVec
 
-	mu         sync.Mutex // guards lanes and lanesCtx
+	mu         sync.Mutex // guards lanes, lanesCtx and missed
 	lanes      map[core.ConversationID]*lane
+	missed     map[core.ConversationID]bool // handed off while not running
 	lanesCtx   context.Context
 	laneWG     sync.WaitGroup
 	deliverSem chan struct{}
@@ -78,7 +79,7 @@ func New(cfg Config) *Outbox {
 	}
 	return &Outbox{
 		after: cfg.After, st: cfg.Store, channels: cfg.Channels, log: cfg.Logger, now: cfg.Now, maxBackoff: cfg.MaxBackoff,
-		results: cfg.Deliveries, lanes: map[core.ConversationID]*lane{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
+		results: cfg.Deliveries, lanes: map[core.ConversationID]*lane{}, missed: map[core.ConversationID]bool{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
 	}
 }
 
@@ -108,8 +109,17 @@ func (ob *Outbox) HandOff(conv core.ConversationID, jobs []core.OutboxJob, n int
 		return
 	}
 	if ob.lanesCtx == nil || ob.lanesCtx.Err() != nil {
-		return // not running (or shutting down): the scan at start finds it
+		// Not running yet (workers resuming stored turns start before Run)
+		// or shutting down: Run starts a reading lane for conv, so these
+		// jobs are not overtaken by later ones handed over in memory.
+		ob.missed[conv] = true
+		return
 	}
+	ob.startLaneLocked(conv, jobs, n)
+}
+
+// startLaneLocked starts conv's lane; ob.mu is held.
+func (ob *Outbox) startLaneLocked(conv core.ConversationID, jobs []core.OutboxJob, n int) {
 	l := &lane{kicked: make(chan struct{}, 1)}
 	l.add(jobs, n)
 	ob.lanes[conv] = l
@@ -288,8 +298,25 @@ func (ob *Outbox) sleep(ctx context.Context, kicked chan struct{}, d time.Durati
 // conversation with pending work and none running (after a restart, or work
 // enqueued by another process such as the CLI).
 func (ob *Outbox) Run(ctx context.Context) {
+	// What a previous process left pending is found before lanes open:
+	// a lane that a hand-off starts delivers from memory, and must not
+	// overtake an older job of its conversation that only the database
+	// knows. Those lanes start reading instead.
+	convs, err := ob.st.PendingOutboxConversations(ctx, 10000)
+	if err != nil && ctx.Err() == nil {
+		ob.log.Error("outbox: scanning for pending work failed", slog.Any("err", err))
+	}
 	ob.mu.Lock()
 	ob.lanesCtx = ctx
+	for _, c := range convs {
+		ob.missed[c] = true
+	}
+	for c := range ob.missed {
+		if _, ok := ob.lanes[c]; !ok {
+			ob.startLaneLocked(c, nil, -1)
+		}
+	}
+	clear(ob.missed)
 	ob.mu.Unlock()
 	defer func() {
 		// Under the lock HandOff starts lanes with: a worker finishing a
@@ -301,13 +328,6 @@ func (ob *Outbox) Run(ctx context.Context) {
 		ob.laneWG.Wait()
 	}()
 	for {
-		convs, err := ob.st.PendingOutboxConversations(ctx, 10000)
-		if err != nil && ctx.Err() == nil {
-			ob.log.Error("outbox: scanning for pending work failed", slog.Any("err", err))
-		}
-		for _, c := range convs {
-			ob.Kick(c, -1)
-		}
 		t := time.NewTimer(scanEvery)
 		select {
 		case <-ctx.Done():
@@ -316,6 +336,13 @@ func (ob *Outbox) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		t.Stop()
+		convs, err := ob.st.PendingOutboxConversations(ctx, 10000)
+		if err != nil && ctx.Err() == nil {
+			ob.log.Error("outbox: scanning for pending work failed", slog.Any("err", err))
+		}
+		for _, c := range convs {
+			ob.Kick(c, -1)
+		}
 	}
 }
 
