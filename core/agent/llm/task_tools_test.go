@@ -99,7 +99,9 @@ func TestTaskAskUserChoices(t *testing.T) {
 
 	// The answered card is stale: a tap changes nothing.
 	h.deliver(t, owner, "", &core.Tap{Card: q.ID, Choice: "a1"})
-	h.ch.waitFor(t, "stale tap", func(m []core.OutMessage) bool { return hasText(m, "This question is no longer open: nothing was changed.") })
+	h.ch.waitFor(t, "stale tap", func(m []core.OutMessage) bool {
+		return hasText(m, "This question is no longer open: nothing was changed.")
+	})
 	if n := h.count(t, `SELECT count(*) FROM audit_log WHERE kind = 'task.asked'`); n != 1 {
 		t.Fatalf("task.asked = %d", n)
 	}

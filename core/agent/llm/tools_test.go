@@ -172,7 +172,9 @@ func TestExecutorNext(t *testing.T) {
 			return o.Invalid && strings.Contains(o.Text, "invalid arguments") && o.Usage.ModelCalls() == 2
 		}},
 		{"secrets by name", []llmtest.Reply{{ToolCalls: []llmtest.ToolCall{{Name: "shell", Arguments: `{"argv":["deploy"],"secrets":["api_token"],"intent":"x"}`}}}},
-			func(o llm.ExecOutcome) bool { return o.Call != nil && len(o.Call.Secrets) == 1 && o.Call.Secrets[0] == "api_token" }},
+			func(o llm.ExecOutcome) bool {
+				return o.Call != nil && len(o.Call.Secrets) == 1 && o.Call.Secrets[0] == "api_token"
+			}},
 		{"read_output offered in a task", []llmtest.Reply{{ToolCalls: []llmtest.ToolCall{{Name: "read_output", Arguments: `{"pointer":"taskout-1"}`}}}},
 			func(o llm.ExecOutcome) bool { return o.Call != nil && o.Call.Pointer == "taskout-1" }},
 	}
