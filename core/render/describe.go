@@ -16,6 +16,7 @@ var HumanKinds = []audit.Kind{
 	audit.KindVerificationPassed, audit.KindVerificationFailed, audit.KindPairingBound,
 	audit.KindTaskCreated, audit.KindTaskPlanned, audit.KindTaskVerified, audit.KindTaskEscalated, audit.KindTaskDecided,
 	audit.KindTaskDone, audit.KindTaskStopped, audit.KindTaskAsked, audit.KindTaskAnswered,
+	audit.KindTaskRehydrated,
 }
 
 // Describe renders audit rows as lines a person reads. The steps of one
@@ -87,6 +88,12 @@ func Describe(rows []audit.Row, me core.IdentityID, cmdOf func(id string) string
 			text = "a task asked: " + s("question")
 		case audit.KindTaskAnswered:
 			text = fmt.Sprintf("%s answered a task's question", who(s("by")))
+		case audit.KindTaskRehydrated:
+			if d["ok"] == true {
+				text = fmt.Sprintf("a task read back a long output it had stored (%v characters)", d["chars"])
+			} else {
+				text = "a task asked for a stored output that is not its own or does not exist"
+			}
 		default:
 			text = string(r.Entry.Kind)
 		}

@@ -191,8 +191,14 @@ func (r *Runtime) Answer(ctx context.Context, tx *store.Tx, st core.StoredTurn, 
 	if errors.Is(err, core.ErrNotFound) {
 		err = errNoQuestion
 	}
-	if err == nil && (k.Requester != st.Turn.Sender || !mayCommandTask(k, st.Turn.Sender, trust)) {
+	if err == nil && k.Requester != st.Turn.Sender {
 		err = errNoQuestion
+	}
+	if err == nil && !mayCommandTask(k, st.Turn.Sender, trust) {
+		// The requester's trust is decided again for every turn: one no
+		// longer trusted does not steer the task.
+		o.reply("You (%s) may not answer this task's question now; nothing was passed on.", st.Turn.Sender)
+		return o.Effects, nil
 	}
 	if err == nil {
 		err = r.answer(ctx, tx, &o.Effects, k, strings.TrimSpace(st.Turn.Text), string(st.Turn.Sender), "message")
