@@ -177,6 +177,12 @@ var pointerRE = regexp.MustCompile(`taskout-[0-9A-Za-z]+`)
 // cap); a pointer that is not its task's is refused; the task goes on.
 func TestTaskRehydratesEvictedOutput(t *testing.T) {
 	h := setupTasks(t, taskOpts{})
+	// Another task's stored output, whose pointer the model will try.
+	if _, err := h.st.Pool().Exec(context.Background(), `INSERT INTO tasks (id, channel, conversation, requester, origin, goal, state, machine, limits, created_at, updated_at)
+		VALUES ('other', 'test', 'test:elsewhere', 'test:someone', '{}', 'g', 'done', '{}', '{}', now(), now());
+		INSERT INTO task_outputs (pointer, task_id, content, created_at) VALUES ('taskout-someoneelses', 'other', 'OTHER-TASKS-OUTPUT', now())`); err != nil {
+		t.Fatal(err)
+	}
 	h.fake.Script(planTaskCall("count"), planReply("title: Count\nsteps: [Count to 3000]\n"), shellCall(`["seq","1","3000"]`))
 	var mu sync.Mutex
 	var steps []string
@@ -221,7 +227,10 @@ func TestTaskRehydratesEvictedOutput(t *testing.T) {
 	if !strings.HasPrefix(back, "<<<DATA source=tool result\n") || !strings.Contains(back, `\n1500\n`) || !strings.Contains(back, `"status": "ok"`) || !strings.Contains(back, `\n2999\n3000`) {
 		t.Fatalf("rehydrated result = %.300q", back)
 	}
-	if n := h.count(t, `SELECT count(*) FROM task_outputs`); n != 1 {
+	if strings.Contains(requestText(h), "OTHER-TASKS-OUTPUT") {
+		t.Fatal("the model got another task's output")
+	}
+	if n := h.count(t, `SELECT count(*) FROM task_outputs WHERE task_id <> 'other'`); n != 1 {
 		t.Fatalf("task outputs = %d", n)
 	}
 	if n := h.count(t, `SELECT count(*) FROM audit_log WHERE kind = 'task.rehydrated'`); n != 2 {
