@@ -83,4 +83,12 @@ const (
 	KindTaskDecided      Kind = "task.decided"
 	KindTaskDone         Kind = "task.done"
 	KindTaskStopped      Kind = "task.stopped"
+	// KindTaskAsked: the executor asked the user a question (ask_user) and
+	// the task waits for the answer; KindTaskAnswered: the answer came (a
+	// tap or the requester's next message; only its size is recorded).
+	KindTaskAsked    Kind = "task.asked"
+	KindTaskAnswered Kind = "task.answered"
+	// KindTaskRehydrated: the executor had an evicted output of its own
+	// task back (read_output).
+	KindTaskRehydrated Kind = "task.rehydrated"
 )

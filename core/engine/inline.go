@@ -29,7 +29,9 @@ func (e *Engine) inlineCandidate(t core.Turn) bool {
 	}
 	c, _, _, isCmd, known := commandOf(t.Text)
 	if !isCmd {
-		return true // the agent answers it
+		// The agent answers it — unless tasks run here: a task may be
+		// waiting for this text as its question's answer (a read).
+		return e.tasks == nil
 	}
 	return c.inline || !known // an unknown command is answered from memory
 }

@@ -185,6 +185,9 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 			return c.run(e, ctx, o, arg)
 		}
 	}
+	if handled, err := e.taskAnswer(ctx, o); handled || err != nil {
+		return err
+	}
 	p, err := e.cfg.Agent.Respond(ctx, core.AgentInput{Conversation: t.Conversation, Sender: t.Sender, Trust: o.trust, Text: t.Text})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

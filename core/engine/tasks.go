@@ -33,6 +33,11 @@ type TaskRuntime interface {
 	Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, tap core.Tap) (handled bool, fx effects.Effects, err error)
 	// List answers /tasks.
 	List(ctx context.Context, conv core.ConversationID) (string, error)
+	// Awaiting reports whether a task of the turn's conversation waits for
+	// its sender's answer to a question (ask_user); Answer then takes the
+	// turn's text as that answer, inside the turn's transaction.
+	Awaiting(ctx context.Context, st core.StoredTurn) (bool, error)
+	Answer(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust) (effects.Effects, error)
 }
 
 // SetTasks enables the task runtime (built on TaskHost, so second). Call
@@ -176,6 +181,34 @@ func (e *Engine) startTask(o *outcome, req core.TaskRequest) {
 		o.add(fx)
 		return nil
 	}
+}
+
+// taskAnswer hands a plain message to the conversation's task when the
+// task waits for this sender's answer (ask_user); handled: the agent is
+// not asked.
+func (e *Engine) taskAnswer(ctx context.Context, o *outcome) (bool, error) {
+	if e.tasks == nil {
+		return false, nil
+	}
+	waiting, err := e.tasks.Awaiting(ctx, o.st)
+	if err != nil || !waiting {
+		return false, err
+	}
+	prev := o.inTx
+	o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error {
+		if prev != nil {
+			if err := prev(ctx, tx, o); err != nil {
+				return err
+			}
+		}
+		fx, err := e.tasks.Answer(ctx, tx, o.st, o.trust)
+		if err != nil {
+			return err
+		}
+		o.add(fx)
+		return nil
+	}
+	return true, nil
 }
 
 // cmdTasks answers /tasks.

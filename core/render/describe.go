@@ -15,7 +15,8 @@ var HumanKinds = []audit.Kind{
 	audit.KindPolicyRefused, audit.KindExecutionRefused, audit.KindExecutionFinished, audit.KindExecutionInterrupted,
 	audit.KindVerificationPassed, audit.KindVerificationFailed, audit.KindPairingBound,
 	audit.KindTaskCreated, audit.KindTaskPlanned, audit.KindTaskVerified, audit.KindTaskEscalated, audit.KindTaskDecided,
-	audit.KindTaskDone, audit.KindTaskStopped,
+	audit.KindTaskDone, audit.KindTaskStopped, audit.KindTaskAsked, audit.KindTaskAnswered,
+	audit.KindTaskRehydrated,
 }
 
 // Describe renders audit rows as lines a person reads. The steps of one
@@ -83,6 +84,16 @@ func Describe(rows []audit.Row, me core.IdentityID, cmdOf func(id string) string
 			text = "a task finished, verified by the gateway"
 		case audit.KindTaskStopped:
 			text = "a task was stopped: " + s("reason")
+		case audit.KindTaskAsked:
+			text = "a task asked: " + s("question")
+		case audit.KindTaskAnswered:
+			text = fmt.Sprintf("%s answered a task's question", who(s("by")))
+		case audit.KindTaskRehydrated:
+			if d["ok"] == true {
+				text = fmt.Sprintf("a task read back a long output it had stored (%v characters)", d["chars"])
+			} else {
+				text = "a task asked for a stored output that is not its own or does not exist"
+			}
 		default:
 			text = string(r.Entry.Kind)
 		}

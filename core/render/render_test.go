@@ -96,3 +96,44 @@ func TestAccessCard(t *testing.T) {
 		})
 	}
 }
+
+func TestQuestionCard(t *testing.T) {
+	base := TaskQuestion{Card: "ask-1", Label: "Step 1 of 2 — Clean", Question: "Keep how\nmany days?", Requester: "test:me",
+		Choices: []string{"7", "30", "90", "180", "365", "forever"}}
+	tests := []struct {
+		name    string
+		change  func(*TaskQuestion)
+		status  cards.Status
+		choices int
+		outcome string
+	}{
+		{"open with choices (at most the card's five)", func(*TaskQuestion) {}, cards.StatusPending, 5, ""},
+		{"free text", func(q *TaskQuestion) { q.Choices = nil }, cards.StatusPending, 0, ""},
+		{"answered", func(q *TaskQuestion) { q.Answer, q.By = "30\u202e", "test:me" }, cards.StatusDone, 0, "Answered by test:me: 30"},
+		{"cancelled", func(q *TaskQuestion) { q.Cancelled = "Cancelled: its task was stopped." }, cards.StatusDeclined, 0, "Cancelled: its task was stopped."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := base
+			tt.change(&q)
+			c := QuestionCard(q)
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if c.Status != tt.status || len(c.Choices) != tt.choices || !strings.HasPrefix(c.Outcome, tt.outcome) {
+				t.Fatalf("card = %+v", c)
+			}
+			if c.Intent != "Question: Keep how many days?" || !strings.Contains(c.Rationale, "Step 1 of 2 — Clean") {
+				t.Fatalf("card = %+v", c)
+			}
+			for i, ch := range c.Choices {
+				if ch.ID != QuestionChoice(i) || ch.Label != q.Choices[i] {
+					t.Fatalf("choice %d = %+v", i, ch)
+				}
+			}
+			if strings.ContainsRune(c.Outcome, '\u202e') {
+				t.Fatalf("bidi control shown raw: %q", c.Outcome)
+			}
+		})
+	}
+}

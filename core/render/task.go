@@ -106,3 +106,56 @@ func EscalationCard(e TaskEscalation) *cards.Card {
 	}
 	return c
 }
+
+// TaskQuestion is the card of a question a task's executor asked the user
+// (ask_user): choices as buttons, or none for a free-text answer.
+type TaskQuestion struct {
+	Card     cards.ID
+	Label    string // "Step 2 of 3 — <title>"
+	Question string
+	Choices  []string
+	// Who may answer, for the card's words.
+	Requester string
+	// Answer and By, once answered; Cancelled when the task ended first.
+	Answer    string
+	By        string
+	Cancelled string
+}
+
+// QuestionChoice is the id of choice i (0-based) on a question card.
+func QuestionChoice(i int) string { return fmt.Sprintf("a%d", i+1) }
+
+// QuestionCard renders a task's question. The model wrote the question and
+// the choices: they are shown as its words, with bidi controls visible.
+func QuestionCard(q TaskQuestion) *cards.Card {
+	how := "Reply in this chat: your next message here is the answer."
+	if len(q.Choices) > 0 {
+		how = "Tap an answer, or reply in this chat in your own words."
+	}
+	c := &cards.Card{
+		ID:     q.Card,
+		Kind:   cards.KindInfo,
+		Intent: Clip(cards.ShowBidi("Question: "+strings.Join(strings.Fields(q.Question), " ")), cards.MaxIntent),
+		Rationale: Clip(cards.ShowBidi(q.Label+". The task waits for the answer. "+how+
+			" Only "+q.Requester+" or an owner can answer; /stop cancels the task."), cards.MaxRationale),
+		Details: cards.ShowBidi(q.Question),
+	}
+	switch {
+	case q.Cancelled != "":
+		c.Status = cards.StatusDeclined
+		c.Outcome = cards.ShowBidi(q.Cancelled)
+	case q.By != "":
+		c.Status = cards.StatusDone
+		c.Outcome = Clip(cards.ShowBidi("Answered by "+q.By+": "+strings.Join(strings.Fields(q.Answer), " ")), cards.MaxIntent)
+	default:
+		c.Status = cards.StatusPending
+		for i, ch := range q.Choices {
+			if i == cards.MaxChoices {
+				break
+			}
+			c.Choices = append(c.Choices, cards.Choice{ID: QuestionChoice(i), Label: Clip(cards.ShowBidi(ch), cards.MaxLabel),
+				Style: cards.StyleSecondary, Kind: cards.ChoiceForward})
+		}
+	}
+	return c
+}

@@ -39,9 +39,12 @@ type Task struct {
 	Reason         string
 	Summary        string
 	EscalationCard string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	FinishedAt     time.Time
+	// QuestionCard is the open card of a question the executor asked
+	// (ask_user, migration 00014); "" when none is waiting.
+	QuestionCard string
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	FinishedAt   time.Time
 }
 
 // Final reports whether the task can no longer change.
@@ -70,14 +73,14 @@ type TaskCall struct {
 
 const taskSelect = `SELECT id, channel, conversation, requester, origin, goal, state, machine, plan, plan_no, limits,
 	tokens, model_calls, tool_calls, cost_usd, cost_known, rev, reason, summary, COALESCE(escalation_card, ''),
-	created_at, updated_at, finished_at FROM tasks`
+	COALESCE(question_card, ''), created_at, updated_at, finished_at FROM tasks`
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
 	var fin *time.Time
 	err := row.Scan(&t.ID, &t.Channel, &t.Conversation, &t.Requester, &t.Origin, &t.Goal, &t.State, &t.Machine, &t.Plan, &t.PlanNo, &t.Limits,
 		&t.Tokens, &t.ModelCalls, &t.ToolCalls, &t.CostUSD, &t.CostKnown, &t.Rev, &t.Reason, &t.Summary, &t.EscalationCard,
-		&t.CreatedAt, &t.UpdatedAt, &fin)
+		&t.QuestionCard, &t.CreatedAt, &t.UpdatedAt, &fin)
 	if err != nil {
 		return t, notFound(err)
 	}
@@ -130,6 +133,12 @@ func (t *Tx) LockTaskByCard(ctx context.Context, card string) (Task, error) {
 	return scanTask(t.queryRow(ctx, taskSelect+" WHERE escalation_card = $1 FOR UPDATE", card))
 }
 
+// LockTaskByQuestion reads (and locks) the task whose open question card
+// is card; core.ErrNotFound when none is.
+func (t *Tx) LockTaskByQuestion(ctx context.Context, card string) (Task, error) {
+	return scanTask(t.queryRow(ctx, taskSelect+" WHERE question_card = $1 FOR UPDATE", card))
+}
+
 // ActiveTasks lists every unfinished task, oldest first (resumed at start
 // and by the sweep).
 func (s *Store) ActiveTasks(ctx context.Context) ([]Task, error) {
@@ -157,15 +166,18 @@ func (t *Tx) UpdateTask(ctx context.Context, k Task) (bool, error) {
 	if !k.FinishedAt.IsZero() {
 		fin = &k.FinishedAt
 	}
-	var card *string
+	var card, question *string
 	if k.EscalationCard != "" {
 		card = &k.EscalationCard
 	}
+	if k.QuestionCard != "" {
+		question = &k.QuestionCard
+	}
 	tag, err := t.exec(ctx, `UPDATE tasks SET state = $3, machine = $4, plan = $5, plan_no = $6, limits = $7,
 		tokens = $8, model_calls = $9, tool_calls = $10, cost_usd = $11, cost_known = $12, reason = $13, summary = $14,
-		escalation_card = $15, updated_at = $16, finished_at = $17, rev = rev + 1
+		escalation_card = $15, updated_at = $16, finished_at = $17, question_card = $18, rev = rev + 1
 		WHERE id = $1 AND rev = $2`, k.ID, k.Rev, k.State, jsonbSafe(k.Machine), displayText(k.Plan), k.PlanNo, jsonbSafe(k.Limits),
-		k.Tokens, k.ModelCalls, k.ToolCalls, k.CostUSD, k.CostKnown, displayText(k.Reason), displayText(k.Summary), card, t.now(), fin)
+		k.Tokens, k.ModelCalls, k.ToolCalls, k.CostUSD, k.CostKnown, displayText(k.Reason), displayText(k.Summary), card, t.now(), fin, question)
 	if err != nil {
 		return false, fmt.Errorf("store: update task %s: %w", k.ID, err)
 	}

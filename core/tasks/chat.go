@@ -213,10 +213,13 @@ func (r *Runtime) taskUserEvent(ctx context.Context, tx *store.Tx, o *effects.Ef
 	return nil
 }
 
-// Tap answers a tap on an escalation card inside the turn's transaction;
-// handled=false when the card is not one. A refusal comes back as
+// Tap answers a tap on an escalation or question card inside the turn's
+// transaction; handled=false when the card is not one. A refusal comes back as
 // fx.Refused (the reason) and fx.Toast (what to tell the tapper).
 func (r *Runtime) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, tap core.Tap) (handled bool, fx effects.Effects, err error) {
+	if strings.HasPrefix(string(tap.Card), "ask-") {
+		return r.tapQuestion(ctx, tx, st, trust, tap)
+	}
 	if !strings.HasPrefix(string(tap.Card), "esc-") {
 		return false, fx, nil
 	}

@@ -271,6 +271,8 @@ type taskWrite struct {
 	// cancel lists approvals whose running executions are killed after
 	// commit (a stop).
 	cancel *[]core.ApprovalID
+	// closeQuestion is the open question card a stop closes.
+	closeQuestion string
 }
 
 type finishedCall struct {
@@ -300,10 +302,18 @@ func (w *taskWrite) note(kind audit.Kind, data map[string]any) {
 	w.fx.Audit = append(w.fx.Audit, audit.Entry{Kind: kind, Actor: "silas", Conversation: string(w.s.k.Conversation), Data: data})
 }
 
-// modelCall records one model call's usage.
+// modelCall records a model call's usage. A call that needed its repair
+// round-trip counts as the two calls it was (and both calls' tokens): one
+// spend row each, the tokens, reported as one sum, on the first.
 func (w *taskWrite) modelCall(role string, u llm.Usage) {
-	w.s.setSpent(w.s.spent().ModelCall(u.TotalTokens, -1))
-	w.spend = append(w.spend, spendRow{role: role, tokens: u.TotalTokens})
+	for i := range u.ModelCalls() {
+		tokens, r := u.TotalTokens, role
+		if i > 0 {
+			tokens, r = 0, role+" repair"
+		}
+		w.s.setSpent(w.s.spent().ModelCall(tokens, -1))
+		w.spend = append(w.spend, spendRow{role: r, tokens: tokens})
+	}
 }
 
 // casTask writes the task row if it is still the one read; ok=false means
@@ -353,6 +363,9 @@ func (r *Runtime) writeTaskRows(ctx context.Context, tx *store.Tx, o *effects.Ef
 		for _, c := range calls {
 			if c.Status == "waiting" && c.Approval != "" {
 				*w.cancel = append(*w.cancel, c.Approval)
+			}
+			if c.Status == "waiting" && c.Tool == llm.ToolAskUser && w.closeQuestion != "" {
+				o.Updates = append(o.Updates, r.questionCard(w.s, w.closeQuestion, c, render.TaskQuestion{Cancelled: "Cancelled: its task was stopped."}))
 			}
 		}
 	}
@@ -513,6 +526,7 @@ func (r *Runtime) applyEvent(w *taskWrite, ev task.Event) error {
 	case task.DoStop:
 		w.stop = true
 		r.closeEscalation(w, "stop", "silas")
+		w.closeQuestion, s.k.QuestionCard = s.k.QuestionCard, ""
 		s.k.Summary = "Stopped: " + d.Reason
 		w.fx.Replies = append(w.fx.Replies, fmt.Sprintf("Stopped the task %q: %s. Nothing further will run for it.", s.title(), d.Reason))
 		if s.pl != nil {
@@ -632,6 +646,11 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 		if c.Status != "waiting" {
 			continue
 		}
+		if c.Approval == "" {
+			// A question (ask_user): its answer finishes the call, inside
+			// the answering turn's transaction, and kicks the task.
+			return false, nil
+		}
 		status, text, settled, err := r.callOutcome(ctx, c)
 		if err != nil || !settled {
 			return false, err
@@ -653,31 +672,47 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 	}
 	b := llm.Briefing{Plan: s.pl, Step: s.m.Step, Attempt: s.m.Attempt, Failure: s.m.Failure, Guidance: s.m.Guidance}
 	for _, c := range calls {
+		// A person's answer is data too, labelled as what it is.
+		source := "tool result"
+		if c.Tool == llm.ToolAskUser {
+			source = "user answer"
+		}
 		b.History = append(b.History,
 			llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: c.CallID, Name: c.Tool, Arguments: c.Arguments}}},
-			llm.Message{Role: llm.RoleTool, ToolCallID: c.CallID, Content: llm.Fence("tool result", string(c.Result))})
+			llm.Message{Role: llm.RoleTool, ToolCallID: c.CallID, Content: llm.Fence(source, string(c.Result))})
 	}
+	// The model may name stored secrets, never see them.
+	names, err := r.secretNames(ctx)
+	if err != nil {
+		return false, err
+	}
+	b.Secrets = names
 	out, err := r.cfg.Executor.Next(ctx, b)
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
 	w := r.newTaskWrite(s)
+	w.modelCall("executor", out.Usage)
 	if err != nil {
-		w.modelCall("executor", llm.Usage{})
 		return r.taskEvent(ctx, w, task.Event{Kind: task.StepFailed, Detail: "the model could not be asked: " + clipText(err.Error(), 300)})
 	}
-	w.modelCall("executor", out.Usage)
 	switch {
 	case out.Done:
 		// The model's claim is not enough: the step's last action must
-		// have run and passed its checks.
-		if n := len(calls); n > 0 && resultStatus(calls[n-1].Result) == "ok" {
+		// have run and passed its checks (a question's answer or an output
+		// read back is not an action).
+		if c, ok := lastAction(calls); ok && resultStatus(c.Result) == "ok" {
 			return r.taskEvent(ctx, w, task.Event{Kind: task.StepSucceeded, Detail: clipText(out.Text, 300)})
 		}
 		return r.taskEvent(ctx, w, task.Event{Kind: task.StepFailed,
 			Detail: "the executor said the step was done, but no action of this attempt ran and passed its checks"})
 	case out.Stuck:
 		return r.taskEvent(ctx, w, task.Event{Kind: task.StepFailed, Detail: clipText(strings.TrimPrefix(out.Text, "STUCK:"), 500)})
+	}
+	if out.Invalid {
+		// Invalid again after its repair round-trip: the attempt failed
+		// (retry, consult, re-plan, escalate).
+		return r.taskEvent(ctx, w, task.Event{Kind: task.StepFailed, Detail: "the executor's tool call stayed invalid after one repair: " + clipText(out.Text, 300)})
 	}
 	if reason := s.spent().Exhausted(s.lim, r.host.Now()); reason != "" {
 		return r.taskEvent(ctx, w, task.Event{Kind: task.BudgetExhausted, Detail: reason})
@@ -696,15 +731,26 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 		applied, err := r.commitTask(ctx, w)
 		return applied || err == nil, err
 	}
-	if out.Invalid {
-		return done("invalid", out.Text+". Call the tool again with valid arguments.")
-	}
 	c := *out.Call
+	switch c.Name {
+	case llm.ToolAskUser:
+		return r.ask(ctx, w, call, c)
+	case llm.ToolReadOutput:
+		text, ok, err := r.rehydrate(ctx, s.k.ID, c.Pointer)
+		if err != nil {
+			return false, err
+		}
+		status := "ok"
+		if !ok {
+			status = "failed"
+		}
+		w.note(audit.KindTaskRehydrated, map[string]any{"pointer": c.Pointer, "ok": ok, "chars": len([]rune(text))})
+		return done(status, text)
+	}
 	pa, ok := c.Action()
 	if !ok {
-		// ask_user and plan_task are not actions and not offered here as
-		// such: tell the model what it can do instead.
-		return done("failed", "ask_user is not available while a task runs: choose a sensible default, or answer with STUCK: and the question so the user is asked.")
+		// plan_task is not offered here; nothing else gets this far.
+		return done("failed", c.Name+" is not available while a task runs.")
 	}
 	label := fmt.Sprintf("Step %d of %d — %s", s.m.Step+1, len(s.pl.Steps), s.pl.Title)
 	pa.Intent = label + ": " + pa.Intent
@@ -735,6 +781,17 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 	w.note(audit.KindTaskCallProposed, map[string]any{"tool": tc.Name, "step": s.m.Step + 1, "approval": string(call.Approval), "outcome": "proposed"})
 	applied, err := r.commitTask(ctx, w)
 	return applied || err == nil, err
+}
+
+// lastAction is the attempt's last call that was to act (not ask_user or
+// read_output).
+func lastAction(calls []store.TaskCall) (store.TaskCall, bool) {
+	for i := len(calls) - 1; i >= 0; i-- {
+		if t := calls[i].Tool; t != llm.ToolAskUser && t != llm.ToolReadOutput {
+			return calls[i], true
+		}
+	}
+	return store.TaskCall{}, false
 }
 
 func resultStatus(raw json.RawMessage) string {

@@ -102,7 +102,13 @@ type Usage struct {
 	PromptTokens     int64
 	CompletionTokens int64
 	TotalTokens      int64
+	// Calls is how many model calls this usage sums (0 counts as one): a
+	// call that needed its repair round-trip is two calls for a budget.
+	Calls int64
 }
+
+// ModelCalls is the number of model calls u covers (at least one).
+func (u Usage) ModelCalls() int64 { return max(u.Calls, 1) }
 
 // Response is the model's answer: text, tool calls, or both.
 type Response struct {

@@ -55,7 +55,9 @@ The verify checks decide whether the task is done, run by the runtime after the 
 // the current step follow it.
 const ExecutorPrompt = constitution + `
 
-You are the executor. Work on the current step of the plan only: propose exactly one tool call at a time. When the step is complete, answer with a short text that starts with "STEP DONE:" and says what was done. If you cannot make progress, answer with text that starts with "STUCK:" and says why.`
+You are the executor. Work on the current step of the plan only: propose exactly one tool call at a time. When the step is complete, answer with a short text that starts with "STEP DONE:" and says what was done. If you cannot make progress, answer with text that starts with "STUCK:" and says why.
+- When a decision is the user's, call ask_user (with choices when there are a few options); the task waits for the answer, which comes back as the tool result.
+- A long tool result is replaced by "[EVICTED] Content at <pointer>" and its beginning; call read_output with the pointer when you need the rest.`
 
 // Fence labels untrusted text as data for a prompt. The markers inside the
 // text are neutralised so the text cannot close its own fence.
@@ -101,7 +103,7 @@ func (p Proxy) Decide(ctx context.Context, userText string, untrusted bool) (Rou
 		if err != nil {
 			return r, err
 		}
-		r.Usage = addUsage(r.Usage, res.Usage)
+		r.Usage = addUsage(r.Usage, res.Usage, round)
 		r.Reply = strings.TrimSpace(res.Content)
 		if len(res.ToolCalls) == 0 {
 			if r.Reply == "" {
@@ -150,9 +152,12 @@ func (p Planner) Plan(ctx context.Context, goal, dataContext string) (*plan.Plan
 	for round := 0; round < 2; round++ {
 		res, err := p.Client.Chat(ctx, Request{Model: p.Client.cfg.Models.Planner, Messages: msgs})
 		if err != nil {
+			if round > 0 {
+				u.Calls++ // the failed repair call counts too
+			}
 			return nil, u, err
 		}
-		u = addUsage(u, res.Usage)
+		u = addUsage(u, res.Usage, round)
 		pl, perr := plan.Parse(res.Content)
 		if perr == nil {
 			return pl, u, nil
@@ -192,6 +197,9 @@ type Briefing struct {
 	// History are this step's earlier calls and their (fenced, possibly
 	// evicted) results, oldest first.
 	History []Message
+	// Secrets are the names of the stored secrets (never values), which a
+	// shell call may declare.
+	Secrets []string
 }
 
 // ExecOutcome is the executor's answer: a validated call, a "step done"
@@ -203,8 +211,8 @@ type ExecOutcome struct {
 	Stuck    bool
 	Text     string
 	Usage    Usage
-	// Invalid is set when the call's arguments were refused; Text holds
-	// the error to return to the model as the tool result.
+	// Invalid is set when the call's arguments were refused, also after
+	// the repair round-trip; Text holds the error.
 	Invalid bool
 }
 
@@ -238,33 +246,62 @@ func (e Executor) Next(ctx context.Context, b Briefing) (ExecOutcome, error) {
 	if b.Guidance != "" {
 		s.WriteString("\n\nPlanner guidance:\n" + b.Guidance)
 	}
+	if len(b.Secrets) > 0 {
+		s.WriteString("\n\nStored secrets (names only; you never see a value): " + strings.Join(b.Secrets, ", ") +
+			". A shell call that needs one lists it in \"secrets\"; the program gets it as an environment variable named in upper case.")
+	}
 	msgs := append([]Message{{Role: RoleSystem, Content: ExecutorPrompt}, {Role: RoleUser, Content: s.String()}}, b.History...)
-	res, err := e.Client.Chat(ctx, Request{Model: e.Client.cfg.Models.Executor, Messages: msgs, Tools: Tools(e.Tools), ToolChoice: "auto"})
-	if err != nil {
-		return ExecOutcome{}, err
-	}
-	out := ExecOutcome{Usage: res.Usage, Text: strings.TrimSpace(res.Content)}
-	if len(res.ToolCalls) == 0 {
-		switch {
-		case strings.HasPrefix(out.Text, "STEP DONE:"):
-			out.Done = true
-		default:
-			out.Stuck = true
+	opts := e.Tools
+	opts.Task = true
+	var out ExecOutcome
+	// An invalid call gets one repair round-trip with the error as its
+	// tool result; the runtime counts both calls against the budget.
+	for round := 0; round < 2; round++ {
+		res, err := e.Client.Chat(ctx, Request{Model: e.Client.cfg.Models.Executor, Messages: msgs, Tools: Tools(opts), ToolChoice: "auto"})
+		if err != nil {
+			if round > 0 {
+				out.Usage.Calls++ // the failed repair call counts too
+			}
+			return out, err
 		}
-		return out, nil
-	}
-	out.ToolCall = res.ToolCalls[0]
-	c, err := DecodeArgs(out.ToolCall, e.Tools)
-	if err != nil {
+		out = ExecOutcome{Usage: addUsage(out.Usage, res.Usage, round), Text: strings.TrimSpace(res.Content)}
+		if len(res.ToolCalls) == 0 {
+			switch {
+			case strings.HasPrefix(out.Text, "STEP DONE:"):
+				out.Done = true
+			default:
+				out.Stuck = true
+			}
+			return out, nil
+		}
+		out.ToolCall = res.ToolCalls[0]
+		c, err := DecodeArgs(out.ToolCall, opts)
+		if err == nil {
+			out.Call = &c
+			return out, nil
+		}
 		out.Invalid, out.Text = true, err.Error()
-		return out, nil
+		msgs = append(msgs, Message{Role: RoleAssistant, Content: res.Content, ToolCalls: res.ToolCalls})
+		for i, other := range res.ToolCalls {
+			text := "not run: only one tool call at a time"
+			if i == 0 {
+				text = err.Error() + ". Call the tool again with valid arguments."
+			}
+			msgs = append(msgs, Message{Role: RoleTool, ToolCallID: other.ID, Content: text})
+		}
 	}
-	out.Call = &c
 	return out, nil
 }
 
-func addUsage(a, b Usage) Usage {
-	return Usage{PromptTokens: a.PromptTokens + b.PromptTokens, CompletionTokens: a.CompletionTokens + b.CompletionTokens, TotalTokens: a.TotalTokens + b.TotalTokens}
+// addUsage adds round's usage b to a, the sum of the rounds before it (a
+// is ignored for round 0), counting the model calls.
+func addUsage(a, b Usage, round int) Usage {
+	if round == 0 {
+		b.Calls = b.ModelCalls()
+		return b
+	}
+	return Usage{PromptTokens: a.PromptTokens + b.PromptTokens, CompletionTokens: a.CompletionTokens + b.CompletionTokens, TotalTokens: a.TotalTokens + b.TotalTokens,
+		Calls: a.ModelCalls() + b.ModelCalls()}
 }
 
 func nonEmpty(s string) string {

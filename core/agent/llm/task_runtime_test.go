@@ -47,6 +47,9 @@ type taskHarness struct {
 type taskOpts struct {
 	limits   task.Limits
 	recovery task.Policy
+	// configure, when set, changes the engine's configuration (secrets,
+	// allowed identities) before each start.
+	configure func(*engine.Config)
 }
 
 // Test policy: `test …` (plan checks) and `uname` are allowed without a
@@ -104,10 +107,14 @@ func (h *taskHarness) start(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ag := &llm.Agent{Proxy: llm.Proxy{Client: h.client}, Planner: llm.Planner{Client: h.client}, Fallback: agent.Command{}, Tasks: true}
-	eng, err := engine.New(engine.Config{Store: h.st, Channels: []core.Channel{h.ch}, Agent: ag, Sandbox: h.sb,
+	cfg := engine.Config{Store: h.st, Channels: []core.Channel{h.ch}, Agent: ag, Sandbox: h.sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: h.sb}, AllowedDirs: []string{h.dir}}, Policy: taskPolicy(t), Key: h.key,
 		Owners: []core.IdentityID{owner}, Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	if h.opts.configure != nil {
+		h.opts.configure(&cfg)
+	}
+	eng, err := engine.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,11 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/agent/llm/task"
 	"github.com/silas-gateway/silas/core/canon"
+	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/verify"
 )
 
@@ -23,6 +26,9 @@ const (
 	ToolListDir  = "list_dir"
 	ToolHTTPGet  = "http_get"
 	ToolAskUser  = "ask_user"
+	// ToolReadOutput gives a task's executor an evicted output back by its
+	// pointer; not an action (the runtime reads its own storage).
+	ToolReadOutput = "read_output"
 	// ToolPlanTask is the proxy's way to hand a request to the planner.
 	ToolPlanTask = "plan_task"
 )
@@ -32,7 +38,8 @@ const (
 	maxArgsBytes = 16 << 10
 	maxArgv      = 64
 	maxArgLen    = 4096
-	maxChoices   = 6
+	maxChoices   = cards.MaxChoices
+	maxSecrets   = 8
 )
 
 // Call is a decoded, validated tool call. Exactly one group of fields is
@@ -40,10 +47,14 @@ const (
 type Call struct {
 	ID   string
 	Name string
-	// Argv (shell); Path (read_file, list_dir); URL (http_get).
-	Argv []string
-	Path string
-	URL  string
+	// Argv and Secrets (shell: the names of stored secrets the program
+	// gets as environment variables); Path (read_file, list_dir); URL
+	// (http_get); Pointer (read_output).
+	Argv    []string
+	Secrets []string
+	Pointer string
+	Path    string
+	URL     string
 	// Question and Choices (ask_user); Goal (plan_task).
 	Question string
 	Choices  []string
@@ -60,6 +71,9 @@ type ToolOptions struct {
 	HTTPAllowDomains []string
 	// Planner offers plan_task (the proxy's hand-off).
 	Planner bool
+	// Task offers read_output (a task's executor, whose results may be
+	// evicted).
+	Task bool
 }
 
 // Tools returns the tool definitions offered to the model.
@@ -72,7 +86,9 @@ func Tools(o ToolOptions) []Tool {
 	ts := []Tool{
 		{Name: ToolShell, Description: "Propose running one program with arguments (no shell: pipes, redirections and variables are not interpreted). It runs only after policy allows it or the user approves it, in a sandbox without network.",
 			Parameters: obj([]string{"argv", "intent"}, map[string]any{
-				"argv":   map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "minItems": 1, "maxItems": maxArgv, "description": "Program and arguments, e.g. [\"df\", \"-h\"]."},
+				"argv": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "minItems": 1, "maxItems": maxArgv, "description": "Program and arguments, e.g. [\"df\", \"-h\"]."},
+				"secrets": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "maxItems": maxSecrets,
+					"description": "Names of stored secrets the program needs; each arrives as an environment variable named in upper case. You never see the values."},
 				"intent": intent})},
 		{Name: ToolReadFile, Description: "Propose reading a text file (through the sandbox, inside the allowed directories).",
 			Parameters: obj([]string{"path", "intent"}, map[string]any{"path": str("Absolute path of the file."), "intent": intent})},
@@ -86,6 +102,10 @@ func Tools(o ToolOptions) []Tool {
 	ts = append(ts, Tool{Name: ToolAskUser, Description: "Ask the user a question when a decision is theirs; optional short choices.",
 		Parameters: obj([]string{"question"}, map[string]any{"question": str("The question, in plain words."),
 			"choices": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "maxItems": maxChoices}})})
+	if o.Task {
+		ts = append(ts, Tool{Name: ToolReadOutput, Description: fmt.Sprintf("Get back an earlier tool output of this task that was evicted (shown as \"[EVICTED] Content at <pointer>\"); at most %d characters.", task.RehydrateMax),
+			Parameters: obj([]string{"pointer"}, map[string]any{"pointer": str("The pointer, e.g. taskout-….")})})
+	}
 	if o.Planner {
 		ts = append(ts, Tool{Name: ToolPlanTask, Description: "Hand a task that needs several steps to the planner.",
 			Parameters: obj([]string{"goal"}, map[string]any{"goal": str("The outcome the user wants, in one or two sentences.")})})
@@ -128,6 +148,8 @@ func DecodeArgs(tc ToolCall, o ToolOptions) (Call, error) {
 		Choices  []string `json:"choices"`
 		Goal     *string  `json:"goal"`
 		Intent   string   `json:"intent"`
+		Secrets  []string `json:"secrets"`
+		Pointer  *string  `json:"pointer"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -137,7 +159,7 @@ func DecodeArgs(tc ToolCall, o ToolOptions) (Call, error) {
 	c := Call{ID: tc.ID, Name: tc.Name, Intent: oneLine(a.Intent, 200)}
 	allowed := func(fields ...string) error {
 		present := map[string]bool{"argv": a.Argv != nil, "path": a.Path != nil, "url": a.URL != nil,
-			"question": a.Question != nil, "choices": a.Choices != nil, "goal": a.Goal != nil}
+			"question": a.Question != nil, "choices": a.Choices != nil, "goal": a.Goal != nil, "secrets": a.Secrets != nil, "pointer": a.Pointer != nil}
 		for k, v := range present {
 			if v && !slices.Contains(fields, k) {
 				return fmt.Errorf("%s takes no %q", tc.Name, k)
@@ -147,9 +169,21 @@ func DecodeArgs(tc ToolCall, o ToolOptions) (Call, error) {
 	}
 	switch tc.Name {
 	case ToolShell:
-		if err := allowed("argv"); err != nil {
+		if err := allowed("argv", "secrets"); err != nil {
 			return bad("%v", err)
 		}
+		if len(a.Secrets) > maxSecrets {
+			return bad("at most %d secrets", maxSecrets)
+		}
+		for i, n := range a.Secrets {
+			if secrets.ValidateName(n) != nil {
+				return bad("secrets[%d] is not a secret name (letters, digits, _ and -)", i)
+			}
+			if slices.Contains(a.Secrets[:i], n) {
+				return bad("secrets[%d]: %q is listed twice", i, n)
+			}
+		}
+		c.Secrets = a.Secrets
 		if len(a.Argv) == 0 || len(a.Argv) > maxArgv {
 			return bad("argv must have 1 to %d items", maxArgv)
 		}
@@ -213,6 +247,20 @@ func DecodeArgs(tc ToolCall, o ToolOptions) (Call, error) {
 				c.Choices = append(c.Choices, ch)
 			}
 		}
+	case ToolReadOutput:
+		if !o.Task {
+			return bad("read_output is only offered inside a task")
+		}
+		if err := allowed("pointer"); err != nil {
+			return bad("%v", err)
+		}
+		if a.Pointer == nil || strings.TrimSpace(*a.Pointer) == "" {
+			return bad("pointer is required")
+		}
+		if err := cleanArg(*a.Pointer); err != nil || len(*a.Pointer) > 100 {
+			return bad("pointer is not one this task gave")
+		}
+		c.Pointer = strings.TrimSpace(*a.Pointer)
 	case ToolPlanTask:
 		if !o.Planner {
 			return bad("plan_task is not offered here")
@@ -271,13 +319,14 @@ func oneLine(s string, n int) string {
 // Action turns a call that acts into the action the runtime proposes. The
 // runtime builds it (and the engine hashes it): nothing the model wrote
 // besides the arguments themselves goes into it. Each action is checked by
-// its exit code, like /run. ask_user and plan_task are not actions.
+// its exit code, like /run. ask_user, read_output and plan_task are not
+// actions.
 func (c Call) Action() (core.ProposedAction, bool) {
 	var a core.Action
 	var intent string
 	switch c.Name {
 	case ToolShell:
-		a = core.Action{Tool: "shell", Argv: slices.Clone(c.Argv)}
+		a = core.Action{Tool: "shell", Argv: slices.Clone(c.Argv), Secrets: slices.Clone(c.Secrets)}
 		intent = "Run " + a.CommandLine()
 	case ToolReadFile:
 		a = core.Action{Tool: "shell", Argv: []string{"cat", "--", c.Path}}

@@ -10,6 +10,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 	"github.com/silas-gateway/silas/core/agent/llm/plan"
+	"github.com/silas-gateway/silas/core/secrets"
 )
 
 func TestDecodeArgs(t *testing.T) {
@@ -43,6 +44,12 @@ func TestDecodeArgs(t *testing.T) {
 		{"not an object", "shell", `["id"]`, llm.ToolOptions{}, nil, "cannot unmarshal"},
 		{"field of another tool", "shell", `{"argv":["id"],"path":"/x"}`, llm.ToolOptions{}, nil, `takes no "path"`},
 		{"relative path", "read_file", `{"path":"etc/passwd"}`, llm.ToolOptions{}, nil, "absolute"},
+		{"shell with a secret", "shell", `{"argv":["deploy"],"secrets":["api_token"]}`, llm.ToolOptions{}, []string{"deploy"}, ""},
+		{"secret name with a space", "shell", `{"argv":["id"],"secrets":["a b"]}`, llm.ToolOptions{}, nil, "not a secret name"},
+		{"secret listed twice", "shell", `{"argv":["id"],"secrets":["a","a"]}`, llm.ToolOptions{}, nil, "listed twice"},
+		{"secret on read_file", "read_file", `{"path":"/x","secrets":["a"]}`, llm.ToolOptions{}, nil, `takes no "secrets"`},
+		{"read_output outside a task", "read_output", `{"pointer":"taskout-1"}`, llm.ToolOptions{}, nil, "only offered inside a task"},
+		{"read_output without pointer", "read_output", `{}`, llm.ToolOptions{Task: true}, nil, "pointer is required"},
 		{"unknown tool", "sudo", `{}`, llm.ToolOptions{}, nil, "no such tool"},
 		{"plan_task not offered", "plan_task", `{"goal":"x"}`, llm.ToolOptions{}, nil, "not offered"},
 		{"huge", "shell", `{"argv":["` + strings.Repeat("a", 20000) + `"]}`, llm.ToolOptions{}, nil, "bytes of arguments"},
@@ -90,11 +97,13 @@ func TestFence(t *testing.T) {
 func FuzzDecodeArgs(f *testing.F) {
 	for _, s := range []string{`{"argv":["df","-h"]}`, `{"path":"/x"}`, `{"url":"https://example.org/"}`, `{"question":"q","choices":["a"]}`,
 		`{"argv":["a"],"argv":["b"]}`, `{"goal":"g"}`, ``, `null`} {
-		for _, tool := range []string{"shell", "read_file", "http_get", "ask_user", "plan_task"} {
+		for _, tool := range []string{"shell", "read_file", "http_get", "ask_user", "plan_task", "read_output"} {
 			f.Add(tool, s)
 		}
 	}
-	opts := llm.ToolOptions{HTTPAllowDomains: []string{"example.org"}, Planner: true}
+	f.Add("shell", `{"argv":["a"],"secrets":["n"]}`)
+	f.Add("read_output", `{"pointer":"taskout-1"}`)
+	opts := llm.ToolOptions{HTTPAllowDomains: []string{"example.org"}, Planner: true, Task: true}
 	f.Fuzz(func(t *testing.T, tool, args string) {
 		c, err := llm.DecodeArgs(llm.ToolCall{Name: tool, Arguments: args}, opts)
 		if err != nil {
@@ -102,12 +111,17 @@ func FuzzDecodeArgs(f *testing.F) {
 		}
 		pa, ok := c.Action()
 		if !ok {
-			if tool != "ask_user" && tool != "plan_task" {
+			if tool != "ask_user" && tool != "plan_task" && tool != "read_output" {
 				t.Fatalf("%s decoded but is not an action", tool)
 			}
 			return
 		}
 		a := pa.Action
+		for _, n := range a.Secrets {
+			if secrets.ValidateName(n) != nil {
+				t.Fatalf("secret name %q passed", n)
+			}
+		}
 		if len(a.Argv) == 0 || a.Argv[0] == "" || a.Tool != "shell" || len(a.Verify) != 1 {
 			t.Fatalf("bad action %+v", a)
 		}
@@ -140,18 +154,33 @@ func TestExecutorNext(t *testing.T) {
 	}
 	e := llm.Executor{Client: c}
 	tests := []struct {
-		name  string
-		reply llmtest.Reply
-		check func(o llm.ExecOutcome) bool
+		name    string
+		replies []llmtest.Reply
+		check   func(o llm.ExecOutcome) bool
 	}{
-		{"tool call", shellCall(`["nginx","-t"]`), func(o llm.ExecOutcome) bool { return o.Call != nil && o.Call.Argv[0] == "nginx" }},
-		{"step done claim", llmtest.Reply{Content: "STEP DONE: config is valid"}, func(o llm.ExecOutcome) bool { return o.Done && o.Call == nil }},
-		{"stuck", llmtest.Reply{Content: "I cannot read the config"}, func(o llm.ExecOutcome) bool { return o.Stuck }},
-		{"invalid call", shellCall(`"nginx -t"`), func(o llm.ExecOutcome) bool { return o.Invalid && strings.Contains(o.Text, "invalid arguments") }},
+		{"tool call", []llmtest.Reply{shellCall(`["nginx","-t"]`)}, func(o llm.ExecOutcome) bool {
+			return o.Call != nil && o.Call.Argv[0] == "nginx" && o.Usage.ModelCalls() == 1
+		}},
+		{"step done claim", []llmtest.Reply{{Content: "STEP DONE: config is valid"}}, func(o llm.ExecOutcome) bool { return o.Done && o.Call == nil }},
+		{"stuck", []llmtest.Reply{{Content: "I cannot read the config"}}, func(o llm.ExecOutcome) bool { return o.Stuck }},
+		// One repair round-trip: the second answer is used, and the
+		// outcome counts both calls and both calls' tokens.
+		{"invalid call repaired", []llmtest.Reply{shellCall(`"nginx -t"`), shellCall(`["nginx","-T"]`)}, func(o llm.ExecOutcome) bool {
+			return o.Call != nil && o.Call.Argv[1] == "-T" && !o.Invalid && o.Usage.ModelCalls() == 2 && o.Usage.TotalTokens == 30
+		}},
+		{"invalid twice", []llmtest.Reply{shellCall(`"nginx -t"`), shellCall(`[]`)}, func(o llm.ExecOutcome) bool {
+			return o.Invalid && strings.Contains(o.Text, "invalid arguments") && o.Usage.ModelCalls() == 2
+		}},
+		{"secrets by name", []llmtest.Reply{{ToolCalls: []llmtest.ToolCall{{Name: "shell", Arguments: `{"argv":["deploy"],"secrets":["api_token"],"intent":"x"}`}}}},
+			func(o llm.ExecOutcome) bool {
+				return o.Call != nil && len(o.Call.Secrets) == 1 && o.Call.Secrets[0] == "api_token"
+			}},
+		{"read_output offered in a task", []llmtest.Reply{{ToolCalls: []llmtest.ToolCall{{Name: "read_output", Arguments: `{"pointer":"taskout-1"}`}}}},
+			func(o llm.ExecOutcome) bool { return o.Call != nil && o.Call.Pointer == "taskout-1" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f.Script(tt.reply)
+			f.Script(tt.replies...)
 			o, err := e.Next(context.Background(), llm.Briefing{Plan: pl, Step: 0, Attempt: 2, Failure: "exit code 1 <<<DATA", Guidance: "use -t"})
 			if err != nil || !tt.check(o) {
 				t.Fatalf("Next = %+v, %v", o, err)

@@ -61,6 +61,9 @@ type ChatRequest struct {
 	Authorization string `json:"-"`
 	// Header holds every request header.
 	Header http.Header `json:"-"`
+	// Body is the request body as received, for checks that something
+	// never reached the model in any form.
+	Body string `json:"-"`
 }
 
 // Message is one message of a received request.
@@ -223,6 +226,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	req.Authorization = r.Header.Get("Authorization")
 	req.Header = r.Header.Clone()
+	req.Body = buf.String()
 	if err := s.check(req); err != nil {
 		bad("%v", err)
 		return

@@ -91,3 +91,15 @@ func prefix(s string, n int) string {
 	}
 	return s
 }
+
+// RehydrateCapped is what the model gets when it asks for an evicted output
+// back (read_output): the output itself, or its first RehydrateMax
+// characters and a line saying how much was left out — the model's context
+// is never given more than that.
+func RehydrateCapped(output string) (text string, capped bool) {
+	n := utf8.RuneCountInString(output)
+	if n <= RehydrateMax {
+		return output, false
+	}
+	return prefix(output, RehydrateMax) + fmt.Sprintf("\n[CUT] The output has %d characters; only the first %d are given back. Run a narrower command (grep, head, tail) for the rest.", n, RehydrateMax), true
+}

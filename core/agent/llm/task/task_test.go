@@ -253,3 +253,32 @@ func TestEviction(t *testing.T) {
 		t.Fatalf("lying result: %v", err)
 	}
 }
+
+func TestRehydrateCapped(t *testing.T) {
+	tests := []struct {
+		name    string
+		out     string
+		wantCut bool
+	}{
+		{"small", "hello", false},
+		{"exactly the cap", strings.Repeat("é", RehydrateMax), false},
+		{"over the cap", strings.Repeat("é", RehydrateMax) + "tail", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, cut := RehydrateCapped(tt.out)
+			if cut != tt.wantCut {
+				t.Fatalf("cut = %v", cut)
+			}
+			if !cut && got != tt.out {
+				t.Fatalf("output changed")
+			}
+			if cut {
+				body, note, ok := strings.Cut(got, "\n[CUT] ")
+				if !ok || body != strings.Repeat("é", RehydrateMax) || !strings.Contains(note, "50004 characters") {
+					t.Fatalf("capped output: %d characters, note %q", len([]rune(body)), note)
+				}
+			}
+		})
+	}
+}
