@@ -19,6 +19,7 @@ import (
 // level), every HTTP response (bodies and headers), every audit_log row and
 // a text dump of every table in the schema. Only its ciphertext may exist.
 func TestCanary(t *testing.T) {
+	t.Parallel()
 	b := setup(t, true)
 	canary := "CANARY-" + core.NewID() + "-" + core.NewID()
 	forms := []string{canary, url.QueryEscape(canary), base64.StdEncoding.EncodeToString([]byte(canary)),

@@ -26,6 +26,7 @@ func uniqueValue(prefix string) string { return prefix + "-" + core.NewID() + co
 // The whole flow against PostgreSQL: open the link, submit, the card
 // callback fires, the secret opens to the value; the link is then used up.
 func TestFulfilFlow(t *testing.T) {
+	t.Parallel()
 	b := setup(t, true)
 	req, tok := b.request(t, "github_token", 10*time.Minute)
 	c := b.browser()
@@ -76,6 +77,7 @@ func TestFulfilFlow(t *testing.T) {
 
 // Rotation: a second request for the same name replaces the value.
 func TestRotation(t *testing.T) {
+	t.Parallel()
 	b := setup(t, true)
 	for i := range 2 {
 		req, tok := b.request(t, "bot_token", time.Minute)
@@ -91,6 +93,7 @@ func TestRotation(t *testing.T) {
 }
 
 func TestExpired(t *testing.T) {
+	t.Parallel()
 	b := setup(t, true)
 	c := b.browser()
 
@@ -113,6 +116,7 @@ func TestExpired(t *testing.T) {
 }
 
 func TestNotFound(t *testing.T) {
+	t.Parallel()
 	b := setup(t, true)
 	req, tok := b.request(t, "n", time.Minute)
 	c := b.browser()
@@ -141,6 +145,7 @@ func TestNotFound(t *testing.T) {
 }
 
 func TestCSRF(t *testing.T) {
+	t.Parallel()
 	b := setup(t, false)
 	req, tok := b.request(t, "n", time.Minute)
 	other, otherTok := b.request(t, "m", time.Minute)
@@ -193,6 +198,7 @@ func TestCSRF(t *testing.T) {
 }
 
 func TestEmptyValueShowsFormAgain(t *testing.T) {
+	t.Parallel()
 	b := setup(t, false)
 	req, tok := b.request(t, "n", time.Minute)
 	c := b.browser()
@@ -207,6 +213,7 @@ func TestEmptyValueShowsFormAgain(t *testing.T) {
 }
 
 func TestOversized(t *testing.T) {
+	t.Parallel()
 	b := setup(t, false)
 	req, tok := b.request(t, "n", time.Minute)
 	c := b.browser()
@@ -241,6 +248,7 @@ func TestOversized(t *testing.T) {
 }
 
 func TestPlainHTTPRefused(t *testing.T) {
+	t.Parallel()
 	b := setup(t, false)
 	req, tok := b.request(t, "n", time.Minute)
 
@@ -277,6 +285,7 @@ func TestPlainHTTPRefused(t *testing.T) {
 }
 
 func TestRateLimits(t *testing.T) {
+	t.Parallel()
 	t.Run("per client", func(t *testing.T) {
 		b := setup(t, false, func(c *Config, _ *Deps) { c.PerClient = RateLimit{Burst: 5, Every: time.Hour} })
 		req, tok := b.request(t, "n", 3*time.Hour)
@@ -328,6 +337,7 @@ func TestRateLimits(t *testing.T) {
 }
 
 func TestHeaders(t *testing.T) {
+	t.Parallel()
 	b := setup(t, false, func(c *Config, _ *Deps) { c.PerClient = RateLimit{Burst: 4, Every: time.Hour} })
 	req, tok := b.request(t, "n", time.Minute)
 	c := b.browser()
@@ -374,6 +384,7 @@ func TestHeaders(t *testing.T) {
 
 // Two browsers submit one link at once: exactly one stores.
 func TestConcurrentSubmit(t *testing.T) {
+	t.Parallel()
 	b := setup(t, true, func(c *Config, _ *Deps) { c.PerRequest = RateLimit{Burst: 20, Every: time.Second} })
 	req, tok := b.request(t, "race", time.Minute)
 	const n = 6
@@ -408,6 +419,7 @@ func TestConcurrentSubmit(t *testing.T) {
 }
 
 func TestLink(t *testing.T) {
+	t.Parallel()
 	b := setup(t, false)
 	if got := b.srv.Link("abc", "t/k+n="); got != b.base+"/secrets/abc?t=t%2Fk%2Bn%3D" {
 		t.Fatal(got)
@@ -415,6 +427,7 @@ func TestLink(t *testing.T) {
 }
 
 func TestSelfSignedCertificate(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "tls")
 	now := time.Now()
 	cert, fp, err := SelfSigned(dir, []string{"127.0.0.1", "localhost"}, now)
@@ -454,6 +467,7 @@ func TestSelfSignedCertificate(t *testing.T) {
 
 // The service serves the certificate whose fingerprint it reports.
 func TestServedFingerprint(t *testing.T) {
+	t.Parallel()
 	b := setup(t, false)
 	var seen string
 	conn, err := tls.Dial("tcp", strings.TrimPrefix(b.base, "https://"), &tls.Config{InsecureSkipVerify: true, //nolint:gosec // pinned below
@@ -474,6 +488,7 @@ func (fakeACME) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 }
 
 func TestConfigValidation(t *testing.T) {
+	t.Parallel()
 	mem := newMemStore(time.Now)
 	k, _ := secrets.GenerateKey()
 	sealer, _ := secrets.NewSealer(k)
@@ -534,6 +549,7 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
 	b := setup(t, false)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

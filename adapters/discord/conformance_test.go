@@ -23,6 +23,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // the real discordgo session and the fake Discord (discordtest: REST API
 // and gateway), through the real engine.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	channeltest.Run(t, func(t *testing.T, o channeltest.Options) (channeltest.Platform, string) {
 		return newConformancePlatform(t, o), ""
 	})

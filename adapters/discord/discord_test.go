@@ -20,6 +20,7 @@ import (
 const testToken = "MTEx.fake-discord.token-0123456789abcdef"
 
 func TestConfigValidateNamesTheKey(t *testing.T) {
+	t.Parallel()
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
 	dir := t.TempDir()
 	tokFile := filepath.Join(dir, "token")
@@ -63,6 +64,7 @@ func TestConfigValidateNamesTheKey(t *testing.T) {
 }
 
 func TestMessageToTurn(t *testing.T) {
+	t.Parallel()
 	const me = "1100000000000000002"
 	user := &discordgo.User{ID: "1300000000000000001", Username: "olive"}
 	msg := func(content string, mod func(*discordgo.Message)) *discordgo.Message {
@@ -120,6 +122,7 @@ func TestMessageToTurn(t *testing.T) {
 }
 
 func TestVerifyWindow(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	now := time.Unix(1_800_000_000, 0)
 	a, err := New(Config{Token: testToken, ApplicationID: "1", Mode: ModeHTTP, PublicKey: hex.EncodeToString(pub), Now: func() time.Time { return now }})
@@ -154,6 +157,7 @@ func TestVerifyWindow(t *testing.T) {
 }
 
 func TestRenderCardEscapesAndStyles(t *testing.T) {
+	t.Parallel()
 	c := &cards.Card{ID: "dqkc53c53bi4vzkowpdi4w34xm", Kind: cards.KindApproval, Intent: "Run @everyone", Risk: cards.RiskHigh,
 		Command: "echo ```; @everyone", Rationale: "**bold** <@123>", Status: cards.StatusPending,
 		Choices: []cards.Choice{{ID: "approve", Label: "Run", Style: cards.StylePrimary}, {ID: "decline", Label: "Decline", Style: cards.StyleDanger}}}
@@ -182,6 +186,7 @@ func TestRenderCardEscapesAndStyles(t *testing.T) {
 }
 
 func TestCommandsEqual(t *testing.T) {
+	t.Parallel()
 	if !commandsEqual(Commands(), Commands()) {
 		t.Fatal("commands differ from themselves")
 	}

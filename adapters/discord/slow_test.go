@@ -141,6 +141,7 @@ func TestDoctorAgainstFake(t *testing.T) {
 // connection without ACKs is replaced within about 50 s of the last ACK,
 // and before the interval is known after ZombieAfter (50 s).
 func TestZombieLimit(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		interval time.Duration
@@ -159,6 +160,7 @@ func TestZombieLimit(t *testing.T) {
 }
 
 func TestClientCloseCode(t *testing.T) {
+	t.Parallel()
 	mask := []byte{0x12, 0x34, 0x56, 0x78}
 	frame := func(code int) []byte {
 		b := []byte{0x88, 0x82, mask[0], mask[1], mask[2], mask[3], byte(code>>8) ^ mask[0], byte(code) ^ mask[1]}

@@ -23,6 +23,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // and the fake Slack (slacktest: Web API and Socket Mode), through the
 // real engine.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	channeltest.Run(t, func(t *testing.T, o channeltest.Options) (channeltest.Platform, string) {
 		return newConformancePlatform(t, o), ""
 	})

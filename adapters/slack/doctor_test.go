@@ -9,6 +9,7 @@ import (
 )
 
 func TestDoctor(t *testing.T) {
+	t.Parallel()
 	srv := slacktest.NewServer(t, slacktest.Options{})
 	tests := []struct {
 		name  string

@@ -23,6 +23,7 @@ const (
 )
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tokFile := filepath.Join(dir, "bot")
 	if err := os.WriteFile(tokFile, []byte(botTok+"\n"), 0o600); err != nil {
@@ -81,6 +82,7 @@ func ev(e map[string]any) *eventsPayload {
 }
 
 func TestEventToTurn(t *testing.T) {
+	t.Parallel()
 	known := func(c, ts string) bool { return c == "C1" && ts == "1.000009" }
 	tests := []struct {
 		name string
@@ -140,6 +142,7 @@ func TestEventToTurn(t *testing.T) {
 }
 
 func TestInteractionAndCommand(t *testing.T) {
+	t.Parallel()
 	raw := `{"type":"block_actions","team":{"id":"T0TEAM"},"user":{"id":"U1","name":"olive"},"channel":{"id":"C1"},
 		"container":{"message_ts":"1.000005","thread_ts":"1.000001","channel_id":"C1"},"trigger_id":"t.1","response_url":"https://hooks.slack.com/x",
 		"actions":[{"action_id":"c:abc:approve","block_id":"choices","value":"c:abc:approve","type":"button"}]}`
@@ -216,6 +219,7 @@ func limitsOf(t *testing.T, c *cards.Card) rendered {
 }
 
 func TestRenderCardEscapesAndFits(t *testing.T) {
+	t.Parallel()
 	c := cardFor("Ping <!channel>", "Because <@U123> & <https://evil|click>", "echo '<!here>' ```x```", strings.Repeat("long line\n", 2000), "d", "Run it", 2)
 	r := limitsOf(t, c)
 	b, _ := json.Marshal(r.blocks)
@@ -290,6 +294,7 @@ func FuzzPayloads(f *testing.F) {
 }
 
 func TestMapError(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		err       error
@@ -328,6 +333,7 @@ func asErr[T error](err error, target *T) bool { return errorsAs(err, target) }
 // objects (header, button labels, dialog title) are not parsed by Slack
 // and show the characters as typed.
 func TestRenderCardEscapesEveryUserField(t *testing.T) {
+	t.Parallel()
 	const inj = "<!channel> <@U123> <https://evil|click> & <!subteam^S1>"
 	tests := []struct {
 		name string

@@ -15,6 +15,7 @@ import (
 // of a channel, not a new thread under the mention), answered to the
 // typist only.
 func TestTypedTap(t *testing.T) {
+	t.Parallel()
 	const card = "abcdefghijklmnopqrstuvwxyz"
 	tests := []struct {
 		name string
@@ -72,6 +73,7 @@ func (s *memState) SetState(_ context.Context, ch core.ChannelName, key, v strin
 // TestThreadsSurviveRestart: a thread the bot joined is known to a new
 // adapter on the same state; stale, malformed and DM entries are not.
 func TestThreadsSurviveRestart(t *testing.T) {
+	t.Parallel()
 	st := &memState{m: map[string]string{}}
 	now := time.Unix(1_750_000_000, 0)
 	build := func() *Adapter {
@@ -109,6 +111,7 @@ func TestThreadsSurviveRestart(t *testing.T) {
 
 // TestThreadsBounded: beyond maxThreads the oldest are forgotten.
 func TestThreadsBounded(t *testing.T) {
+	t.Parallel()
 	s := threadSet{m: map[string]time.Time{}}
 	base := time.Unix(1_750_000_000, 0)
 	for i := range maxThreads + 10 {

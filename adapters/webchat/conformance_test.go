@@ -23,6 +23,7 @@ import (
 // its "platform" is a WebSocket client behaving as the page does (it
 // resends frames not acknowledged, after a reconnect too).
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	channeltest.Run(t, func(t *testing.T, o channeltest.Options) (channeltest.Platform, string) {
 		switch {
 		case o.Shared:

@@ -9,6 +9,7 @@ import (
 )
 
 func TestParseFrame(t *testing.T) {
+	t.Parallel()
 	long := make([]byte, MaxTextChars+1)
 	for i := range long {
 		long[i] = 'a'

@@ -187,6 +187,7 @@ func waitDelivered(t *testing.T, st *store.Store) {
 // from the database: a new adapter on the same database (a restart) replays
 // it in order, with the ids the previous one used live.
 func TestHistoryReplayAfterRestart(t *testing.T) {
+	t.Parallel()
 	st, key := openStore(t), newKey(t)
 	g1 := startGateway(t, st, key, 0)
 	c := g1.dial(t, g1.login(t))
@@ -250,6 +251,7 @@ func TestHistoryReplayAfterRestart(t *testing.T) {
 // as delivered (it is in the history the next browser gets), and shown on
 // the next connect, after a restart too.
 func TestUpdateToNobodyShownOnConnect(t *testing.T) {
+	t.Parallel()
 	st, key := openStore(t), newKey(t)
 	g1 := startGateway(t, st, key, 0)
 	c := g1.dial(t, g1.login(t))
@@ -304,6 +306,7 @@ func TestUpdateToNobodyShownOnConnect(t *testing.T) {
 
 // The replay is bounded: the newest History messages, oldest first.
 func TestReplayIsBounded(t *testing.T) {
+	t.Parallel()
 	st, key := openStore(t), newKey(t)
 	g := startGateway(t, st, key, 3)
 	c := g.dial(t, g.login(t))
@@ -328,6 +331,7 @@ func TestReplayIsBounded(t *testing.T) {
 // get_card answers with the card's current state and the request's id; a
 // card that is not in this conversation is not_found, with the id.
 func TestGetCard(t *testing.T) {
+	t.Parallel()
 	st, key := openStore(t), newKey(t)
 	g := startGateway(t, st, key, 0)
 	c := g.dial(t, g.login(t))
@@ -383,6 +387,7 @@ func TestGetCard(t *testing.T) {
 // frame id, the card and the reason, after the tap's ack; a tap that took
 // effect gets one too, not refused.
 func TestTapRefusalIsCorrelated(t *testing.T) {
+	t.Parallel()
 	st, key := openStore(t), newKey(t)
 	g := startGateway(t, st, key, 0)
 	c := g.dial(t, g.login(t))

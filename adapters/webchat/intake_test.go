@@ -26,6 +26,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 // A NUL in a message gets a clear error frame, and the socket goes on.
 func TestNULGetsAClearErrorFrame(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{})
 	c := f.dial(t, f.login(t))
 	want(t, c.next(), "type", "hello")
@@ -117,6 +118,7 @@ func FuzzFrameIntake(f *testing.F) {
 
 // The web page edits in place and shows buttons, and declares no more.
 func TestCapabilities(t *testing.T) {
+	t.Parallel()
 	a, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)

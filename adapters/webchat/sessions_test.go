@@ -13,6 +13,7 @@ import (
 )
 
 func TestLoginIsRateLimited(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{LoginLimit: RateLimit{Burst: 3, Every: time.Minute}})
 	for i := range 3 {
 		if resp := f.do(t, "POST", "/login", jsonHdr(), `{"secret":"guess"}`); resp.StatusCode != http.StatusUnauthorized {
@@ -32,6 +33,7 @@ func TestLoginIsRateLimited(t *testing.T) {
 }
 
 func TestFramesAreRateLimitedPerSession(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{FrameLimit: RateLimit{Burst: 2, Every: time.Hour}})
 	c := f.dial(t, f.login(t))
 	want(t, c.next(), "type", "hello")
@@ -49,6 +51,7 @@ func TestFramesAreRateLimitedPerSession(t *testing.T) {
 }
 
 func TestLogoutEndsTheSession(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{})
 	token := f.login(t)
 	c := f.dial(t, token)
@@ -80,6 +83,7 @@ func (s *memState) SetState(_ context.Context, _ core.ChannelName, key, v string
 // `silas webchat revoke` (another process) writes the state key; every
 // session ends.
 func TestRevokeAllFromState(t *testing.T) {
+	t.Parallel()
 	st := &lockedState{s: memState{m: map[string]string{StateRevokedAt: "earlier"}}}
 	f := newFixture(t, Config{State: st, RevokePoll: 10 * time.Millisecond})
 	t1, t2 := f.login(t), f.login(t)
@@ -99,6 +103,7 @@ func TestRevokeAllFromState(t *testing.T) {
 }
 
 func TestDefaultSessionTTLIsUnderThirtyDays(t *testing.T) {
+	t.Parallel()
 	a, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)

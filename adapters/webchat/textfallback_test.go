@@ -12,6 +12,7 @@ import (
 // as the Tap the card's button sends (same card, same choice, no text), so
 // the core validates it exactly like a button; other text stays a message.
 func TestTypedTapBecomesATap(t *testing.T) {
+	t.Parallel()
 	a, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)

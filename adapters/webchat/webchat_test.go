@@ -188,6 +188,7 @@ func readBody(t *testing.T, resp *http.Response) string {
 }
 
 func TestLogin(t *testing.T) {
+	t.Parallel()
 	// Many attempts from one address; the rate limit has its own test.
 	f := newFixture(t, Config{LoginLimit: RateLimit{Burst: 100, Every: time.Second}})
 	good := f.a.NewLoginSecret(time.Minute)
@@ -251,6 +252,7 @@ func TestLogin(t *testing.T) {
 }
 
 func TestSession(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{SessionTTL: time.Hour})
 	token := f.login(t)
 	tests := []struct {
@@ -299,6 +301,7 @@ func TestSession(t *testing.T) {
 }
 
 func TestOutputs(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("r", 128)
 	hostile := "<script>alert(1)</script><img src=x onerror=alert(1)>"
 	f := newFixture(t, Config{Outputs: fakeOutputs{"out-1": hostile, long: "long ref", long + "x": "too long"}})
@@ -367,6 +370,7 @@ func TestOutputs(t *testing.T) {
 }
 
 func TestSecurityHeadersAndRoutes(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{})
 	tests := []struct {
 		method, path string
@@ -508,6 +512,7 @@ func want(t *testing.T, f map[string]any, kv ...any) {
 }
 
 func TestWebSocketAuth(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{})
 	token := f.login(t)
 	tests := []struct {
@@ -564,6 +569,7 @@ func cardOf(t *testing.T, f map[string]any) *cards.Card {
 }
 
 func TestSendUpdateBroadcast(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{})
 	ctx := context.Background()
 	c1, c2 := f.dial(t, f.login(t)), f.dial(t, f.login(t))
@@ -614,6 +620,7 @@ func TestSendUpdateBroadcast(t *testing.T) {
 }
 
 func TestReplayOnConnect(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{History: 3})
 	ctx := context.Background()
 	var refs []core.MessageRef
@@ -647,6 +654,7 @@ func TestReplayOnConnect(t *testing.T) {
 }
 
 func TestFramesAndAcks(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{})
 	// Like the engine's outbox, reply before Deliver has returned: the ack
 	// must still reach the browser first.
@@ -724,6 +732,7 @@ func TestFramesAndAcks(t *testing.T) {
 }
 
 func TestReadLimit(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{})
 	token := f.login(t)
 	frame := func(size int) string {
@@ -743,6 +752,7 @@ func TestReadLimit(t *testing.T) {
 }
 
 func TestServerFramesFit(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{})
 	c := f.dial(t, f.login(t))
 	want(t, c.next(), "type", "hello")
@@ -774,6 +784,7 @@ func TestServerFramesFit(t *testing.T) {
 }
 
 func TestEncodeMessageFrame(t *testing.T) {
+	t.Parallel()
 	small := messageFrame{Type: "message", MessageID: "m-1", Text: "hi", Card: approvalCard("c1", cards.StatusPending)}
 	b, err := encodeMessageFrame(small)
 	if err != nil {
@@ -811,6 +822,7 @@ func TestEncodeMessageFrame(t *testing.T) {
 }
 
 func TestSlowClientIsDisconnected(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{History: 1})
 	f.a.queueSlack = 8
 	// A client that never reads: TCP buffers fill, then its queue.
@@ -857,6 +869,7 @@ func TestSlowClientIsDisconnected(t *testing.T) {
 }
 
 func TestSessionEndsWhileConnected(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{SessionTTL: 300 * time.Millisecond, Now: time.Now})
 	c := f.dial(t, f.login(t))
 	want(t, c.next(), "type", "hello")
@@ -871,6 +884,7 @@ func TestSessionEndsWhileConnected(t *testing.T) {
 }
 
 func TestShutdownClosesSockets(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{})
 	token := f.login(t)
 	c := f.dial(t, token)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestSignVerifyRequest(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	otherPub, _, _ := ed25519.GenerateKey(rand.Reader)
 	// Nanoseconds and a local zone, as time.Now gives them at proposal.

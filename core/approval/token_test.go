@@ -9,6 +9,7 @@ import (
 )
 
 func TestMintCheck(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	otherPub, _, _ := ed25519.GenerateKey(rand.Reader)
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)

@@ -7,6 +7,7 @@ import (
 )
 
 func TestPreparedMatchesCanonical(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 11, 21, 12, 4, 5, 123456789, time.UTC)
 	entries := []Entry{
 		{Kind: "turn.received", Actor: "webchat:local", Conversation: "webchat:local", Data: map[string]any{"seq": 12, "tap": false}},
@@ -31,6 +32,7 @@ func TestPreparedMatchesCanonical(t *testing.T) {
 }
 
 func TestVerifierDetectsChanges(t *testing.T) {
+	t.Parallel()
 	at := time.Now()
 	var rows []Row
 	prev := Genesis

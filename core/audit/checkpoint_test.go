@@ -15,6 +15,7 @@ import (
 )
 
 func TestCheckpointSignVerify(t *testing.T) {
+	t.Parallel()
 	pub, key, _ := ed25519.GenerateKey(rand.Reader)
 	other, _, _ := ed25519.GenerateKey(rand.Reader)
 	hash := sha256.Sum256([]byte("entry"))
@@ -59,6 +60,7 @@ func TestCheckpointSignVerify(t *testing.T) {
 }
 
 func TestHeadFile(t *testing.T) {
+	t.Parallel()
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	path := filepath.Join(t.TempDir(), "audit", "head.log")
 	if _, err := ReadHead(path); !errors.Is(err, fs.ErrNotExist) {
@@ -101,6 +103,7 @@ func TestHeadFile(t *testing.T) {
 }
 
 func TestKeyFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	keyPath, pubPath := filepath.Join(dir, "audit", "audit.key"), filepath.Join(dir, "audit", "audit.pub")
 	k1, created, err := LoadOrCreateKey(keyPath, pubPath)
@@ -140,6 +143,7 @@ func TestKeyFiles(t *testing.T) {
 
 // Check without a database: rows in memory, tampered as in the store tests.
 func TestCheckInMemory(t *testing.T) {
+	t.Parallel()
 	pub, key, _ := ed25519.GenerateKey(rand.Reader)
 	rows := chainOf(t, 30)
 	sign := func(seq int64) Checkpoint {

@@ -38,6 +38,7 @@ func checkSamePaths(t *testing.T, at time.Time, e Entry) {
 }
 
 func TestFastMatchesTransform(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 11, 22, 3, 4, 5, 678901234, time.UTC)
 	values := []any{
 		nil, "", "plain", `quote " and \ backslash`, "ctl \x00\x01\x07\b\t\n\v\f\r\x1f\x7f", "<tag>&amp;", "line\u2028sep\u2029",

@@ -3,6 +3,7 @@ package engine
 import "testing"
 
 func TestParseCommand(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, text, cmd, arg string
 		ok                   bool

@@ -282,6 +282,7 @@ func (b *bundle) executions(t *testing.T) int {
 }
 
 func TestRunLowRiskOneTap(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.send(t, owner, "/run echo hi")
 	c := b.pendingCard(t, "echo hi")
@@ -325,6 +326,7 @@ func auditKinds(t *testing.T, b *bundle) map[string]bool {
 }
 
 func TestMediumRiskNeedsConfirm(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.send(t, owner, "/run touch made-by-silas")
 	c := b.pendingCard(t, "touch made-by-silas")
@@ -346,6 +348,7 @@ func TestMediumRiskNeedsConfirm(t *testing.T) {
 }
 
 func TestRefusals(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.send(t, owner, "/run echo once")
 	c := b.pendingCard(t, "echo once")
@@ -396,6 +399,7 @@ func TestRefusals(t *testing.T) {
 }
 
 func TestExpiredCard(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.send(t, owner, "/run echo late")
 	c := b.pendingCard(t, "echo late")
@@ -409,6 +413,7 @@ func TestExpiredCard(t *testing.T) {
 }
 
 func TestExternalCannotRun(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.send(t, "test:stranger", "/run echo pwned")
 	b.ch.waitFor(t, "refusal", func(m []core.OutMessage) bool { return textContaining(m, "not trusted here") })
@@ -420,6 +425,7 @@ func TestExternalCannotRun(t *testing.T) {
 }
 
 func TestUnauthenticatedTurnRejected(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	_, err := b.eng.Deliver(b.ctx, core.Turn{Channel: "test", Conversation: "test:chat", Sender: owner, EventID: "x", Text: "/run id"})
 	if err == nil || !strings.Contains(err.Error(), "unauthenticated") {
@@ -428,6 +434,7 @@ func TestUnauthenticatedTurnRejected(t *testing.T) {
 }
 
 func TestActionChangedAfterApproval(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.eng.SetBeforeExecute(func(id core.ApprovalID) {
 		// An attacker with database access swaps the command after approval.
@@ -449,6 +456,7 @@ func TestActionChangedAfterApproval(t *testing.T) {
 }
 
 func TestActionChangedBeforeApproval(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.send(t, owner, "/run echo fine")
 	c := b.pendingCard(t, "echo fine")
@@ -461,6 +469,7 @@ func TestActionChangedBeforeApproval(t *testing.T) {
 }
 
 func TestBlockedAndDecline(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.send(t, owner, "/run rm -rf /")
 	b.ch.waitFor(t, "blocked", func(m []core.OutMessage) bool { return textContaining(m, "Blocked: `rm -rf /`") })
@@ -477,6 +486,7 @@ func TestBlockedAndDecline(t *testing.T) {
 }
 
 func TestFailedVerification(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.send(t, owner, "/run false")
 	c := b.pendingCard(t, "false")
@@ -488,6 +498,7 @@ func TestFailedVerification(t *testing.T) {
 }
 
 func TestLongOutputIsStored(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.send(t, owner, "/run seq 1 5000")
 	c := b.pendingCard(t, "seq 1 5000")
@@ -503,6 +514,7 @@ func TestLongOutputIsStored(t *testing.T) {
 }
 
 func TestCommands(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.send(t, owner, "/whoami")
 	b.ch.waitFor(t, "whoami", func(m []core.OutMessage) bool { return textContaining(m, "You are test:owner with owner trust") })
@@ -523,6 +535,7 @@ func TestCommands(t *testing.T) {
 }
 
 func TestPairing(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	code := "ABCDE-23456"
 	err := b.st.Do(b.ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
@@ -553,6 +566,7 @@ func TestPairing(t *testing.T) {
 // TestRestartResumesTurnsInOrder stores turns as intake would and stops
 // before processing (a crash); a new engine processes them, in order.
 func TestRestartResumesTurnsInOrder(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.stop() // the "crashed" process
 	// Store three turns directly, as if the previous process died right
@@ -609,6 +623,7 @@ func (c *toastChannel) toastList() []string {
 }
 
 func TestTapAnswersAreToasts(t *testing.T) {
+	t.Parallel()
 	fc := newFakeChannel()
 	tc := &toastChannel{fakeChannel: fc}
 	b := setupChannel(t, tc, fc)
@@ -653,6 +668,7 @@ func (b *bundle) sendIn(t *testing.T, conv core.ConversationID, from core.Identi
 }
 
 func TestAccessPairingPolicy(t *testing.T) {
+	t.Parallel()
 	fc := newFakeChannel()
 	b := setupAccess(t, dmChannel{fc}, fc, AccessPolicyPairing)
 	b.sendIn(t, "test:dm-stranger", "test:stranger", core.ChatDirect, "hello?", nil)
@@ -683,6 +699,7 @@ func TestAccessPairingPolicy(t *testing.T) {
 }
 
 func TestAccessAllowlistIgnores(t *testing.T) {
+	t.Parallel()
 	fc := newFakeChannel()
 	b := setupAccess(t, dmChannel{fc}, fc, AccessPolicyAllowlist)
 	b.sendIn(t, "test:dm-stranger", "test:stranger", core.ChatDirect, "/help", nil)
@@ -692,6 +709,7 @@ func TestAccessAllowlistIgnores(t *testing.T) {
 }
 
 func TestSecretLifecycle(t *testing.T) {
+	t.Parallel()
 	key, err := secrets.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
@@ -855,6 +873,7 @@ func (r *recordingAgent) texts() []string {
 // the order they arrived in, whichever path each takes; a redelivered event
 // is answered once; every turn ends "done" and the audit chain holds.
 func TestInlineAndQueuedTurnsKeepOrder(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	texts := []string{"/whoami", "/run echo one", "/whoami", "hello", "/pending", "/help", "/nope", "/run echo two", "/whoami"}
 	for range 3 {

@@ -206,6 +206,7 @@ func refusals(t *testing.T, b *bundle) map[core.ApprovalID]string {
 // decision whose process stopped before executing still runs after the
 // same restart, and a real execution set back to queued does not run twice.
 func TestForgedExecutionsDoNotRun(t *testing.T) {
+	t.Parallel()
 	b, key := setupKey(t)
 	dir := t.TempDir()
 
@@ -294,6 +295,7 @@ func TestForgedExecutionsDoNotRun(t *testing.T) {
 // audit entry by hand, without recomputing the chain, still runs nothing;
 // the entry is what breaks the chain.
 func TestHandWrittenDecisionEntry(t *testing.T) {
+	t.Parallel()
 	b, key := setupKey(t)
 	b.send(t, owner, "/whoami") // the chain has a head to write after
 	b.ch.waitFor(t, "whoami", func(m []core.OutMessage) bool { return textContaining(m, "You are") })
@@ -338,6 +340,7 @@ func TestHandWrittenDecisionEntry(t *testing.T) {
 // nothing, the tapper is told, the refusal is audited and the altered
 // request is not shown as a card. An untouched request next to them runs.
 func TestAlteredRequestIsNotApproved(t *testing.T) {
+	t.Parallel()
 	fc := newFakeChannel()
 	tc := &toastChannel{fakeChannel: fc}
 	b := setupChannel(t, tc, fc)
@@ -419,6 +422,7 @@ func TestAlteredRequestIsNotApproved(t *testing.T) {
 // An execution that was running when the gateway stopped is not run again:
 // its card says "interrupted", a status of its own.
 func TestInterruptedCardStatus(t *testing.T) {
+	t.Parallel()
 	b, key := setupKey(t)
 	b.eng.SetHoldExecution(func(core.ApprovalID) bool { return true })
 	b.send(t, owner, "/run echo interrupted")

@@ -11,6 +11,7 @@ import (
 // A NUL or invalid UTF-8 from anyone is stored with the character replaced
 // (the turn notes it) and answered; the conversation is not stuck.
 func TestUnstorableTextIsSanitizedAtIntake(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		turn   core.Turn
@@ -71,6 +72,7 @@ func TestUnstorableTextIsSanitizedAtIntake(t *testing.T) {
 // Output with NUL and invalid UTF-8 is stored exactly, shown with the
 // characters replaced, and the execution reaches execution.finished.
 func TestBinaryOutputFinishes(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.send(t, owner, `/run printf 'a\0b\377c'`)
 	c := b.pendingCard(t, `printf 'a\0b\377c'`)
@@ -96,6 +98,7 @@ func TestBinaryOutputFinishes(t *testing.T) {
 
 // Bidi controls in user text are shown on the card, not obeyed.
 func TestBidiControlsAreVisibleOnCards(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.send(t, owner, "/run echo \u202Efdp.exe")
 	c := b.pendingCard(t, "echo '<U+202E>fdp.exe'")

@@ -11,6 +11,7 @@ import (
 // conversation land out of id order; a job whose id never arrived is read
 // back from the database like any other.
 func TestLaneAdd(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		batches [][]int64 // ids handed over per commit (0: id unknown)
@@ -58,6 +59,7 @@ func TestLaneAdd(t *testing.T) {
 }
 
 func TestMessageKind(t *testing.T) {
+	t.Parallel()
 	if messageKind(core.OpSend) != audit.KindMessageSend || messageKind(core.OpUpdate) != audit.KindMessageUpdate {
 		t.Fatal("delivery audit kinds changed")
 	}

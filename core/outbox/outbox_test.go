@@ -47,6 +47,7 @@ func (r *recorder) list() []string {
 // conversation handed over once the outbox runs must not overtake it (the
 // lane it starts would otherwise deliver the newer job from memory first).
 func TestHandOffBeforeRunKeepsOrder(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{})

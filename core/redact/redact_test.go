@@ -41,6 +41,7 @@ type want struct {
 }
 
 func TestScan(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		text string
@@ -161,6 +162,7 @@ func describe(text string, fs []Finding) string {
 }
 
 func TestRedactKeepsSurroundings(t *testing.T) {
+	t.Parallel()
 	in := "bot " + telegram + ", repo " + ghp + "."
 	out, fs := Redact(in)
 	if out != "bot [redacted telegram_bot_token], repo [redacted github_token]." || len(fs) != 2 {
@@ -169,6 +171,7 @@ func TestRedactKeepsSurroundings(t *testing.T) {
 }
 
 func TestHighEntropyRule(t *testing.T) {
+	t.Parallel()
 	if HighEntropy(strings.Repeat("aB3", 20)) {
 		t.Fatal("repeated pattern has low entropy")
 	}
@@ -184,6 +187,7 @@ func TestHighEntropyRule(t *testing.T) {
 }
 
 func TestRedactValues(t *testing.T) {
+	t.Parallel()
 	secret := "pa55:w/rd+" + "Zq8vX4" // has characters that URL and JSON encodings change
 	other := "tok" + "en-Value-77"
 	basic := base64.StdEncoding.EncodeToString([]byte("alice:" + secret))
@@ -237,6 +241,7 @@ func TestRedactValues(t *testing.T) {
 // A credential found once is redacted everywhere it occurs, also inside a
 // longer string that does not qualify on its own.
 func TestRepeatsRedacted(t *testing.T) {
+	t.Parallel()
 	in := "00011271282A00aA58D997BCBlCXbRYSZ0 0011271282A00aA58D997BCBlCXbRYSZ and password=" + "hunter2hunter2" + " (hunter2hunter2)"
 	out, _ := Redact(in)
 	if strings.Contains(out, "0011271282A00aA58D997BCBlCXbRYSZ") || strings.Contains(out, "hunter2hunter2") {

@@ -102,6 +102,7 @@ func (c toolCase) run(t *testing.T, in []byte) string {
 // from the redacted output, and that the same output is left alone when
 // the secret is another value.
 func TestRedactValuesEncodings(t *testing.T) {
+	t.Parallel()
 	lead := "Authorization: Basic; user=alice; some context to push it over a line "
 	for _, c := range toolCases {
 		for k := range 5 {
@@ -197,6 +198,7 @@ func recoverable(out, family, secret string) bool {
 }
 
 func TestRedactValuesNotTooMuch(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		text   string
@@ -228,6 +230,7 @@ func TestRedactValuesNotTooMuch(t *testing.T) {
 // depend on neighbours are never part of a pattern, and the patterns are
 // long enough.
 func TestRedactValuesRandomOutputUntouched(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	raw := make([]byte, 256<<10)
 	for i := range raw {
@@ -247,6 +250,7 @@ func TestRedactValuesRandomOutputUntouched(t *testing.T) {
 }
 
 func TestCores(t *testing.T) {
+	t.Parallel()
 	v := []byte(valueSecret)
 	for _, c := range []struct {
 		name   string

@@ -123,6 +123,7 @@ func (a *anchored) verify(t *testing.T) *audit.Report {
 }
 
 func TestAuditCheckpointsIntact(t *testing.T) {
+	t.Parallel()
 	a := setupAnchored(t)
 	r := a.verify(t)
 	if !r.OK() || r.Entries != 25 || r.LastSeq != 25 || r.Checkpoints != 2 || r.NewestCheckpoint != 20 || r.HeadSeq != 20 {
@@ -144,6 +145,7 @@ func TestAuditCheckpointsIntact(t *testing.T) {
 }
 
 func TestAuditTamperingAgainstCheckpoints(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		tamper  func(t *testing.T, a *anchored)
@@ -217,6 +219,7 @@ func TestAuditTamperingAgainstCheckpoints(t *testing.T) {
 // The head file alone catches a re-chain even when every checkpoint row
 // is gone, and its newest line wins over older ones.
 func TestAuditHeadFileCatchesRechain(t *testing.T) {
+	t.Parallel()
 	a := setupAnchored(t)
 	tamper(t, a.ctx, a.s, `UPDATE audit_log SET kind = 'nothing.happened' WHERE seq = 18`)
 	rechain(t, a.ctx, a.s, 18)
@@ -237,6 +240,7 @@ func TestAuditHeadFileCatchesRechain(t *testing.T) {
 // A checkpoint is due after Entries new entries or Interval, whichever
 // first, and not before.
 func TestCheckpointerDue(t *testing.T) {
+	t.Parallel()
 	clock := &fakeClock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	s, ctx, _ := setupDSN(t, Options{Now: clock.Now})
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
@@ -291,6 +295,7 @@ func TestCheckpointerDue(t *testing.T) {
 // switching triggers off first (the append-only trigger), while the role
 // keeps everything the gateway needs.
 func TestAuditAppendOnlyForAppRole(t *testing.T) {
+	t.Parallel()
 	s, ctx, dsn := setupDSN(t, Options{})
 	// The local and test clusters create silas_app; on a server of your own
 	// it may be missing.

@@ -10,6 +10,7 @@ import (
 )
 
 func TestApprovalSignatureRoundTrip(t *testing.T) {
+	t.Parallel()
 	s, ctx := setup(t)
 	a := testApproval("signed", s.now())
 	a.Signature = bytes.Repeat([]byte{7}, 64)
@@ -39,6 +40,7 @@ func TestApprovalSignatureRoundTrip(t *testing.T) {
 // found only for the approval and token they name, with the hashes of the
 // neighbouring entries.
 func TestRecordedDecision(t *testing.T) {
+	t.Parallel()
 	s, ctx := setup(t)
 	insertApproval(t, ctx, s, "ap1", false)
 	insertApproval(t, ctx, s, "ap2", false)

@@ -17,6 +17,7 @@ import (
 // repeat within the batch are duplicates with the stored seq; Finally sees
 // the results and its entries are chained.
 func TestQueueTurnBatch(t *testing.T) {
+	t.Parallel()
 	s, ctx := setup(t)
 	var before int64
 	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
@@ -88,6 +89,7 @@ func TestQueueTurnBatch(t *testing.T) {
 // callers (separate batches and writer loops): each is stored once, exactly
 // one caller per event is told it stored it, and every caller gets the seq.
 func TestQueueTurnConcurrentRedelivery(t *testing.T) {
+	t.Parallel()
 	s, ctx := setup(t)
 	const events, callers = 40, 6
 	var mu sync.Mutex
@@ -131,6 +133,7 @@ func TestQueueTurnConcurrentRedelivery(t *testing.T) {
 // ascending ids in the order they were queued (delivery order), and each
 // caller gets its own job's id.
 func TestEnqueueThenIDsInOrder(t *testing.T) {
+	t.Parallel()
 	s, ctx := setup(t)
 	ids := make([]int64, 10)
 	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
@@ -159,6 +162,7 @@ func TestEnqueueThenIDsInOrder(t *testing.T) {
 // TestDoBackground: background operations commit (alone, after the wait,
 // or together with ordinary ones), and Close finishes queued ones.
 func TestDoBackground(t *testing.T) {
+	t.Parallel()
 	s, ctx, _ := setupDSN(t, Options{BackgroundDelay: 20 * time.Millisecond})
 	var wg sync.WaitGroup
 	for i := range 20 {
@@ -197,6 +201,7 @@ func TestDoBackground(t *testing.T) {
 // in the transaction's view; otherwise the store says so where the mistake
 // is made, instead of a foreign key failing the whole batch at commit.
 func TestQueueOrderRule(t *testing.T) {
+	t.Parallel()
 	s, ctx := setup(t)
 	insertApproval(t, ctx, s, "stored-before", false)
 	tests := []struct {

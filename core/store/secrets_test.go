@@ -94,6 +94,7 @@ func secretsAudit(t *testing.T, s *Store, kind string) []string {
 }
 
 func TestSecretRequestLifecycle(t *testing.T) {
+	t.Parallel()
 	s, clock, sealer := secretsSetup(t)
 	ctx := t.Context()
 	value := []byte("xoxb-canary-" + core.NewID())
@@ -191,6 +192,7 @@ func TestSecretRequestLifecycle(t *testing.T) {
 }
 
 func TestSecretRotation(t *testing.T) {
+	t.Parallel()
 	s, clock, sealer := secretsSetup(t)
 	ctx := t.Context()
 	created := clock.Now()
@@ -221,6 +223,7 @@ func TestSecretRotation(t *testing.T) {
 }
 
 func TestSecretRequestExpiry(t *testing.T) {
+	t.Parallel()
 	s, clock, sealer := secretsSetup(t)
 	ctx := t.Context()
 	r, tok := secretsRequest(t, s, clock.Now(), "bot_token", time.Minute)
@@ -261,6 +264,7 @@ func TestSecretRequestExpiry(t *testing.T) {
 // Many concurrent submissions of one link (separate writers, as separate
 // processes): exactly one stores.
 func TestSecretFulfilRace(t *testing.T) {
+	t.Parallel()
 	s, clock, sealer := secretsSetup(t)
 	ctx := t.Context()
 	r, tok := secretsRequest(t, s, clock.Now(), "race", time.Hour)
@@ -299,6 +303,7 @@ func TestSecretFulfilRace(t *testing.T) {
 
 // The schema refuses what is not sealed and has no place for plaintext.
 func TestSecretsSchema(t *testing.T) {
+	t.Parallel()
 	s, _, _ := secretsSetup(t)
 	ctx := t.Context()
 	for _, ct := range [][]byte{[]byte("plaintext password that is long enough"), {1, 2, 3}, nil} {

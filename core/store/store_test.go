@@ -25,6 +25,7 @@ import (
 // 1. Migrations.
 
 func TestMigrateIdempotent(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.NewDatabase(t)
 	ctx := t.Context()
 	s := openStore(t, dsn, Options{})
@@ -83,6 +84,7 @@ func TestMigrateIdempotent(t *testing.T) {
 // Two processes starting on a fresh database (two `silas serve`, or serve
 // and `silas migrate`) both run Migrate.
 func TestMigrateConcurrent(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	for round := range 10 {
 		dsn := pgtest.NewDatabase(t)
@@ -237,6 +239,7 @@ func checkChain(t *testing.T, ctx context.Context, s *Store, ids [][][]string) [
 }
 
 func TestAuditChainConcurrentDo(t *testing.T) {
+	t.Parallel()
 	s, ctx := setup(t)
 	const goroutines, opsEach = 16, 200
 	ids, turns := hammer(t, ctx, []*Store{s}, goroutines, opsEach)
@@ -257,6 +260,7 @@ func TestAuditChainConcurrentDo(t *testing.T) {
 }
 
 func TestAuditChainTwoStores(t *testing.T) {
+	t.Parallel()
 	s, ctx, dsn := setupDSN(t, Options{})
 	two := stores(t, s, dsn, 2)
 	const goroutines, opsEach = 16, 120
@@ -290,6 +294,7 @@ func TestAuditChainTwoStores(t *testing.T) {
 // and verified from PostgreSQL's jsonb text of it, so the two must agree
 // after canonicalisation for every kind of value.
 func TestAuditDataRoundTrip(t *testing.T) {
+	t.Parallel()
 	s, ctx := setup(t)
 	cases := []struct {
 		name  string
@@ -349,6 +354,7 @@ func TestAuditDataRoundTrip(t *testing.T) {
 // 4. Tamper detection.
 
 func TestAuditTamperDetection(t *testing.T) {
+	t.Parallel()
 	const n = 20
 	cases := []struct {
 		name    string
@@ -421,6 +427,7 @@ func TestAuditTamperDetection(t *testing.T) {
 // 5. Batch isolation.
 
 func TestDoBatchIsolation(t *testing.T) {
+	t.Parallel()
 	errBoom := errors.New("boom")
 	modes := []struct {
 		name  string
@@ -621,6 +628,7 @@ func TestDoBatchIsolation(t *testing.T) {
 }
 
 func TestDoAfterClose(t *testing.T) {
+	t.Parallel()
 	s, ctx, _ := setupDSN(t, Options{Writers: 1})
 	// Ops queued when Close is called still commit; Do after Close fails.
 	const queued = 50
@@ -714,6 +722,7 @@ func pgDSN(t *testing.T, ctx context.Context, s *Store) string {
 // 6. Token nonces.
 
 func TestConsumeNonce(t *testing.T) {
+	t.Parallel()
 	s, ctx, dsn := setupDSN(t, Options{})
 	insertApproval(t, ctx, s, "ap1", false)
 	consume := func(st *Store, nonce, tokenID, id string) (bool, error) {
@@ -771,6 +780,7 @@ func TestConsumeNonce(t *testing.T) {
 // 7. Compare-and-swap transitions.
 
 func TestTransitionApprovalSequence(t *testing.T) {
+	t.Parallel()
 	s, ctx := setup(t)
 	insertApproval(t, ctx, s, "ap1", false)
 	pending, open := []core.ApprovalStatus{core.ApprovalPending}, []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}
@@ -824,6 +834,7 @@ func TestTransitionApprovalSequence(t *testing.T) {
 }
 
 func TestTransitionCAS(t *testing.T) {
+	t.Parallel()
 	const contenders = 20
 	for _, nstores := range []int{1, 2} {
 		t.Run(fmt.Sprintf("approval, %d stores", nstores), func(t *testing.T) {
@@ -931,6 +942,7 @@ func TestTransitionCAS(t *testing.T) {
 // 8. Turn idempotency.
 
 func TestInsertTurnIdempotent(t *testing.T) {
+	t.Parallel()
 	s, ctx, dsn := setupDSN(t, Options{})
 	insert := func(st *Store, turn core.Turn) (int64, bool, error) {
 		var seq int64
@@ -1036,6 +1048,7 @@ func TestInsertTurnIdempotent(t *testing.T) {
 // 9. Outbox heads.
 
 func TestOutboxHeads(t *testing.T) {
+	t.Parallel()
 	base := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 	clock := &fakeClock{t: base}
 	s, ctx, _ := setupDSN(t, Options{Now: clock.Now})

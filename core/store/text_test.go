@@ -12,6 +12,7 @@ import (
 )
 
 func TestJSONBSafe(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, in, want string
 	}{
@@ -63,6 +64,7 @@ func FuzzJSONBSafe(f *testing.F) {
 // What PostgreSQL refuses reaches callers as a permanent error, and the
 // store's own writes of outside text never hit it.
 func TestUnstorableValues(t *testing.T) {
+	t.Parallel()
 	s, ctx := setup(t)
 	t.Run("data error is permanent", func(t *testing.T) {
 		err := s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {

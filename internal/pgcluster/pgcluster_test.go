@@ -197,6 +197,7 @@ func TestStalePidFile(t *testing.T) {
 }
 
 func TestUnreachableDirAsRoot(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("only meaningful as root")
 	}
@@ -208,6 +209,7 @@ func TestUnreachableDirAsRoot(t *testing.T) {
 }
 
 func TestMissingBinaries(t *testing.T) {
+	t.Parallel()
 	_, err := Start(context.Background(), Options{Dir: t.TempDir(), BinDir: t.TempDir()})
 	if !errors.Is(err, ErrNoBinaries) {
 		t.Fatalf("want ErrNoBinaries, got %v", err)

@@ -190,6 +190,7 @@ func shellCall(argv string) llmtest.Reply {
 
 // The proxy answers a simple question directly.
 func TestAgentAnswersDirectly(t *testing.T) {
+	t.Parallel()
 	h := setup(t)
 	h.fake.Script(llmtest.Reply{Content: "Hello! I can run commands for you."})
 	h.deliver(t, owner, "hi there", nil)
@@ -204,6 +205,7 @@ func TestAgentAnswersDirectly(t *testing.T) {
 // becomes an approval card; only the tap runs it, in the sandbox, and
 // verification marks it done.
 func TestAgentToolCallGoesThroughTheGate(t *testing.T) {
+	t.Parallel()
 	h := setup(t)
 	h.fake.Script(shellCall(`["echo","hi"]`))
 	h.deliver(t, owner, "say hi", nil)
@@ -230,6 +232,7 @@ func TestAgentToolCallGoesThroughTheGate(t *testing.T) {
 
 // Rejection path (seed 000 §3.3): a declined card runs nothing.
 func TestAgentDeclinedRunsNothing(t *testing.T) {
+	t.Parallel()
 	h := setup(t)
 	h.fake.Script(shellCall(`["touch","x"]`))
 	h.deliver(t, owner, "make a file", nil)
@@ -249,6 +252,7 @@ func TestAgentDeclinedRunsNothing(t *testing.T) {
 
 // /run stays the deterministic command agent: no model call.
 func TestAgentCommandsSkipTheModel(t *testing.T) {
+	t.Parallel()
 	h := setup(t)
 	h.deliver(t, owner, "/run echo x", nil)
 	h.ch.waitFor(t, "card", func(m []core.OutMessage) bool {
@@ -262,6 +266,7 @@ func TestAgentCommandsSkipTheModel(t *testing.T) {
 // A model that is down, or whose tool calls stay invalid after the repair
 // round-trip, falls back to the command agent with a clear note.
 func TestAgentFallsBack(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		script []llmtest.Reply
@@ -286,6 +291,7 @@ func TestAgentFallsBack(t *testing.T) {
 // One repair round-trip: the model sees why its call was refused and the
 // corrected call is proposed.
 func TestAgentRepairsAnInvalidCall(t *testing.T) {
+	t.Parallel()
 	h := setup(t)
 	h.fake.Script(shellCall(`"uname -a"`), shellCall(`["uname","-a"]`))
 	h.deliver(t, owner, "what kernel?", nil)
@@ -304,6 +310,7 @@ func TestAgentRepairsAnInvalidCall(t *testing.T) {
 
 // The planner's plan is shown (multi-step execution is not wired yet).
 func TestAgentShowsPlan(t *testing.T) {
+	t.Parallel()
 	h := setup(t)
 	h.fake.Script(
 		llmtest.Reply{ToolCalls: []llmtest.ToolCall{{Name: "plan_task", Arguments: `{"goal":"free space on /var"}`}}},
@@ -326,6 +333,7 @@ func TestAgentShowsPlan(t *testing.T) {
 // most a proposed action that still needs a tap — never an execution —
 // and an external sender's text reaches the model fenced as data.
 func TestPromptInjection(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		from  core.IdentityID
@@ -377,6 +385,7 @@ func TestPromptInjection(t *testing.T) {
 // the proposed call; arguments changed after the card was shown (here in
 // storage) are refused at the tap and nothing runs.
 func TestAgentChangedArgumentsAreRefused(t *testing.T) {
+	t.Parallel()
 	h := setup(t)
 	h.fake.Script(shellCall(`["echo","safe"]`))
 	h.deliver(t, owner, "say safe", nil)

@@ -37,6 +37,7 @@ func newClient(t *testing.T, f *llmtest.Server, mut ...func(*llm.Config)) (*llm.
 }
 
 func TestChatWithToolCalls(t *testing.T) {
+	t.Parallel()
 	f := llmtest.New(t, testKey, "small", "big")
 	f.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{{ID: "call_a", Name: "shell", Arguments: `{"argv":["df","-h"]}`}}, Usage: llmtest.Usage{PromptTokens: 30, CompletionTokens: 7}})
 	c, logs := newClient(t, f)
@@ -94,6 +95,7 @@ func TestEnvironmentIsIgnored(t *testing.T) {
 }
 
 func TestNoKeySendsNoAuthorization(t *testing.T) {
+	t.Parallel()
 	f := llmtest.New(t, "", "llama")
 	f.Script(llmtest.Reply{Content: "hi"})
 	c, _ := newClient(t, f, func(c *llm.Config) { c.APIKey = "" })
@@ -106,6 +108,7 @@ func TestNoKeySendsNoAuthorization(t *testing.T) {
 }
 
 func TestRetries(t *testing.T) {
+	t.Parallel()
 	user := []llm.Message{{Role: llm.RoleUser, Content: "hi"}}
 	tests := []struct {
 		name      string
@@ -147,6 +150,7 @@ func TestRetries(t *testing.T) {
 }
 
 func TestWrongKeyNamesTheSetting(t *testing.T) {
+	t.Parallel()
 	f := llmtest.New(t, "sk-right-key", "small")
 	c, logs := newClient(t, f)
 	_, err := c.Chat(context.Background(), llm.Request{Model: "small", Messages: []llm.Message{{Role: llm.RoleUser, Content: "hi"}}})
@@ -162,6 +166,7 @@ func TestWrongKeyNamesTheSetting(t *testing.T) {
 // A server that echoes the key in its error text does not get it into our
 // error or our log.
 func TestKeyEchoedByServerIsScrubbed(t *testing.T) {
+	t.Parallel()
 	f := llmtest.New(t, testKey, "small")
 	f.Script(llmtest.Reply{Status: 400, ErrorMessage: "key " + testKey + " has no access to this model"})
 	c, logs := newClient(t, f)
@@ -175,6 +180,7 @@ func TestKeyEchoedByServerIsScrubbed(t *testing.T) {
 }
 
 func TestTimeout(t *testing.T) {
+	t.Parallel()
 	block := make(chan struct{})
 	defer close(block)
 	srv := llmtest.New(t, "", "small")
@@ -193,6 +199,7 @@ func TestTimeout(t *testing.T) {
 }
 
 func TestListModels(t *testing.T) {
+	t.Parallel()
 	f := llmtest.New(t, testKey, "small", "big")
 	c, _ := newClient(t, f)
 	ids, err := c.ListModels(context.Background())
@@ -202,6 +209,7 @@ func TestListModels(t *testing.T) {
 }
 
 func TestNewRefusesBadBaseURL(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ name, url, want string }{
 		{"empty", "", "must be an http"},
 		{"scheme", "ftp://x/v1", "must be an http"},

@@ -11,6 +11,7 @@ import (
 )
 
 func TestDoctor(t *testing.T) {
+	t.Parallel()
 	ping := llmtest.Reply{ToolCalls: []llmtest.ToolCall{{Name: "ping", Arguments: `{"word":"pong"}`}}}
 	tests := []struct {
 		name   string

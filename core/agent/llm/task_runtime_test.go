@@ -207,6 +207,7 @@ verify:
 // step and task) → the plan's check passes → a plain summary of what ran.
 // Nothing runs before its tap; the model never sees a token.
 func TestTaskHappyPath(t *testing.T) {
+	t.Parallel()
 	h := setupTasks(t, taskOpts{})
 	h.fake.Script(planTaskCall("say one then two"), planReply(twoStepPlan),
 		shellCall(`["echo","one"]`), stepDone("said one"),
@@ -313,6 +314,7 @@ func TestTaskHappyPath(t *testing.T) {
 // The plan's check fails: the step is retried with the failure as context,
 // and once the world is right the check passes and the task is done.
 func TestTaskVerifyFailRetryPass(t *testing.T) {
+	t.Parallel()
 	h := setupTasks(t, taskOpts{})
 	marker := filepath.Join(h.dir, "marker")
 	h.fake.Script(planTaskCall("make the marker"), planReply(fmt.Sprintf(`title: Make the marker
@@ -347,6 +349,7 @@ verify:
 // attempts escalates with "Stuck on step N … Retry / Re-plan / Stop";
 // Retry runs the step again and Stop ends the task.
 func TestTaskEscalation(t *testing.T) {
+	t.Parallel()
 	h := setupTasks(t, taskOpts{recovery: task.Policy{MaxAttempts: 2}})
 	h.fake.Script(planTaskCall("fetch it"), planReply("title: Fetch it\nsteps: [Download the file]\non_stuck: escalate\nverify:\n  - run: [test, -d, /]\n    expect: {exit_code: 0}\n"),
 		shellCall(`["curl","https://example.org"]`), stuck("downloads are blocked"),
@@ -403,6 +406,7 @@ func TestTaskEscalation(t *testing.T) {
 // /stop mid-task: the open card closes as cancelled, nothing runs, even a
 // later tap on it; /tasks shows the task stopped.
 func TestTaskStop(t *testing.T) {
+	t.Parallel()
 	h := setupTasks(t, taskOpts{})
 	h.fake.Script(planTaskCall("two things"), planReply(twoStepPlan), shellCall(`["echo","one"]`))
 	h.deliver(t, owner, "say one, then two", nil)
@@ -430,6 +434,7 @@ func TestTaskStop(t *testing.T) {
 // A restart in the middle of a task: the model call in flight is made
 // again by the new process, and the step that already ran is not run again.
 func TestTaskResumesAfterRestart(t *testing.T) {
+	t.Parallel()
 	h := setupTasks(t, taskOpts{})
 	h.fake.Script(planTaskCall("two things"), planReply(twoStepPlan), shellCall(`["echo","one"]`))
 	release := make(chan struct{})
@@ -464,6 +469,7 @@ func TestTaskResumesAfterRestart(t *testing.T) {
 // A budget reached stops the task with a message saying which; policy
 // lets `uname` run without a tap (allow), and only there.
 func TestTaskBudgetExhausted(t *testing.T) {
+	t.Parallel()
 	h := setupTasks(t, taskOpts{limits: task.Limits{Tokens: 100000, ModelCalls: 50, ToolCalls: 1, WallTime: time.Hour}})
 	h.fake.Script(planTaskCall("two things"), planReply("title: Kernel then more\nsteps: [Show the kernel, Say more]\n"),
 		shellCall(`["uname"]`), stepDone("shown"), shellCall(`["echo","more"]`))

@@ -62,6 +62,7 @@ func lastToolMessage(t *testing.T, h *taskHarness, i int) string {
 // owner may answer; the answer comes back to the executor fenced as the
 // user's data; the answered card is closed and a tap on it changes nothing.
 func TestTaskAskUserChoices(t *testing.T) {
+	t.Parallel()
 	h := setupTasks(t, taskOpts{configure: func(c *engine.Config) { c.Allowed = []core.IdentityID{friend} }})
 	h.fake.Script(planTaskCall("clean the logs"), planReply("title: Clean logs\nsteps: [Clean the logs]\n"),
 		askCall(`{"question":"How many days of logs should I keep?","choices":["7 days","30 days"]}`))
@@ -118,6 +119,7 @@ func TestTaskAskUserChoices(t *testing.T) {
 // answer — also after a restart while the task waits (the question lives
 // in PostgreSQL, not in memory). The proxy is not asked about it.
 func TestTaskAskUserFreeTextAcrossRestart(t *testing.T) {
+	t.Parallel()
 	h := setupTasks(t, taskOpts{})
 	h.fake.Script(planTaskCall("clean a directory"), planReply("title: Clean a directory\nsteps: [Clean it]\n"),
 		askCall(`{"question":"Which directory should I clean?"}`))
@@ -154,6 +156,7 @@ func TestTaskAskUserFreeTextAcrossRestart(t *testing.T) {
 // /stop while a question waits closes its card as cancelled; a late tap
 // changes nothing, and a later message goes to the agent as usual.
 func TestTaskStopClosesQuestion(t *testing.T) {
+	t.Parallel()
 	h := setupTasks(t, taskOpts{})
 	h.fake.Script(planTaskCall("clean"), planReply("title: Clean\nsteps: [Clean]\n"),
 		askCall(`{"question":"Really clean?","choices":["yes","no"]}`))
@@ -176,6 +179,7 @@ var pointerRE = regexp.MustCompile(`taskout-[0-9A-Za-z]+`)
 // for it back with read_output and gets the whole of it (under the 50,000
 // cap); a pointer that is not its task's is refused; the task goes on.
 func TestTaskRehydratesEvictedOutput(t *testing.T) {
+	t.Parallel()
 	h := setupTasks(t, taskOpts{})
 	// Another task's stored output, whose pointer the model will try.
 	if _, err := h.st.Pool().Exec(context.Background(), `INSERT INTO tasks (id, channel, conversation, requester, origin, goal, state, machine, limits, created_at, updated_at)
@@ -248,6 +252,7 @@ func TestTaskRehydratesEvictedOutput(t *testing.T) {
 // entry, chat message or task row. A secret that is not stored gets the
 // secure-input card, and the model is told the call was refused.
 func TestTaskSecretsByName(t *testing.T) {
+	t.Parallel()
 	key, err := secrets.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
@@ -359,6 +364,7 @@ func TestTaskSecretsByName(t *testing.T) {
 // stops there (reaching a limit counts) — counted as one call each, the
 // call would have been proposed.
 func TestTaskRepairedCallsCountTwice(t *testing.T) {
+	t.Parallel()
 	h := setupTasks(t, taskOpts{limits: task.Limits{Tokens: 100000, ModelCalls: 4, ToolCalls: 20, WallTime: time.Hour}})
 	h.fake.Script(planTaskCall("say hi"), llmtest.Reply{Content: "I would just say hi."}, planReply("title: Say hi\nsteps: [Say hi]\n"),
 		shellCall(`"echo hi"`), shellCall(`["echo","hi"]`), stepDone("said hi"))
