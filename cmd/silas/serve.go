@@ -180,8 +180,9 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		channels = append(channels, dc)
 		access[dc.Name()] = trust.AccessPolicy(cfg.Discord.DMPolicy)
 	}
+	waNotice := &ownerNotifier{log: log}
 	if cfg.WhatsApp.Enabled {
-		wa, closeWA, err := whatsappChannel(ctx, cfg, db, log)
+		wa, closeWA, err := whatsappChannel(ctx, cfg, db, log, waNotice.notify)
 		if err != nil {
 			return err
 		}
@@ -217,6 +218,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	waNotice.eng.Store(eng)
 	if tasks != nil {
 		// The runtime proposes through the engine (its host), so it is
 		// built second and handed to the engine before Run.

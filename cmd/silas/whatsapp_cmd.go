@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/adapters/whatsapp"
+	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/config"
 )
@@ -170,11 +172,9 @@ func whatsappLimits(cfg *config.Config) kit.Limits {
 // reports "run silas whatsapp link" (log, doctor) instead of stopping the
 // other channels.
 //
-// Notifying the owner through another channel when WhatsApp logs the
-// device out (issue 13) needs an engine entry point that does not exist
-// yet: until then such problems are logged at error level and shown by
-// `silas doctor` / `silas whatsapp status`.
-func whatsappChannel(ctx context.Context, cfg *config.Config, db *database, log *slog.Logger) (*whatsapp.Adapter, func(), error) {
+// notify tells the owners through the other channels when WhatsApp needs
+// them (logged out, replaced, banned, outdated, not linked).
+func whatsappChannel(ctx context.Context, cfg *config.Config, db *database, log *slog.Logger, notify func(ctx context.Context, text string)) (*whatsapp.Adapter, func(), error) {
 	if cfg.Database.AutoMigrate {
 		appRole := ""
 		if db.migrateDSN != db.dsn {
@@ -197,11 +197,31 @@ func whatsappChannel(ctx context.Context, cfg *config.Config, db *database, log 
 		return nil, nil, err
 	}
 	wc := whatsappConfig(cfg, log)
-	wc.Client, wc.State = whatsapp.NewClient(dev, log), db.store
+	wc.Client, wc.State, wc.Notify = whatsapp.NewClient(dev, log), db.store, notify
 	a, err := whatsapp.New(wc)
 	if err != nil {
 		ds.Close()
 		return nil, nil, err
 	}
 	return a, func() { ds.Close() }, nil
+}
+
+// ownerNotifier hands the WhatsApp channel's problems to the engine's
+// NotifyOwners. The adapter is built before the engine (the engine needs
+// its channels), so the engine is set once it exists; WhatsApp events only
+// start after that (channels run once the engine is ready).
+type ownerNotifier struct {
+	eng atomic.Pointer[engine.Engine]
+	log *slog.Logger
+}
+
+func (n *ownerNotifier) notify(ctx context.Context, text string) {
+	eng := n.eng.Load()
+	if eng == nil {
+		n.log.Warn("whatsapp: the owners cannot be told yet (the engine is not running)")
+		return
+	}
+	if _, err := eng.NotifyOwners(ctx, "whatsapp", text); err != nil {
+		n.log.Error("whatsapp: could not tell the owners through another channel", slog.Any("err", err))
+	}
 }

@@ -28,6 +28,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,6 +175,42 @@ func (s *Server) DropConnection() {
 	}
 }
 
+// StopAnsweringKeepalives makes the current connection ignore the
+// device's keepalive pings from now on, as a connection that died without
+// being closed (a NAT timeout); a new connection answers them again.
+func (s *Server) StopAnsweringKeepalives() {
+	s.mu.Lock()
+	c := s.conn
+	s.mu.Unlock()
+	if c != nil {
+		c.deaf.Store(true)
+	}
+}
+
+// StreamError sends <stream:error code="code"> (with <conflict
+// type="conflict"/> when conflict is not empty) and closes the
+// connection shortly after, as WhatsApp does: code 408 or 428 is a
+// timed-out or closed stream, 401 with conflict device_removed a logout
+// (whatsmeow deletes the device), conflict replaced another connection
+// with the same keys.
+func (s *Server) StreamError(code, conflict string) {
+	s.mu.Lock()
+	c := s.conn
+	s.mu.Unlock()
+	if c == nil {
+		return
+	}
+	n := waBinary.Node{Tag: "stream:error", Attrs: waBinary.Attrs{}}
+	if code != "" {
+		n.Attrs["code"] = code
+	}
+	if conflict != "" {
+		n.Content = []waBinary.Node{{Tag: "conflict", Attrs: waBinary.Attrs{"type": conflict}}}
+	}
+	_ = c.send(n)
+	time.AfterFunc(200*time.Millisecond, func() { c.ws.Close(websocket.StatusNormalClosure, "stream error") })
+}
+
 // noise is the server's half of the handshake (the same state machine as
 // whatsmeow's socket.NoiseHandshake, whose final salt is unexported).
 type noise struct {
@@ -242,6 +279,9 @@ type conn struct {
 	device     types.JID
 	pending    []byte
 	headerSeen bool
+	// deaf: keepalive pings are no longer answered (a connection that
+	// died without closing).
+	deaf atomic.Bool
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
@@ -417,6 +457,9 @@ func (c *conn) handle(n *waBinary.Node) {
 	ag := n.AttrGetter()
 	switch n.Tag {
 	case "iq":
+		if ag.OptionalString("xmlns") == "w:p" && c.deaf.Load() {
+			return
+		}
 		res := waBinary.Node{Tag: "iq", Attrs: waBinary.Attrs{"id": ag.String("id"), "type": "result", "from": types.ServerJID}}
 		if ag.OptionalString("xmlns") == "usync" {
 			res.Content = c.usync(n)
