@@ -31,7 +31,7 @@ func TestRealClientRecoversOnItsOwn(t *testing.T) {
 	}
 	r.run(t, a, in)
 	steps := []struct {
-		name  string
+		name   string
 		break_ func()
 	}{
 		{"stream error 408", func() { r.srv.StreamError("408", "") }},

@@ -23,14 +23,14 @@ import (
 // realRig is the real whatsmeow client of a linked device on the fake
 // server, with one phone that knows it.
 type realRig struct {
-	ds    *DeviceStore
-	dev   *store.Device
+	ds  *DeviceStore
+	dev *store.Device
 	// devJID is the device's JID (dev.ID is cleared when whatsmeow
 	// deletes a logged-out device).
 	devJID types.JID
-	srv   *whatsapptest.Server
-	phone whatsapptest.Phone
-	cli   Client
+	srv    *whatsapptest.Server
+	phone  whatsapptest.Phone
+	cli    Client
 }
 
 var rigAccount = func() *waAdv.ADVSignedDeviceIdentity {
