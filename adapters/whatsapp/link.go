@@ -12,6 +12,7 @@ import (
 
 	"github.com/mdp/qrterminal/v3"
 	"go.mau.fi/whatsmeow"
+	"go.mau.fi/whatsmeow/store"
 	"go.mau.fi/whatsmeow/types"
 	"rsc.io/qr"
 
@@ -77,7 +78,21 @@ type LinkOptions struct {
 	// ShowQR renders a QR code (default: half blocks on Out). Each new
 	// code replaces the last (whatsmeow rotates them).
 	ShowQR func(code string)
+	// Page also shows each QR code (a one-time page of the secure HTTPS
+	// form, secretsweb.QRPage) and, on success, "linked as +… ✓".
+	// Optional.
+	Page QRPage
+	// Device is the unlinked device to pair (default: the device store's
+	// first). `silas serve` passes the one its channel's client uses, so
+	// the channel connects with it as soon as the phone confirmed.
+	Device *store.Device
 	Logger *slog.Logger
+}
+
+// QRPage shows QR codes somewhere besides the terminal.
+type QRPage interface {
+	SetCode(code string) error
+	Done(msg string)
 }
 
 // Link pairs a new linked device: it shows QR codes as whatsmeow rotates
@@ -88,14 +103,18 @@ func Link(ctx context.Context, ds *DeviceStore, o LinkOptions) (types.JID, error
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	dev, err := ds.Device(ctx)
-	if err != nil {
-		return types.JID{}, err
+	dev := o.Device
+	if dev == nil {
+		var err error
+		if dev, err = ds.Device(ctx); err != nil {
+			return types.JID{}, err
+		}
 	}
 	if dev.ID != nil {
 		return types.JID{}, fmt.Errorf("whatsapp: already linked as +%s: run `silas whatsapp unlink` first", dev.ID.User)
 	}
 	var phone string
+	var err error
 	if o.Phone != "" {
 		if phone, err = PhoneDigits(o.Phone); err != nil {
 			return types.JID{}, fmt.Errorf("whatsapp: --phone: %w", err)
@@ -124,6 +143,11 @@ func Link(ctx context.Context, ds *DeviceStore, o LinkOptions) (types.JID, error
 			if phone == "" {
 				fmt.Fprintln(o.Out, "Scan this code in WhatsApp → Settings → Linked devices → Link a device:")
 				o.ShowQR(item.Code)
+				if o.Page != nil {
+					if err := o.Page.SetCode(item.Code); err != nil {
+						o.Logger.Warn("whatsapp: link: the QR page could not show the code", slog.Any("err", err))
+					}
+				}
 				fmt.Fprintf(o.Out, "(a new code follows in %s)\n", item.Timeout.Round(time.Second))
 				continue
 			}
@@ -139,6 +163,9 @@ func Link(ctx context.Context, ds *DeviceStore, o LinkOptions) (types.JID, error
 		case "success":
 			if cli.Store.ID == nil {
 				return types.JID{}, errors.New("whatsapp: link: WhatsApp reported success but no device id was stored")
+			}
+			if o.Page != nil {
+				o.Page.Done(fmt.Sprintf("linked as +%s ✓", cli.Store.ID.User))
 			}
 			return *cli.Store.ID, nil
 		case "timeout":

@@ -141,6 +141,7 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 	a.log.Info("whatsapp channel running", slog.String("cards", a.cfg.Cards))
 	a.wake()
 	b := kit.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
+	offered := false // Config.Link, once per Run
 	for {
 		select {
 		case <-ctx.Done():
@@ -156,6 +157,17 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 				break
 			}
 			if errors.Is(err, ErrNotLinked) {
+				if link := a.cfg.Link; link != nil && !offered {
+					offered = true
+					a.log.Info("whatsapp: no device is linked; offering to link one")
+					if err = link(ctx); err == nil {
+						continue
+					}
+					if ctx.Err() != nil {
+						return nil
+					}
+					a.log.Warn("whatsapp: linking did not complete", slog.Any("err", err))
+				}
 				a.fatal(ctx, "No WhatsApp device is linked (never linked, or WhatsApp logged it out). Run `silas whatsapp link`, then restart `silas serve`.")
 				break
 			}

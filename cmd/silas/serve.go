@@ -180,9 +180,9 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		channels = append(channels, dc)
 		access[dc.Name()] = trust.AccessPolicy(cfg.Discord.DMPolicy)
 	}
-	waNotice := &ownerNotifier{log: log}
+	waHooks := &waServe{log: log, out: env.stdout, interactive: isTerminal(env.stdout)}
 	if cfg.WhatsApp.Enabled {
-		wa, closeWA, err := whatsappChannel(ctx, cfg, db, log, waNotice.notify)
+		wa, closeWA, err := whatsappChannel(ctx, cfg, db, log, waHooks)
 		if err != nil {
 			return err
 		}
@@ -218,7 +218,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	waNotice.eng.Store(eng)
+	waHooks.eng.Store(eng)
 	if tasks != nil {
 		// The runtime proposes through the engine (its host), so it is
 		// built second and handed to the engine before Run.
@@ -235,6 +235,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 			return err
 		}
 		eng.SetSecretLink(form.Link)
+		waHooks.form.Store(form)
 	}
 
 	mux := http.NewServeMux()
