@@ -9,10 +9,14 @@
 //
 // The device can answer a phone that wrote first: the fake answers the
 // usync device-list query, decrypts the device's Signal message as the
-// phone and acknowledges it. It does not implement prekey fetches (a
-// message to someone who never wrote), app state, history sync, media or
-// groups: tests of those stay on the adapter's port (docs/whatsapp.md,
-// "Testing").
+// phone and acknowledges it. Phones also write in groups (sender keys,
+// SendGroupMessage); what waited while the device was away comes as the
+// offline batch after its next login; the server can end the stream with
+// an error code (StreamError), stop answering keepalives and lose
+// receipts. It does not implement prekey fetches (a message to someone who
+// never wrote), sending to groups (group metadata), app state, history
+// sync, media or pairing: tests of those stay on the adapter's port
+// (docs/whatsapp.md, "Testing").
 package whatsapptest
 
 import (
@@ -23,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -34,6 +39,7 @@ import (
 
 	"github.com/coder/websocket"
 	"go.mau.fi/libsignal/ecc"
+	"go.mau.fi/libsignal/groups"
 	"go.mau.fi/libsignal/keys/identity"
 	"go.mau.fi/libsignal/keys/prekey"
 	"go.mau.fi/libsignal/protocol"
@@ -80,6 +86,21 @@ type Server struct {
 	// got are the messages the phones received from the device.
 	got    []Received
 	connCh chan struct{}
+	// loseReceipts drops the device's delivery receipts (LoseReceipts).
+	loseReceipts bool
+	// skdm: the phone (group/user) already gave the device its sender
+	// key for the group.
+	skdm map[string]bool
+}
+
+// LoseReceipts makes delivery receipts from the device get lost (on) or
+// arrive again (off): a message whose receipt is lost is delivered again
+// after the next login, as WhatsApp does when a connection dies before the
+// receipt reached it.
+func (s *Server) LoseReceipts(on bool) {
+	s.mu.Lock()
+	s.loseReceipts = on
+	s.mu.Unlock()
 }
 
 type uploadedKey struct {
@@ -92,7 +113,7 @@ type uploadedKey struct {
 // connections in the same process.
 func NewServer(t testing.TB) *Server {
 	root, inter := keys.NewKeyPair(), keys.NewKeyPair()
-	s := &Server{t: t, static: keys.NewKeyPair(), receipts: map[string]int{}, connCh: make(chan struct{}, 16), phones: map[string]Phone{}}
+	s := &Server{t: t, static: keys.NewKeyPair(), receipts: map[string]int{}, connCh: make(chan struct{}, 16), phones: map[string]Phone{}, skdm: map[string]bool{}}
 	interDetails, _ := proto.Marshal(&waCert.CertChain_NoiseCertificate_Details{Serial: proto.Uint32(7), IssuerSerial: proto.Uint32(whatsmeow.WACertIssuerSerial), Key: inter.Pub[:]})
 	leafDetails, _ := proto.Marshal(&waCert.CertChain_NoiseCertificate_Details{Serial: proto.Uint32(8), IssuerSerial: proto.Uint32(7), Key: s.static.Pub[:]})
 	interSig := ecc.CalculateSignature(ecc.NewDjbECPrivateKey(*root.Priv), interDetails)
@@ -310,12 +331,23 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}()
 	_ = c.send(waBinary.Node{Tag: "success", Attrs: waBinary.Attrs{"t": strconv.FormatInt(time.Now().Unix(), 10), "props": "1", "abprops": "1", "location": "test"}})
+	// What waited while no device was connected (and what was never
+	// acknowledged) comes as the offline batch, between an offline
+	// preview and the offline marker, as on WhatsApp.
 	s.mu.Lock()
 	again := append([]waBinary.Node(nil), s.unacked...)
 	s.mu.Unlock()
+	if len(again) > 0 {
+		n := strconv.Itoa(len(again))
+		_ = c.send(waBinary.Node{Tag: "ib", Content: []waBinary.Node{{Tag: "offline_preview", Attrs: waBinary.Attrs{"count": n, "message": n,
+			"appdata": "0", "notification": "0", "receipt": "0"}}}})
+	}
 	for _, n := range again {
+		n.Attrs = maps.Clone(n.Attrs)
+		n.Attrs["offline"] = "1"
 		_ = c.send(n)
 	}
+	_ = c.send(waBinary.Node{Tag: "ib", Content: []waBinary.Node{{Tag: "offline", Attrs: waBinary.Attrs{"count": strconv.Itoa(len(again))}}}})
 	for {
 		n, err := c.recvNode()
 		if err != nil {
@@ -483,7 +515,9 @@ func (c *conn) handle(n *waBinary.Node) {
 		// Delivery receipts: no type, or "inactive" from a device that
 		// has not announced its presence; "retry" asks the sender to
 		// encrypt again (the device could not decrypt).
-		if typ == "" || typ == "inactive" {
+		if (typ == "" || typ == "inactive") && c.s.loseReceipts {
+			// Lost on the way: the message stays unacknowledged.
+		} else if typ == "" || typ == "inactive" {
 			c.s.receipts[ag.String("id")]++
 			c.s.dropUnacked(ag.String("id"))
 		} else {
@@ -667,59 +701,119 @@ func (s *Server) Vote(ctx context.Context, phone Phone, device *store.Device, id
 // is connected the message waits, as on WhatsApp, and comes after the next
 // login.
 func (s *Server) SendMessage(ctx context.Context, phone Phone, device *store.Device, id string, m *waE2E.Message) error {
-	s.mu.Lock()
-	c, pk, dj := s.conn, s.preKey, s.device
-	s.mu.Unlock()
-	if pk == nil || dj.IsEmpty() {
-		return errors.New("whatsapptest: no device has logged in and uploaded its prekeys yet")
-	}
-	addr := protocol.NewSignalAddress(dj.User, uint32(dj.Device))
-	b := session.NewBuilderFromSignal(phone.Store, addr, store.SignalProtobufSerializer)
-	bundle := prekey.NewBundle(device.RegistrationID, uint32(dj.Device), optional.NewOptionalUint32(pk.id), device.SignedPreKey.KeyID,
-		ecc.NewDjbECPublicKey(pk.pub), ecc.NewDjbECPublicKey(*device.SignedPreKey.Pub), *device.SignedPreKey.Signature,
-		identity.NewKey(ecc.NewDjbECPublicKey(*device.IdentityKey.Pub)))
-	// A new session only for the first message: later ones continue it
-	// (a phone does not start over, and the one-time prekey is used up).
-	has, err := phone.Store.ContainsSession(ctx, addr)
-	if err != nil {
-		return err
-	}
-	if !has {
-		if err := b.ProcessBundle(ctx, bundle); err != nil {
-			return fmt.Errorf("whatsapptest: process bundle: %w", err)
-		}
-	}
 	plain, err := proto.Marshal(m)
 	if err != nil {
 		return err
 	}
-	plain = append(plain, 1) // one byte of padding, as whatsmeow's padMessage
 	// One phone message at a time, in order (the Signal chain), without
 	// holding s.mu while writing to a socket that may be dying.
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
-	msg, err := session.NewCipher(b, addr).Encrypt(ctx, plain)
+	encType, ct, err := s.encryptDirect(ctx, phone, device, plain)
 	if err != nil {
-		return fmt.Errorf("whatsapptest: encrypt: %w", err)
-	}
-	encType := "msg"
-	if msg.Type() == protocol.PREKEY_TYPE {
-		encType = "pkmsg"
+		return err
 	}
 	typ := "text"
 	if m.PollUpdateMessage != nil {
 		typ = "poll"
 	}
-	n := waBinary.Node{Tag: "message", Attrs: waBinary.Attrs{"from": phone.JID, "id": id, "type": typ,
+	s.deliver(waBinary.Node{Tag: "message", Attrs: waBinary.Attrs{"from": phone.JID, "id": id, "type": typ,
 		"t": strconv.FormatInt(time.Now().Unix(), 10), "notify": "Phone"},
-		Content: []waBinary.Node{{Tag: "enc", Attrs: waBinary.Attrs{"v": "2", "type": encType}, Content: msg.Serialize()}}}
+		Content: []waBinary.Node{{Tag: "enc", Attrs: waBinary.Attrs{"v": "2", "type": encType}, Content: ct}}})
+	return nil
+}
+
+// SendGroupMessage makes phone send m to group, where the device is a
+// member: sender-key encrypted (skmsg) with go.mau.fi/libsignal's group
+// cipher, preceded the first time by the phone's sender key, sent to the
+// device in its Signal session (pkmsg/msg), as WhatsApp clients do.
+func (s *Server) SendGroupMessage(ctx context.Context, phone Phone, device *store.Device, group types.JID, id string, m *waE2E.Message) error {
+	plain, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	builder := groups.NewGroupSessionBuilder(phone.Store, store.SignalProtobufSerializer)
+	name := protocol.NewSenderKeyName(group.String(), protocol.NewSignalAddress(phone.JID.User, 0))
+	var encs []waBinary.Node
+	key := group.String() + "/" + phone.JID.User
+	s.mu.Lock()
+	sent := s.skdm[key]
+	s.mu.Unlock()
+	if !sent {
+		skdm, err := builder.Create(ctx, name)
+		if err != nil {
+			return fmt.Errorf("whatsapptest: sender key: %w", err)
+		}
+		dist, err := proto.Marshal(&waE2E.Message{SenderKeyDistributionMessage: &waE2E.SenderKeyDistributionMessage{
+			GroupID: proto.String(group.String()), AxolotlSenderKeyDistributionMessage: skdm.Serialize()}})
+		if err != nil {
+			return err
+		}
+		encType, ct, err := s.encryptDirect(ctx, phone, device, dist)
+		if err != nil {
+			return err
+		}
+		encs = append(encs, waBinary.Node{Tag: "enc", Attrs: waBinary.Attrs{"v": "2", "type": encType}, Content: ct})
+		s.mu.Lock()
+		s.skdm[key] = true
+		s.mu.Unlock()
+	}
+	gm, err := groups.NewGroupCipher(builder, name, phone.Store).Encrypt(ctx, append(plain, 1))
+	if err != nil {
+		return fmt.Errorf("whatsapptest: group encrypt: %w", err)
+	}
+	encs = append(encs, waBinary.Node{Tag: "enc", Attrs: waBinary.Attrs{"v": "2", "type": "skmsg"}, Content: gm.SignedSerialize()})
+	s.deliver(waBinary.Node{Tag: "message", Attrs: waBinary.Attrs{"from": group, "participant": phone.JID, "id": id, "type": "text",
+		"t": strconv.FormatInt(time.Now().Unix(), 10), "notify": "Phone"}, Content: encs})
+	return nil
+}
+
+// deliver sends a message node to the device, or keeps it for the next
+// login; either way it stays unacknowledged until the device's receipt.
+func (s *Server) deliver(n waBinary.Node) {
 	s.mu.Lock()
 	s.unacked = append(s.unacked, n)
-	c = s.conn
+	c := s.conn
 	s.mu.Unlock()
-	if c == nil {
-		return nil
+	if c != nil {
+		_ = c.send(n) // a failed write: it comes again after the next login
 	}
-	_ = c.send(n) // a failed write: it comes again after the next login
-	return nil
+}
+
+// encryptDirect encrypts plain (one byte of padding added, as whatsmeow's
+// padMessage) from phone to the device in their Signal session, starting
+// it from the device's prekey bundle the first time. Callers hold sendMu.
+func (s *Server) encryptDirect(ctx context.Context, phone Phone, device *store.Device, plain []byte) (string, []byte, error) {
+	s.mu.Lock()
+	pk, dj := s.preKey, s.device
+	s.mu.Unlock()
+	if pk == nil || dj.IsEmpty() {
+		return "", nil, errors.New("whatsapptest: no device has logged in and uploaded its prekeys yet")
+	}
+	addr := protocol.NewSignalAddress(dj.User, uint32(dj.Device))
+	b := session.NewBuilderFromSignal(phone.Store, addr, store.SignalProtobufSerializer)
+	// A new session only for the first message: later ones continue it
+	// (a phone does not start over, and the one-time prekey is used up).
+	has, err := phone.Store.ContainsSession(ctx, addr)
+	if err != nil {
+		return "", nil, err
+	}
+	if !has {
+		bundle := prekey.NewBundle(device.RegistrationID, uint32(dj.Device), optional.NewOptionalUint32(pk.id), device.SignedPreKey.KeyID,
+			ecc.NewDjbECPublicKey(pk.pub), ecc.NewDjbECPublicKey(*device.SignedPreKey.Pub), *device.SignedPreKey.Signature,
+			identity.NewKey(ecc.NewDjbECPublicKey(*device.IdentityKey.Pub)))
+		if err := b.ProcessBundle(ctx, bundle); err != nil {
+			return "", nil, fmt.Errorf("whatsapptest: process bundle: %w", err)
+		}
+	}
+	msg, err := session.NewCipher(b, addr).Encrypt(ctx, append(plain, 1))
+	if err != nil {
+		return "", nil, fmt.Errorf("whatsapptest: encrypt: %w", err)
+	}
+	if msg.Type() == protocol.PREKEY_TYPE {
+		return "pkmsg", msg.Serialize(), nil
+	}
+	return "msg", msg.Serialize(), nil
 }
