@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"regexp"
 	"strings"
 	"time"
@@ -14,15 +15,17 @@ import (
 	"go.mau.fi/whatsmeow"
 	"go.mau.fi/whatsmeow/store"
 	"go.mau.fi/whatsmeow/types"
+	"go.mau.fi/whatsmeow/types/events"
 	"rsc.io/qr"
 
 	"github.com/silas-gateway/silas/core"
 )
 
 // Linking, link state and unlinking, for `silas whatsapp link|status|
-// unlink` and `silas doctor`. Link and Unlink talk to WhatsApp's servers,
-// so no test runs them (there is no local fake of WhatsApp's transport);
-// State, PhoneDigits and Doctor are tested on PostgreSQL.
+// unlink` and `silas doctor`. Link is tested against the fake server
+// (whatsapptest: pairing, then the first login); Unlink talks to
+// WhatsApp's servers only; State, PhoneDigits and Doctor are tested on
+// PostgreSQL.
 
 // LinkState is what the device store says about the link.
 type LinkState struct {
@@ -87,6 +90,9 @@ type LinkOptions struct {
 	// the channel connects with it as soon as the phone confirmed.
 	Device *store.Device
 	Logger *slog.Logger
+	// httpClient replaces whatsmeow's HTTP clients (tests: the fake
+	// server; unexported, so no configuration can point Link elsewhere).
+	httpClient *http.Client
 }
 
 // QRPage shows QR codes somewhere besides the terminal.
@@ -128,6 +134,24 @@ func Link(ctx context.Context, ds *DeviceStore, o LinkOptions) (types.JID, error
 		}
 	}
 	cli := whatsmeow.NewClient(dev, waLogger(o.Logger.With(slog.String("component", "whatsmeow"))))
+	if o.httpClient != nil {
+		cli.SetWebsocketHTTPClient(o.httpClient)
+		cli.SetPreLoginHTTPClient(o.httpClient)
+	}
+	// After pairing, WhatsApp ends the stream (515) and whatsmeow logs in
+	// with the new device by itself; Link returns only after that login,
+	// so the device's first login (and prekey upload) is done, and no
+	// connection of this client is left to replace the channel's own
+	// (`silas serve` connects with the same device right after).
+	loggedIn := make(chan struct{}, 1)
+	cli.AddEventHandler(func(evt any) {
+		if _, ok := evt.(*events.Connected); ok {
+			select {
+			case loggedIn <- struct{}{}:
+			default:
+			}
+		}
+	})
 	qrs, err := cli.GetQRChannel(ctx)
 	if err != nil {
 		return types.JID{}, fmt.Errorf("whatsapp: link: %w", err)
@@ -164,10 +188,17 @@ func Link(ctx context.Context, ds *DeviceStore, o LinkOptions) (types.JID, error
 			if cli.Store.ID == nil {
 				return types.JID{}, errors.New("whatsapp: link: WhatsApp reported success but no device id was stored")
 			}
-			if o.Page != nil {
-				o.Page.Done(fmt.Sprintf("linked as +%s ✓", cli.Store.ID.User))
+			jid := *cli.Store.ID
+			select {
+			case <-loggedIn:
+			case <-time.After(15 * time.Second):
+				o.Logger.Warn("whatsapp: link: the new device did not log in yet; it will at the next start")
+			case <-ctx.Done():
 			}
-			return *cli.Store.ID, nil
+			if o.Page != nil {
+				o.Page.Done(fmt.Sprintf("linked as +%s ✓", jid.User))
+			}
+			return jid, nil
 		case "timeout":
 			return types.JID{}, errors.New("whatsapp: link: no code was scanned in time; run `silas whatsapp link` again")
 		case whatsmeow.QRChannelEventError:

@@ -22,7 +22,9 @@ package whatsapptest
 import (
 	"context"
 	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -32,6 +34,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,6 +50,7 @@ import (
 	"go.mau.fi/libsignal/util/optional"
 	"go.mau.fi/whatsmeow"
 	waBinary "go.mau.fi/whatsmeow/binary"
+	"go.mau.fi/whatsmeow/proto/waAdv"
 	"go.mau.fi/whatsmeow/proto/waCert"
 	"go.mau.fi/whatsmeow/proto/waE2E"
 	"go.mau.fi/whatsmeow/proto/waWa6"
@@ -88,6 +92,8 @@ type Server struct {
 	connCh chan struct{}
 	// loseReceipts drops the device's delivery receipts (LoseReceipts).
 	loseReceipts bool
+	// pairConn is the connection of a device waiting to be linked.
+	pairConn *conn
 	// skdm: the phone (group/user) already gave the device its sender
 	// key for the group.
 	skdm map[string]bool
@@ -232,6 +238,79 @@ func (s *Server) StreamError(code, conflict string) {
 	time.AfterFunc(200*time.Millisecond, func() { c.ws.Close(websocket.StatusNormalClosure, "stream error") })
 }
 
+// pair serves a device that wants to be linked: it offers refs for QR
+// codes (pair-device) and waits for a phone to scan one (ScanQR); once
+// the device signed its identity, the stream ends with code 515 and the
+// device logs in as usual.
+func (s *Server) pair(c *conn) {
+	s.mu.Lock()
+	s.pairConn = c
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.pairConn == c {
+			s.pairConn = nil
+		}
+		s.mu.Unlock()
+	}()
+	refs := make([]waBinary.Node, 6)
+	for i := range refs {
+		refs[i] = waBinary.Node{Tag: "ref", Content: []byte(fmt.Sprintf("2@fake-ref-%d-%d", time.Now().UnixNano(), i))}
+	}
+	_ = c.send(waBinary.Node{Tag: "iq", Attrs: waBinary.Attrs{"from": types.ServerJID, "type": "set", "id": "pair-device-1", "xmlns": "md"},
+		Content: []waBinary.Node{{Tag: "pair-device", Content: refs}}})
+	for {
+		n, err := c.recvNode()
+		if err != nil {
+			return
+		}
+		if n.Tag == "iq" && n.AttrGetter().OptionalString("type") == "result" {
+			if _, ok := n.GetOptionalChildByTag("pair-device-sign"); ok {
+				_ = c.send(waBinary.Node{Tag: "stream:error", Attrs: waBinary.Attrs{"code": "515"}})
+				time.AfterFunc(200*time.Millisecond, func() { c.ws.Close(websocket.StatusNormalClosure, "paired") })
+			}
+		}
+	}
+}
+
+// ScanQR is the phone of account (a phone-number JID) scanning code, a QR
+// code the unlinked device showed: it links the device to the account as
+// device number dev, signing the device's identity with a new account key
+// as WhatsApp's primary device does (ADV), with lid as the account's LID.
+func (s *Server) ScanQR(code string, account types.JID, lid string, dev uint8) error {
+	parts := strings.Split(code, ",")
+	if len(parts) != 4 {
+		return fmt.Errorf("whatsapptest: %q is not a device-link code", code)
+	}
+	identityPub, err1 := base64.StdEncoding.DecodeString(parts[2])
+	advSecret, err2 := base64.StdEncoding.DecodeString(parts[3])
+	if err := errors.Join(err1, err2); err != nil || len(identityPub) != 32 {
+		return fmt.Errorf("whatsapptest: bad code: %v", err)
+	}
+	s.mu.Lock()
+	c := s.pairConn
+	s.mu.Unlock()
+	if c == nil {
+		return errors.New("whatsapptest: no device is waiting to be linked")
+	}
+	accountKey := keys.NewKeyPair()
+	details, _ := proto.Marshal(&waAdv.ADVDeviceIdentity{RawID: proto.Uint32(1), Timestamp: proto.Uint64(uint64(time.Now().Unix())), KeyIndex: proto.Uint32(1)})
+	msg := append(append(append([]byte(nil), whatsmeow.AdvAccountSignaturePrefix...), details...), identityPub...)
+	sig := ecc.CalculateSignature(ecc.NewDjbECPrivateKey(*accountKey.Priv), msg)
+	signed, _ := proto.Marshal(&waAdv.ADVSignedDeviceIdentity{Details: details, AccountSignatureKey: accountKey.Pub[:], AccountSignature: sig[:]})
+	mac := hmac.New(sha256.New, advSecret)
+	mac.Write(signed)
+	container, _ := proto.Marshal(&waAdv.ADVSignedDeviceIdentityHMAC{Details: signed, HMAC: mac.Sum(nil)})
+	jid := types.NewADJID(account.User, 0, dev)
+	lidJID := types.JID{User: lid, Device: uint16(dev), Server: types.HiddenUserServer}
+	return c.send(waBinary.Node{Tag: "iq", Attrs: waBinary.Attrs{"from": types.ServerJID, "type": "set", "id": "pair-success-1", "xmlns": "md"},
+		Content: []waBinary.Node{{Tag: "pair-success", Content: []waBinary.Node{
+			{Tag: "device-identity", Content: container},
+			{Tag: "device", Attrs: waBinary.Attrs{"jid": jid, "lid": lidJID}},
+			{Tag: "platform", Attrs: waBinary.Attrs{"name": "android"}},
+		}}}})
+}
+
 // noise is the server's half of the handshake (the same state machine as
 // whatsmeow's socket.NoiseHandshake, whose final salt is unexported).
 type noise struct {
@@ -300,6 +379,8 @@ type conn struct {
 	device     types.JID
 	pending    []byte
 	headerSeen bool
+	// pairing: a device that is not linked yet (pair).
+	pairing bool
 	// deaf: keepalive pings are no longer answered (a connection that
 	// died without closing).
 	deaf atomic.Bool
@@ -315,6 +396,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if err := c.handshake(); err != nil {
 		s.t.Logf("whatsapptest: handshake: %v", err)
 		ws.Close(websocket.StatusProtocolError, "handshake")
+		return
+	}
+	if c.pairing {
+		s.pair(c)
 		return
 	}
 	s.mu.Lock()
@@ -432,9 +517,11 @@ func (c *conn) handshake() error {
 		return err
 	}
 	if cp.Username == nil {
-		return errors.New("registration (pairing) is not supported by the fake: give the client a linked device")
+		// Registration: a new device that wants to be linked.
+		c.pairing = true
+	} else {
+		c.device = types.NewADJID(strconv.FormatUint(cp.GetUsername(), 10), 0, uint8(cp.GetDevice()))
 	}
-	c.device = types.NewADJID(strconv.FormatUint(cp.GetUsername(), 10), 0, uint8(cp.GetDevice()))
 	w, r := expand(n.salt, nil)
 	// The client writes with the first key and reads with the second.
 	if c.read, err = gcmutil.Prepare(w); err != nil {
