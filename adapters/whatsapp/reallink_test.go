@@ -25,8 +25,13 @@ type recPage struct {
 	done  string
 }
 
-func (p *recPage) SetCode(code string) error { p.mu.Lock(); p.codes = append(p.codes, code); p.mu.Unlock(); return nil }
-func (p *recPage) Done(msg string)           { p.mu.Lock(); p.done = msg; p.mu.Unlock() }
+func (p *recPage) SetCode(code string) error {
+	p.mu.Lock()
+	p.codes = append(p.codes, code)
+	p.mu.Unlock()
+	return nil
+}
+func (p *recPage) Done(msg string) { p.mu.Lock(); p.done = msg; p.mu.Unlock() }
 
 // TestRealClientLinksThenServes is the first `silas serve` without a
 // device, on the fake server: the channel offers linking (Config.Link →
