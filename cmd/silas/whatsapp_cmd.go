@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.mau.fi/whatsmeow"
 	wastore "go.mau.fi/whatsmeow/store"
 
 	"github.com/silas-gateway/silas/adapters/kit"
@@ -219,6 +220,9 @@ func whatsappChannel(ctx context.Context, cfg *config.Config, db *database, log 
 	}
 	wc := whatsappConfig(cfg, log)
 	wc.Client, wc.State, wc.Notify = whatsapp.NewClient(dev, log), db.store, hooks.notify
+	if whatsappTestClient != nil {
+		whatsappTestClient(wc.Client.(interface{ WA() *whatsmeow.Client }).WA())
+	}
 	if dev.ID == nil && hooks.interactive {
 		hooks.dev = dev
 		wc.Link = hooks.link
@@ -230,6 +234,11 @@ func whatsappChannel(ctx context.Context, cfg *config.Config, db *database, log 
 	}
 	return a, func() { ds.Close() }, nil
 }
+
+// whatsappTestClient is set only in test builds (-tags whatsappfake,
+// whatsapp_fakehook.go) to point the channel at the fake server; release
+// builds leave it nil and pin WhatsApp's keys.
+var whatsappTestClient func(*whatsmeow.Client)
 
 // waServe connects the WhatsApp channel to the rest of `silas serve`.
 // The adapter is built before the engine (the engine needs its channels)

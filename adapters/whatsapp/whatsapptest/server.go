@@ -24,6 +24,7 @@ import (
 	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -67,6 +68,7 @@ import (
 // Server is the fake.
 type Server struct {
 	t      testing.TB
+	root   [32]byte
 	http   *httptest.Server
 	static *keys.KeyPair
 	chain  []byte
@@ -128,6 +130,7 @@ func NewServer(t testing.TB) *Server {
 		Intermediate: &waCert.CertChain_NoiseCertificate{Details: interDetails, Signature: interSig[:]},
 		Leaf:         &waCert.CertChain_NoiseCertificate{Details: leafDetails, Signature: leafSig[:]},
 	})
+	s.root = *root.Pub
 	old := whatsmeow.WACertPubKey
 	whatsmeow.WACertPubKey = *root.Pub
 	s.http = httptest.NewTLSServer(http.HandlerFunc(s.serve))
@@ -151,6 +154,14 @@ func (s *Server) HTTPClient() *http.Client {
 	tr.TLSClientConfig.ServerName = "example.com" // in httptest's certificate
 	return &http.Client{Transport: tr}
 }
+
+// Addr is the fake's TCP address, RootKey the certificate root whatsmeow
+// must pin (WACertPubKey) and Certificate the TLS certificate to trust
+// (with server name example.com): what a client in another process (the
+// silas binary built with -tags whatsappfake) needs to reach the fake.
+func (s *Server) Addr() string                   { return s.http.Listener.Addr().String() }
+func (s *Server) RootKey() [32]byte              { return s.root }
+func (s *Server) Certificate() *x509.Certificate { return s.http.Certificate() }
 
 // Logins counts completed logins.
 func (s *Server) Logins() int {
