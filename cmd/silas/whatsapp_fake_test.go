@@ -3,11 +3,18 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"fmt"
+	"html"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +25,7 @@ import (
 
 	"github.com/silas-gateway/silas/adapters/whatsapp"
 	"github.com/silas-gateway/silas/adapters/whatsapp/whatsapptest"
+	"github.com/silas-gateway/silas/internal/config"
 	"github.com/silas-gateway/silas/internal/pgtest"
 )
 
@@ -168,4 +176,65 @@ func startBinary(t *testing.T, bin, dsn, dataDir string, extra ...string) *serve
 	}
 	t.Cleanup(func() { s.stop() })
 	return s
+}
+
+// TestWhatsAppLinkQRForm: `silas whatsapp link` with secrets_web enabled
+// serves the QR code on the secure form behind the one-time link it
+// prints; the page follows the codes, ends with "linked as", and is gone
+// when linking ends (the form stops with it).
+func TestWhatsAppLinkQRForm(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := config.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.Secrets.KeyFile = filepath.Join(cfg.DataDir, "secrets.key")
+	cfg.SecretsWeb.Enabled, cfg.SecretsWeb.Listen, cfg.SecretsWeb.PublicURL = true, addr, "https://"+addr
+	var out syncBuffer
+	log := slog.New(slog.DiscardHandler)
+	page, stop := whatsappQRForm(context.Background(), &cliEnv{stdout: &out, stderr: io.Discard}, cfg, nil, log)
+	if page == nil {
+		t.Fatalf("no QR page: %s", out.String())
+	}
+	m := regexp.MustCompile(`(https://\S+/qr/\S+)`).FindStringSubmatch(out.String())
+	if m == nil || !strings.Contains(out.String(), "fingerprint") {
+		t.Fatalf("no one-time link printed: %q", out.String())
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a self-signed test certificate; the fingerprint is not what is tested
+	get := func(u string) (int, string) {
+		t.Helper()
+		resp, err := hc.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if err := page.SetCode("2@a-code,noise,identity,adv"); err != nil {
+		t.Fatal(err)
+	}
+	code, body := get(m[1])
+	src := regexp.MustCompile(`<img src="([^"]+)"`).FindStringSubmatch(body)
+	if code != http.StatusOK || src == nil {
+		t.Fatalf("page: %d %s", code, body)
+	}
+	if code, img := get("https://" + addr + strings.ReplaceAll(src[1], "&amp;", "&")); code != http.StatusOK || !strings.HasPrefix(img, "\x89PNG") {
+		t.Fatalf("image: %d", code)
+	}
+	if code, _ := get(m[1] + "x"); code != http.StatusNotFound {
+		t.Fatalf("another token: %d", code)
+	}
+	page.Done("linked as +4915100000001 ✓")
+	if code, body := get(m[1]); code != http.StatusOK || !strings.Contains(html.UnescapeString(body), "linked as +4915100000001 ✓") {
+		t.Fatalf("after linking: %d %s", code, body)
+	}
+	stop()
+	if _, err := hc.Get(m[1]); err == nil {
+		t.Fatal("the form still serves after linking ended")
+	}
 }
