@@ -59,8 +59,6 @@ type Adapter struct {
 	// a keepalive went unanswered or the server sent a stream error, so
 	// the socket may look open but carries nothing.
 	force bool
-	// offline counts messages of the offline batch being delivered.
-	offline int
 }
 
 var (
