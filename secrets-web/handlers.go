@@ -35,6 +35,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /secrets/{ref}", s.form)
 	mux.HandleFunc("POST /secrets/{ref}", s.submit)
 	mux.HandleFunc("GET /static/secrets.css", s.css)
+	mux.HandleFunc("GET /qr/{token}", s.qrHTML)
+	mux.HandleFunc("GET /qr/{token}/code.png", s.qrPNG)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.message(w, http.StatusNotFound, "Not found", "This page does not exist.")
 	})
@@ -114,6 +116,10 @@ type pageData struct {
 	Title   string
 	Message string
 	Form    *formData
+	// QR is a QR page's code; Refresh reloads the page every so many
+	// seconds (0: never).
+	QR      *qrData
+	Refresh int
 }
 
 func (s *Server) render(w http.ResponseWriter, status int, d pageData) {

@@ -121,6 +121,7 @@ type Server struct {
 	perRequest  *limiter
 	origin      *http.CrossOriginProtection
 	handler     http.Handler
+	qr          qrPages
 }
 
 // Defaults.

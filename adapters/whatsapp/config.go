@@ -70,6 +70,12 @@ type Config struct {
 	// Notify tells the owner, through another channel, that WhatsApp
 	// needs them (logged out, replaced, banned, outdated). May be nil.
 	Notify func(ctx context.Context, text string)
+	// Link, when set, is offered once when no device is linked (the
+	// first `silas serve` with WhatsApp enabled): it shows QR codes and
+	// returns nil once the phone confirmed, and the channel then connects
+	// with the new device. Without it, or when it fails, the missing link
+	// is reported like a logout.
+	Link   func(ctx context.Context) error
 	Logger *slog.Logger
 	// Now is the clock of the edit window; default time.Now.
 	Now func() time.Time

@@ -6,22 +6,26 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/mdp/qrterminal/v3"
 	"go.mau.fi/whatsmeow"
+	"go.mau.fi/whatsmeow/store"
 	"go.mau.fi/whatsmeow/types"
+	"go.mau.fi/whatsmeow/types/events"
 	"rsc.io/qr"
 
 	"github.com/silas-gateway/silas/core"
 )
 
 // Linking, link state and unlinking, for `silas whatsapp link|status|
-// unlink` and `silas doctor`. Link and Unlink talk to WhatsApp's servers,
-// so no test runs them (there is no local fake of WhatsApp's transport);
-// State, PhoneDigits and Doctor are tested on PostgreSQL.
+// unlink` and `silas doctor`. Link is tested against the fake server
+// (whatsapptest: pairing, then the first login); Unlink talks to
+// WhatsApp's servers only; State, PhoneDigits and Doctor are tested on
+// PostgreSQL.
 
 // LinkState is what the device store says about the link.
 type LinkState struct {
@@ -77,7 +81,24 @@ type LinkOptions struct {
 	// ShowQR renders a QR code (default: half blocks on Out). Each new
 	// code replaces the last (whatsmeow rotates them).
 	ShowQR func(code string)
+	// Page also shows each QR code (a one-time page of the secure HTTPS
+	// form, secretsweb.QRPage) and, on success, "linked as +… ✓".
+	// Optional.
+	Page QRPage
+	// Device is the unlinked device to pair (default: the device store's
+	// first). `silas serve` passes the one its channel's client uses, so
+	// the channel connects with it as soon as the phone confirmed.
+	Device *store.Device
 	Logger *slog.Logger
+	// httpClient replaces whatsmeow's HTTP clients (tests: the fake
+	// server; unexported, so no configuration can point Link elsewhere).
+	httpClient *http.Client
+}
+
+// QRPage shows QR codes somewhere besides the terminal.
+type QRPage interface {
+	SetCode(code string) error
+	Done(msg string)
 }
 
 // Link pairs a new linked device: it shows QR codes as whatsmeow rotates
@@ -88,14 +109,18 @@ func Link(ctx context.Context, ds *DeviceStore, o LinkOptions) (types.JID, error
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	dev, err := ds.Device(ctx)
-	if err != nil {
-		return types.JID{}, err
+	dev := o.Device
+	if dev == nil {
+		var err error
+		if dev, err = ds.Device(ctx); err != nil {
+			return types.JID{}, err
+		}
 	}
 	if dev.ID != nil {
 		return types.JID{}, fmt.Errorf("whatsapp: already linked as +%s: run `silas whatsapp unlink` first", dev.ID.User)
 	}
 	var phone string
+	var err error
 	if o.Phone != "" {
 		if phone, err = PhoneDigits(o.Phone); err != nil {
 			return types.JID{}, fmt.Errorf("whatsapp: --phone: %w", err)
@@ -109,6 +134,24 @@ func Link(ctx context.Context, ds *DeviceStore, o LinkOptions) (types.JID, error
 		}
 	}
 	cli := whatsmeow.NewClient(dev, waLogger(o.Logger.With(slog.String("component", "whatsmeow"))))
+	if o.httpClient != nil {
+		cli.SetWebsocketHTTPClient(o.httpClient)
+		cli.SetPreLoginHTTPClient(o.httpClient)
+	}
+	// After pairing, WhatsApp ends the stream (515) and whatsmeow logs in
+	// with the new device by itself; Link returns only after that login,
+	// so the device's first login (and prekey upload) is done, and no
+	// connection of this client is left to replace the channel's own
+	// (`silas serve` connects with the same device right after).
+	loggedIn := make(chan struct{}, 1)
+	cli.AddEventHandler(func(evt any) {
+		if _, ok := evt.(*events.Connected); ok {
+			select {
+			case loggedIn <- struct{}{}:
+			default:
+			}
+		}
+	})
 	qrs, err := cli.GetQRChannel(ctx)
 	if err != nil {
 		return types.JID{}, fmt.Errorf("whatsapp: link: %w", err)
@@ -124,6 +167,11 @@ func Link(ctx context.Context, ds *DeviceStore, o LinkOptions) (types.JID, error
 			if phone == "" {
 				fmt.Fprintln(o.Out, "Scan this code in WhatsApp → Settings → Linked devices → Link a device:")
 				o.ShowQR(item.Code)
+				if o.Page != nil {
+					if err := o.Page.SetCode(item.Code); err != nil {
+						o.Logger.Warn("whatsapp: link: the QR page could not show the code", slog.Any("err", err))
+					}
+				}
 				fmt.Fprintf(o.Out, "(a new code follows in %s)\n", item.Timeout.Round(time.Second))
 				continue
 			}
@@ -140,7 +188,17 @@ func Link(ctx context.Context, ds *DeviceStore, o LinkOptions) (types.JID, error
 			if cli.Store.ID == nil {
 				return types.JID{}, errors.New("whatsapp: link: WhatsApp reported success but no device id was stored")
 			}
-			return *cli.Store.ID, nil
+			jid := *cli.Store.ID
+			select {
+			case <-loggedIn:
+			case <-time.After(15 * time.Second):
+				o.Logger.Warn("whatsapp: link: the new device did not log in yet; it will at the next start")
+			case <-ctx.Done():
+			}
+			if o.Page != nil {
+				o.Page.Done(fmt.Sprintf("linked as +%s ✓", jid.User))
+			}
+			return jid, nil
 		case "timeout":
 			return types.JID{}, errors.New("whatsapp: link: no code was scanned in time; run `silas whatsapp link` again")
 		case whatsmeow.QRChannelEventError:

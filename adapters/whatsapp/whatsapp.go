@@ -55,8 +55,10 @@ type Adapter struct {
 	status Status
 	// kick wakes the reconnect loop.
 	kick chan struct{}
-	// offline counts messages of the offline batch being delivered.
-	offline int
+	// force asks the reconnect loop to drop the current connection first:
+	// a keepalive went unanswered or the server sent a stream error, so
+	// the socket may look open but carries nothing.
+	force bool
 }
 
 var (
@@ -137,11 +139,15 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 	a.log.Info("whatsapp channel running", slog.String("cards", a.cfg.Cards))
 	a.wake()
 	b := kit.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
+	offered := false // Config.Link, once per Run
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-a.kick:
+		}
+		if a.takeForce() {
+			a.cli.Disconnect()
 		}
 		for !a.cli.IsConnected() && a.Status().Problem == "" {
 			err := a.cli.Connect(ctx)
@@ -149,6 +155,17 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 				break
 			}
 			if errors.Is(err, ErrNotLinked) {
+				if link := a.cfg.Link; link != nil && !offered {
+					offered = true
+					a.log.Info("whatsapp: no device is linked; offering to link one")
+					if err = link(ctx); err == nil {
+						continue
+					}
+					if ctx.Err() != nil {
+						return nil
+					}
+					a.log.Warn("whatsapp: linking did not complete", slog.Any("err", err))
+				}
 				a.fatal(ctx, "No WhatsApp device is linked (never linked, or WhatsApp logged it out). Run `silas whatsapp link`, then restart `silas serve`.")
 				break
 			}
@@ -197,10 +214,22 @@ func (a *Adapter) handle(evt any) bool {
 		a.log.Info("whatsapp: delivering what arrived while offline", slog.Int("messages", e.Messages))
 	case *events.OfflineSyncCompleted:
 		a.log.Info("whatsapp: offline messages delivered", slog.Int("count", e.Count))
-	case *events.Disconnected, *events.KeepAliveTimeout, *events.StreamError:
+	case *events.Disconnected:
 		a.setConnected(false)
-		a.log.Warn("whatsapp: disconnected; reconnecting", slog.String("event", fmt.Sprintf("%T", evt)))
+		a.log.Warn("whatsapp: disconnected; reconnecting")
 		a.wake()
+	case *events.KeepAliveTimeout:
+		// whatsmeow itself only gives up after minutes of failed pings;
+		// an unanswered ping usually means a dead connection (NAT
+		// timeout, a server that stopped reading), and a new one is
+		// cheap, so reconnect at once.
+		a.log.Warn("whatsapp: keepalive not answered; reconnecting", slog.Int("errors", e.ErrorCount))
+		a.forceReconnect()
+	case *events.StreamError:
+		// 408, 428, 503 …: the server ends the stream; reconnect even
+		// if the socket has not closed yet.
+		a.log.Warn("whatsapp: stream error; reconnecting", slog.String("code", e.Code))
+		a.forceReconnect()
 	case *events.ConnectFailure:
 		a.setConnected(false)
 		if e.Reason.IsLoggedOut() || e.Reason == events.ConnectFailureBadUserAgent || e.Reason == events.ConnectFailureClientUnknown {
@@ -221,6 +250,21 @@ func (a *Adapter) handle(evt any) bool {
 	return true
 }
 
+func (a *Adapter) forceReconnect() {
+	a.mu.Lock()
+	a.status.Connected, a.status.At, a.force = false, a.cfg.Now(), true
+	a.mu.Unlock()
+	a.wake()
+}
+
+func (a *Adapter) takeForce() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f := a.force
+	a.force = false
+	return f
+}
+
 func (a *Adapter) setConnected(c bool) {
 	a.mu.Lock()
 	a.status.Connected = c
@@ -235,16 +279,22 @@ func (a *Adapter) setStatus(s Status) {
 	a.mu.Unlock()
 }
 
-// fatal records a condition reconnecting cannot fix and tells the owner.
+// fatal records a condition reconnecting cannot fix and tells the owner
+// — once: while a problem is recorded (until the next successful
+// connection clears it), restarts that hit it again do not repeat the
+// notice.
 func (a *Adapter) fatal(ctx context.Context, text string) {
-	a.setStatus(Status{Problem: text})
 	a.log.Error("whatsapp: "+text, slog.String("event", "fatal"))
+	told := false
 	if a.cfg.State != nil {
+		prev, ok, err := a.cfg.State.GetState(ctx, a.cfg.Name, "problem")
+		told = err == nil && ok && prev != ""
 		if err := a.cfg.State.SetState(ctx, a.cfg.Name, "problem", text); err != nil {
 			a.log.Warn("whatsapp: could not record the problem", slog.Any("err", err))
 		}
 	}
-	if a.cfg.Notify != nil {
+	a.setStatus(Status{Problem: text})
+	if a.cfg.Notify != nil && !told {
 		a.cfg.Notify(ctx, "WhatsApp: "+text)
 	}
 }

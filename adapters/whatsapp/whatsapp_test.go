@@ -369,3 +369,57 @@ func TestNotLinkedIsReportedNotRetried(t *testing.T) {
 		t.Fatalf("%d connect attempts, owner told %q; want 1 and one notice", wa.connects, told)
 	}
 }
+
+// TestLinkOfferedWhenNotLinked: the first serve without a device offers
+// linking (Config.Link) once; when the phone confirms, the channel
+// connects with the new device, when linking fails it is reported like a
+// logout and not offered again.
+func TestLinkOfferedWhenNotLinked(t *testing.T) {
+	tests := []struct {
+		name    string
+		linkErr error
+		want    string // the problem; "" = connected
+	}{
+		{"linked", nil, ""},
+		{"not scanned", errors.New("no code was scanned in time"), "silas whatsapp link"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			wa := newFakeWA(t)
+			wa.notLinked = true
+			var mu sync.Mutex
+			offers, told := 0, []string{}
+			a, err := New(Config{Client: wa, Limits: limitsFast, Logger: slog.New(slog.DiscardHandler), ReconnectMin: time.Millisecond,
+				Notify: func(_ context.Context, s string) { mu.Lock(); told = append(told, s); mu.Unlock() },
+				Link: func(context.Context) error {
+					mu.Lock()
+					offers++
+					mu.Unlock()
+					if tc.linkErr == nil {
+						wa.mu.Lock()
+						wa.notLinked = false
+						wa.mu.Unlock()
+					}
+					return tc.linkErr
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = a.Run(ctx, &recInbox{}) }()
+			defer func() { cancel(); <-done }()
+			if tc.want == "" {
+				eventually(t, "connected with the new device", func() bool { return wa.IsConnected() })
+			} else {
+				eventually(t, "the problem reported", func() bool { return strings.Contains(a.Status().Problem, tc.want) })
+			}
+			time.Sleep(30 * time.Millisecond)
+			mu.Lock()
+			defer mu.Unlock()
+			if offers != 1 || (tc.want == "") != (len(told) == 0) {
+				t.Fatalf("linking offered %d times, owner told %q", offers, told)
+			}
+		})
+	}
+}

@@ -180,8 +180,9 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		channels = append(channels, dc)
 		access[dc.Name()] = trust.AccessPolicy(cfg.Discord.DMPolicy)
 	}
+	waHooks := &waServe{log: log, out: env.stdout, interactive: isTerminal(env.stdout)}
 	if cfg.WhatsApp.Enabled {
-		wa, closeWA, err := whatsappChannel(ctx, cfg, db, log)
+		wa, closeWA, err := whatsappChannel(ctx, cfg, db, log, waHooks)
 		if err != nil {
 			return err
 		}
@@ -217,6 +218,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	waHooks.eng.Store(eng)
 	if tasks != nil {
 		// The runtime proposes through the engine (its host), so it is
 		// built second and handed to the engine before Run.
@@ -233,6 +235,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 			return err
 		}
 		eng.SetSecretLink(form.Link)
+		waHooks.form.Store(form)
 	}
 
 	mux := http.NewServeMux()

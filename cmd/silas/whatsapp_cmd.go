@@ -5,12 +5,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"os"
+	"sync/atomic"
 	"time"
+
+	"go.mau.fi/whatsmeow"
+	wastore "go.mau.fi/whatsmeow/store"
 
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/adapters/whatsapp"
+	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/config"
+	secretsweb "github.com/silas-gateway/silas/secrets-web"
 )
 
 // cmdWhatsApp links, shows and unlinks Silas's WhatsApp device
@@ -29,14 +37,29 @@ func cmdWhatsApp(ctx context.Context, env *cliEnv, args []string) error {
 		if err := parse(fs, rest); err != nil {
 			return err
 		}
-		return withDeviceStore(ctx, env, func(cfg *config.Config, ds *whatsapp.DeviceStore, _ *store.Store, log *slog.Logger) error {
+		return withDeviceStore(ctx, env, func(cfg *config.Config, ds *whatsapp.DeviceStore, st *store.Store, log *slog.Logger) error {
 			lctx, cancel := context.WithTimeout(ctx, *timeout)
 			defer cancel()
-			jid, err := whatsapp.Link(lctx, ds, whatsapp.LinkOptions{Phone: *phone, Out: env.stdout, Logger: log})
+			var page *secretsweb.QRPage
+			if *phone == "" {
+				var stop func()
+				page, stop = whatsappQRForm(lctx, env, cfg, st, log)
+				defer stop()
+			}
+			opts := whatsapp.LinkOptions{Phone: *phone, Out: env.stdout, Logger: log}
+			if page != nil {
+				opts.Page = page
+			}
+			jid, err := whatsapp.Link(lctx, ds, opts)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(env.stdout, "linked as +%s ✓ (device %d)\n", jid.User, jid.Device)
+			if page != nil {
+				// Long enough for an open page to reload once and show
+				// "linked as".
+				kit.SleepCtx(ctx, (secretsweb.QRRefresh+1)*time.Second) //nolint:errcheck // interrupted: done anyway
+			}
 			if !cfg.WhatsApp.Enabled {
 				fmt.Fprintln(env.stdout, "set whatsapp.enabled: true to use it")
 			}
@@ -170,11 +193,10 @@ func whatsappLimits(cfg *config.Config) kit.Limits {
 // reports "run silas whatsapp link" (log, doctor) instead of stopping the
 // other channels.
 //
-// Notifying the owner through another channel when WhatsApp logs the
-// device out (issue 13) needs an engine entry point that does not exist
-// yet: until then such problems are logged at error level and shown by
-// `silas doctor` / `silas whatsapp status`.
-func whatsappChannel(ctx context.Context, cfg *config.Config, db *database, log *slog.Logger) (*whatsapp.Adapter, func(), error) {
+// hooks tell the owners through the other channels when WhatsApp needs
+// them (logged out, replaced, banned, outdated, not linked) and, without a
+// linked device, offer linking in the terminal and on the secure form.
+func whatsappChannel(ctx context.Context, cfg *config.Config, db *database, log *slog.Logger, hooks *waServe) (*whatsapp.Adapter, func(), error) {
 	if cfg.Database.AutoMigrate {
 		appRole := ""
 		if db.migrateDSN != db.dsn {
@@ -197,11 +219,145 @@ func whatsappChannel(ctx context.Context, cfg *config.Config, db *database, log 
 		return nil, nil, err
 	}
 	wc := whatsappConfig(cfg, log)
-	wc.Client, wc.State = whatsapp.NewClient(dev, log), db.store
+	wc.Client, wc.State, wc.Notify = whatsapp.NewClient(dev, log), db.store, hooks.notify
+	if whatsappTestClient != nil {
+		whatsappTestClient(wc.Client.(interface{ WA() *whatsmeow.Client }).WA())
+	}
+	if dev.ID == nil && hooks.interactive {
+		hooks.dev = dev
+		wc.Link = hooks.link
+	}
 	a, err := whatsapp.New(wc)
 	if err != nil {
 		ds.Close()
 		return nil, nil, err
 	}
 	return a, func() { ds.Close() }, nil
+}
+
+// whatsappTestClient is set only in test builds (-tags whatsappfake,
+// whatsapp_fakehook.go) to point the channel at the fake server; release
+// builds leave it nil and pin WhatsApp's keys.
+var whatsappTestClient func(*whatsmeow.Client)
+
+// waServe connects the WhatsApp channel to the rest of `silas serve`.
+// The adapter is built before the engine (the engine needs its channels)
+// and the secure form after it, so both are set once they exist; WhatsApp
+// events only start after that (channels run once the engine is ready).
+type waServe struct {
+	eng  atomic.Pointer[engine.Engine]
+	form atomic.Pointer[secretsweb.Server]
+	out  io.Writer
+	log  *slog.Logger
+	dev  *wastore.Device // the unlinked device, when there is no linked one
+	// interactive: out is a terminal. Linking is offered only there (a
+	// QR code in a service's log reaches nobody in time).
+	interactive bool
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// notify hands a problem to the engine's NotifyOwners.
+func (w *waServe) notify(ctx context.Context, text string) {
+	eng := w.eng.Load()
+	if eng == nil {
+		w.log.Warn("whatsapp: the owners cannot be told yet (the engine is not running)")
+		return
+	}
+	if _, err := eng.NotifyOwners(ctx, "whatsapp", text); err != nil {
+		w.log.Error("whatsapp: could not tell the owners through another channel", slog.Any("err", err))
+	}
+}
+
+// link offers linking when serve starts without a linked device: QR codes
+// in the terminal and, with secrets_web enabled, on a one-time page of the
+// secure form.
+func (w *waServe) link(ctx context.Context) error {
+	fmt.Fprintln(w.out, "\nWhatsApp is enabled but no device is linked: link one now (or later with `silas whatsapp link`).")
+	var opts = whatsapp.LinkOptions{Out: w.out, Logger: w.log, Device: w.dev}
+	if form := w.form.Load(); form != nil {
+		page, u, err := form.NewQRPage(qrTitle, qrSteps)
+		if err != nil {
+			w.log.Warn("whatsapp: no QR page on the secure form", slog.Any("err", err))
+		} else {
+			// Closed a little after the end, so an open page can show
+			// "linked as".
+			defer time.AfterFunc((secretsweb.QRRefresh+1)*time.Second, page.Close)
+			opts.Page = page
+			printQRLink(w.out, form, u)
+		}
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	jid, err := whatsapp.Link(lctx, nil, opts)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w.out, "linked as +%s ✓ (device %d)\n", jid.User, jid.Device)
+	return nil
+}
+
+const (
+	qrTitle = "Link WhatsApp to Silas"
+	qrSteps = "On the phone: WhatsApp → Settings → Linked devices → Link a device, then scan this code."
+)
+
+func printQRLink(out io.Writer, form *secretsweb.Server, u string) {
+	fmt.Fprintf(out, "The same code on the secure form (one-time link, works while linking runs): %s", u)
+	if fp := form.Fingerprint(); fp != "" {
+		fmt.Fprintf(out, " (self-signed certificate, SHA-256 fingerprint %s)", fp)
+	}
+	fmt.Fprintln(out)
+}
+
+// whatsappQRForm serves the secure form for `silas whatsapp link` with a
+// QR page, when secrets_web is enabled and its port is free (it is not
+// while `silas serve` runs: then the terminal shows the code only).
+func whatsappQRForm(ctx context.Context, env *cliEnv, cfg *config.Config, st *store.Store, log *slog.Logger) (*secretsweb.QRPage, func()) {
+	if !cfg.SecretsWeb.Enabled {
+		return nil, func() {}
+	}
+	sealer, err := openSealer(cfg, log)
+	if err != nil {
+		log.Warn("whatsapp link: no QR page on the secure form", slog.Any("err", err))
+		return nil, func() {}
+	}
+	form, err := newSecretsWebForm(cfg, st, sealer, log)
+	if err != nil {
+		log.Warn("whatsapp link: no QR page on the secure form", slog.Any("err", err))
+		return nil, func() {}
+	}
+	listen := cfg.SecretsWeb.Listen
+	if listen == "" {
+		listen = secretsweb.DefaultListen
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		fmt.Fprintf(env.stdout, "(The secure form cannot listen on %s (is `silas serve` running?): the code is shown here only.)\n", listen)
+		return nil, func() {}
+	}
+	page, u, err := form.NewQRPage(qrTitle, qrSteps)
+	if err != nil {
+		ln.Close()
+		log.Warn("whatsapp link: no QR page on the secure form", slog.Any("err", err))
+		return nil, func() {}
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := form.Serve(sctx, ln); err != nil {
+			log.Warn("whatsapp link: secure form", slog.Any("err", err))
+		}
+	}()
+	printQRLink(env.stdout, form, u)
+	return page, func() { page.Close(); cancel(); <-done }
 }

@@ -70,10 +70,9 @@ func silasEnv(t *testing.T, dsn string, env []string, args ...string) (code int,
 // TestServeWhatsAppWithoutDevice: `silas serve` with whatsapp.enabled and
 // no linked device starts (the other channels keep working), prepares the
 // device store, says what to do, and records it for `silas whatsapp
-// status` / doctor. (With a device, the channel is exercised through the
-// real whatsmeow client by adapters/whatsapp's TestConformanceRealClient;
-// the binary cannot reach the fake server, whose certificate root is
-// replaced in-process only.)
+// status` / doctor. (With a device, TestServeWhatsAppThroughFake runs a
+// test build of the binary against the fake server, and adapters/whatsapp's
+// TestConformanceRealClient the channel through the real whatsmeow client.)
 func TestServeWhatsAppWithoutDevice(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.NewDatabase(t)

@@ -1,0 +1,126 @@
+//go:build !race
+
+// Not built with -race: see realclient_test.go.
+
+package whatsapp
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mau.fi/whatsmeow/types"
+
+	"github.com/silas-gateway/silas/adapters/whatsapp/whatsapptest"
+	"github.com/silas-gateway/silas/internal/pgtest"
+)
+
+// recPage is a QRPage that records what it was shown.
+type recPage struct {
+	mu    sync.Mutex
+	codes []string
+	done  string
+}
+
+func (p *recPage) SetCode(code string) error {
+	p.mu.Lock()
+	p.codes = append(p.codes, code)
+	p.mu.Unlock()
+	return nil
+}
+func (p *recPage) Done(msg string) { p.mu.Lock(); p.done = msg; p.mu.Unlock() }
+
+// TestRealClientLinksThenServes is the first `silas serve` without a
+// device, on the fake server: the channel offers linking (Config.Link →
+// Link with the channel's own unlinked device), the QR code goes to the
+// terminal and the page, the account's phone scans it (the fake signs the
+// device identity as WhatsApp's primary device does), whatsmeow verifies
+// it, stores the device in PostgreSQL and logs in; the page says "linked
+// as +… ✓"; the channel then connects with the new device and the owner's
+// message is a turn.
+func TestRealClientLinksThenServes(t *testing.T) {
+	realConfMu.Lock()
+	defer realConfMu.Unlock()
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	ds, err := OpenDeviceStore(ctx, pgtest.NewDatabase(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	pd := ds.container.NewDevice()
+	pj := owner
+	pd.ID, pd.Account = &pj, rigAccount()
+	if err := pd.Save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	phone := whatsapptest.Phone{JID: pj, Store: pd}
+	srv := whatsapptest.NewServer(t)
+	srv.AddPhone(phone)
+
+	dev := ds.container.NewDevice() // nothing linked yet
+	cli := NewClient(dev, log)
+	cli.(waClient).WA().SetWebsocketHTTPClient(srv.HTTPClient())
+	page := &recPage{}
+	shown := make(chan string, 16)
+	in := &recInbox{}
+	a, err := New(Config{Client: cli, Logger: log, ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond,
+		Link: func(ctx context.Context) error {
+			_, err := Link(ctx, nil, LinkOptions{Device: dev, Out: io.Discard, Logger: log, Page: page, httpClient: srv.HTTPClient(),
+				ShowQR: func(code string) { shown <- code }})
+			return err
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(rctx, in) }()
+	defer func() { cancel(); <-done }()
+
+	var code string
+	select {
+	case code = <-shown:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no QR code shown")
+	}
+	page.mu.Lock()
+	onPage := len(page.codes) > 0 && page.codes[0] == code
+	page.mu.Unlock()
+	if !onPage {
+		t.Fatalf("the page did not get the terminal's code %q", code)
+	}
+	if err := srv.ScanQR(code, botJID, "123456789012345", 9); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	if err := srv.WaitReady(wctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the channel connected with the new device", func() bool { return a.Status().Connected })
+	page.mu.Lock()
+	msg := page.done
+	page.mu.Unlock()
+	if msg != "linked as +"+botJID.User+" ✓" {
+		t.Fatalf("page says %q", msg)
+	}
+	saved, err := ds.container.GetDevice(ctx, types.NewADJID(botJID.User, 0, 9))
+	if err != nil || saved == nil || saved.LID.User != "123456789012345" {
+		t.Fatalf("the linked device in PostgreSQL: %+v, %v", saved, err)
+	}
+
+	if err := srv.SendText(ctx, phone, dev, "3EB0ABCD0001", "/whoami"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the owner's message as a turn", func() bool { return len(in.all()) == 1 && srv.Receipts("3EB0ABCD0001") == 1 })
+	if tr := in.all()[0]; string(tr.Sender) != "whatsapp:"+owner.User || tr.Text != "/whoami" {
+		t.Fatalf("turn %+v", tr)
+	}
+	if a.Status().Problem != "" {
+		t.Fatalf("problem %q", a.Status().Problem)
+	}
+}

@@ -1,0 +1,101 @@
+//go:build !race
+
+// Not built with -race: see realclient_test.go.
+
+package whatsapp
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/silas-gateway/silas/internal/pgtest"
+)
+
+// lockedBuffer is a log sink tests read while the adapter writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// TestRealClientOfflineBatchOnce: messages the phone sends while Silas is
+// stopped arrive after the next login as WhatsApp's offline batch
+// (offline_preview … messages … offline) and become turns, in order. The
+// receipts of that batch are lost with the connection, so the server
+// sends the whole batch again after the following login — the same
+// ciphertexts — and nothing is a turn twice, while every message ends
+// acknowledged.
+func TestRealClientOfflineBatchOnce(t *testing.T) {
+	logs := &lockedBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	r := newRealRig(t, pgtest.NewDatabase(t), slog.New(slog.DiscardHandler))
+	in := &recInbox{}
+	a, err := New(Config{Client: r.cli, Logger: log, ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx, in) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	if err := r.srv.WaitReady(wctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "connected", func() bool { return a.Status().Connected })
+	// Silas stops; the phone writes meanwhile.
+	cancel()
+	<-done
+	ids := []string{"3EB0DDDD0001", "3EB0DDDD0002", "3EB0DDDD0003"}
+	for i, id := range ids {
+		if err := r.srv.SendText(context.Background(), r.phone, r.dev, id, fmt.Sprintf("offline %d", i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.srv.LoseReceipts(true)
+	r.run(t, a, in) // the next start
+	eventually(t, "the offline batch as turns", func() bool { return len(in.all()) == 3 })
+	eventually(t, "the end of the offline batch", func() bool { return strings.Contains(logs.String(), "offline messages delivered") })
+	if !strings.Contains(logs.String(), "delivering what arrived while offline") || !strings.Contains(logs.String(), "messages=3") {
+		t.Fatalf("no offline preview of 3 messages in the log:\n%s", logs.String())
+	}
+	// The connection dies before the receipts arrived: after the next
+	// login the batch comes again.
+	r.srv.LoseReceipts(false)
+	logins := r.srv.Logins()
+	r.srv.DropConnection()
+	eventually(t, "a new login", func() bool { return r.srv.Logins() > logins && a.Status().Connected })
+	eventually(t, "every message acknowledged once", func() bool {
+		for _, id := range ids {
+			if r.srv.Receipts(id) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(100 * time.Millisecond)
+	turns := in.all()
+	if len(turns) != 3 {
+		t.Fatalf("%d turns after the batch came twice; want 3", len(turns))
+	}
+	for i, tr := range turns {
+		if tr.Text != fmt.Sprintf("offline %d", i+1) || tr.EventID != "m"+owner.User+"/"+ids[i] {
+			t.Fatalf("turn %d: %+v", i, tr)
+		}
+	}
+	if o := r.srv.OtherReceipts(); len(o) != 0 {
+		t.Fatalf("retry receipts (the device could not decrypt): %v", o)
+	}
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"fmt"
+	"html"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mau.fi/whatsmeow/proto/waAdv"
+	"go.mau.fi/whatsmeow/types"
+
+	"github.com/silas-gateway/silas/adapters/whatsapp"
+	"github.com/silas-gateway/silas/adapters/whatsapp/whatsapptest"
+	"github.com/silas-gateway/silas/internal/config"
+	"github.com/silas-gateway/silas/internal/pgtest"
+)
+
+var (
+	fakeBinOnce sync.Once
+	fakeBin     string
+	fakeBinErr  error
+)
+
+// whatsappFakeBinary builds silas with -tags whatsappfake (the hook that
+// lets WHATSAPPTEST_FAKE_SERVER point the channel at the fake server),
+// once per test process.
+func whatsappFakeBinary(t *testing.T) string {
+	t.Helper()
+	fakeBinOnce.Do(func() {
+		fakeBin = filepath.Join(filepath.Dir(silasBin), "silas-whatsappfake")
+		out, err := exec.Command("go", "build", "-tags", "whatsappfake", "-o", fakeBin, ".").CombinedOutput()
+		if err != nil {
+			fakeBinErr = fmt.Errorf("%v\n%s", err, out)
+		}
+	})
+	if fakeBinErr != nil {
+		t.Fatalf("building silas -tags whatsappfake: %v", fakeBinErr)
+	}
+	return fakeBin
+}
+
+// TestServeWhatsAppThroughFake runs the silas binary (built with the test
+// hook) with WhatsApp enabled against whatsapptest's fake server: the
+// owner's phone asks /whoami over WhatsApp and gets the answer through the
+// real whatsmeow client inside serve; the owner also uses the web chat;
+// then WhatsApp logs the device out, and the web chat shows the notice
+// telling the owner what to do.
+func TestServeWhatsAppThroughFake(t *testing.T) {
+	t.Parallel()
+	bin := whatsappFakeBinary(t)
+	ctx := context.Background()
+	dsn := pgtest.NewDatabase(t)
+	account := func() *waAdv.ADVSignedDeviceIdentity {
+		return &waAdv.ADVSignedDeviceIdentity{Details: []byte("d"), AccountSignature: make([]byte, 64), AccountSignatureKey: make([]byte, 32), DeviceSignature: make([]byte, 64)}
+	}
+	// The gateway's linked device, in its database (schema whatsmeow).
+	ds, err := whatsapp.OpenDeviceStore(ctx, dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	dev, err := ds.Device(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devJID := types.NewADJID("4915100000001", 0, 3)
+	dev.ID, dev.Account = &devJID, account()
+	if err := dev.Save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The owner's phone, with its Signal state in a database of its own.
+	pds, err := whatsapp.OpenDeviceStore(ctx, pgtest.NewDatabase(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pds.Close()
+	pdev, err := pds.Device(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pj := types.NewJID("4915112345678", types.DefaultUserServer)
+	pdev.ID, pdev.Account = &pj, account()
+	if err := pdev.Save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	phone := whatsapptest.Phone{JID: pj, Store: pdev}
+	srv := whatsapptest.NewServer(t)
+	srv.AddPhone(phone)
+	root := srv.RootKey()
+	hook := srv.Addr() + " " + base64.StdEncoding.EncodeToString(root[:]) + " " + base64.StdEncoding.EncodeToString(srv.Certificate().Raw)
+
+	s := startBinary(t, bin, dsn, t.TempDir(), "SILAS_WHATSAPP_ENABLED=true", "WHATSAPPTEST_FAKE_SERVER="+hook,
+		"SILAS_IDENTITIES_OWNERS=webchat:local,whatsapp:4915112345678")
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := srv.WaitReady(wctx); err != nil {
+		t.Fatalf("serve's WhatsApp channel did not log in to the fake: %v\n%s", err, s.logs.String())
+	}
+	if err := srv.SendText(ctx, phone, dev, "3EB0F00D0001", "/whoami"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !receivedContaining(srv, "whatsapp:4915112345678") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer on WhatsApp; the phone received %+v\n%s", srv.Received(), s.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	c := s.connect(t)
+	c.say("/whoami")
+	c.expect("the web chat answer", func(f map[string]any) bool { return strings.Contains(fmt.Sprint(f["text"]), "You are webchat:local") })
+	srv.StreamError("401", "device_removed")
+	c.expect("the WhatsApp notice in the web chat", func(f map[string]any) bool {
+		return strings.Contains(fmt.Sprint(f["text"]), "WhatsApp logged Silas's linked device out") &&
+			strings.Contains(fmt.Sprint(f["text"]), "silas whatsapp link")
+	})
+}
+
+func receivedContaining(srv *whatsapptest.Server, s string) bool {
+	for _, r := range srv.Received() {
+		if strings.Contains(r.Message.GetConversation()+r.Message.GetExtendedTextMessage().GetText(), s) {
+			return true
+		}
+	}
+	return false
+}
+
+// startBinary is startServer for another build of silas.
+func startBinary(t *testing.T, bin, dsn, dataDir string, extra ...string) *server {
+	t.Helper()
+	env := append(os.Environ(), "DATABASE_URL="+dsn, "SILAS_DATA_DIR="+dataDir, "SILAS_HTTP_LISTEN=127.0.0.1:0", "SILAS_LOG_LEVEL=debug",
+		"SILAS_SECRETS_WEB_ENABLED=false")
+	env = append(env, extra...)
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = env
+	stdout, _ := cmd.StdoutPipe()
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{t: t, cmd: cmd, exited: make(chan struct{}), logs: logs, dataDir: dataDir, env: env}
+	found := make(chan []string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := loginRe.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m
+			}
+		}
+	}()
+	go func() { cmd.Wait(); close(s.exited) }()
+	select {
+	case m := <-found:
+		s.base, s.login = m[1], m[2]
+	case <-s.exited:
+		t.Fatalf("serve exited early:\n%s", logs.String())
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("serve did not print its address:\n%s", logs.String())
+	}
+	t.Cleanup(func() { s.stop() })
+	return s
+}
+
+// TestWhatsAppLinkQRForm: `silas whatsapp link` with secrets_web enabled
+// serves the QR code on the secure form behind the one-time link it
+// prints; the page follows the codes, ends with "linked as", and is gone
+// when linking ends (the form stops with it).
+func TestWhatsAppLinkQRForm(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := config.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.Secrets.KeyFile = filepath.Join(cfg.DataDir, "secrets.key")
+	cfg.SecretsWeb.Enabled, cfg.SecretsWeb.Listen, cfg.SecretsWeb.PublicURL = true, addr, "https://"+addr
+	var out syncBuffer
+	log := slog.New(slog.DiscardHandler)
+	page, stop := whatsappQRForm(context.Background(), &cliEnv{stdout: &out, stderr: io.Discard}, cfg, nil, log)
+	if page == nil {
+		t.Fatalf("no QR page: %s", out.String())
+	}
+	m := regexp.MustCompile(`(https://\S+/qr/\S+)`).FindStringSubmatch(out.String())
+	if m == nil || !strings.Contains(out.String(), "fingerprint") {
+		t.Fatalf("no one-time link printed: %q", out.String())
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a self-signed test certificate; the fingerprint is not what is tested
+	get := func(u string) (int, string) {
+		t.Helper()
+		resp, err := hc.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if err := page.SetCode("2@a-code,noise,identity,adv"); err != nil {
+		t.Fatal(err)
+	}
+	code, body := get(m[1])
+	src := regexp.MustCompile(`<img src="([^"]+)"`).FindStringSubmatch(body)
+	if code != http.StatusOK || src == nil {
+		t.Fatalf("page: %d %s", code, body)
+	}
+	if code, img := get("https://" + addr + strings.ReplaceAll(src[1], "&amp;", "&")); code != http.StatusOK || !strings.HasPrefix(img, "\x89PNG") {
+		t.Fatalf("image: %d", code)
+	}
+	if code, _ := get(m[1] + "x"); code != http.StatusNotFound {
+		t.Fatalf("another token: %d", code)
+	}
+	page.Done("linked as +4915100000001 ✓")
+	if code, body := get(m[1]); code != http.StatusOK || !strings.Contains(html.UnescapeString(body), "linked as +4915100000001 ✓") {
+		t.Fatalf("after linking: %d %s", code, body)
+	}
+	stop()
+	if _, err := hc.Get(m[1]); err == nil {
+		t.Fatal("the form still serves after linking ended")
+	}
+}
