@@ -14,9 +14,13 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/silas
 
 ## test: every test, PostgreSQL-backed ones included (one throwaway cluster for the whole run when no TEST_DATABASE_URL/DATABASE_URL)
+## Most tests wait on PostgreSQL, sockets and subprocesses rather than the CPU, so
+## more of them run at once than the 2 cores (go test's default for -p and -parallel).
+TEST_FLAGS ?= -p 4 -parallel 8
 test:
 	$(GO) vet ./...
-	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) vet -tags whatsappfake ./cmd/silas
+	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -count=1 $(TEST_FLAGS) -timeout 15m ./...
 
 test-short:
 	$(GO) test -count=1 ./...

@@ -18,6 +18,7 @@ import (
 // reloads itself, its image is a PNG of exactly the current code and
 // follows a rotation, and once linked it says so.
 func TestQRPage(t *testing.T) {
+	t.Parallel()
 	b := setup(t, false)
 	c := b.browser()
 	p, link, err := b.srv.NewQRPage("Link WhatsApp", "Scan this code in WhatsApp → Settings → Linked devices → Link a device.")

@@ -21,6 +21,7 @@ func (r renamed) Name() core.ChannelName { return r.name }
 // every other channel; not in a group, not to someone who is not an owner,
 // not on the channel that asked.
 func TestNotifyOwners(t *testing.T) {
+	t.Parallel()
 	ch := newFakeChannel()
 	wa := renamed{newFakeChannel(), "wa"}
 	b := setupAccess(t, ch, ch, "", func(c *engine.Config) { c.Channels = append(c.Channels, wa) })

@@ -123,7 +123,7 @@ func setup(t *testing.T) *harness {
 	t.Cleanup(func() { sb.Close() })
 	fake := llmtest.New(t, testKey, "small", "big")
 	client, err := llm.New(llm.Config{BaseURL: fake.BaseURL(), APIKey: testKey, Models: llm.Models{Proxy: "small", Planner: "big", Executor: "small"},
-		Timeout: 5 * time.Second, MaxRetries: 1, MaxRetryDelay: 5 * time.Millisecond})
+		Timeout: 30 * time.Second, MaxRetries: 1, MaxRetryDelay: 5 * time.Millisecond}) // generous: a loaded test machine, not the fake, is slow
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,7 @@ func setupTasks(t *testing.T, opts taskOpts) *taskHarness {
 	t.Cleanup(func() { sb.Close() })
 	fake := llmtest.New(t, testKey, "small", "big")
 	client, err := llm.New(llm.Config{BaseURL: fake.BaseURL(), APIKey: testKey, Models: llm.Models{Proxy: "small", Planner: "big", Executor: "small"},
-		Timeout: 5 * time.Second, MaxRetries: 1, MaxRetryDelay: 5 * time.Millisecond})
+		Timeout: 30 * time.Second, MaxRetries: 1, MaxRetryDelay: 5 * time.Millisecond}) // generous: a loaded test machine, not the fake, is slow
 	if err != nil {
 		t.Fatal(err)
 	}
