@@ -110,9 +110,10 @@ func benchResponder(clk *stepClock) llmtest.Responder {
 // answers instantly. One op is one step: the executor's tool call → its
 // approval card → a tap → the execution → the executor's next call.
 // Reported, over all steps: card-p50/p99-ms, from the model's answer
-// leaving the model to the card delivered to the channel, and
+// leaving the model to the card delivered to the channel;
 // tap-p50/p99-ms, from the tap delivered to the gateway to the next model
-// call arriving at the model.
+// call arriving at the model; and exec-p50/p99-ms, the part of the latter
+// spent in the execution itself.
 func BenchmarkTaskStepOverhead(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := store.Open(ctx, storetest.NewDatabase(b), store.Options{})
@@ -216,4 +217,16 @@ func BenchmarkTaskStepOverhead(b *testing.B) {
 	}
 	report("card", toCard)
 	report("tap", toCall)
+	// The share of tap → call spent in the execution itself (the engine's
+	// running → done: the sandbox run of `echo`, its output stored, its
+	// check judged).
+	var p50, p99 float64
+	if err := st.Pool().QueryRow(context.Background(), `SELECT
+			percentile_disc(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at)),
+			percentile_disc(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at))
+		FROM executions WHERE finished_at IS NOT NULL`).Scan(&p50, &p99); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(p50*1000, "exec-p50-ms")
+	b.ReportMetric(p99*1000, "exec-p99-ms")
 }
