@@ -147,7 +147,14 @@ func describeCard(c *cards.Card, clean func(string) string) string {
 		fmt.Fprintf(&b, "\nStatus: %s", c.Status)
 	}
 	if o := clean(c.Outcome); o != "" {
-		fmt.Fprintf(&b, "\nResult: %s", o)
+		if c.Status == cards.StatusDone || c.Status == cards.StatusFailed {
+			// A finished execution's outcome is its verification report,
+			// which may quote the program's output.
+			o = "\n" + Fence("verification", o)
+		} else {
+			o = " " + o
+		}
+		b.WriteString("\nResult:" + o)
 	}
 	if out := clean(c.Output); out != "" {
 		b.WriteString("\nOutput:\n")
