@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,7 +114,8 @@ func benchResponder(clk *stepClock) llmtest.Responder {
 // leaving the model to the card delivered to the channel;
 // tap-p50/p99-ms, from the tap delivered to the gateway to the next model
 // call arriving at the model; and exec-p50/p99-ms, the part of the latter
-// spent in the execution itself.
+// spent in the execution itself; go-cpu-ms/step is this process's CPU
+// per step.
 func BenchmarkTaskStepOverhead(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := store.Open(ctx, storetest.NewDatabase(b), store.Options{})
@@ -183,6 +185,7 @@ func BenchmarkTaskStepOverhead(b *testing.B) {
 	}
 	toCard := make([]time.Duration, 0, b.N)
 	toCall := make([]time.Duration, 0, b.N)
+	cpu0 := processCPU(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if i%benchSteps == 0 {
@@ -207,6 +210,10 @@ func BenchmarkTaskStepOverhead(b *testing.B) {
 		toCall = append(toCall, wait("model call after the tap", clk.asked).Sub(tapped))
 	}
 	b.StopTimer()
+	// CPU of this process per step (engine, runtime, outbox, the fake model
+	// and the driver; not PostgreSQL, not the sandboxed program): less
+	// sensitive than the latencies to what else the machine is doing.
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(time.Millisecond)/float64(b.N), "go-cpu-ms/step")
 	report := func(name string, ds []time.Duration) {
 		slices.Sort(ds)
 		at := func(q float64) float64 {
@@ -229,4 +236,13 @@ func BenchmarkTaskStepOverhead(b *testing.B) {
 	}
 	b.ReportMetric(p50*1000, "exec-p50-ms")
 	b.ReportMetric(p99*1000, "exec-p99-ms")
+}
+
+// processCPU is the user + system CPU time this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
