@@ -97,7 +97,7 @@ func (a *Agent) history(ctx context.Context, in core.AgentInput) ([]Message, err
 		if m.Content == "" {
 			continue
 		}
-		size := utf8.RuneCountInString(m.Content)
+		size := utf8.RuneCountInString(m.Content) + 2 // + the separator if tidyHistory merges it
 		if used+size > limit {
 			break
 		}

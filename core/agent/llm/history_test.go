@@ -209,7 +209,8 @@ func TestProxyHistory(t *testing.T) {
 				for _, m := range hist {
 					n += utf8.RuneCountInString(m.Text())
 				}
-				// answer 40, question 39 and answer 38 fit in 300 (272); answer 38
+				// answer 40, question 39 and answer 38 fit in 300 (278 with
+				// their separators); answer 38
 				// is then dropped: the history starts with a user message.
 				if len(hist) != 2 || n > 300 || !strings.Contains(allText(hist), "answer 40") || !strings.Contains(allText(hist), "question 39") ||
 					strings.Contains(allText(hist), "question 37") {
