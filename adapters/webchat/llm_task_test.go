@@ -31,7 +31,8 @@ import (
 // the web chat lives it, over the WebSocket the page uses: ask for an
 // outcome → the plan card → the step's approval card → tap → the step runs
 // in the sandbox and is verified → the plan's own check runs → the summary
-// message. Real engine, task runtime, PostgreSQL, sandbox, policy and
+// message; then the next message's proxy call sees that conversation as
+// history. Real engine, task runtime, PostgreSQL, sandbox, policy and
 // verification; the model is the scripted fake endpoint.
 func TestLLMTaskThroughTheWebChat(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -141,6 +142,26 @@ func TestLLMTaskThroughTheWebChat(t *testing.T) {
 	}
 	if got := len(fake.Requests()); got != 4 {
 		t.Fatalf("%d model calls, want 4", got)
+	}
+	// The next message's proxy call has the task's conversation as history
+	// (read back from storage under the web chat's own names), the tap
+	// not being a message.
+	fake.Script(llmtest.Reply{Content: "I listed the root; the gateway checked it is a directory."})
+	web.Say(t, channeltest.Approver, "what did you just do?")
+	waitShown(t, web, "the answer", func(s *shown) bool { return s.text == "I listed the root; the gateway checked it is a directory." })
+	reqs := fake.Requests()
+	var hist strings.Builder
+	for _, m := range reqs[len(reqs)-1].Messages {
+		fmt.Fprintf(&hist, "[%s] %s\n", m.Role, m.Text())
+	}
+	for _, want := range []string{"[user] check that the root directory is there\n", "[card] Plan: Check the root", "Command: echo 'root listed'",
+		"Done: Check the root ✓", "[user] what did you just do?\n"} {
+		if !strings.Contains(hist.String(), want) {
+			t.Fatalf("the proxy's history lacks %q:\n%s", want, hist.String())
+		}
+	}
+	if strings.Contains(hist.String(), string(step.card.ID)) {
+		t.Fatalf("a card id reached the model:\n%s", hist.String())
 	}
 	if _, err := st.VerifyAudit(ctx); err != nil {
 		t.Fatalf("audit chain: %v", err)
