@@ -121,7 +121,12 @@ func historyMessage(e core.TranscriptEntry, in core.AgentInput, cardIDs []string
 		return strings.TrimSpace(s)
 	}
 	if e.FromUser {
-		text := shorten(clean(e.Text), historyMessageChars)
+		text := e.Text
+		if f := strings.Fields(text); len(f) > 0 && f[0] == "/pair" {
+			// A pairing code is single-use, yet a credential while it lasts.
+			text = "/pair [code not shown]"
+		}
+		text = shorten(clean(text), historyMessageChars)
 		if text == "" {
 			return Message{}
 		}

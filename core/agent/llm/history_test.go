@@ -171,11 +171,13 @@ func TestProxyHistory(t *testing.T) {
 			},
 		},
 		{
-			name:    "a credential in an old message is cut out",
-			entries: []core.TranscriptEntry{userEntry(1, owner, "my key is "+historyAWSKey), botEntry(2, "Keys belong in /secret.", nil)},
-			in:      core.AgentInput{Seq: 3, Text: "ok"},
+			name: "a credential in an old message is cut out, and a pairing code",
+			entries: []core.TranscriptEntry{userEntry(1, owner, "my key is "+historyAWSKey), botEntry(2, "Keys belong in /secret.", nil),
+				userEntry(3, owner, "/pair 493817"), botEntry(4, "Paired.", nil)},
+			in: core.AgentInput{Seq: 5, Text: "ok"},
 			check: func(t *testing.T, got []llmtest.Message) {
-				if all := allText(got); strings.Contains(all, historyAWSKey) || !strings.Contains(all, "[redacted") {
+				if all := allText(got); strings.Contains(all, historyAWSKey) || !strings.Contains(all, "[redacted") ||
+					strings.Contains(all, "493817") || !strings.Contains(all, "/pair [code not shown]") {
 					t.Fatalf("credential reached the model:\n%s", all)
 				}
 			},
