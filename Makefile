@@ -43,10 +43,14 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzJSONBSafe$$' -fuzztime $(FUZZTIME) ./core/store
 	$(GO) test -run '^$$' -fuzz '^FuzzFrameIntake$$' -fuzztime $(FUZZTIME) ./adapters/webchat
 	$(GO) test -run '^$$' -fuzz '^FuzzWebhookIntake$$' -fuzztime $(FUZZTIME) ./adapters/telegram/e2e
+	$(GO) test -run '^$$' -fuzz '^FuzzHistoryMessage$$' -fuzztime $(FUZZTIME) ./core/agent/llm
 
-## bench: Go benchmarks plus the load driver, on real PostgreSQL (figures go in BENCHMARKS.md)
+## bench: Go benchmarks plus the load driver, on real PostgreSQL (figures go in BENCHMARKS.md); the
+## LLM task runtime's per-step overhead runs STEPS steps (enough for a p99)
+STEPS ?= 300
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+	$(GO) test -run '^$$' -bench . -skip '^BenchmarkTaskStepOverhead$$' -benchmem -count=1 ./...
+	$(GO) test -run '^$$' -bench '^BenchmarkTaskStepOverhead$$' -benchtime $(STEPS)x -count=1 ./core/agent/llm
 	$(GO) run ./cmd/silas-load
 
 vet:

@@ -9,6 +9,12 @@ type AgentInput struct {
 	Sender       IdentityID
 	Trust        Trust
 	Text         string
+	// Channel and Seq place the message in storage: the channel it came
+	// in on and its turn's sequence number (0 when it was never stored).
+	// An agent reading the conversation's history uses them to leave out
+	// this turn and any stored after it.
+	Channel ChannelName
+	Seq     int64
 }
 
 // ProposedAction is an action plus the words the approval card shows.

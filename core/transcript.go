@@ -20,6 +20,8 @@ type TranscriptEntry struct {
 	Seq int64
 	// EventID is the user turn's platform event id.
 	EventID string
+	// Sender is who sent a user's turn.
+	Sender IdentityID
 	// MessageKey is the core's name for a bot message (OutboxJob.MessageKey).
 	MessageKey string
 	// OutboxID is the id of the message's first outbox job (its position in

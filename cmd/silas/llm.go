@@ -52,8 +52,21 @@ func newAgent(cfg *config.Config, log *slog.Logger) (core.Agent, error) {
 	tools := llm.ToolOptions{HTTPAllowDomains: cfg.LLM.HTTPAllowDomains}
 	log.Info("agent: llm", slog.String("base_url", lc.BaseURL), slog.String("proxy", lc.Models.Proxy),
 		slog.String("planner", lc.Models.Planner), slog.String("executor", lc.Models.Executor))
+	hist := cfg.LLM.History.Messages
+	if hist == 0 {
+		hist = -1 // the key's 0 means no history; the agent reads 0 as the default
+	}
 	return &llm.Agent{Proxy: llm.Proxy{Client: c, Tools: tools}, Planner: llm.Planner{Client: c}, Fallback: agent.Command{},
-		Timeout: cfg.LLM.TurnTimeout.Duration, Log: log, Tasks: true}, nil
+		Timeout: cfg.LLM.TurnTimeout.Duration, Log: log, Tasks: true,
+		HistoryMessages: hist, HistoryChars: cfg.LLM.History.MaxChars}, nil
+}
+
+// withHistory lets the LLM agent's proxy read the conversation's recent
+// messages from storage (llm.history.*); other agents need none.
+func withHistory(ag core.Agent, h llm.HistorySource) {
+	if la, ok := ag.(*llm.Agent); ok {
+		la.History = h
+	}
 }
 
 // newTasks configures the task runtime (core/tasks) when agent.kind is llm

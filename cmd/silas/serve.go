@@ -202,6 +202,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	withHistory(ag, db.store)
 	tasks, err := newTasks(cfg, log)
 	if err != nil {
 		return err

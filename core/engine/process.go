@@ -188,7 +188,8 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 	if handled, err := e.taskAnswer(ctx, o); handled || err != nil {
 		return err
 	}
-	p, err := e.cfg.Agent.Respond(ctx, core.AgentInput{Conversation: t.Conversation, Sender: t.Sender, Trust: o.trust, Text: t.Text})
+	p, err := e.cfg.Agent.Respond(ctx, core.AgentInput{Conversation: t.Conversation, Sender: t.Sender, Trust: o.trust, Text: t.Text,
+		Channel: t.Channel, Seq: o.st.Seq})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}

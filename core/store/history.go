@@ -38,7 +38,7 @@ const transcriptBotSQL = `WITH anchors AS (
 
 // transcriptUserSQL reads the newest $3 user messages (turns with text;
 // taps are not messages) of conversation $2 on channel $1.
-const transcriptUserSQL = `SELECT seq, event_id, body->>'text', received_at FROM turns
+const transcriptUserSQL = `SELECT seq, event_id, sender, body->>'text', received_at FROM turns
 	WHERE conversation = $2 AND channel = $1 AND COALESCE(body->>'text', '') <> '' AND body->'tap' IS NULL
 	ORDER BY seq DESC LIMIT $3`
 
@@ -74,7 +74,7 @@ func (s *Store) Transcript(ctx context.Context, ch core.ChannelName, conv core.C
 	defer rows.Close()
 	for rows.Next() {
 		e := core.TranscriptEntry{FromUser: true}
-		if err := rows.Scan(&e.Seq, &e.EventID, &e.Text, &e.At); err != nil {
+		if err := rows.Scan(&e.Seq, &e.EventID, &e.Sender, &e.Text, &e.At); err != nil {
 			return nil, fmt.Errorf("store: transcript: %w", err)
 		}
 		out = append(out, e)

@@ -46,6 +46,12 @@ type LLM struct {
 	// HTTPAllowDomains enables the http_get tool for these hosts and their
 	// subdomains (empty: no http_get).
 	HTTPAllowDomains []string `yaml:"http_allow_domains"`
+	// History bounds the conversation's recent messages the proxy is
+	// given with each new one: Messages (0: none) and MaxChars in total.
+	History struct {
+		Messages int `yaml:"messages"`
+		MaxChars int `yaml:"max_chars"`
+	} `yaml:"history"`
 	// Budget is the default per task; a plan may lower it, never raise it.
 	Budget struct {
 		MaxTokens     int64    `yaml:"max_tokens"`
@@ -70,6 +76,8 @@ func (c *Config) setLLMDefaults() {
 	l.MaxRetries = 2
 	l.MaxRetryDelay = Duration{8 * time.Second}
 	l.TurnTimeout = Duration{2 * time.Minute}
+	l.History.Messages = 12
+	l.History.MaxChars = 6000
 	l.Budget.MaxTokens = 200_000
 	l.Budget.MaxModelCalls = 50
 	l.Budget.MaxToolCalls = 30
@@ -129,6 +137,12 @@ func (c *Config) validateLLM() error {
 		if d == "" || strings.ContainsAny(d, "/:@ *") {
 			return bad("llm.http_allow_domains", "%q must be a host name such as example.org", d)
 		}
+	}
+	if n := l.History.Messages; n < 0 || n > 100 {
+		return bad("llm.history.messages", "%d must be between 0 (no history) and 100", n)
+	}
+	if n := l.History.MaxChars; n < 500 || n > 100_000 {
+		return bad("llm.history.max_chars", "%d must be between 500 and 100000", n)
 	}
 	b := l.Budget
 	for _, f := range []struct {

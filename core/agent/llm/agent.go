@@ -32,6 +32,14 @@ type Agent struct {
 	// (core.Proposal.Task), which plans, runs and verifies the task step by
 	// step. Off, a plan is only shown.
 	Tasks bool
+	// History, when set, gives the proxy the conversation's recent
+	// messages (history.go says what it sees and how), bounded by
+	// HistoryMessages (0: DefaultHistoryMessages; negative: no history)
+	// and HistoryChars in total (0: DefaultHistoryChars). Without it every
+	// message is answered on its own.
+	History         HistorySource
+	HistoryMessages int
+	HistoryChars    int
 }
 
 var _ core.Agent = (*Agent)(nil)
@@ -53,7 +61,13 @@ func (a *Agent) Respond(ctx context.Context, in core.AgentInput) (core.Proposal,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	route, err := a.Proxy.Decide(ctx, text, in.Trust == core.TrustExternal)
+	hist, err := a.history(ctx, in)
+	if err != nil {
+		// The message can still be answered on its own.
+		log.Warn("could not read the conversation's history; answering without it", slog.String("conversation", string(in.Conversation)),
+			slog.String("err", err.Error()))
+	}
+	route, err := a.Proxy.Decide(ctx, text, in.Trust == core.TrustExternal, hist...)
 	if err != nil {
 		log.Warn("proxy model failed; answering with the command agent", slog.String("conversation", string(in.Conversation)), slog.String("err", err.Error()))
 		p, ferr := a.Fallback.Respond(ctx, in)

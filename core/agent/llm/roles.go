@@ -88,15 +88,17 @@ type Route struct {
 // Decide asks the proxy about one message. userText is fenced as data
 // when untrusted is set (an external-trust sender). An invalid tool call
 // gets one repair round-trip with the error as the tool result; a second
-// invalid one is an error (the caller falls back).
-func (p Proxy) Decide(ctx context.Context, userText string, untrusted bool) (Route, error) {
+// invalid one is an error (the caller falls back). history are earlier
+// messages of the conversation (Agent.history builds them: bounded, with
+// untrusted text fenced), placed between the system prompt and this one.
+func (p Proxy) Decide(ctx context.Context, userText string, untrusted bool, history ...Message) (Route, error) {
 	opts := p.Tools
 	opts.Planner = true
 	msg := userText
 	if untrusted {
 		msg = "A message from a sender who is not trusted here:\n" + Fence("untrusted sender", userText)
 	}
-	msgs := []Message{{Role: RoleSystem, Content: ProxyPrompt}, {Role: RoleUser, Content: msg}}
+	msgs := append(append([]Message{{Role: RoleSystem, Content: ProxyPrompt}}, history...), Message{Role: RoleUser, Content: msg})
 	var r Route
 	for round := 0; round < 2; round++ {
 		res, err := p.Client.Chat(ctx, Request{Model: p.Client.cfg.Models.Proxy, Messages: msgs, Tools: Tools(opts), ToolChoice: "auto"})
