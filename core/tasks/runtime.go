@@ -641,6 +641,16 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	// The task row and its calls are two reads. Calls change only with a
+	// bump of the row's Rev (an answer commits both), so an unchanged Rev
+	// means the calls match the row; otherwise read again rather than ask
+	// the model from a mix of two states, whose reply the stale commit
+	// would then drop (a lost tool call, a wasted model call).
+	if cur, err := r.st.GetTask(ctx, s.k.ID); err != nil {
+		return false, err
+	} else if cur.Rev != s.k.Rev {
+		return true, nil
+	}
 	calls := attemptCalls(all, s)
 	for _, c := range calls {
 		if c.Status != "waiting" {
