@@ -529,14 +529,19 @@ func TestSocketModeDropRefreshHalfOpen(t *testing.T) {
 	const perUser = 8
 	w.eventually("connected", 10*time.Second, func() (bool, string) { return w.sl.LiveConnections() == 1, "" })
 	faults := map[int]func(){4: w.srv.DropSocket, 10: w.srv.Refresh, 16: w.srv.HalfOpen}
-	n := 0
+	n, opens := 0, 1
 	for i := range perUser {
 		for _, u := range users {
 			w.srv.Send(slacktest.Msg{Channel: dmOf(u), User: u, Text: fmt.Sprintf("whoami %d", i)})
 			n++
 			if f := faults[n]; f != nil {
-				w.eventually("a live socket", 10*time.Second, func() (bool, string) { return w.srv.Live() == 1, "" })
+				// The previous fault's replacement is the live socket (not
+				// the old one on its way out), so each fault hits a fresh one.
+				w.eventually("a fresh live socket", 20*time.Second, func() (bool, string) {
+					return w.srv.Live() == 1 && w.srv.Opens() >= opens, fmt.Sprintf("%d live, %d opened", w.srv.Live(), w.srv.Opens())
+				})
 				f()
+				opens++
 			}
 			time.Sleep(30 * time.Millisecond)
 		}
