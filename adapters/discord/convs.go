@@ -21,6 +21,9 @@ type conversations struct {
 	state core.StateStore
 	ch    core.ChannelName
 
+	// wmu orders the writes: each stores a snapshot taken under mu, and
+	// an older snapshot must not land after a newer one.
+	wmu sync.Mutex
 	mu  sync.Mutex
 	m   map[string]*convRecord // by channel id
 	mem string                 // the JSON when there is no state store
@@ -123,6 +126,8 @@ func (c *conversations) seen(channel, guild, user string, at time.Time) {
 // advance moves a conversation's cursor to msgID (never backwards) and
 // stores the records.
 func (c *conversations) advance(ctx context.Context, channel, guild, user, msgID string, at time.Time) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	c.mu.Lock()
 	r, ok := c.m[channel]
 	if !ok {

@@ -287,7 +287,12 @@ func (a *Adapter) handleMessage(ctx context.Context, in core.Inbox, m *discordgo
 	if m.Author != nil && guild == "" && (m.Author.ID != a.me()) {
 		user = m.Author.ID
 	}
-	if err := a.convs.advance(ctx, m.ChannelID, guild, user, m.ID, a.now()); err != nil {
+	// The message was handled (its turn is stored): record that even when
+	// shutdown began meanwhile, or the next start would not know this
+	// conversation and could miss what arrives in it while we are down.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := a.convs.advance(sctx, m.ChannelID, guild, user, m.ID, a.now()); err != nil {
 		log.Warn("discord: could not store the catch-up cursor", slog.Any("err", err))
 	}
 }
