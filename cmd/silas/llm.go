@@ -12,6 +12,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
+	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/internal/config"
 )
@@ -66,6 +67,24 @@ func newAgent(cfg *config.Config, log *slog.Logger) (core.Agent, error) {
 func withHistory(ag core.Agent, h llm.HistorySource) {
 	if la, ok := ag.(*llm.Agent); ok {
 		la.History = h
+	}
+}
+
+// withSecretNames tells the LLM agent's proxy the stored secrets' names
+// (never values), as the task executor is told.
+func withSecretNames(ag core.Agent, list func(context.Context) ([]secrets.Info, error)) {
+	if la, ok := ag.(*llm.Agent); ok {
+		la.SecretNames = func(ctx context.Context) ([]string, error) {
+			infos, err := list(ctx)
+			if err != nil {
+				return nil, err
+			}
+			names := make([]string, 0, len(infos))
+			for _, i := range infos {
+				names = append(names, i.Name)
+			}
+			return names, nil
+		}
 	}
 }
 

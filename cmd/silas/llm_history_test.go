@@ -8,6 +8,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/agent/llm"
+	"github.com/silas-gateway/silas/core/secrets"
 )
 
 type noHistory struct{}
@@ -47,4 +48,21 @@ func TestNewAgentHistory(t *testing.T) {
 		})
 	}
 	withHistory(agent.Command{}, noHistory{}) // the command agent has no history: nothing to set, no panic
+}
+
+// serve's withSecretNames gives the LLM agent the stored secrets' names.
+func TestWithSecretNames(t *testing.T) {
+	cfg := llmTestConfig(t, "http://127.0.0.1:9/v1")
+	ag, err := newAgent(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withSecretNames(ag, func(context.Context) ([]secrets.Info, error) {
+		return []secrets.Info{{Name: "api_token"}, {Name: "db_password"}}, nil
+	})
+	names, err := ag.(*llm.Agent).SecretNames(context.Background())
+	if err != nil || len(names) != 2 || names[0] != "api_token" || names[1] != "db_password" {
+		t.Fatalf("SecretNames = %v, %v", names, err)
+	}
+	withSecretNames(agent.Command{}, nil) // nothing to set, no panic
 }

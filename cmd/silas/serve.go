@@ -203,6 +203,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	withHistory(ag, db.store)
+	withSecretNames(ag, db.store.ListSecrets)
 	tasks, err := newTasks(cfg, log)
 	if err != nil {
 		return err

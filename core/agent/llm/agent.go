@@ -40,6 +40,10 @@ type Agent struct {
 	History         HistorySource
 	HistoryMessages int
 	HistoryChars    int
+	// SecretNames, when set, lists the stored secrets' names for the
+	// proxy (never their values; a missing one gets the secure-input
+	// card when a call that declares it is approved).
+	SecretNames func(context.Context) ([]string, error)
 }
 
 var _ core.Agent = (*Agent)(nil)
@@ -67,7 +71,15 @@ func (a *Agent) Respond(ctx context.Context, in core.AgentInput) (core.Proposal,
 		log.Warn("could not read the conversation's history; answering without it", slog.String("conversation", string(in.Conversation)),
 			slog.String("err", err.Error()))
 	}
-	route, err := a.Proxy.Decide(ctx, text, in.Trust == core.TrustExternal, hist...)
+	proxy := a.Proxy
+	if a.SecretNames != nil {
+		names, err := a.SecretNames(ctx)
+		if err != nil {
+			log.Warn("could not list the stored secrets' names; answering without them", slog.Any("err", err))
+		}
+		proxy.SecretNames = names
+	}
+	route, err := proxy.Decide(ctx, text, in.Trust == core.TrustExternal, hist...)
 	if err != nil {
 		log.Warn("proxy model failed; answering with the command agent", slog.String("conversation", string(in.Conversation)), slog.String("err", err.Error()))
 		p, ferr := a.Fallback.Respond(ctx, in)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -408,5 +409,41 @@ func TestAgentChangedArgumentsAreRefused(t *testing.T) {
 	rows, err := h.st.AuditTail(h.ctx, 1, "test:chat", []audit.Kind{audit.KindApprovalRefused})
 	if err != nil || len(rows) != 1 || rows[0].Entry.Data["reason"] != "altered" {
 		t.Fatalf("refusal audit = %+v, %v", rows, err)
+	}
+}
+
+// The proxy is told the stored secrets' names (so a call it proposes can
+// declare one), and a failure to list them does not stop the answer.
+func TestProxyToldSecretNames(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		names func(context.Context) ([]string, error)
+		want  string
+	}{
+		{"names listed", func(context.Context) ([]string, error) { return []string{"api_token", "db_password"}, nil },
+			"Stored secrets (names only; you never see a value): api_token, db_password."},
+		{"none stored", func(context.Context) ([]string, error) { return nil, nil }, ""},
+		{"listing failed", func(context.Context) ([]string, error) { return nil, errors.New("database down") }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := llmtest.New(t, testKey, "small")
+			client, err := llm.New(llm.Config{BaseURL: fake.BaseURL(), APIKey: testKey, Models: llm.Models{Proxy: "small"},
+				Timeout: 30 * time.Second, MaxRetries: 1, MaxRetryDelay: 5 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ag := &llm.Agent{Proxy: llm.Proxy{Client: client}, Planner: llm.Planner{Client: client}, Fallback: agent.Command{}, SecretNames: tt.names}
+			fake.Script(llmtest.Reply{Content: "ok"})
+			p, err := ag.Respond(context.Background(), core.AgentInput{Conversation: "test:chat", Sender: owner, Trust: core.TrustOwner, Text: "hello"})
+			if err != nil || p.Reply != "ok" {
+				t.Fatalf("Respond = %+v, %v", p, err)
+			}
+			sys := fake.Requests()[0].Messages[0].Text()
+			if tt.want == "" && strings.Contains(sys, "Stored secrets") || tt.want != "" && !strings.Contains(sys, tt.want) {
+				t.Fatalf("system prompt:\n%s\nwant %q", sys, tt.want)
+			}
+		})
 	}
 }

@@ -72,6 +72,9 @@ func Fence(source, text string) string {
 type Proxy struct {
 	Client *Client
 	Tools  ToolOptions
+	// SecretNames are the stored secrets' names (never values) the
+	// proxy is told of, so a call it proposes can declare one.
+	SecretNames []string
 }
 
 // Route is the proxy's decision.
@@ -91,6 +94,16 @@ type Route struct {
 // invalid one is an error (the caller falls back). history are earlier
 // messages of the conversation (Agent.history builds them: bounded, with
 // untrusted text fenced), placed between the system prompt and this one.
+// secretNote tells a model which secrets are stored, by name ("" when
+// none): it may name one for a shell call, never see its value.
+func secretNote(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return "\n\nStored secrets (names only; you never see a value): " + strings.Join(names, ", ") +
+		". A shell call that needs one lists it in \"secrets\"; the program gets it as an environment variable named in upper case."
+}
+
 func (p Proxy) Decide(ctx context.Context, userText string, untrusted bool, history ...Message) (Route, error) {
 	opts := p.Tools
 	opts.Planner = true
@@ -98,7 +111,7 @@ func (p Proxy) Decide(ctx context.Context, userText string, untrusted bool, hist
 	if untrusted {
 		msg = "A message from a sender who is not trusted here:\n" + Fence("untrusted sender", userText)
 	}
-	msgs := append(append([]Message{{Role: RoleSystem, Content: ProxyPrompt}}, history...), Message{Role: RoleUser, Content: msg})
+	msgs := append(append([]Message{{Role: RoleSystem, Content: ProxyPrompt + secretNote(p.SecretNames)}}, history...), Message{Role: RoleUser, Content: msg})
 	var r Route
 	for round := 0; round < 2; round++ {
 		res, err := p.Client.Chat(ctx, Request{Model: p.Client.cfg.Models.Proxy, Messages: msgs, Tools: Tools(opts), ToolChoice: "auto"})
@@ -248,10 +261,7 @@ func (e Executor) Next(ctx context.Context, b Briefing) (ExecOutcome, error) {
 	if b.Guidance != "" {
 		s.WriteString("\n\nPlanner guidance:\n" + b.Guidance)
 	}
-	if len(b.Secrets) > 0 {
-		s.WriteString("\n\nStored secrets (names only; you never see a value): " + strings.Join(b.Secrets, ", ") +
-			". A shell call that needs one lists it in \"secrets\"; the program gets it as an environment variable named in upper case.")
-	}
+	s.WriteString(secretNote(b.Secrets))
 	msgs := append([]Message{{Role: RoleSystem, Content: ExecutorPrompt}, {Role: RoleUser, Content: s.String()}}, b.History...)
 	opts := e.Tools
 	opts.Task = true
