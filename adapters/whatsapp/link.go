@@ -218,6 +218,12 @@ func Link(ctx context.Context, ds *DeviceStore, o LinkOptions) (types.JID, error
 // deletes the keys here, for when WhatsApp cannot be reached or already
 // removed the device; then remove it on the phone too.
 func Unlink(ctx context.Context, ds *DeviceStore, forget bool, log *slog.Logger) error {
+	return unlink(ctx, ds, forget, log, nil)
+}
+
+// unlink is Unlink; hc replaces whatsmeow's HTTP client (tests: the fake
+// server).
+func unlink(ctx context.Context, ds *DeviceStore, forget bool, log *slog.Logger, hc *http.Client) error {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -235,6 +241,9 @@ func Unlink(ctx context.Context, ds *DeviceStore, forget bool, log *slog.Logger)
 		return nil
 	}
 	cli := whatsmeow.NewClient(dev, waLogger(log.With(slog.String("component", "whatsmeow"))))
+	if hc != nil {
+		cli.SetWebsocketHTTPClient(hc)
+	}
 	if err := cli.ConnectContext(ctx); err != nil {
 		return fmt.Errorf("whatsapp: unlink: connect (use --forget to delete the keys here only): %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,5 +123,25 @@ func TestRealClientLinksThenServes(t *testing.T) {
 	}
 	if a.Status().Problem != "" {
 		t.Fatalf("problem %q", a.Status().Problem)
+	}
+
+	// `silas whatsapp unlink`: logged out on WhatsApp's side, then the
+	// keys are gone from PostgreSQL (whatsmeow deletes them only after
+	// the server accepted the logout).
+	cancel()
+	<-done
+	// The rig's phone keeps its keys in the same store; a real one holds
+	// only Silas's device.
+	if err := pd.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := unlink(ctx, ds, false, log, srv.HTTPClient()); err != nil {
+		t.Fatalf("unlink: %v", err)
+	}
+	if gone, err := ds.container.GetDevice(ctx, types.NewADJID(botJID.User, 0, 9)); err != nil || gone != nil {
+		t.Fatalf("after unlink the device is still stored: %+v, %v", gone, err)
+	}
+	if err := unlink(ctx, ds, false, log, srv.HTTPClient()); err == nil || !strings.Contains(err.Error(), "no device is linked") {
+		t.Fatalf("a second unlink: %v", err)
 	}
 }
