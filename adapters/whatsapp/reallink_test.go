@@ -8,6 +8,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -143,5 +144,53 @@ func TestRealClientLinksThenServes(t *testing.T) {
 	}
 	if err := unlink(ctx, ds, false, log, srv.HTTPClient()); err == nil || !strings.Contains(err.Error(), "no device is linked") {
 		t.Fatalf("a second unlink: %v", err)
+	}
+}
+
+// `silas whatsapp link --phone +…`: instead of a QR code, whatsmeow asks
+// WhatsApp for a pairing code for that number and Link shows it with what
+// to do on the phone. (The phone's confirmation of the code is not
+// simulated by the fake; QR linking covers the rest of the flow.)
+func TestRealClientPairingCode(t *testing.T) {
+	realConfMu.Lock()
+	defer realConfMu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	ds, err := OpenDeviceStore(ctx, pgtest.NewDatabase(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	srv := whatsapptest.NewServer(t)
+	out := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Link(ctx, nil, LinkOptions{Phone: "+49 151 0000 0009", Device: ds.container.NewDevice(), Out: out, Logger: log,
+			httpClient: srv.HTTPClient(), ShowQR: func(string) { t.Error("a QR code was shown for a pairing-code link") }})
+		done <- err
+	}()
+	codeRe := regexp.MustCompile(`\n    ([A-Z0-9]{4}-[A-Z0-9]{4})\n`)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("output:
+%s", out)
+		}
+	})
+	eventually(t, "the pairing code", func() bool { return codeRe.MatchString(out.String()) || len(done) > 0 })
+	if len(done) > 0 {
+		t.Fatalf("Link returned %v; output:\n%s", <-done, out)
+	}
+	if !strings.Contains(out.String(), "On the phone of +4915100000009: WhatsApp → Settings → Linked devices") {
+		t.Fatalf("output:\n%s", out)
+	}
+	if got := srv.PairingCodeRequests(); len(got) != 1 || got[0] != "4915100000009" {
+		t.Fatalf("pairing code requests = %v", got)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Link did not return after its context ended")
 	}
 }

@@ -96,6 +96,8 @@ type Server struct {
 	loseReceipts bool
 	// pairConn is the connection of a device waiting to be linked.
 	pairConn *conn
+	// codeRequests are the phone numbers a pairing code was asked for.
+	codeRequests []string
 	// skdm: the phone (group/user) already gave the device its sender
 	// key for the group.
 	skdm map[string]bool
@@ -171,6 +173,14 @@ func (s *Server) Logins() int {
 }
 
 // Receipts counts the delivery receipts the device sent for a message id.
+// PairingCodeRequests lists the phone numbers (digits) a device asked a
+// pairing code for ("link with phone number instead").
+func (s *Server) PairingCodeRequests() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.codeRequests...)
+}
+
 func (s *Server) Receipts(id string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -274,6 +284,10 @@ func (s *Server) pair(c *conn) {
 		n, err := c.recvNode()
 		if err != nil {
 			return
+		}
+		if n.Tag == "iq" && n.AttrGetter().OptionalString("type") == "set" {
+			c.handle(n) // a pairing code request (link with phone number)
+			continue
 		}
 		if n.Tag == "iq" && n.AttrGetter().OptionalString("type") == "result" {
 			if _, ok := n.GetOptionalChildByTag("pair-device-sign"); ok {
@@ -593,6 +607,15 @@ func (c *conn) handle(n *waBinary.Node) {
 		res := waBinary.Node{Tag: "iq", Attrs: waBinary.Attrs{"id": ag.String("id"), "type": "result", "from": types.ServerJID}}
 		if ag.OptionalString("xmlns") == "usync" {
 			res.Content = c.usync(n)
+		}
+		if reg, ok := n.GetOptionalChildByTag("link_code_companion_reg"); ok && reg.AttrGetter().OptionalString("stage") == "companion_hello" {
+			// A pairing code: WhatsApp answers with a reference the
+			// phone's confirmation later names (not simulated here).
+			c.s.mu.Lock()
+			c.s.codeRequests = append(c.s.codeRequests, reg.AttrGetter().OptionalJIDOrEmpty("jid").User)
+			c.s.mu.Unlock()
+			res.Content = []waBinary.Node{{Tag: "link_code_companion_reg", Content: []waBinary.Node{
+				{Tag: "link_code_pairing_ref", Content: []byte("fake-pairing-ref")}}}}
 		}
 		if ag.OptionalString("xmlns") == "encrypt" {
 			for _, ch := range n.GetChildren() {
