@@ -188,6 +188,24 @@ func (r *Runtime) taskUserEvent(ctx context.Context, tx *store.Tx, o *effects.Ef
 		}
 	}
 	w.note(audit.KindTaskDecided, map[string]any{"event": string(ev.Kind), "by": by})
+	// The stopped task's approval cards close first, then what the event
+	// shows.
+	if err := r.commitInTurn(ctx, tx, o, k, w); err != nil {
+		return err
+	}
+	cancel := *w.cancel
+	id := k.ID
+	o.After = append(o.After, func() {
+		r.host.CancelRuns(cancel)
+		r.kick(id)
+	})
+	return nil
+}
+
+// commitInTurn writes w for task k, locked in the turn's transaction
+// (a stale write is an error: nobody else can have changed it), and adds
+// what it shows to o: the rows' card updates first, then w's own.
+func (r *Runtime) commitInTurn(ctx context.Context, tx *store.Tx, o *effects.Effects, k store.Task, w *taskWrite) error {
 	ok, err := r.casTask(ctx, tx, w)
 	if err != nil {
 		return err
@@ -195,8 +213,6 @@ func (r *Runtime) taskUserEvent(ctx context.Context, tx *store.Tx, o *effects.Ef
 	if !ok {
 		return fmt.Errorf("tasks: task %s changed while locked", k.ID)
 	}
-	// The stopped task's approval cards close first, then what the event
-	// shows.
 	if err := r.writeTaskRows(ctx, tx, o, w); err != nil {
 		return err
 	}
@@ -204,12 +220,6 @@ func (r *Runtime) taskUserEvent(ctx context.Context, tx *store.Tx, o *effects.Ef
 	o.Cards = append(o.Cards, w.fx.Cards...)
 	o.Updates = append(o.Updates, w.fx.Updates...)
 	o.Audit = append(o.Audit, w.fx.Audit...)
-	cancel := *w.cancel
-	id := k.ID
-	o.After = append(o.After, func() {
-		r.host.CancelRuns(cancel)
-		r.kick(id)
-	})
 	return nil
 }
 

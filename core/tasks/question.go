@@ -99,18 +99,9 @@ func (r *Runtime) answer(ctx context.Context, tx *store.Tx, o *effects.Effects, 
 	// The answer's words stay in the conversation; the audit says who
 	// answered, how, and how much.
 	w.note(audit.KindTaskAnswered, map[string]any{"call": call.ID, "card": card, "by": by, "how": how, "chars": len([]rune(text))})
-	ok, err := r.casTask(ctx, tx, w)
-	if err != nil {
+	if err := r.commitInTurn(ctx, tx, o, k, w); err != nil {
 		return err
 	}
-	if !ok {
-		return fmt.Errorf("tasks: task %s changed while locked", k.ID)
-	}
-	if err := r.writeTaskRows(ctx, tx, o, w); err != nil {
-		return err
-	}
-	o.Updates = append(o.Updates, w.fx.Updates...)
-	o.Audit = append(o.Audit, w.fx.Audit...)
 	id := k.ID
 	o.After = append(o.After, func() { r.kick(id) })
 	return nil
