@@ -75,12 +75,18 @@ var loginRe = regexp.MustCompile(`Silas web chat: (http://[0-9.:]+)/#login=([A-Z
 // startServer runs serve with the given extra environment on a free port.
 func startServer(t *testing.T, dsn, dataDir string, extra ...string) *server {
 	t.Helper()
+	return startBinary(t, silasBin, dsn, dataDir, extra...)
+}
+
+// startBinary is startServer for a given build of silas.
+func startBinary(t *testing.T, bin, dsn, dataDir string, extra ...string) *server {
+	t.Helper()
 	// The secure form listens on a fixed port by default; tests that need it
 	// enable it on a free one (startServer's extra env comes last and wins).
 	env := append(os.Environ(), "DATABASE_URL="+dsn, "SILAS_DATA_DIR="+dataDir, "SILAS_HTTP_LISTEN=127.0.0.1:0", "SILAS_LOG_LEVEL=debug",
 		"SILAS_SECRETS_WEB_ENABLED=false")
 	env = append(env, extra...)
-	cmd := exec.Command(silasBin, "serve")
+	cmd := exec.Command(bin, "serve")
 	cmd.Env = env
 	stdout, _ := cmd.StdoutPipe()
 	logs := &syncBuffer{}

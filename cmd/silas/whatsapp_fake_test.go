@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -11,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -138,44 +136,6 @@ func receivedContaining(srv *whatsapptest.Server, s string) bool {
 		}
 	}
 	return false
-}
-
-// startBinary is startServer for another build of silas.
-func startBinary(t *testing.T, bin, dsn, dataDir string, extra ...string) *server {
-	t.Helper()
-	env := append(os.Environ(), "DATABASE_URL="+dsn, "SILAS_DATA_DIR="+dataDir, "SILAS_HTTP_LISTEN=127.0.0.1:0", "SILAS_LOG_LEVEL=debug",
-		"SILAS_SECRETS_WEB_ENABLED=false")
-	env = append(env, extra...)
-	cmd := exec.Command(bin, "serve")
-	cmd.Env = env
-	stdout, _ := cmd.StdoutPipe()
-	logs := &syncBuffer{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &server{t: t, cmd: cmd, exited: make(chan struct{}), logs: logs, dataDir: dataDir, env: env}
-	found := make(chan []string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := loginRe.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m
-			}
-		}
-	}()
-	go func() { cmd.Wait(); close(s.exited) }()
-	select {
-	case m := <-found:
-		s.base, s.login = m[1], m[2]
-	case <-s.exited:
-		t.Fatalf("serve exited early:\n%s", logs.String())
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("serve did not print its address:\n%s", logs.String())
-	}
-	t.Cleanup(func() { s.stop() })
-	return s
 }
 
 // TestWhatsAppLinkQRForm: `silas whatsapp link` with secrets_web enabled
