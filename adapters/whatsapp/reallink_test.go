@@ -173,8 +173,7 @@ func TestRealClientPairingCode(t *testing.T) {
 	codeRe := regexp.MustCompile(`\n    ([A-Z0-9]{4}-[A-Z0-9]{4})\n`)
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("output:
-%s", out)
+			t.Logf("output:\n%s", out)
 		}
 	})
 	eventually(t, "the pairing code", func() bool { return codeRe.MatchString(out.String()) || len(done) > 0 })
