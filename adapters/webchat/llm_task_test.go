@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -36,6 +38,7 @@ type llmWeb struct {
 	st   *store.Store
 	fake *llmtest.Server
 	web  *conformanceClient
+	dir  string // a directory the plans' file_exists checks may look at
 }
 
 // newLLMWeb starts one; limits zero means the defaults of these tests.
@@ -53,6 +56,7 @@ func newLLMWeb(t *testing.T, limits task.Limits) *llmWeb {
 		st.Close()
 		t.Fatal(err)
 	}
+	dir := t.TempDir()
 	fake := llmtest.New(t, "sk-webchat-test-key", "m")
 	client, err := llm.New(llm.Config{BaseURL: fake.BaseURL(), APIKey: "sk-webchat-test-key", Models: llm.Models{Proxy: "m", Planner: "m", Executor: "m"},
 		Timeout: 5 * time.Second, MaxRetries: 1, MaxRetryDelay: 5 * time.Millisecond})
@@ -75,7 +79,7 @@ func newLLMWeb(t *testing.T, limits task.Limits) *llmWeb {
 	ch := web.NewChannel(t, st, log)
 	ag := &llm.Agent{Proxy: llm.Proxy{Client: client}, Planner: llm.Planner{Client: client}, Fallback: agent.Command{}, Tasks: true, History: st}
 	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
-		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
+		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{dir}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{web.Identity(channeltest.Approver)}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +108,7 @@ func newLLMWeb(t *testing.T, limits task.Limits) *llmWeb {
 		}
 	})
 	web.Started(t, ch)
-	return &llmWeb{ctx: ctx, st: st, fake: fake, web: web}
+	return &llmWeb{ctx: ctx, st: st, fake: fake, web: web, dir: dir}
 }
 
 // count runs a counting query.
@@ -482,5 +486,89 @@ func TestLLMTaskEvictionThroughTheWebChat(t *testing.T) {
 	}
 	if n := h.count(t, `SELECT count(*) FROM executions`); n != 1 {
 		t.Fatalf("executions = %d (read_output is not an action)", n)
+	}
+}
+
+// A plan's check that fails after the last step makes the runtime retry
+// the step with the failure as context; once the check passes the task is
+// done. Nothing the executor says marks it done: the gateway's check does.
+func TestLLMTaskVerifyFailRetryThroughTheWebChat(t *testing.T) {
+	t.Parallel()
+	h := newLLMWeb(t, task.Limits{})
+	web, fake := h.web, h.fake
+	marker := filepath.Join(h.dir, "marker")
+	fake.Script(planTask("make the marker"), planOf(fmt.Sprintf("title: Make the marker\nsteps: [Create the marker]\n"+
+		"verify:\n  - name: marker exists\n    expect: { file_exists: %s }\n", marker)),
+		shell(`["echo","making"]`), llmtest.Reply{Content: "STEP DONE: made it"},
+		shell(`["echo","again"]`), llmtest.Reply{Content: "STEP DONE: made it again"})
+	web.Say(t, channeltest.Approver, "make the marker")
+	web.Tap(t, channeltest.Approver, channeltest.Message{Card: pendingStep(t, web, "echo making").ID}, "approve")
+	again := pendingStep(t, web, "echo again")
+	reqs := fake.Requests()
+	if brief := reqs[len(reqs)-1].Messages[1].Text(); !strings.Contains(brief, "attempt 2") || !strings.Contains(brief, "verification failed: marker exists ✗") {
+		t.Fatalf("the retry's briefing lacks the failure:\n%s", brief)
+	}
+	for _, s := range web.Chat(t) {
+		if strings.HasPrefix(s.Text, "Done:") {
+			t.Fatalf("done before its check passed: %q", s.Text)
+		}
+	}
+	if err := os.WriteFile(marker, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	web.Tap(t, channeltest.Approver, channeltest.Message{Card: again.ID}, "approve")
+	sum := waitShown(t, web, "the summary", func(s *shown) bool { return s.card == nil && strings.HasPrefix(s.text, "Done: Make the marker ✓") })
+	if !strings.Contains(sum.text, "Checked by the gateway: marker exists ✓.") {
+		t.Fatalf("summary:\n%s", sum.text)
+	}
+	if n := h.count(t, `SELECT count(*) FROM task_attempts WHERE state = 'failed'`); n != 1 {
+		t.Fatalf("failed attempts = %d, want 1", n)
+	}
+	if n := h.count(t, `SELECT count(*) FROM executions WHERE status = 'verified'`); n != 2 {
+		t.Fatalf("verified executions = %d, want 2", n)
+	}
+}
+
+// Integrity failure (seed 000 §3.4) in a task: the step's stored request is
+// changed after its card was shown; the tap is refused over the WebSocket,
+// nothing runs, the model is asked nothing more, and /stop then closes the
+// card.
+func TestLLMTaskAlteredCallThroughTheWebChat(t *testing.T) {
+	t.Parallel()
+	h := newLLMWeb(t, task.Limits{})
+	web, fake := h.web, h.fake
+	fake.Script(planTask("say safe"), planOf("title: Say safe\nsteps: [Say safe]\n"), shell(`["echo","safe"]`))
+	web.Say(t, channeltest.Approver, "say safe")
+	c := pendingStep(t, web, "echo safe")
+	marker := filepath.Join(h.dir, "pwned")
+	evil := core.Action{Tool: "shell", Argv: []string{"touch", marker}, Verify: []verify.Check{verify.ExitCodeZero()}}
+	canonical, _ := evil.Canonical()
+	hash, _ := evil.Hash()
+	if _, err := h.st.Pool().Exec(h.ctx, `UPDATE approvals SET action_canonical = $2, action_hash = $3 WHERE id = $1`, string(c.ID), canonical, hash); err != nil {
+		t.Fatal(err)
+	}
+	web.Tap(t, channeltest.Approver, channeltest.Message{Card: c.ID}, "approve")
+	deadline := time.Now().Add(30 * time.Second)
+	for !slicesContain(web.Told(t, channeltest.Approver), "This request was altered after it was proposed") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the altered call's tap was not refused; told: %q", web.Told(t, channeltest.Approver))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := h.count(t, `SELECT count(*) FROM executions`); n != 0 {
+		t.Fatalf("executions = %d", n)
+	}
+	if n := h.count(t, `SELECT count(*) FROM audit_log WHERE kind = 'approval.refused' AND data->>'reason' = 'altered'`); n != 1 {
+		t.Fatalf("altered refusals audited = %d", n)
+	}
+	web.Say(t, channeltest.Approver, "/stop")
+	waitShown(t, web, "the cancelled card", func(s *shown) bool {
+		return s.card != nil && s.card.ID == c.ID && s.card.Status == cards.StatusDeclined
+	})
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Fatalf("the altered action ran: %v", err)
+	}
+	if n := len(fake.Requests()); n != 3 {
+		t.Fatalf("%d model calls, want 3", n)
 	}
 }
