@@ -572,3 +572,59 @@ func TestLLMTaskAlteredCallThroughTheWebChat(t *testing.T) {
 		t.Fatalf("%d model calls, want 3", n)
 	}
 }
+
+// ask_user in the web chat: the question card is answered by a tap on a
+// choice or by the next plain message typed in the chat (which the proxy
+// never sees); the card shows who answered, the executor gets the answer
+// as the user's data, and the task goes on to its summary.
+func TestLLMTaskQuestionThroughTheWebChat(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    string
+		answer  func(t *testing.T, web *conformanceClient, q *cards.Card)
+		outcome string
+	}{
+		{name: "tap a choice", args: `{"question":"How many days of logs should I keep?","choices":["7 days","30 days"]}`,
+			answer: func(t *testing.T, web *conformanceClient, q *cards.Card) {
+				web.Tap(t, channeltest.Approver, channeltest.Message{Card: q.ID}, q.Choices[1].ID)
+			}, outcome: ": 30 days"},
+		{name: "type the answer", args: `{"question":"How many days of logs should I keep?"}`,
+			answer: func(t *testing.T, web *conformanceClient, _ *cards.Card) {
+				web.Say(t, channeltest.Approver, "30 days")
+			}, outcome: ": 30 days"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newLLMWeb(t, task.Limits{})
+			web, fake := h.web, h.fake
+			fake.Script(planTask("clean the logs"), planOf("title: Clean logs\nsteps: [Clean the logs]\n"),
+				llmtest.Reply{ToolCalls: []llmtest.ToolCall{{Name: "ask_user", Arguments: tt.args}}})
+			web.Say(t, channeltest.Approver, "clean the logs")
+			q := waitShown(t, web, "the question card", func(s *shown) bool {
+				return s.card != nil && strings.HasPrefix(s.card.Intent, "Question: How many days") && s.card.Status == cards.StatusPending
+			}).card
+			if !strings.Contains(q.Rationale, "Step 1 of 1 — Clean logs") {
+				t.Fatalf("question card = %+v", q)
+			}
+			fake.Script(shell(`["echo","30"]`), llmtest.Reply{Content: "STEP DONE: kept 30 days"})
+			tt.answer(t, web, q)
+			waitShown(t, web, "the answered card", func(s *shown) bool {
+				return s.card != nil && s.card.ID == q.ID && s.card.Status == cards.StatusDone && !s.card.Open() && strings.HasPrefix(s.card.Outcome, "Answered by ") &&
+					strings.HasSuffix(s.card.Outcome, tt.outcome)
+			})
+			web.Tap(t, channeltest.Approver, channeltest.Message{Card: pendingStep(t, web, "echo 30").ID}, "approve")
+			waitShown(t, web, "the summary", func(s *shown) bool { return s.card == nil && strings.HasPrefix(s.text, "Done: Clean logs ✓") })
+			reqs := fake.Requests()
+			if len(reqs) != 5 {
+				t.Fatalf("%d model calls, want 5 (the answer does not go to the proxy)", len(reqs))
+			}
+			ms := reqs[3].Messages
+			if got := ms[len(ms)-1].Text(); ms[len(ms)-1].Role != "tool" || !strings.HasPrefix(got, "<<<DATA source=user answer\n") ||
+				!strings.Contains(got, "30 days") {
+				t.Fatalf("the executor got the answer as [%s] %q", ms[len(ms)-1].Role, got)
+			}
+		})
+	}
+}
