@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -875,13 +876,19 @@ func (r *Runtime) callOutcome(ctx context.Context, c store.TaskCall) (status, te
 }
 
 // taskVerify runs the plan's checks: each command through the risk policy
-// (only an "allow" runs without a person; anything else fails the check),
-// then the verification sandbox.
+// — "allow" runs it in the verification sandbox, "auth_required" proposes
+// it as an action (card, tap, sandbox; the plan's check judges the run),
+// "blocked" fails the check — and judges them when none waits for a tap.
 func (r *Runtime) taskVerify(ctx context.Context, s *taskState) (bool, error) {
 	checks := s.pl.Verify
 	report := verifyReport{results: make([]verifyLine, len(checks))}
 	var run []int
 	var runnable = checks[:0:0]
+	asked, err := r.checkCalls(ctx, s)
+	if err != nil {
+		return false, err
+	}
+	waiting := false
 	for i, c := range checks {
 		name := c.Name
 		if name == "" {
@@ -890,6 +897,28 @@ func (r *Runtime) taskVerify(ctx context.Context, s *taskState) (bool, error) {
 		report.results[i].name = name
 		if len(c.Run) > 0 {
 			res := r.host.Evaluate(core.Action{Tool: "shell", Argv: c.Run})
+			if res.Decision == "auth_required" {
+				// Like any other action: a card, a tap, the sandbox; the
+				// execution's own check is the plan's check.
+				call, ok := asked[i]
+				if !ok {
+					return r.proposeCheck(ctx, s, i, name, c)
+				}
+				status, text, settled, err := r.callOutcome(ctx, call)
+				if err != nil {
+					return false, err
+				}
+				if !settled {
+					waiting = true
+					continue
+				}
+				report.results[i].passed = status == "ok"
+				report.results[i].reason = "approved and run: " + firstLine(text)
+				if status != "ok" {
+					report.results[i].reason = status + ": " + firstLine(text)
+				}
+				continue
+			}
 			if res.Decision != "allow" {
 				why := res.Reason
 				if why == "" {
@@ -901,6 +930,9 @@ func (r *Runtime) taskVerify(ctx context.Context, s *taskState) (bool, error) {
 		}
 		run = append(run, i)
 		runnable = append(runnable, c)
+	}
+	if waiting {
+		return false, nil // a check's card waits for its tap (its decision kicks the task)
 	}
 	if len(runnable) > 0 {
 		// No execution evidence: a check judging the (absent) execution's
@@ -924,6 +956,73 @@ func (r *Runtime) taskVerify(ctx context.Context, s *taskState) (bool, error) {
 	return r.taskEvent(ctx, w, task.Event{Kind: task.VerifyPassed})
 }
 
+// checkTool names the calls that ran a plan check a person approved; they
+// are recorded at step -1 of the attempt that reached verification, apart
+// from the executor's calls.
+const checkTool = "plan_check"
+
+// checkCalls maps a plan check's index to its approval call for this
+// verification (plan and attempt).
+func (r *Runtime) checkCalls(ctx context.Context, s *taskState) (map[int]store.TaskCall, error) {
+	all, err := r.st.TaskCalls(ctx, s.k.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]store.TaskCall{}
+	for _, c := range all {
+		if c.Tool != checkTool || c.PlanNo != s.k.PlanNo || c.Step != -1 || c.Attempt != s.m.Attempt {
+			continue
+		}
+		var a struct {
+			Check int `json:"check"`
+		}
+		if json.Unmarshal([]byte(c.Arguments), &a) == nil {
+			out[a.Check] = c
+		}
+	}
+	return out, nil
+}
+
+// proposeCheck proposes plan check i's command as an action (one per
+// advance: a write carries one proposal); the next advance proposes the
+// next or waits.
+func (r *Runtime) proposeCheck(ctx context.Context, s *taskState, i int, name string, c verify.Check) (bool, error) {
+	w := r.newTaskWrite(s)
+	judge := c
+	judge.Run, judge.Name = nil, name
+	pa := core.ProposedAction{
+		Action: core.Action{Tool: "shell", Argv: slices.Clone(c.Run), Verify: []verify.Check{judge}},
+		Intent: fmt.Sprintf("Check %d of %d — %s: run %s", i+1, len(s.pl.Verify), s.pl.Title, (core.Action{Argv: c.Run}).CommandLine()),
+		Rationale: "The plan's check \"" + name + "\" decides whether the task is done. The risk policy wants a person to approve " +
+			"its command; it runs in the sandbox, and the check judges its result.",
+	}
+	trust := r.host.Trust(ctx, s.orig)
+	approval, pfx, write := r.host.Propose(s.orig, trust, pa)
+	w.fx.Add(pfx)
+	args, _ := json.Marshal(map[string]int{"check": i})
+	call := store.TaskCall{TaskID: s.k.ID, PlanNo: s.k.PlanNo, Step: -1, Attempt: s.m.Attempt, CallID: "check_" + core.NewID()[:12],
+		Tool: checkTool, Arguments: string(args), Status: "done"}
+	if approval == "" {
+		// Not proposed (refused or malformed): the check fails as not run.
+		raw, _ := json.Marshal(task.Result{Status: "blocked", Output: "not run: the check's command could not be proposed"})
+		call.Result = raw
+		w.calls = append(w.calls, call)
+		applied, err := r.commitTask(ctx, w)
+		return applied || err == nil, err
+	}
+	call.Approval, call.Status = approval, "waiting"
+	w.propose = write
+	w.calls = append(w.calls, call)
+	w.note(audit.KindTaskCallProposed, map[string]any{"tool": checkTool, "check": name, "approval": string(approval), "outcome": "proposed"})
+	applied, err := r.commitTask(ctx, w)
+	return applied || err == nil, err
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return clipText(line, 200)
+}
+
 // finishSummary prepares the report of a verified task, in plain words
 // with what was run.
 func (r *Runtime) finishSummary(ctx context.Context, w *taskWrite) error {
@@ -934,6 +1033,9 @@ func (r *Runtime) finishSummary(ctx context.Context, w *taskWrite) error {
 	}
 	var ran []string
 	for _, c := range all {
+		if c.Tool == checkTool {
+			continue // a plan check: reported with the checks
+		}
 		if st := resultStatus(c.Result); c.Approval == "" || (st != "ok" && st != "failed") {
 			continue
 		}

@@ -490,3 +490,57 @@ func TestTaskBudgetExhausted(t *testing.T) {
 		t.Fatalf("%d model calls, want 5 (none after the budget ran out)", n)
 	}
 }
+
+// A plan check whose command the risk policy does not allow on its own is
+// proposed like any other action: a card ("Check 1 of 1 — …"), a tap, the
+// sandbox, and the plan's check judges the run. Declined, the check fails
+// and the task recovers (here: the step is retried, and the check asked
+// again for the new attempt).
+func TestTaskCheckNeedingApproval(t *testing.T) {
+	t.Parallel()
+	const plan = `title: Get ready
+steps:
+  - Get ready
+verify:
+  - name: ready
+    run: [echo, ready]
+    expect: { contains: ready }
+`
+	h := setupTasks(t, taskOpts{})
+	h.fake.Script(planTaskCall("get ready"), planReply(plan), shellCall(`["echo","step"]`), stepDone("did it"),
+		shellCall(`["echo","step"]`), stepDone("did it again"))
+	h.deliver(t, owner, "get ready", nil)
+	h.deliver(t, owner, "", &core.Tap{Card: h.pendingCard(t, "echo step").ID, Choice: "approve"})
+
+	// The check's card; nothing of it ran before the tap.
+	chk := h.pendingCard(t, "echo ready")
+	if !strings.HasPrefix(chk.Intent, "Check 1 of 1 — Get ready: run echo ready") {
+		t.Fatalf("check card intent = %q", chk.Intent)
+	}
+	if n := h.executions(t); n != 1 {
+		t.Fatalf("%d executions before the check's tap, want 1 (the step)", n)
+	}
+	// Declined: the check fails, the step is retried, and its new attempt
+	// asks again.
+	h.deliver(t, owner, "", &core.Tap{Card: chk.ID, Choice: "decline"})
+	h.deliver(t, owner, "", &core.Tap{Card: h.pendingCard(t, "echo step").ID, Choice: "approve"})
+	chk2 := h.pendingCard(t, "echo ready")
+	if chk2.ID == chk.ID {
+		t.Fatal("the declined check card was offered again")
+	}
+	h.deliver(t, owner, "", &core.Tap{Card: chk2.ID, Choice: "approve"})
+	msgs := h.ch.waitFor(t, "summary", func(m []core.OutMessage) bool { return hasText(m, "Done: Get ready ✓") })
+	if !hasText(msgs, "ready ✓") || !hasText(msgs, "What ran: `echo step` (step 1); `echo step` (step 1).") {
+		var texts []string
+		for _, m := range msgs {
+			texts = append(texts, m.Text)
+		}
+		t.Fatalf("summary:\n%s", strings.Join(texts, "\n"))
+	}
+	if n := h.executions(t); n != 3 {
+		t.Fatalf("%d executions, want 3 (two attempts at the step, one approved check)", n)
+	}
+	if st, _ := h.taskState(t); st != "done" {
+		t.Fatalf("task state = %s", st)
+	}
+}
