@@ -124,6 +124,8 @@ func truncate(s string, n int) string {
 }
 
 func (a *Adapter) sendPoll(ctx context.Context, chat types.JID, cardMsg types.MessageID, c *cards.Card) error {
+	a.pollsSending.Add(1)
+	defer a.pollsSending.Add(-1)
 	names, byHash := pollOptions(c)
 	msg := a.cli.BuildPollCreation(truncate(c.Intent, maxPollName), names, 1)
 	resp, err := a.send(ctx, chat, msg)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
+	"time"
 
 	"go.mau.fi/whatsmeow/types/events"
 
@@ -33,6 +34,11 @@ func (a *Adapter) onVote(ctx context.Context, e *events.Message) bool {
 	pu := e.Message.GetPollUpdateMessage()
 	key := pu.GetPollCreationMessageKey()
 	p, ok := a.recs.poll(ctx, key.GetID())
+	if !ok && a.pollSendsSettled(ctx) {
+		// The vote overtook its poll's record (stored once the send
+		// returned): look again.
+		p, ok = a.recs.poll(ctx, key.GetID())
+	}
 	if !ok {
 		a.log.Debug("whatsapp: vote on a poll Silas does not know", slog.String("poll", key.GetID()))
 		return true
@@ -79,4 +85,18 @@ func (a *Adapter) textTap(ctx context.Context, text, quoted string) (core.Tap, b
 		}
 	}
 	return kit.ParseTextTap(text, q)
+}
+
+// pollSendsSettled waits (up to 10 s) until no poll is being sent; it
+// reports whether one was.
+func (a *Adapter) pollSendsSettled(ctx context.Context) bool {
+	if a.pollsSending.Load() == 0 {
+		return false
+	}
+	for i := 0; i < 200 && a.pollsSending.Load() > 0; i++ {
+		if kit.SleepCtx(ctx, 50*time.Millisecond) != nil {
+			break
+		}
+	}
+	return true
 }

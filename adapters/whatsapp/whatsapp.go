@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mau.fi/whatsmeow/types"
@@ -44,6 +45,10 @@ type Adapter struct {
 	recs *records
 
 	splits *kit.Splits
+
+	// pollsSending counts polls being sent: a poll's record is stored once
+	// its send returns, and a vote on it may arrive before that.
+	pollsSending atomic.Int32
 
 	mu      sync.Mutex
 	inbox   core.Inbox
