@@ -64,7 +64,8 @@ type Adapter struct {
 	// before the notice goes out alone.
 	tapWait time.Duration
 	// answerBy is when an unanswered interaction is acknowledged with a
-	// deferred response (Discord allows 3 s).
+	// deferred response. Discord allows 3 s including the network; a busy
+	// host's timers can fire half a second late, so a full second is kept.
 	answerBy time.Duration
 }
 
@@ -92,7 +93,7 @@ func New(cfg Config) (*Adapter, error) {
 		splits:   kit.NewSplits(r.Now),
 		queue:    make(chan work, 4096),
 		tapWait:  700 * time.Millisecond,
-		answerBy: 2500 * time.Millisecond,
+		answerBy: 2 * time.Second,
 	}
 	a.ixs = newInteractions(a)
 	a.convs = newConversations(r.State, r.Name)
