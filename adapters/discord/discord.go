@@ -50,7 +50,7 @@ type Adapter struct {
 	mu      sync.Mutex
 	inbox   core.Inbox
 	botID   string
-	moved   map[core.MessageRef]core.MessageRef
+	moved   kit.Moves                    // edits of a gone message go to its replacement (its own lock)
 	shown   map[core.MessageRef][32]byte // what each of our messages shows now
 	splits  *kit.Splits
 	ixs     *interactions
@@ -88,7 +88,6 @@ func New(cfg Config) (*Adapter, error) {
 	a := &Adapter{
 		cfg: r, now: r.Now,
 		log:      r.Logger.With(slog.String("channel", string(r.Name))),
-		moved:    map[core.MessageRef]core.MessageRef{},
 		shown:    map[core.MessageRef][32]byte{},
 		splits:   kit.NewSplits(r.Now),
 		queue:    make(chan work, 4096),

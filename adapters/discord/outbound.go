@@ -96,11 +96,7 @@ func (a *Adapter) outboundError(ch, op string, err error) error {
 
 // Update implements core.Channel.
 func (a *Adapter) Update(ctx context.Context, ref core.MessageRef, m core.OutMessage) error {
-	a.mu.Lock()
-	if nr, ok := a.moved[ref]; ok {
-		ref = nr
-	}
-	a.mu.Unlock()
+	ref = a.moved.Resolve(ref)
 	ch, id, ok := parseRef(ref)
 	if !ok {
 		return kit.Permanentf("discord: %q is not a Discord message reference", ref)
@@ -154,9 +150,7 @@ func (a *Adapter) Update(ctx context.Context, ref core.MessageRef, m core.OutMes
 		if err != nil {
 			return err
 		}
-		a.mu.Lock()
-		a.moved[ref] = nr
-		a.mu.Unlock()
+		a.moved.Record(ref, nr)
 		return nil
 	}
 	return a.outboundError(ch, "edit message", err)

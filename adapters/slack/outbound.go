@@ -139,11 +139,7 @@ func (a *Adapter) outboundError(channel, op string, err error) error {
 // Update implements core.Channel: chat.update in place; buttons are removed
 // once the card no longer takes taps.
 func (a *Adapter) Update(ctx context.Context, r core.MessageRef, m core.OutMessage) error {
-	a.mu.Lock()
-	if nr, ok := a.moved[r]; ok {
-		r = nr
-	}
-	a.mu.Unlock()
+	r = a.moved.Resolve(r)
 	channel, ts, ok := parseRef(r)
 	if !ok {
 		return kit.Permanentf("slack: %q is not a Slack message reference", r)
@@ -198,9 +194,7 @@ func (a *Adapter) Update(ctx context.Context, r core.MessageRef, m core.OutMessa
 		if err != nil {
 			return err
 		}
-		a.mu.Lock()
-		a.moved[r] = nr
-		a.mu.Unlock()
+		a.moved.Record(r, nr)
 		return nil
 	}
 	return a.outboundError(channel, "chat.update", err)

@@ -61,7 +61,7 @@ type Adapter struct {
 	me      botInfo
 	ready   chan struct{} // closed once auth.test answered
 	threads threadSet
-	moved   map[core.MessageRef]core.MessageRef
+	moved   kit.Moves // edits of a gone message go to its replacement (its own lock)
 	// dms maps a user id to the id of the app's DM with them, so that
 	// limits and pauses apply to one key per real channel.
 	dms map[string]string
@@ -94,7 +94,7 @@ func New(cfg Config) (*Adapter, error) {
 	}
 	a := &Adapter{
 		cfg: r, now: r.Now, log: r.Logger.With(slog.String("channel", string(r.Name))),
-		ready: make(chan struct{}), threads: threadSet{m: map[string]time.Time{}}, moved: map[core.MessageRef]core.MessageRef{}, dms: map[string]string{},
+		ready: make(chan struct{}), threads: threadSet{m: map[string]time.Time{}}, dms: map[string]string{},
 		taps: kit.NewPendingTaps[tapHandle](r.Now), splits: kit.NewSplits(r.Now), method: MethodSocket,
 	}
 	if r.Mode == ModeHTTP {

@@ -119,11 +119,7 @@ func (a *Adapter) outboundError(chat int64, op string, err error) error {
 // Update implements core.Channel: edit the message in place; buttons are
 // removed once the card no longer takes taps.
 func (a *Adapter) Update(ctx context.Context, r core.MessageRef, m core.OutMessage) error {
-	a.mu.Lock()
-	if nr, ok := a.moved[r]; ok {
-		r = nr
-	}
-	a.mu.Unlock()
+	r = a.moved.Resolve(r)
 	chat, msgID, ok := parseRef(r)
 	if !ok {
 		return kit.Permanentf("telegram: %q is not a Telegram message reference", r)
@@ -166,9 +162,7 @@ func (a *Adapter) Update(ctx context.Context, r core.MessageRef, m core.OutMessa
 		if err != nil {
 			return err
 		}
-		a.mu.Lock()
-		a.moved[r] = nr
-		a.mu.Unlock()
+		a.moved.Record(r, nr)
 		return nil
 	}
 	return a.outboundError(chat, "editMessageText", err)

@@ -66,7 +66,7 @@ type Adapter struct {
 	mu       sync.Mutex
 	inbox    core.Inbox
 	username string
-	moved    map[core.MessageRef]core.MessageRef
+	moved    kit.Moves         // edits of a gone message go to its replacement (its own lock)
 	memState map[string]string // offset when no StateStore is configured
 	// hookTries counts failed webhook deliveries per update_id.
 	hookTries map[int64]int
@@ -103,7 +103,6 @@ func New(cfg Config) (*Adapter, error) {
 		log:         r.Logger.With(slog.String("channel", string(r.Name))),
 		username:    r.BotUsername,
 		taps:        kit.NewPendingTaps[pendingTap](r.Now),
-		moved:       map[core.MessageRef]core.MessageRef{},
 		splits:      kit.NewSplits(r.Now),
 		memState:    map[string]string{},
 		tapFallback: 8 * time.Second,
