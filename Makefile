@@ -20,7 +20,7 @@ build:
 TEST_FLAGS ?= -parallel 4
 test:
 	$(GO) vet ./...
-	$(GO) vet -tags whatsappfake ./cmd/silas
+	$(GO) vet -tags whatsappfake ./adapters/whatsapp
 	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -count=1 $(TEST_FLAGS) -timeout 15m ./...
 
 test-short:

@@ -96,6 +96,9 @@ func PrepareDeviceStore(ctx context.Context, ownerDSN, appRole string, log *slog
 
 // Device returns the linked device, or a new unlinked one (its ID is nil
 // until pairing succeeds; whatsmeow saves it then).
+// Device is a WhatsApp device's keys and identity in the store.
+type Device = store.Device
+
 func (s *DeviceStore) Device(ctx context.Context) (*store.Device, error) {
 	d, err := s.container.GetFirstDevice(ctx)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 
 	"go.mau.fi/whatsmeow"
 	"go.mau.fi/whatsmeow/proto/waE2E"
@@ -75,10 +76,19 @@ func NewClient(dev *store.Device, log *slog.Logger) Client {
 	c.EnableAutoReconnect = false
 	// History sync blobs are not turns: never download them.
 	c.ManualHistorySyncDownload = true
+	if testHTTPClient != nil {
+		c.SetWebsocketHTTPClient(testHTTPClient)
+		c.SetPreLoginHTTPClient(testHTTPClient)
+	}
 	return waClient{c}
 }
 
-// WA returns the whatsmeow client (for linking and logout in cmd/silas).
+// testHTTPClient is set only in test builds (-tags whatsappfake,
+// fakehook.go) to reach the fake server; release builds leave it nil and
+// pin WhatsApp's keys.
+var testHTTPClient *http.Client
+
+// WA returns the whatsmeow client (tests point it at the fake server).
 func (w waClient) WA() *whatsmeow.Client { return w.c }
 
 func (w waClient) Connect(ctx context.Context) error {

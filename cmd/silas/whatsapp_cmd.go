@@ -10,9 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.mau.fi/whatsmeow"
-	wastore "go.mau.fi/whatsmeow/store"
-
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/adapters/whatsapp"
 	"github.com/silas-gateway/silas/core/engine"
@@ -220,9 +217,6 @@ func whatsappChannel(ctx context.Context, cfg *config.Config, db *database, log 
 	}
 	wc := whatsappConfig(cfg, log)
 	wc.Client, wc.State, wc.Notify = whatsapp.NewClient(dev, log), db.store, hooks.notify
-	if whatsappTestClient != nil {
-		whatsappTestClient(wc.Client.(interface{ WA() *whatsmeow.Client }).WA())
-	}
 	if dev.ID == nil && hooks.interactive {
 		hooks.dev = dev
 		wc.Link = hooks.link
@@ -235,11 +229,6 @@ func whatsappChannel(ctx context.Context, cfg *config.Config, db *database, log 
 	return a, func() { ds.Close() }, nil
 }
 
-// whatsappTestClient is set only in test builds (-tags whatsappfake,
-// whatsapp_fakehook.go) to point the channel at the fake server; release
-// builds leave it nil and pin WhatsApp's keys.
-var whatsappTestClient func(*whatsmeow.Client)
-
 // waServe connects the WhatsApp channel to the rest of `silas serve`.
 // The adapter is built before the engine (the engine needs its channels)
 // and the secure form after it, so both are set once they exist; WhatsApp
@@ -249,7 +238,7 @@ type waServe struct {
 	form atomic.Pointer[secretsweb.Server]
 	out  io.Writer
 	log  *slog.Logger
-	dev  *wastore.Device // the unlinked device, when there is no linked one
+	dev  *whatsapp.Device // the unlinked device, when there is no linked one
 	// interactive: out is a terminal. Linking is offered only there (a
 	// QR code in a service's log reaches nobody in time).
 	interactive bool

@@ -1,6 +1,6 @@
 //go:build whatsappfake
 
-package main
+package whatsapp
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 
 // Test builds only (`go build -tags whatsappfake`; never a release):
 // WHATSAPPTEST_FAKE_SERVER="<addr> <root key> <certificate>" (base64 of
-// the 32-byte root key and of the DER certificate) points the WhatsApp
-// channel at adapters/whatsapp/whatsapptest's fake server — its noise
+// the 32-byte root key and of the DER certificate) points NewClient's
+// clients at adapters/whatsapp/whatsapptest's fake server — its noise
 // certificate root instead of WhatsApp's, its TLS certificate, its
 // address — so cmd/silas tests run the real binary against it. A binary
 // built without the tag has no such variable and pins WhatsApp's keys.
@@ -48,8 +48,5 @@ func init() {
 			return (&net.Dialer{}).DialContext(ctx, network, addr)
 		},
 	}}
-	whatsappTestClient = func(c *whatsmeow.Client) {
-		c.SetWebsocketHTTPClient(hc)
-		c.SetPreLoginHTTPClient(hc)
-	}
+	testHTTPClient = hc
 }
