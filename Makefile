@@ -17,11 +17,16 @@ build:
 ## Many tests wait on PostgreSQL, sockets and subprocesses rather than the CPU, so
 ## twice as many run at once as go test's default (GOMAXPROCS). More (-p 4 -parallel 8)
 ## is ~30 s faster on 2 cores but starves timing-sensitive tests (BENCHMARKS.md).
+## go test's own vet pass is off because `go vet ./...` just ran every analyzer it
+## would. A race-enabled binary sleeps 1 s at exit by default (GORACE atexit_sleep_ms)
+## so that late reports can print; tests are over by then, and 40 binaries × 1 s is
+## wall time for nothing.
 TEST_FLAGS ?= -parallel 4
+export GORACE ?= atexit_sleep_ms=0
 test:
 	$(GO) vet ./...
 	$(GO) vet -tags whatsappfake ./adapters/whatsapp
-	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -count=1 $(TEST_FLAGS) -timeout 15m ./...
+	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -vet=off -count=1 $(TEST_FLAGS) -timeout 15m ./...
 
 test-short:
 	$(GO) test -count=1 ./...

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/internal/pgtest"
 )
@@ -287,13 +285,8 @@ func checkFinal(t *testing.T, trial int, dsn string, id cards.ID, shown *cards.C
 
 func dbString(t *testing.T, dsn, q string, args ...any) string {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
 	var s string
-	if err := conn.QueryRow(context.Background(), q, args...).Scan(&s); err != nil {
+	if err := testPool(t, dsn).QueryRow(context.Background(), q, args...).Scan(&s); err != nil {
 		t.Fatal(err)
 	}
 	return s

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/internal/pgtest"
@@ -302,16 +302,39 @@ func (c *client) textContaining(s string) {
 
 func dbCount(t *testing.T, dsn, q string, args ...any) int {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
 	var n int
-	if err := conn.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+	if err := testPool(t, dsn).QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// testPools holds the tests' own connections, one small pool per database.
+// Tests poll the database every few milliseconds; a connection per query was
+// a third of the server's backends in a run, and a backend costs tens of
+// milliseconds of CPU on a small VM (BENCHMARKS.md). The pools are left for
+// pgtest's DROP DATABASE … WITH (FORCE) to end.
+var testPools sync.Map // dsn → *pgxpool.Pool
+
+func testPool(t *testing.T, dsn string) *pgxpool.Pool {
+	t.Helper()
+	if p, ok := testPools.Load(dsn); ok {
+		return p.(*pgxpool.Pool)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 2
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prev, loaded := testPools.LoadOrStore(dsn, p); loaded {
+		p.Close()
+		return prev.(*pgxpool.Pool)
+	}
+	return p
 }
 
 func TestWebChatEndToEnd(t *testing.T) {

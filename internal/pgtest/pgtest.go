@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/silas-gateway/silas/internal/pgcluster"
 )
@@ -239,13 +240,12 @@ var (
 
 func createDatabase(ctx context.Context, admin, name, tmpl string) error {
 	strategyOnce.Do(func() {
-		conn, err := pgx.Connect(ctx, admin)
+		pool, err := adminPool(admin)
 		if err != nil {
 			return
 		}
-		defer conn.Close(context.Background())
 		var v int
-		if conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&v) == nil {
+		if pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&v) == nil {
 			fileCopy = v >= 150000
 		}
 	})
@@ -353,6 +353,7 @@ func cleanup() {
 		// cluster goes as a whole.)
 		dropTemplates(ctx, adminDSN)
 	}
+	closeAdminPools()
 	if cluster != nil {
 		if err := cluster.Stop(ctx); err != nil {
 			ok = false
@@ -422,14 +423,56 @@ func ping(ctx context.Context, dsn string) error {
 	return conn.Ping(ctx)
 }
 
+// adminPools keeps a few admin connections per server open for the test
+// binary's life. A new PostgreSQL backend costs tens of milliseconds of CPU
+// on a small VM (fork, then page faults: BENCHMARKS.md), and every test
+// issues a CREATE and a DROP DATABASE; a connection each made the admin
+// connections about a third of all the server's backends.
+var (
+	adminMu    sync.Mutex
+	adminPools = map[string]*pgxpool.Pool{}
+)
+
+// adminPool returns the admin connections for dsn, opening them on first use.
+func adminPool(dsn string) (*pgxpool.Pool, error) {
+	adminMu.Lock()
+	defer adminMu.Unlock()
+	if pool := adminPools[dsn]; pool != nil {
+		return pool, nil
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = 2
+	// Idle admin connections only hold a backend; a long run does not need
+	// them between a package's bursts.
+	cfg.MaxConnIdleTime = 30 * time.Second
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	adminPools[dsn] = pool
+	return pool, nil
+}
+
 func adminExec(ctx context.Context, dsn, sql string) error {
-	conn, err := pgx.Connect(ctx, dsn)
+	pool, err := adminPool(dsn)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, sql)
+	_, err = pool.Exec(ctx, sql)
 	return err
+}
+
+// closeAdminPools closes the admin connections (before the server stops).
+func closeAdminPools() {
+	adminMu.Lock()
+	defer adminMu.Unlock()
+	for dsn, p := range adminPools {
+		p.Close()
+		delete(adminPools, dsn)
+	}
 }
 
 func randomSuffix() string {
