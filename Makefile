@@ -22,11 +22,14 @@ build:
 ## so that late reports can print; tests are over by then, and 40 binaries × 1 s is
 ## wall time for nothing.
 TEST_FLAGS ?= -parallel 4
+## The longest-running packages first, so that the run does not end with one of them
+## alone on a core (go test starts packages in the order given; ./... adds the rest once).
+TEST_PKGS ?= ./cmd/silas ./core/sandbox ./adapters/telegram/e2e ./core/store ./adapters/slack/e2e ./...
 export GORACE ?= atexit_sleep_ms=0
 test:
 	$(GO) vet ./...
 	$(GO) vet -tags whatsappfake ./adapters/whatsapp
-	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -vet=off -count=1 $(TEST_FLAGS) -timeout 15m ./...
+	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -vet=off -count=1 $(TEST_FLAGS) -timeout 15m $(TEST_PKGS)
 
 test-short:
 	$(GO) test -count=1 ./...
