@@ -194,7 +194,7 @@ func TestLLMTaskThroughTheWebChat(t *testing.T) {
 	for _, m := range reqs[len(reqs)-1].Messages {
 		fmt.Fprintf(&hist, "[%s] %s\n", m.Role, m.Text())
 	}
-	for _, want := range []string{"[user] check that the root directory is there\n", "[card] Plan: Check the root", "Command: echo 'root listed'",
+	for _, want := range []string{"[user] check that the root directory is there\n", "[card]\n<<<DATA source=card\nPlan: Check the root", "Command: echo 'root listed'",
 		"Done: Check the root ✓", "[user] what did you just do?\n"} {
 		if !strings.Contains(hist.String(), want) {
 			t.Fatalf("the proxy's history lacks %q:\n%s", want, hist.String())

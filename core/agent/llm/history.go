@@ -52,10 +52,11 @@ const outputReplyPrefix = "Output out-"
 //     trust is not re-decided here, so they get the lowest.
 //   - The bot's own messages are assistant messages. A card is described
 //     by its title, command, status and outcome; the output of a program
-//     it shows is tool output and is fenced as data. Card ids, choice ids,
-//     links (a secure form's link carries its token) and expiry are never
-//     included, and a card id (or any id of the core's form) quoted in
-//     any text is cut out. The answer to /output is a program's output
+//     it shows is tool output and is fenced as data, and so is the title
+//     of an information card (it may quote a stranger's display name).
+//     Card ids, choice ids, links (a secure form's link carries its
+//     token) and expiry are never included, and a card id (or any id of
+//     the core's form) quoted in any text is cut out. The answer to /output is a program's output
 //     and is fenced as such.
 //   - Every text passes core/redact: user turns were redacted at intake
 //     and execution output before it was stored, but a credential the
@@ -169,8 +170,15 @@ func historyMessage(e core.TranscriptEntry, in core.AgentInput, cardIDs []string
 // ended, never anything a tap or a link is made of.
 func describeCard(c *cards.Card, clean func(string) string) string {
 	var b strings.Builder
-	b.WriteString("[card] ")
-	b.WriteString(shorten(clean(c.Intent), cards.MaxIntent))
+	if intent := shorten(clean(c.Intent), cards.MaxIntent); c.Kind == cards.KindInfo {
+		// An information card's title quotes text nobody vetted as an
+		// instruction: a stranger's chosen display name on an access
+		// request, a tool's error on an escalation, a task's question. As an
+		// assistant message it would read as the model's own words.
+		b.WriteString("[card]\n" + Fence("card", intent))
+	} else {
+		b.WriteString("[card] " + intent)
+	}
 	if c.Command != "" {
 		fmt.Fprintf(&b, "\nCommand: %s", shorten(clean(c.Command), historyMessageChars/5))
 	}
