@@ -534,6 +534,33 @@ func TestCommands(t *testing.T) {
 	b.ch.waitFor(t, "help", func(m []core.OutMessage) bool { return textContaining(m, "/run <command>") })
 }
 
+// /audit names a decided approval by the command recorded in the log when
+// it was requested: the approvals table can be edited by the gateway's
+// database role, and an edit there must not change what the log shows.
+func TestAuditShowsTheRecordedCommand(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.send(t, owner, "/run echo recorded")
+	c := b.pendingCard(t, "echo recorded")
+	b.tap(t, owner, c.ID, "approve")
+	b.waitStatus(t, c.ID, cards.StatusDone)
+	tag, err := b.st.Pool().Exec(b.ctx, `UPDATE approvals SET action_canonical = convert_to(replace(convert_from(action_canonical, 'UTF8'), 'recorded', 'forged'), 'UTF8')
+		WHERE id = $1`, string(c.ID))
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("edit the approval: %v, %v", tag, err)
+	}
+	if a, err := b.st.GetApproval(b.ctx, core.ApprovalID(c.ID)); err != nil || !strings.Contains(string(a.ActionCanonical), "forged") {
+		t.Fatalf("the edit did not take: %v", err)
+	}
+	// Three lines: the decision, the run, the verification — not the
+	// request, which names the command itself.
+	b.send(t, owner, "/audit 3")
+	m := b.ch.waitFor(t, "audit", func(m []core.OutMessage) bool { return textContaining(m, "you approved `") })
+	if !textContaining(m, "you approved `echo recorded`") || textContaining(m, "forged") {
+		t.Fatalf("/audit shows the edited command:\n%v", m[len(m)-1].Text)
+	}
+}
+
 func TestPairing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

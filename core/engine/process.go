@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -343,11 +344,15 @@ func (e *Engine) cmdAudit(ctx context.Context, o *outcome, arg string) error {
 		if c, ok := cmds[id]; ok {
 			return c
 		}
-		var c string
-		if a, err := e.st.GetApproval(ctx, core.ApprovalID(id)); err == nil {
-			var act core.Action
-			if json.Unmarshal(a.ActionCanonical, &act) == nil {
-				c = act.CommandLine()
+		// The chained entry of the request first: the approvals table can
+		// be edited by the gateway's role, the log cannot be rewritten.
+		c, err := e.st.RequestedCommand(ctx, core.ApprovalID(id))
+		if errors.Is(err, core.ErrNotFound) {
+			if a, err := e.st.GetApproval(ctx, core.ApprovalID(id)); err == nil {
+				var act core.Action
+				if json.Unmarshal(a.ActionCanonical, &act) == nil {
+					c = act.CommandLine()
+				}
 			}
 		}
 		cmds[id] = c

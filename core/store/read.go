@@ -250,6 +250,23 @@ func (t *Tx) OutboxFailed(ctx context.Context, id int64, errText string) error {
 	return nil
 }
 
+// RequestedCommand returns the command recorded in the audit log when the
+// approval was requested (its first approval.requested entry: a later one
+// for the same id, appended by whoever can write the log, does not count).
+// ErrNotFound: the log holds no such entry.
+func (s *Store) RequestedCommand(ctx context.Context, id core.ApprovalID) (string, error) {
+	var cmd *string
+	err := s.pool.QueryRow(ctx, `SELECT data->>'command' FROM audit_log WHERE kind = $1 AND data->>'approval' = $2
+		ORDER BY seq LIMIT 1`, string(audit.KindApprovalRequested), string(id)).Scan(&cmd)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && cmd == nil) {
+		return "", core.ErrNotFound
+	}
+	if err != nil {
+		return "", fmt.Errorf("store: requested command of %s: %w", id, err)
+	}
+	return *cmd, nil
+}
+
 // AuditTail returns the last n rows, oldest first (conversation filter
 // optional, kinds filter optional).
 func (s *Store) AuditTail(ctx context.Context, n int, conv core.ConversationID, kinds []audit.Kind) ([]audit.Row, error) {
