@@ -62,6 +62,9 @@ func init() {
 	readOnly["file"] = fileCheck
 	readOnly["dmesg"] = dmesgCheck
 	readOnly["systemctl"] = systemctlCheck
+	for _, n := range []string{"man", "apropos", "whatis"} {
+		readOnly[n] = manCheck
+	}
 }
 
 // mutating are ordinary programs that change files (or fetch them): medium
@@ -427,6 +430,22 @@ func dmesgCheck(args []string, _ int) (cards.Risk, string) {
 	p := parseArgs(args, "fFlns", []string{"facility", "file", "level", "console-level", "buffer-size", "time-format", "since", "until"})
 	if p.has("cCDEn", "clear", "read-clear", "console-off", "console-on", "console-level") {
 		return cards.RiskHigh, "changes-kernel-log"
+	}
+	return cards.RiskLow, "read-only"
+}
+
+// man, apropos and whatis read the manual, and their arguments are page
+// names or keywords, never commands: `man shutdown` explains shutdown.
+// (Unknown, they had every later argument read as a command, and
+// `man shutdown` was refused as stopping the host.) A few options run
+// programs: a pager or a browser (man -P/--pager, -H/--html; the pager is
+// also checked as a script, see scriptOpts) and whatever a config file
+// DEFINEs (-C/--config-file).
+func manCheck(args []string, _ int) (cards.Risk, string) {
+	p := parseArgs(args, "CMPSsemprLER", []string{"config-file", "manpath", "pager", "sections", "section", "extension",
+		"systems", "preprocessor", "prompt", "locale", "encoding", "recode"})
+	if p.has("CPH", "config-file", "pager", "html") {
+		return cards.RiskHigh, "runs-program"
 	}
 	return cards.RiskLow, "read-only"
 }

@@ -110,6 +110,8 @@ var scriptOpts = map[string]struct {
 	"su":      {short: "c", long: []string{"command", "session-command"}},
 	"runuser": {short: "c", long: []string{"command", "session-command"}},
 	"flock":   {short: "c", long: []string{"command"}},
+	// man runs its pager (and an --html browser) as a shell command.
+	"man": {short: "P", long: []string{"pager", "html"}},
 }
 
 func set(names ...string) map[string]bool {
