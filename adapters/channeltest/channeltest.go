@@ -187,7 +187,7 @@ type world struct {
 	sealer *secrets.Sealer
 	sbDir  string
 	clock  *Clock
-	logs   *syncBuffer
+	logs   *SyncBuffer
 	node   *node
 }
 
@@ -206,7 +206,7 @@ type node struct {
 
 func newWorld(t *testing.T, p Platform) *world {
 	t.Helper()
-	w := &world{t: t, p: p, ctx: context.Background(), sbDir: t.TempDir(), clock: &Clock{}, logs: &syncBuffer{}}
+	w := &world{t: t, p: p, ctx: context.Background(), sbDir: t.TempDir(), clock: &Clock{}, logs: &SyncBuffer{}}
 	w.dsn = storetest.NewDatabase(t)
 	db, err := store.Open(w.ctx, w.dsn, store.Options{})
 	if err != nil {
@@ -441,19 +441,20 @@ func closed(m Message, statuses ...cards.Status) bool {
 	return false
 }
 
-// syncBuffer collects log output from concurrent goroutines.
-type syncBuffer struct {
+// SyncBuffer collects log output that concurrent goroutines write while a
+// test reads it.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()

@@ -8,7 +8,6 @@ import (
 	"context"
 	"log/slog"
 	"testing"
-	"time"
 
 	"go.mau.fi/whatsmeow/proto/waE2E"
 	"google.golang.org/protobuf/proto"
@@ -27,10 +26,7 @@ func TestRealClientGroups(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	r := newRealRig(t, pgtest.NewDatabase(t), log)
 	in := &recInbox{}
-	a, err := New(Config{Client: r.cli, Logger: log, ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := r.adapter(t, log)
 	r.run(t, a, in)
 	bot := botJID.String()
 	ext := func(text string, ci *waE2E.ContextInfo) *waE2E.Message {

@@ -16,6 +16,7 @@ import (
 
 	"go.mau.fi/whatsmeow/types"
 
+	"github.com/silas-gateway/silas/adapters/channeltest"
 	"github.com/silas-gateway/silas/adapters/whatsapp/whatsapptest"
 	"github.com/silas-gateway/silas/internal/pgtest"
 )
@@ -163,7 +164,7 @@ func TestRealClientPairingCode(t *testing.T) {
 	}
 	defer ds.Close()
 	srv := whatsapptest.NewServer(t)
-	out := &lockedBuffer{}
+	out := &channeltest.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		_, err := Link(ctx, nil, LinkOptions{Phone: "+49 151 0000 0009", Device: ds.container.NewDevice(), Out: out, Logger: log,

@@ -5,30 +5,16 @@
 package whatsapp
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/silas-gateway/silas/adapters/channeltest"
 	"github.com/silas-gateway/silas/internal/pgtest"
 )
-
-// lockedBuffer is a log sink tests read while the adapter writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // TestRealClientOfflineBatchOnce: messages the phone sends while Silas is
 // stopped arrive after the next login as WhatsApp's offline batch
@@ -38,14 +24,11 @@ func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); retur
 // ciphertexts — and nothing is a turn twice, while every message ends
 // acknowledged.
 func TestRealClientOfflineBatchOnce(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &channeltest.SyncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	r := newRealRig(t, pgtest.NewDatabase(t), slog.New(slog.DiscardHandler))
 	in := &recInbox{}
-	a, err := New(Config{Client: r.cli, Logger: log, ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := r.adapter(t, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = a.Run(ctx, in) }()

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/silas-gateway/silas/internal/pgtest"
 )
@@ -25,10 +24,7 @@ func TestRealClientRecoversOnItsOwn(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	r := newRealRig(t, pgtest.NewDatabase(t), log)
 	in := &recInbox{}
-	a, err := New(Config{Client: r.cli, Logger: log, ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := r.adapter(t, log)
 	r.run(t, a, in)
 	steps := []struct {
 		name   string

@@ -73,6 +73,16 @@ func newRealRig(t *testing.T, dsn string, log *slog.Logger) *realRig {
 }
 
 // run starts a on in and waits until the device logged in.
+// adapter is an adapter on the rig's client that reconnects quickly.
+func (r *realRig) adapter(t *testing.T, log *slog.Logger) *Adapter {
+	t.Helper()
+	a, err := New(Config{Client: r.cli, Logger: log, ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func (r *realRig) run(t *testing.T, a *Adapter, in core.Inbox) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())

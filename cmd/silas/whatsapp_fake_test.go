@@ -165,32 +165,22 @@ func TestWhatsAppLinkQRForm(t *testing.T) {
 		t.Fatalf("no one-time link printed: %q", out.String())
 	}
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a self-signed test certificate; the fingerprint is not what is tested
-	get := func(u string) (int, string) {
-		t.Helper()
-		resp, err := hc.Get(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
 	if err := page.SetCode("2@a-code,noise,identity,adv"); err != nil {
 		t.Fatal(err)
 	}
-	code, body := get(m[1])
+	code, body := getPage(t, hc, m[1])
 	src := regexp.MustCompile(`<img src="([^"]+)"`).FindStringSubmatch(body)
 	if code != http.StatusOK || src == nil {
 		t.Fatalf("page: %d %s", code, body)
 	}
-	if code, img := get("https://" + addr + strings.ReplaceAll(src[1], "&amp;", "&")); code != http.StatusOK || !strings.HasPrefix(img, "\x89PNG") {
+	if code, img := getPage(t, hc, "https://"+addr+strings.ReplaceAll(src[1], "&amp;", "&")); code != http.StatusOK || !strings.HasPrefix(img, "\x89PNG") {
 		t.Fatalf("image: %d", code)
 	}
-	if code, _ := get(m[1] + "x"); code != http.StatusNotFound {
+	if code, _ := getPage(t, hc, m[1]+"x"); code != http.StatusNotFound {
 		t.Fatalf("another token: %d", code)
 	}
 	page.Done("linked as +4915100000001 ✓")
-	if code, body := get(m[1]); code != http.StatusOK || !strings.Contains(html.UnescapeString(body), "linked as +4915100000001 ✓") {
+	if code, body := getPage(t, hc, m[1]); code != http.StatusOK || !strings.Contains(html.UnescapeString(body), "linked as +4915100000001 ✓") {
 		t.Fatalf("after linking: %d %s", code, body)
 	}
 	stop()

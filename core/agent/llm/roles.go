@@ -137,14 +137,7 @@ func (p Proxy) Decide(ctx context.Context, userText string, untrusted bool, hist
 			r.Call = &c
 			return r, nil
 		}
-		msgs = append(msgs, Message{Role: RoleAssistant, Content: res.Content, ToolCalls: res.ToolCalls})
-		for i, other := range res.ToolCalls {
-			text := "not run: only one tool call at a time"
-			if i == 0 {
-				text = err.Error() + ". Call the tool again with valid arguments, or answer in text."
-			}
-			msgs = append(msgs, Message{Role: RoleTool, ToolCallID: other.ID, Content: text})
-		}
+		msgs = append(msgs, repairTurn(res, err.Error()+". Call the tool again with valid arguments, or answer in text.")...)
 	}
 	return r, errors.New("llm: proxy: the model's tool call was invalid twice")
 }
@@ -293,14 +286,7 @@ func (e Executor) Next(ctx context.Context, b Briefing) (ExecOutcome, error) {
 			return out, nil
 		}
 		out.Invalid, out.Text = true, err.Error()
-		msgs = append(msgs, Message{Role: RoleAssistant, Content: res.Content, ToolCalls: res.ToolCalls})
-		for i, other := range res.ToolCalls {
-			text := "not run: only one tool call at a time"
-			if i == 0 {
-				text = err.Error() + ". Call the tool again with valid arguments."
-			}
-			msgs = append(msgs, Message{Role: RoleTool, ToolCallID: other.ID, Content: text})
-		}
+		msgs = append(msgs, repairTurn(res, err.Error()+". Call the tool again with valid arguments.")...)
 	}
 	return out, nil
 }
@@ -321,4 +307,20 @@ func nonEmpty(s string) string {
 		return "(empty)"
 	}
 	return s
+}
+
+// repairTurn is the conversation's next turn after an invalid tool call:
+// the model's reply as it was, the first call answered with why it was
+// invalid, and any further calls answered as refused (one call at a time),
+// so that every call has its result and the conversation stays well-formed.
+func repairTurn(res Response, why string) []Message {
+	out := []Message{{Role: RoleAssistant, Content: res.Content, ToolCalls: res.ToolCalls}}
+	for i, c := range res.ToolCalls {
+		text := "not run: only one tool call at a time"
+		if i == 0 {
+			text = why
+		}
+		out = append(out, Message{Role: RoleTool, ToolCallID: c.ID, Content: text})
+	}
+	return out
 }
