@@ -69,3 +69,52 @@ func (t *Tx) DecideAccessRequest(ctx context.Context, id string, status core.Acc
 	}
 	return tag.RowsAffected() == 1, nil
 }
+
+// QueuePairingCode stores the hash of a one-time pairing code.
+func (t *Tx) QueuePairingCode(codeHash []byte, role, platform string, expires time.Time) {
+	t.later("insert pairing code", `INSERT INTO pairing_codes (code_hash, role, platform, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)`,
+		codeHash, role, platform, t.now(), expires)
+}
+
+// UsePairingCode consumes a code for identity. ok=false: unknown, used,
+// expired, or for another platform.
+func (t *Tx) UsePairingCode(ctx context.Context, codeHash []byte, identity core.IdentityID) (role string, ok bool, err error) {
+	err = t.queryRow(ctx, `UPDATE pairing_codes SET used_at = $2, used_by = $3
+		WHERE code_hash = $1 AND used_at IS NULL AND expires_at > $2 AND (platform = '' OR platform = $4)
+		RETURNING role`, codeHash, t.now(), identity, identity.Platform()).Scan(&role)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("store: use pairing code: %w", err)
+	}
+	return role, true, nil
+}
+
+// QueueBinding stores (or replaces) a signed identity binding.
+func (t *Tx) QueueBinding(identity core.IdentityID, role string, record, sig []byte) {
+	t.later("upsert binding", `INSERT INTO identity_bindings (identity, role, record, signature, created_at) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (identity) DO UPDATE SET role = EXCLUDED.role, record = EXCLUDED.record, signature = EXCLUDED.signature, created_at = EXCLUDED.created_at`,
+		identity, role, record, sig, t.now())
+}
+
+// Binding is a stored identity binding.
+type Binding struct {
+	Identity  core.IdentityID
+	Role      string
+	Record    []byte
+	Signature []byte
+}
+
+// Bindings lists all identity bindings.
+func (s *Store) Bindings(ctx context.Context) ([]Binding, error) {
+	rows, err := s.pool.Query(ctx, `SELECT identity, role, record, signature FROM identity_bindings`)
+	if err != nil {
+		return nil, fmt.Errorf("store: bindings: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Binding])
+	if err != nil {
+		return nil, fmt.Errorf("store: bindings: %w", err)
+	}
+	return out, nil
+}
