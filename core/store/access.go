@@ -11,24 +11,10 @@ import (
 	"github.com/silas-gateway/silas/core"
 )
 
-// AccessRequest asks an owner whether an unknown sender may talk to Silas.
-type AccessRequest struct {
-	ID                string
-	Channel           core.ChannelName
-	Identity          core.IdentityID
-	Name              string
-	Conversation      core.ConversationID
-	Code              string
-	OwnerConversation core.ConversationID
-	Status            core.AccessStatus
-	CreatedAt         time.Time
-	DecidedBy         core.IdentityID
-}
-
 const accessSelect = `SELECT id, channel, identity, name, conversation, code, owner_conversation, status, created_at, COALESCE(decided_by, '') FROM access_requests`
 
-func scanAccess(row pgx.Row) (AccessRequest, error) {
-	var r AccessRequest
+func scanAccess(row pgx.Row) (core.AccessRequest, error) {
+	var r core.AccessRequest
 	err := row.Scan(&r.ID, &r.Channel, &r.Identity, &r.Name, &r.Conversation, &r.Code, &r.OwnerConversation, &r.Status, &r.CreatedAt, &r.DecidedBy)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, core.ErrNotFound
@@ -40,17 +26,17 @@ func scanAccess(row pgx.Row) (AccessRequest, error) {
 }
 
 // OpenAccessRequest returns the identity's pending request, locked.
-func (t *Tx) OpenAccessRequest(ctx context.Context, id core.IdentityID) (AccessRequest, error) {
+func (t *Tx) OpenAccessRequest(ctx context.Context, id core.IdentityID) (core.AccessRequest, error) {
 	return scanAccess(t.queryRow(ctx, accessSelect+` WHERE identity = $1 AND status = 'pending' FOR UPDATE`, id))
 }
 
 // GetAccessRequest reads a request by id, locked.
-func (t *Tx) GetAccessRequest(ctx context.Context, id string) (AccessRequest, error) {
+func (t *Tx) GetAccessRequest(ctx context.Context, id string) (core.AccessRequest, error) {
 	return scanAccess(t.queryRow(ctx, accessSelect+` WHERE id = $1 FOR UPDATE`, id))
 }
 
 // InsertAccessRequest stores a new pending request.
-func (t *Tx) InsertAccessRequest(ctx context.Context, r AccessRequest) error {
+func (t *Tx) InsertAccessRequest(ctx context.Context, r core.AccessRequest) error {
 	_, err := t.exec(ctx, `INSERT INTO access_requests (id, channel, identity, name, conversation, code, owner_conversation, status, created_at)
 		VALUES ($1,$2,$3,$4,$5,$6,$7,'pending',$8)`, r.ID, r.Channel, r.Identity, r.Name, r.Conversation, r.Code, r.OwnerConversation, t.now())
 	if err != nil {
@@ -98,21 +84,13 @@ func (t *Tx) QueueBinding(identity core.IdentityID, role string, record, sig []b
 		identity, role, record, sig, t.now())
 }
 
-// Binding is a stored identity binding.
-type Binding struct {
-	Identity  core.IdentityID
-	Role      string
-	Record    []byte
-	Signature []byte
-}
-
 // Bindings lists all identity bindings.
-func (s *Store) Bindings(ctx context.Context) ([]Binding, error) {
+func (s *Store) Bindings(ctx context.Context) ([]core.Binding, error) {
 	rows, err := s.pool.Query(ctx, `SELECT identity, role, record, signature FROM identity_bindings`)
 	if err != nil {
 		return nil, fmt.Errorf("store: bindings: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Binding])
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[core.Binding])
 	if err != nil {
 		return nil, fmt.Errorf("store: bindings: %w", err)
 	}

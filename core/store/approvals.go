@@ -123,33 +123,13 @@ func (t *Tx) ConsumeNonce(ctx context.Context, nonce []byte, tokenID string, id 
 	return tag.RowsAffected() == 1, nil
 }
 
-// Decision is what storage holds of the decision that consumed a token:
-// the token_nonces row of its nonce and the first "token.consumed" audit
-// entry naming the approval and the token id, with the hashes of the
-// entries either side of it (to check that it is linked into the chain).
-// Nil fields: not found.
-type Decision struct {
-	// NonceApproval and NonceTokenID are the token_nonces row for the nonce.
-	NonceApproval *core.ApprovalID
-	NonceTokenID  *string
-	// Entry is the audit entry; PrevHash is the hash of the entry before it
-	// (nil for seq 1) and NextPrevHash the prev_hash of the entry after it
-	// (nil when it is the newest).
-	Entry        *audit.Row
-	PrevHash     []byte
-	NextPrevHash []byte
-	// Started: the audit log has an "execution.started" entry for the
-	// approval — its execution began before, whatever its row says now.
-	Started bool
-}
-
 // RecordedDecision reads, in one round trip, what storage holds of the
 // decision that consumed the token (nonce, tokenID) of approval id, and
 // whether the audit log records a start of its execution. The kinds are
 // literals in the statement (not parameters) so the planner can use the
 // partial indexes of migration 00006.
-func (t *Tx) RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []byte, tokenID string) (Decision, error) {
-	var d Decision
+func (t *Tx) RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []byte, tokenID string) (core.Decision, error) {
+	var d core.Decision
 	var nApproval, nToken, kind, actor, conv, data *string
 	var seq *int64
 	var at *time.Time
@@ -165,7 +145,7 @@ func (t *Tx) RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []b
 			ORDER BY seq LIMIT 1) l ON true`, nonce, tokenID, id).
 		Scan(&nApproval, &nToken, &seq, &at, &kind, &actor, &conv, &data, &prevHash, &hash, &d.PrevHash, &d.NextPrevHash, &d.Started)
 	if err != nil {
-		return Decision{}, fmt.Errorf("store: recorded decision of %s: %w", id, err)
+		return core.Decision{}, fmt.Errorf("store: recorded decision of %s: %w", id, err)
 	}
 	if nApproval != nil {
 		a := core.ApprovalID(*nApproval)
@@ -175,7 +155,7 @@ func (t *Tx) RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []b
 		r := audit.Row{Seq: *seq, At: *at, Entry: audit.Entry{Kind: audit.Kind(*kind), Actor: *actor, Conversation: *conv},
 			DataJSON: []byte(*data), PrevHash: prevHash, Hash: hash}
 		if err := json.Unmarshal(r.DataJSON, &r.Entry.Data); err != nil {
-			return Decision{}, fmt.Errorf("store: decode audit row %d: %w", r.Seq, err)
+			return core.Decision{}, fmt.Errorf("store: decode audit row %d: %w", r.Seq, err)
 		}
 		d.Entry = &r
 	}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -68,17 +67,8 @@ func (t *Tx) QueueExecution(id core.ApprovalID) error {
 	return nil
 }
 
-// ExecUpdate carries the fields a transition sets (nil = unchanged).
-type ExecUpdate struct {
-	Result  *core.ExecRecord
-	Report  json.RawMessage
-	Reason  string
-	Started bool
-	Done    bool
-}
-
 // TransitionExecution is compare-and-swap on an execution's status.
-func (t *Tx) TransitionExecution(ctx context.Context, id core.ApprovalID, from, to core.ExecStatus, u ExecUpdate) (bool, error) {
+func (t *Tx) TransitionExecution(ctx context.Context, id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate) (bool, error) {
 	var result []byte
 	if u.Result != nil {
 		var err error
