@@ -63,9 +63,9 @@ func TestRecordedDecision(t *testing.T) {
 	mustDo(t, ctx, s, entriesOp(audit.Entry{Kind: "execution.started", Actor: "silas", Conversation: "webchat:local",
 		Data: map[string]any{"approval": "ap1"}}))
 
-	get := func(id core.ApprovalID, nonce, tok string) Decision {
+	get := func(id core.ApprovalID, nonce, tok string) core.Decision {
 		t.Helper()
-		var d Decision
+		var d core.Decision
 		mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
 			var err error
 			d, err = tx.RecordedDecision(ctx, id, []byte(nonce), tok)

@@ -889,7 +889,7 @@ func TestTransitionCAS(t *testing.T) {
 				var ok bool
 				err := sts[i%nstores].Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
 					var err error
-					ok, err = tx.TransitionExecution(ctx, "ap1", core.ExecQueued, core.ExecRunning, ExecUpdate{Started: true})
+					ok, err = tx.TransitionExecution(ctx, "ap1", core.ExecQueued, core.ExecRunning, core.ExecUpdate{Started: true})
 					return nil, err
 				})
 				if err != nil {
@@ -907,14 +907,14 @@ func TestTransitionCAS(t *testing.T) {
 			rec := &core.ExecRecord{ExitCode: 0, Stdout: "ok\n", Isolation: "test"}
 			steps := []struct {
 				from, to core.ExecStatus
-				u        ExecUpdate
+				u        core.ExecUpdate
 				want     bool
 			}{
-				{core.ExecQueued, core.ExecRunning, ExecUpdate{Started: true}, false},
-				{core.ExecRunning, core.ExecExecuted, ExecUpdate{Result: rec}, true},
-				{core.ExecRunning, core.ExecExecuted, ExecUpdate{Result: rec}, false},
-				{core.ExecExecuted, core.ExecVerified, ExecUpdate{Report: json.RawMessage(`{"ok":true}`), Done: true}, true},
-				{core.ExecExecuted, core.ExecFailed, ExecUpdate{Reason: "late", Done: true}, false},
+				{core.ExecQueued, core.ExecRunning, core.ExecUpdate{Started: true}, false},
+				{core.ExecRunning, core.ExecExecuted, core.ExecUpdate{Result: rec}, true},
+				{core.ExecRunning, core.ExecExecuted, core.ExecUpdate{Result: rec}, false},
+				{core.ExecExecuted, core.ExecVerified, core.ExecUpdate{Report: json.RawMessage(`{"ok":true}`), Done: true}, true},
+				{core.ExecExecuted, core.ExecFailed, core.ExecUpdate{Reason: "late", Done: true}, false},
 			}
 			for _, st := range steps {
 				var ok bool
