@@ -26,7 +26,6 @@ import (
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
-	coretasks "github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/config"
 	"github.com/silas-gateway/silas/internal/httpserve"
@@ -166,11 +165,11 @@ func serveForm(cfg *config.Config, eng *engine.Engine, sealer *secrets.Sealer, l
 	if !cfg.SecretsWeb.Enabled {
 		return nil, nil
 	}
-	form, err := newSecretsWebForm(cfg, eng, sealer, log)
+	form, err := newSecretsWebForm(cfg, eng.SecureInput(), sealer, log)
 	if err != nil {
 		return nil, err
 	}
-	eng.SetSecretLink(form.Link)
+	eng.SecureInput().SetLink(form.Link)
 	late.form.Store(form)
 	return form, nil
 }
@@ -259,8 +258,8 @@ func newSandbox(cfg *config.Config, configPath string, log *slog.Logger) (*sandb
 	return sb, sc.BaseDir, pol, nil
 }
 
-// newEngine builds the agent, the engine over the channels and, with
-// agent tasks configured, the task runtime.
+// newEngine builds the agent and the engine over the channels (with the
+// task runtime when the LLM agent is configured).
 func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandbox.Subprocess, sbDir string, pol *policy.Policy,
 	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger) (*engine.Engine, error) {
 	ids := func(list []string) []core.IdentityID {
@@ -280,29 +279,15 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 	if err != nil {
 		return nil, err
 	}
-	eng, err := engine.New(engine.Config{
+	return engine.New(engine.Config{
 		Store: st, Channels: chans.channels, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{sbDir}},
 		Policy:   pol, Key: key, Owners: ids(cfg.Identities.Owners), Allowed: ids(cfg.Identities.Allowed), Access: chans.access,
 		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration, ExecTimeout: cfg.Sandbox.Timeout.Duration,
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
-		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration,
+		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks,
 	})
-	if err != nil {
-		return nil, err
-	}
-	if tasks != nil {
-		// The runtime proposes through the engine (its host), so it is
-		// built second and handed to the engine before Run.
-		tasks.Store, tasks.Logger = st, log
-		rt, err := coretasks.New(*tasks, eng.TaskHost())
-		if err != nil {
-			return nil, err
-		}
-		eng.SetTasks(rt)
-	}
-	return eng, nil
 }
 
 // opsMux serves /healthz, /readyz and /metrics; the channels add theirs.
