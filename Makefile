@@ -33,7 +33,7 @@ test: vet lint
 	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -vet=off -count=1 $(TEST_FLAGS) -timeout 15m $(TEST_PKGS)
 	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -vet=off -count=1 $(TEST_FLAGS) -timeout 10m ./adapters/whatsapp
 
-## test-short: every test with -short (long scenarios skip themselves), no race detector, one throwaway cluster
+## test-short: every test with -short (tests that check testing.Short skip their long cases), no race detector, one throwaway cluster
 test-short:
 	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -short -count=1 ./...
 

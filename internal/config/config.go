@@ -494,11 +494,35 @@ func (c *Config) Adapters() []spec.Spec {
 	return []spec.Spec{c.Telegram.Spec(), c.Slack.Spec(), c.Discord.Spec(), c.WhatsApp.Spec()}
 }
 
-// Validate checks every key and names the first bad one.
+// Validate checks every key and names the first bad one: the gateway's own
+// sections, then each adapter's (Adapters), the agent's and the policy.
 func (c *Config) Validate() error {
-	bad := func(key, format string, a ...any) error {
-		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, a...))
+	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb} {
+		if err := check(); err != nil {
+			return err
+		}
 	}
+	for _, a := range c.Adapters() {
+		if err := a.Check(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+	}
+	if err := c.validateLLM(); err != nil {
+		return err
+	}
+	if _, err := policy.New(c.Policy.Rules); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}
+
+// bad is a validation error naming the key.
+func bad(key, format string, a ...any) error {
+	return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, a...))
+}
+
+// checkStorage checks the data directory, the database and the audit checkpoints.
+func (c *Config) checkStorage() error {
 	if strings.TrimSpace(c.DataDir) == "" {
 		return bad("data_dir", "must not be empty")
 	}
@@ -514,6 +538,11 @@ func (c *Config) Validate() error {
 	if c.Audit.CheckpointInterval.Duration < time.Second || c.Audit.CheckpointInterval.Duration > 24*time.Hour {
 		return bad("audit.checkpoint_interval", "%s must be between 1s and 24h", c.Audit.CheckpointInterval.Duration)
 	}
+	return nil
+}
+
+// checkHTTP checks the listeners and the log.
+func (c *Config) checkHTTP() error {
 	if _, port, ok := strings.Cut(c.HTTP.Listen, ":"); !ok || port == "" {
 		return bad("http.listen", "%q must be host:port", c.HTTP.Listen)
 	}
@@ -550,6 +579,11 @@ func (c *Config) Validate() error {
 	default:
 		return bad("log.format", "%q is not text or json", c.Log.Format)
 	}
+	return nil
+}
+
+// checkTrust checks the declared identities and the approvals' lifetimes.
+func (c *Config) checkTrust() error {
 	for i, id := range c.Identities.Owners {
 		if p, u, ok := strings.Cut(id, ":"); !ok || p == "" || u == "" {
 			return bad(fmt.Sprintf("identities.owners[%d]", i), "%q must be platform:id, e.g. telegram:123456", id)
@@ -566,6 +600,11 @@ func (c *Config) Validate() error {
 	if c.Approvals.TokenTTL.Duration < 10*time.Second || c.Approvals.TokenTTL.Duration > 24*time.Hour {
 		return bad("approvals.token_ttl", "%s must be between 10s and 24h", c.Approvals.TokenTTL.Duration)
 	}
+	return nil
+}
+
+// checkSandbox checks the sandbox's limits and how much output reaches chat.
+func (c *Config) checkSandbox() error {
 	if c.Sandbox.Timeout.Duration < time.Second || c.Sandbox.Timeout.Duration > 24*time.Hour {
 		return bad("sandbox.timeout", "%s must be between 1s and 24h", c.Sandbox.Timeout.Duration)
 	}
@@ -601,6 +640,11 @@ func (c *Config) Validate() error {
 	if c.Output.PreviewChars < 1 || c.Output.PreviewChars > c.Output.InlineMaxChars {
 		return bad("output.preview_chars", "%d must be between 1 and output.inline_max_chars", c.Output.PreviewChars)
 	}
+	return nil
+}
+
+// checkWeb checks the web chat and the secure form for credentials.
+func (c *Config) checkWeb() error {
 	if c.Webchat.Enabled {
 		if p, u, ok := strings.Cut(c.Webchat.Identity, ":"); !ok || p != "webchat" || u == "" {
 			return bad("webchat.identity", "%q must be webchat:<name>", c.Webchat.Identity)
@@ -630,17 +674,6 @@ func (c *Config) Validate() error {
 		if c.SecretsWeb.MaxValueBytes < 64 || c.SecretsWeb.MaxValueBytes > 1<<20 {
 			return bad("secrets_web.max_value_bytes", "%d must be between 64 and 1048576", c.SecretsWeb.MaxValueBytes)
 		}
-	}
-	for _, a := range c.Adapters() {
-		if err := a.Check(); err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-	}
-	if err := c.validateLLM(); err != nil {
-		return err
-	}
-	if _, err := policy.New(c.Policy.Rules); err != nil {
-		return fmt.Errorf("config: %w", err)
 	}
 	return nil
 }
