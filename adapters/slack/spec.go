@@ -8,6 +8,9 @@ import (
 	"github.com/silas-gateway/silas/internal/doctor"
 )
 
+// SetDefaults sets the section to Defaults before the file is read.
+func (c *Config) SetDefaults() { *c = Defaults() }
+
 // Spec describes the adapter to serve, doctor and config check.
 func (c *Config) Spec() spec.Spec {
 	return spec.Spec{Name: "slack", Title: "Slack", Enabled: c.Enabled, DMPolicy: c.DMPolicy,

@@ -2,8 +2,9 @@
 // it: each adapter's Config describes itself as a Spec (name, enabled,
 // its key checks, how to build the channel with its HTTP routes and
 // metrics, its doctor), and `silas serve`, `silas doctor` and
-// `silas config check` loop over the list internal/config keeps. Adding a
-// platform is its own folder plus one line in that list.
+// `silas config check` loop over internal/config's Adapters (its fields
+// whose type is an adapter's Config, in order). Adding a platform is its
+// own folder plus its one field in internal/config.Config.
 //
 // spec knows no platform and must never import one, nor internal/config:
 // the dependency runs config → adapters → spec.

@@ -20,6 +20,9 @@ const (
 	QRSteps = "On the phone: WhatsApp → Settings → Linked devices → Link a device, then scan this code."
 )
 
+// SetDefaults sets the section to Defaults before the file is read.
+func (c *Config) SetDefaults() { *c = Defaults() }
+
 // Spec describes the adapter to serve, doctor and config check. Check is
 // all `config check` runs: the full Validate needs the device's client.
 func (c *Config) Spec() spec.Spec {

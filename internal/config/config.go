@@ -190,7 +190,8 @@ type Config struct {
 	} `yaml:"secrets_web"`
 	// The platform channels: each section is decoded straight into its
 	// adapter's own Config, which documents the keys, sets its defaults
-	// and checks them (adapters/<platform>/config.go). Adapters lists them.
+	// and checks them (adapters/<platform>/config.go). Adapters finds them
+	// by their type: a new platform is its folder and one line here.
 	Telegram telegram.Config `yaml:"telegram"`
 	Slack    slack.Config    `yaml:"slack"`
 	Discord  discord.Config  `yaml:"discord"`
@@ -264,7 +265,9 @@ func Default() *Config {
 	c.SecretsWeb.PublicURL = "https://127.0.0.1:8443"
 	c.SecretsWeb.MaxValueBytes = 16384
 	c.SecretsWeb.TLS.Mode = "self-signed"
-	c.Telegram, c.Slack, c.Discord, c.WhatsApp = telegram.Defaults(), slack.Defaults(), discord.Defaults(), whatsapp.Defaults()
+	for _, p := range c.platforms() {
+		p.SetDefaults()
+	}
 	c.setLLMDefaults()
 	return c
 }
@@ -487,11 +490,38 @@ func setScalar(v reflect.Value, s string) error {
 	return nil
 }
 
+// platform is a section of Config that is a platform adapter's own
+// Config: it sets its defaults and describes itself.
+type platform interface {
+	SetDefaults()
+	Spec() spec.Spec
+}
+
+// platforms are Config's platform sections in field order. Finding them by
+// their type rather than listing them keeps a new platform to its folder
+// and its one field in Config.
+func (c *Config) platforms() []platform {
+	var out []platform
+	v := reflect.ValueOf(c).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		if !v.Type().Field(i).IsExported() {
+			continue
+		}
+		if p, ok := v.Field(i).Addr().Interface().(platform); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Adapters lists the platform adapters in the order serve starts them and
-// doctor reports them. A new platform is its folder, its field in Config
-// and one line here.
+// doctor reports them: Config's platform fields, in order.
 func (c *Config) Adapters() []spec.Spec {
-	return []spec.Spec{c.Telegram.Spec(), c.Slack.Spec(), c.Discord.Spec(), c.WhatsApp.Spec()}
+	var out []spec.Spec
+	for _, p := range c.platforms() {
+		out = append(out, p.Spec())
+	}
+	return out
 }
 
 // Validate checks every key and names the first bad one: the gateway's own
