@@ -20,7 +20,6 @@ import (
 // change nothing and are audited.
 func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.Tap) error {
 	t := o.st.Turn
-	_, toasts := e.channels[t.Channel].(core.TapAnswerer)
 	var known *core.ApprovalRequest // set once the card is found in this conversation
 	refuse := func(reason, msg string) error {
 		if known != nil && known.Status.Open() {
@@ -30,12 +29,10 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		}
 		o.note(audit.KindApprovalRefused, map[string]any{"approval": string(tap.Card), "choice": tap.Choice, "reason": reason})
 		o.refused = reason
-		// A refusal is a notice to the tapper, not news for the chat: on
-		// channels with toasts it is only a toast.
+		// A refusal is a notice to the tapper, not news for the chat: the
+		// tap's answer carries it (a message only on channels that cannot
+		// answer a tap, core/outbox).
 		o.toast = msg
-		if !toasts {
-			o.reply("%s", msg)
-		}
 		e.m.approvals.WithLabelValues("refused_" + reason).Inc()
 		return nil
 	}

@@ -198,8 +198,15 @@ func (s *Store) NextOutboxJob(ctx context.Context, conv core.ConversationID) (j 
 		return j, false, "", notFound(err)
 	}
 	j.Op = core.OutboxOp(op)
-	if err := json.Unmarshal(payload, &j.Message); err != nil {
+	var p answerPayload
+	if err := json.Unmarshal(payload, &p); err != nil {
 		return j, false, "", fmt.Errorf("store: decode outbox job %d: %w", j.ID, err)
+	}
+	j.Message = p.OutMessage
+	if p.Answer != nil {
+		a := *p.Answer
+		a.Card = j.Message.Card
+		j.Answer = &a
 	}
 	if r != nil {
 		ref = core.MessageRef(*r)

@@ -588,6 +588,28 @@ func (t *Tx) QueueMessageThen(ch core.ChannelName, op core.OutboxOp, key string,
 	return nil
 }
 
+// QueueTapAnswer enqueues the one answer to a tap (core.OpAnswer), under
+// key: the tapped card's id when a carries the card's new state (the
+// transcript then reads it as the card's edit, and the lane finds the
+// card's message through it), else a key of its own.
+func (t *Tx) QueueTapAnswer(ch core.ChannelName, key string, a core.TapAnswer) error {
+	p := answerPayload{OutMessage: core.OutMessage{Conversation: a.Conversation, Card: a.Card}, Answer: &a}
+	a.Card = nil // stored once, as the message's card
+	payload, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("store: marshal tap answer: %w", err)
+	}
+	t.enqueues = append(t.enqueues, queuedJob{ch: ch, conv: a.Conversation, op: core.OpAnswer, key: key, payload: string(jsonbSafe(payload))})
+	return nil
+}
+
+// answerPayload is an outbox job's payload: the message, and for an
+// OpAnswer job the tap's answer (whose card is the message's).
+type answerPayload struct {
+	core.OutMessage
+	Answer *core.TapAnswer `json:"tap_answer,omitempty"`
+}
+
 // QueuePairingCode stores the hash of a one-time pairing code.
 func (t *Tx) QueuePairingCode(codeHash []byte, role, platform string, expires time.Time) {
 	t.later("insert pairing code", `INSERT INTO pairing_codes (code_hash, role, platform, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)`,
