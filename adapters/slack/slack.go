@@ -381,7 +381,13 @@ func (a *Adapter) AnswerTap(ctx context.Context, ans core.TapAnswer) error {
 	if !ok || strings.TrimSpace(ans.Text) == "" {
 		return nil
 	}
-	return a.ephemeral(ctx, h, ans.Text)
+	// The notice is best effort (docs/slack.md): one that cannot be shown
+	// within 10 seconds (a long 429 pause of the channel) is dropped rather
+	// than retried with the card's edit.
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_ = a.ephemeral(cctx, h, ans.Text) // logged there
+	return nil
 }
 
 // sweep forgets stale split progress.
