@@ -24,6 +24,8 @@ import (
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/decide"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/secrets"
@@ -165,6 +167,9 @@ type Engine struct {
 
 	ready chan struct{}
 
+	decider *decide.Decider
+	exec    *execute.Executor
+
 	tasks  TaskRuntime // nil: tasks not enabled (SetTasks)
 	runsMu sync.Mutex
 	runs   map[core.ApprovalID]*runHandle
@@ -212,6 +217,9 @@ func New(cfg Config) (*Engine, error) {
 	e.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: e.channels, Logger: cfg.Logger, Now: cfg.Now, After: cfg.OutboxAfter,
 		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: e.m.outbox})
 	e.workCtx, e.stopWork = context.WithCancel(context.Background())
+	if err := e.buildRooms(); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 

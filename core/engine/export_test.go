@@ -2,8 +2,10 @@ package engine
 
 import "github.com/silas-gateway/silas/core"
 
-// SetBeforeExecute installs a hook that runs after an execution is claimed
-// and before its token is re-checked (tests use it to tamper with the row).
+// SetBeforeExecute installs a hook that runs after a decision committed and
+// before its execution is claimed, where the gate checks the row (tests use
+// it to tamper with the row). After the claim the executor runs the row it
+// checked, carried as a value: a later edit of the row changes nothing.
 func (e *Engine) SetBeforeExecute(f func(id core.ApprovalID)) { e.beforeExecute = f }
 
 // SetHoldExecution installs a hook that, returning true, keeps a freshly

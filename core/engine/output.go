@@ -11,12 +11,10 @@ import (
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/decide"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/render"
 )
-
-// outputRefPrefix starts the ref under which an execution's full output is
-// stored ("out-" + approval id).
-const outputRefPrefix = "out-"
 
 // outputArgRe is the shape /output accepts: a stored-output ref or the
 // card id it belongs to.
@@ -36,10 +34,10 @@ func (e *Engine) cmdOutput(ctx context.Context, o *outcome, arg string) error {
 		return nil
 	}
 	ref := arg
-	if !strings.HasPrefix(ref, outputRefPrefix) {
-		ref = outputRefPrefix + arg
+	if !strings.HasPrefix(ref, execute.OutputRefPrefix) {
+		ref = execute.OutputRefPrefix + arg
 	}
-	id := core.ApprovalID(strings.TrimPrefix(ref, outputRefPrefix))
+	id := core.ApprovalID(strings.TrimPrefix(ref, execute.OutputRefPrefix))
 	none := func() error {
 		// The same answer for another chat's card: do not reveal it exists.
 		o.reply("No stored output %s in this chat.", ref)
@@ -52,7 +50,7 @@ func (e *Engine) cmdOutput(ctx context.Context, o *outcome, arg string) error {
 	if err != nil {
 		return err
 	}
-	if !e.mayApprove(a, t.Sender, o.trust) {
+	if !decide.MayDecide(a, t.Sender, o.trust) {
 		o.note(audit.KindOutputRefused, map[string]any{"approval": string(id), "reason": "not_approver"})
 		o.reply("You (%s) may not decide card %s, so its output is not shown to you.", t.Sender, id)
 		return nil

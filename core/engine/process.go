@@ -13,6 +13,7 @@ import (
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
@@ -258,7 +259,7 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
 		req.Approvers = []string{"policy:" + res.Rule}
 	}
 	// Signed as proposed: a tap decides only this request, as stored now.
-	if err := e.signRequest(&req); err != nil {
+	if err := decide.SignRequest(e.cfg.Key, &req); err != nil {
 		o.reply("I could not prepare that action: %v.", err)
 		return
 	}
@@ -279,7 +280,12 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
 			if err != nil {
 				return err
 			}
-			return e.approve(ctx, tx, o, a, core.IdentityID("policy:"+rule))
+			r, err := e.decider.Approve(ctx, tx, a, core.IdentityID("policy:"+rule))
+			if err != nil {
+				return err
+			}
+			e.applyDecision(o, r)
+			return nil
 		}
 		return
 	}
@@ -302,7 +308,7 @@ func (e *Engine) cmdPending(ctx context.Context, o *outcome) error {
 	fmt.Fprintf(&b, "%d open approval(s):", len(open))
 	now := e.now()
 	for _, a := range open {
-		if e.requestIntact(a) != nil {
+		if decide.RequestIntact(e.pub, a) != nil {
 			// Not its stored text: that is what was altered.
 			fmt.Fprintf(&b, "\n• a request that was altered in storage or is unsigned; it cannot be approved (card %s)", a.ID)
 			continue
