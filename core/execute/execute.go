@@ -551,4 +551,3 @@ func (s SandboxChecks) RunCheck(ctx context.Context, argv []string, dir string, 
 	}
 	return res.ExitCode, res.Stdout, nil
 }
-

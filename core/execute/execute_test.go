@@ -63,7 +63,7 @@ func (c *checks) RunCheck(context.Context, []string, string, time.Duration) (int
 // counting is the store as the executor uses it, counting write
 // transactions and approval row reads (in and outside them).
 type counting struct {
-	st                  *store.Store
+	st                   *store.Store
 	txns, txReads, reads int
 }
 
