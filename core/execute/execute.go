@@ -396,7 +396,7 @@ func (x *Executor) record(ctx context.Context, r *execution, to core.ExecStatus,
 
 // transition moves r's execution from its carried status to to in tx,
 // stores long output, enqueues the card update that shows the new state
-// and returns the audit entries. r itself is not changed (the transaction
+// (but for the claim) and returns the audit entries. r itself is not changed (the transaction
 // may be retried).
 func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.ExecStatus, u store.ExecUpdate, notes ...note) ([]audit.Entry, bool, error) {
 	id := r.a.ID
@@ -409,10 +409,14 @@ func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.
 			return nil, false, err
 		}
 	}
-	ex := after(r.ex, to, u)
-	c := render.Approval(r.a, &ex, x.cfg.OutputPreview)
-	if err := tx.QueueMessage(r.a.Channel, core.OpUpdate, string(id), core.OutMessage{Conversation: r.a.Conversation, Card: c}); err != nil {
-		return nil, false, err
+	// The claim shows nothing new: the decision's card already says
+	// "running…" (a queued and a running execution look the same).
+	if to != core.ExecRunning {
+		ex := after(r.ex, to, u)
+		c := render.Approval(r.a, &ex, x.cfg.OutputPreview)
+		if err := tx.QueueMessage(r.a.Channel, core.OpUpdate, string(id), core.OutMessage{Conversation: r.a.Conversation, Card: c}); err != nil {
+			return nil, false, err
+		}
 	}
 	entries := make([]audit.Entry, 0, len(notes))
 	for _, n := range notes {

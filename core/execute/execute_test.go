@@ -267,7 +267,13 @@ func TestRunCarriesRows(t *testing.T) {
 			if b.checks.n != tt.checkN {
 				t.Errorf("verification programs run: %d, want %d", b.checks.n, tt.checkN)
 			}
+			// One card update per state the chat has not seen: the
+			// decision showed "running…"; the result, and "verifying…"
+			// before it when a program checks it.
 			cs := b.cards(t, id)
+			if len(cs) != tt.txns-1 {
+				t.Errorf("%d card updates, want %d", len(cs), tt.txns-1)
+			}
 			if last := cs[len(cs)-1]; last.Status != cards.StatusDone || last.Output != "echo hi\n" {
 				t.Fatalf("last card = %+v", last)
 			}
