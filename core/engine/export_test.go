@@ -12,3 +12,12 @@ func (e *Engine) SetBeforeExecute(f func(id core.ApprovalID)) { e.beforeExecute 
 // approved execution queued instead of starting it — as if the process
 // stopped right after the decision committed.
 func (e *Engine) SetHoldExecution(f func(id core.ApprovalID) bool) { e.holdExecution = f }
+
+// Idle reports whether conv has nothing queued or running, so that its
+// next turn may be answered inline.
+func (e *Engine) Idle(conv core.ConversationID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, busy := e.queues[conv]
+	return !busy
+}

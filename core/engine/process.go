@@ -75,6 +75,14 @@ func (o *outcome) note(kind audit.Kind, data map[string]any) {
 }
 
 func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
+	_, _, err := e.processTurn(ctx, st)
+	return err
+}
+
+// processTurn answers a turn in one transaction. A turn not stored yet
+// (Seq 0: a tap, see deliverTap) is stored in that same transaction; dup
+// reports it was stored before, and then nothing was done.
+func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64, dup bool, err error) {
 	start := e.now()
 	t := st.Turn
 	trust, why := e.trust.Of(ctx, t)
@@ -92,12 +100,12 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 		// The DM policy asked for an access request instead of an answer.
 	default:
 		if err := e.handleText(ctx, &base); err != nil {
-			return err
+			return 0, false, err
 		}
 	}
 
 	var final outcome
-	err := e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
+	err = e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
 		o := base // a fresh copy on every (re)try
 		o.replies = append([]string(nil), base.replies...)
 		o.cards = append([]*cards.Card(nil), base.cards...)
@@ -106,6 +114,14 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 		o.sends = append([]pendingSend(nil), base.sends...)
 		o.audit = append([]auditEntry(nil), base.audit...)
 		o.after = nil
+		dup = false
+		if st.Seq == 0 {
+			d, err := e.storeWithOutcome(ctx, tx, &o)
+			if err != nil || d {
+				final, dup = o, d
+				return nil, err
+			}
+		}
 		// Approval requests first: inTx may decide one of them at once (an
 		// action policy allows).
 		for _, a := range o.appr {
@@ -137,15 +153,22 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 				return nil, err
 			}
 		}
-		tx.QueueFinishTurn(st.Seq, core.TurnDone, "")
+		tx.QueueFinishTurn(o.st.Seq, core.TurnDone, "")
 		final = o
 		return o.audit, nil
 	})
 	if err != nil {
-		return err
+		return 0, false, err
+	}
+	if st.Seq == 0 {
+		if dup {
+			e.m.turnsDuplicate.Inc()
+			return final.st.Seq, true, nil
+		}
+		e.m.turnsReceived.Inc()
 	}
 	if h := e.cfg.Hooks.TurnDone; h != nil {
-		h(st.Seq, t.Conversation)
+		h(final.st.Seq, t.Conversation)
 	}
 	// Every tap is answered (an empty answer just stops a spinner).
 	if t.Tap != nil {
@@ -160,7 +183,7 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 	for _, ps := range final.sends {
 		e.out.Kick(ps.conv, 1)
 	}
-	return nil
+	return final.st.Seq, false, nil
 }
 
 func (e *Engine) handleText(ctx context.Context, o *outcome) error {
