@@ -34,18 +34,18 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 	if !errors.Is(err, core.ErrNotFound) {
 		return err
 	}
-	if e.tasks != nil {
-		handled, fx, err := e.tasks.Tap(ctx, tx, o.st, o.trust, tap)
-		if err != nil {
-			return err
+	tp, err := e.taskTap(ctx, tx, o, tap)
+	if err != nil {
+		return err
+	}
+	if tp.Refused != "" {
+		return refuse(tp.Refused, tp.Toast)
+	}
+	if tp.Handled {
+		if tp.Toast != "" {
+			o.toast = tp.Toast
 		}
-		if handled && fx.Refused != "" {
-			return refuse(fx.Refused, fx.Toast)
-		}
-		if handled {
-			o.add(fx)
-			return nil
-		}
+		return nil
 	}
 	// A card from another conversation is "unknown" too: do not reveal it.
 	return refuse("unknown_card", "Unknown card: nothing was changed.")

@@ -31,7 +31,6 @@ import (
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/redact"
 	"github.com/silas-gateway/silas/core/render"
-	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
 )
 
@@ -41,9 +40,9 @@ type Tx interface {
 	GetApproval(ctx context.Context, id core.ApprovalID) (core.ApprovalRequest, error)
 	// RecordedDecision reads what storage holds of the decision that
 	// consumed a token (the gate).
-	RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []byte, tokenID string) (store.Decision, error)
+	RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []byte, tokenID string) (core.Decision, error)
 	// TransitionExecution is compare-and-swap on an execution's status.
-	TransitionExecution(ctx context.Context, id core.ApprovalID, from, to core.ExecStatus, u store.ExecUpdate) (bool, error)
+	TransitionExecution(ctx context.Context, id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate) (bool, error)
 	// QueueOutput stores an execution's full output under ref.
 	QueueOutput(ref string, id core.ApprovalID, content string) error
 	// QueueMessage enqueues a card update for the outbox.
@@ -206,14 +205,14 @@ func (x *Executor) claim(ctx context.Context, id core.ApprovalID) *execution {
 		r := &execution{a: a, ex: core.Execution{ApprovalID: id, Status: core.ExecQueued}, act: act,
 			approver: core.IdentityID(tok.Token.Approver), log: log}
 		if reason != "" {
-			entries, ok, err := x.transition(ctx, tx, r, core.ExecRefused, store.ExecUpdate{Reason: reason, Done: true},
+			entries, ok, err := x.transition(ctx, tx, r, core.ExecRefused, core.ExecUpdate{Reason: reason, Done: true},
 				note{kind: audit.KindExecutionRefused, data: map[string]any{}, reason: true})
 			if ok {
 				refused = reason
 			}
 			return entries, err
 		}
-		entries, ok, err := x.transition(ctx, tx, r, core.ExecRunning, store.ExecUpdate{Started: true},
+		entries, ok, err := x.transition(ctx, tx, r, core.ExecRunning, core.ExecUpdate{Started: true},
 			note{kind: audit.KindExecutionStarted, data: map[string]any{}})
 		if ok {
 			claimed = r
@@ -240,7 +239,7 @@ func (x *Executor) claim(ctx context.Context, id core.ApprovalID) *execution {
 func (x *Executor) run(ctx context.Context, r *execution) {
 	refuse := func(reason string) {
 		r.log.Warn("execution refused", slog.String("reason", reason))
-		x.record(ctx, r, core.ExecRefused, store.ExecUpdate{Reason: reason, Done: true},
+		x.record(ctx, r, core.ExecRefused, core.ExecUpdate{Reason: reason, Done: true},
 			note{kind: audit.KindExecutionRefused, data: map[string]any{}, reason: true})
 	}
 	// The gate passed on this row in the claim's transaction, with the row
@@ -276,7 +275,7 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 	if stopped() {
 		// Killed because its task was stopped: whatever it did so far
 		// stands, nothing of it is verified, and it is never run again.
-		x.record(ctx, r, core.ExecInterrupted, store.ExecUpdate{Reason: "stopped with its task; the program was killed", Done: true},
+		x.record(ctx, r, core.ExecInterrupted, core.ExecUpdate{Reason: "stopped with its task; the program was killed", Done: true},
 			note{kind: audit.KindExecutionInterrupted, data: map[string]any{}, reason: true})
 		return
 	}
@@ -330,7 +329,7 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 	}
 	// A check runs a program of its own: the result is recorded first, so
 	// a crash while the checks run still verifies it at the next start.
-	if !x.record(ctx, r, core.ExecExecuted, store.ExecUpdate{Result: rec, Done: true}, finished) {
+	if !x.record(ctx, r, core.ExecExecuted, core.ExecUpdate{Result: rec, Done: true}, finished) {
 		return
 	}
 	x.failpoint("after-execute")
@@ -355,7 +354,7 @@ func (x *Executor) verify(ctx context.Context, r *execution) {
 
 // verdict runs the checks on a recorded result: the status it leads to,
 // the update that records it and its audit entry.
-func (x *Executor) verdict(ctx context.Context, act core.Action, rec *core.ExecRecord) (core.ExecStatus, store.ExecUpdate, note) {
+func (x *Executor) verdict(ctx context.Context, act core.Action, rec *core.ExecRecord) (core.ExecStatus, core.ExecUpdate, note) {
 	report := x.cfg.Verifier.Run(ctx, act.Verify, verify.Evidence{
 		ExitCode: rec.ExitCode, Stdout: []byte(rec.Stdout), TimedOut: rec.TimedOut, Dir: rec.Dir,
 	})
@@ -367,7 +366,7 @@ func (x *Executor) verdict(ctx context.Context, act core.Action, rec *core.ExecR
 		to, kind = core.ExecFailed, audit.KindVerificationFailed
 		reason = fmt.Sprintf("ran %s; not verified: %s", formatMS(rec.DurationMS), summary)
 	}
-	return to, store.ExecUpdate{Report: raw, Reason: reason},
+	return to, core.ExecUpdate{Report: raw, Reason: reason},
 		note{kind: kind, data: map[string]any{"summary": summary, "all_passed": report.AllPassed}, reason: true}
 }
 
@@ -375,7 +374,7 @@ func (x *Executor) verdict(ctx context.Context, act core.Action, rec *core.ExecR
 // committed, carries the new state in r. It reports whether the transition
 // was applied (false: the row had left r's status, or the write failed —
 // logged; the execution resumes from its row at the next start).
-func (x *Executor) record(ctx context.Context, r *execution, to core.ExecStatus, u store.ExecUpdate, notes ...note) bool {
+func (x *Executor) record(ctx context.Context, r *execution, to core.ExecStatus, u core.ExecUpdate, notes ...note) bool {
 	var applied bool
 	err := x.cfg.Store.Do(ctx, func(ctx context.Context, tx Tx) ([]audit.Entry, error) {
 		entries, ok, err := x.transition(ctx, tx, r, to, u, notes...)
@@ -398,7 +397,7 @@ func (x *Executor) record(ctx context.Context, r *execution, to core.ExecStatus,
 // stores long output, enqueues the card update that shows the new state
 // (but for the claim) and returns the audit entries. r itself is not changed (the transaction
 // may be retried).
-func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.ExecStatus, u store.ExecUpdate, notes ...note) ([]audit.Entry, bool, error) {
+func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.ExecStatus, u core.ExecUpdate, notes ...note) ([]audit.Entry, bool, error) {
 	id := r.a.ID
 	ok, err := tx.TransitionExecution(ctx, id, r.ex.Status, to, u)
 	if err != nil || !ok {
@@ -435,7 +434,7 @@ func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.
 
 // after is ex once a transition to to with u is written: the store keeps
 // what u leaves unset (COALESCE), so does this.
-func after(ex core.Execution, to core.ExecStatus, u store.ExecUpdate) core.Execution {
+func after(ex core.Execution, to core.ExecStatus, u core.ExecUpdate) core.Execution {
 	ex.Status = to
 	if u.Result != nil {
 		ex.Result = u.Result
@@ -481,7 +480,7 @@ func (x *Executor) Resume(ctx context.Context) ([]func(context.Context), error) 
 			if err != nil {
 				return nil, fmt.Errorf("execute: resume %s: %w", id, err)
 			}
-			x.record(ctx, r, core.ExecInterrupted, store.ExecUpdate{Reason: "interrupted by restart", Done: true},
+			x.record(ctx, r, core.ExecInterrupted, core.ExecUpdate{Reason: "interrupted by restart", Done: true},
 				note{kind: audit.KindExecutionInterrupted, data: map[string]any{}, reason: true})
 		}
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/silas-gateway/silas/core/approval"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/decide"
-	"github.com/silas-gateway/silas/core/store"
 )
 
 // What binds an execution to a human decision. The database is not trusted
@@ -111,7 +110,7 @@ func (x *Executor) admit(ctx context.Context, tx Tx, a core.ApprovalRequest) (to
 // hash and is chained to the entries either side of it. A row written into
 // the log by hand without recomputing the chain fails this; one appended
 // with a recomputed chain is what signed checkpoints of the log detect.
-func linked(d store.Decision) bool {
+func linked(d core.Decision) bool {
 	r := d.Entry
 	c, err := audit.Canonical(r.Seq, r.At, r.Entry.Kind, r.Entry.Actor, r.Entry.Conversation, r.DataJSON)
 	if err != nil || !bytes.Equal(audit.Chain(r.PrevHash, c), r.Hash) {
