@@ -20,10 +20,10 @@ import (
 
 // TaskRuntime is what the engine calls on the task runtime.
 type TaskRuntime interface {
-	// Resume advances every unfinished task (at start).
+	// Resume advances every unfinished task (at start, and as the
+	// background room's task sweep every SweepEvery).
 	Resume(ctx context.Context) error
-	// Sweep re-advances unfinished tasks periodically until ctx ends.
-	Sweep(ctx context.Context)
+	SweepEvery() time.Duration
 	// Notice: an approval's decision or execution changed.
 	Notice(ctx context.Context, id core.ApprovalID)
 	// Start, Stop and Tap run inside the turn's transaction and return
