@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core/audit"
 )
 
 // StoredTurn is a turn as the inbox stored it.
@@ -99,6 +100,36 @@ type Execution struct {
 	FinishedAt time.Time
 }
 
+// ExecUpdate carries the fields an execution's transition sets (nil or
+// zero = unchanged).
+type ExecUpdate struct {
+	Result  *ExecRecord
+	Report  json.RawMessage
+	Reason  string
+	Started bool
+	Done    bool
+}
+
+// Decision is what storage holds of the decision that consumed a token:
+// the token_nonces row of its nonce and the first "token.consumed" audit
+// entry naming the approval and the token id, with the hashes of the
+// entries either side of it (to check that it is linked into the chain).
+// Nil fields: not found.
+type Decision struct {
+	// NonceApproval and NonceTokenID are the token_nonces row for the nonce.
+	NonceApproval *ApprovalID
+	NonceTokenID  *string
+	// Entry is the audit entry; PrevHash is the hash of the entry before it
+	// (nil for seq 1) and NextPrevHash the prev_hash of the entry after it
+	// (nil when it is the newest).
+	Entry        *audit.Row
+	PrevHash     []byte
+	NextPrevHash []byte
+	// Started: the audit log has an "execution.started" entry for the
+	// approval — its execution began before, whatever its row says now.
+	Started bool
+}
+
 // OutboxOp is what an outbox job does.
 type OutboxOp string
 
@@ -152,3 +183,34 @@ const (
 	AccessAllowed AccessStatus = "allowed"
 	AccessDenied  AccessStatus = "denied"
 )
+
+// AccessRequest asks an owner whether an unknown sender may talk to Silas.
+type AccessRequest struct {
+	ID                string
+	Channel           ChannelName
+	Identity          IdentityID
+	Name              string
+	Conversation      ConversationID
+	Code              string
+	OwnerConversation ConversationID
+	Status            AccessStatus
+	CreatedAt         time.Time
+	DecidedBy         IdentityID
+}
+
+// Binding is a stored identity binding: the role an identity was paired
+// with, as a signed record (core/trust checks the signature).
+type Binding struct {
+	Identity  IdentityID
+	Role      string
+	Record    []byte
+	Signature []byte
+}
+
+// DirectConversation is the newest direct (not group) conversation an
+// identity had with Silas on a channel.
+type DirectConversation struct {
+	Channel      ChannelName
+	Identity     IdentityID
+	Conversation ConversationID
+}

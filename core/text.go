@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -24,8 +25,11 @@ func StorableText(s string) (string, bool) {
 // DeadLetter is an inbound platform event that could not be delivered after
 // a bounded number of attempts (or failed in a way retrying cannot fix). It
 // is kept raw for the operator, so one poisoned event never blocks the
-// events after it.
+// events after it. An adapter fills Channel to Attempts when it gives up;
+// the store fills the rest when it lists what it keeps.
 type DeadLetter struct {
+	// ID is the stored row's id (0 until stored).
+	ID      int64
 	Channel ChannelName
 	// EventID is the platform's id for the event ("" when unreadable).
 	EventID string
@@ -34,6 +38,10 @@ type DeadLetter struct {
 	Payload  []byte
 	Error    string
 	Attempts int
+	// FirstSeen and LastSeen: when the event was first and last
+	// quarantined (a redelivery quarantined again updates the row).
+	FirstSeen time.Time
+	LastSeen  time.Time
 }
 
 // Quarantiner is an optional capability of an Inbox: adapters type-assert

@@ -5,12 +5,11 @@ import (
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
-	"github.com/silas-gateway/silas/core/store"
 )
 
 // Access renders a stranger's request to talk to Silas, as shown to the
 // owner who decides it.
-func Access(r store.AccessRequest) *cards.Card {
+func Access(r core.AccessRequest) *cards.Card {
 	// The display name is the stranger's own choice: bidi controls in it
 	// are shown, and the button names the sender by platform id.
 	r.Name = cards.ShowBidi(r.Name)

@@ -8,7 +8,6 @@ import (
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
-	"github.com/silas-gateway/silas/core/store"
 )
 
 func TestClip(t *testing.T) {
@@ -69,7 +68,7 @@ func TestDescribeFoldsAnApprovalsSteps(t *testing.T) {
 }
 
 func TestAccessCard(t *testing.T) {
-	r := store.AccessRequest{ID: "R", Identity: "telegram:7", Name: "Eve\u202e", Code: "ABC234", Status: core.AccessPending}
+	r := core.AccessRequest{ID: "R", Identity: "telegram:7", Name: "Eve\u202e", Code: "ABC234", Status: core.AccessPending}
 	tests := []struct {
 		name    string
 		status  core.AccessStatus

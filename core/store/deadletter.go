@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -14,18 +13,6 @@ import (
 // maxDeadLetterPayload bounds what is kept of one event (platform events
 // are a few KB; the adapters cap request bodies well below this).
 const maxDeadLetterPayload = 1 << 20
-
-// DeadLetter is a stored core.DeadLetter.
-type DeadLetter struct {
-	ID        int64
-	Channel   core.ChannelName
-	EventID   string
-	Payload   []byte
-	Error     string
-	Attempts  int
-	FirstSeen time.Time
-	LastSeen  time.Time
-}
 
 // InsertDeadLetter keeps an event the adapter gives up on and returns its
 // id. The same event quarantined again (a redelivery) updates the row. The
@@ -53,7 +40,7 @@ func (t *Tx) InsertDeadLetter(ctx context.Context, d core.DeadLetter) (int64, er
 
 // DeadLetters returns how many events are quarantined and the newest
 // limit of them (payloads included).
-func (s *Store) DeadLetters(ctx context.Context, limit int) (int64, []DeadLetter, error) {
+func (s *Store) DeadLetters(ctx context.Context, limit int) (int64, []core.DeadLetter, error) {
 	var n int64
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dead_letters`).Scan(&n); err != nil {
 		return 0, nil, fmt.Errorf("store: count dead letters: %w", err)
@@ -63,8 +50,8 @@ func (s *Store) DeadLetters(ctx context.Context, limit int) (int64, []DeadLetter
 	if err != nil {
 		return 0, nil, fmt.Errorf("store: list dead letters: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeadLetter, error) {
-		var d DeadLetter
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (core.DeadLetter, error) {
+		var d core.DeadLetter
 		err := row.Scan(&d.ID, &d.Channel, &d.EventID, &d.Payload, &d.Error, &d.Attempts, &d.FirstSeen, &d.LastSeen)
 		return d, err
 	})

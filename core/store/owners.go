@@ -9,20 +9,12 @@ import (
 	"github.com/silas-gateway/silas/core"
 )
 
-// DirectConversation is the newest direct (not group) conversation an
-// identity had with Silas on a channel.
-type DirectConversation struct {
-	Channel      core.ChannelName
-	Identity     core.IdentityID
-	Conversation core.ConversationID
-}
-
 // DirectConversations finds, for each of ids and each channel other than
 // except, the conversation of the newest direct turn that identity sent
 // there. Only a conversation the person actually used is returned: a
 // notice sent anywhere else might reach nobody (a Telegram user who never
 // started the bot) or the wrong audience (a group).
-func (s *Store) DirectConversations(ctx context.Context, ids []core.IdentityID, except core.ChannelName) ([]DirectConversation, error) {
+func (s *Store) DirectConversations(ctx context.Context, ids []core.IdentityID, except core.ChannelName) ([]core.DirectConversation, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -36,8 +28,8 @@ func (s *Store) DirectConversations(ctx context.Context, ids []core.IdentityID, 
 	if err != nil {
 		return nil, fmt.Errorf("store: direct conversations: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DirectConversation, error) {
-		var d DirectConversation
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (core.DirectConversation, error) {
+		var d core.DirectConversation
 		err := r.Scan(&d.Channel, &d.Identity, &d.Conversation)
 		return d, err
 	})

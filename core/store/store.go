@@ -5,6 +5,15 @@
 // record commit together or not at all.
 //
 // pgx.ErrNoRows becomes core.ErrNotFound at this boundary.
+//
+// The files go by noun: turns.go, approvals.go, executions.go, outbox.go,
+// access.go (access requests, pairing codes, bindings), tasks.go,
+// secrets.go, audit.go, deadletter.go, history.go (transcripts), owners.go;
+// tx.go (the Tx type and its queueing) and writer.go (the group-commit
+// loop) are the machinery. The records these files read and write are
+// package core's (core/records.go, core/task.go): the store must define no
+// domain record of its own, so that a room which only reads or renders a
+// record (core/render, core/trust) need not import the store.
 package store
 
 import (

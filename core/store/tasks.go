@@ -12,71 +12,12 @@ import (
 	"github.com/silas-gateway/silas/core"
 )
 
-// Task is one stored LLM task (migration 00012): the runtime's state
-// machine, its plan and what it has spent. Machine and Limits are the
-// runtime's own JSON (core/agent/llm/task); the store does not read them.
-type Task struct {
-	ID           string
-	Channel      core.ChannelName
-	Conversation core.ConversationID
-	Requester    core.IdentityID
-	// Origin is the starting turn without its text (see the migration).
-	Origin  json.RawMessage
-	Goal    string
-	State   string
-	Machine json.RawMessage
-	Plan    string
-	PlanNo  int
-	Limits  json.RawMessage
-	// Spend so far.
-	Tokens     int64
-	ModelCalls int64
-	ToolCalls  int64
-	CostUSD    float64
-	CostKnown  bool
-	// Rev is the version every update compares and bumps.
-	Rev            int64
-	Reason         string
-	Summary        string
-	EscalationCard string
-	// QuestionCard is the open card of a question the executor asked
-	// (ask_user, migration 00014); "" when none is waiting.
-	QuestionCard string
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
-	FinishedAt   time.Time
-}
-
-// Final reports whether the task can no longer change.
-func (t Task) Final() bool { return t.State == "done" || t.State == "stopped" }
-
-// TaskCall is one tool call of the executor.
-type TaskCall struct {
-	ID        int64
-	TaskID    string
-	PlanNo    int
-	Step      int
-	Attempt   int
-	CallID    string
-	Tool      string
-	Arguments string
-	// Approval is the request the runtime made of the call ("" when the
-	// call was not an action, or was refused before it became one).
-	Approval core.ApprovalID
-	// Status is "waiting" (for its approval and execution) or "done".
-	Status string
-	// Result is what the model was shown (JSON), once done.
-	Result     json.RawMessage
-	CreatedAt  time.Time
-	FinishedAt time.Time
-}
-
 const taskSelect = `SELECT id, channel, conversation, requester, origin, goal, state, machine, plan, plan_no, limits,
 	tokens, model_calls, tool_calls, cost_usd, cost_known, rev, reason, summary, COALESCE(escalation_card, ''),
 	COALESCE(question_card, ''), created_at, updated_at, finished_at FROM tasks`
 
-func scanTask(row pgx.Row) (Task, error) {
-	var t Task
+func scanTask(row pgx.Row) (core.Task, error) {
+	var t core.Task
 	var fin *time.Time
 	err := row.Scan(&t.ID, &t.Channel, &t.Conversation, &t.Requester, &t.Origin, &t.Goal, &t.State, &t.Machine, &t.Plan, &t.PlanNo, &t.Limits,
 		&t.Tokens, &t.ModelCalls, &t.ToolCalls, &t.CostUSD, &t.CostKnown, &t.Rev, &t.Reason, &t.Summary, &t.EscalationCard,
@@ -90,15 +31,15 @@ func scanTask(row pgx.Row) (Task, error) {
 	return t, nil
 }
 
-func collectTasks(rows pgx.Rows, err error) ([]Task, error) {
+func collectTasks(rows pgx.Rows, err error) ([]core.Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Task, error) { return scanTask(r) })
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (core.Task, error) { return scanTask(r) })
 }
 
 // QueueInsertTask stores a new task (Rev 0).
-func (t *Tx) QueueInsertTask(k Task) {
+func (t *Tx) QueueInsertTask(k core.Task) {
 	now := t.now()
 	t.later("insert task", `INSERT INTO tasks (id, channel, conversation, requester, origin, goal, state, machine, plan, plan_no, limits,
 		created_at, updated_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$12)`,
@@ -107,7 +48,7 @@ func (t *Tx) QueueInsertTask(k Task) {
 }
 
 // GetTask reads a task.
-func (s *Store) GetTask(ctx context.Context, id string) (Task, error) {
+func (s *Store) GetTask(ctx context.Context, id string) (core.Task, error) {
 	k, err := scanTask(s.pool.QueryRow(ctx, taskSelect+" WHERE id = $1", id))
 	if err != nil && !errors.Is(err, core.ErrNotFound) {
 		return k, fmt.Errorf("store: get task: %w", err)
@@ -116,32 +57,32 @@ func (s *Store) GetTask(ctx context.Context, id string) (Task, error) {
 }
 
 // LockTask reads a task inside the transaction, locking its row.
-func (t *Tx) LockTask(ctx context.Context, id string) (Task, error) {
+func (t *Tx) LockTask(ctx context.Context, id string) (core.Task, error) {
 	return scanTask(t.queryRow(ctx, taskSelect+" WHERE id = $1 FOR UPDATE", id))
 }
 
 // LockActiveTask reads (and locks) the newest unfinished task of a
 // conversation; core.ErrNotFound when there is none.
-func (t *Tx) LockActiveTask(ctx context.Context, conv core.ConversationID) (Task, error) {
+func (t *Tx) LockActiveTask(ctx context.Context, conv core.ConversationID) (core.Task, error) {
 	return scanTask(t.queryRow(ctx, taskSelect+` WHERE conversation = $1 AND state NOT IN ('done', 'stopped')
 		ORDER BY created_at DESC LIMIT 1 FOR UPDATE`, conv))
 }
 
 // LockTaskByCard reads (and locks) the task whose open escalation card is
 // card; core.ErrNotFound when none is.
-func (t *Tx) LockTaskByCard(ctx context.Context, card string) (Task, error) {
+func (t *Tx) LockTaskByCard(ctx context.Context, card string) (core.Task, error) {
 	return scanTask(t.queryRow(ctx, taskSelect+" WHERE escalation_card = $1 FOR UPDATE", card))
 }
 
 // LockTaskByQuestion reads (and locks) the task whose open question card
 // is card; core.ErrNotFound when none is.
-func (t *Tx) LockTaskByQuestion(ctx context.Context, card string) (Task, error) {
+func (t *Tx) LockTaskByQuestion(ctx context.Context, card string) (core.Task, error) {
 	return scanTask(t.queryRow(ctx, taskSelect+" WHERE question_card = $1 FOR UPDATE", card))
 }
 
 // ActiveTasks lists every unfinished task, oldest first (resumed at start
 // and by the sweep).
-func (s *Store) ActiveTasks(ctx context.Context) ([]Task, error) {
+func (s *Store) ActiveTasks(ctx context.Context) ([]core.Task, error) {
 	out, err := collectTasks(s.pool.Query(ctx, taskSelect+` WHERE state NOT IN ('done', 'stopped') ORDER BY created_at`))
 	if err != nil {
 		return nil, fmt.Errorf("store: active tasks: %w", err)
@@ -150,7 +91,7 @@ func (s *Store) ActiveTasks(ctx context.Context) ([]Task, error) {
 }
 
 // ConversationTasks lists a conversation's newest tasks, newest first.
-func (s *Store) ConversationTasks(ctx context.Context, conv core.ConversationID, n int) ([]Task, error) {
+func (s *Store) ConversationTasks(ctx context.Context, conv core.ConversationID, n int) ([]core.Task, error) {
 	out, err := collectTasks(s.pool.Query(ctx, taskSelect+` WHERE conversation = $1 ORDER BY created_at DESC LIMIT $2`, conv, n))
 	if err != nil {
 		return nil, fmt.Errorf("store: conversation tasks: %w", err)
@@ -161,7 +102,7 @@ func (s *Store) ConversationTasks(ctx context.Context, conv core.ConversationID,
 // UpdateTask writes k's mutable fields if the stored rev is still k.Rev,
 // bumping it. ok=false: the task changed since it was read (a stop, a tap,
 // another advance); nothing was written, and that is an answer.
-func (t *Tx) UpdateTask(ctx context.Context, k Task) (bool, error) {
+func (t *Tx) UpdateTask(ctx context.Context, k core.Task) (bool, error) {
 	var fin *time.Time
 	if !k.FinishedAt.IsZero() {
 		fin = &k.FinishedAt
@@ -205,21 +146,15 @@ func (t *Tx) QueueTaskAttemptEnd(taskID string, planNo, step, attempt int, state
 		taskID, planNo, step, attempt, state, displayText(failure), t.now())
 }
 
-// TaskAttempt is one stored attempt at a step.
-type TaskAttempt struct {
-	PlanNo, Step, Attempt int
-	State, Failure        string
-}
-
 // TaskAttempts lists a task's attempts in order.
-func (s *Store) TaskAttempts(ctx context.Context, taskID string) ([]TaskAttempt, error) {
+func (s *Store) TaskAttempts(ctx context.Context, taskID string) ([]core.TaskAttempt, error) {
 	rows, err := s.pool.Query(ctx, `SELECT plan_no, step, attempt, state, failure FROM task_attempts WHERE task_id = $1
 		ORDER BY started_at, plan_no, step, attempt`, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("store: task attempts: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TaskAttempt, error) {
-		var a TaskAttempt
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (core.TaskAttempt, error) {
+		var a core.TaskAttempt
 		return a, r.Scan(&a.PlanNo, &a.Step, &a.Attempt, &a.State, &a.Failure)
 	})
 	if err != nil {
@@ -230,7 +165,7 @@ func (s *Store) TaskAttempts(ctx context.Context, taskID string) ([]TaskAttempt,
 
 // QueueTaskCall stores a tool call. A call naming an approval must come
 // after that approval in the transaction (ErrOrder).
-func (t *Tx) QueueTaskCall(c TaskCall) error {
+func (t *Tx) QueueTaskCall(c core.TaskCall) error {
 	var appr *core.ApprovalID
 	if c.Approval != "" {
 		if err := t.parent("task call", c.Approval); err != nil {
@@ -265,14 +200,14 @@ func (t *Tx) FinishTaskCall(ctx context.Context, id int64, result json.RawMessag
 }
 
 // TaskCalls lists a task's tool calls in order.
-func (s *Store) TaskCalls(ctx context.Context, taskID string) ([]TaskCall, error) {
+func (s *Store) TaskCalls(ctx context.Context, taskID string) ([]core.TaskCall, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, task_id, plan_no, step, attempt, call_id, tool, arguments, COALESCE(approval_id, ''), status,
 		result, created_at, finished_at FROM task_calls WHERE task_id = $1 ORDER BY id`, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("store: task calls: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TaskCall, error) {
-		var c TaskCall
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (core.TaskCall, error) {
+		var c core.TaskCall
 		var fin *time.Time
 		err := r.Scan(&c.ID, &c.TaskID, &c.PlanNo, &c.Step, &c.Attempt, &c.CallID, &c.Tool, &c.Arguments, &c.Approval, &c.Status,
 			&c.Result, &c.CreatedAt, &fin)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/core"
-	"github.com/silas-gateway/silas/core/store"
 )
 
 // Book computes trust from evidence and identity bindings. Bindings
@@ -31,9 +30,9 @@ type Book struct {
 const bindingCacheTTL = 5 * time.Second
 
 // Bindings is where a Book reads the stored identity bindings
-// (*store.Store).
+// (the store implements it).
 type Bindings interface {
-	Bindings(ctx context.Context) ([]store.Binding, error)
+	Bindings(ctx context.Context) ([]core.Binding, error)
 }
 
 // NewBook builds a Book over the stored bindings of st, the config's

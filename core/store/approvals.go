@@ -1,0 +1,180 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+)
+
+const approvalSelect = `SELECT id, channel, conversation, requester, COALESCE(turn_seq, 0), action_canonical, action_hash,
+	intent, rationale, risk, approvers, status, created_at, expires_at, COALESCE(decided_by, ''), decided_at, token, request_sig FROM approvals`
+
+func scanApproval(row pgx.Row) (core.ApprovalRequest, error) {
+	var a core.ApprovalRequest
+	var risk, status string
+	var decidedAt *time.Time
+	err := row.Scan(&a.ID, &a.Channel, &a.Conversation, &a.Requester, &a.TurnSeq, &a.ActionCanonical, &a.ActionHash,
+		&a.Intent, &a.Rationale, &risk, &a.Approvers, &status, &a.CreatedAt, &a.ExpiresAt, &a.DecidedBy, &decidedAt, &a.Token, &a.Signature)
+	if err != nil {
+		return a, notFound(err)
+	}
+	a.Risk, a.Status = cards.Risk(risk), core.ApprovalStatus(status)
+	if decidedAt != nil {
+		a.DecidedAt = *decidedAt
+	}
+	return a, nil
+}
+
+// GetApproval reads one approval request.
+func (s *Store) GetApproval(ctx context.Context, id core.ApprovalID) (core.ApprovalRequest, error) {
+	a, err := scanApproval(s.pool.QueryRow(ctx, approvalSelect+" WHERE id = $1", id))
+	if err != nil && !errors.Is(err, core.ErrNotFound) {
+		return a, fmt.Errorf("store: get approval: %w", err)
+	}
+	return a, err
+}
+
+// OpenApprovals lists pending and confirming requests in a conversation
+// (all conversations when conv is empty), oldest first.
+func (s *Store) OpenApprovals(ctx context.Context, conv core.ConversationID) ([]core.ApprovalRequest, error) {
+	rows, err := s.pool.Query(ctx, approvalSelect+` WHERE status IN ('pending', 'confirming') AND ($1 = '' OR conversation = $1)
+		ORDER BY created_at`, conv)
+	if err != nil {
+		return nil, fmt.Errorf("store: open approvals: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, rowToApproval)
+	if err != nil {
+		return nil, fmt.Errorf("store: open approvals: %w", err)
+	}
+	return out, nil
+}
+
+func rowToApproval(row pgx.CollectableRow) (core.ApprovalRequest, error) { return scanApproval(row) }
+
+// ExpiredApprovals lists open requests whose expiry has passed.
+func (s *Store) ExpiredApprovals(ctx context.Context, now time.Time, limit int) ([]core.ApprovalRequest, error) {
+	rows, err := s.pool.Query(ctx, approvalSelect+` WHERE status IN ('pending', 'confirming') AND expires_at <= $1 ORDER BY expires_at LIMIT $2`, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: expired approvals: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, rowToApproval)
+	if err != nil {
+		return nil, fmt.Errorf("store: expired approvals: %w", err)
+	}
+	return out, nil
+}
+
+// QueueApproval stores a new approval request.
+func (t *Tx) QueueApproval(a core.ApprovalRequest) {
+	var turnSeq *int64
+	if a.TurnSeq > 0 {
+		turnSeq = &a.TurnSeq
+	}
+	t.later("insert approval", `INSERT INTO approvals (id, channel, conversation, requester, turn_seq, action_canonical, action_hash,
+		intent, rationale, risk, approvers, status, created_at, expires_at, request_sig)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)`,
+		a.ID, a.Channel, a.Conversation, a.Requester, turnSeq, a.ActionCanonical, a.ActionHash,
+		a.Intent, a.Rationale, a.Risk, a.Approvers, a.Status, a.CreatedAt, a.ExpiresAt, a.Signature)
+	t.seen(a.ID)
+}
+
+// GetApproval reads an approval inside the transaction, locking the row so
+// concurrent decisions serialise on it.
+func (t *Tx) GetApproval(ctx context.Context, id core.ApprovalID) (core.ApprovalRequest, error) {
+	a, err := scanApproval(t.queryRow(ctx, approvalSelect+" WHERE id = $1 FOR UPDATE", id))
+	if err == nil {
+		t.seen(a.ID)
+	}
+	return a, err
+}
+
+// TransitionApproval moves an approval from one of from to to, recording
+// the decider and (for approvals) the token. ok=false means it was no longer
+// in any of from: "already decided" is an answer, not an error.
+func (t *Tx) TransitionApproval(ctx context.Context, id core.ApprovalID, from []core.ApprovalStatus, to core.ApprovalStatus, by core.IdentityID, token []byte) (bool, error) {
+	fs := make([]string, len(from))
+	for i, f := range from {
+		fs[i] = string(f)
+	}
+	tag, err := t.exec(ctx, `UPDATE approvals SET status = $3, decided_by = NULLIF($4, ''), decided_at = $5, token = COALESCE($6, token)
+		WHERE id = $1 AND status = ANY($2)`, id, fs, to, by, t.now(), token)
+	if err != nil {
+		return false, fmt.Errorf("store: transition approval %s: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// ConsumeNonce records a token's nonce. ok=false means it was consumed
+// before: a replay.
+func (t *Tx) ConsumeNonce(ctx context.Context, nonce []byte, tokenID string, id core.ApprovalID) (bool, error) {
+	tag, err := t.exec(ctx, `INSERT INTO token_nonces (nonce, token_id, approval_id, consumed_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT DO NOTHING`, nonce, tokenID, id, t.now())
+	if err != nil {
+		return false, fmt.Errorf("store: consume nonce: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// RecordedDecision reads, in one round trip, what storage holds of the
+// decision that consumed the token (nonce, tokenID) of approval id, and
+// whether the audit log records a start of its execution. The kinds are
+// literals in the statement (not parameters) so the planner can use the
+// partial indexes of migration 00006.
+func (t *Tx) RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []byte, tokenID string) (core.Decision, error) {
+	var d core.Decision
+	var nApproval, nToken, kind, actor, conv, data *string
+	var seq *int64
+	var at *time.Time
+	var prevHash, hash []byte
+	err := t.queryRow(ctx, `SELECT n.approval_id, n.token_id,
+			l.seq, l.at, l.kind, l.actor, l.conversation, l.data::text, l.prev_hash, l.hash,
+			(SELECT p.hash FROM audit_log p WHERE p.seq = l.seq - 1),
+			(SELECT x.prev_hash FROM audit_log x WHERE x.seq = l.seq + 1),
+			EXISTS (SELECT 1 FROM audit_log s WHERE s.kind = '`+string(audit.KindExecutionStarted)+`' AND s.data->>'approval' = $3)
+		FROM (SELECT 1) AS one
+		LEFT JOIN token_nonces n ON n.nonce = $1
+		LEFT JOIN LATERAL (SELECT * FROM audit_log WHERE kind = '`+string(audit.KindTokenConsumed)+`' AND data->>'token_id' = $2 AND data->>'approval' = $3
+			ORDER BY seq LIMIT 1) l ON true`, nonce, tokenID, id).
+		Scan(&nApproval, &nToken, &seq, &at, &kind, &actor, &conv, &data, &prevHash, &hash, &d.PrevHash, &d.NextPrevHash, &d.Started)
+	if err != nil {
+		return core.Decision{}, fmt.Errorf("store: recorded decision of %s: %w", id, err)
+	}
+	if nApproval != nil {
+		a := core.ApprovalID(*nApproval)
+		d.NonceApproval, d.NonceTokenID = &a, nToken
+	}
+	if seq != nil {
+		r := audit.Row{Seq: *seq, At: *at, Entry: audit.Entry{Kind: audit.Kind(*kind), Actor: *actor, Conversation: *conv},
+			DataJSON: []byte(*data), PrevHash: prevHash, Hash: hash}
+		if err := json.Unmarshal(r.DataJSON, &r.Entry.Data); err != nil {
+			return core.Decision{}, fmt.Errorf("store: decode audit row %d: %w", r.Seq, err)
+		}
+		d.Entry = &r
+	}
+	return d, nil
+}
+
+// RequestedCommand returns the command recorded in the audit log when the
+// approval was requested (its first approval.requested entry: a later one
+// for the same id, appended by whoever can write the log, does not count).
+// ErrNotFound: the log holds no such entry.
+func (s *Store) RequestedCommand(ctx context.Context, id core.ApprovalID) (string, error) {
+	var cmd *string
+	err := s.pool.QueryRow(ctx, `SELECT data->>'command' FROM audit_log WHERE kind = $1 AND data->>'approval' = $2
+		ORDER BY seq LIMIT 1`, string(audit.KindApprovalRequested), string(id)).Scan(&cmd)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && cmd == nil) {
+		return "", core.ErrNotFound
+	}
+	if err != nil {
+		return "", fmt.Errorf("store: requested command of %s: %w", id, err)
+	}
+	return *cmd, nil
+}

@@ -1,0 +1,126 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/silas-gateway/silas/core"
+)
+
+const execSelect = `SELECT approval_id, status, result, report, COALESCE(reason, ''), created_at, started_at, finished_at FROM executions`
+
+func scanExecution(row pgx.Row) (core.Execution, error) {
+	var e core.Execution
+	var status string
+	var result, report []byte
+	var started, finished *time.Time
+	if err := row.Scan(&e.ApprovalID, &status, &result, &report, &e.Reason, &e.CreatedAt, &started, &finished); err != nil {
+		return e, notFound(err)
+	}
+	e.Status = core.ExecStatus(status)
+	if len(result) > 0 {
+		r, err := decodeRecord(result)
+		if err != nil {
+			return e, fmt.Errorf("store: decode execution result: %w", err)
+		}
+		e.Result = r
+	}
+	e.Report = report
+	if started != nil {
+		e.StartedAt = *started
+	}
+	if finished != nil {
+		e.FinishedAt = *finished
+	}
+	return e, nil
+}
+
+// GetExecution reads one execution.
+func (s *Store) GetExecution(ctx context.Context, id core.ApprovalID) (core.Execution, error) {
+	return scanExecution(s.pool.QueryRow(ctx, execSelect+" WHERE approval_id = $1", id))
+}
+
+// UnfinishedExecutions lists executions that a restart must resume (queued,
+// executed but unverified) or settle (running when the process died).
+func (s *Store) UnfinishedExecutions(ctx context.Context) ([]core.Execution, error) {
+	rows, err := s.pool.Query(ctx, execSelect+` WHERE status IN ('queued', 'running', 'executed') ORDER BY created_at`)
+	if err != nil {
+		return nil, fmt.Errorf("store: unfinished executions: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (core.Execution, error) { return scanExecution(row) })
+	if err != nil {
+		return nil, fmt.Errorf("store: unfinished executions: %w", err)
+	}
+	return out, nil
+}
+
+// QueueExecution queues the execution of an approved action. The approval
+// must be in the transaction's view (ErrOrder).
+func (t *Tx) QueueExecution(id core.ApprovalID) error {
+	if err := t.parent("execution", id); err != nil {
+		return err
+	}
+	t.later("insert execution", `INSERT INTO executions (approval_id, status, created_at) VALUES ($1, 'queued', $2)`, id, t.now())
+	return nil
+}
+
+// TransitionExecution is compare-and-swap on an execution's status.
+func (t *Tx) TransitionExecution(ctx context.Context, id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate) (bool, error) {
+	var result []byte
+	if u.Result != nil {
+		var err error
+		if result, err = encodeRecord(u.Result); err != nil {
+			return false, fmt.Errorf("store: marshal result: %w", err)
+		}
+	}
+	var report []byte
+	if len(u.Report) > 0 {
+		report = jsonbSafe(u.Report)
+	}
+	now := t.now()
+	var started, finished *time.Time
+	if u.Started {
+		started = &now
+	}
+	if u.Done {
+		finished = &now
+	}
+	tag, err := t.exec(ctx, `UPDATE executions SET status = $3,
+		result = COALESCE($4, result), report = COALESCE($5, report), reason = COALESCE(NULLIF($6, ''), reason),
+		started_at = COALESCE($7, started_at), finished_at = COALESCE($8, finished_at)
+		WHERE approval_id = $1 AND status = $2`, id, from, to, result, report, u.Reason, started, finished)
+	if err != nil {
+		return false, fmt.Errorf("store: transition execution %s: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// QueueOutput stores an execution's full output under ref. The approval
+// must be in the transaction's view (ErrOrder).
+func (t *Tx) QueueOutput(ref string, id core.ApprovalID, content string) error {
+	if err := t.parent("output", id); err != nil {
+		return err
+	}
+	t.later("insert output", `INSERT INTO outputs (ref, approval_id, content, created_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (ref) DO NOTHING`, ref, id, displayText(content), t.now())
+	return nil
+}
+
+// GetOutput returns stored output by ref.
+func (s *Store) GetOutput(ctx context.Context, ref string) (string, error) {
+	var c string
+	err := s.pool.QueryRow(ctx, `SELECT content FROM outputs WHERE ref = $1`, ref).Scan(&c)
+	return c, notFound(err)
+}
+
+// GetConversationOutput returns stored output by ref only if it belongs to
+// an approval in conv.
+func (s *Store) GetConversationOutput(ctx context.Context, conv core.ConversationID, ref string) (string, error) {
+	var c string
+	err := s.pool.QueryRow(ctx, `SELECT o.content FROM outputs o JOIN approvals a ON a.id = o.approval_id
+		WHERE o.ref = $1 AND a.conversation = $2`, ref, conv).Scan(&c)
+	return c, notFound(err)
+}

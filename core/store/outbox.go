@@ -1,0 +1,138 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/silas-gateway/silas/core"
+)
+
+// QueueMessage adds an outbound delivery.
+func (t *Tx) QueueMessage(ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage) error {
+	return t.QueueMessageThen(ch, op, key, m, nil)
+}
+
+// QueueMessageThen is QueueMessage that hands the job's id to then once the batch's
+// statements were sent (nil: not needed).
+func (t *Tx) QueueMessageThen(ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage, then func(id int64)) error {
+	payload, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("store: marshal outbound message: %w", err)
+	}
+	t.enqueues = append(t.enqueues, queuedJob{ch: ch, conv: m.Conversation, op: op, key: key, payload: string(jsonbSafe(payload)), then: then})
+	return nil
+}
+
+// queueJobs adds one INSERT for all queued outbox jobs, in queue order (ids
+// ascend in that order, which is the delivery order).
+func queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
+	n := len(jobs)
+	chans, convs, ops, keys, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, j := range jobs {
+		chans[i], convs[i], ops[i], keys[i], payloads[i] = string(j.ch), string(j.conv), string(j.op), j.key, j.payload
+	}
+	b.Queue(`INSERT INTO outbox (channel, conversation, op, message_key, payload, created_at, next_at)
+		SELECT channel, conversation, op, message_key, payload, $6, $6
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[]) WITH ORDINALITY AS u(channel, conversation, op, message_key, payload, n)
+		ORDER BY n RETURNING id`, chans, convs, ops, keys, payloads, now).Query(func(rows pgx.Rows) error {
+		ids := make([]int64, 0, n)
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(ids) != n {
+			return fmt.Errorf("%d rows inserted for %d jobs", len(ids), n)
+		}
+		// One statement draws its ids in row order: ascending ids are the
+		// jobs in queue order.
+		slices.Sort(ids)
+		for i, j := range jobs {
+			if j.then != nil {
+				j.then(ids[i])
+			}
+		}
+		return nil
+	})
+}
+
+// NextOutboxJob returns a conversation's oldest pending job, whether a newer
+// pending edit of the same message supersedes it, and the platform ref of
+// the message it edits (empty if none was recorded). ErrNotFound: nothing
+// pending.
+func (s *Store) NextOutboxJob(ctx context.Context, conv core.ConversationID) (j core.OutboxJob, superseded bool, ref core.MessageRef, err error) {
+	var op string
+	var payload []byte
+	var r *string
+	err = s.pool.QueryRow(ctx, `SELECT o.id, o.channel, o.conversation, o.op, o.message_key, o.payload, o.attempts, o.next_at, o.created_at,
+			o.op = 'update' AND EXISTS (SELECT 1 FROM outbox l WHERE l.status = 'pending' AND l.channel = o.channel
+				AND l.message_key = o.message_key AND l.op = 'update' AND l.id > o.id),
+			s.ref
+		FROM outbox o LEFT JOIN sent_messages s ON s.channel = o.channel AND s.message_key = o.message_key
+		WHERE o.conversation = $1 AND o.status = 'pending' ORDER BY o.id LIMIT 1`, conv).
+		Scan(&j.ID, &j.Channel, &j.Conversation, &op, &j.MessageKey, &payload, &j.Attempts, &j.NextAt, &j.CreatedAt, &superseded, &r)
+	if err != nil {
+		return j, false, "", notFound(err)
+	}
+	j.Op = core.OutboxOp(op)
+	if err := json.Unmarshal(payload, &j.Message); err != nil {
+		return j, false, "", fmt.Errorf("store: decode outbox job %d: %w", j.ID, err)
+	}
+	if r != nil {
+		ref = core.MessageRef(*r)
+	}
+	return j, superseded, ref, nil
+}
+
+// PendingOutboxConversations lists conversations with pending deliveries
+// (for recovery after a restart and for retries).
+func (s *Store) PendingOutboxConversations(ctx context.Context, limit int) ([]core.ConversationID, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT conversation FROM outbox WHERE status = 'pending' LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: pending outbox conversations: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[core.ConversationID])
+	if err != nil {
+		return nil, fmt.Errorf("store: pending outbox conversations: %w", err)
+	}
+	return out, nil
+}
+
+// QueueDelivered marks a job delivered (or superseded) and remembers the
+// platform ref.
+func (t *Tx) QueueDelivered(j core.OutboxJob, ref core.MessageRef, status core.OutboxStatus) {
+	t.delivered = append(t.delivered, queuedDelivered{id: j.ID, status: status})
+	// Only cards are edited later, so only their platform refs are kept.
+	if ref != "" && j.Message.Card != nil {
+		t.later("remember sent message", `INSERT INTO sent_messages (channel, message_key, conversation, ref, sent_at) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (channel, message_key) DO UPDATE SET ref = EXCLUDED.ref`, j.Channel, j.MessageKey, j.Conversation, ref, t.now())
+	}
+}
+
+// OutboxRetry records a failed attempt and when to try again.
+func (t *Tx) OutboxRetry(ctx context.Context, id int64, next time.Time, errText string) error {
+	_, err := t.exec(ctx, `UPDATE outbox SET attempts = attempts + 1, next_at = $2, last_error = $3 WHERE id = $1 AND status = 'pending'`, id, next, errText)
+	if err != nil {
+		return fmt.Errorf("store: outbox retry: %w", err)
+	}
+	return nil
+}
+
+// OutboxFailed gives up on a job.
+func (t *Tx) OutboxFailed(ctx context.Context, id int64, errText string) error {
+	_, err := t.exec(ctx, `UPDATE outbox SET status = 'failed', attempts = attempts + 1, last_error = $2 WHERE id = $1 AND status = 'pending'`, id, errText)
+	if err != nil {
+		return fmt.Errorf("store: outbox failed: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/silas-gateway/silas/core"
+)
+
+// InsertTurn stores a turn unless (channel, event id) exists. dup reports a
+// redelivery; seq is the turn's sequence either way. It is QueueTurn sent
+// at once, for callers that need the answer before going on.
+func (t *Tx) InsertTurn(ctx context.Context, turn core.Turn) (seq int64, dup bool, err error) {
+	if err := t.QueueTurn(turn, core.TurnPending, func(s int64, d bool) { seq, dup = s, d }); err != nil {
+		return 0, false, err
+	}
+	if err := t.flush(ctx); err != nil {
+		return 0, false, err
+	}
+	return seq, dup, nil
+}
+
+// QueueFinishTurn marks a pending turn processed (done or failed).
+func (t *Tx) QueueFinishTurn(seq int64, status core.TurnStatus, errText string) {
+	t.finishes = append(t.finishes, queuedFinish{seq: seq, status: status, err: errText})
+}
+
+// QueueTurn stores a turn unless (channel, event id) exists, like
+// InsertTurn, but gathered with the other turns of the batch into one
+// statement: then receives the seq (and dup for a redelivery) when the
+// batch's statements are sent, before any Finally function runs. status is
+// TurnPending for a turn still to be processed, or TurnDone for one whose
+// outcome commits in the same transaction.
+func (t *Tx) QueueTurn(turn core.Turn, status core.TurnStatus, then func(seq int64, dup bool)) error {
+	body, err := json.Marshal(turn)
+	if err != nil {
+		return fmt.Errorf("store: marshal turn: %w", err)
+	}
+	t.turns = append(t.turns, queuedTurn{turn: storableTurn(turn), body: string(jsonbSafe(body)), status: status, then: then})
+	return nil
+}
+
+// queueTurns adds one INSERT for all queued turns. Each turn's then gets
+// its seq and whether the event was stored before (dup); then is set to nil
+// once called, so flush can tell that every turn was answered.
+func queueTurns(b *pgx.Batch, turns []queuedTurn, now time.Time) {
+	n := len(turns)
+	chans, evs, convs, senders, bodies, sts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, q := range turns {
+		chans[i], evs[i], convs[i], senders[i], bodies[i], sts[i] = string(q.turn.Channel), q.turn.EventID, string(q.turn.Conversation), string(q.turn.Sender), q.body, string(q.status)
+	}
+	// Rows that conflict (stored before, or twice in this batch) come back
+	// from the second SELECT with their existing seq; ON CONFLICT DO NOTHING
+	// skips a key repeated within the statement, so the first op queued
+	// with it is the one that stored it.
+	b.Queue(`WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::text[]) WITH ORDINALITY
+				AS u(channel, event_id, conversation, sender, body, status, n)),
+			ins AS (INSERT INTO turns (channel, event_id, conversation, sender, body, status, received_at, processed_at)
+				SELECT channel, event_id, conversation, sender, body, status, $7, CASE WHEN status = 'pending' THEN NULL ELSE $7::timestamptz END
+				FROM u ORDER BY n
+				ON CONFLICT (channel, event_id) DO NOTHING RETURNING channel, event_id, seq)
+		SELECT channel, event_id, seq FROM ins`, chans, evs, convs, senders, bodies, sts, now).Query(func(rows pgx.Rows) error {
+		byKey := make(map[[2]string]int64, n)
+		for rows.Next() {
+			var ch, ev string
+			var seq int64
+			if err := rows.Scan(&ch, &ev, &seq); err != nil {
+				return err
+			}
+			byKey[[2]string{ch, ev}] = seq
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for i := range turns {
+			k := [2]string{string(turns[i].turn.Channel), turns[i].turn.EventID}
+			if seq, ok := byKey[k]; ok {
+				delete(byKey, k) // a repeat of the key in this batch is a duplicate
+				turns[i].then(seq, false)
+				turns[i].then = nil
+			}
+		}
+		return nil
+	})
+}
+
+// PendingTurns lists turns not yet processed, in arrival order.
+func (s *Store) PendingTurns(ctx context.Context) ([]core.StoredTurn, error) {
+	rows, err := s.pool.Query(ctx, `SELECT seq, body FROM turns WHERE status = 'pending' ORDER BY seq`)
+	if err != nil {
+		return nil, fmt.Errorf("store: pending turns: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (core.StoredTurn, error) {
+		var st core.StoredTurn
+		var body []byte
+		if err := row.Scan(&st.Seq, &body); err != nil {
+			return st, err
+		}
+		if err := json.Unmarshal(body, &st.Turn); err != nil {
+			return st, fmt.Errorf("decode turn %d: %w", st.Seq, err)
+		}
+		return st, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: pending turns: %w", err)
+	}
+	return out, nil
+}
