@@ -24,6 +24,7 @@ import (
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/background"
 	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/execute"
@@ -271,8 +272,8 @@ func (e *Engine) SecureInput() *secureinput.Requests { return e.secure }
 func (e *Engine) Ready() <-chan struct{} { return e.ready }
 
 // Run resumes unfinished work (pending turns, queued or unverified
-// executions, undelivered messages), then runs the outbox and expiry loops
-// until ctx ends. On return, in-flight turns and executions have finished
+// executions, undelivered messages), then runs the outbox's lanes until
+// ctx ends (the periodic work is Maintenance's, run elsewhere). On return, in-flight turns and executions have finished
 // or, if grace ran out, were left resumable.
 func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	turns, err := e.st.PendingTurns(ctx)
@@ -296,13 +297,8 @@ func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	close(e.ready)
 
 	var loops sync.WaitGroup
-	loops.Add(2)
+	loops.Add(1)
 	go func() { defer loops.Done(); e.out.Run(ctx) }()
-	go func() { defer loops.Done(); e.out.RunExpiry(ctx) }()
-	if e.tasks != nil {
-		loops.Add(1)
-		go func() { defer loops.Done(); e.tasks.Sweep(ctx) }()
-	}
 	<-ctx.Done()
 
 	e.mu.Lock()
@@ -329,6 +325,21 @@ func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	e.stopWork()
 	loops.Wait()
 	return nil
+}
+
+// Maintenance is the engine's periodic work, for the background room
+// (core/background) to run: card expiry, the outbox's recovery scan and,
+// with a task runtime, the task sweep. Each is safe to run on any process
+// of the database, twice or late.
+func (e *Engine) Maintenance() []background.Periodic {
+	jobs := []background.Periodic{
+		{Name: "card_expiry", Every: outbox.ExpiryEvery, Run: e.out.Expire},
+		{Name: "outbox_scan", Every: outbox.ScanEvery, Run: e.out.Scan},
+	}
+	if e.tasks != nil {
+		jobs = append(jobs, background.Periodic{Name: "task_sweep", Every: e.tasks.SweepEvery(), Run: e.tasks.Resume})
+	}
+	return jobs
 }
 
 // ErrShuttingDown is returned by Deliver during shutdown; adapters must not
