@@ -78,21 +78,16 @@ func newLLMWeb(t *testing.T, limits task.Limits) *llmWeb {
 	web := newConformanceClient(t)
 	ch := web.NewChannel(t, st, log)
 	ag := &llm.Agent{Proxy: llm.Proxy{Client: client}, Planner: llm.Planner{Client: client}, Fallback: agent.Command{}, Tasks: true, History: st}
-	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
-		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{dir}}, Policy: pol, Key: key,
-		Owners: []core.IdentityID{web.Identity(channeltest.Approver)}, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if limits == (task.Limits{}) {
 		limits = task.Limits{Tokens: 100000, ModelCalls: 20, ToolCalls: 5, WallTime: time.Hour}
 	}
-	rt, err := tasks.New(tasks.Config{Store: st, Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client},
-		Limits: limits, Logger: log}, eng.TaskHost())
+	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
+		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{dir}}, Policy: pol, Key: key,
+		Owners: []core.IdentityID{web.Identity(channeltest.Approver)}, Logger: log,
+		Tasks: &tasks.Config{Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client}, Limits: limits}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng.SetTasks(rt)
 	engDone, chDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(engDone); _ = eng.Run(ctx, time.Second) }()
 	<-eng.Ready()

@@ -28,7 +28,6 @@ import (
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
-	coretasks "github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/config"
@@ -215,28 +214,18 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration, ExecTimeout: cfg.Sandbox.Timeout.Duration,
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
-		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration,
+		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks,
 	})
 	if err != nil {
 		return err
 	}
 	waHooks.eng.Store(eng)
-	if tasks != nil {
-		// The runtime proposes through the engine (its host), so it is
-		// built second and handed to the engine before Run.
-		tasks.Store, tasks.Logger = db.store, log
-		rt, err := coretasks.New(*tasks, eng.TaskHost())
-		if err != nil {
-			return err
-		}
-		eng.SetTasks(rt)
-	}
 	var form *secretsweb.Server
 	if cfg.SecretsWeb.Enabled {
-		if form, err = newSecretsWebForm(cfg, eng, sealer, log); err != nil {
+		if form, err = newSecretsWebForm(cfg, eng.SecureInput(), sealer, log); err != nil {
 			return err
 		}
-		eng.SetSecretLink(form.Link)
+		eng.SecureInput().SetLink(form.Link)
 		waHooks.form.Store(form)
 	}
 

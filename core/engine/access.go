@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/trust"
@@ -37,7 +37,7 @@ func (e *Engine) gate(o *outcome) bool {
 			return false
 		}
 	case trust.AccessPairing:
-		if c, _, _, _, _ := commandOf(t.Text); o.trust == core.TrustExternal && t.Tap == nil && !c.stranger {
+		if o.trust == core.TrustExternal && t.Tap == nil && !commands.Parse(t.Text).Stranger {
 			o.inTx = e.requestAccess
 		}
 	}
@@ -137,34 +137,5 @@ func (e *Engine) decideAccess(ctx context.Context, tx *store.Tx, o *outcome, r s
 	}
 	o.note(kind, map[string]any{"request": r.ID, "identity": string(r.Identity)})
 	o.updates = append(o.updates, render.Access(r))
-	return nil
-}
-
-// pair binds the sender with the role of a one-time code from `silas pair`,
-// in the turn's transaction.
-func (e *Engine) pair(ctx context.Context, tx *store.Tx, o *outcome, code string) error {
-	t := o.st.Turn
-	code = strings.ToUpper(strings.TrimSpace(code))
-	if code == "" {
-		o.reply("Usage: /pair <code> — get a code by running `silas pair` on the gateway host.")
-		return nil
-	}
-	role, ok, err := tx.UsePairingCode(ctx, trust.HashPairingCode(code), t.Sender)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		o.note(audit.KindPairingRefused, map[string]any{"reason": "unknown, used or expired code"})
-		o.reply("That pairing code is unknown, used or expired.")
-		return nil
-	}
-	rec, sig, err := trust.SignBinding(e.cfg.Key, t.Sender, role, tx.Now())
-	if err != nil {
-		return err
-	}
-	tx.QueueBinding(t.Sender, role, rec, sig)
-	o.note(audit.KindPairingBound, map[string]any{"identity": string(t.Sender), "role": role})
-	o.reply("Paired: %s now has %s trust.", t.Sender, role)
-	o.after = append(o.after, e.trust.Invalidate)
 	return nil
 }

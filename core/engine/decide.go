@@ -50,18 +50,18 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		}
 	}
 	if errors.Is(err, core.ErrNotFound) {
-		if e.tasks != nil {
-			handled, fx, terr := e.tasks.Tap(ctx, tx, o.st, o.trust, tap)
-			if terr != nil {
-				return terr
+		tp, terr := e.taskTap(ctx, tx, o, tap)
+		if terr != nil {
+			return terr
+		}
+		if tp.Refused != "" {
+			return refuse(tp.Refused, tp.Toast)
+		}
+		if tp.Handled {
+			if tp.Toast != "" {
+				o.toast = tp.Toast
 			}
-			if handled && fx.Refused != "" {
-				return refuse(fx.Refused, fx.Toast)
-			}
-			if handled {
-				o.add(fx)
-				return nil
-			}
+			return nil
 		}
 	}
 	if errors.Is(err, core.ErrNotFound) || (err == nil && a.Conversation != t.Conversation) {

@@ -24,10 +24,13 @@ import (
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/secrets"
+	"github.com/silas-gateway/silas/core/secureinput"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/verify"
 )
@@ -84,6 +87,10 @@ type Config struct {
 	SecretLink func(ref, token string) string
 	// SecretTTL is how long a secure-form link works (default 15 minutes).
 	SecretTTL time.Duration
+	// Tasks enables the LLM agent's multi-step task runtime (nil: a task
+	// request is answered "not enabled"). Its Store, Policy, Verifier,
+	// Logger and Now default to the engine's.
+	Tasks *tasks.Config
 	// Hooks observe progress (benchmarks and tests); nil fields are skipped.
 	Hooks Hooks
 	// Failpoint, for crash tests only: "after-approve" or "after-execute"
@@ -154,6 +161,8 @@ type Engine struct {
 	trust    *trust.Book
 	out      *outbox.Outbox
 	m        *metrics
+	cmds     *commands.Table
+	secure   *secureinput.Requests
 
 	mu       sync.Mutex
 	queues   map[core.ConversationID]*convQueue
@@ -165,7 +174,7 @@ type Engine struct {
 
 	ready chan struct{}
 
-	tasks  TaskRuntime // nil: tasks not enabled (SetTasks)
+	tasks  *tasks.Runtime // nil: tasks not enabled
 	runsMu sync.Mutex
 	runs   map[core.ApprovalID]*runHandle
 
@@ -211,14 +220,44 @@ func New(cfg Config) (*Engine, error) {
 	e.m = newMetrics(cfg.Registry)
 	e.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: e.channels, Logger: cfg.Logger, Now: cfg.Now, After: cfg.OutboxAfter,
 		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: e.m.outbox})
+	var err error
+	if cfg.Tasks != nil {
+		tc := *cfg.Tasks
+		if tc.Store == nil {
+			tc.Store = cfg.Store
+		}
+		if tc.Policy == nil {
+			tc.Policy = cfg.Policy
+		}
+		if tc.Verifier == nil {
+			tc.Verifier = cfg.Verifier
+		}
+		if tc.Logger == nil {
+			tc.Logger = cfg.Logger
+		}
+		if tc.Now == nil {
+			tc.Now = cfg.Now
+		}
+		if e.tasks, err = tasks.New(tc, taskActions{e}, e.out); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+	}
+	if e.secure, err = secureinput.New(secureinput.Config{Store: cfg.Store, Outbox: e.out, Sealing: cfg.Sealer != nil, Link: cfg.SecretLink,
+		TTL: cfg.SecretTTL, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	if e.cmds, err = commands.New(commands.Config{Reads: cfg.Store, Decider: deciderView{e}, SecureInput: e.secure, Tasks: e.commandTasks(),
+		Trust: e.trust, Key: cfg.Key, OutputInlineMax: cfg.OutputInlineMax, Now: cfg.Now}); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	e.workCtx, e.stopWork = context.WithCancel(context.Background())
 	return e, nil
 }
 
-// SetSecretLink sets the secure-form link builder after construction (the
-// form needs the engine as its request store, so it is built second). Call
-// it before Run.
-func (e *Engine) SetSecretLink(f func(ref, token string) string) { e.cfg.SecretLink = f }
+// SecureInput is the secure-input request store: what the secure form
+// (secrets-web) answers through, and where its link builder is set once
+// the form is built (SecureInput().SetLink, before Run).
+func (e *Engine) SecureInput() *secureinput.Requests { return e.secure }
 
 // Ready is closed once Run has resumed stored work and accepts turns.
 func (e *Engine) Ready() <-chan struct{} { return e.ready }
@@ -261,11 +300,20 @@ func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	e.mu.Lock()
 	e.closing = true
 	e.mu.Unlock()
+	graceCtx, cancelGrace := context.WithTimeout(context.Background(), grace)
+	defer cancelGrace()
 	done := make(chan struct{})
-	go func() { e.work.Wait(); close(done) }()
+	go func() {
+		// Task jobs first: one may still start an approved execution.
+		if e.tasks != nil {
+			e.tasks.Close(graceCtx)
+		}
+		e.work.Wait()
+		close(done)
+	}()
 	select {
 	case <-done:
-	case <-time.After(grace):
+	case <-graceCtx.Done():
 		e.log.Warn("shutdown grace period over; cancelling in-flight work (it resumes at next start)")
 		e.stopWork()
 		<-done

@@ -777,10 +777,10 @@ func TestSecretLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, _, err := b.eng.FulfillSecret(b.ctx, ref, secrets.HashToken(u.Query().Get("t")), sealed); err != nil || out != secrets.OutcomeStored {
+	if out, _, err := b.eng.SecureInput().FulfillSecret(b.ctx, ref, secrets.HashToken(u.Query().Get("t")), sealed); err != nil || out != secrets.OutcomeStored {
 		t.Fatalf("FulfillSecret = %v, %v", out, err)
 	}
-	if out, _, _ := b.eng.FulfillSecret(b.ctx, ref, secrets.HashToken(u.Query().Get("t")), sealed); out == secrets.OutcomeStored {
+	if out, _, _ := b.eng.SecureInput().FulfillSecret(b.ctx, ref, secrets.HashToken(u.Query().Get("t")), sealed); out == secrets.OutcomeStored {
 		t.Fatal("a used link stored again")
 	}
 	b.waitStatus(t, card.ID, cards.StatusDone)

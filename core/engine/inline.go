@@ -6,6 +6,7 @@ import (
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -27,13 +28,13 @@ func (e *Engine) inlineCandidate(t core.Turn) bool {
 	if a, ok := e.cfg.Agent.(core.InlineAgent); !ok || !a.Inline() {
 		return false
 	}
-	c, _, _, isCmd, known := commandOf(t.Text)
-	if !isCmd {
+	p := commands.Parse(t.Text)
+	if !p.Command {
 		// The agent answers it — unless tasks run here: a task may be
 		// waiting for this text as its question's answer (a read).
 		return e.tasks == nil
 	}
-	return c.inline || !known // an unknown command is answered from memory
+	return p.Inline // an unknown command is answered from memory too
 }
 
 // deliverInline stores and answers t in one transaction when it can; ok

@@ -2,19 +2,16 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/policy"
-	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -177,14 +174,8 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 		}
 		return nil
 	}
-	if c, name, arg, isCmd, known := commandOf(t.Text); isCmd {
-		if !known {
-			o.reply("Unknown command %s. Try /help.", name)
-			return nil
-		}
-		if c.run != nil {
-			return c.run(e, ctx, o, arg)
-		}
+	if handled, err := e.cmds.Answer(ctx, commands.Turn{StoredTurn: o.st, Trust: o.trust}, o); handled || err != nil {
+		return err
 	}
 	if handled, err := e.taskAnswer(ctx, o); handled || err != nil {
 		return err
@@ -287,78 +278,4 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
 	o.cards = append(o.cards, e.card(req, nil))
 	o.note(audit.KindApprovalRequested, map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk),
 		"approvers": req.Approvers, "expires_at": req.ExpiresAt.UTC().Format(time.RFC3339)})
-}
-
-func (e *Engine) cmdPending(ctx context.Context, o *outcome) error {
-	open, err := e.st.OpenApprovals(ctx, o.st.Turn.Conversation)
-	if err != nil {
-		return err
-	}
-	if len(open) == 0 {
-		o.reply("No open approvals here.")
-		return nil
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d open approval(s):", len(open))
-	now := e.now()
-	for _, a := range open {
-		if e.requestIntact(a) != nil {
-			// Not its stored text: that is what was altered.
-			fmt.Fprintf(&b, "\n• a request that was altered in storage or is unsigned; it cannot be approved (card %s)", a.ID)
-			continue
-		}
-		left := a.ExpiresAt.Sub(now).Round(time.Second)
-		state := "waiting for a tap"
-		if a.Status == core.ApprovalConfirming {
-			state = "waiting for confirmation"
-		}
-		fmt.Fprintf(&b, "\n• %s — %s risk, %s, expires in %s (card %s)", a.Intent, a.Risk, state, max(left, 0), a.ID)
-	}
-	o.reply("%s", b.String())
-	return nil
-}
-
-func (e *Engine) cmdAudit(ctx context.Context, o *outcome, arg string) error {
-	n := 10
-	if arg != "" {
-		v, err := strconv.Atoi(arg)
-		if err != nil || v < 1 {
-			o.reply("Usage: /audit [n] — n is a number of entries (1-50).")
-			return nil
-		}
-		n = min(v, 50)
-	}
-	rows, err := e.st.AuditTail(ctx, n, o.st.Turn.Conversation, render.HumanKinds)
-	if err != nil {
-		return err
-	}
-	if len(rows) == 0 {
-		o.reply("Nothing to report yet.")
-		return nil
-	}
-	cmds := map[string]string{}
-	cmdOf := func(id string) string {
-		if id == "" {
-			return ""
-		}
-		if c, ok := cmds[id]; ok {
-			return c
-		}
-		// The chained entry of the request first: the approvals table can
-		// be edited by the gateway's role, the log cannot be rewritten.
-		c, err := e.st.RequestedCommand(ctx, core.ApprovalID(id))
-		if errors.Is(err, core.ErrNotFound) {
-			if a, err := e.st.GetApproval(ctx, core.ApprovalID(id)); err == nil {
-				var act core.Action
-				if json.Unmarshal(a.ActionCanonical, &act) == nil {
-					c = act.CommandLine()
-				}
-			}
-		}
-		cmds[id] = c
-		return c
-	}
-	lines := render.Describe(rows, o.st.Turn.Sender, cmdOf)
-	o.reply("%s", strings.Join(lines, "\n"))
-	return nil
 }

@@ -2,163 +2,90 @@ package engine
 
 import (
 	"context"
-	"time"
 
-	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
-	"github.com/silas-gateway/silas/core/effects"
+	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/store"
-	"github.com/silas-gateway/silas/core/verify"
+	"github.com/silas-gateway/silas/core/tasks"
 )
 
 // The engine's side of the LLM agent's durable task runtime (core/tasks,
-// docs/agent.md). The engine calls the runtime through TaskRuntime, which
-// it owns; the runtime calls back through TaskHost (the interface the
-// runtime owns, tasks.Host), so every tool call of a task passes the same
-// propose → policy → card → token → sandbox → verify path as /run.
+// docs/agent.md). The runtime is built with the engine (Config.Tasks) on
+// the engine's proposing port, taskActions, so every tool call of a task
+// passes the same propose → policy → card → token → sandbox → verify path
+// as /run, inside the task step's own transaction. The engine hands the
+// runtime a person's turns that reach a task (the agent's hand-off, an
+// answer, a tap on a task's card; /tasks and /stop come through the
+// command table) and tells it when an approval's decision or execution
+// changed; the runtime reads what became of its calls from the store.
 
-// TaskRuntime is what the engine calls on the task runtime.
-type TaskRuntime interface {
-	// Resume advances every unfinished task (at start).
-	Resume(ctx context.Context) error
-	// Sweep re-advances unfinished tasks periodically until ctx ends.
-	Sweep(ctx context.Context)
-	// Notice: an approval's decision or execution changed.
-	Notice(ctx context.Context, id core.ApprovalID)
-	// Start, Stop and Tap run inside the turn's transaction and return
-	// what the turn shows. Tap's handled=false: not a task's card.
-	Start(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, req core.TaskRequest) (effects.Effects, error)
-	Stop(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string) (effects.Effects, error)
-	Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, tap core.Tap) (handled bool, fx effects.Effects, err error)
-	// List answers /tasks.
-	List(ctx context.Context, conv core.ConversationID) (string, error)
-	// Awaiting reports whether a task of the turn's conversation waits for
-	// its sender's answer to a question (ask_user); Answer then takes the
-	// turn's text as that answer, inside the turn's transaction.
-	Awaiting(ctx context.Context, st core.StoredTurn) (bool, error)
-	Answer(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust) (effects.Effects, error)
-}
+// taskActions is the engine as the task runtime's proposing port.
+type taskActions struct{ e *Engine }
 
-// SetTasks enables the task runtime (built on TaskHost, so second). Call
-// it before Run. Without it a task request is answered "not enabled".
-func (e *Engine) SetTasks(t TaskRuntime) { e.tasks = t }
+var _ tasks.Actions = taskActions{}
 
-// TaskHost is the engine as the task runtime uses it (tasks.Host).
-func (e *Engine) TaskHost() TaskHost { return TaskHost{e: e} }
-
-// TaskHost gives the task runtime the engine's work group, trust, policy,
-// verifier, cards, proposal path and outbox.
-type TaskHost struct{ e *Engine }
-
-// Go runs f as the engine's work; false once shutdown began (Run is
-// waiting for its work, and a task resumes from its row at next start).
-func (h TaskHost) Go(f func(ctx context.Context)) bool {
-	e := h.e
-	if e.workCtx.Err() != nil {
-		return false
-	}
-	e.mu.Lock()
-	closing := e.closing
-	if !closing {
-		e.work.Add(1)
-	}
-	e.mu.Unlock()
-	if closing {
-		return false
-	}
-	go func() {
-		defer e.work.Done()
-		f(e.workCtx)
-	}()
-	return true
-}
-
-func (h TaskHost) Now() time.Time { return h.e.now() }
-
-func (h TaskHost) Trust(ctx context.Context, t core.Turn) core.Trust {
-	trust, _ := h.e.trust.Of(ctx, t)
-	return trust
-}
-
-func (h TaskHost) Evaluate(a core.Action) policy.Result { return h.e.cfg.Policy.Evaluate(a) }
-
-func (h TaskHost) Verify(ctx context.Context, checks []verify.Check, ev verify.Evidence) verify.Report {
-	return h.e.cfg.Verifier.Run(ctx, checks, ev)
-}
-
-func (h TaskHost) ApprovalCard(a core.ApprovalRequest) *cards.Card { return h.e.card(a, nil) }
-
-func (h TaskHost) CancelRuns(ids []core.ApprovalID) { h.e.cancelRuns(ids) }
-
-// Propose is propose for a task's origin turn: the request is prepared now
-// and stored (and, when policy allows, approved) by write inside the
-// task's transaction.
-func (h TaskHost) Propose(origin core.Turn, trust core.Trust, pa core.ProposedAction) (core.ApprovalID, effects.Effects,
-	func(ctx context.Context, tx *store.Tx, fx *effects.Effects) error) {
-	e := h.e
-	st := core.StoredTurn{Turn: origin}
-	o := outcome{st: st, trust: trust}
+// Propose is propose for a task's origin turn, inside the task's
+// transaction: the request, its card and — when policy allows — its
+// approval are written in tx; the messages go to origin's conversation.
+func (p taskActions) Propose(ctx context.Context, tx *store.Tx, origin core.Turn, pa core.ProposedAction) (tasks.Proposal, error) {
+	e := p.e
+	trust, _ := e.trust.Of(ctx, origin)
+	o := outcome{st: core.StoredTurn{Turn: origin}, trust: trust}
 	e.propose(&o, pa)
 	if len(o.appr) == 0 {
-		return "", o.effects(), nil
+		// Not proposed: refused (trust), blocked by policy or malformed.
+		// The reason is propose's reply, or the policy's own words.
+		why := "not proposed"
+		if len(o.replies) > 0 {
+			why = o.replies[len(o.replies)-1]
+		}
+		if res := e.cfg.Policy.Evaluate(pa.Action); trust != core.TrustExternal && res.Decision == policy.Blocked {
+			reason := res.Reason
+			if reason == "" {
+				reason = "the risk policy blocks it"
+			}
+			why = "blocked by policy: " + reason
+		}
+		return tasks.Proposal{Refused: why, Audit: o.audit}, nil
 	}
-	appr, inTx := o.appr, o.inTx
-	write := func(ctx context.Context, tx *store.Tx, fx *effects.Effects) error {
-		for _, a := range appr {
-			tx.QueueApproval(a)
-		}
-		if inTx == nil {
-			return nil
-		}
-		o := outcome{st: st, trust: trust}
-		if err := inTx(ctx, tx, &o); err != nil {
-			return err
-		}
-		fx.Add(o.effects())
-		return nil
+	for _, a := range o.appr {
+		tx.QueueApproval(a)
 	}
-	return appr[0].ID, o.effects(), write
+	if o.inTx != nil {
+		// propose sets inTx only to approve on the policy's behalf.
+		if err := o.inTx(ctx, tx, &o); err != nil {
+			return tasks.Proposal{}, err
+		}
+	}
+	for _, c := range o.cards {
+		if err := tx.QueueMessage(origin.Channel, core.OpSend, string(c.ID), core.OutMessage{Conversation: origin.Conversation, Card: c}); err != nil {
+			return tasks.Proposal{}, err
+		}
+	}
+	for _, c := range o.updates {
+		if err := tx.QueueMessage(origin.Channel, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: origin.Conversation, Card: c}); err != nil {
+			return tasks.Proposal{}, err
+		}
+	}
+	// approve's only after-commit work is starting the execution.
+	return tasks.Proposal{Approval: o.appr[0].ID, Approved: len(o.after) > 0, Messages: len(o.cards) + len(o.updates), Audit: o.audit}, nil
 }
 
-// Send queues fx's messages to the conversation in tx, as a turn's are.
-func (h TaskHost) Send(tx *store.Tx, ch core.ChannelName, conv core.ConversationID, fx effects.Effects) (func(), error) {
-	o := outcome{st: core.StoredTurn{Turn: core.Turn{Channel: ch, Conversation: conv}}}
-	for _, r := range fx.Replies {
-		if err := o.send(tx, "r-"+core.NewID(), core.OutMessage{Conversation: conv, Text: r}); err != nil {
-			return nil, err
-		}
+// Proposed starts the execution of an action policy approved, once its
+// transaction committed (as approve's after-commit work does for a turn).
+func (p taskActions) Proposed(pr tasks.Proposal) {
+	e := p.e
+	if !pr.Approved {
+		return
 	}
-	for _, c := range fx.Cards {
-		if err := o.send(tx, string(c.ID), core.OutMessage{Conversation: conv, Card: c}); err != nil {
-			return nil, err
-		}
+	if e.holdExecution == nil || !e.holdExecution(pr.Approval) {
+		e.startExecution(pr.Approval)
 	}
-	for _, c := range fx.Updates {
-		if err := tx.QueueMessage(ch, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: conv, Card: c}); err != nil {
-			return nil, err
-		}
-	}
-	n := len(fx.Updates)
-	return func() { h.e.out.HandOff(conv, o.jobs, n) }, nil
 }
 
-// effects is what o shows, for the task runtime.
-func (o *outcome) effects() effects.Effects {
-	return effects.Effects{Replies: o.replies, Cards: o.cards, Updates: o.updates, Audit: o.audit, After: o.after, Toast: o.toast}
-}
-
-// add takes in what the task runtime shows for this turn.
-func (o *outcome) add(fx effects.Effects) {
-	o.replies = append(o.replies, fx.Replies...)
-	o.cards = append(o.cards, fx.Cards...)
-	o.updates = append(o.updates, fx.Updates...)
-	o.audit = append(o.audit, fx.Audit...)
-	o.after = append(o.after, fx.After...)
-	if fx.Toast != "" {
-		o.toast = fx.Toast
-	}
-}
+// StopRuns kills the running executions of a stopped task.
+func (p taskActions) StopRuns(ids []core.ApprovalID) { p.e.cancelRuns(ids) }
 
 // startTask hands the agent's task request to the runtime, inside the
 // turn's transaction.
@@ -174,12 +101,7 @@ func (e *Engine) startTask(o *outcome, req core.TaskRequest) {
 				return err
 			}
 		}
-		fx, err := e.tasks.Start(ctx, tx, o.st, o.trust, req)
-		if err != nil {
-			return err
-		}
-		o.add(fx)
-		return nil
+		return e.tasks.Start(ctx, tx, o.st, o.trust, req, o)
 	}
 }
 
@@ -201,45 +123,18 @@ func (e *Engine) taskAnswer(ctx context.Context, o *outcome) (bool, error) {
 				return err
 			}
 		}
-		fx, err := e.tasks.Answer(ctx, tx, o.st, o.trust)
-		if err != nil {
-			return err
-		}
-		o.add(fx)
-		return nil
+		return e.tasks.Answer(ctx, tx, o.st, o.trust, o)
 	}
 	return true, nil
 }
 
-// cmdTasks answers /tasks.
-func (e *Engine) cmdTasks(ctx context.Context, o *outcome) error {
+// taskTap hands a tap on a card that is not an approval or an access
+// request to the runtime (a task's escalation or question card).
+func (e *Engine) taskTap(ctx context.Context, tx *store.Tx, o *outcome, tap core.Tap) (tasks.Tapped, error) {
 	if e.tasks == nil {
-		// Without the runtime no task can have started.
-		o.reply("No tasks here yet.")
-		return nil
+		return tasks.Tapped{}, nil
 	}
-	text, err := e.tasks.List(ctx, o.st.Turn.Conversation)
-	if err != nil {
-		return err
-	}
-	o.reply("%s", text)
-	return nil
-}
-
-// cmdStop answers /stop [task].
-func (e *Engine) cmdStop(o *outcome, arg string) {
-	if e.tasks == nil {
-		o.reply("No running task here to stop.")
-		return
-	}
-	o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error {
-		fx, err := e.tasks.Stop(ctx, tx, o.st, o.trust, arg)
-		if err != nil {
-			return err
-		}
-		o.add(fx)
-		return nil
-	}
+	return e.tasks.Tap(ctx, tx, o.st, o.trust, tap, o)
 }
 
 // taskNotice tells the runtime an approval's decision or execution changed.
@@ -294,4 +189,13 @@ func (e *Engine) runContext(ctx context.Context, id core.ApprovalID) (context.Co
 		cancel()
 	}
 	return ctx, stopped, done
+}
+
+// commandTasks is the task runtime as the command table asks it; nil (no
+// runtime) when tasks are not enabled.
+func (e *Engine) commandTasks() commands.Tasks {
+	if e.tasks == nil {
+		return nil
+	}
+	return e.tasks
 }

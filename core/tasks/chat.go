@@ -12,44 +12,33 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
 	"github.com/silas-gateway/silas/core/audit"
-	"github.com/silas-gateway/silas/core/effects"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
 )
 
 // The chat side of tasks: starting one from the agent's hand-off, /tasks,
 // /stop and the escalation card's taps. Each runs inside the engine's
-// transaction for the turn and returns what the turn shows.
+// transaction for the turn and writes what the turn shows to its Out.
 
-// turnFx collects what a turn's command shows; audit entries are the
-// sender's, as for any turn.
-type turnFx struct {
-	effects.Effects
-	st core.StoredTurn
-}
-
-func (o *turnFx) reply(format string, a ...any) {
-	o.Replies = append(o.Replies, fmt.Sprintf(format, a...))
-}
-
-func (o *turnFx) note(kind audit.Kind, data map[string]any) {
-	o.Audit = append(o.Audit, audit.Entry{Kind: kind, Actor: string(o.st.Turn.Sender), Conversation: string(o.st.Turn.Conversation), Data: data})
+// turnEntry is an audit entry in the name of the turn's sender, as for
+// any turn.
+func turnEntry(st core.StoredTurn, kind audit.Kind, data map[string]any) audit.Entry {
+	return audit.Entry{Kind: kind, Actor: string(st.Turn.Sender), Conversation: string(st.Turn.Conversation), Data: data}
 }
 
 // Start starts a task for the turn (the agent's core.Proposal.Task), inside
 // the turn's transaction.
-func (r *Runtime) Start(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, req core.TaskRequest) (effects.Effects, error) {
-	o := &turnFx{st: st}
+func (r *Runtime) Start(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, req core.TaskRequest, o Out) error {
 	t := st.Turn
 	if trust == core.TrustExternal {
-		o.note(audit.KindPolicyRefused, map[string]any{"seq": st.Seq, "reason": "external trust", "tool": "task"})
-		o.reply("I can't run tasks for you: your identity (%s) is not trusted here. The owner can pair it with `silas pair`.", t.Sender)
-		return o.Effects, nil
+		o.Audit(turnEntry(st, audit.KindPolicyRefused, map[string]any{"seq": st.Seq, "reason": "external trust", "tool": "task"}))
+		o.Reply("I can't run tasks for you: your identity (%s) is not trusted here. The owner can pair it with `silas pair`.", t.Sender)
+		return nil
 	}
 	goal := clipText(req.Goal, 1000)
 	if goal == "" {
-		o.reply("I could not tell what the task is; please say what outcome you want.")
-		return o.Effects, nil
+		o.Reply("I could not tell what the task is; please say what outcome you want.")
+		return nil
 	}
 	m, _ := task.Start()
 	origin := core.Turn{Channel: t.Channel, Conversation: t.Conversation, Sender: t.Sender, SenderName: t.SenderName, ChatKind: t.ChatKind,
@@ -58,26 +47,26 @@ func (r *Runtime) Start(ctx context.Context, tx *store.Tx, st core.StoredTurn, t
 	mm, err2 := json.Marshal(m)
 	lm, err3 := json.Marshal(r.cfg.Limits)
 	if err := errors.Join(err1, err2, err3); err != nil {
-		o.reply("I could not start that task: %v.", err)
-		return o.Effects, nil
+		o.Reply("I could not start that task: %v.", err)
+		return nil
 	}
 	k := store.Task{ID: core.NewID(), Channel: t.Channel, Conversation: t.Conversation, Requester: t.Sender, Origin: om, Goal: goal,
 		State: string(m.State), Machine: mm, Limits: lm}
 	// One task at a time per conversation: /stop is unambiguous.
 	cur, err := tx.LockActiveTask(ctx, t.Conversation)
 	if err == nil {
-		o.reply("A task is already running here (%s). Wait for it, or /stop it first.", taskTitle(cur))
-		return o.Effects, nil
+		o.Reply("A task is already running here (%s). Wait for it, or /stop it first.", taskTitle(cur))
+		return nil
 	}
 	if !errors.Is(err, core.ErrNotFound) {
-		return effects.Effects{}, err
+		return err
 	}
 	tx.QueueInsertTask(k)
-	o.reply("On it: I'll make a plan for %q and show it to you. Each action will ask for your approval unless the risk policy allows it; /stop cancels.", goal)
-	o.note(audit.KindTaskCreated, map[string]any{"task": k.ID, "goal": clipText(goal, 300), "seq": st.Seq})
+	o.Reply("On it: I'll make a plan for %q and show it to you. Each action will ask for your approval unless the risk policy allows it; /stop cancels.", goal)
+	o.Audit(turnEntry(st, audit.KindTaskCreated, map[string]any{"task": k.ID, "goal": clipText(goal, 300), "seq": st.Seq}))
 	id := k.ID
-	o.After = append(o.After, func() { r.kick(id) })
-	return o.Effects, nil
+	o.After(func() { r.kick(id) })
+	return nil
 }
 
 func taskTitle(k store.Task) string {
@@ -113,7 +102,7 @@ func (r *Runtime) List(ctx context.Context, conv core.ConversationID) (string, e
 		if k.Reason != "" && (k.State == string(task.Stopped) || k.State == string(task.Escalated)) {
 			state += ": " + clipText(k.Reason, 120)
 		}
-		end := r.host.Now()
+		end := r.cfg.Now()
 		if !k.FinishedAt.IsZero() {
 			end = k.FinishedAt
 		}
@@ -130,8 +119,7 @@ func mayCommandTask(k store.Task, who core.IdentityID, trust core.Trust) bool {
 
 // Stop answers /stop [task], inside the turn's transaction: it stops the
 // conversation's running task (or the one named).
-func (r *Runtime) Stop(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string) (effects.Effects, error) {
-	o := &turnFx{st: st}
+func (r *Runtime) Stop(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, o Out) error {
 	conv := st.Turn.Conversation
 	var k store.Task
 	var err error
@@ -144,29 +132,26 @@ func (r *Runtime) Stop(ctx context.Context, tx *store.Tx, st core.StoredTurn, tr
 		k, err = tx.LockActiveTask(ctx, conv)
 	}
 	if errors.Is(err, core.ErrNotFound) {
-		o.reply("No running task here to stop.")
-		return o.Effects, nil
+		o.Reply("No running task here to stop.")
+		return nil
 	}
 	if err != nil {
-		return effects.Effects{}, err
+		return err
 	}
 	if k.Final() {
-		o.reply("That task already ended (%s).", k.State)
-		return o.Effects, nil
+		o.Reply("That task already ended (%s).", k.State)
+		return nil
 	}
 	if !mayCommandTask(k, st.Turn.Sender, trust) {
-		o.reply("Only the person who asked for this task or an owner can stop it; nothing was changed.")
-		return o.Effects, nil
+		o.Reply("Only the person who asked for this task or an owner can stop it; nothing was changed.")
+		return nil
 	}
-	if err := r.taskUserEvent(ctx, tx, &o.Effects, k, task.Event{Kind: task.UserStop}, string(st.Turn.Sender)); err != nil {
-		return effects.Effects{}, err
-	}
-	return o.Effects, nil
+	return r.taskUserEvent(ctx, tx, o, k, task.Event{Kind: task.UserStop}, string(st.Turn.Sender))
 }
 
 // taskUserEvent applies a person's event (stop, retry, re-plan) to a
 // locked task inside the turn's transaction, adding what it shows to o.
-func (r *Runtime) taskUserEvent(ctx context.Context, tx *store.Tx, o *effects.Effects, k store.Task, ev task.Event, by string) error {
+func (r *Runtime) taskUserEvent(ctx context.Context, tx *store.Tx, o Out, k store.Task, ev task.Event, by string) error {
 	s, err := r.decodeTask(k)
 	if err != nil {
 		return err
@@ -178,12 +163,12 @@ func (r *Runtime) taskUserEvent(ctx context.Context, tx *store.Tx, o *effects.Ef
 	if err := r.applyEvent(w, ev); err != nil {
 		return err
 	}
-	if ev.Kind == task.UserStop && len(w.fx.Updates) > 0 {
+	if ev.Kind == task.UserStop && len(w.fx.updates) > 0 {
 		// applyEvent closed the escalation card as stopped by "silas":
 		// name the person instead.
-		for i, c := range w.fx.Updates {
+		for i, c := range w.fx.updates {
 			if c.ID == cards.ID(k.EscalationCard) {
-				w.fx.Updates[i] = render.EscalationCard(render.TaskEscalation{Card: c.ID, Title: s.title(), Chosen: render.ChoiceStop, By: by})
+				w.fx.updates[i] = render.EscalationCard(render.TaskEscalation{Card: c.ID, Title: s.title(), Chosen: render.ChoiceStop, By: by})
 			}
 		}
 	}
@@ -195,8 +180,8 @@ func (r *Runtime) taskUserEvent(ctx context.Context, tx *store.Tx, o *effects.Ef
 	}
 	cancel := *w.cancel
 	id := k.ID
-	o.After = append(o.After, func() {
-		r.host.CancelRuns(cancel)
+	o.After(func() {
+		r.actions.StopRuns(cancel)
 		r.kick(id)
 	})
 	return nil
@@ -205,7 +190,7 @@ func (r *Runtime) taskUserEvent(ctx context.Context, tx *store.Tx, o *effects.Ef
 // commitInTurn writes w for task k, locked in the turn's transaction
 // (a stale write is an error: nobody else can have changed it), and adds
 // what it shows to o: the rows' card updates first, then w's own.
-func (r *Runtime) commitInTurn(ctx context.Context, tx *store.Tx, o *effects.Effects, k store.Task, w *taskWrite) error {
+func (r *Runtime) commitInTurn(ctx context.Context, tx *store.Tx, o Out, k store.Task, w *taskWrite) error {
 	ok, err := r.casTask(ctx, tx, w)
 	if err != nil {
 		return err
@@ -213,38 +198,44 @@ func (r *Runtime) commitInTurn(ctx context.Context, tx *store.Tx, o *effects.Eff
 	if !ok {
 		return fmt.Errorf("tasks: task %s changed while locked", k.ID)
 	}
-	if err := r.writeTaskRows(ctx, tx, o, w); err != nil {
+	if err := r.writeTaskRows(ctx, tx, o, w, w.calls); err != nil {
 		return err
 	}
-	o.Replies = append(o.Replies, w.fx.Replies...)
-	o.Cards = append(o.Cards, w.fx.Cards...)
-	o.Updates = append(o.Updates, w.fx.Updates...)
-	o.Audit = append(o.Audit, w.fx.Audit...)
+	w.fx.writeTo(o)
 	return nil
 }
 
+// Tapped is what became of a tap on a task's card.
+type Tapped struct {
+	// Handled: the card is a task's (an escalation or a question).
+	Handled bool
+	// Refused, when set, is why the tap changed nothing; Toast is what to
+	// tell the tapper either way.
+	Refused, Toast string
+}
+
 // Tap answers a tap on an escalation or question card inside the turn's
-// transaction; handled=false when the card is not one. A refusal comes back as
-// fx.Refused (the reason) and fx.Toast (what to tell the tapper).
-func (r *Runtime) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, tap core.Tap) (handled bool, fx effects.Effects, err error) {
+// transaction, writing what it shows to o; Handled=false when the card is
+// not one.
+func (r *Runtime) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, tap core.Tap, o Out) (Tapped, error) {
 	if strings.HasPrefix(string(tap.Card), "ask-") {
-		return r.tapQuestion(ctx, tx, st, trust, tap)
+		return r.tapQuestion(ctx, tx, st, trust, tap, o)
 	}
 	if !strings.HasPrefix(string(tap.Card), "esc-") {
-		return false, fx, nil
+		return Tapped{}, nil
 	}
-	refuse := func(reason, msg string) (bool, effects.Effects, error) {
-		return true, effects.Effects{Refused: reason, Toast: msg}, nil
+	refuse := func(reason, msg string) (Tapped, error) {
+		return Tapped{Handled: true, Refused: reason, Toast: msg}, nil
 	}
 	k, err := tx.LockTaskByCard(ctx, string(tap.Card))
 	if errors.Is(err, core.ErrNotFound) {
-		return false, fx, nil
+		return Tapped{}, nil
 	}
 	if err != nil {
-		return true, fx, err
+		return Tapped{Handled: true}, err
 	}
 	if k.Conversation != st.Turn.Conversation {
-		return false, fx, nil
+		return Tapped{}, nil
 	}
 	if !mayCommandTask(k, st.Turn.Sender, trust) {
 		return refuse("not_approver", fmt.Sprintf("You (%s) may not decide this card; nothing was changed.", st.Turn.Sender))
@@ -255,14 +246,14 @@ func (r *Runtime) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, tru
 	}
 	var m task.Machine
 	if err := json.Unmarshal(k.Machine, &m); err != nil {
-		return true, fx, err
+		return Tapped{Handled: true}, err
 	}
 	if m.State != task.Escalated {
 		return refuse("already_decided", "This task is no longer waiting for you: nothing was changed.")
 	}
-	fx.Toast = map[task.EventKind]string{task.UserRetry: "Retrying the step.", task.UserReplan: "Asking for a new plan.", task.UserStop: "Stopping the task."}[ev]
-	if err := r.taskUserEvent(ctx, tx, &fx, k, task.Event{Kind: ev}, string(st.Turn.Sender)); err != nil {
-		return true, effects.Effects{}, err
+	if err := r.taskUserEvent(ctx, tx, o, k, task.Event{Kind: ev}, string(st.Turn.Sender)); err != nil {
+		return Tapped{Handled: true}, err
 	}
-	return true, fx, nil
+	toast := map[task.EventKind]string{task.UserRetry: "Retrying the step.", task.UserReplan: "Asking for a new plan.", task.UserStop: "Stopping the task."}[ev]
+	return Tapped{Handled: true, Toast: toast}, nil
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
 	"github.com/silas-gateway/silas/core/audit"
-	"github.com/silas-gateway/silas/core/effects"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
 )
@@ -35,7 +34,7 @@ func (r *Runtime) ask(ctx context.Context, w *taskWrite, call store.TaskCall, c 
 	call.Status = "waiting"
 	s.k.QuestionCard = card
 	w.calls = append(w.calls, call)
-	w.fx.Cards = append(w.fx.Cards, r.questionCard(s, card, call, render.TaskQuestion{}))
+	w.fx.Card(r.questionCard(s, card, call, render.TaskQuestion{}))
 	w.note(audit.KindTaskAsked, map[string]any{"step": s.m.Step + 1, "question": clipText(c.Question, 200), "choices": len(c.Choices), "card": card})
 	applied, err := r.commitTask(ctx, w)
 	return applied || err == nil, err
@@ -65,7 +64,7 @@ var errNoQuestion = errors.New("tasks: no open question")
 
 // answer records a person's answer to the task's open question inside the
 // turn's transaction (k is locked), adding what it shows to o.
-func (r *Runtime) answer(ctx context.Context, tx *store.Tx, o *effects.Effects, k store.Task, text, by, how string) error {
+func (r *Runtime) answer(ctx context.Context, tx *store.Tx, o Out, k store.Task, text, by, how string) error {
 	if k.Final() || k.QuestionCard == "" {
 		return errNoQuestion
 	}
@@ -95,7 +94,7 @@ func (r *Runtime) answer(ctx context.Context, tx *store.Tx, o *effects.Effects, 
 		return err
 	}
 	w.finished = append(w.finished, finishedCall{id: call.ID, result: raw})
-	w.fx.Updates = append(w.fx.Updates, r.questionCard(s, card, *call, render.TaskQuestion{Answer: text, By: by}))
+	w.fx.Update(r.questionCard(s, card, *call, render.TaskQuestion{Answer: text, By: by}))
 	// The answer's words stay in the conversation; the audit says who
 	// answered, how, and how much.
 	w.note(audit.KindTaskAnswered, map[string]any{"call": call.ID, "card": card, "by": by, "how": how, "chars": len([]rune(text))})
@@ -103,25 +102,25 @@ func (r *Runtime) answer(ctx context.Context, tx *store.Tx, o *effects.Effects, 
 		return err
 	}
 	id := k.ID
-	o.After = append(o.After, func() { r.kick(id) })
+	o.After(func() { r.kick(id) })
 	return nil
 }
 
 // tapQuestion answers a tap on a question card. A card that is no longer
 // open (answered, or its task ended) is refused and changes nothing.
-func (r *Runtime) tapQuestion(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, tap core.Tap) (bool, effects.Effects, error) {
-	refuse := func(reason, msg string) (bool, effects.Effects, error) {
-		return true, effects.Effects{Refused: reason, Toast: msg}, nil
+func (r *Runtime) tapQuestion(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, tap core.Tap, o Out) (Tapped, error) {
+	refuse := func(reason, msg string) (Tapped, error) {
+		return Tapped{Handled: true, Refused: reason, Toast: msg}, nil
 	}
 	k, err := tx.LockTaskByQuestion(ctx, string(tap.Card))
 	if errors.Is(err, core.ErrNotFound) {
 		return refuse("already_decided", "This question is no longer open: nothing was changed.")
 	}
 	if err != nil {
-		return true, effects.Effects{}, err
+		return Tapped{Handled: true}, err
 	}
 	if k.Conversation != st.Turn.Conversation {
-		return false, effects.Effects{}, nil
+		return Tapped{}, nil
 	}
 	if !mayCommandTask(k, st.Turn.Sender, trust) {
 		return refuse("not_approver", fmt.Sprintf("You (%s) may not answer this question; nothing was changed.", st.Turn.Sender))
@@ -129,7 +128,7 @@ func (r *Runtime) tapQuestion(ctx context.Context, tx *store.Tx, st core.StoredT
 	var choices []string
 	all, err := r.st.TaskCalls(ctx, k.ID)
 	if err != nil {
-		return true, effects.Effects{}, err
+		return Tapped{Handled: true}, err
 	}
 	for _, c := range all {
 		if c.Status == "waiting" && c.Tool == llm.ToolAskUser {
@@ -147,16 +146,16 @@ func (r *Runtime) tapQuestion(ctx context.Context, tx *store.Tx, st core.StoredT
 	if choice == "" {
 		return refuse("bad_choice", "Unknown choice: nothing was changed.")
 	}
-	var fx effects.Effects
-	err = r.answer(ctx, tx, &fx, k, choice, string(st.Turn.Sender), "tap")
+	// answer writes to o only once it records the answer: when it refuses,
+	// nothing was shown.
+	err = r.answer(ctx, tx, o, k, choice, string(st.Turn.Sender), "tap")
 	if errors.Is(err, errNoQuestion) {
 		return refuse("already_decided", "This question is no longer open: nothing was changed.")
 	}
 	if err != nil {
-		return true, effects.Effects{}, err
+		return Tapped{Handled: true}, err
 	}
-	fx.Toast = "Answer sent to the task."
-	return true, fx, nil
+	return Tapped{Handled: true, Toast: "Answer sent to the task."}, nil
 }
 
 // Awaiting reports whether the conversation's task waits for an answer
@@ -176,8 +175,7 @@ func (r *Runtime) Awaiting(ctx context.Context, st core.StoredTurn) (bool, error
 
 // Answer takes the turn's text as the answer to the task's open question,
 // inside the turn's transaction (after Awaiting said one waits).
-func (r *Runtime) Answer(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust) (effects.Effects, error) {
-	o := &turnFx{st: st}
+func (r *Runtime) Answer(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, o Out) error {
 	k, err := tx.LockActiveTask(ctx, st.Turn.Conversation)
 	if errors.Is(err, core.ErrNotFound) {
 		err = errNoQuestion
@@ -188,22 +186,19 @@ func (r *Runtime) Answer(ctx context.Context, tx *store.Tx, st core.StoredTurn, 
 	if err == nil && !mayCommandTask(k, st.Turn.Sender, trust) {
 		// The requester's trust is decided again for every turn: one no
 		// longer trusted does not steer the task.
-		o.reply("You (%s) may not answer this task's question now; nothing was passed on.", st.Turn.Sender)
-		return o.Effects, nil
+		o.Reply("You (%s) may not answer this task's question now; nothing was passed on.", st.Turn.Sender)
+		return nil
 	}
 	if err == nil {
-		err = r.answer(ctx, tx, &o.Effects, k, strings.TrimSpace(st.Turn.Text), string(st.Turn.Sender), "message")
+		err = r.answer(ctx, tx, o, k, strings.TrimSpace(st.Turn.Text), string(st.Turn.Sender), "message")
 	}
 	if errors.Is(err, errNoQuestion) {
 		// Answered meanwhile (a tap), or the task ended: the message is
 		// not silently taken as something else.
-		o.reply("The task's question was already answered or closed, so this message was not passed on. Send it again if it was meant for me.")
-		return o.Effects, nil
+		o.Reply("The task's question was already answered or closed, so this message was not passed on. Send it again if it was meant for me.")
+		return nil
 	}
-	if err != nil {
-		return effects.Effects{}, err
-	}
-	return o.Effects, nil
+	return err
 }
 
 // rehydrate gives the executor an evicted output of its own task back

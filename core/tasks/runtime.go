@@ -9,16 +9,20 @@
 // flight at a restart is simply made again; an execution in flight is
 // reported interrupted by the engine's execution resume and never re-run.
 //
-// The model proposes; the runtime decides. Each tool call becomes a
-// core.Action that the engine proposes (Host.Propose) — the same trust
-// check, policy, signed request, card, token and sandbox as /run — and only
-// its recorded execution and verification become the result the model is
-// shown. The plan's checks are run by the runtime, through policy, in the
-// verification sandbox; only they mark a task done.
+// The model proposes; the core decides. Each tool call becomes a
+// core.Action that a step hands to the core's proposing port (Actions,
+// declared here) inside the step's transaction — the same trust check,
+// policy, signed request, card, token and sandbox as /run — and only its
+// recorded execution and verification, read back from the store, become
+// the result the model is shown. The plan's checks are run by the
+// runtime, through policy, in the verification sandbox; only they mark a
+// task done.
 //
-// The engine calls the runtime through an interface it owns
-// (engine.TaskRuntime); the runtime calls the engine through Host, which it
-// owns. Neither package imports the other; both speak core/effects.
+// The runtime never imports the engine, never approves, executes or
+// verifies an action itself, never sees a secret's value (the executor is
+// shown names), and never trusts the model's word that a step or a task is
+// done. A person's turn that reaches a task (/stop, an answer, a tap)
+// writes into that turn's outcome through Out, committed with the turn.
 package tasks
 
 import (
@@ -38,7 +42,6 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm/plan"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
 	"github.com/silas-gateway/silas/core/audit"
-	"github.com/silas-gateway/silas/core/effects"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/redact"
 	"github.com/silas-gateway/silas/core/render"
@@ -46,32 +49,40 @@ import (
 	"github.com/silas-gateway/silas/core/verify"
 )
 
-// Host is what the runtime needs from the engine.
-type Host interface {
-	// Go runs f as the engine's work (waited for at shutdown, with the
-	// engine's work context); false, and f is not run, once shutdown began.
-	Go(f func(ctx context.Context)) bool
-	Now() time.Time
-	// Trust is the trust of the turn's sender, as for any turn.
-	Trust(ctx context.Context, t core.Turn) core.Trust
-	// Evaluate is the engine's risk policy.
-	Evaluate(a core.Action) policy.Result
-	// Verify runs checks in the engine's verification sandbox.
-	Verify(ctx context.Context, checks []verify.Check, ev verify.Evidence) verify.Report
-	// ApprovalCard renders an approval request as the engine does.
-	ApprovalCard(a core.ApprovalRequest) *cards.Card
-	// Propose puts pa through the same path as /run for the origin turn:
-	// trust, validation, policy, signed request and card. approval is ""
-	// when it was not proposed (fx says why). write, inside the caller's
-	// transaction, stores the request and — when policy allows it —
-	// approves it with a single-use token, adding what that shows to fx.
-	Propose(origin core.Turn, trust core.Trust, pa core.ProposedAction) (approval core.ApprovalID, fx effects.Effects,
-		write func(ctx context.Context, tx *store.Tx, fx *effects.Effects) error)
-	// Send queues fx's replies, cards and card updates to the conversation
-	// inside tx; handOff, after commit, gives them to the outbox.
-	Send(tx *store.Tx, ch core.ChannelName, conv core.ConversationID, fx effects.Effects) (handOff func(), err error)
-	// CancelRuns kills the running executions of a stopped task.
-	CancelRuns(ids []core.ApprovalID)
+// Actions is the core's proposing port, as a task step uses it.
+type Actions interface {
+	// Propose puts pa through the path of /run for the task's origin
+	// turn, inside tx: the sender's trust, validation, policy, the signed
+	// request and its card (queued to origin's conversation) and — when
+	// policy allows it — the approval with its single-use token.
+	Propose(ctx context.Context, tx *store.Tx, origin core.Turn, pa core.ProposedAction) (Proposal, error)
+	// Proposed is called once the transaction of p committed: an action
+	// policy approved starts to run.
+	Proposed(p Proposal)
+	// StopRuns kills the running executions of a stopped task; each is
+	// recorded interrupted, never run again.
+	StopRuns(ids []core.ApprovalID)
+}
+
+// Proposal is what became of a proposed action, in its transaction.
+type Proposal struct {
+	// Approval is the stored request; "" when the action was not proposed.
+	Approval core.ApprovalID
+	// Refused says, when it was not proposed, why — in a sentence the
+	// person and the model are shown.
+	Refused string
+	// Approved: policy approved it in the transaction (it runs once
+	// Proposed is called).
+	Approved bool
+	// Messages counts the messages Propose queued to the conversation.
+	Messages int
+	// Audit are the proposal's entries, committed with the transaction.
+	Audit []audit.Entry
+}
+
+// Outbox delivers what a commit queued for a conversation.
+type Outbox interface {
+	Kick(conv core.ConversationID, n int)
 }
 
 // Config enables the task runtime.
@@ -79,6 +90,10 @@ type Config struct {
 	Store    *store.Store
 	Planner  llm.Planner
 	Executor llm.Executor
+	// Policy is the risk policy plan checks are run through; Verifier
+	// runs the allowed ones in the verification sandbox.
+	Policy   *policy.Policy
+	Verifier *verify.Runner
 	// Limits are the configured budget per task (llm.budget.*); a plan may
 	// only lower them.
 	Limits task.Limits
@@ -88,38 +103,71 @@ type Config struct {
 	// Sweep is how often unfinished tasks are re-advanced (default 5s).
 	Sweep  time.Duration
 	Logger *slog.Logger
+	Now    func() time.Time
 }
 
-// Runtime advances tasks; it implements the engine's TaskRuntime.
+// Runtime advances tasks.
 type Runtime struct {
 	cfg     Config
 	st      *store.Store
 	log     *slog.Logger
-	host    Host
+	actions Actions
+	out     Outbox
+
 	mu      sync.Mutex
 	running map[string]*taskJob
+	closing bool
+	jobs    sync.WaitGroup
+	// work is the jobs' context, cancelled when Close runs out of time.
+	work       context.Context
+	cancelWork context.CancelFunc
 }
 
 type taskJob struct{ again bool }
 
-// New builds the runtime on host (the engine, before its Run).
-func New(cfg Config, host Host) (*Runtime, error) {
-	if cfg.Store == nil || host == nil {
-		return nil, errors.New("tasks: Store and host are required")
+// New builds the runtime on the core's proposing port and the outbox.
+func New(cfg Config, actions Actions, out Outbox) (*Runtime, error) {
+	if cfg.Store == nil || cfg.Policy == nil || actions == nil || out == nil {
+		return nil, errors.New("tasks: Store, Policy, the proposing port and the outbox are required")
+	}
+	if cfg.Verifier == nil {
+		cfg.Verifier = &verify.Runner{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if cfg.Sweep <= 0 {
 		cfg.Sweep = 5 * time.Second
 	}
-	return &Runtime{cfg: cfg, st: cfg.Store, log: cfg.Logger, host: host, running: map[string]*taskJob{}}, nil
+	r := &Runtime{cfg: cfg, st: cfg.Store, log: cfg.Logger, actions: actions, out: out, running: map[string]*taskJob{}}
+	r.work, r.cancelWork = context.WithCancel(context.Background())
+	return r, nil
+}
+
+// Close stops starting jobs and waits for the running ones until ctx
+// ends; then it cancels them (each resumes from its row at the next start)
+// and waits for them to return.
+func (r *Runtime) Close(ctx context.Context) {
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { r.jobs.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		r.cancelWork()
+		<-done
+	}
+	r.cancelWork()
 }
 
 // kick advances a task in the background unless a job for it runs; then
-// that job goes round once more. Not once shutdown began: the engine's Run
-// is waiting for its work, and the task resumes from its row at the next
-// start anyway.
+// that job goes round once more. Not once Close began: the task resumes
+// from its row at the next start anyway.
 func (r *Runtime) kick(id string) {
 	if id == "" {
 		return
@@ -130,12 +178,17 @@ func (r *Runtime) kick(id string) {
 		j.again = true
 		return
 	}
+	if r.closing {
+		return
+	}
 	r.running[id] = &taskJob{}
+	r.jobs.Add(1)
 	// The job locks r.mu only after its first advance, so it finds itself
 	// registered.
-	if !r.host.Go(func(ctx context.Context) { r.runTask(ctx, id) }) {
-		delete(r.running, id)
-	}
+	go func() {
+		defer r.jobs.Done()
+		r.runTask(r.work, id)
+	}()
 }
 
 func (r *Runtime) runTask(ctx context.Context, id string) {
@@ -256,10 +309,12 @@ func (s *taskState) recovery(cfg Config) task.Policy {
 type taskWrite struct {
 	s *taskState
 	// fx is what the transition shows in the task's conversation.
-	fx effects.Effects
-	// propose, when a call was proposed, stores its approval request (and
-	// approves it when policy allows) inside the transaction.
-	propose  func(ctx context.Context, tx *store.Tx, fx *effects.Effects) error
+	fx shown
+	// action, when set, is the call the transition proposes: the core's
+	// port proposes it inside the transaction, and proposed records what
+	// became of it (the call row to write, what it shows).
+	action   *core.ProposedAction
+	proposed func(o *shown, p Proposal) store.TaskCall
 	calls    []store.TaskCall
 	finished []finishedCall
 	spend    []spendRow
@@ -295,12 +350,15 @@ func (r *Runtime) newTaskWrite(s *taskState) *taskWrite {
 	return &taskWrite{s: s, cancel: new([]core.ApprovalID)}
 }
 
-func (w *taskWrite) note(kind audit.Kind, data map[string]any) {
+func (w *taskWrite) note(kind audit.Kind, data map[string]any) { w.fx.Audit(w.entry(kind, data)) }
+
+// entry is an audit entry of the task, in the gateway's name.
+func (w *taskWrite) entry(kind audit.Kind, data map[string]any) audit.Entry {
 	if data == nil {
 		data = map[string]any{}
 	}
 	data["task"] = w.s.k.ID
-	w.fx.Audit = append(w.fx.Audit, audit.Entry{Kind: kind, Actor: "silas", Conversation: string(w.s.k.Conversation), Data: data})
+	return audit.Entry{Kind: kind, Actor: "silas", Conversation: string(w.s.k.Conversation), Data: data}
 }
 
 // modelCall records a model call's usage. A call that needed its repair
@@ -338,7 +396,7 @@ func (r *Runtime) casTask(ctx context.Context, tx *store.Tx, w *taskWrite) (bool
 
 // writeTaskRows writes what the transition adds besides the task row (after
 // casTask and after any approval the calls reference).
-func (r *Runtime) writeTaskRows(ctx context.Context, tx *store.Tx, o *effects.Effects, w *taskWrite) error {
+func (r *Runtime) writeTaskRows(ctx context.Context, tx *store.Tx, o Out, w *taskWrite, calls []store.TaskCall) error {
 	id := w.s.k.ID
 	if w.stop {
 		open, err := tx.OpenTaskApprovals(ctx, id)
@@ -352,25 +410,25 @@ func (r *Runtime) writeTaskRows(ctx context.Context, tx *store.Tx, o *effects.Ef
 			}
 			if ok {
 				a.Status, a.DecidedBy = core.ApprovalDeclined, render.TaskStopped
-				o.Updates = append(o.Updates, r.host.ApprovalCard(a))
-				o.Audit = append(o.Audit, audit.Entry{Kind: audit.KindApprovalDeclined, Actor: "silas", Conversation: string(a.Conversation),
+				o.Update(render.Approval(a, nil, 0))
+				o.Audit(audit.Entry{Kind: audit.KindApprovalDeclined, Actor: "silas", Conversation: string(a.Conversation),
 					Data: map[string]any{"approval": string(a.ID), "task": id, "reason": "task stopped"}})
 			}
 		}
-		calls, err := r.st.TaskCalls(ctx, id)
+		stored, err := r.st.TaskCalls(ctx, id)
 		if err != nil {
 			return err
 		}
-		for _, c := range calls {
+		for _, c := range stored {
 			if c.Status == "waiting" && c.Approval != "" {
 				*w.cancel = append(*w.cancel, c.Approval)
 			}
 			if c.Status == "waiting" && c.Tool == llm.ToolAskUser && w.closeQuestion != "" {
-				o.Updates = append(o.Updates, r.questionCard(w.s, w.closeQuestion, c, render.TaskQuestion{Cancelled: "Cancelled: its task was stopped."}))
+				o.Update(r.questionCard(w.s, w.closeQuestion, c, render.TaskQuestion{Cancelled: "Cancelled: its task was stopped."}))
 			}
 		}
 	}
-	for _, c := range w.calls {
+	for _, c := range calls {
 		if err := tx.QueueTaskCall(c); err != nil {
 			return err
 		}
@@ -396,45 +454,71 @@ func (r *Runtime) writeTaskRows(ctx context.Context, tx *store.Tx, o *effects.Ef
 }
 
 // commitTask writes w in one transaction: the task row (compare-and-swap),
-// approvals (and policy approvals), task rows, messages. applied=false: the
-// task changed meanwhile and nothing was written.
+// the proposal (its approval request, and policy's approval), task rows,
+// messages. applied=false: the task changed meanwhile and nothing was
+// written.
 func (r *Runtime) commitTask(ctx context.Context, w *taskWrite) (bool, error) {
 	var applied bool
-	var final effects.Effects
-	var handOff func()
+	var final *shown
+	var prop Proposal
 	k := w.s.k
 	err := r.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
-		applied = false
-		o := w.fx.Clone() // a fresh copy on every (re)try
-		o.After = nil
+		applied, prop = false, Proposal{}
+		o := w.fx.clone() // a fresh copy on every (re)try
 		*w.cancel = nil
 		ok, err := r.casTask(ctx, tx, w)
 		if err != nil || !ok {
 			return nil, err
 		}
-		if w.propose != nil {
-			if err := w.propose(ctx, tx, &o); err != nil {
+		calls := slices.Clone(w.calls)
+		if w.action != nil {
+			if prop, err = r.actions.Propose(ctx, tx, w.s.orig, *w.action); err != nil {
 				return nil, err
 			}
+			o.Audit(prop.Audit...)
+			calls = append(calls, w.proposed(o, prop))
 		}
-		if err := r.writeTaskRows(ctx, tx, &o, w); err != nil {
+		if err := r.writeTaskRows(ctx, tx, o, w, calls); err != nil {
 			return nil, err
 		}
-		if handOff, err = r.host.Send(tx, k.Channel, k.Conversation, o); err != nil {
+		if err := send(tx, k.Channel, k.Conversation, o); err != nil {
 			return nil, err
 		}
 		applied, final = true, o
-		return o.Audit, nil
+		return o.audit, nil
 	})
 	if err != nil || !applied {
 		return false, err
 	}
-	for _, f := range final.After {
-		f()
+	if prop.Approval != "" {
+		r.actions.Proposed(prop)
 	}
-	r.host.CancelRuns(*w.cancel)
-	handOff()
+	r.actions.StopRuns(*w.cancel)
+	if n := len(final.replies) + len(final.cards) + len(final.updates) + prop.Messages; n > 0 {
+		r.out.Kick(k.Conversation, n)
+	}
 	return true, nil
+}
+
+// send queues what o shows to the task's conversation inside tx, as a
+// turn's are: replies, new cards, then edits of cards sent earlier.
+func send(tx *store.Tx, ch core.ChannelName, conv core.ConversationID, o *shown) error {
+	for _, t := range o.replies {
+		if err := tx.QueueMessage(ch, core.OpSend, "r-"+core.NewID(), core.OutMessage{Conversation: conv, Text: t}); err != nil {
+			return err
+		}
+	}
+	for _, c := range o.cards {
+		if err := tx.QueueMessage(ch, core.OpSend, string(c.ID), core.OutMessage{Conversation: conv, Card: c}); err != nil {
+			return err
+		}
+	}
+	for _, c := range o.updates {
+		if err := tx.QueueMessage(ch, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: conv, Card: c}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // advanceTask does the next thing for a task. more: call again at once.
@@ -458,7 +542,7 @@ func (r *Runtime) advanceTask(ctx context.Context, id string) (more bool, err er
 	// call the budget allows still runs and is reported.
 	lim := s.lim
 	lim.ToolCalls = 0
-	if reason := s.spent().Exhausted(lim, r.host.Now()); reason != "" {
+	if reason := s.spent().Exhausted(lim, r.cfg.Now()); reason != "" {
 		return r.taskEvent(ctx, r.newTaskWrite(s), task.Event{Kind: task.BudgetExhausted, Detail: reason})
 	}
 	switch s.m.State {
@@ -521,7 +605,7 @@ func (r *Runtime) applyEvent(w *taskWrite, ev task.Event) error {
 		w.note(audit.KindTaskStepStarted, map[string]any{"plan": s.k.PlanNo, "step": d.Step + 1, "attempt": d.Attempt, "retry": d.Failure != ""})
 	case task.DoEscalate:
 		s.k.EscalationCard = "esc-" + core.NewID()
-		w.fx.Cards = append(w.fx.Cards, render.EscalationCard(render.TaskEscalation{Card: cards.ID(s.k.EscalationCard), Title: s.title(),
+		w.fx.Card(render.EscalationCard(render.TaskEscalation{Card: cards.ID(s.k.EscalationCard), Title: s.title(),
 			Step: d.Step + 1, Reason: clipText(strings.TrimPrefix(d.Reason, fmt.Sprintf("stuck on step %d: ", d.Step+1)), 150)}))
 		w.note(audit.KindTaskEscalated, map[string]any{"step": d.Step + 1, "reason": clipText(d.Reason, 300), "card": s.k.EscalationCard})
 	case task.DoStop:
@@ -529,9 +613,9 @@ func (r *Runtime) applyEvent(w *taskWrite, ev task.Event) error {
 		r.closeEscalation(w, "stop", "silas")
 		w.closeQuestion, s.k.QuestionCard = s.k.QuestionCard, ""
 		s.k.Summary = "Stopped: " + d.Reason
-		w.fx.Replies = append(w.fx.Replies, fmt.Sprintf("Stopped the task %q: %s. Nothing further will run for it.", s.title(), d.Reason))
+		w.fx.Reply("%s", fmt.Sprintf("Stopped the task %q: %s. Nothing further will run for it.", s.title(), d.Reason))
 		if s.pl != nil {
-			w.fx.Updates = append(w.fx.Updates, r.planCard(s, "Stopped: "+d.Reason, false))
+			w.fx.Update(r.planCard(s, "Stopped: "+d.Reason, false))
 		}
 		w.note(audit.KindTaskStopped, map[string]any{"reason": d.Reason})
 	}
@@ -544,7 +628,7 @@ func (r *Runtime) closeEscalation(w *taskWrite, choice, by string) {
 	if s.k.EscalationCard == "" {
 		return
 	}
-	w.fx.Updates = append(w.fx.Updates, render.EscalationCard(render.TaskEscalation{Card: cards.ID(s.k.EscalationCard), Title: s.title(),
+	w.fx.Update(render.EscalationCard(render.TaskEscalation{Card: cards.ID(s.k.EscalationCard), Title: s.title(),
 		Step: s.m.Step + 1, Reason: "", Chosen: choice, By: by}))
 	s.k.EscalationCard = ""
 }
@@ -604,7 +688,7 @@ func (r *Runtime) taskPlan(ctx context.Context, s *taskState) (bool, error) {
 	s.k.Plan = pl.Markdown()
 	s.k.PlanNo++
 	s.lim = s.lim.Apply(pl.Budget)
-	w.fx.Cards = append(w.fx.Cards, r.planCard(s, "", false))
+	w.fx.Card(r.planCard(s, "", false))
 	w.note(audit.KindTaskPlanned, map[string]any{"plan": s.k.PlanNo, "title": pl.Title, "steps": len(pl.Steps), "checks": len(pl.Verify)})
 	return r.taskEvent(ctx, w, task.Event{Kind: task.PlanReady, Steps: len(pl.Steps), HasChecks: len(pl.Verify) > 0})
 }
@@ -725,7 +809,7 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 		// (retry, consult, re-plan, escalate).
 		return r.taskEvent(ctx, w, task.Event{Kind: task.StepFailed, Detail: "the executor's tool call stayed invalid after one repair: " + clipText(out.Text, 300)})
 	}
-	if reason := s.spent().Exhausted(s.lim, r.host.Now()); reason != "" {
+	if reason := s.spent().Exhausted(s.lim, r.cfg.Now()); reason != "" {
 		return r.taskEvent(ctx, w, task.Event{Kind: task.BudgetExhausted, Detail: reason})
 	}
 	s.setSpent(s.spent().ToolCall())
@@ -765,31 +849,24 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 	}
 	label := fmt.Sprintf("Step %d of %d — %s", s.m.Step+1, len(s.pl.Steps), s.pl.Title)
 	pa.Intent = label + ": " + pa.Intent
-	trust := r.host.Trust(ctx, s.orig)
-	approval, pfx, write := r.host.Propose(s.orig, trust, pa)
-	w.fx.Add(pfx)
-	if approval == "" {
-		// Not proposed: refused (trust), blocked by policy or malformed.
-		// propose told the user; the model is told why, as data.
-		why := "not proposed"
-		if len(w.fx.Replies) > 0 {
-			why = w.fx.Replies[len(w.fx.Replies)-1]
+	w.action = &pa
+	w.proposed = func(o *shown, p Proposal) store.TaskCall {
+		call := call
+		if p.Approval == "" {
+			// Not proposed: refused (trust), blocked by policy or malformed.
+			// The user is told what was not run; the model is told why, as
+			// data.
+			why := p.Refused
+			o.Reply("%s — `%s` was not run: %s The assistant was told.", label, pa.Action.CommandLine(), strings.TrimSuffix(why, ".")+".")
+			raw, _ := json.Marshal(task.Result{Status: "blocked", Output: why, SizeChars: len([]rune(why)), RehydrationAllowed: true})
+			call.Result = raw
+			o.Audit(w.entry(audit.KindTaskCallProposed, map[string]any{"tool": tc.Name, "step": s.m.Step + 1, "outcome": "blocked"}))
+			return call
 		}
-		if res := r.host.Evaluate(pa.Action); trust != core.TrustExternal && res.Decision == "blocked" {
-			reason := res.Reason
-			if reason == "" {
-				reason = "the risk policy blocks it"
-			}
-			why = "blocked by policy: " + reason
-		}
-		w.fx.Replies = append(w.fx.Replies[:max(len(w.fx.Replies)-1, 0)], fmt.Sprintf("%s — `%s` was not run: %s The assistant was told.",
-			label, pa.Action.CommandLine(), strings.TrimSuffix(why, ".")+"."))
-		return done("blocked", why)
+		call.Approval, call.Status = p.Approval, "waiting"
+		o.Audit(w.entry(audit.KindTaskCallProposed, map[string]any{"tool": tc.Name, "step": s.m.Step + 1, "approval": string(call.Approval), "outcome": "proposed"}))
+		return call
 	}
-	call.Approval, call.Status = approval, "waiting"
-	w.propose = write
-	w.calls = append(w.calls, call)
-	w.note(audit.KindTaskCallProposed, map[string]any{"tool": tc.Name, "step": s.m.Step + 1, "approval": string(call.Approval), "outcome": "proposed"})
 	applied, err := r.commitTask(ctx, w)
 	return applied || err == nil, err
 }
@@ -896,7 +973,7 @@ func (r *Runtime) taskVerify(ctx context.Context, s *taskState) (bool, error) {
 		}
 		report.results[i].name = name
 		if len(c.Run) > 0 {
-			res := r.host.Evaluate(core.Action{Tool: "shell", Argv: c.Run})
+			res := r.cfg.Policy.Evaluate(core.Action{Tool: "shell", Argv: c.Run})
 			if res.Decision == "auth_required" {
 				// Like any other action: a card, a tap, the sandbox; the
 				// execution's own check is the plan's check.
@@ -937,7 +1014,7 @@ func (r *Runtime) taskVerify(ctx context.Context, s *taskState) (bool, error) {
 	if len(runnable) > 0 {
 		// No execution evidence: a check judging the (absent) execution's
 		// own exit code fails rather than passes by default.
-		rep := r.host.Verify(ctx, runnable, verifyEvidence())
+		rep := r.cfg.Verifier.Run(ctx, runnable, verifyEvidence())
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
@@ -996,24 +1073,24 @@ func (r *Runtime) proposeCheck(ctx context.Context, s *taskState, i int, name st
 		Rationale: "The plan's check \"" + name + "\" decides whether the task is done. The risk policy wants a person to approve " +
 			"its command; it runs in the sandbox, and the check judges its result.",
 	}
-	trust := r.host.Trust(ctx, s.orig)
-	approval, pfx, write := r.host.Propose(s.orig, trust, pa)
-	w.fx.Add(pfx)
 	args, _ := json.Marshal(map[string]int{"check": i})
 	call := store.TaskCall{TaskID: s.k.ID, PlanNo: s.k.PlanNo, Step: -1, Attempt: s.m.Attempt, CallID: "check_" + core.NewID()[:12],
 		Tool: checkTool, Arguments: string(args), Status: "done"}
-	if approval == "" {
-		// Not proposed (refused or malformed): the check fails as not run.
-		raw, _ := json.Marshal(task.Result{Status: "blocked", Output: "not run: the check's command could not be proposed"})
-		call.Result = raw
-		w.calls = append(w.calls, call)
-		applied, err := r.commitTask(ctx, w)
-		return applied || err == nil, err
+	w.action = &pa
+	w.proposed = func(o *shown, p Proposal) store.TaskCall {
+		call := call
+		if p.Approval == "" {
+			// Not proposed (refused or malformed): the check fails as not
+			// run, and the person is told why.
+			o.Reply("%s", p.Refused)
+			raw, _ := json.Marshal(task.Result{Status: "blocked", Output: "not run: the check's command could not be proposed"})
+			call.Result = raw
+			return call
+		}
+		call.Approval, call.Status = p.Approval, "waiting"
+		o.Audit(w.entry(audit.KindTaskCallProposed, map[string]any{"tool": checkTool, "check": name, "approval": string(p.Approval), "outcome": "proposed"}))
+		return call
 	}
-	call.Approval, call.Status = approval, "waiting"
-	w.propose = write
-	w.calls = append(w.calls, call)
-	w.note(audit.KindTaskCallProposed, map[string]any{"tool": checkTool, "check": name, "approval": string(approval), "outcome": "proposed"})
 	applied, err := r.commitTask(ctx, w)
 	return applied || err == nil, err
 }
@@ -1060,8 +1137,8 @@ func (r *Runtime) finishSummary(ctx context.Context, w *taskWrite) error {
 	}
 	fmt.Fprintf(&b, "\nSpent: %d model call(s), %d tokens, %d tool call(s).", s.k.ModelCalls, s.k.Tokens, s.k.ToolCalls)
 	s.k.Summary = b.String()
-	w.fx.Replies = append(w.fx.Replies, s.k.Summary)
-	w.fx.Updates = append(w.fx.Updates, r.planCard(s, "Done: verified by the gateway.", true))
+	w.fx.Reply("%s", s.k.Summary)
+	w.fx.Update(r.planCard(s, "Done: verified by the gateway.", true))
 	w.note(audit.KindTaskDone, map[string]any{"checks": clipText(w.checks, 300), "ran": len(ran)})
 	return nil
 }

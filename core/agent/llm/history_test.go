@@ -398,7 +398,7 @@ func TestProxyHistoryThroughTheEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, _, err := eng.FulfillSecret(ctx, ref, secrets.HashToken(u.Query().Get("t")), sealed); err != nil || out != secrets.OutcomeStored {
+	if out, _, err := eng.SecureInput().FulfillSecret(ctx, ref, secrets.HashToken(u.Query().Get("t")), sealed); err != nil || out != secrets.OutcomeStored {
 		t.Fatalf("FulfillSecret = %v, %v", out, err)
 	}
 	h.ch.waitFor(t, "secret stored", func(m []core.OutMessage) bool {

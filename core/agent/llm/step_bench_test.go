@@ -144,16 +144,12 @@ func BenchmarkTaskStepOverhead(b *testing.B) {
 	ag := &llm.Agent{Proxy: llm.Proxy{Client: client}, Planner: llm.Planner{Client: client}, Fallback: agent.Command{}, Tasks: true}
 	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
-		Owners: []core.IdentityID{owner}, Logger: log})
+		Owners: []core.IdentityID{owner}, Logger: log,
+		Tasks: &tasks.Config{Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client},
+			Limits: task.Limits{Tokens: 1 << 40, ModelCalls: 1000, ToolCalls: 1000, WallTime: 24 * time.Hour}}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	rt, err := tasks.New(tasks.Config{Store: st, Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client},
-		Limits: task.Limits{Tokens: 1 << 40, ModelCalls: 1000, ToolCalls: 1000, WallTime: 24 * time.Hour}, Logger: log}, eng.TaskHost())
-	if err != nil {
-		b.Fatal(err)
-	}
-	eng.SetTasks(rt)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = eng.Run(ctx, time.Second) }()
 	<-eng.Ready()

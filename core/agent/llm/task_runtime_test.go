@@ -110,6 +110,8 @@ func (h *taskHarness) start(t *testing.T) {
 	cfg := engine.Config{Store: h.st, Channels: []core.Channel{h.ch}, Agent: ag, Sandbox: h.sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: h.sb}, AllowedDirs: []string{h.dir}}, Policy: taskPolicy(t), Key: h.key,
 		Owners: []core.IdentityID{owner}, Logger: slog.New(slog.DiscardHandler),
+		Tasks: &tasks.Config{Planner: llm.Planner{Client: h.client}, Executor: llm.Executor{Client: h.client},
+			Limits: h.opts.limits, Recovery: h.opts.recovery, Sweep: 200 * time.Millisecond},
 	}
 	if h.opts.configure != nil {
 		h.opts.configure(&cfg)
@@ -118,12 +120,6 @@ func (h *taskHarness) start(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := tasks.New(tasks.Config{Store: h.st, Planner: llm.Planner{Client: h.client}, Executor: llm.Executor{Client: h.client},
-		Limits: h.opts.limits, Recovery: h.opts.recovery, Sweep: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}, eng.TaskHost())
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.SetTasks(rt)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = eng.Run(ctx, 100*time.Millisecond) }()
 	<-eng.Ready()

@@ -284,7 +284,7 @@ func TestTaskSecretsByName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, _, err := h.eng.FulfillSecret(context.Background(), strings.TrimPrefix(u.Path, "/secrets/"), secrets.HashToken(u.Query().Get("t")), sealed); err != nil || out != secrets.OutcomeStored {
+	if out, _, err := h.eng.SecureInput().FulfillSecret(context.Background(), strings.TrimPrefix(u.Path, "/secrets/"), secrets.HashToken(u.Query().Get("t")), sealed); err != nil || out != secrets.OutcomeStored {
 		t.Fatalf("FulfillSecret = %v, %v", out, err)
 	}
 

@@ -1,4 +1,4 @@
-package engine
+package commands
 
 import "testing"
 
@@ -24,11 +24,11 @@ func TestParseCommand(t *testing.T) {
 			}
 		})
 	}
-	stranger := func(text string) bool { c, _, _, _, _ := commandOf(text); return c.stranger }
+	stranger := func(text string) bool { return Parse(text).Stranger }
 	if !stranger("/pair@silas_bot 1") || stranger("/pairing") || stranger("hello /pair") {
 		t.Fatal("the access policy's view of /pair disagrees with parseCommand")
 	}
-	for cmd, spec := range commands {
+	for cmd, spec := range table {
 		if spec.inline && (cmd == "/run" || cmd == "/pair") {
 			t.Errorf("%s must not be answered inline", cmd)
 		}
