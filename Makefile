@@ -26,10 +26,13 @@ TEST_FLAGS ?= -parallel 4
 ## alone on a core (go test starts packages in the order given; ./... adds the rest once).
 TEST_PKGS ?= ./cmd/silas ./core/sandbox ./adapters/telegram/e2e ./core/store ./adapters/slack/e2e ./...
 export GORACE ?= atexit_sleep_ms=0
+## WhatsApp's real-client tests are built only without -race (whatsmeow races on
+## Disconnect; realclient_test.go): its package runs once more without it.
 test:
 	$(GO) vet ./...
 	$(GO) vet -tags whatsappfake ./adapters/whatsapp
 	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -vet=off -count=1 $(TEST_FLAGS) -timeout 15m $(TEST_PKGS)
+	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -vet=off -count=1 $(TEST_FLAGS) -timeout 10m ./adapters/whatsapp
 
 test-short:
 	$(GO) test -count=1 ./...

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/adapters/channeltest"
+	"github.com/silas-gateway/silas/adapters/whatsapp/whatsapptest"
 	"github.com/silas-gateway/silas/internal/pgtest"
 )
 
@@ -55,20 +56,20 @@ func TestRealClientOfflineBatchOnce(t *testing.T) {
 		t.Fatalf("no offline preview of 3 messages in the log:\n%s", logs.String())
 	}
 	// The connection dies before the receipts arrived: after the next
-	// login the batch comes again.
+	// login the batch comes again. Receipts go out after the handler
+	// returned (SynchronousAck), a moment after the turn is visible, so
+	// wait until the fake has dropped each one: a receipt still in flight
+	// when they are let through again would go out on the next connection
+	// after the fake queued the batch again, and count twice.
+	waitReceipts(t, r.srv, ids, "each receipt of the first batch lost", func(id string) bool { return r.srv.LostReceipts(id) >= 1 })
 	r.srv.LoseReceipts(false)
 	logins := r.srv.Logins()
 	r.srv.DropConnection()
-	eventually(t, "a new login", func() bool { return r.srv.Logins() > logins && a.Status().Connected })
-	eventually(t, "every message acknowledged once", func() bool {
-		for _, id := range ids {
-			if r.srv.Receipts(id) != 1 {
-				return false
-			}
-		}
-		return true
-	})
-	time.Sleep(100 * time.Millisecond)
+	eventually(t, "a new login", func() bool { return r.srv.Logins() > logins })
+	// A receipt goes out only after the handler returned, so once each
+	// message of the second batch is acknowledged, any second turn would
+	// already be in the inbox: no sleep needed before counting turns.
+	waitReceipts(t, r.srv, ids, "every message acknowledged once", func(id string) bool { return r.srv.Receipts(id) == 1 })
 	turns := in.all()
 	if len(turns) != 3 {
 		t.Fatalf("%d turns after the batch came twice; want 3", len(turns))
@@ -80,5 +81,29 @@ func TestRealClientOfflineBatchOnce(t *testing.T) {
 	}
 	if o := r.srv.OtherReceipts(); len(o) != 0 {
 		t.Fatalf("retry receipts (the device could not decrypt): %v", o)
+	}
+}
+
+// waitReceipts waits until ok holds for every id, failing with each id's
+// receipt counts (delivered, lost) when it does not.
+func waitReceipts(t *testing.T, srv *whatsapptest.Server, ids []string, what string, ok func(id string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		all := true
+		for _, id := range ids {
+			all = all && ok(id)
+		}
+		if all {
+			return
+		}
+		if time.Now().After(deadline) {
+			var counts []string
+			for _, id := range ids {
+				counts = append(counts, fmt.Sprintf("%s: %d delivered, %d lost", id, srv.Receipts(id), srv.LostReceipts(id)))
+			}
+			t.Fatalf("timed out waiting for %s; receipts: %s; other receipts: %v", what, strings.Join(counts, "; "), srv.OtherReceipts())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

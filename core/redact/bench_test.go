@@ -3,7 +3,6 @@ package redact
 import (
 	"strings"
 	"testing"
-	"time"
 )
 
 // adversarial inputs of n bytes (16 KiB: the largest chat text the engine
@@ -29,27 +28,36 @@ func adversarialN(n int) map[string]string {
 
 func adversarial() map[string]string { return adversarialN(16 << 10) }
 
-// TestScanLinear: redaction time grows linearly with the input, on inputs
-// built to make the detectors backtrack. Not a speed limit (a busy machine
-// only scales both sides): four times the input may take at most ten
-// times as long (quadratic work takes sixteen), each the best of three
-// and at least 20 ms (shorter times are mostly noise).
+// TestScanLinear: Scan's work grows linearly with the input, on inputs
+// built to make the detectors match and reject repeatedly. Work is counted
+// (the bytes its searches and loops examine, scan's meter), not timed, so
+// a busy machine cannot fail it and noise cannot hide growth: four times
+// the input may cost at most 4.4 times the work, and no input more than
+// maxWorkPerByte per byte (a search resuming one byte after a rejected
+// match instead of at its end stays linear in the input but examines each
+// byte hundreds of times). Speed is BenchmarkScan's.
+//
+// Checked to fail: scanDetector resuming at m[0]+1 instead of m[1] (sk,
+// slack: 113-197 per byte), and scanEntropy starting again one byte into
+// each run instead of after it (sk, slack, xsk: 16× the work for 4× the
+// input).
 func TestScanLinear(t *testing.T) {
+	const maxWorkPerByte = 40
 	small, big := adversarialN(8<<10), adversarialN(32<<10)
-	best := func(in string) time.Duration {
-		d := time.Duration(1<<63 - 1)
-		for range 3 {
-			start := time.Now()
-			Redact(in)
-			d = min(d, time.Since(start))
-		}
-		return max(d, 20*time.Millisecond) // below that, noise
+	work := func(in string) int {
+		var m meter
+		scan(in, &m)
+		return m.bytes
 	}
 	for name := range small {
-		s, b := best(small[name]), best(big[name])
-		if b > 10*s {
-			t.Errorf("%s: %v for 8 KiB but %v for 32 KiB: not linear", name, s, b)
+		s, b := work(small[name]), work(big[name])
+		if b*10 > s*44 {
+			t.Errorf("%s: work %d for 8 KiB but %d for 32 KiB (%.1f×): not linear", name, s, b, float64(b)/float64(s))
 		}
+		if per := b / len(big[name]); per > maxWorkPerByte {
+			t.Errorf("%s: %d units of work per byte of input, want at most %d", name, per, maxWorkPerByte)
+		}
+		t.Logf("%s: %d / %d (%.2f per byte)", name, s, b, float64(b)/float64(len(big[name])))
 	}
 }
 

@@ -203,12 +203,14 @@ func asciiLower(s string) string {
 	return string(b)
 }
 
-func scanAssignments(text string, fs []Finding) []Finding {
+func scanAssignments(text string, fs []Finding, w *meter) []Finding {
 	low := asciiLower(text)
+	w.add(5 * len(text)) // lower-casing and the four Contains
 	if !strings.Contains(low, "pass") && !strings.Contains(low, "secret") && !strings.Contains(low, "key") && !strings.Contains(low, "token") {
 		return fs
 	}
 	skipTo := 0
+	w.add(len(text)) // one pass finds every key
 	for _, k := range assignKey.FindAllStringIndex(low, -1) {
 		if k[0] < skipTo || k[0] > 0 && isAlnum(text[k[0]-1]) || k[1] == len(text) {
 			continue
@@ -224,10 +226,13 @@ func scanAssignments(text string, fs []Finding) []Finding {
 		}
 		// A value is at most 1,000 bytes (plus quotes): bound the input so
 		// the match costs that, not the rest of the text.
-		m := assignValue.FindStringSubmatchIndex(text[k[1]:min(len(text), k[1]+1002)])
+		bounded := text[k[1]:min(len(text), k[1]+1002)]
+		m := assignValue.FindStringSubmatchIndex(bounded)
 		if m == nil {
+			w.add(len(bounded))
 			continue
 		}
+		w.add(m[1])
 		g := 1
 		for g < 3 && m[2*g] < 0 {
 			g++
@@ -256,28 +261,54 @@ var (
 // non-overlapping (overlapping matches are merged, keeping the more specific
 // kind). A credential found once is found wherever else its exact text
 // occurs.
-func Scan(text string) []Finding {
-	var fs []Finding
-	fs = scanPEM(text, fs)
-	for _, d := range detectors {
-		fs = scanDetector(text, d, fs)
+func Scan(text string) []Finding { return scan(text, nil) }
+
+// meter counts Scan's work, for TestScanLinear: the bytes its searches
+// and loops examine (a search is charged up to the end of its match, or to
+// the end of what it was given when nothing matched: RE2 and strings.Index
+// stop there) and the findings merge compares. A nil meter counts nothing.
+type meter struct{ bytes int }
+
+func (m *meter) add(n int) {
+	if m != nil {
+		m.bytes += n
 	}
-	fs = scanAssignments(text, fs)
-	specific := len(fs)
-	fs = scanEntropy(text, fs)
-	return withRepeats(text, merge(fs, specific))
 }
 
-func scanPEM(text string, fs []Finding) []Finding {
+// search charges w for one search of rest that returned loc (nil: no match).
+func (m *meter) search(rest string, loc []int) {
+	if loc == nil {
+		m.add(len(rest))
+	} else {
+		m.add(loc[1])
+	}
+}
+
+func scan(text string, w *meter) []Finding {
+	var fs []Finding
+	fs = scanPEM(text, fs, w)
+	for _, d := range detectors {
+		fs = scanDetector(text, d, fs, w)
+	}
+	fs = scanAssignments(text, fs, w)
+	specific := len(fs)
+	fs = scanEntropy(text, fs, w)
+	return withRepeats(text, merge(fs, specific, w), w)
+}
+
+func scanPEM(text string, fs []Finding, w *meter) []Finding {
 	pos := 0
 	for pos < len(text) {
 		b := pemBegin.FindStringIndex(text[pos:])
+		w.search(text[pos:], b)
 		if b == nil {
 			break
 		}
 		start := pos + b[0]
 		end := len(text) // an unterminated block is redacted to the end
-		if e := pemEnd.FindStringIndex(text[pos+b[1]:]); e != nil {
+		e := pemEnd.FindStringIndex(text[pos+b[1]:])
+		w.search(text[pos+b[1]:], e)
+		if e != nil {
 			end = pos + b[1] + e[1]
 		}
 		fs = append(fs, Finding{Kind: KindPrivateKey, Start: start, End: end})
@@ -286,7 +317,8 @@ func scanPEM(text string, fs []Finding) []Finding {
 	return fs
 }
 
-func scanDetector(text string, d detector, fs []Finding) []Finding {
+func scanDetector(text string, d detector, fs []Finding, w *meter) []Finding {
+	w.add(len(d.hints) * len(text))
 	if !slices.ContainsFunc(d.hints, func(h string) bool { return strings.Contains(text, h) }) {
 		return fs
 	}
@@ -298,6 +330,7 @@ func scanDetector(text string, d detector, fs []Finding) []Finding {
 		} else {
 			m = d.re.FindStringSubmatchIndex(text[pos:])
 		}
+		w.search(text[pos:], m)
 		if m == nil {
 			break
 		}
@@ -312,7 +345,8 @@ func scanDetector(text string, d detector, fs []Finding) []Finding {
 
 func isEntropyChar(c byte) bool { return isAlnum(c) || c == '+' || c == '/' || c == '_' || c == '-' }
 
-func scanEntropy(text string, fs []Finding) []Finding {
+func scanEntropy(text string, fs []Finding, w *meter) []Finding {
+	w.add(len(text)) // every byte once, to find the runs
 	for i := 0; i < len(text); {
 		if !isEntropyChar(text[i]) {
 			i++
@@ -326,6 +360,7 @@ func scanEntropy(text string, fs []Finding) []Finding {
 		for k := 0; k < 2 && end < len(text) && text[end] == '='; k++ { // base64 padding
 			end++
 		}
+		w.add(4 * (j - i)) // HighEntropy: at most four passes over the run
 		if HighEntropy(text[i:j]) {
 			fs = append(fs, Finding{Kind: KindHighEntropy, Start: i, End: end})
 		}
@@ -423,13 +458,14 @@ func Entropy(s string) float64 {
 // merge sorts findings and merges overlapping ones. Findings before index
 // specific came from format detectors; a high-entropy run overlapping one of
 // them is dropped (the format detector knows where the credential ends).
-func merge(fs []Finding, specific int) []Finding {
+func merge(fs []Finding, specific int, w *meter) []Finding {
 	if len(fs) == 0 {
 		return nil
 	}
 	spec := fs[:specific]
 	kept := fs[:specific:specific]
 	for _, f := range fs[specific:] {
+		w.add(len(spec)) // one comparison per format finding
 		if !slices.ContainsFunc(spec, func(g Finding) bool { return f.Start < g.End && g.Start < f.End }) {
 			kept = append(kept, f)
 		}
@@ -463,7 +499,7 @@ func union(fs []Finding) []Finding {
 // did not qualify, for instance).
 const minRepeatLen = 6
 
-func withRepeats(text string, fs []Finding) []Finding {
+func withRepeats(text string, fs []Finding, w *meter) []Finding {
 	var extra []Finding
 	seen := map[string]bool{}
 	for _, f := range fs {
@@ -475,8 +511,10 @@ func withRepeats(text string, fs []Finding) []Finding {
 		for from := 0; from < len(text); {
 			i := strings.Index(text[from:], s)
 			if i < 0 {
+				w.add(len(text) - from)
 				break
 			}
+			w.add(i + len(s))
 			i += from
 			extra = append(extra, Finding{Kind: f.Kind, Start: i, End: i + len(s)})
 			from = i + len(s)

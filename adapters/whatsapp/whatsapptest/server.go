@@ -82,7 +82,9 @@ type Server struct {
 	identity [32]byte
 	regID    uint32
 	receipts map[string]int
-	other    []string
+	// lost counts the delivery receipts LoseReceipts dropped, by message id.
+	lost  map[string]int
+	other []string
 	// unacked are the messages sent to the device without a delivery
 	// receipt yet, oldest first: like WhatsApp, the fake sends them
 	// again (the same ciphertext) after the next login.
@@ -123,7 +125,7 @@ type uploadedKey struct {
 // connections in the same process.
 func NewServer(t testing.TB) *Server {
 	root, inter := keys.NewKeyPair(), keys.NewKeyPair()
-	s := &Server{t: t, static: keys.NewKeyPair(), receipts: map[string]int{}, connCh: make(chan struct{}, 16), phones: map[string]Phone{}, skdm: map[string]bool{}}
+	s := &Server{t: t, static: keys.NewKeyPair(), receipts: map[string]int{}, lost: map[string]int{}, connCh: make(chan struct{}, 16), phones: map[string]Phone{}, skdm: map[string]bool{}}
 	interDetails, _ := proto.Marshal(&waCert.CertChain_NoiseCertificate_Details{Serial: proto.Uint32(7), IssuerSerial: proto.Uint32(whatsmeow.WACertIssuerSerial), Key: inter.Pub[:]})
 	leafDetails, _ := proto.Marshal(&waCert.CertChain_NoiseCertificate_Details{Serial: proto.Uint32(8), IssuerSerial: proto.Uint32(7), Key: s.static.Pub[:]})
 	interSig := ecc.CalculateSignature(ecc.NewDjbECPrivateKey(*root.Priv), interDetails)
@@ -185,6 +187,14 @@ func (s *Server) Receipts(id string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.receipts[id]
+}
+
+// LostReceipts counts the delivery receipts the device sent for a
+// message id while LoseReceipts was on (dropped, not counted by Receipts).
+func (s *Server) LostReceipts(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lost[id]
 }
 
 // OtherReceipts lists receipts other than delivery receipts as
@@ -638,6 +648,7 @@ func (c *conn) handle(n *waBinary.Node) {
 		// encrypt again (the device could not decrypt).
 		if (typ == "" || typ == "inactive") && c.s.loseReceipts {
 			// Lost on the way: the message stays unacknowledged.
+			c.s.lost[ag.String("id")]++
 		} else if typ == "" || typ == "inactive" {
 			c.s.receipts[ag.String("id")]++
 			c.s.dropUnacked(ag.String("id"))

@@ -2,15 +2,119 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 )
+
+func TestInsertTurnIdempotent(t *testing.T) {
+	t.Parallel()
+	s, ctx, dsn := setupDSN(t, Options{})
+	insert := func(st *Store, turn core.Turn) (int64, bool, error) {
+		var seq int64
+		var dup bool
+		err := st.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			var err error
+			seq, dup, err = tx.InsertTurn(ctx, turn)
+			if err != nil || dup {
+				return nil, err
+			}
+			return []audit.Entry{{Kind: "turn.received", Conversation: string(turn.Conversation), Data: map[string]any{"seq": seq}}}, nil
+		})
+		return seq, dup, err
+	}
+
+	edited := testTurn("webchat", "e1")
+	edited.Text = "edited on redelivery"
+	steps := []struct {
+		name    string
+		turn    core.Turn
+		wantDup bool
+		sameAs  string // step whose seq this one must have
+	}{
+		{"first delivery", testTurn("webchat", "e1"), false, ""},
+		{"redelivery", testTurn("webchat", "e1"), true, "first delivery"},
+		{"redelivery with another body", edited, true, "first delivery"},
+		{"same event id, other channel", testTurn("telegram", "e1"), false, ""},
+		{"other event id", testTurn("webchat", "e2"), false, ""},
+	}
+	seqs := map[string]int64{}
+	for _, st := range steps {
+		seq, dup, err := insert(s, st.turn)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if dup != st.wantDup {
+			t.Errorf("%s: dup = %v, want %v", st.name, dup, st.wantDup)
+		}
+		if st.sameAs != "" && seq != seqs[st.sameAs] {
+			t.Errorf("%s: seq %d, want %d (%s)", st.name, seq, seqs[st.sameAs], st.sameAs)
+		}
+		if st.sameAs == "" && slices.Contains(slices.Collect(maps.Values(seqs)), seq) {
+			t.Errorf("%s: seq %d reused", st.name, seq)
+		}
+		seqs[st.name] = seq
+	}
+	pending, err := s.PendingTurns(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 3 || pending[0].Turn.Text != "hello e1" || pending[0].Turn.Evidence.Method != "test" {
+		t.Fatalf("pending turns after redeliveries: %+v", pending)
+	}
+
+	for _, nstores := range []int{1, 2} {
+		t.Run(fmt.Sprintf("concurrent, %d stores", nstores), func(t *testing.T) {
+			sts := stores(t, s, dsn, nstores)
+			// Each goroutine delivers the same events in its own order, so
+			// batches in the two stores can lock them in opposite orders.
+			const goroutines, events = 20, 10
+			ch := fmt.Sprintf("race%d", nstores)
+			var mu sync.Mutex
+			seqOf := map[string]map[int64]bool{}
+			firsts := map[string]int{}
+			race(goroutines, func(g int) {
+				for k := range events {
+					ev := fmt.Sprintf("ev%d", (k*(g+1)+g)%events)
+					seq, dup, err := insert(sts[g%nstores], testTurn(ch, ev))
+					if err != nil {
+						t.Errorf("goroutine %d %s: %v", g, ev, err)
+						continue
+					}
+					mu.Lock()
+					if seqOf[ev] == nil {
+						seqOf[ev] = map[int64]bool{}
+					}
+					seqOf[ev][seq] = true
+					if !dup {
+						firsts[ev]++
+					}
+					mu.Unlock()
+				}
+			})
+			if n := queryInt(t, ctx, s, `SELECT count(*) FROM turns WHERE channel = $1`, ch); n != int64(len(seqOf)) {
+				t.Errorf("%d rows for %d distinct events", n, len(seqOf))
+			}
+			for ev, seqs := range seqOf {
+				if len(seqs) != 1 || firsts[ev] != 1 {
+					t.Errorf("%s: seqs %v, %d non-duplicate inserts; want one seq, one insert", ev, seqs, firsts[ev])
+				}
+			}
+			// One audit entry per stored turn.
+			if n := queryInt(t, ctx, s, `SELECT count(*) FROM audit_log a JOIN turns t ON (a.data->>'seq')::bigint = t.seq WHERE t.channel = $1`, ch); n != int64(len(seqOf)) {
+				t.Errorf("%d audit entries for %d turns", n, len(seqOf))
+			}
+			if _, err := s.VerifyAudit(ctx); err != nil {
+				t.Errorf("VerifyAudit: %v", err)
+			}
+		})
+	}
+}
 
 // TestQueueTurnBatch: turns queued by many ops of one batch go in one
 // statement; each op learns its own seq; a redelivery (stored before) and a
@@ -126,122 +230,5 @@ func TestQueueTurnConcurrentRedelivery(t *testing.T) {
 	}
 	if n := queryInt(t, ctx, s, `SELECT count(*) FROM turns WHERE channel = 'r'`); n != events {
 		t.Errorf("turns = %d, want %d", n, events)
-	}
-}
-
-// TestEnqueueThenIDsInOrder: jobs enqueued by several ops of one batch get
-// ascending ids in the order they were queued (delivery order), and each
-// caller gets its own job's id.
-func TestEnqueueThenIDsInOrder(t *testing.T) {
-	t.Parallel()
-	s, ctx := setup(t)
-	ids := make([]int64, 10)
-	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
-		for i := range ids {
-			m := core.OutMessage{Conversation: "x:chat", Text: fmt.Sprintf("m%d", i)}
-			if err := tx.QueueMessageThen("x", core.OpSend, fmt.Sprintf("k%d", i), m, func(id int64) { ids[i] = id }); err != nil {
-				return nil, err
-			}
-		}
-		return nil, nil
-	})
-	for i, id := range ids {
-		var key, text string
-		if err := s.Pool().QueryRow(ctx, `SELECT message_key, payload->>'text' FROM outbox WHERE id = $1`, id).Scan(&key, &text); err != nil {
-			t.Fatalf("job %d (id %d): %v", i, id, err)
-		}
-		if key != fmt.Sprintf("k%d", i) || text != fmt.Sprintf("m%d", i) {
-			t.Errorf("id %d belongs to %s, want k%d", id, key, i)
-		}
-		if i > 0 && id <= ids[i-1] {
-			t.Errorf("ids not ascending in queue order: %v", ids)
-		}
-	}
-}
-
-// TestDoBackground: background operations commit (alone, after the wait,
-// or together with ordinary ones), and Close finishes queued ones.
-func TestDoBackground(t *testing.T) {
-	t.Parallel()
-	s, ctx, _ := setupDSN(t, Options{BackgroundDelay: 20 * time.Millisecond})
-	var wg sync.WaitGroup
-	for i := range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			op := entriesOp(numberedEntry(i))
-			var err error
-			if i%2 == 0 {
-				err = s.DoBackground(ctx, op)
-			} else {
-				err = s.Do(ctx, op)
-			}
-			if err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if n := queryInt(t, ctx, s, `SELECT count(*) FROM audit_log`); n != 20 {
-		t.Fatalf("audit rows = %d, want 20", n)
-	}
-	if _, err := s.VerifyAudit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// One alone still commits once the wait is over.
-	if err := s.DoBackground(ctx, entriesOp(numberedEntry(20))); err != nil {
-		t.Fatal(err)
-	}
-	if n := queryInt(t, ctx, s, `SELECT count(*) FROM audit_log`); n != 21 {
-		t.Fatalf("audit rows = %d, want 21", n)
-	}
-}
-
-// A row that references an approval may be queued only once the approval is
-// in the transaction's view; otherwise the store says so where the mistake
-// is made, instead of a foreign key failing the whole batch at commit.
-func TestQueueOrderRule(t *testing.T) {
-	t.Parallel()
-	s, ctx := setup(t)
-	insertApproval(t, ctx, s, "stored-before", false)
-	tests := []struct {
-		name    string
-		op      func(tx *Tx) error
-		wantErr bool
-	}{
-		{"execution before its approval", func(tx *Tx) error {
-			return tx.QueueExecution("stored-before")
-		}, true},
-		{"output before its approval", func(tx *Tx) error {
-			return tx.QueueOutput("out-stored-before", "stored-before", "x")
-		}, true},
-		{"execution of an approval read (locked) in this transaction", func(tx *Tx) error {
-			if _, err := tx.GetApproval(ctx, "stored-before"); err != nil {
-				return err
-			}
-			return tx.QueueExecution("stored-before")
-		}, false},
-		{"execution and output of an approval queued in this transaction", func(tx *Tx) error {
-			tx.QueueApproval(testApproval("queued-here", tx.Now()))
-			if err := tx.QueueExecution("queued-here"); err != nil {
-				return err
-			}
-			return tx.QueueOutput("out-queued-here", "queued-here", "x")
-		}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) { return nil, tt.op(tx) })
-			if tt.wantErr != errors.Is(err, ErrOrder) {
-				t.Fatalf("Do = %v, want ErrOrder: %v", err, tt.wantErr)
-			}
-			if !tt.wantErr && err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
-	ex, err := s.GetExecution(ctx, "queued-here")
-	if err != nil || ex.Status != core.ExecQueued {
-		t.Fatalf("execution queued with its approval: %+v, %v", ex, err)
 	}
 }

@@ -1,0 +1,171 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+)
+
+// TestEnqueueThenIDsInOrder: jobs enqueued by several ops of one batch get
+// ascending ids in the order they were queued (delivery order), and each
+// caller gets its own job's id.
+func TestEnqueueThenIDsInOrder(t *testing.T) {
+	t.Parallel()
+	s, ctx := setup(t)
+	ids := make([]int64, 10)
+	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+		for i := range ids {
+			m := core.OutMessage{Conversation: "x:chat", Text: fmt.Sprintf("m%d", i)}
+			if err := tx.QueueMessageThen("x", core.OpSend, fmt.Sprintf("k%d", i), m, func(id int64) { ids[i] = id }); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	})
+	for i, id := range ids {
+		var key, text string
+		if err := s.Pool().QueryRow(ctx, `SELECT message_key, payload->>'text' FROM outbox WHERE id = $1`, id).Scan(&key, &text); err != nil {
+			t.Fatalf("job %d (id %d): %v", i, id, err)
+		}
+		if key != fmt.Sprintf("k%d", i) || text != fmt.Sprintf("m%d", i) {
+			t.Errorf("id %d belongs to %s, want k%d", id, key, i)
+		}
+		if i > 0 && id <= ids[i-1] {
+			t.Errorf("ids not ascending in queue order: %v", ids)
+		}
+	}
+}
+
+func TestOutboxHeads(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := &fakeClock{t: base}
+	s, ctx, _ := setupDSN(t, Options{Now: clock.Now})
+
+	// Jobs in id order: a1 b1 a2 c1 b2 a3.
+	for _, key := range []string{"a1", "b1", "a2", "c1", "b2", "a3"} {
+		conv := core.ConversationID("webchat:" + key[:1])
+		mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			return nil, tx.QueueMessage("webchat", core.OpSend, key, core.OutMessage{Conversation: conv, Text: "text " + key})
+		})
+	}
+	job := func(key string) core.OutboxJob {
+		t.Helper()
+		var j core.OutboxJob
+		if err := s.Pool().QueryRow(ctx, `SELECT id, channel, conversation, message_key FROM outbox WHERE message_key = $1`, key).
+			Scan(&j.ID, &j.Channel, &j.Conversation, &j.MessageKey); err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	txOp := func(f func(ctx context.Context, tx *Tx) error) func() {
+		return func() {
+			mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) { return nil, f(ctx, tx) })
+		}
+	}
+
+	steps := []struct {
+		name   string
+		action func()
+		now    time.Time
+		limit  int
+		want   []string
+	}{
+		{"one head per conversation, oldest first", nil, base, 10, []string{"a1", "b1", "c1"}},
+		{"limit", nil, base, 2, []string{"a1", "b1"}},
+		{"nothing due yet", nil, base.Add(-time.Second), 10, nil},
+		{"a head waiting for a retry blocks its conversation",
+			txOp(func(ctx context.Context, tx *Tx) error {
+				return tx.OutboxRetry(ctx, job("a1").ID, base.Add(time.Minute), "rate limited")
+			}),
+			base, 10, []string{"b1", "c1"}},
+		{"the retry falls due", nil, base.Add(time.Minute), 10, []string{"a1", "b1", "c1"}},
+		{"delivered head: the next job is the head",
+			txOp(func(ctx context.Context, tx *Tx) error {
+				// Only cards are edited later, so only a card's ref is kept.
+				j := job("b1")
+				j.Message.Card = &cards.Card{ID: "b1", Kind: cards.KindInfo, Intent: "x", Status: cards.StatusDone}
+				tx.QueueDelivered(j, "ref-b1", core.OutboxDelivered)
+				return nil
+			}),
+			base.Add(time.Minute), 10, []string{"a1", "c1", "b2"}}, // ordered by job id: c1 was queued before b2
+		{"failed head: the conversation is empty",
+			txOp(func(ctx context.Context, tx *Tx) error { return tx.OutboxFailed(ctx, job("c1").ID, "permanent") }),
+			base.Add(time.Minute), 10, []string{"a1", "b2"}},
+		{"superseded head",
+			txOp(func(ctx context.Context, tx *Tx) error {
+				tx.QueueDelivered(job("a1"), "", core.OutboxSuperseded)
+				return nil
+			}),
+			base.Add(time.Minute), 10, []string{"a2", "b2"}},
+	}
+	for _, st := range steps {
+		if st.action != nil {
+			st.action()
+		}
+		heads, err := outboxHeads(ctx, s, st.now, st.limit)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		var got []string
+		for _, h := range heads {
+			got = append(got, h.MessageKey)
+			if h.Message.Text != "text "+h.MessageKey || h.Message.Conversation != h.Conversation || h.Op != core.OpSend || h.Channel != "webchat" {
+				t.Errorf("%s: job %s decoded as %+v", st.name, h.MessageKey, h)
+			}
+		}
+		if !slices.Equal(got, st.want) {
+			t.Errorf("%s: heads %v, want %v", st.name, got, st.want)
+		}
+	}
+
+	heads, err := outboxHeads(ctx, s, base.Add(time.Hour), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range heads {
+		if h.MessageKey == "a2" && (h.Attempts != 0 || !h.NextAt.Equal(base)) {
+			t.Errorf("a2: attempts %d next %v", h.Attempts, h.NextAt)
+		}
+	}
+	if a1 := queryInt(t, ctx, s, `SELECT attempts FROM outbox WHERE message_key = 'a1'`); a1 != 2 {
+		t.Errorf("a1: %d attempts, want 2 (retry, then superseded)", a1)
+	}
+	var ref string
+	if err := s.pool.QueryRow(ctx, `SELECT ref FROM sent_messages WHERE channel = 'webchat' AND message_key = 'b1'`).Scan(&ref); err != nil || ref != "ref-b1" {
+		t.Errorf("sent ref of b1 = %q, %v", ref, err)
+	}
+	if n := queryInt(t, ctx, s, `SELECT count(*) FROM sent_messages WHERE message_key = 'a1'`); n != 0 {
+		t.Errorf("a superseded job recorded a sent ref")
+	}
+}
+
+// outboxHeads is what the engine's delivery lanes see together: each
+// conversation's next pending job (NextOutboxJob), if due, oldest first.
+func outboxHeads(ctx context.Context, s *Store, now time.Time, limit int) ([]core.OutboxJob, error) {
+	convs, err := s.PendingOutboxConversations(ctx, 1000)
+	if err != nil {
+		return nil, err
+	}
+	var out []core.OutboxJob
+	for _, c := range convs {
+		j, _, _, err := s.NextOutboxJob(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		if !j.NextAt.After(now) {
+			out = append(out, j)
+		}
+	}
+	slices.SortFunc(out, func(a, b core.OutboxJob) int { return int(a.ID - b.ID) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
