@@ -12,6 +12,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -25,8 +26,8 @@ import (
 )
 
 const (
-	// scanEvery is how often the recovery scan runs.
-	scanEvery = time.Second
+	// ScanEvery is how often the recovery scan (Scan) runs.
+	ScanEvery = time.Second
 	// giveUp bounds retries of non-rate-limit failures.
 	giveUp = 24 * time.Hour
 )
@@ -294,9 +295,9 @@ func (ob *Outbox) sleep(ctx context.Context, kicked chan struct{}, d time.Durati
 	return true
 }
 
-// Run runs the lanes and a slow scan that starts a lane for any
-// conversation with pending work and none running (after a restart, or work
-// enqueued by another process such as the CLI).
+// Run runs the lanes until ctx ends, after starting one for every
+// conversation a previous process left pending work in. The periodic
+// recovery scan (Scan) is the background room's.
 func (ob *Outbox) Run(ctx context.Context) {
 	// What a previous process left pending is found before lanes open:
 	// a lane that a hand-off starts delivers from memory, and must not
@@ -327,23 +328,22 @@ func (ob *Outbox) Run(ctx context.Context) {
 		ob.mu.Unlock()
 		ob.laneWG.Wait()
 	}()
-	for {
-		t := time.NewTimer(scanEvery)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		t.Stop()
-		convs, err := ob.st.PendingOutboxConversations(ctx, 10000)
-		if err != nil && ctx.Err() == nil {
-			ob.log.Error("outbox: scanning for pending work failed", slog.Any("err", err))
-		}
-		for _, c := range convs {
-			ob.Kick(c, -1)
-		}
+	<-ctx.Done()
+}
+
+// Scan is the recovery scan: it starts a lane for every conversation with
+// pending work and none running (work enqueued by another process such as
+// the CLI, or a lane that ended early). The background room runs it every
+// ScanEvery; Run does it once itself before the lanes open.
+func (ob *Outbox) Scan(ctx context.Context) error {
+	convs, err := ob.st.PendingOutboxConversations(ctx, 10000)
+	if err != nil {
+		return fmt.Errorf("outbox: scanning for pending work: %w", err)
 	}
+	for _, c := range convs {
+		ob.Kick(c, -1)
+	}
+	return nil
 }
 
 // deliver hands one job to its channel and records the result; it reports
