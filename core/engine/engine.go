@@ -26,6 +26,8 @@ import (
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/background"
 	"github.com/silas-gateway/silas/core/commands"
+	"github.com/silas-gateway/silas/core/decide"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/secrets"
@@ -175,6 +177,9 @@ type Engine struct {
 
 	ready chan struct{}
 
+	decider *decide.Decider
+	exec    *execute.Executor
+
 	tasks  *tasks.Runtime // nil: tasks not enabled
 	runsMu sync.Mutex
 	runs   map[core.ApprovalID]*runHandle
@@ -252,6 +257,9 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	e.workCtx, e.stopWork = context.WithCancel(context.Background())
+	if err := e.buildRooms(); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/commands"
+	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -35,8 +36,8 @@ func (o *outcome) Write(f func(ctx context.Context, tx *store.Tx, out commands.O
 // command table reads it.
 type deciderView struct{ e *Engine }
 
-func (d deciderView) Intact(a core.ApprovalRequest) error { return d.e.requestIntact(a) }
+func (d deciderView) Intact(a core.ApprovalRequest) error { return decide.RequestIntact(d.e.pub, a) }
 
 func (d deciderView) MayDecide(a core.ApprovalRequest, who core.IdentityID, trust core.Trust) bool {
-	return d.e.mayApprove(a, who, trust)
+	return decide.MayDecide(a, who, trust)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/commands"
+	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/store"
 )
@@ -71,6 +72,14 @@ func (o *outcome) note(kind audit.Kind, data map[string]any) {
 }
 
 func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
+	_, _, err := e.processTurn(ctx, st)
+	return err
+}
+
+// processTurn answers a turn in one transaction. A turn not stored yet
+// (Seq 0: a tap, see deliverTap) is stored in that same transaction; dup
+// reports it was stored before, and then nothing was done.
+func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64, dup bool, err error) {
 	start := e.now()
 	t := st.Turn
 	trust, why := e.trust.Of(ctx, t)
@@ -88,12 +97,12 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 		// The DM policy asked for an access request instead of an answer.
 	default:
 		if err := e.handleText(ctx, &base); err != nil {
-			return err
+			return 0, false, err
 		}
 	}
 
 	var final outcome
-	err := e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
+	err = e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
 		o := base // a fresh copy on every (re)try
 		o.replies = append([]string(nil), base.replies...)
 		o.cards = append([]*cards.Card(nil), base.cards...)
@@ -102,6 +111,14 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 		o.sends = append([]pendingSend(nil), base.sends...)
 		o.audit = append([]auditEntry(nil), base.audit...)
 		o.after = nil
+		dup = false
+		if st.Seq == 0 {
+			d, err := e.storeWithOutcome(ctx, tx, &o)
+			if err != nil || d {
+				final, dup = o, d
+				return nil, err
+			}
+		}
 		// Approval requests first: inTx may decide one of them at once (an
 		// action policy allows).
 		for _, a := range o.appr {
@@ -133,15 +150,22 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 				return nil, err
 			}
 		}
-		tx.QueueFinishTurn(st.Seq, core.TurnDone, "")
+		tx.QueueFinishTurn(o.st.Seq, core.TurnDone, "")
 		final = o
 		return o.audit, nil
 	})
 	if err != nil {
-		return err
+		return 0, false, err
+	}
+	if st.Seq == 0 {
+		if dup {
+			e.m.turnsDuplicate.Inc()
+			return final.st.Seq, true, nil
+		}
+		e.m.turnsReceived.Inc()
 	}
 	if h := e.cfg.Hooks.TurnDone; h != nil {
-		h(st.Seq, t.Conversation)
+		h(final.st.Seq, t.Conversation)
 	}
 	// Every tap is answered (an empty answer just stops a spinner).
 	if t.Tap != nil {
@@ -156,7 +180,7 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 	for _, ps := range final.sends {
 		e.out.Kick(ps.conv, 1)
 	}
-	return nil
+	return final.st.Seq, false, nil
 }
 
 func (e *Engine) handleText(ctx context.Context, o *outcome) error {
@@ -249,7 +273,7 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
 		req.Approvers = []string{"policy:" + res.Rule}
 	}
 	// Signed as proposed: a tap decides only this request, as stored now.
-	if err := e.signRequest(&req); err != nil {
+	if err := decide.SignRequest(e.cfg.Key, &req); err != nil {
 		o.reply("I could not prepare that action: %v.", err)
 		return
 	}
@@ -270,7 +294,12 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
 			if err != nil {
 				return err
 			}
-			return e.approve(ctx, tx, o, a, core.IdentityID("policy:"+rule))
+			r, err := e.decider.Approve(ctx, tx, a, core.IdentityID("policy:"+rule))
+			if err != nil {
+				return err
+			}
+			e.applyDecision(o, r)
+			return nil
 		}
 		return
 	}

@@ -468,7 +468,7 @@ func serviceLink(name, value string) bool {
 }
 
 // ignoredEnv are SILAS_ variables that are not configuration keys.
-var ignoredEnv = map[string]bool{"SILAS_CONFIG": true, "SILAS_FAILPOINT": true, "SILAS_CHROMIUM": true, "SILAS_REQUIRE_BROWSER": true}
+var ignoredEnv = map[string]bool{"SILAS_CONFIG": true, "SILAS_FAILPOINT": true, "SILAS_CHROMIUM": true, "SILAS_REQUIRE_BROWSER": true, "SILAS_CI": true}
 
 func setScalar(v reflect.Value, s string) error {
 	switch v.Interface().(type) {
