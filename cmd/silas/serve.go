@@ -103,37 +103,32 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, 3)
-	goRun := func(name string, f func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(); err != nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
-		}()
-	}
-	goRun("http", func() error { return ignoreClosed(srv.Serve(ln)) })
-	goRun("engine", func() error { return eng.Run(runCtx, cfg.HTTP.ShutdownGrace.Duration) })
-	// Background work.
-	goRun("audit checkpoints", func() error { checkpoints.Run(runCtx); return nil })
+	w := &workers{errc: make(chan error, 3)}
+	w.start("http", func() error { return ignoreClosed(srv.Serve(ln)) })
+	w.start("", func() error { return eng.Run(runCtx, cfg.HTTP.ShutdownGrace.Duration) })
 	select {
 	case <-eng.Ready():
-	case err := <-errc:
+	case err := <-w.errc:
 		cancel()
-		wg.Wait()
+		w.wg.Wait()
+		return err
+	}
+	// Background work: one room, started once the engine is ready.
+	room, err := startBackground(ctx, db.store, eng, checkpoints, log)
+	if err != nil {
+		cancel()
+		w.wg.Wait()
 		return err
 	}
 	if form != nil {
-		goRun("secrets_web", func() error { return form.ListenAndServe(runCtx) })
+		w.start("secrets_web", func() error { return form.ListenAndServe(runCtx) })
 	}
 	// Adapters stop taking turns as soon as shutdown begins; the engine gets
 	// the grace period to finish what is in flight.
 	adaptersCtx, stopAdapters := context.WithCancel(runCtx)
 	defer stopAdapters()
 	for _, ch := range chans.channels {
-		goRun("channel "+string(ch.Name()), func() error { return ch.Run(adaptersCtx, eng) })
+		w.start("channel "+string(ch.Name()), func() error { return ch.Run(adaptersCtx, eng) })
 	}
 	addr := "http://" + ln.Addr().String()
 	log.Info("silas is serving", slog.String("address", addr), slog.String("version", version))
@@ -143,7 +138,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down: intake stopped, finishing in-flight work")
-	case runErr = <-errc:
+	case runErr = <-w.errc:
 		log.Error("shutting down after an error", slog.Any("err", runErr))
 	}
 	stopAdapters()
@@ -151,10 +146,11 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	_ = srv.Shutdown(sctx)
 	scancel()
 	cancel()
-	wg.Wait()
-	// Everything that appends has stopped: sign the newest entry, so that
-	// deleting rows from the end of the log is caught too.
-	finalCheckpoint(checkpoints, log)
+	w.wg.Wait()
+	// Everything else that appends has stopped: the room's jobs finish,
+	// then it signs the newest entry, so that deleting rows from the end
+	// of the log is caught too.
+	stopBackground(room, log)
 	log.Info("stopped")
 	return runErr
 }
@@ -178,6 +174,30 @@ func logIgnoredEnv(cfg *config.Config, log *slog.Logger) {
 	for _, k := range cfg.IgnoredEnv() {
 		log.Debug("ignoring a Kubernetes service-link variable (set enableServiceLinks: false in the pod spec)", slog.String("name", k))
 	}
+}
+
+// workers are serve's long-lived parts; the first error ends serve.
+type workers struct {
+	wg   sync.WaitGroup
+	errc chan error
+}
+
+// start runs f; its error (prefixed with name, when there is one) is
+// kept unless one is already waiting to be read.
+func (w *workers) start(name string, f func() error) {
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		if err := f(); err != nil {
+			if name != "" {
+				err = fmt.Errorf("%s: %w", name, err)
+			}
+			select {
+			case w.errc <- err:
+			default:
+			}
+		}
+	}()
 }
 
 func ignoreClosed(err error) error {
@@ -358,5 +378,5 @@ func httpLimits(cfg *config.Config) httpserve.Limits {
 	h := cfg.HTTP
 	return httpserve.Limits{ReadHeaderTimeout: h.ReadHeaderTimeout.Duration, ReadTimeout: h.ReadTimeout.Duration,
 		WriteTimeout: h.WriteTimeout.Duration, IdleTimeout: h.IdleTimeout.Duration, MaxHeaderBytes: h.MaxHeaderBytes,
-		MaxConns: h.MaxConnections}
+		MaxConns: h.MaxConnections, MaxConnsPerClient: h.MaxConnectionsPerClient}
 }

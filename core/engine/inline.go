@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 
 	"github.com/silas-gateway/silas/core"
@@ -18,6 +19,13 @@ import (
 // two, and no status update. Everything else — taps, /run, commands that
 // read or write state, a slow agent — is stored first and answered by the
 // conversation's worker, as before.
+
+// Taps, too, are stored together with their decision when their
+// conversation has nothing queued (deliverTap): the turn's insert opens
+// the transaction the decision is made in, so a tap costs one transaction
+// up to its decision instead of two. A tap stored before (a redelivery)
+// decides nothing; a failed attempt leaves nothing and takes the worker
+// path.
 
 // inlineCandidate is the cheap test before any work: could this turn be
 // answered inline at all?
@@ -40,20 +48,16 @@ func (e *Engine) inlineCandidate(t core.Turn) bool {
 // deliverInline stores and answers t in one transaction when it can; ok
 // reports whether it took the turn (res and err are then Deliver's answer).
 func (e *Engine) deliverInline(ctx context.Context, t core.Turn) (res core.DeliverResult, ok bool, err error) {
+	if t.Tap != nil && len(t.Redacted) == 0 {
+		return e.deliverTap(t)
+	}
 	if !e.inlineCandidate(t) {
 		return res, false, nil
 	}
-	// Reserve the conversation: nothing of it may be queued or running, and
-	// turns that arrive meanwhile queue behind this one.
-	e.mu.Lock()
-	if _, busy := e.queues[t.Conversation]; busy || e.closing {
-		e.mu.Unlock()
+	q, reserved := e.reserve(t.Conversation)
+	if !reserved {
 		return res, false, nil
 	}
-	q := &convQueue{running: true}
-	e.queues[t.Conversation] = q
-	e.work.Add(1)
-	e.mu.Unlock()
 	released := false
 	defer func() {
 		if !released {
@@ -108,6 +112,64 @@ func (e *Engine) deliverInline(ctx context.Context, t core.Turn) (res core.Deliv
 	released = true
 	e.release(t.Conversation, q)
 	return core.DeliverResult{Seq: seq}, true, nil
+}
+
+// reserve reserves conv for an inline answer: nothing of it may be queued
+// or running, and turns that arrive meanwhile queue behind this one.
+func (e *Engine) reserve(conv core.ConversationID) (*convQueue, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, busy := e.queues[conv]; busy || e.closing {
+		return nil, false
+	}
+	q := &convQueue{running: true}
+	e.queues[conv] = q
+	e.work.Add(1)
+	return q, true
+}
+
+// deliverTap stores tap t and decides it in one transaction (processTurn
+// with no seq yet) when its conversation is idle. It runs on the engine's
+// work context, not the caller's: once the transaction may commit, what
+// follows the commit (the answer, starting the execution) must run.
+func (e *Engine) deliverTap(t core.Turn) (res core.DeliverResult, ok bool, err error) {
+	q, reserved := e.reserve(t.Conversation)
+	if !reserved {
+		return res, false, nil
+	}
+	defer e.release(t.Conversation, q)
+	seq, dup, err := e.processTurn(e.workCtx, core.StoredTurn{Turn: t})
+	if err != nil {
+		// Nothing was stored: the worker path stores it, retries and
+		// reports.
+		e.log.Warn("a tap could not be decided as it was stored; queued instead", slog.String("conversation", string(t.Conversation)), slog.Any("err", err))
+		return res, false, nil
+	}
+	return core.DeliverResult{Seq: seq, Duplicate: dup}, true, nil
+}
+
+// storeWithOutcome stores the turn of o, not stored yet, first in tx —
+// pending, finished by the outcome's own completion — with its
+// turn.received entry, and gives the entries noted before it existed their
+// seq. dup: it was stored before; nothing is to be done.
+func (e *Engine) storeWithOutcome(ctx context.Context, tx *store.Tx, o *outcome) (dup bool, err error) {
+	t := o.st.Turn
+	seq, dup, err := tx.InsertTurn(ctx, t)
+	o.st.Seq = seq
+	if err != nil || dup {
+		return dup, err
+	}
+	entries := make([]auditEntry, 0, len(o.audit)+1)
+	entries = append(entries, receivedEntry(t, seq))
+	for _, a := range o.audit {
+		if _, has := a.Data["seq"]; has {
+			a.Data = maps.Clone(a.Data)
+			a.Data["seq"] = seq
+		}
+		entries = append(entries, a)
+	}
+	o.audit = entries
+	return false, nil
 }
 
 // release ends an inline reservation of conv. Turns queued behind it get a

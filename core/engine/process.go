@@ -11,6 +11,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/commands"
+	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/store"
 )
@@ -28,10 +29,9 @@ type outcome struct {
 	updates []*cards.Card
 	appr    []core.ApprovalRequest
 	audit   []auditEntry
-	// toast answers a tap on channels that can (core.TapAnswerer).
+	// toast is the notice of a tap's answer (core.TapAnswer.Text).
 	toast string
-	// refused is why the tap changed nothing ("" when it took effect), for
-	// channels that answer taps with it (core.TapOutcomeAnswerer).
+	// refused is why the tap changed nothing ("" when it took effect).
 	refused string
 	// sends go to other conversations of the same channel.
 	sends []pendingSend
@@ -56,6 +56,28 @@ func (o *outcome) send(tx *store.Tx, key string, m core.OutMessage) error {
 	return tx.QueueMessageThen(t.Channel, core.OpSend, key, m, func(id int64) { o.jobs[i].ID = id })
 }
 
+// answerTap queues the tap's one answer (core.OpAnswer): the notice, the
+// refusal reason, the adapter's handle and the tapped card's newest state
+// from the updates, which it returns without that card's.
+func (o *outcome) answerTap(tx *store.Tx) ([]*cards.Card, error) {
+	t := o.st.Turn
+	a := core.TapAnswer{Conversation: t.Conversation, EventID: t.EventID, Sender: t.Sender, Tap: *t.Tap, Handle: t.TapHandle,
+		Text: o.toast, Refused: o.refused}
+	rest := make([]*cards.Card, 0, len(o.updates))
+	for _, c := range o.updates {
+		if c.ID == t.Tap.Card {
+			a.Card = c // the newest state wins: updates are in order
+			continue
+		}
+		rest = append(rest, c)
+	}
+	key := "tap-" + core.NewID()
+	if a.Card != nil {
+		key = string(a.Card.ID)
+	}
+	return rest, tx.QueueTapAnswer(t.Channel, key, a)
+}
+
 type pendingSend struct {
 	conv core.ConversationID
 	key  string
@@ -71,6 +93,14 @@ func (o *outcome) note(kind audit.Kind, data map[string]any) {
 }
 
 func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
+	_, _, err := e.processTurn(ctx, st)
+	return err
+}
+
+// processTurn answers a turn in one transaction. A turn not stored yet
+// (Seq 0: a tap, see deliverTap) is stored in that same transaction; dup
+// reports it was stored before, and then nothing was done.
+func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64, dup bool, err error) {
 	start := e.now()
 	t := st.Turn
 	trust, why := e.trust.Of(ctx, t)
@@ -88,12 +118,12 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 		// The DM policy asked for an access request instead of an answer.
 	default:
 		if err := e.handleText(ctx, &base); err != nil {
-			return err
+			return 0, false, err
 		}
 	}
 
 	var final outcome
-	err := e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
+	err = e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
 		o := base // a fresh copy on every (re)try
 		o.replies = append([]string(nil), base.replies...)
 		o.cards = append([]*cards.Card(nil), base.cards...)
@@ -102,6 +132,14 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 		o.sends = append([]pendingSend(nil), base.sends...)
 		o.audit = append([]auditEntry(nil), base.audit...)
 		o.after = nil
+		dup = false
+		if st.Seq == 0 {
+			d, err := e.storeWithOutcome(ctx, tx, &o)
+			if err != nil || d {
+				final, dup = o, d
+				return nil, err
+			}
+		}
 		// Approval requests first: inTx may decide one of them at once (an
 		// action policy allows).
 		for _, a := range o.appr {
@@ -123,7 +161,16 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 				return nil, err
 			}
 		}
-		for _, c := range o.updates {
+		updates := o.updates
+		if t.Tap != nil {
+			// Every tap is answered, once, by the lane (an empty answer
+			// just ends the platform's wait), with its card's new state.
+			var err error
+			if updates, err = o.answerTap(tx); err != nil {
+				return nil, err
+			}
+		}
+		for _, c := range updates {
 			if err := tx.QueueMessage(t.Channel, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: t.Conversation, Card: c}); err != nil {
 				return nil, err
 			}
@@ -133,30 +180,37 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 				return nil, err
 			}
 		}
-		tx.QueueFinishTurn(st.Seq, core.TurnDone, "")
+		tx.QueueFinishTurn(o.st.Seq, core.TurnDone, "")
 		final = o
 		return o.audit, nil
 	})
 	if err != nil {
-		return err
+		return 0, false, err
+	}
+	if st.Seq == 0 {
+		if dup {
+			e.m.turnsDuplicate.Inc()
+			return final.st.Seq, true, nil
+		}
+		e.m.turnsReceived.Inc()
 	}
 	if h := e.cfg.Hooks.TurnDone; h != nil {
-		h(st.Seq, t.Conversation)
-	}
-	// Every tap is answered (an empty answer just stops a spinner).
-	if t.Tap != nil {
-		e.answerTap(ctx, t, final.toast, final.refused)
+		h(final.st.Seq, t.Conversation)
 	}
 	for _, f := range final.after {
 		f()
 	}
 	e.m.turnLatency.Observe(e.now().Sub(start).Seconds())
 	e.m.turnsProcessed.Inc()
-	e.out.HandOff(t.Conversation, final.jobs, len(final.updates))
+	reads := len(final.updates)
+	if t.Tap != nil {
+		reads++ // the answer (it carries one of the updates, if any)
+	}
+	e.out.HandOff(t.Conversation, final.jobs, reads)
 	for _, ps := range final.sends {
 		e.out.Kick(ps.conv, 1)
 	}
-	return nil
+	return final.st.Seq, false, nil
 }
 
 func (e *Engine) handleText(ctx context.Context, o *outcome) error {
@@ -249,7 +303,7 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
 		req.Approvers = []string{"policy:" + res.Rule}
 	}
 	// Signed as proposed: a tap decides only this request, as stored now.
-	if err := e.signRequest(&req); err != nil {
+	if err := decide.SignRequest(e.cfg.Key, &req); err != nil {
 		o.reply("I could not prepare that action: %v.", err)
 		return
 	}
@@ -270,7 +324,12 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
 			if err != nil {
 				return err
 			}
-			return e.approve(ctx, tx, o, a, core.IdentityID("policy:"+rule))
+			r, err := e.decider.Approve(ctx, tx, a, core.IdentityID("policy:"+rule))
+			if err != nil {
+				return err
+			}
+			e.applyDecision(o, r)
+			return nil
 		}
 		return
 	}

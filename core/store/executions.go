@@ -95,7 +95,13 @@ func (t *Tx) TransitionExecution(ctx context.Context, id core.ApprovalID, from, 
 	if err != nil {
 		return false, fmt.Errorf("store: transition execution %s: %w", id, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	if tag.RowsAffected() != 1 {
+		return false, nil
+	}
+	// An execution row exists only for a committed approval: its output
+	// may reference the approval without reading it again (see ErrOrder).
+	t.seen(id)
+	return true, nil
 }
 
 // QueueOutput stores an execution's full output under ref. The approval

@@ -1,0 +1,324 @@
+// Package decide is the decider: a tap on an approval card, the card's
+// request read and locked in the caller's transaction, and the tapper's
+// trust become a decision — declined, waiting for confirmation, or approved
+// (a token minted and checked, its nonce consumed, the execution queued) —
+// written in that same transaction, and a Result: the plain value of what
+// the decision shows (card states, the tapper's notice, audit notes, the
+// execution to start once committed).
+//
+// decide never commits, executes or verifies anything, never talks to a
+// platform (the caller delivers what a Result says, however it wires that),
+// and never decides a stored request whose signature does not verify. A
+// refusal is an answer, not an error: it changes nothing and says why.
+package decide
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/approval"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/render"
+)
+
+// Tx is the part of the caller's transaction a decision writes in.
+type Tx interface {
+	Now() time.Time
+	// GetApproval reads a request and locks its row, so concurrent taps
+	// on one card serialise.
+	GetApproval(ctx context.Context, id core.ApprovalID) (core.ApprovalRequest, error)
+	// TransitionApproval is compare-and-swap on the request's status;
+	// false: it was no longer in any of from.
+	TransitionApproval(ctx context.Context, id core.ApprovalID, from []core.ApprovalStatus, to core.ApprovalStatus, by core.IdentityID, token []byte) (bool, error)
+	// ConsumeNonce records a token's nonce; false: consumed before.
+	ConsumeNonce(ctx context.Context, nonce []byte, tokenID string, id core.ApprovalID) (bool, error)
+	// QueueExecution queues the approved request's execution.
+	QueueExecution(id core.ApprovalID) error
+}
+
+// Executions reads the execution of a decided request, to show a tapper
+// of a stale card its current state.
+type Executions interface {
+	GetExecution(ctx context.Context, id core.ApprovalID) (core.Execution, error)
+}
+
+// Config wires a Decider.
+type Config struct {
+	// Key signs approval tokens; its public half checks request signatures.
+	Key ed25519.PrivateKey
+	// TokenTTL bounds the gap between approval and execution.
+	TokenTTL time.Duration
+	// Preview is how much of a long output a card shows.
+	Preview int
+	// Executions is read only for a tap on an already approved card.
+	Executions Executions
+}
+
+// Decider turns taps on approval cards into decisions.
+type Decider struct {
+	cfg Config
+	pub ed25519.PublicKey
+}
+
+// New builds a Decider.
+func New(cfg Config) *Decider {
+	return &Decider{cfg: cfg, pub: cfg.Key.Public().(ed25519.PublicKey)}
+}
+
+// ErrNoApproval is returned by Tap when no approval request has the tapped
+// card's id: the card may be another kind the caller knows (an access
+// request, a task's question), or unknown.
+var ErrNoApproval = errors.New("decide: the tapped card is not an approval request")
+
+// Note is an audit entry of the decision; the caller writes it with the
+// tapper as actor, in the tapped conversation.
+type Note struct {
+	Kind audit.Kind
+	Data map[string]any
+}
+
+// Result is what a decision shows, as a plain value: the caller writes the
+// notes and card updates in the same transaction and, once it committed,
+// answers the tapper and starts what was queued.
+type Result struct {
+	// Updates are the tapped card's new states, in order.
+	Updates []*cards.Card
+	// Notes are the decision's audit entries.
+	Notes []Note
+	// Toast is the short answer to the tapper.
+	Toast string
+	// Refused is why the tap changed nothing ("" when it took effect): a
+	// reason code such as "not_approver", "expired" or "altered".
+	Refused string
+	// Queued names the approval whose execution was queued (start it once
+	// the transaction committed).
+	Queued core.ApprovalID
+	// Declined names the approval that was declined.
+	Declined core.ApprovalID
+}
+
+// Outcome labels the result for metrics: approved, declined or
+// refused_<reason>; "" for anything else (a request for confirmation).
+func (r Result) Outcome() string {
+	switch {
+	case r.Refused != "":
+		return "refused_" + r.Refused
+	case r.Queued != "":
+		return "approved"
+	case r.Declined != "":
+		return "declined"
+	}
+	return ""
+}
+
+func (r *Result) note(kind audit.Kind, data map[string]any) {
+	r.Notes = append(r.Notes, Note{Kind: kind, Data: data})
+}
+
+// Refusal is the Result of a tap that changes nothing: msg answers the
+// tapper, the refusal is noted with its reason, and card (if any) is
+// re-sent so a client that disabled its buttons while waiting re-enables
+// them.
+func Refusal(tap core.Tap, reason, msg string, card *cards.Card) Result {
+	r := Result{Toast: msg, Refused: reason}
+	if card != nil {
+		r.Updates = append(r.Updates, card)
+	}
+	r.note(audit.KindApprovalRefused, map[string]any{"approval": string(tap.Card), "choice": tap.Choice, "reason": reason})
+	return r
+}
+
+// Tap decides t.Tap (an approval card tapped by t.Sender, whose trust is
+// trust) inside tx. The approval row is read once, locked; every change is
+// compare-and-swap. ErrNoApproval: the card is not an approval request.
+func (d *Decider) Tap(ctx context.Context, tx Tx, t core.Turn, trust core.Trust) (Result, error) {
+	tap := *t.Tap
+	a, err := tx.GetApproval(ctx, core.ApprovalID(tap.Card))
+	if errors.Is(err, core.ErrNotFound) {
+		return Result{}, ErrNoApproval
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if a.Conversation != t.Conversation {
+		// A card from another conversation is "unknown" too: do not reveal it.
+		return Refusal(tap, "unknown_card", "Unknown card: nothing was changed.", nil), nil
+	}
+	if !MayDecide(a, t.Sender, trust) {
+		return Refusal(tap, "not_approver", fmt.Sprintf("You (%s) may not decide this card; nothing was changed.", t.Sender), d.open(a)), nil
+	}
+	if !a.Status.Open() {
+		// Re-send the card's current state too: a client showing stale
+		// buttons (another tab, a lost update) catches up.
+		c, err := d.currentCard(ctx, a)
+		if err != nil {
+			return Result{}, err
+		}
+		return Refusal(tap, "already_decided", fmt.Sprintf("Already decided (%s): nothing was changed.", a.Status), c), nil
+	}
+	if !tx.Now().Before(a.ExpiresAt) {
+		ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}, core.ApprovalExpired, "", nil)
+		if err != nil {
+			return Result{}, err
+		}
+		if !ok {
+			return Refusal(tap, "expired", "This card has expired: nothing was run. Ask again if you still want it.", d.open(a)), nil
+		}
+		// The expired card replaces the open one; its note comes first.
+		a.Status = core.ApprovalExpired
+		r := Refusal(tap, "expired", "This card has expired: nothing was run. Ask again if you still want it.", d.card(a, nil))
+		r.Notes = append([]Note{{Kind: audit.KindApprovalExpired, Data: map[string]any{"approval": string(a.ID)}}}, r.Notes...)
+		return r, nil
+	}
+	if err := RequestIntact(d.pub, a); err != nil {
+		// The stored request is not the one the card showed (edited in the
+		// database since it was proposed), or predates request signatures.
+		// Its card is not re-sent: it would show the stored, altered request.
+		if errors.Is(err, approval.ErrRequestUnsigned) {
+			return Refusal(tap, "unsigned", "This request was made before requests were signed, so it cannot be approved: nothing was run. Ask again if you still want it.", nil), nil
+		}
+		return Refusal(tap, "altered", "This request was altered after it was proposed and no longer matches what the card showed: nothing was run.", nil), nil
+	}
+	switch tap.Choice {
+	case "decline":
+		ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}, core.ApprovalDeclined, t.Sender, nil)
+		if err != nil || !ok {
+			return Result{}, err
+		}
+		a.Status, a.DecidedBy = core.ApprovalDeclined, t.Sender
+		r := Result{Updates: []*cards.Card{d.card(a, nil)}, Toast: "Declined. Nothing will run.", Declined: a.ID}
+		r.note(audit.KindApprovalDeclined, map[string]any{"approval": string(a.ID)})
+		return r, nil
+	case "approve":
+		if a.Status != core.ApprovalPending {
+			return Refusal(tap, "bad_choice", "This card is waiting for confirmation: tap Confirm or Decline.", d.open(a)), nil
+		}
+		if !a.Risk.NeedsConfirm() {
+			return d.approve(ctx, tx, a, t.Sender)
+		}
+		if a.Risk == cards.RiskIrreversible {
+			return Refusal(tap, "step_up_unavailable", "Irreversible actions need a step-up confirmation on the secure web page, which this gateway does not offer yet. Nothing was run.", d.open(a)), nil
+		}
+		ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending}, core.ApprovalConfirming, "", nil)
+		if err != nil || !ok {
+			return Result{}, err
+		}
+		a.Status = core.ApprovalConfirming
+		r := Result{Updates: []*cards.Card{d.card(a, nil)}, Toast: fmt.Sprintf("%s risk: tap Confirm on the card to run it.", a.Risk)}
+		r.note(audit.KindApprovalConfirmRequested, map[string]any{"approval": string(a.ID)})
+		return r, nil
+	case "confirm":
+		if a.Status != core.ApprovalConfirming {
+			return Refusal(tap, "bad_choice", "There is nothing to confirm on this card yet.", d.open(a)), nil
+		}
+		return d.approve(ctx, tx, a, t.Sender)
+	default:
+		return Refusal(tap, "bad_choice", "Unknown choice: nothing was changed.", d.open(a)), nil
+	}
+}
+
+// Approve approves a, a request read (or inserted) in tx, on by's behalf:
+// the decision of a policy that allows the action. It checks the request's
+// signature first.
+func (d *Decider) Approve(ctx context.Context, tx Tx, a core.ApprovalRequest, by core.IdentityID) (Result, error) {
+	if err := RequestIntact(d.pub, a); err != nil {
+		return Result{}, fmt.Errorf("decide: approve %s: %w", a.ID, err)
+	}
+	return d.approve(ctx, tx, a, by)
+}
+
+// approve mints a token, verifies it and consumes its nonce (under a unique
+// key), and queues the execution — all in tx, so either the request leaves
+// "pending" with its nonce consumed, or nothing happens. The caller checked
+// the request's signature.
+func (d *Decider) approve(ctx context.Context, tx Tx, a core.ApprovalRequest, by core.IdentityID) (Result, error) {
+	now := tx.Now()
+	tok, err := approval.Mint(d.cfg.Key, core.NewID(), a.ActionHash, string(a.Conversation), string(by), now, d.cfg.TokenTTL)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := approval.Check(d.pub, tok, a.ActionHash, now); err != nil {
+		return Result{}, fmt.Errorf("decide: freshly minted token does not verify: %w", err)
+	}
+	raw, err := tok.Marshal()
+	if err != nil {
+		return Result{}, err
+	}
+	ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}, core.ApprovalApproved, by, raw)
+	if err != nil || !ok {
+		return Result{}, err
+	}
+	fresh, err := tx.ConsumeNonce(ctx, tok.Token.Nonce, tok.Token.TokenID, a.ID)
+	if err != nil {
+		return Result{}, err
+	}
+	if !fresh {
+		return Result{}, errors.New("decide: token nonce already consumed (replay)")
+	}
+	if err := tx.QueueExecution(a.ID); err != nil {
+		return Result{}, err
+	}
+	a.Status, a.DecidedBy, a.Token = core.ApprovalApproved, by, raw
+	r := Result{Updates: []*cards.Card{d.card(a, &core.Execution{Status: core.ExecQueued})}, Toast: "Approved: running it now.", Queued: a.ID}
+	r.note(audit.KindApprovalApproved, map[string]any{"approval": string(a.ID), "by": string(by), "risk": string(a.Risk)})
+	r.note(audit.KindTokenMinted, map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID,
+		"expires_at": tok.Token.ExpiresAt.Format(time.RFC3339)})
+	r.note(audit.KindTokenConsumed, map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID})
+	return r, nil
+}
+
+// open is the card of a request still open, re-sent with a refusal; nil
+// for a decided one.
+func (d *Decider) open(a core.ApprovalRequest) *cards.Card {
+	if !a.Status.Open() {
+		return nil
+	}
+	return d.card(a, nil)
+}
+
+// currentCard renders a decided request with its execution, if any.
+func (d *Decider) currentCard(ctx context.Context, a core.ApprovalRequest) (*cards.Card, error) {
+	if a.Status != core.ApprovalApproved || d.cfg.Executions == nil {
+		return d.card(a, nil), nil
+	}
+	ex, err := d.cfg.Executions.GetExecution(ctx, a.ID)
+	if errors.Is(err, core.ErrNotFound) {
+		return d.card(a, nil), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return d.card(a, &ex), nil
+}
+
+func (d *Decider) card(a core.ApprovalRequest, ex *core.Execution) *cards.Card {
+	return render.Approval(a, ex, d.cfg.Preview)
+}
+
+// MayDecide reports whether who, with trust, may decide a: the identity is
+// listed, or holds a listed role with at least that trust. High risk
+// additionally needs owner trust; external trust decides nothing.
+func MayDecide(a core.ApprovalRequest, who core.IdentityID, trust core.Trust) bool {
+	if trust == core.TrustExternal {
+		return false
+	}
+	if a.Risk.Rank() >= cards.RiskHigh.Rank() && trust != core.TrustOwner {
+		return false
+	}
+	for _, ap := range a.Approvers {
+		switch {
+		case ap == "role:owner" && trust == core.TrustOwner:
+			return true
+		case ap == "role:auth" && (trust == core.TrustAuth || trust == core.TrustOwner):
+			return true
+		case core.IdentityID(ap) == who:
+			return true
+		}
+	}
+	return false
+}

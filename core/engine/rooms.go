@@ -1,0 +1,94 @@
+package engine
+
+import (
+	"context"
+	"errors"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/decide"
+	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/store"
+)
+
+// The decider (core/decide) and the executor (core/execute) are rooms of
+// their own; the engine builds them on its store and calls them: the
+// decider inside a tap's transaction, the executor once a decision that
+// queued an execution committed (and for what a previous process left).
+
+// SandboxChecks adapts a core.Sandbox to the verification runner.
+type SandboxChecks = execute.SandboxChecks
+
+func (e *Engine) buildRooms() error {
+	e.decider = decide.New(decide.Config{Key: e.cfg.Key, TokenTTL: e.cfg.TokenTTL, Preview: e.cfg.OutputPreview, Executions: e.st})
+	x, err := execute.New(execute.Config{
+		Store: execStore{e.st}, Key: e.pub, Sandbox: e.cfg.Sandbox, Verifier: e.cfg.Verifier, Secrets: execSecrets{e},
+		ExecTimeout: e.cfg.ExecTimeout, OutputInlineMax: e.cfg.OutputInlineMax, OutputPreview: e.cfg.OutputPreview,
+		Logger: e.log, Now: e.now, Track: e.runContext, Failpoint: e.failpoint,
+		Claimed: func(id core.ApprovalID) {
+			if h := e.cfg.Hooks.ExecutionStarted; h != nil {
+				h(id)
+			}
+		},
+		Recorded: func(a core.ApprovalRequest, to core.ExecStatus) {
+			e.m.executions.WithLabelValues(string(to)).Inc()
+			e.out.Kick(a.Conversation, 1)
+			e.taskNotice(a.ID)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	e.exec = x
+	return nil
+}
+
+// startExecution runs an approved action in the background; the engine
+// waits for it on shutdown.
+func (e *Engine) startExecution(id core.ApprovalID) {
+	e.work.Add(1)
+	go func() {
+		defer e.work.Done()
+		if e.beforeExecute != nil {
+			e.beforeExecute(id)
+		}
+		e.exec.Run(e.workCtx, id)
+	}()
+}
+
+// resumeExecutions settles executions a previous process left unfinished
+// (execute.Executor.Resume) and starts what is left to run or verify.
+func (e *Engine) resumeExecutions(ctx context.Context) error {
+	work, err := e.exec.Resume(ctx)
+	if err != nil {
+		return err
+	}
+	for _, f := range work {
+		e.work.Add(1)
+		go func() { defer e.work.Done(); f(e.workCtx) }()
+	}
+	return nil
+}
+
+// execStore is the store as the executor uses it.
+type execStore struct{ *store.Store }
+
+func (s execStore) Do(ctx context.Context, op func(ctx context.Context, tx execute.Tx) ([]audit.Entry, error)) error {
+	return s.Store.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) { return op(ctx, tx) })
+}
+
+// execSecrets opens an action's declared secrets for the executor, and
+// asks for the missing ones.
+type execSecrets struct{ e *Engine }
+
+func (s execSecrets) Reveal(ctx context.Context, names []string) (map[string]string, []string, error) {
+	env, values, err := s.e.revealSecrets(ctx, names)
+	if m := (*missingSecretsError)(nil); errors.As(err, &m) {
+		return nil, nil, &execute.MissingSecretsError{Names: m.names}
+	}
+	return env, values, err
+}
+
+func (s execSecrets) AskFor(ctx context.Context, a core.ApprovalRequest, approver core.IdentityID, names []string) bool {
+	return s.e.askForMissingSecrets(ctx, a, approver, names)
+}

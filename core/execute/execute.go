@@ -1,0 +1,556 @@
+// Package execute is the executor: it claims a queued execution through
+// the gate (the recorded decision behind it), runs the approved action in
+// the sandbox, has the result verified and records each transition once.
+// The approval and the execution are read once, when the execution is
+// claimed with the approval row locked, and carried as values from the
+// claim to the verified card (as River's job executor carries its job row
+// from fetch to its reported result); every transition is one
+// compare-and-swap on that carried state, written with its card update and
+// audit entries in one transaction.
+//
+// execute never decides (core/decide does), never runs an action whose gate
+// failed or whose claim did not commit, never runs an execution twice (one
+// claimed and not finished is marked interrupted at the next start, never
+// re-run), never marks work done itself (only the verifier's report does),
+// never puts a secret value anywhere but the sandbox's environment, and
+// never talks to a platform (card updates go through the outbox).
+package execute
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/redact"
+	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/core/verify"
+)
+
+// Tx is the part of a write transaction an execution uses.
+type Tx interface {
+	// GetApproval reads a request and locks its row for the claim.
+	GetApproval(ctx context.Context, id core.ApprovalID) (core.ApprovalRequest, error)
+	// RecordedDecision reads what storage holds of the decision that
+	// consumed a token (the gate).
+	RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []byte, tokenID string) (core.Decision, error)
+	// TransitionExecution is compare-and-swap on an execution's status.
+	TransitionExecution(ctx context.Context, id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate) (bool, error)
+	// QueueOutput stores an execution's full output under ref.
+	QueueOutput(ref string, id core.ApprovalID, content string) error
+	// QueueMessage enqueues a card update for the outbox.
+	QueueMessage(ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage) error
+}
+
+// Store is what the executor needs of storage: write transactions, and the
+// reads of a restart.
+type Store interface {
+	// Do runs op in a write transaction (store.Store.Do).
+	Do(ctx context.Context, op func(ctx context.Context, tx Tx) ([]audit.Entry, error)) error
+	// UnfinishedExecutions lists queued, running and executed executions.
+	UnfinishedExecutions(ctx context.Context) ([]core.Execution, error)
+	// GetApproval reads a request without locking it (to settle an
+	// execution a previous process left).
+	GetApproval(ctx context.Context, id core.ApprovalID) (core.ApprovalRequest, error)
+}
+
+// Secrets opens the secrets an approved action declared, for its sandbox
+// environment only.
+type Secrets interface {
+	// Reveal returns the environment to set and the values (to redact
+	// output with); names not stored: a *MissingSecretsError.
+	Reveal(ctx context.Context, names []string) (env map[string]string, values []string, err error)
+	// AskFor sends a secure-input card for each missing name, on the
+	// approver's behalf; false when it could not.
+	AskFor(ctx context.Context, a core.ApprovalRequest, approver core.IdentityID, names []string) bool
+}
+
+// MissingSecretsError names declared secrets that are not stored.
+type MissingSecretsError struct{ Names []string }
+
+func (m *MissingSecretsError) Error() string {
+	return fmt.Sprintf("secret %s is not stored (send /secret %s first)", strings.Join(m.Names, ", "), m.Names[0])
+}
+
+// OutputRefPrefix starts the ref under which an execution's full output is
+// stored ("out-" + approval id).
+const OutputRefPrefix = "out-"
+
+// Config wires an Executor. Store, Key, Sandbox and Verifier are required.
+type Config struct {
+	Store Store
+	// Key is the gateway's public key: tokens and request signatures
+	// verify against it.
+	Key      ed25519.PublicKey
+	Sandbox  core.Sandbox
+	Verifier *verify.Runner
+	// Secrets opens declared secrets (nil: an action that declares one is
+	// refused).
+	Secrets Secrets
+	// ExecTimeout is the default run time limit (default 60s).
+	ExecTimeout time.Duration
+	// OutputInlineMax is the longest output a card shows whole (default
+	// 10,000 characters); longer output is stored under a ref and the card
+	// shows its first OutputPreview characters (default 2,000).
+	OutputInlineMax int
+	OutputPreview   int
+	Logger          *slog.Logger
+	Now             func() time.Time
+	// Track registers a run so it can be killed (a stopped task): it
+	// returns the run's context, stopped (read after the run: was it
+	// killed that way?) and done. Nil: runs cannot be stopped.
+	Track func(ctx context.Context, id core.ApprovalID) (run context.Context, stopped func() bool, done func())
+	// Claimed runs once a claim committed, before anything is prepared.
+	Claimed func(id core.ApprovalID)
+	// Recorded runs after a transition committed (its card update waits
+	// in the outbox): kick the conversation's lane, count, notify.
+	Recorded func(a core.ApprovalRequest, to core.ExecStatus)
+	// Failpoint, for crash tests: called with "after-approve" before the
+	// claim and "after-execute" once the run's result is recorded.
+	Failpoint func(name string)
+}
+
+// Executor runs approved actions, one Run per execution.
+type Executor struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New checks cfg, fills defaults and builds an Executor.
+func New(cfg Config) (*Executor, error) {
+	if cfg.Store == nil || cfg.Sandbox == nil || cfg.Verifier == nil || len(cfg.Key) != ed25519.PublicKeySize {
+		return nil, errors.New("execute: Store, Key, Sandbox and Verifier are required")
+	}
+	if cfg.ExecTimeout <= 0 {
+		cfg.ExecTimeout = 60 * time.Second
+	}
+	if cfg.OutputInlineMax <= 0 {
+		cfg.OutputInlineMax = 10000
+	}
+	if cfg.OutputPreview <= 0 || cfg.OutputPreview > cfg.OutputInlineMax {
+		cfg.OutputPreview = min(2000, cfg.OutputInlineMax)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Executor{cfg: cfg, log: cfg.Logger}, nil
+}
+
+// execution is one execution from its claim to its last transition: the
+// approval as claimed and the execution as last written, never read again.
+type execution struct {
+	a   core.ApprovalRequest
+	ex  core.Execution
+	act core.Action
+	// approver is the identity the token names (who asked for it to run).
+	approver core.IdentityID
+	log      *slog.Logger
+}
+
+// note is an audit entry of a transition, before the approval id (and the
+// transition's reason, when given) are added.
+type note struct {
+	kind audit.Kind
+	data map[string]any
+	// reason: add the transition's reason to this entry.
+	reason bool
+}
+
+// Run runs one approved action exactly once. Its claim (queued → running)
+// is a compare-and-swap in the transaction that also passes the gate
+// (admit), so a second caller or a restart finds nothing to do, and an
+// execution no recorded decision stands behind goes queued → refused
+// without reaching the sandbox.
+func (x *Executor) Run(ctx context.Context, id core.ApprovalID) {
+	x.failpoint("after-approve")
+	r := x.claim(ctx, id)
+	if r == nil {
+		return
+	}
+	if x.cfg.Claimed != nil {
+		x.cfg.Claimed(id)
+	}
+	x.run(ctx, r)
+}
+
+// claim passes the gate and moves the execution queued → running (or →
+// refused) in one transaction, the approval row locked. It returns the
+// claimed execution, nil when there is nothing to run.
+func (x *Executor) claim(ctx context.Context, id core.ApprovalID) *execution {
+	log := x.log.With(slog.String("approval", string(id)))
+	// The op writes its own variables, read only once Do succeeded.
+	var claimed *execution
+	var refused string
+	var a core.ApprovalRequest
+	err := x.cfg.Store.Do(ctx, func(ctx context.Context, tx Tx) ([]audit.Entry, error) {
+		claimed, refused = nil, ""
+		var err error
+		if a, err = tx.GetApproval(ctx, id); err != nil {
+			return nil, err
+		}
+		tok, act, reason, err := x.admit(ctx, tx, a)
+		if err != nil {
+			return nil, err
+		}
+		r := &execution{a: a, ex: core.Execution{ApprovalID: id, Status: core.ExecQueued}, act: act,
+			approver: core.IdentityID(tok.Token.Approver), log: log}
+		if reason != "" {
+			entries, ok, err := x.transition(ctx, tx, r, core.ExecRefused, core.ExecUpdate{Reason: reason, Done: true},
+				note{kind: audit.KindExecutionRefused, data: map[string]any{}, reason: true})
+			if ok {
+				refused = reason
+			}
+			return entries, err
+		}
+		entries, ok, err := x.transition(ctx, tx, r, core.ExecRunning, core.ExecUpdate{Started: true},
+			note{kind: audit.KindExecutionStarted, data: map[string]any{}})
+		if ok {
+			claimed = r
+		}
+		return entries, err
+	})
+	if err != nil {
+		log.Error("could not start execution; it stays queued and resumes at next start", slog.Any("err", err))
+		return nil
+	}
+	if refused != "" {
+		log.Warn("execution refused before it started", slog.String("reason", refused))
+		x.recorded(a, core.ExecRefused)
+		return nil
+	}
+	if claimed != nil {
+		claimed.ex.Status = core.ExecRunning
+	}
+	return claimed
+}
+
+// run runs a claimed execution and records its result; verification
+// follows.
+func (x *Executor) run(ctx context.Context, r *execution) {
+	refuse := func(reason string) {
+		r.log.Warn("execution refused", slog.String("reason", reason))
+		x.record(ctx, r, core.ExecRefused, core.ExecUpdate{Reason: reason, Done: true},
+			note{kind: audit.KindExecutionRefused, data: map[string]any{}, reason: true})
+	}
+	// The gate passed on this row in the claim's transaction, with the row
+	// locked; what runs is its action, carried, not a later read of the
+	// row — so nothing written to the database after the claim can change
+	// what runs.
+	act := r.act
+	if act.Tool != "shell" {
+		refuse(fmt.Sprintf("no executor for tool %q", act.Tool))
+		return
+	}
+	timeout := x.cfg.ExecTimeout
+	if act.TimeoutSeconds > 0 {
+		timeout = time.Duration(act.TimeoutSeconds) * time.Second
+	}
+	env, values, err := x.reveal(ctx, act.Secrets)
+	var missing *MissingSecretsError
+	if errors.As(err, &missing) && x.cfg.Secrets.AskFor(ctx, r.a, r.approver, missing.Names) {
+		refuse(fmt.Sprintf("secret %s is not stored; a secure-form link to store it was sent — approve the command again once it is stored",
+			strings.Join(missing.Names, ", ")))
+		return
+	}
+	if err != nil {
+		refuse(err.Error())
+		return
+	}
+	runCtx, stopped, runDone := ctx, func() bool { return false }, func() {}
+	if x.cfg.Track != nil {
+		runCtx, stopped, runDone = x.cfg.Track(ctx, r.a.ID)
+	}
+	res, err := x.cfg.Sandbox.Run(runCtx, core.ExecRequest{Argv: act.Argv, Env: env, Timeout: timeout, Network: act.Network})
+	runDone()
+	if stopped() {
+		// Killed because its task was stopped: whatever it did so far
+		// stands, nothing of it is verified, and it is never run again.
+		x.record(ctx, r, core.ExecInterrupted, core.ExecUpdate{Reason: "stopped with its task; the program was killed", Done: true},
+			note{kind: audit.KindExecutionInterrupted, data: map[string]any{}, reason: true})
+		return
+	}
+	if len(values) > 0 {
+		// Before the output goes anywhere (storage, verification, chat,
+		// audit), any secret value it contains is replaced.
+		res.Stdout = []byte(redact.RedactValues(string(res.Stdout), values))
+		res.Stderr = []byte(redact.RedactValues(string(res.Stderr), values))
+	}
+	if err != nil {
+		if errors.Is(err, core.ErrIsolationUnavailable) {
+			refuse("the sandbox cannot provide the isolation this action requires (network off); nothing was run")
+			return
+		}
+		if ctx.Err() != nil {
+			// Shutting down mid-run: leave it "running"; the next start marks
+			// it interrupted rather than running it twice.
+			return
+		}
+		refuse("could not start: " + err.Error())
+		return
+	}
+	rec := &core.ExecRecord{
+		ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr), Truncated: res.Truncated,
+		TimedOut: res.TimedOut, DurationMS: res.Duration.Milliseconds(), Dir: res.Dir, Isolation: res.Isolation,
+	}
+	// Output of an action that received a secret is always stored, never
+	// pasted on the card: it is shown (redacted) only on request.
+	if n := len([]rune(fullOutput(rec))); n > x.cfg.OutputInlineMax || len(act.Secrets) > 0 && n > 0 {
+		rec.OutputRef = OutputRefPrefix + string(r.a.ID)
+	}
+	data := map[string]any{"exit_code": res.ExitCode, "duration_ms": rec.DurationMS, "timed_out": res.TimedOut, "isolation": res.Isolation}
+	if len(act.Secrets) > 0 {
+		data["secrets"] = act.Secrets // the use of a secret is audited by name
+	}
+	finished := note{kind: audit.KindExecutionFinished, data: data}
+	if !runsChecks(act.Verify) {
+		// Every check judges the recorded result itself (exit code,
+		// output, files of the work directory): verifying takes no process
+		// and no time worth a durable stop on the way, so the result and
+		// its verdict are written together — one transaction instead of
+		// two, and a crash before it leaves the run "running", marked
+		// interrupted at the next start, as a crash before an "executed"
+		// record would.
+		to, u, verdict := x.verdict(ctx, r.act, rec)
+		u.Result, u.Done = rec, true
+		if x.record(ctx, r, to, u, finished, verdict) {
+			x.failpoint("after-execute")
+		}
+		return
+	}
+	// A check runs a program of its own: the result is recorded first, so
+	// a crash while the checks run still verifies it at the next start.
+	if !x.record(ctx, r, core.ExecExecuted, core.ExecUpdate{Result: rec, Done: true}, finished) {
+		return
+	}
+	x.failpoint("after-execute")
+	x.verify(ctx, r)
+}
+
+// runsChecks reports whether a check runs a program of its own.
+func runsChecks(checks []verify.Check) bool {
+	return slices.ContainsFunc(checks, func(c verify.Check) bool { return len(c.Run) > 0 })
+}
+
+// verify runs the action's checks outside the executor and moves an
+// executed execution to verified or failed. Only this marks work done.
+func (x *Executor) verify(ctx context.Context, r *execution) {
+	if r.ex.Result == nil {
+		r.log.Error("verification: the execution has no recorded result")
+		return
+	}
+	to, u, verdict := x.verdict(ctx, r.act, r.ex.Result)
+	x.record(ctx, r, to, u, verdict)
+}
+
+// verdict runs the checks on a recorded result: the status it leads to,
+// the update that records it and its audit entry.
+func (x *Executor) verdict(ctx context.Context, act core.Action, rec *core.ExecRecord) (core.ExecStatus, core.ExecUpdate, note) {
+	report := x.cfg.Verifier.Run(ctx, act.Verify, verify.Evidence{
+		ExitCode: rec.ExitCode, Stdout: []byte(rec.Stdout), TimedOut: rec.TimedOut, Dir: rec.Dir,
+	})
+	raw, _ := json.Marshal(report)
+	to, kind := core.ExecVerified, audit.KindVerificationPassed
+	summary := report.Summary()
+	reason := fmt.Sprintf("ran %s; verified: %s", formatMS(rec.DurationMS), summary)
+	if !report.AllPassed {
+		to, kind = core.ExecFailed, audit.KindVerificationFailed
+		reason = fmt.Sprintf("ran %s; not verified: %s", formatMS(rec.DurationMS), summary)
+	}
+	return to, core.ExecUpdate{Report: raw, Reason: reason},
+		note{kind: kind, data: map[string]any{"summary": summary, "all_passed": report.AllPassed}, reason: true}
+}
+
+// record writes one transition of r in a transaction of its own and, once
+// committed, carries the new state in r. It reports whether the transition
+// was applied (false: the row had left r's status, or the write failed —
+// logged; the execution resumes from its row at the next start).
+func (x *Executor) record(ctx context.Context, r *execution, to core.ExecStatus, u core.ExecUpdate, notes ...note) bool {
+	var applied bool
+	err := x.cfg.Store.Do(ctx, func(ctx context.Context, tx Tx) ([]audit.Entry, error) {
+		entries, ok, err := x.transition(ctx, tx, r, to, u, notes...)
+		applied = ok
+		return entries, err
+	})
+	if err != nil {
+		r.log.Error("could not record the execution's transition", slog.String("to", string(to)), slog.Any("err", err))
+		return false
+	}
+	if !applied {
+		return false
+	}
+	r.ex = after(r.ex, to, u)
+	x.recorded(r.a, to)
+	return true
+}
+
+// transition moves r's execution from its carried status to to in tx,
+// stores long output, enqueues the card update that shows the new state
+// (but for the claim) and returns the audit entries. r itself is not changed (the transaction
+// may be retried).
+func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.ExecStatus, u core.ExecUpdate, notes ...note) ([]audit.Entry, bool, error) {
+	id := r.a.ID
+	ok, err := tx.TransitionExecution(ctx, id, r.ex.Status, to, u)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	if u.Result != nil && u.Result.OutputRef != "" {
+		if err := tx.QueueOutput(u.Result.OutputRef, id, fullOutput(u.Result)); err != nil {
+			return nil, false, err
+		}
+	}
+	// The claim shows nothing new: the decision's card already says
+	// "running…" (a queued and a running execution look the same).
+	if to != core.ExecRunning {
+		ex := after(r.ex, to, u)
+		c := render.Approval(r.a, &ex, x.cfg.OutputPreview)
+		if err := tx.QueueMessage(r.a.Channel, core.OpUpdate, string(id), core.OutMessage{Conversation: r.a.Conversation, Card: c}); err != nil {
+			return nil, false, err
+		}
+	}
+	entries := make([]audit.Entry, 0, len(notes))
+	for _, n := range notes {
+		data := make(map[string]any, len(n.data)+2)
+		for k, v := range n.data {
+			data[k] = v
+		}
+		data["approval"] = string(id)
+		if n.reason && u.Reason != "" {
+			data["reason"] = u.Reason
+		}
+		entries = append(entries, audit.Entry{Kind: n.kind, Actor: "silas", Conversation: string(r.a.Conversation), Data: data})
+	}
+	return entries, true, nil
+}
+
+// after is ex once a transition to to with u is written: the store keeps
+// what u leaves unset (COALESCE), so does this.
+func after(ex core.Execution, to core.ExecStatus, u core.ExecUpdate) core.Execution {
+	ex.Status = to
+	if u.Result != nil {
+		ex.Result = u.Result
+	}
+	if len(u.Report) > 0 {
+		ex.Report = u.Report
+	}
+	if u.Reason != "" {
+		ex.Reason = u.Reason
+	}
+	return ex
+}
+
+// Resume settles the executions a previous process left unfinished:
+// running ones become interrupted — they may have had effects, so they are
+// never run a second time. It returns the work to start: queued ones run
+// (through the same gate), executed ones are verified and reported.
+func (x *Executor) Resume(ctx context.Context) ([]func(context.Context), error) {
+	list, err := x.cfg.Store.UnfinishedExecutions(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("execute: resume executions: %w", err)
+	}
+	var work []func(context.Context)
+	for _, ex := range list {
+		id := ex.ApprovalID
+		log := x.log.With(slog.String("approval", string(id)))
+		switch ex.Status {
+		case core.ExecQueued:
+			log.Info("resuming queued execution")
+			work = append(work, func(ctx context.Context) { x.Run(ctx, id) })
+		case core.ExecExecuted:
+			log.Info("resuming verification")
+			work = append(work, func(ctx context.Context) {
+				if r, err := x.resumed(ctx, ex, log); err != nil {
+					log.Error("verification: load approval", slog.Any("err", err))
+				} else {
+					x.verify(ctx, r)
+				}
+			})
+		case core.ExecRunning:
+			log.Warn("execution was running when the gateway stopped; marking it interrupted")
+			r, err := x.resumed(ctx, ex, log)
+			if err != nil {
+				return nil, fmt.Errorf("execute: resume %s: %w", id, err)
+			}
+			x.record(ctx, r, core.ExecInterrupted, core.ExecUpdate{Reason: "interrupted by restart", Done: true},
+				note{kind: audit.KindExecutionInterrupted, data: map[string]any{}, reason: true})
+		}
+	}
+	return work, nil
+}
+
+// resumed is an execution a previous process left, with its approval.
+func (x *Executor) resumed(ctx context.Context, ex core.Execution, log *slog.Logger) (*execution, error) {
+	a, err := x.cfg.Store.GetApproval(ctx, ex.ApprovalID)
+	if err != nil {
+		return nil, err
+	}
+	r := &execution{a: a, ex: ex, log: log}
+	if ex.Status == core.ExecExecuted {
+		if err := json.Unmarshal(a.ActionCanonical, &r.act); err != nil {
+			return nil, fmt.Errorf("decode action: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// reveal opens the declared secrets.
+func (x *Executor) reveal(ctx context.Context, names []string) (map[string]string, []string, error) {
+	if len(names) == 0 {
+		return nil, nil, nil
+	}
+	if x.cfg.Secrets == nil {
+		return nil, nil, errors.New("secrets are not enabled on this gateway")
+	}
+	return x.cfg.Secrets.Reveal(ctx, names)
+}
+
+func (x *Executor) recorded(a core.ApprovalRequest, to core.ExecStatus) {
+	if x.cfg.Recorded != nil {
+		x.cfg.Recorded(a, to)
+	}
+}
+
+func (x *Executor) failpoint(name string) {
+	if x.cfg.Failpoint != nil {
+		x.cfg.Failpoint(name)
+	}
+}
+
+func fullOutput(r *core.ExecRecord) string {
+	if r.Stderr == "" {
+		return r.Stdout
+	}
+	return r.Stdout + "\n--- stderr ---\n" + r.Stderr
+}
+
+func formatMS(ms int64) string {
+	if ms < 1000 {
+		return fmt.Sprintf("%d ms", ms)
+	}
+	return fmt.Sprintf("%.1f s", float64(ms)/1000)
+}
+
+// SandboxChecks adapts a core.Sandbox to the verification runner: each
+// check runs as a separate sandboxed process, without network or secrets.
+type SandboxChecks struct{ Sandbox core.Sandbox }
+
+// RunCheck implements verify.CommandRunner.
+func (s SandboxChecks) RunCheck(ctx context.Context, argv []string, dir string, timeout time.Duration) (int, []byte, error) {
+	res, err := s.Sandbox.Run(ctx, core.ExecRequest{Argv: argv, Dir: dir, Timeout: timeout})
+	if err != nil {
+		return -1, nil, err
+	}
+	if res.TimedOut {
+		return -1, res.Stdout, context.DeadlineExceeded
+	}
+	return res.ExitCode, res.Stdout, nil
+}
