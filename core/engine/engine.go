@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/access"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/background"
 	"github.com/silas-gateway/silas/core/commands"
@@ -165,6 +166,7 @@ type Engine struct {
 	out      *outbox.Outbox
 	m        *metrics
 	cmds     *commands.Table
+	access   *access.Access
 	secure   *secureinput.Requests
 
 	mu       sync.Mutex
@@ -211,11 +213,6 @@ func New(cfg Config) (*Engine, error) {
 		sem:      make(chan struct{}, cfg.Workers),
 		ready:    make(chan struct{}),
 	}
-	for ch, p := range cfg.Access {
-		if !p.Valid() {
-			return nil, fmt.Errorf("engine: channel %q: unknown access policy %q", ch, p)
-		}
-	}
 	for _, ch := range cfg.Channels {
 		if _, dup := e.channels[ch.Name()]; dup {
 			return nil, fmt.Errorf("engine: channel %q configured twice", ch.Name())
@@ -227,6 +224,10 @@ func New(cfg Config) (*Engine, error) {
 	e.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: e.channels, Logger: cfg.Logger, Now: cfg.Now, After: cfg.OutboxAfter,
 		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: e.m.outbox})
 	var err error
+	if e.access, err = access.New(access.Config{Policies: cfg.Access, Owners: cfg.Owners, Book: e.trust, Channels: e.channels, Key: cfg.Key,
+		Store: cfg.Store, Outbox: e.out, Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	if cfg.Tasks != nil {
 		tc := *cfg.Tasks
 		if tc.Store == nil {
