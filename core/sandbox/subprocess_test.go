@@ -668,6 +668,22 @@ func TestRunAs(t *testing.T) {
 	if err != nil {
 		t.Skip("no user nobody")
 	}
+	// The gateway has a supplementary group the program must not keep
+	// (a root started from a shell or a container often has none, and
+	// then dropping them is not seen). Setgroups applies to every thread
+	// of this test binary, so it is put back after.
+	old, err := syscall.Getgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setgroups(append(old, 4242)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Setgroups(old); err != nil {
+			t.Errorf("restore supplementary groups: %v", err)
+		}
+	})
 	// Default (empty RunAs) and explicit: both nobody. The data dir stays
 	// 0700: the program never walks its path.
 	for _, runAs := range []string{"", "nobody"} {
