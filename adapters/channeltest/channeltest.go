@@ -1,6 +1,7 @@
 // Package channeltest is the conformance suite every channel adapter
 // passes: one set of scenarios — a reply, a card decided by a tap and edited
-// in place, a replayed tap, a refused tap, an expired card, the text
+// in place, a tap answered exactly once with the card, a replayed tap, a
+// refused tap, an expired card, the text
 // fallback, a burst across an abrupt restart, a 429 storm, a secure-input
 // link, an oversized reply, a restart in the middle of an execution — run
 // through the real engine (wired as `silas serve` wires it) on a real
@@ -156,6 +157,14 @@ type Platform interface {
 	// MaxTextLen is the platform's limit of one message's text in
 	// characters; 0 for none.
 	MaxTextLen() int
+	// TapAnswers counts the answers the platform received to person r's
+	// taps, each answer that carries a notice counted once however it came
+	// (a toast, an interaction's ephemeral response or follow-up, an
+	// ephemeral message, a tap_result), and every attempt counted, also
+	// one the platform refused as answered already. ok is false on a
+	// platform where a tap has no answer of its own (WhatsApp: the card's
+	// edit and, for a refusal, a message are what a tapper sees).
+	TapAnswers(t testing.TB, r Role) (n int, ok bool)
 }
 
 // Factory builds the platform of one scenario, or returns a reason to skip

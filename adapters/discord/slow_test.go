@@ -11,25 +11,28 @@ import (
 	"github.com/silas-gateway/silas/core"
 )
 
-// slowInbox stores nothing and takes its time, as a database under load.
+// slowInbox stores nothing and does not return until released, as a
+// database that is stuck.
 type slowInbox struct {
-	delay time.Duration
-	n     atomic.Int64
+	release chan struct{}
+	n       atomic.Int64
 }
 
 func (s *slowInbox) Deliver(ctx context.Context, _ core.Turn) (core.DeliverResult, error) {
 	s.n.Add(1)
 	select {
-	case <-time.After(s.delay):
+	case <-s.release:
 	case <-ctx.Done():
 	}
 	return core.DeliverResult{}, nil
 }
 
-// TestInteractionsAnsweredWithin3s: with a core that takes 4 s to store a
-// turn, a slash command and a tap are still answered within Discord's 3 s
-// (the fake refuses and records a later answer): the command with its
-// visible record, the tap with a deferred update.
+// TestInteractionsAnsweredWithin3s: with a core that has not stored either
+// turn yet, a slash command and a tap are answered anyway, within
+// Discord's 3 s (the fake refuses and records a later answer): the command
+// with its visible record, the tap with a deferred update. No wall-clock
+// bound of the test's own: both answers must arrive while both deliveries
+// are still blocked, however long the machine takes.
 func TestInteractionsAnsweredWithin3s(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.NewServer(t)
@@ -37,7 +40,7 @@ func TestInteractionsAnsweredWithin3s(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := &slowInbox{delay: 4 * time.Second}
+	in := &slowInbox{release: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = a.Run(ctx, in) }()
@@ -52,11 +55,16 @@ func TestInteractionsAnsweredWithin3s(t *testing.T) {
 	cmd := srv.Command(user, dm, "run", [2]string{"command", "echo slow"})
 	card := discordtest.Message{ID: "1200000000000000500", ChannelID: dm}
 	tap := srv.Tap(user, card, "c:dqkc53c53bi4vzkowpdi4w34xm:approve")
-	time.Sleep(5 * time.Second) // past the slow store
 	got := map[string]discordtest.Callback{}
-	for _, c := range srv.Callbacks() {
-		got[c.Interaction] = c
+	for deadline := time.Now().Add(30 * time.Second); len(got) < 2 || in.n.Load() < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("answers %v with %d deliveries blocked; want both interactions answered", got, in.n.Load())
+		}
+		for _, c := range srv.Callbacks() {
+			got[c.Interaction] = c
+		}
 	}
+	close(in.release) // only now may the store finish
 	if c, ok := got[cmd]; !ok || c.Type != 4 || !strings.Contains(c.Data["content"].(string), "/run echo slow") {
 		t.Errorf("slash command answered %+v (%v); want its record (type 4)", c, ok)
 	}
@@ -65,9 +73,6 @@ func TestInteractionsAnsweredWithin3s(t *testing.T) {
 	}
 	if v := srv.Violations(); len(v) > 0 {
 		t.Errorf("violations: %q", v)
-	}
-	if u := srv.Unanswered(3 * time.Second); len(u) > 0 {
-		t.Errorf("unanswered interactions: %v", u)
 	}
 	if in.n.Load() != 2 {
 		t.Errorf("deliveries = %d; want 2", in.n.Load())

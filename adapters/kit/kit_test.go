@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -107,43 +108,48 @@ func TestSplitsResumeAfterAFailure(t *testing.T) {
 	}
 }
 
-func TestPendingTaps(t *testing.T) {
-	now := time.Unix(1_800_000_000, 0)
-	p := NewPendingTaps[string](func() time.Time { return now })
-	p.Add("u1", "q1")
-	now = now.Add(5 * time.Second)
-	p.Add("u2", "q2")
-	if due := p.Due(8 * time.Second); len(due) != 0 {
-		t.Fatalf("due early: %v", due)
-	}
-	now = now.Add(4 * time.Second)
-	if due := p.Due(8 * time.Second); fmt.Sprint(due) != "[q1]" {
-		t.Fatalf("due = %v; want [q1]", due)
-	}
-	if q, ok := p.Take("u2"); !ok || q != "q2" {
-		t.Fatalf("Take = %q %v", q, ok)
-	}
-	if _, ok := p.Take("u2"); ok || p.Len() != 0 {
-		t.Fatal("a tap was answered twice")
-	}
-}
-
+// TestJanitorStopsWithContext: the janitor sweeps on every tick (not once),
+// hands each sweep its context, never returns in the middle of a sweep,
+// and returns once its context ends — a failure message, not a hang, when
+// it does not.
 func TestJanitorStopsWithContext(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	swept := make(chan struct{}, 1)
-	done := make(chan struct{})
+	type key struct{}
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "janitor"))
+	var sweeps atomic.Int64
+	var foreign atomic.Bool
+	third, release, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
-		Janitor(ctx, time.Millisecond, func(context.Context) {
-			select {
-			case swept <- struct{}{}:
-			default:
+		defer close(done)
+		Janitor(ctx, time.Millisecond, func(c context.Context) {
+			if c.Value(key{}) != "janitor" {
+				foreign.Store(true)
+			}
+			if sweeps.Add(1) == 3 {
+				close(third)
+				<-release
 			}
 		})
-		close(done)
 	}()
-	<-swept
+	select {
+	case <-third:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d sweeps; want one on every tick", sweeps.Load())
+	}
 	cancel()
-	<-done
+	select {
+	case <-done:
+		t.Fatal("the janitor returned while its sweep was still running")
+	default:
+	}
+	close(release)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the janitor did not return after its context ended")
+	}
+	if foreign.Load() {
+		t.Error("a sweep got a context other than the janitor's")
+	}
 }
 
 func TestBackoff(t *testing.T) {

@@ -46,7 +46,7 @@ func auditHeadPath(cfg *config.Config) string {
 
 // newCheckpointer loads (or creates) the audit key and returns serve's
 // checkpointer.
-func newCheckpointer(ctx context.Context, cfg *config.Config, st *store.Store, log *slog.Logger) (*store.Checkpointer, error) {
+func newCheckpointer(ctx context.Context, cfg *config.Config, st *store.Store, log *slog.Logger) (*audit.Checkpointer, error) {
 	key, created, err := audit.LoadOrCreateKey(auditKeyPath(cfg), auditPubPath(cfg))
 	if err != nil {
 		return nil, err
@@ -56,12 +56,12 @@ func newCheckpointer(ctx context.Context, cfg *config.Config, st *store.Store, l
 		log.Warn("created the audit signing key: back it up offline, apart from the database",
 			slog.String("path", auditKeyPath(cfg)), slog.String("public_key", auditPubPath(cfg)), slog.String("key_id", id))
 	}
-	return st.NewCheckpointer(ctx, store.CheckpointOptions{Key: key, HeadFile: auditHeadPath(cfg),
+	return audit.NewCheckpointer(ctx, st, audit.CheckpointOptions{Key: key, HeadFile: auditHeadPath(cfg),
 		Entries: int64(cfg.Audit.CheckpointEntries), Interval: cfg.Audit.CheckpointInterval.Duration, Logger: log})
 }
 
 // finalCheckpoint signs the newest entry at a graceful stop.
-func finalCheckpoint(cp *store.Checkpointer, log *slog.Logger) {
+func finalCheckpoint(cp *audit.Checkpointer, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := cp.Checkpoint(ctx)

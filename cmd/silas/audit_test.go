@@ -200,7 +200,7 @@ func TestAuditVerifyCheckpointsCLI(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cp, err := st.NewCheckpointer(t.Context(), store.CheckpointOptions{Key: key, HeadFile: filepath.Join(dataDir, "audit", "head.log")})
+			cp, err := audit.NewCheckpointer(t.Context(), st, audit.CheckpointOptions{Key: key, HeadFile: filepath.Join(dataDir, "audit", "head.log")})
 			if err != nil {
 				t.Fatal(err)
 			}

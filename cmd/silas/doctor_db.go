@@ -66,6 +66,7 @@ func doctorDatabase(ctx context.Context, env *cliEnv, cfg *config.Config) int {
 	if ok {
 		out("✓", "database", "the gateway's role %s can only read and append the audit log", r.User)
 	}
+	doctorRiver(ctx, db.store, out)
 	return 0
 }
 

@@ -157,7 +157,7 @@ func cmdSecretsWeb(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	// *store.Store fulfils requests on its own: value, request status and
 	// audit entry commit together, but no chat card update is enqueued
-	// (that is the engine's part of FulfillSecret).
+	// (that is core/secureinput's part of FulfillSecret).
 	form, err := newSecretsWebForm(cfg, db.store, sealer, log)
 	if err != nil {
 		return err

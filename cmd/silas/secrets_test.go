@@ -24,6 +24,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -33,6 +34,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -60,16 +62,46 @@ const (
 	credentialNotice = "I removed what looked like a credential"
 )
 
-// freePort returns a loopback port nobody listens on right now.
+// freePort returns a loopback port for the secure form, which must know
+// its address (the card's link) before serve starts, so it cannot listen
+// on :0 itself. A port from :0 would be a kernel ephemeral port: between
+// this probe and serve's bind, any other test's :0 listener or outgoing
+// connection could take it. So the port comes from below the ephemeral
+// range (ip_local_port_range), which the kernel never hands out, and no
+// port is handed out twice in this process.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 2048 {
+				low = n
+			}
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	freePorts.mu.Lock()
+	defer freePorts.mu.Unlock()
+	for range 1000 {
+		port := low/2 + mrand.IntN(low/2)
+		if freePorts.given[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // someone's: try another
+		}
+		ln.Close()
+		freePorts.given[port] = true
+		return port
+	}
+	t.Fatal("no free loopback port below the ephemeral range")
+	return 0
 }
+
+var freePorts = struct {
+	mu    sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
 
 // secretsWebEnv enables the secure form (self-signed, loopback) on a free
 // port and returns the extra environment and the form's base URL.

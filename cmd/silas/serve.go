@@ -295,14 +295,15 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 			errc <- err
 		}
 	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		checkpoints.Run(runCtx)
-	}()
 	select {
 	case <-eng.Ready():
 	case err := <-errc:
+		cancel()
+		wg.Wait()
+		return err
+	}
+	room, err := startBackground(ctx, db.store, eng, checkpoints, log)
+	if err != nil {
 		cancel()
 		wg.Wait()
 		return err
@@ -353,9 +354,10 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	scancel()
 	cancel()
 	wg.Wait()
-	// Everything that appends has stopped: sign the newest entry, so that
-	// deleting rows from the end of the log is caught too.
-	finalCheckpoint(checkpoints, log)
+	// Everything else that appends has stopped: the room's jobs finish,
+	// then it signs the newest entry, so that deleting rows from the end
+	// of the log is caught too.
+	stopBackground(room, log)
 	log.Info("stopped")
 	return runErr
 }
@@ -389,5 +391,5 @@ func httpLimits(cfg *config.Config) httpserve.Limits {
 	h := cfg.HTTP
 	return httpserve.Limits{ReadHeaderTimeout: h.ReadHeaderTimeout.Duration, ReadTimeout: h.ReadTimeout.Duration,
 		WriteTimeout: h.WriteTimeout.Duration, IdleTimeout: h.IdleTimeout.Duration, MaxHeaderBytes: h.MaxHeaderBytes,
-		MaxConns: h.MaxConnections}
+		MaxConns: h.MaxConnections, MaxConnsPerClient: h.MaxConnectionsPerClient}
 }

@@ -92,15 +92,17 @@ func TestSlackSIGKILLBurst(t *testing.T) {
 			got += len(srv.Messages(dm(u)))
 		}
 		pending := dbCount(t, dsn, `SELECT count(*) FROM outbox WHERE status = 'pending'`)
-		if got >= total && srv.Pending() == 0 && pending == 0 && stored() == total {
+		pendingTurns := dbCount(t, dsn, `SELECT count(*) FROM turns WHERE status = 'pending'`)
+		// Every event acknowledged (none comes again), every turn handled,
+		// every job sent: no late double can come after this.
+		if got >= total && srv.Pending() == 0 && pending == 0 && pendingTurns == 0 && stored() == total {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d replies, %d events unacknowledged, %d jobs pending, %d turns\n%s", got, total, srv.Pending(), pending, stored(), s.logs.String())
+			t.Fatalf("%d of %d replies, %d events unacknowledged, %d jobs and %d turns pending, %d turns\n%s", got, total, srv.Pending(), pending, pendingTurns, stored(), s.logs.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(time.Second)
 	if n := stored(); n != total {
 		t.Errorf("turns = %d, want %d", n, total)
 	}

@@ -80,15 +80,17 @@ func TestTelegramSIGKILLBurst(t *testing.T) {
 			got += len(srv.Messages(u.ID))
 		}
 		pendingJobs := dbCount(t, dsn, `SELECT count(*) FROM outbox WHERE status = 'pending'`)
-		if got >= total && srv.Pending() == 0 && pendingJobs == 0 {
+		pendingTurns := dbCount(t, dsn, `SELECT count(*) FROM turns WHERE status = 'pending'`)
+		// Every update confirmed (none comes again), every turn handled,
+		// every job sent: no late double can come after this.
+		if got >= total && srv.Pending() == 0 && pendingJobs == 0 && pendingTurns == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d replies, %d updates unconfirmed, %d jobs pending\n%s", got, total, srv.Pending(), pendingJobs, s.logs.String())
+			t.Fatalf("%d of %d replies, %d updates unconfirmed, %d jobs and %d turns pending\n%s", got, total, srv.Pending(), pendingJobs, pendingTurns, s.logs.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(time.Second) // a late double would show up now
 
 	// Exactly once: every update is one turn, answered once.
 	if n := stored(); n != total {

@@ -23,7 +23,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/access"
 	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/background"
 	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/execute"
@@ -164,6 +166,7 @@ type Engine struct {
 	out      *outbox.Outbox
 	m        *metrics
 	cmds     *commands.Table
+	access   *access.Access
 	secure   *secureinput.Requests
 
 	mu       sync.Mutex
@@ -210,11 +213,6 @@ func New(cfg Config) (*Engine, error) {
 		sem:      make(chan struct{}, cfg.Workers),
 		ready:    make(chan struct{}),
 	}
-	for ch, p := range cfg.Access {
-		if !p.Valid() {
-			return nil, fmt.Errorf("engine: channel %q: unknown access policy %q", ch, p)
-		}
-	}
 	for _, ch := range cfg.Channels {
 		if _, dup := e.channels[ch.Name()]; dup {
 			return nil, fmt.Errorf("engine: channel %q configured twice", ch.Name())
@@ -226,6 +224,10 @@ func New(cfg Config) (*Engine, error) {
 	e.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: e.channels, Logger: cfg.Logger, Now: cfg.Now, After: cfg.OutboxAfter,
 		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: e.m.outbox})
 	var err error
+	if e.access, err = access.New(access.Config{Policies: cfg.Access, Owners: cfg.Owners, Book: e.trust, Channels: e.channels, Key: cfg.Key,
+		Store: cfg.Store, Outbox: e.out, Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	if cfg.Tasks != nil {
 		tc := *cfg.Tasks
 		if tc.Store == nil {
@@ -271,8 +273,8 @@ func (e *Engine) SecureInput() *secureinput.Requests { return e.secure }
 func (e *Engine) Ready() <-chan struct{} { return e.ready }
 
 // Run resumes unfinished work (pending turns, queued or unverified
-// executions, undelivered messages), then runs the outbox and expiry loops
-// until ctx ends. On return, in-flight turns and executions have finished
+// executions, undelivered messages), then runs the outbox's lanes until
+// ctx ends (the periodic work is Maintenance's, run elsewhere). On return, in-flight turns and executions have finished
 // or, if grace ran out, were left resumable.
 func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	turns, err := e.st.PendingTurns(ctx)
@@ -296,13 +298,8 @@ func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	close(e.ready)
 
 	var loops sync.WaitGroup
-	loops.Add(2)
+	loops.Add(1)
 	go func() { defer loops.Done(); e.out.Run(ctx) }()
-	go func() { defer loops.Done(); e.out.RunExpiry(ctx) }()
-	if e.tasks != nil {
-		loops.Add(1)
-		go func() { defer loops.Done(); e.tasks.Sweep(ctx) }()
-	}
 	<-ctx.Done()
 
 	e.mu.Lock()
@@ -329,6 +326,21 @@ func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	e.stopWork()
 	loops.Wait()
 	return nil
+}
+
+// Maintenance is the engine's periodic work, for the background room
+// (core/background) to run: card expiry, the outbox's recovery scan and,
+// with a task runtime, the task sweep. Each is safe to run on any process
+// of the database, twice or late.
+func (e *Engine) Maintenance() []background.Periodic {
+	jobs := []background.Periodic{
+		{Name: "card_expiry", Every: outbox.ExpiryEvery, Run: e.out.Expire},
+		{Name: "outbox_scan", Every: outbox.ScanEvery, Run: e.out.Scan},
+	}
+	if e.tasks != nil {
+		jobs = append(jobs, background.Periodic{Name: "task_sweep", Every: e.tasks.SweepEvery(), Run: e.tasks.Resume})
+	}
+	return jobs
 }
 
 // ErrShuttingDown is returned by Deliver during shutdown; adapters must not

@@ -6,6 +6,7 @@ import (
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/access"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/decide"
@@ -16,7 +17,10 @@ import (
 // table (commands.Out) and the task runtime (tasks.Out). What they write
 // commits with the turn, in the order the outcome sends it.
 
-var _ commands.Out = (*outcome)(nil)
+var (
+	_ commands.Out = (*outcome)(nil)
+	_ access.Out   = (*outcome)(nil)
+)
 
 func (o *outcome) Reply(format string, a ...any) {
 	o.replies = append(o.replies, fmt.Sprintf(format, a...))
@@ -26,6 +30,11 @@ func (o *outcome) Update(c *cards.Card)                      { o.updates = appen
 func (o *outcome) Audit(entries ...audit.Entry)              { o.audit = append(o.audit, entries...) }
 func (o *outcome) After(f func())                            { o.after = append(o.after, f) }
 func (o *outcome) Note(kind audit.Kind, data map[string]any) { o.note(kind, data) }
+
+// SendTo queues a message to another conversation of the turn's channel.
+func (o *outcome) SendTo(conv core.ConversationID, key string, m core.OutMessage) {
+	o.sends = append(o.sends, pendingSend{conv: conv, key: key, msg: m})
+}
 
 // Write sets what runs inside the turn's transaction.
 func (o *outcome) Write(f func(ctx context.Context, tx *store.Tx, out commands.Out) error) {

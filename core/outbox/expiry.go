@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -12,43 +13,39 @@ import (
 	"github.com/silas-gateway/silas/core/store"
 )
 
-// RunExpiry closes approval cards whose time ran out, so an old card shows
-// "expired" instead of buttons that would only be refused.
-func (ob *Outbox) RunExpiry(ctx context.Context) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		ob.expireSecretRequests(ctx)
-		list, err := ob.st.ExpiredApprovals(ctx, ob.now(), 100)
-		if err != nil {
-			if ctx.Err() == nil {
-				ob.log.Error("expiry: listing failed", slog.Any("err", err))
-			}
-			continue
-		}
-		for _, a := range list {
-			err := ob.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
-				ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}, core.ApprovalExpired, "", nil)
-				if err != nil || !ok {
-					return nil, err
-				}
-				a.Status = core.ApprovalExpired
-				if err := tx.QueueMessage(a.Channel, core.OpUpdate, string(a.ID), core.OutMessage{Conversation: a.Conversation, Card: render.Approval(a, nil, 0)}); err != nil {
-					return nil, err
-				}
-				return []audit.Entry{{Kind: audit.KindApprovalExpired, Actor: "silas", Conversation: string(a.Conversation), Data: map[string]any{"approval": string(a.ID)}}}, nil
-			})
-			if err != nil && ctx.Err() == nil {
-				ob.log.Error("expiry: could not expire approval", slog.String("approval", string(a.ID)), slog.Any("err", err))
-			}
-			ob.Kick(a.Conversation, -1)
-		}
+// ExpiryEvery is how often Expire should run: a card shows "expired" at
+// most this long after its time ran out.
+const ExpiryEvery = 5 * time.Second
+
+// Expire closes approval cards whose time ran out, so an old card shows
+// "expired" instead of buttons that would only be refused, and secure-form
+// cards whose link expired unused. Each card is closed by compare-and-swap
+// in its own transaction, so a second run (another process, or a retry)
+// closes nothing twice. The background room runs it every ExpiryEvery.
+func (ob *Outbox) Expire(ctx context.Context) error {
+	ob.expireSecretRequests(ctx)
+	list, err := ob.st.ExpiredApprovals(ctx, ob.now(), 100)
+	if err != nil {
+		return fmt.Errorf("outbox: expiry: listing: %w", err)
 	}
+	for _, a := range list {
+		err := ob.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}, core.ApprovalExpired, "", nil)
+			if err != nil || !ok {
+				return nil, err
+			}
+			a.Status = core.ApprovalExpired
+			if err := tx.QueueMessage(a.Channel, core.OpUpdate, string(a.ID), core.OutMessage{Conversation: a.Conversation, Card: render.Approval(a, nil, 0)}); err != nil {
+				return nil, err
+			}
+			return []audit.Entry{{Kind: audit.KindApprovalExpired, Actor: "silas", Conversation: string(a.Conversation), Data: map[string]any{"approval": string(a.ID)}}}, nil
+		})
+		if err != nil && ctx.Err() == nil {
+			ob.log.Error("expiry: could not expire approval", slog.String("approval", string(a.ID)), slog.Any("err", err))
+		}
+		ob.Kick(a.Conversation, -1)
+	}
+	return nil
 }
 
 // expireSecretRequests closes secure-form cards whose link expired unused.

@@ -212,8 +212,10 @@ func hasWord(ws []string, w string) bool {
 }
 
 // safeDevices are device files writing to which harms nothing.
-var safeDevices = set("/dev/null", "/dev/zero", "/dev/full", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/random",
-	"/dev/urandom")
+// They are also the only device files reading which is not high risk: the
+// sandbox's /dev holds these and nothing else.
+var safeDevices = set("/dev/null", "/dev/zero", "/dev/full", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/tty",
+	"/dev/random", "/dev/urandom")
 
 // isDevice reports paths under /dev other than harmless ones (and
 // /dev/shm, a tmpfs, and /dev/fd, the program's own descriptors).

@@ -144,6 +144,9 @@ func gitRunsCommands(args []string) bool {
 		return i < len(args)
 	}
 	sub, rest := args[i], args[i+1:]
+	if sub == "grep" && hasOpt(rest, "O", "open-files-in-pager") {
+		return true // git grep -O<prog> runs <prog> on the matching files
+	}
 	for _, a := range rest {
 		if strings.Contains(a, "upload-pack") || strings.Contains(a, "receive-pack") || strings.HasPrefix(a, "ext::") ||
 			strings.HasPrefix(a, "--exec") || strings.HasPrefix(a, "--template") {
@@ -158,6 +161,82 @@ func gitRunsCommands(args []string) bool {
 // to at least medium, because the wrapper's own options are not judged.
 var pureWrappers = set("env", "nice", "nohup", "timeout", "setsid", "stdbuf", "ionice", "taskset", "unbuffer",
 	"command", "exec", "time", "chrt", "nocache", "eatmydata", "busybox")
+
+// programVars name a program, a library or code that programs load or run:
+// setting one runs whatever it names (LD_PRELOAD, PAGER, GIT_SSH_COMMAND,
+// PERL5OPT=-Mx…). PATH decides which file the command name means.
+var programVars = set("EDITOR", "VISUAL", "BROWSER", "BASH_ENV", "ENV", "PROMPT_COMMAND", "PATH", "SHELL",
+	"SHELLOPTS", "BASHOPTS", "PS4", "GCONV_PATH", "LOCPATH", "NLSPATH", "LESSOPEN", "LESSCLOSE", "CLASSPATH",
+	"MAKEFLAGS", "MFLAGS", "WGETRC", "CURL_HOME", "ZDOTDIR")
+
+// programVarPrefixes and programVarSuffixes catch the families
+// (LD_AUDIT, PYTHONSTARTUP, NODE_OPTIONS, SYSTEMD_PAGER, GIT_EXTERNAL_DIFF,
+// RSYNC_RSH, TAR_OPTIONS, ZIPOPT, SSH_ASKPASS…).
+var (
+	programVarPrefixes = []string{"LD_", "GIT_", "PYTHON", "PERL", "RUBY", "NODE_", "LUA_", "JAVA", "_JAVA", "JDK_",
+		"PHP", "TCL", "GEM_", "BUNDLE_", "NPM_CONFIG_", "GLIBC_"}
+	programVarSuffixes = []string{"PAGER", "EDITOR", "_COMMAND", "ASKPASS", "_RSH", "_OPTIONS", "OPT", "OPTS", "_PROG",
+		"_PROGRAM"}
+	// gitSafeVars only name who wrote a commit and when.
+	gitSafeVars = set("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME",
+		"GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE", "GIT_TERMINAL_PROMPT")
+)
+
+func isProgramVar(name string) bool {
+	if programVars[name] {
+		return true
+	}
+	if gitSafeVars[name] {
+		return false
+	}
+	for _, p := range programVarPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	for _, s := range programVarSuffixes {
+		if strings.HasSuffix(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// setsProgramVar reports an env assignment (also inside -S/--split-string)
+// to a variable that names a program or a library.
+func setsProgramVar(args []string) bool {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		var words []string
+		switch {
+		case a == "-S" || (strings.HasPrefix(a, "--s") && longTakesArg(strings.TrimPrefix(a, "--"), []string{"split-string"})):
+			if i+1 < len(args) {
+				i++
+				words = splitWords(args[i])
+			}
+		case strings.HasPrefix(a, "-S"):
+			words = splitWords(a[2:])
+		case strings.HasPrefix(a, "--s") && strings.Contains(a, "="):
+			_, v, _ := strings.Cut(a, "=")
+			words = splitWords(v)
+		case a == "-u" || a == "-C" || a == "--unset" || a == "--chdir":
+			i++
+			continue
+		case strings.HasPrefix(a, "-"):
+			continue
+		case isAssignment(a):
+			words = []string{a}
+		default:
+			return false // the command: env's own arguments end here
+		}
+		for _, w := range words {
+			if n, _, ok := strings.Cut(w, "="); ok && isAssignment(w) && isProgramVar(n) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 func maxRisk(a, b cards.Risk) cards.Risk {
 	if b.Rank() > a.Rank() {
@@ -185,6 +264,8 @@ func classify(argv []string, depth int) (cards.Risk, string) {
 		return cards.RiskHigh, "interpreter"
 	case privileged[name]:
 		return cards.RiskHigh, "privileged"
+	case name == "env" && setsProgramVar(args):
+		return cards.RiskHigh, "runs-program"
 	case pureWrappers[name]:
 		inner := args
 		if name != "busybox" {
@@ -375,7 +456,8 @@ func hostnameCheck(args []string, _ int) (cards.Risk, string) {
 	return cards.RiskLow, "read-only"
 }
 
-// sort writes a file with -o/--output and runs a program with
+// sort writes a file with -o/--output, writes temporary files into the
+// directory of -T/--temporary-directory and runs a program with
 // --compress-program.
 func sortCheck(args []string, _ int) (cards.Risk, string) {
 	p := parseArgs(args, "kotTS", []string{"key", "output", "field-separator", "temporary-directory", "buffer-size",
@@ -383,7 +465,7 @@ func sortCheck(args []string, _ int) (cards.Risk, string) {
 	if p.has("", "compress-program") {
 		return cards.RiskHigh, "runs-program"
 	}
-	if p.has("o", "output") {
+	if p.has("oT", "output", "temporary-directory") {
 		return cards.RiskMedium, "writes-file"
 	}
 	return cards.RiskLow, "read-only"

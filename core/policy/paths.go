@@ -89,6 +89,11 @@ func (p *Policy) touchesProtected(w string) bool {
 	if _, v, ok := strings.Cut(w, "="); ok && escapesWorkDir(v) {
 		return true
 	}
+	for _, v := range attachedValues(w) {
+		if escapesWorkDir(v) {
+			return true
+		}
+	}
 	return false
 }
 
@@ -164,7 +169,9 @@ func escapesWorkDir(w string) bool {
 }
 
 // pathArgs returns the strings in args that may be paths: each argument,
-// the value of key=value and --opt=value arguments, and @file arguments.
+// the value of key=value and --opt=value arguments, @file arguments and the
+// values attached to short options (-o/etc/x), so that an option naming a
+// path is judged the same whichever way its value is written.
 func pathArgs(args []string) []string {
 	out := make([]string, 0, len(args))
 	for _, a := range args {
@@ -175,9 +182,45 @@ func pathArgs(args []string) []string {
 		if v, ok := strings.CutPrefix(a, "@"); ok {
 			out = append(out, v)
 		}
+		out = append(out, attachedValues(a)...)
 	}
 	return out
 }
+
+// maxCluster bounds how many leading option letters attachedValues tries
+// one by one; beyond it, see the proof in attachedValues.
+const maxCluster = 4
+
+// attachedValues returns what may be the value attached to a short option
+// cluster (-o/etc/x, -uo/etc/x, -C../..): which letter takes the value
+// depends on the program, so every split after one of the first letters is
+// a candidate. A value that begins with letters is one relative path
+// element followed by the rest, and whether it leaves the work directory
+// does not depend on how many letters that element has, so a[k-1:] (the
+// last letter and the rest) stands for every longer split: the work stays
+// linear in len(a). Clusters of letters only carry no path.
+func attachedValues(a string) []string {
+	if len(a) < 3 || a[0] != '-' || a[1] == '-' || !isLetter(a[1]) {
+		return nil
+	}
+	k := 1
+	for k < len(a) && isLetter(a[k]) {
+		k++
+	}
+	if k == len(a) {
+		return nil
+	}
+	var out []string
+	for j := 2; j <= k && j <= 1+maxCluster; j++ {
+		out = append(out, a[j:])
+	}
+	if k > 1+maxCluster {
+		out = append(out, a[k-1:], a[k:])
+	}
+	return out
+}
+
+func isLetter(b byte) bool { return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' }
 
 // Sensitive paths hold credentials. Reading them is never low risk.
 var (
@@ -208,6 +251,9 @@ func sensitive(w string) bool {
 		if procSensitive.MatchString(c) {
 			return true
 		}
+	}
+	if isDevice(c) {
+		return true // a disk or another device: its bytes are not files policy can judge
 	}
 	for _, e := range strings.Split(c, "/") {
 		if sensitiveElems[e] {

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/silas-gateway/silas/internal/testenv"
 )
 
 // valueSecret has characters that every encoding changes, and a length
@@ -79,19 +81,21 @@ func spacedHex(in []byte, sep string) string {
 	return strings.Join(parts, sep)
 }
 
+// toolPackage names the Debian package of each tool the cases run (.ci/run
+// installs them).
+var toolPackage = map[string]string{"xxd": "xxd", "hexdump": "bsdextrautils", "openssl": "openssl",
+	"basenc": "coreutils", "base32": "coreutils", "base64": "coreutils", "od": "coreutils", "fold": "coreutils"}
+
 func (c toolCase) run(t *testing.T, in []byte) string {
 	t.Helper()
 	if c.encode != nil {
 		return c.encode(in)
 	}
-	if _, err := exec.LookPath(c.argv[0]); err != nil {
-		t.Skipf("%s not installed", c.argv[0])
-	}
-	cmd := exec.Command(c.argv[0], c.argv[1:]...)
+	cmd := exec.Command(testenv.Tool(t, c.argv[0], toolPackage[c.argv[0]]), c.argv[1:]...)
 	cmd.Stdin = bytes.NewReader(in)
 	out, err := cmd.Output()
 	if err != nil {
-		t.Skipf("%s: %v", c.name, err) // an option this build of the tool lacks
+		testenv.Missing(t, "%s: %v (an option this build of %s lacks?)", c.name, err, c.argv[0])
 	}
 	return string(out)
 }

@@ -27,6 +27,38 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
+// Each protection of the sandbox (docs/sandbox.md) has a case that fails
+// when that protection alone is removed. Each was checked by disabling it
+// in a scratch copy, running the named test as root (the non-root re-run
+// where said), seeing it fail, and restoring (issue 31; keep this list and
+// docs/architecture.md "How we know a test can fail" current):
+//
+//	protection (where)                            fails without it
+//	hide(): hidden dirs and files (init_linux)    TestEscape/hidden_directory…, list_a_hidden…, hidden_file… (root and TestEscapeAsOrdinaryUser)
+//	finishFS's second hiding pass                 TestEscapeHiddenPathAppearsLater (root and ordinary user)
+//	setgroups(0) (dropPrivileges)                 TestRunAs (the test adds a supplementary group first)
+//	capability bounding set drop                  TestEscape/no_capabilities,_no_new_privs,_seccomp
+//	no_new_privs                                  TestEscape (the sandbox then refuses to start: fail closed)
+//	work dir nosuid; /dev files and hidden        TestEscape/every_mount_nosuid
+//	  files remounted nosuid
+//	system dirs bound read-only                   TestEscape/write_/etc, write_/usr/bin (EROFS, not Landlock's EACCES)
+//	root remounted read-only                      TestEscape/write_/
+//	PID namespace                                 TestEscape/own_PID_namespace, signal_the_gateway, gateway's_environ …
+//	IPC, cgroup namespaces                        TestEscape/own_namespaces
+//	network namespace                             TestEscape/own_namespaces, TestNetworkIsolation
+//	Landlock (TCP ports, abstract unix scope)     TestEscape/loopback_listener_with_network, abstract_unix_socket_with_network, TestNetworkIsolation
+//	seccomp filter                                TestEscape/unshare_a_user_namespace, clone_a_user_namespace, add_key, unshare(1)
+//	RLIMIT_NOFILE, CORE, CPU, NPROC, DATA; nice   TestEscape/resource_limits (TestEscape lets the runner dump core first)
+//	close-on-exec of inherited descriptors        TestEscape/inherits_only_stdin,_stdout,_stderr (setupEscape leaks one)
+//	init not dumpable                             TestEscape/init's_environ in TestEscapeAsOrdinaryUser (as root, file modes also stop it)
+//
+// Not each on its own: a single seccomp-denied syscall that the kernel
+// also refuses an unprivileged uid (mount, chroot, kexec, reboot, bpf …)
+// shows EPERM either way; the cgroup limits (pids.max, memory) are backed
+// by RLIMIT_NPROC and RLIMIT_DATA, which the fork and memory bombs meet
+// first; the UTS and mount namespaces were not removed in a scratch copy
+// (without them the init renames the host and mounts over its root).
+
 // Environment of the escape suite's re-run as an ordinary user.
 const (
 	envNonRoot = "SILAS_ESCAPE_NONROOT" // set: this process is the non-root re-run
@@ -49,6 +81,7 @@ type escapeBundle struct {
 	pgSockets  []string // PostgreSQL unix sockets
 	pgTCP      []string // PostgreSQL TCP addresses
 	loopback   string   // a 127.0.0.1 listener the test opened
+	abstract   string   // an abstract unix socket the test listens on ("@…")
 	otherWork  string   // another execution's work dir
 	probeDir   string   // work dir holding ./escape
 	hostTmpDir string   // a directory in the host's /tmp
@@ -92,6 +125,13 @@ func setupEscape(t *testing.T, cfg Config) *escapeBundle {
 	t.Cleanup(func() { tl.Close() })
 	go acceptAll(tl)
 	b.loopback = tl.Addr().String()
+	al, err := net.Listen("unix", fmt.Sprintf("@silas-escape-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	go acceptAll(al)
+	b.abstract = al.Addr().String()
 
 	if os.Getenv(envNonRoot) == "" {
 		// The real PostgreSQL the tests use: its TCP port, socket and data dir.
@@ -121,6 +161,14 @@ func setupEscape(t *testing.T, cfg Config) *escapeBundle {
 		writeReadable(t, b.visibleSys, "visible to the program")
 		hidden = append(hidden, b.hiddenDir, b.hiddenFile)
 	}
+	// A descriptor of a key file the gateway leaks to its children (opened
+	// without close-on-exec, as a careless library might): the init has
+	// to keep it from the program ("inherits only stdin, stdout, stderr").
+	leaked, err := syscall.Open(b.keys[0], syscall.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(leaked) })
 	cfg.BaseDir = filepath.Join(b.data, "sandbox")
 	cfg.HiddenPaths = append(cfg.HiddenPaths, hidden...)
 	b.s = newSandbox(t, cfg)
@@ -292,12 +340,15 @@ type escapeCase struct {
 	// exitZero: the attempt "succeeds" harmlessly (e.g. shows the sandbox's
 	// own view); want is then checked on stdout.
 	exitZero bool
+	// notWant: the output contains none of these.
+	notWant []string
 }
 
 // TestEscape is the sandbox escape suite: every attempt an approved program
 // could make to break the model fails, with the specific error. It runs as
 // root here and in CI; TestEscapeAsOrdinaryUser re-runs it as uid 65534.
 func TestEscape(t *testing.T) {
+	allowCoreDumps(t)
 	b := setupEscape(t, Config{})
 	gw := strconv.Itoa(os.Getpid())
 	const (
@@ -359,6 +410,18 @@ func TestEscape(t *testing.T) {
 		escapeCase{name: "own UTS namespace", argv: []string{"hostname"}, exitZero: true, want: []string{"silas-sandbox\n"}},
 		// ls's own directory descriptor is the 3.
 		escapeCase{name: "inherits only stdin, stdout, stderr", argv: []string{"ls", "/proc/self/fd"}, exitZero: true, want: []string{"0\n1\n2\n3\n"}},
+		escapeCase{name: "every mount nosuid", argv: []string{"sh", "-c", `echo "without nosuid: [$(grep -v nosuid /proc/self/mounts)]"`},
+			exitZero: true, want: []string{"without nosuid: []\n"}},
+		// Open files, core dumps, CPU time (the case's 20 s timeout + 1),
+		// processes (dash's -p; as an ordinary user the init's 16 threads share the
+		// count), data (KiB), nice.
+		escapeCase{name: "resource limits", argv: []string{"sh", "-c", "ulimit -n; ulimit -c; ulimit -t; ulimit -p; ulimit -d; nice"}, exitZero: true,
+			want: []string{fmt.Sprintf("%d\n0\n21\n%d\n%d\n10\n", DefaultMaxOpenFiles, nprocLimit(DefaultMaxProcs), DefaultMaxMemory/1024)}},
+		escapeCase{name: "own namespaces", argv: append([]string{"readlink"}, nsLinks...), exitZero: true, want: []string{"ipc:["}, notWant: hostNamespaces(t)},
+		// The host's abstract unix sockets: another network namespace
+		// without network, Landlock's scope with it.
+		escapeCase{name: "abstract unix socket", argv: []string{probe, "connect-unix", b.abstract}, want: []string{"connection refused"}},
+		escapeCase{name: "abstract unix socket with network", argv: []string{probe, "connect-unix", b.abstract}, network: true, want: []string{eperm}},
 	)
 	for _, d := range b.pgData {
 		cases = append(cases, escapeCase{name: "PostgreSQL data dir " + d, argv: []string{"ls", d}, want: []string{shENOENT}})
@@ -394,6 +457,11 @@ func TestEscape(t *testing.T) {
 			if strings.Contains(out, canary) {
 				t.Fatalf("the canary leaked:\n%s", out)
 			}
+			for _, nw := range tc.notWant {
+				if strings.Contains(out, nw) {
+					t.Fatalf("output shows %q:\n%s", nw, out)
+				}
+			}
 			if tc.exitZero != (res.ExitCode == 0) {
 				t.Fatalf("exit code %d; output:\n%s", res.ExitCode, out)
 			}
@@ -405,6 +473,52 @@ func TestEscape(t *testing.T) {
 			t.Fatalf("output does not show the expected failure %q:\n%s", tc.want, out)
 		})
 	}
+}
+
+// allowCoreDumps lets this process (and so the sandbox's init, which
+// inherits its limits) write core dumps, so that "resource limits" sees the
+// sandbox's own RLIMIT_CORE of 0 and not one inherited from a test runner
+// that already had 0.
+func allowCoreDumps(t *testing.T) {
+	t.Helper()
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_CORE, &old); err != nil {
+		t.Fatal(err)
+	}
+	want := syscall.Rlimit{Cur: 1 << 20, Max: max(old.Max, 1<<20)}
+	if os.Geteuid() != 0 {
+		want = syscall.Rlimit{Cur: old.Max, Max: old.Max} // an ordinary user cannot raise the hard limit
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_CORE, &want); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_CORE, &old) })
+}
+
+// nprocLimit is the RLIMIT_NPROC a run of max processes gets (setLimits).
+func nprocLimit(max int) int {
+	if os.Geteuid() != 0 {
+		return max + 16
+	}
+	return max
+}
+
+// nsLinks are the namespaces a run gets of its own (network: without
+// network).
+var nsLinks = []string{"/proc/self/ns/ipc", "/proc/self/ns/uts", "/proc/self/ns/cgroup", "/proc/self/ns/mnt", "/proc/self/ns/pid", "/proc/self/ns/net"}
+
+// hostNamespaces are this process's namespaces, as readlink prints them.
+func hostNamespaces(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, l := range nsLinks {
+		ns, err := os.Readlink(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ns)
+	}
+	return out
 }
 
 // TestEscapeHiddenPathAppearsLater: a hidden path that appears after a

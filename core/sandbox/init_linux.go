@@ -390,6 +390,10 @@ func hide(root, h string) (bool, error) {
 	if err := unix.Mount("/dev/null", dst, "", unix.MS_BIND, ""); err != nil {
 		return false, fmt.Errorf("init: hide %s: %w", h, err)
 	}
+	// A bind mount keeps its source's flags: every mount is nosuid.
+	if err := remount(dst, unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
+		return false, fmt.Errorf("init: hide %s: %w", h, err)
+	}
 	return true, nil
 }
 
@@ -408,6 +412,11 @@ func setupDev(root string) error {
 		}
 		if err := unix.Mount("/dev/"+f, dst, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("init: bind /dev/%s: %w", f, err)
+		}
+		// A bind mount keeps its source's flags (the host's devtmpfs may
+		// lack nosuid): every mount of the sandbox is nosuid.
+		if err := remount(dst, unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
+			return err
 		}
 	}
 	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {

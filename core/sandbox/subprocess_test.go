@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/internal/testenv"
 )
 
 func newSandbox(t *testing.T, cfg Config) *Subprocess {
@@ -496,7 +497,7 @@ func TestConfigDefaultTimeout(t *testing.T) {
 func tcpProbe(t *testing.T) ([]string, <-chan struct{}, uint16) {
 	t.Helper()
 	if _, err := resolveProgram("bash", ""); err != nil {
-		t.Skipf("bash (for /dev/tcp) not in %s", MinimalPath)
+		testenv.Missing(t, "bash (for /dev/tcp) is not in %s (Debian package bash)", MinimalPath)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -522,17 +523,29 @@ func TestNetworkIsolation(t *testing.T) {
 	argv, accepted, port := tcpProbe(t)
 	s := newSandbox(t, Config{NetworkPorts: []uint16{port}})
 
-	res := run(t, s, core.ExecRequest{Argv: argv, Timeout: 10 * time.Second})
+	// The isolated attempt goes to a listener nobody accepts on: a
+	// connection that got through would sit in its queue (the handshake
+	// completes in the kernel before bash's connect returns, so before Run
+	// does), where a non-blocking Accept finds it — no waiting to see
+	// whether something arrives.
+	quiet, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Close()
+	res := run(t, s, core.ExecRequest{Argv: []string{"bash", "-c", fmt.Sprintf("echo hi > /dev/tcp/127.0.0.1/%d", quiet.Addr().(*net.TCPAddr).Port)}, Timeout: 10 * time.Second})
 	if !strings.Contains(res.Isolation, "netns") {
 		t.Errorf("Isolation = %q, want netns", res.Isolation)
 	}
 	if res.ExitCode == 0 {
 		t.Fatalf("isolated program reached the host's 127.0.0.1 listener")
 	}
-	select {
-	case <-accepted:
-		t.Fatal("listener accepted a connection from an isolated program")
-	case <-time.After(100 * time.Millisecond):
+	if err := quiet.SetDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := quiet.Accept(); err == nil {
+		c.Close()
+		t.Fatal("listener has a connection from an isolated program")
 	}
 
 	res = run(t, s, core.ExecRequest{Argv: []string{"cat", "/proc/net/dev"}})
@@ -655,6 +668,22 @@ func TestRunAs(t *testing.T) {
 	if err != nil {
 		t.Skip("no user nobody")
 	}
+	// The gateway has a supplementary group the program must not keep
+	// (a root started from a shell or a container often has none, and
+	// then dropping them is not seen). Setgroups applies to every thread
+	// of this test binary, so it is put back after.
+	old, err := syscall.Getgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setgroups(append(old, 4242)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Setgroups(old); err != nil {
+			t.Errorf("restore supplementary groups: %v", err)
+		}
+	})
 	// Default (empty RunAs) and explicit: both nobody. The data dir stays
 	// 0700: the program never walks its path.
 	for _, runAs := range []string{"", "nobody"} {

@@ -5,9 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,131 +13,38 @@ import (
 	"github.com/silas-gateway/silas/core/audit"
 )
 
-// Audit checkpoints: the audit key signs the newest entry's {seq, hash, at}
-// every Entries entries, at least every Interval while entries arrive, and
-// at a graceful stop. The checkpointer runs beside the writer, never in it:
-// the group-commit path stays as it was, and checkpointing costs one indexed
-// read per MinInterval plus, when one is due, a signature, one INSERT and
-// one fsync of the head file.
+// Audit checkpoints: signing them, the head file and when one is due live
+// in core/audit (Checkpointer); the rows live here.
 
-// CheckpointOptions configure a Checkpointer.
-type CheckpointOptions struct {
-	// Key is the audit signing key. Required.
-	Key ed25519.PrivateKey
-	// HeadFile receives every checkpoint as a JSON line (audit.AppendHead);
-	// "" writes none.
-	HeadFile string
-	// Entries: a checkpoint is due once this many entries were appended
-	// since the last (default 1000).
-	Entries int64
-	// Interval: a checkpoint is due this long after the last when entries
-	// were appended meanwhile (default 60s).
-	Interval time.Duration
-	// MinInterval is how often the head is looked at, and so the most often
-	// a checkpoint is made under load (default 1s, at most Interval).
-	MinInterval time.Duration
-	Logger      *slog.Logger
-}
-
-// Checkpointer signs checkpoints of the audit chain.
-type Checkpointer struct {
-	s   *Store
-	opt CheckpointOptions
-
-	mu      sync.Mutex
-	lastSeq int64
-	lastAt  time.Time
-}
-
-// NewCheckpointer starts from the newest checkpoint in the database.
-func (s *Store) NewCheckpointer(ctx context.Context, opt CheckpointOptions) (*Checkpointer, error) {
-	if len(opt.Key) != ed25519.PrivateKeySize {
-		return nil, errors.New("store: checkpointer: no audit key")
-	}
-	if opt.Entries <= 0 {
-		opt.Entries = 1000
-	}
-	if opt.Interval <= 0 {
-		opt.Interval = time.Minute
-	}
-	if opt.MinInterval <= 0 {
-		opt.MinInterval = time.Second
-	}
-	opt.MinInterval = min(opt.MinInterval, opt.Interval)
-	if opt.Logger == nil {
-		opt.Logger = s.log
-	}
-	c := &Checkpointer{s: s, opt: opt}
-	err := s.pool.QueryRow(ctx, `SELECT seq, at FROM audit_checkpoints ORDER BY seq DESC LIMIT 1`).Scan(&c.lastSeq, &c.lastAt)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		c.lastAt = s.now() // the interval counts from now
-	case err != nil:
-		return nil, fmt.Errorf("store: newest audit checkpoint: %w", err)
-	}
-	return c, nil
-}
-
-// Run makes checkpoints as they fall due until ctx ends. Errors are logged
-// and retried at the next look: the chain itself does not depend on them.
-func (c *Checkpointer) Run(ctx context.Context) {
-	t := time.NewTicker(c.opt.MinInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if _, err := c.checkpoint(ctx, false); err != nil && ctx.Err() == nil {
-			c.opt.Logger.Error("audit checkpoint failed", slog.Any("err", err))
-		}
-	}
-}
-
-// Checkpoint signs the newest entry now if it is not signed yet (a
-// graceful stop calls it last). It returns nil when there was nothing new.
-func (c *Checkpointer) Checkpoint(ctx context.Context) (*audit.Checkpoint, error) {
-	return c.checkpoint(ctx, true)
-}
-
-func (c *Checkpointer) checkpoint(ctx context.Context, force bool) (*audit.Checkpoint, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// AuditHead returns the newest audit entry's seq and hash; seq 0 when the
+// log is empty.
+func (s *Store) AuditHead(ctx context.Context) (int64, []byte, error) {
 	var seq int64
 	var hash []byte
-	err := c.s.pool.QueryRow(ctx, `SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1`).Scan(&seq, &hash)
+	err := s.pool.QueryRow(ctx, `SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1`).Scan(&seq, &hash)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
+		return 0, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("store: audit head: %w", err)
+		return 0, nil, fmt.Errorf("store: audit head: %w", err)
 	}
-	if seq <= c.lastSeq {
-		return nil, nil
-	}
-	now := c.s.now()
-	if !force && seq-c.lastSeq < c.opt.Entries && now.Sub(c.lastAt) < c.opt.Interval {
-		return nil, nil
-	}
-	cp, err := audit.Sign(c.opt.Key, seq, hash, now)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.s.InsertCheckpoint(ctx, cp); err != nil {
-		return nil, err
-	}
-	c.lastSeq, c.lastAt = seq, cp.At
-	if c.opt.HeadFile != "" {
-		// After the database: a head the file has and the database lacks
-		// reads as deleted checkpoint rows.
-		if err := audit.AppendHead(c.opt.HeadFile, cp); err != nil {
-			return &cp, err
-		}
-	}
-	c.opt.Logger.Debug("audit checkpoint", slog.Int64("seq", seq), slog.String("key_id", cp.KeyID))
-	return &cp, nil
+	return seq, hash, nil
 }
+
+// LatestCheckpoint returns the newest stored checkpoint's seq and time;
+// ok is false when there is none.
+func (s *Store) LatestCheckpoint(ctx context.Context) (seq int64, at time.Time, ok bool, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT seq, at FROM audit_checkpoints ORDER BY seq DESC LIMIT 1`).Scan(&seq, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, time.Time{}, false, nil
+	}
+	if err != nil {
+		return 0, time.Time{}, false, fmt.Errorf("store: newest audit checkpoint: %w", err)
+	}
+	return seq, at, true, nil
+}
+
+var _ audit.CheckpointStore = (*Store)(nil)
 
 // InsertCheckpoint stores a signed checkpoint; one already stored for the
 // same seq is kept.

@@ -73,7 +73,7 @@ func rechain(t testing.TB, ctx context.Context, s *Store, from int64) {
 type anchored struct {
 	s    *Store
 	ctx  context.Context
-	cp   *Checkpointer
+	cp   *audit.Checkpointer
 	pub  ed25519.PublicKey
 	head string
 }
@@ -89,7 +89,7 @@ func setupAnchored(t *testing.T) *anchored {
 	}
 	a := &anchored{s: s, ctx: ctx, pub: pub, head: filepath.Join(t.TempDir(), "audit", "head.log")}
 	// Entries and Interval large: checkpoints only when the test says so.
-	a.cp, err = s.NewCheckpointer(ctx, CheckpointOptions{Key: key, HeadFile: a.head, Entries: 1 << 40, Interval: time.Hour})
+	a.cp, err = audit.NewCheckpointer(ctx, s, audit.CheckpointOptions{Key: key, HeadFile: a.head, Entries: 1 << 40, Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,13 +244,13 @@ func TestCheckpointerDue(t *testing.T) {
 	clock := &fakeClock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	s, ctx, _ := setupDSN(t, Options{Now: clock.Now})
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	cp, err := s.NewCheckpointer(ctx, CheckpointOptions{Key: key, Entries: 10, Interval: time.Minute})
+	cp, err := audit.NewCheckpointer(ctx, s, audit.CheckpointOptions{Key: key, Entries: 10, Interval: time.Minute, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	due := func() int64 {
 		t.Helper()
-		c, err := cp.checkpoint(ctx, false)
+		c, err := cp.RunOnce(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,12 +281,18 @@ func TestCheckpointerDue(t *testing.T) {
 		t.Fatalf("no new entries: checkpoint at %d, want none", got)
 	}
 	// A new checkpointer (a restart) continues from the stored one.
-	cp2, err := s.NewCheckpointer(ctx, CheckpointOptions{Key: key, Entries: 10, Interval: time.Minute})
+	// (One that did not know 13 is signed would sign it again: 13 entries
+	// since none are more than Entries.)
+	cp, err = audit.NewCheckpointer(ctx, s, audit.CheckpointOptions{Key: key, Entries: 10, Interval: time.Minute, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cp2.lastSeq != 13 {
-		t.Fatalf("restarted checkpointer starts after %d, want 13", cp2.lastSeq)
+	if got := due(); got != 0 {
+		t.Fatalf("restarted checkpointer: checkpoint at %d, want none (13 is signed)", got)
+	}
+	appendNumbered(t, ctx, s, 1)
+	if got := due(); got != 14 {
+		t.Fatalf("restarted checkpointer, a new entry an hour after the last checkpoint: checkpoint at %d, want 14", got)
 	}
 }
 
@@ -306,7 +312,7 @@ func TestAuditAppendOnlyForAppRole(t *testing.T) {
 	}
 	appendNumbered(t, ctx, s, 5)
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	if cp, err := s.NewCheckpointer(ctx, CheckpointOptions{Key: key}); err != nil {
+	if cp, err := audit.NewCheckpointer(ctx, s, audit.CheckpointOptions{Key: key}); err != nil {
 		t.Fatal(err)
 	} else if _, err := cp.Checkpoint(ctx); err != nil {
 		t.Fatal(err)
@@ -326,7 +332,7 @@ func TestAuditAppendOnlyForAppRole(t *testing.T) {
 		tx.QueueFinishTurn(seq, "done", "")
 		return nil, nil
 	})
-	cp, err := app.NewCheckpointer(ctx, CheckpointOptions{Key: key})
+	cp, err := audit.NewCheckpointer(ctx, app, audit.CheckpointOptions{Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}

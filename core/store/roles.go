@@ -25,8 +25,9 @@ func (s *Store) CurrentUser(ctx context.Context) (string, error) {
 // GrantApp gives role what the gateway needs at run time and nothing more
 // on the audit tables: SELECT, INSERT, UPDATE, DELETE on every table in
 // schema public, sequences, but only SELECT and INSERT on audit_log and
-// audit_checkpoints and only SELECT on goose_db_version. Run it as the
-// owner of the tables, after migrating. It is idempotent.
+// audit_checkpoints and only SELECT on goose_db_version and River's
+// river_migration. Run it as the owner of the tables, after migrating. It
+// is idempotent.
 func (s *Store) GrantApp(ctx context.Context, role string) error {
 	id := pgx.Identifier{role}.Sanitize()
 	stmts := []string{
@@ -35,6 +36,11 @@ func (s *Store) GrantApp(ctx context.Context, role string) error {
 		`GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO ` + id,
 		`REVOKE UPDATE, DELETE, TRUNCATE, TRIGGER, REFERENCES ON audit_log, audit_checkpoints FROM ` + id,
 		`REVOKE INSERT, UPDATE, DELETE, TRUNCATE, TRIGGER, REFERENCES ON goose_db_version FROM ` + id,
+		// River's tables (core/background) are covered by the grant on
+		// all tables: its clients insert, fetch, complete and clean up
+		// jobs, elect a leader and record queues. Its migrations are the
+		// owner's, like ours.
+		`REVOKE INSERT, UPDATE, DELETE, TRUNCATE, TRIGGER, REFERENCES ON river_migration FROM ` + id,
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		for _, q := range stmts {

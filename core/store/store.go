@@ -58,6 +58,8 @@ type Store struct {
 	log  *slog.Logger
 	now  func() time.Time
 	w    *writer
+	// jobs inserts River jobs queued with Tx.QueueJob.
+	jobs jobInserter
 	// migrateLockRetry is the wait between tries for the migrations lock
 	// (tests shorten it).
 	migrateLockRetry time.Duration
@@ -92,6 +94,10 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 		opt.MaxBatch = 256
 	}
 	s := &Store{pool: pool, log: opt.Logger, now: opt.Now, migrateLockRetry: defaultMigrateLockRetry}
+	if s.jobs, err = s.newJobInserter(); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	if opt.Writers <= 0 {
 		opt.Writers = defaultWriters
 	}
@@ -109,7 +115,8 @@ func (s *Store) Close() {
 	s.pool.Close()
 }
 
-// Pool exposes the pool for tests and benchmarks in this module.
+// Pool exposes the pool: to the background room, whose River client works
+// jobs on the same database, and to tests and benchmarks in this module.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 func (s *Store) provider() (*goose.Provider, *sql.DB, error) {
@@ -131,7 +138,8 @@ func (s *Store) provider() (*goose.Provider, *sql.DB, error) {
 	return p, db, nil
 }
 
-// Migrate applies pending migrations and returns how many ran.
+// Migrate applies pending migrations, then River's, and returns how many
+// of ours ran.
 func (s *Store) Migrate(ctx context.Context) (int, error) {
 	p, db, err := s.provider()
 	if err != nil {
@@ -141,6 +149,11 @@ func (s *Store) Migrate(ctx context.Context) (int, error) {
 	res, err := p.Up(ctx)
 	if err != nil {
 		return len(res), fmt.Errorf("store: migrate: %w", err)
+	}
+	// River's tables (core/background) come after ours; its count is
+	// logged, not returned: the result counts this schema's versions.
+	if _, err := s.migrateRiver(ctx); err != nil {
+		return len(res), err
 	}
 	return len(res), nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
@@ -55,6 +56,9 @@ type Tx struct {
 	enqueues  []queuedJob
 	finishes  []queuedFinish
 	delivered []queuedDelivered
+	// River jobs queued by QueueJob, inserted before COMMIT through river.
+	jobs  []river.InsertManyParams
+	river jobInserter
 	// approvals this transaction inserted or read: the parents its
 	// executions and outputs may reference (see ErrOrder).
 	approvals map[core.ApprovalID]bool

@@ -198,7 +198,7 @@ func (w *writer) commit(batch []*request) (err error) {
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
-	tx := &Tx{conn: conn, now: w.s.now}
+	tx := &Tx{conn: conn, now: w.s.now, river: w.s.jobs}
 	committed := false
 	defer func() {
 		if !committed {
@@ -213,6 +213,9 @@ func (w *writer) commit(batch []*request) (err error) {
 			return err
 		}
 		entries = append(entries, e...)
+	}
+	if err := tx.insertJobs(ctx); err != nil {
+		return err
 	}
 	// What the ops queued, the chain lock and the head: one round trip
 	// (together with BEGIN when no op needed a result earlier). Taking the
@@ -239,6 +242,9 @@ func (w *writer) commit(batch []*request) (err error) {
 	}
 	more, err := tx.runFinally(ctx)
 	if err != nil {
+		return err
+	}
+	if err := tx.insertJobs(ctx); err != nil { // jobs a Finally function queued
 		return err
 	}
 	entries = append(entries, more...)

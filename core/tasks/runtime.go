@@ -212,7 +212,7 @@ func (r *Runtime) runTask(ctx context.Context, id string) {
 	}
 }
 
-// Resume advances every unfinished task (at start and by the sweep).
+// Resume advances every unfinished task (at start, and as the sweep).
 func (r *Runtime) Resume(ctx context.Context) error {
 	list, err := r.st.ActiveTasks(ctx)
 	if err != nil {
@@ -224,21 +224,9 @@ func (r *Runtime) Resume(ctx context.Context) error {
 	return nil
 }
 
-// Sweep re-advances unfinished tasks periodically until ctx ends.
-func (r *Runtime) Sweep(ctx context.Context) {
-	t := time.NewTicker(r.cfg.Sweep)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := r.Resume(ctx); err != nil && ctx.Err() == nil {
-				r.log.Warn("task sweep failed", slog.Any("err", err))
-			}
-		}
-	}
-}
+// SweepEvery is how often Resume should run to re-advance unfinished
+// tasks (Config.Sweep); the background room (core/background) runs it.
+func (r *Runtime) SweepEvery() time.Duration { return r.cfg.Sweep }
 
 // Notice kicks the task an approval belongs to, if any (its execution or
 // decision changed).

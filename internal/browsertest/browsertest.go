@@ -18,6 +18,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/silas-gateway/silas/internal/testenv"
 )
 
 // Environment variables that control the harness.
@@ -67,14 +69,15 @@ func isExecutable(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
-// unavailable skips the test, or fails it under SILAS_REQUIRE_BROWSER=1.
+// unavailable skips the test, or fails it under SILAS_REQUIRE_BROWSER=1
+// or in CI (testenv).
 func unavailable(t testing.TB, format string, args ...any) {
 	t.Helper()
 	msg := fmt.Sprintf(format, args...) + ": " + howToEnable
 	if os.Getenv(EnvRequire) == "1" {
 		t.Fatal("browsertest: " + msg)
 	}
-	t.Skip("browsertest: " + msg)
+	testenv.Missing(t, "browsertest: %s", msg)
 }
 
 // New returns a chromedp context for a headless Chromium, or calls t.Skip

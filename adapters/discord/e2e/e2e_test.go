@@ -395,7 +395,12 @@ func TestReplayedInteractionRunsOnce(t *testing.T) {
 		m := w.message(dm, card.ID)
 		return strings.Contains(embedText(m), "exit code 0 ✓"), embedText(m)
 	})
-	time.Sleep(300 * time.Millisecond)
+	// Executions are written with the decision, while the tap's turn is
+	// handled: once no turn is pending, a second one would exist.
+	w.eventually("every turn handled", 20*time.Second, func() (bool, string) {
+		n := w.count(`SELECT count(*) FROM turns WHERE status = 'pending'`)
+		return n == 0, fmt.Sprintf("%d turns pending", n)
+	})
 	if n := w.count(`SELECT count(*) FROM executions`); n != 1 {
 		t.Fatalf("executions = %d; want 1", n)
 	}

@@ -1240,8 +1240,14 @@ func TestBurstSurvivesRestarts(t *testing.T) {
 		}
 		return got >= total && w.srv.Pending() == 0, fmt.Sprintf("%d of %d replies, %d updates unconfirmed", got, total, w.srv.Pending())
 	})
-	// Give late duplicates a chance to show up.
-	time.Sleep(1500 * time.Millisecond)
+	// Every update is confirmed (none comes again), every turn handled and
+	// every outbox job done: nothing can send a late duplicate after this,
+	// so the counts below are final without waiting to see.
+	w.eventually("every turn handled and every reply sent", 90*time.Second, func() (bool, string) {
+		turns := w.count(`SELECT count(*) FROM turns WHERE status = 'pending'`)
+		jobs := w.count(`SELECT count(*) FROM outbox WHERE status = 'pending'`)
+		return turns == 0 && jobs == 0, fmt.Sprintf("%d turns and %d outbox jobs pending", turns, jobs)
+	})
 	for _, p := range plans {
 		got := map[string]int{}
 		for _, m := range w.srv.Messages(p.chat.ID) {

@@ -73,7 +73,14 @@ type Server struct {
 	static *keys.KeyPair
 	chain  []byte
 
-	sendMu   sync.Mutex
+	sendMu sync.Mutex
+	// storeMu: one Signal operation on the phones' stores at a time.
+	// libsignal loads a session, advances it and saves it without a lock
+	// of its own: a phone encrypting (SendMessage) while it decrypts what
+	// the device sent (a connection's read loop; two loops across a
+	// restart) would save one over the other and lose a chain step.
+	// Innermost: nothing else is locked while it is held.
+	storeMu  sync.Mutex
 	mu       sync.Mutex
 	conn     *conn
 	device   types.JID // the device that logged in last
@@ -760,6 +767,8 @@ func (c *conn) message(n *waBinary.Node) {
 }
 
 func (c *conn) decryptFor(phone Phone, typ string, data []byte) ([]byte, error) {
+	c.s.storeMu.Lock()
+	defer c.s.storeMu.Unlock()
 	addr := protocol.NewSignalAddress(c.device.User, uint32(c.device.Device))
 	cipher := session.NewCipher(session.NewBuilderFromSignal(phone.Store, addr, store.SignalProtobufSerializer), addr)
 	ser := store.SignalProtobufSerializer
@@ -874,7 +883,9 @@ func (s *Server) SendGroupMessage(ctx context.Context, phone Phone, device *stor
 	sent := s.skdm[key]
 	s.mu.Unlock()
 	if !sent {
+		s.storeMu.Lock()
 		skdm, err := builder.Create(ctx, name)
+		s.storeMu.Unlock()
 		if err != nil {
 			return fmt.Errorf("whatsapptest: sender key: %w", err)
 		}
@@ -892,7 +903,9 @@ func (s *Server) SendGroupMessage(ctx context.Context, phone Phone, device *stor
 		s.skdm[key] = true
 		s.mu.Unlock()
 	}
+	s.storeMu.Lock()
 	gm, err := groups.NewGroupCipher(builder, name, phone.Store).Encrypt(ctx, append(plain, 1))
+	s.storeMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("whatsapptest: group encrypt: %w", err)
 	}
@@ -924,6 +937,8 @@ func (s *Server) encryptDirect(ctx context.Context, phone Phone, device *store.D
 	if pk == nil || dj.IsEmpty() {
 		return "", nil, errors.New("whatsapptest: no device has logged in and uploaded its prekeys yet")
 	}
+	s.storeMu.Lock()
+	defer s.storeMu.Unlock()
 	addr := protocol.NewSignalAddress(dj.User, uint32(dj.Device))
 	b := session.NewBuilderFromSignal(phone.Store, addr, store.SignalProtobufSerializer)
 	// A new session only for the first message: later ones continue it

@@ -358,10 +358,28 @@ func TestPromptInjection(t *testing.T) {
 			h.fake.Script(tt.reply)
 			h.deliver(t, tt.from, tt.text, nil)
 			h.ch.waitFor(t, "an answer", func(m []core.OutMessage) bool { return len(m) > 0 })
-			time.Sleep(200 * time.Millisecond) // let any (wrong) auto-run show up
+			// Once the turn is handled, an execution it (wrongly) made
+			// would exist: executions are written with their decision, so
+			// no waiting for one to show up.
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				var open int
+				if err := h.st.Pool().QueryRow(h.ctx, `SELECT count(*) FROM turns WHERE status = 'pending'`).Scan(&open); err != nil {
+					t.Fatal(err)
+				}
+				if open == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d turns still pending", open)
+				}
+			}
 			msgs := h.ch.waitFor(t, "settled", func(m []core.OutMessage) bool { return true })
-			if n := h.executions(t); n != 0 {
-				t.Fatalf("%d executions without a tap", n)
+			var execs int
+			if err := h.st.Pool().QueryRow(h.ctx, `SELECT count(*) FROM executions`).Scan(&execs); err != nil {
+				t.Fatal(err)
+			}
+			if execs != 0 {
+				t.Fatalf("%d executions without a tap", execs)
 			}
 			for _, m := range msgs {
 				if m.Card != nil && m.Card.Status != cards.StatusPending && m.Card.Status != cards.StatusRefused {

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/background"
+	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/store"
+)
+
+// startBackground starts the background room (core/background) on the
+// store's pool: the engine's maintenance (card expiry, the outbox's
+// recovery scan, the task sweep) and the audit checkpoints, as River
+// periodic jobs. Start it once the engine is ready, and stop it (Stop)
+// after the engine has stopped: its last act is the final checkpoint, when
+// nothing appends any more.
+func startBackground(ctx context.Context, st *store.Store, eng *engine.Engine, cp *audit.Checkpointer, log *slog.Logger) (*background.Room, error) {
+	ok, err := st.RiverSchemaCurrent(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errors.New("the database lacks River's tables (background jobs): run `silas migrate`")
+	}
+	jobs := append(eng.Maintenance(), background.Periodic{
+		Name: "audit_checkpoint", Every: cp.MinInterval(),
+		Run: func(ctx context.Context) error { _, err := cp.RunOnce(ctx); return err },
+	})
+	room, err := background.New(background.Config{
+		Pool: st.Pool(), Periodic: jobs, Logger: log,
+		AtStop: []func(context.Context){func(context.Context) { finalCheckpoint(cp, log) }},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := room.Start(ctx); err != nil {
+		return nil, err
+	}
+	return room, nil
+}
+
+// stopBackground stops the room gracefully: running jobs get a few seconds
+// to finish, then the final checkpoint is signed.
+func stopBackground(room *background.Room, log *slog.Logger) {
+	if room == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := room.Stop(ctx); err != nil {
+		log.Error("stopping background jobs", slog.Any("err", err))
+	}
+}
+
+// doctorRiver shows the background room's state: the elected leader, the
+// queues' backlog, and jobs running too long or failed in the last day.
+// Findings are warnings.
+func doctorRiver(ctx context.Context, st *store.Store, out func(mark, check, format string, a ...any)) {
+	s, err := background.ReadState(ctx, st.Pool(), time.Now(), 5*time.Minute)
+	if err != nil {
+		out("!", "jobs", "cannot read River's state: %v (run `silas migrate`)", err)
+		return
+	}
+	if s.Leader == "" {
+		out("·", "jobs leader", "none elected (no `silas serve` is running, or it started seconds ago)")
+	} else {
+		out("✓", "jobs leader", "%s, elected %s", s.Leader, s.LeaderElected.Local().Format(time.DateTime))
+	}
+	if len(s.Queues) == 0 {
+		out("·", "jobs queues", "none yet (`silas serve` creates them)")
+	}
+	for _, q := range s.Queues {
+		mark, paused := "✓", ""
+		if q.Paused {
+			mark, paused = "!", ", paused"
+		}
+		out(mark, "jobs queue", "%s: %d waiting, %d running%s (a worker last seen %s)", q.Name, q.Available, q.Running, paused, q.Seen.Local().Format(time.DateTime))
+	}
+	for _, j := range s.Stuck {
+		what := fmt.Sprintf("running since %s", j.At.Local().Format(time.DateTime))
+		if j.State != "running" {
+			what = fmt.Sprintf("%s at %s", j.State, j.At.Local().Format(time.DateTime))
+		}
+		msg := ""
+		if j.Error != "" {
+			msg = ": " + j.Error
+		}
+		out("!", "jobs stuck", "job %d %s (queue %s) %s%s", j.ID, j.Kind, j.Queue, what, msg)
+	}
+	if len(s.Stuck) == 0 {
+		out("✓", "jobs stuck", "no job running over 5 minutes or failed in the last day")
+	}
+}
