@@ -35,6 +35,7 @@ import (
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
+	"github.com/silas-gateway/silas/core/background"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
@@ -210,7 +211,10 @@ type node struct {
 	stopEng context.CancelFunc
 	chDone  chan struct{}
 	engDone chan struct{}
-	once    sync.Once
+	// room runs the engine's periodic work (card expiry, the outbox's
+	// recovery scan) on River, as serve does.
+	room *background.Room
+	once sync.Once
 }
 
 func newWorld(t *testing.T, p Platform) *world {
@@ -312,6 +316,15 @@ func (w *world) startAway(grace time.Duration) *node {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the engine is not ready after 30s")
 	}
+	room, err := background.New(background.Config{Pool: st.Pool(), Periodic: eng.Maintenance(), Logger: log,
+		Testing: true, PollInterval: 200 * time.Millisecond})
+	if err == nil {
+		err = room.Start(w.ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.room = room
 	chCtx, stopCh := context.WithCancel(w.ctx)
 	n.stopCh = stopCh
 	go func() {
@@ -336,6 +349,12 @@ func (n *node) stop(graceful bool) {
 		n.stopEng()
 		waitClosed(n.w.t, "channel Run", n.chDone)
 		waitClosed(n.w.t, "engine.Run", n.engDone)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if !graceful {
+			cancel() // a kill: running jobs are cut, not waited for
+		}
+		_ = n.room.Stop(ctx)
+		cancel()
 		n.sb.Close()
 		n.st.Close()
 		if n.w.node == n {

@@ -274,8 +274,9 @@ func (e *Engine) Ready() <-chan struct{} { return e.ready }
 
 // Run resumes unfinished work (pending turns, queued or unverified
 // executions, undelivered messages), then runs the outbox's lanes until
-// ctx ends (the periodic work is Maintenance's, run elsewhere). On return, in-flight turns and executions have finished
-// or, if grace ran out, were left resumable.
+// ctx ends (the periodic work is Maintenance's, run elsewhere). On return,
+// in-flight turns and executions have finished or, if grace ran out, were
+// left resumable.
 func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	turns, err := e.st.PendingTurns(ctx)
 	if err != nil {
