@@ -11,6 +11,10 @@ type OutMessage struct {
 	Conversation ConversationID `json:"conversation"`
 	Text         string         `json:"text,omitempty"`
 	Card         *cards.Card    `json:"card,omitempty"`
+	// CardText is Card as plain text (cards.PlainText), set by the outbox
+	// lane for channels without buttons (Capabilities.Buttons), which show
+	// it instead of a native card. Not stored.
+	CardText string `json:"-"`
 }
 
 // Channel is the port every platform adapter implements. It is deliberately
@@ -38,15 +42,6 @@ type MessageDeleter interface {
 	DeleteMessage(ctx context.Context, conv ConversationID, platformMessageID string) error
 }
 
-// TapAnswerer is an optional capability: answer a button tap with a short,
-// transient notice (Telegram's answerCallbackQuery toast, Slack/Discord
-// ephemeral replies). The engine calls it once per processed tap, after the
-// decision committed; channels without it get the notice as a chat message
-// only when the tap was refused.
-type TapAnswerer interface {
-	AnswerTap(ctx context.Context, t Turn, text string) error
-}
-
 // StateStore keeps small durable values for an adapter, such as Telegram's
 // polling offset. Keys are per channel.
 type StateStore interface {
@@ -67,44 +62,28 @@ const (
 	ChatGroup  = "group"
 )
 
-// TapCardAnswerer is an optional extension of TapAnswerer: answer a tap
-// with a notice AND the card's new state in the same answer, as platforms
-// that edit the tapped message through the tap's own response need
-// (Discord's interaction response type 7, Slack's response_url with
-// replace_original). card may be nil (notice only). It returns
-// ErrNotSupported when it cannot show the card through this tap (the tap
-// is no longer pending, the message is unknown); the caller then updates
-// the card with Update as usual (the notice may have been shown already).
-type TapCardAnswerer interface {
-	AnswerTapWithCard(ctx context.Context, t Turn, text string, card *cards.Card) error
-}
-
 // Capabilities are what a channel can do beyond the Channel interface, in
-// one place the core reads (in the spirit of mautrix bridgev2's network
-// capabilities). A missing capability is answered with ErrNotSupported by
-// the channel, or avoided by the core (no buttons: cards.PlainText and text
-// replies instead).
+// the one place the core reads them: the outbox lane's render step
+// (core/outbox), in the spirit of mautrix bridgev2's network capabilities.
+// Each flag names the core behaviour it switches; a channel that does not
+// declare them (CapabilityReporter) gets what the Channel contract
+// promises.
 type Capabilities struct {
-	// EditInPlace: Update edits the sent message; otherwise the core shows
-	// a card's new state as a new message.
+	// EditInPlace: Update edits the sent message. Without it the lane
+	// shows a card's new state as a new message that names the card it
+	// replaces.
 	EditInPlace bool `json:"edit_in_place"`
-	// Delete: the channel can delete a user's message (MessageDeleter).
-	Delete bool `json:"delete"`
-	// Ephemeral: the channel can show a notice only one person sees (a
-	// tap's toast, an ephemeral reply).
-	Ephemeral bool `json:"ephemeral"`
-	// Threads: replies can go into a thread of the conversation.
-	Threads bool `json:"threads"`
 	// Buttons: cards are shown with buttons that send taps. Without them
-	// the core sends cards.PlainText and the adapter reads text replies.
+	// the lane hands the channel the card as plain text too
+	// (OutMessage.CardText, cards.PlainText: numbered choices and the
+	// "approve <id>" text fallback the adapter reads back as a tap).
 	Buttons bool `json:"buttons"`
-	// MaxTextLen is the longest text of one message, in the platform's own
-	// measure; 0 when the platform has no fixed limit. Send splits longer
-	// texts itself; the core uses this to keep inline content short.
+	// MaxTextLen is the longest text of one message, in runes; 0 when the
+	// platform has no fixed limit. The lane splits a longer text into
+	// several messages before Send (an adapter whose platform measures
+	// otherwise, say in UTF-16 units or after markup, still fits each part
+	// to its own measure).
 	MaxTextLen int `json:"max_text_len"`
-	// MaxButtons is the most buttons one message can carry; 0 without
-	// buttons.
-	MaxButtons int `json:"max_buttons"`
 }
 
 // CapabilityReporter is an optional interface: a channel that declares its
@@ -114,15 +93,13 @@ type CapabilityReporter interface {
 }
 
 // CapabilitiesOf returns ch's declared capabilities, or what the Channel
-// contract and the optional interfaces ch implements imply: messages are
-// edited in place and cards shown with buttons (every Channel promises
-// that), deleting works with a MessageDeleter, nothing else is assumed.
+// contract implies: messages are edited in place and cards shown with
+// buttons (every Channel promises that), no length limit.
 func CapabilitiesOf(ch Channel) Capabilities {
 	if r, ok := ch.(CapabilityReporter); ok {
 		return r.Capabilities()
 	}
-	_, del := ch.(MessageDeleter)
-	return Capabilities{EditInPlace: true, Delete: del, Buttons: true, MaxButtons: cards.MaxChoices}
+	return Capabilities{EditInPlace: true, Buttons: true}
 }
 
 // KeyedSender is an optional capability: Send, told the core's own durable
@@ -135,7 +112,7 @@ type KeyedSender interface {
 	SendKeyed(ctx context.Context, key string, m OutMessage) (MessageRef, error)
 }
 
-// Tap refusal reasons (TapOutcomeAnswerer): the tap changed nothing.
+// Tap refusal reasons (TapAnswer.Refused): the tap changed nothing.
 const (
 	RefusedUnknownCard    = "unknown_card"
 	RefusedNotApprover    = "not_approver"
@@ -150,12 +127,48 @@ const (
 	RefusedStepUp = "step_up_unavailable"
 )
 
-// TapOutcomeAnswerer is an optional extension of TapAnswerer: the answer
-// also says whether the tap was refused and why (one of the Refused*
-// reasons; "" when the tap took effect), so a client can match a refusal
-// to the tap that caused it in code rather than by its wording. The engine
-// calls it instead of AnswerTap when the channel implements it.
-type TapOutcomeAnswerer interface {
-	TapAnswerer
-	AnswerTapOutcome(ctx context.Context, t Turn, text, refused string) error
+// TapAnswer is the core's one answer to one tap. The transaction that
+// decides the tap queues it as one outbox job (OpAnswer); the
+// conversation's lane delivers it once, in order with the conversation's
+// other messages, with the tapped card's new state. Later states of the
+// card are ordinary updates.
+type TapAnswer struct {
+	Conversation ConversationID `json:"conversation"`
+	// EventID is the tap turn's Turn.EventID.
+	EventID string `json:"event_id"`
+	// Sender tapped.
+	Sender IdentityID `json:"sender"`
+	// Tap is what was tapped.
+	Tap Tap `json:"tap"`
+	// Handle is the tap turn's Turn.TapHandle, as the adapter gave it.
+	Handle string `json:"handle,omitempty"`
+	// Card is the tapped card's new state (Card.ID == Tap.Card); nil when
+	// the tap changed no card this conversation may see (an unknown card,
+	// an altered request).
+	Card *cards.Card `json:"card,omitempty"`
+	// Text is the notice for the tapper; "" when there is nothing to say
+	// (the answer then only ends the platform's wait).
+	Text string `json:"notice,omitempty"`
+	// Refused is why the tap changed nothing (a Refused* reason); "" when
+	// it took effect.
+	Refused string `json:"refused,omitempty"`
+	// Ref is the card's message as the platform knows it, set by the lane
+	// when Card is set ("" when it was never delivered). Not stored.
+	Ref MessageRef `json:"-"`
+	// CardText is Card as plain text, set by the lane for channels
+	// without buttons (Capabilities.Buttons). Not stored.
+	CardText string `json:"-"`
+}
+
+// TapAnswerer is an optional capability: answer a tap the platform's way,
+// with the notice and the card's new state together (Telegram's
+// answerCallbackQuery after editing the card, Slack's chat.update and an
+// ephemeral notice, Discord's interaction response type 7, the web chat's
+// tap_result). The lane calls it exactly once per tap; it must show
+// a.Card on the tapped message (or a.Ref) itself. A channel without it
+// gets the card as an Update and, for a refusal, the notice as a message.
+// An error is retried like any delivery: answering again must be harmless
+// (an identical edit, a notice the platform refuses as answered).
+type TapAnswerer interface {
+	AnswerTap(ctx context.Context, a TapAnswer) error
 }

@@ -1,17 +1,8 @@
 package core
 
-import (
-	"context"
-	"testing"
-
-	"github.com/silas-gateway/silas/cards"
-)
+import "testing"
 
 type bareChannel struct{ Channel }
-
-type deletingChannel struct{ bareChannel }
-
-func (deletingChannel) DeleteMessage(context.Context, ConversationID, string) error { return nil }
 
 type declaringChannel struct{ bareChannel }
 
@@ -23,8 +14,7 @@ func TestCapabilitiesOf(t *testing.T) {
 		ch   Channel
 		want Capabilities
 	}{
-		{"implied by the contract", bareChannel{}, Capabilities{EditInPlace: true, Buttons: true, MaxButtons: cards.MaxChoices}},
-		{"implied deleter", deletingChannel{}, Capabilities{EditInPlace: true, Delete: true, Buttons: true, MaxButtons: cards.MaxChoices}},
+		{"implied by the contract", bareChannel{}, Capabilities{EditInPlace: true, Buttons: true}},
 		{"declared", declaringChannel{}, Capabilities{MaxTextLen: 7}},
 	}
 	for _, tt := range tests {

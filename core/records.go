@@ -136,6 +136,9 @@ type OutboxOp string
 const (
 	OpSend   OutboxOp = "send"
 	OpUpdate OutboxOp = "update"
+	// OpAnswer answers a tap (OutboxJob.Answer) with the tapped card's new
+	// state; its message key is the card's when it carries one.
+	OpAnswer OutboxOp = "answer"
 )
 
 // OutboxJob is one durable outbound delivery.
@@ -149,9 +152,12 @@ type OutboxJob struct {
 	// MessageRef through it.
 	MessageKey string
 	Message    OutMessage
-	Attempts   int
-	NextAt     time.Time
-	CreatedAt  time.Time
+	// Answer is the tap's answer of an OpAnswer job (its card is also
+	// Message.Card, so the transcript reads it as the card's edit).
+	Answer    *TapAnswer
+	Attempts  int
+	NextAt    time.Time
+	CreatedAt time.Time
 }
 
 // TurnStatus is where a stored turn stands: pending until a worker

@@ -48,6 +48,13 @@ type Turn struct {
 	ChatKind string `json:"chat_kind,omitempty"`
 	Text     string `json:"text,omitempty"`
 	Tap      *Tap   `json:"tap,omitempty"`
+	// TapHandle is what the adapter needs to answer this tap later, opaque
+	// to the core (Telegram's callback query id, Slack's response_url,
+	// Discord's interaction token). It is stored with the turn and handed
+	// back in TapAnswer.Handle, so an answer after a restart still works
+	// or fails cleanly; the adapter keeps no registry of pending taps. It
+	// is never shown to an agent or written to the audit log. Taps only.
+	TapHandle string `json:"tap_handle,omitempty"`
 	// Redacted lists the kinds of credential the core removed from Text at
 	// intake (set by the core; adapters leave it empty).
 	Redacted []string `json:"redacted,omitempty"`
@@ -76,9 +83,10 @@ type Inbox interface {
 
 // Limits of a turn's fields that do not depend on configuration.
 const (
-	MaxEventID   = 200 // bytes
-	MaxTapCard   = 64  // bytes
-	MaxTapChoice = 16  // bytes
+	MaxEventID   = 200  // bytes
+	MaxTapCard   = 64   // bytes
+	MaxTapChoice = 16   // bytes
+	MaxTapHandle = 2048 // bytes
 )
 
 // Validate is the one check of a turn's shape, the same for every channel:
@@ -121,6 +129,9 @@ func (t Turn) Validate() error {
 	}
 	if t.Tap != nil && (t.Tap.Card == "" || t.Tap.Choice == "" || len(t.Tap.Card) > MaxTapCard || len(t.Tap.Choice) > MaxTapChoice) {
 		return bad("malformed tap")
+	}
+	if len(t.TapHandle) > MaxTapHandle || (t.TapHandle != "" && t.Tap == nil) {
+		return bad("tap handle must be at most %d bytes, on a tap", MaxTapHandle)
 	}
 	return nil
 }

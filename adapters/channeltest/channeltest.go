@@ -1,6 +1,7 @@
 // Package channeltest is the conformance suite every channel adapter
 // passes: one set of scenarios — a reply, a card decided by a tap and edited
-// in place, a replayed tap, a refused tap, an expired card, the text
+// in place, a tap answered exactly once with the card, a replayed tap, a
+// refused tap, an expired card, the text
 // fallback, a burst across an abrupt restart, a 429 storm, a secure-input
 // link, an oversized reply, a restart in the middle of an execution — run
 // through the real engine (wired as `silas serve` wires it) on a real
@@ -34,6 +35,7 @@ import (
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
+	"github.com/silas-gateway/silas/core/background"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
@@ -156,6 +158,14 @@ type Platform interface {
 	// MaxTextLen is the platform's limit of one message's text in
 	// characters; 0 for none.
 	MaxTextLen() int
+	// TapAnswers counts the answers the platform received to person r's
+	// taps, each answer that carries a notice counted once however it came
+	// (a toast, an interaction's ephemeral response or follow-up, an
+	// ephemeral message, a tap_result), and every attempt counted, also
+	// one the platform refused as answered already. ok is false on a
+	// platform where a tap has no answer of its own (WhatsApp: the card's
+	// edit and, for a refusal, a message are what a tapper sees).
+	TapAnswers(t testing.TB, r Role) (n int, ok bool)
 }
 
 // Factory builds the platform of one scenario, or returns a reason to skip
@@ -201,7 +211,10 @@ type node struct {
 	stopEng context.CancelFunc
 	chDone  chan struct{}
 	engDone chan struct{}
-	once    sync.Once
+	// room runs the engine's periodic work (card expiry, the outbox's
+	// recovery scan) on River, as serve does.
+	room *background.Room
+	once sync.Once
 }
 
 func newWorld(t *testing.T, p Platform) *world {
@@ -303,6 +316,15 @@ func (w *world) startAway(grace time.Duration) *node {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the engine is not ready after 30s")
 	}
+	room, err := background.New(background.Config{Pool: st.Pool(), Periodic: eng.Maintenance(), Logger: log,
+		Testing: true, PollInterval: 200 * time.Millisecond})
+	if err == nil {
+		err = room.Start(w.ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.room = room
 	chCtx, stopCh := context.WithCancel(w.ctx)
 	n.stopCh = stopCh
 	go func() {
@@ -327,6 +349,12 @@ func (n *node) stop(graceful bool) {
 		n.stopEng()
 		waitClosed(n.w.t, "channel Run", n.chDone)
 		waitClosed(n.w.t, "engine.Run", n.engDone)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if !graceful {
+			cancel() // a kill: running jobs are cut, not waited for
+		}
+		_ = n.room.Stop(ctx)
+		cancel()
 		n.sb.Close()
 		n.st.Close()
 		if n.w.node == n {

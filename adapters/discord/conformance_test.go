@@ -199,6 +199,19 @@ func shownStatus(text string, open bool) cards.Status {
 // Told: the ephemeral answers (interaction responses with flags 64 and
 // follow-ups) to r's interactions, which only r sees, and the bot's text
 // messages in the chat (typed taps are answered there).
+// TapAnswers counts the notices r was shown through interactions: an
+// ephemeral response or follow-up each (a type-7 response shows the card,
+// its notice is the follow-up).
+func (p *conformancePlatform) TapAnswers(_ testing.TB, r channeltest.Role) (int, bool) {
+	n := 0
+	for _, c := range append(p.srv.Callbacks(), p.srv.FollowUps()...) {
+		if c.User == p.people[r].ID && c.Ephemeral() {
+			n++
+		}
+	}
+	return n, true
+}
+
 func (p *conformancePlatform) Told(t testing.TB, r channeltest.Role) []string {
 	var out []string
 	who := p.people[r].ID

@@ -3,7 +3,7 @@
 // bot) and decide cards with buttons. It is built on
 // github.com/bwmarrin/discordgo for the REST API and the gateway websocket
 // and implements core.Channel plus the optional core.TapAnswerer,
-// core.TapCardAnswerer, core.MessageDeleter, core.DirectMessenger and
+// core.MessageDeleter, core.DirectMessenger and
 // core.CapabilityReporter.
 //
 // Receiving: the gateway (default) or, in http mode, Discord POSTing
@@ -60,9 +60,6 @@ type Adapter struct {
 	// queue carries gateway messages and catch-up requests to the one
 	// worker that delivers them, in order.
 	queue chan work
-	// tapWait is how long a tap's answer waits for the card's new state
-	// before the notice goes out alone.
-	tapWait time.Duration
 	// answerBy is when an unanswered interaction is acknowledged with a
 	// deferred response. Discord allows 3 s including the network; a busy
 	// host's timers can fire half a second late, so a full second is kept.
@@ -72,7 +69,6 @@ type Adapter struct {
 var (
 	_ core.Channel            = (*Adapter)(nil)
 	_ core.TapAnswerer        = (*Adapter)(nil)
-	_ core.TapCardAnswerer    = (*Adapter)(nil)
 	_ core.MessageDeleter     = (*Adapter)(nil)
 	_ core.DirectMessenger    = (*Adapter)(nil)
 	_ core.CapabilityReporter = (*Adapter)(nil)
@@ -91,10 +87,9 @@ func New(cfg Config) (*Adapter, error) {
 		shown:    map[core.MessageRef][32]byte{},
 		splits:   kit.NewSplits(r.Now),
 		queue:    make(chan work, 4096),
-		tapWait:  700 * time.Millisecond,
 		answerBy: 2 * time.Second,
 	}
-	a.ixs = newInteractions(a)
+	a.ixs = newInteractions()
 	a.convs = newConversations(r.State, r.Name)
 	a.rest, err = a.newSession()
 	if err != nil {
@@ -191,8 +186,7 @@ func (a *Adapter) InteractionsPath() string {
 
 // Capabilities implements core.CapabilityReporter.
 func (a *Adapter) Capabilities() core.Capabilities {
-	return core.Capabilities{EditInPlace: true, Delete: true, Ephemeral: true, Buttons: true,
-		MaxTextLen: MaxMessageLen, MaxButtons: MaxButtons}
+	return core.Capabilities{EditInPlace: true, Buttons: true, MaxTextLen: MaxMessageLen}
 }
 
 // DirectConversation implements core.DirectMessenger for users whose DM

@@ -247,9 +247,6 @@ func (a *Adapter) handleMessage(ctx context.Context, in core.Inbox, m *discordgo
 	track := r.act == actDeliver || guild == "" || w.allowed
 	switch r.act {
 	case actDeliver:
-		if r.typed {
-			a.ixs.addTyped(r.turn.EventID, m.ChannelID)
-		}
 		b := kit.Backoff{Min: 200 * time.Millisecond, Max: 30 * time.Second}
 		for {
 			res, err := in.Deliver(ctx, r.turn)
@@ -261,9 +258,6 @@ func (a *Adapter) handleMessage(ctx context.Context, in core.Inbox, m *discordgo
 			if err == nil {
 				if res.Duplicate {
 					log.Debug("discord message was delivered before")
-					if r.typed {
-						a.ixs.takeTyped(r.turn.EventID)
-					}
 				}
 				break
 			}

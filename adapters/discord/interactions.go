@@ -17,7 +17,7 @@ import (
 
 	"github.com/bwmarrin/discordgo"
 
-	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
 )
 
@@ -27,21 +27,24 @@ import (
 // gateway. Later words to the tapper are follow-up messages
 // (POST /webhooks/{app}/{token}, ephemeral).
 //
-// A tap is answered the Discord way: the tapped message itself shows the
-// card's new state (response type 7, UPDATE_MESSAGE) and a refusal goes to
-// the tapper alone (type 4 with flags 64, EPHEMERAL). The engine first
-// answers the tap (AnswerTap, its notice) and then hands the card's new
-// state to the outbox (Update of the tapped message). So AnswerTap holds
-// the notice for up to tapWait; an Update of the tapped message in that
-// time becomes the type-7 answer (the notice, if any, a follow-up), and
-// an Update that changes nothing (the engine re-sends an open card after a
-// refusal) leaves the notice to answer alone as the ephemeral refusal. An
-// interaction nothing answered after answerBy is acknowledged with a
-// deferred update (type 6); what comes later is an edit and a follow-up.
+// A tap is answered the Discord way, by the core's one answer (AnswerTap,
+// delivered by the conversation's outbox lane with the card's new state):
+// the tapped message itself shows the card's new state (response type 7,
+// UPDATE_MESSAGE) and the notice goes to the tapper alone as a follow-up;
+// a refusal that leaves the card as it was is the ephemeral answer itself
+// (type 4 with flags 64). Discord's 3 s are the platform's, not the
+// core's: a tap the answer has not reached by answerBy is acknowledged
+// with a deferred update (type 6), and the answer then edits the card as
+// the bot and sends the notice as a follow-up through the interaction's
+// token, which travels with the stored tap (core.Turn.TapHandle) — so an
+// answer after a restart still reaches the tapper, or fails cleanly once
+// the token expired (15 minutes).
 
 // maxInteractionBody bounds a POSTed interaction.
 const maxInteractionBody = 1 << 20
 
+// pendingIx is an interaction whose first answer (within Discord's 3 s)
+// is still owed.
 type pendingIx struct {
 	ix  *discordgo.Interaction
 	ref core.MessageRef // the tapped message; "" for commands
@@ -50,42 +53,69 @@ type pendingIx struct {
 
 	mu        sync.Mutex
 	responded bool
-	deferred  bool    // the answer was a deferred one (type 6)
-	notice    *string // AnswerTap's text, once given
-	noticed   bool    // the notice was shown (or needs no showing)
 }
 
+// interactions are the taps within their first 3 s, by event id: the
+// window in which the core's answer can still be the interaction's
+// response. The deadline removes each.
 type interactions struct {
-	a       *Adapter
 	mu      sync.Mutex
 	byEvent map[string]*pendingIx
-	byRef   map[core.MessageRef]*pendingIx
-	// typed are taps typed as text (event id → channel id): no
-	// interaction to answer, so the answer is a message in the channel.
-	typed map[string]string
 }
 
-func newInteractions(a *Adapter) *interactions {
-	return &interactions{a: a, byEvent: map[string]*pendingIx{}, byRef: map[core.MessageRef]*pendingIx{}, typed: map[string]string{}}
+func newInteractions() *interactions {
+	return &interactions{byEvent: map[string]*pendingIx{}}
 }
 
-// addTyped registers a typed tap before it is delivered (the core may
-// answer before Deliver returns).
-func (x *interactions) addTyped(ev, channel string) {
+// add registers p unless a tap with the same event id is pending (a
+// redelivery: the first one's answer answers it).
+func (x *interactions) add(ev string, p *pendingIx) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if len(x.typed) > 10000 {
-		clear(x.typed) // answers owed that long are not coming
+	if _, ok := x.byEvent[ev]; ok {
+		return false
 	}
-	x.typed[ev] = channel
+	x.byEvent[ev] = p
+	return true
 }
 
-func (x *interactions) takeTyped(ev string) (string, bool) {
+func (x *interactions) remove(ev string, p *pendingIx) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	ch, ok := x.typed[ev]
-	delete(x.typed, ev)
-	return ch, ok
+	if x.byEvent[ev] == p {
+		delete(x.byEvent, ev)
+	}
+}
+
+func (x *interactions) take(ev string) (*pendingIx, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	p, ok := x.byEvent[ev]
+	delete(x.byEvent, ev)
+	return p, ok
+}
+
+// ixHandle is an interaction as core.Turn.TapHandle carries it: what a
+// follow-up needs.
+type ixHandle struct {
+	ID    string `json:"i"`
+	AppID string `json:"a"`
+	Token string `json:"t"`
+}
+
+func encodeIx(ix *discordgo.Interaction) string {
+	b, _ := json.Marshal(ixHandle{ID: ix.ID, AppID: ix.AppID, Token: ix.Token})
+	return string(b)
+}
+
+// decodeIx reads what encodeIx wrote; false for a typed tap (no handle)
+// or one that is not an interaction's.
+func decodeIx(s string) (*discordgo.Interaction, bool) {
+	var h ixHandle
+	if s == "" || json.Unmarshal([]byte(s), &h) != nil || !snowflakeRe.MatchString(h.ID) || h.Token == "" {
+		return nil, false
+	}
+	return &discordgo.Interaction{ID: h.ID, AppID: h.AppID, Token: h.Token, Type: discordgo.InteractionMessageComponent}, true
 }
 
 // answerTyped answers a typed tap with a message in its channel (nothing
@@ -96,42 +126,6 @@ func (a *Adapter) answerTyped(ctx context.Context, channel, text string) error {
 	}
 	_, err := a.sendRendered(ctx, channel, rendered{content: cutRunes(escapeMarkdown(text), MaxMessageLen)})
 	return err
-}
-
-func (x *interactions) add(ev string, p *pendingIx) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.byEvent[ev] = p
-	if p.ref != "" {
-		x.byRef[p.ref] = p
-	}
-	// Interaction tokens live 15 minutes; nothing is owed after that.
-	time.AfterFunc(15*time.Minute, func() { x.remove(ev, p) })
-}
-
-func (x *interactions) remove(ev string, p *pendingIx) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.byEvent[ev] == p {
-		delete(x.byEvent, ev)
-	}
-	if p.ref != "" && x.byRef[p.ref] == p {
-		delete(x.byRef, p.ref)
-	}
-}
-
-func (x *interactions) event(ev string) (*pendingIx, bool) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	p, ok := x.byEvent[ev]
-	return p, ok
-}
-
-func (x *interactions) onRef(r core.MessageRef) (*pendingIx, bool) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	p, ok := x.byRef[r]
-	return p, ok
 }
 
 // respond sends the first answer to an interaction. p.mu is held.
@@ -165,157 +159,106 @@ func ephemeralText(text string) *discordgo.InteractionResponse {
 		Data: &discordgo.InteractionResponseData{Content: cutRunes(escapeMarkdown(text), MaxMessageLen), Flags: ephemeral, AllowedMentions: noMentions()}}
 }
 
-// followUp shows text to the tapper alone, after the first answer.
-func (a *Adapter) followUp(ctx context.Context, p *pendingIx, text string) {
+// followUp shows text to the tapper alone, after the first answer. An
+// interaction whose token expired (15 minutes) cannot be followed up: the
+// notice is lost, logged, and the answer is not retried for it.
+func (a *Adapter) followUp(ctx context.Context, ix *discordgo.Interaction, text string) {
 	if strings.TrimSpace(text) == "" {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := a.rest.FollowupMessageCreate(p.ix, false, &discordgo.WebhookParams{Content: cutRunes(escapeMarkdown(text), MaxMessageLen),
+	_, err := a.rest.FollowupMessageCreate(ix, false, &discordgo.WebhookParams{Content: cutRunes(escapeMarkdown(text), MaxMessageLen),
 		Flags: ephemeral, AllowedMentions: noMentions()}, discordgo.WithContext(cctx))
 	if err != nil {
 		a.log.Warn("discord: could not send a follow-up to a tap", slog.Any("err", mapError("follow-up", err)))
 	}
 }
 
-// deadline acknowledges an interaction nothing answered yet: a tap with a
-// deferred update (type 6), showing the notice ephemerally if it is known.
-func (a *Adapter) deadline(p *pendingIx) {
+// deadline acknowledges a tap the core's answer has not reached in time
+// with a deferred update (type 6); the answer then edits and follows up.
+func (a *Adapter) deadline(ev string, p *pendingIx) {
+	a.ixs.remove(ev, p)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.responded {
 		return
 	}
-	ctx := context.Background()
-	if p.notice != nil && *p.notice != "" {
-		if a.respondLocked(ctx, p, ephemeralText(*p.notice)) == nil {
-			p.noticed = true
-		}
-		return
-	}
-	if err := a.respondLocked(ctx, p, &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredMessageUpdate}); err != nil {
+	if err := a.respondLocked(context.Background(), p, &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredMessageUpdate}); err != nil {
 		a.log.Warn("discord: could not acknowledge a tap", slog.Any("err", err))
-		return
-	}
-	p.deferred = true
-	if p.notice != nil {
-		p.noticed = true // an empty notice needs no showing
 	}
 }
 
-// AnswerTap implements core.TapAnswerer (see the comment at the top).
-func (a *Adapter) AnswerTap(ctx context.Context, t core.Turn, text string) error {
-	if ch, ok := a.ixs.takeTyped(t.EventID); ok {
-		return a.answerTyped(ctx, ch, text)
-	}
-	p, ok := a.ixs.event(t.EventID)
+// AnswerTap implements core.TapAnswerer (see the comment at the top). A
+// tap typed as text has no interaction: the card is edited and the notice
+// is a message in its channel.
+func (a *Adapter) AnswerTap(ctx context.Context, ans core.TapAnswer) error {
+	ix, ok := decodeIx(ans.Handle)
 	if !ok {
-		return nil
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.notice = &text
-	if p.responded {
-		if !p.noticed {
-			p.noticed = true
-			go a.followUp(context.Background(), p, text)
+		if ans.Card != nil {
+			if err := a.Update(ctx, ans.Ref, core.OutMessage{Conversation: ans.Conversation, Card: ans.Card}); err != nil {
+				return err
+			}
 		}
-		a.ixs.remove(t.EventID, p)
-		return nil
-	}
-	time.AfterFunc(a.tapWait, func() {
-		a.deadline(p)
-		a.ixs.remove(t.EventID, p)
-	})
-	return nil
-}
-
-// AnswerTapWithCard implements core.TapCardAnswerer: the tapped message
-// shows card (type 7) and text goes to the tapper alone; with no card the
-// text is the ephemeral answer. A tap that was answered already is
-// core.ErrNotSupported (the caller updates the card with Update).
-func (a *Adapter) AnswerTapWithCard(ctx context.Context, t core.Turn, text string, card *cards.Card) error {
-	if ch, ok := a.ixs.takeTyped(t.EventID); ok {
-		if err := a.answerTyped(ctx, ch, text); err != nil || card == nil {
+		ch, err := a.channelOf(ans.Conversation)
+		if err != nil {
 			return err
 		}
-		return core.ErrNotSupported
+		return a.answerTyped(ctx, ch, ans.Text)
 	}
-	p, ok := a.ixs.event(t.EventID)
-	if !ok {
-		return core.ErrNotSupported
+	var r rendered
+	if ans.Card != nil {
+		var err error
+		if r, err = renderCard(ans.Card); err != nil {
+			return kit.Permanentf("discord: %w", err)
+		}
 	}
-	defer a.ixs.remove(t.EventID, p)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.notice = &text
-	if p.responded {
-		if !p.noticed {
-			p.noticed = true
-			go a.followUp(context.Background(), p, text)
-		}
-		if card != nil {
-			return core.ErrNotSupported
-		}
+	if p, ok := a.ixs.take(ans.EventID); ok && a.answerWithin(ctx, p, ans, r) {
 		return nil
 	}
-	if card == nil {
-		if text == "" {
-			return a.respondLocked(ctx, p, &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredMessageUpdate})
+	// Acknowledged already (deferred at its deadline), or this process did
+	// not receive the tap (a restart): the card as an edit, the notice as a
+	// follow-up.
+	if ans.Card != nil {
+		if err := a.Update(ctx, ans.Ref, core.OutMessage{Conversation: ans.Conversation, Card: ans.Card}); err != nil {
+			return err
 		}
-		p.noticed = true
-		return a.respondLocked(ctx, p, ephemeralText(text))
 	}
-	r, err := renderCard(card)
-	if err != nil {
-		return err
-	}
-	if err := a.respondLocked(ctx, p, updateResponse(r)); err != nil {
-		return core.ErrNotSupported
-	}
-	a.remember(p.ref, r)
-	p.noticed = true
-	go a.followUp(context.Background(), p, text)
+	a.followUp(ctx, ix, ans.Text)
 	return nil
+}
+
+// answerWithin answers a tap within its 3 s, as the interaction's
+// response; false when it was acknowledged already (or the response
+// failed) and the answer must take the long way.
+func (a *Adapter) answerWithin(ctx context.Context, p *pendingIx, ans core.TapAnswer, r rendered) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.responded {
+		return false
+	}
+	switch {
+	case ans.Card != nil && p.ref == a.moved.Resolve(ans.Ref) && !(ans.Refused != "" && a.unchanged(p.ref, r)):
+		if err := a.respondLocked(ctx, p, updateResponse(r)); err != nil {
+			a.log.Debug("discord: could not update through the tap; editing instead", slog.Any("err", err))
+			return false
+		}
+		a.remember(p.ref, r)
+		a.followUp(ctx, p.ix, ans.Text)
+		return true
+	case ans.Card != nil && !(ans.Refused != "" && a.unchanged(p.ref, r)):
+		return false // not the tapped message: edited as the bot
+	case strings.TrimSpace(ans.Text) != "":
+		// A refusal that leaves the card as it was: the notice is the answer.
+		return a.respondLocked(ctx, p, ephemeralText(ans.Text)) == nil
+	default:
+		return a.respondLocked(ctx, p, &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredMessageUpdate}) == nil
+	}
 }
 
 func updateResponse(r rendered) *discordgo.InteractionResponse {
 	return &discordgo.InteractionResponse{Type: discordgo.InteractionResponseUpdateMessage,
 		Data: &discordgo.InteractionResponseData{Content: r.content, Embeds: r.embeds, Components: r.components, AllowedMentions: noMentions()}}
-}
-
-// updateThroughTap answers a pending tap on message ref with the message's
-// new content (type 7). It reports whether the update is done.
-func (a *Adapter) updateThroughTap(ctx context.Context, ref core.MessageRef, r rendered) bool {
-	p, ok := a.ixs.onRef(ref)
-	if !ok {
-		return false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.responded {
-		return false
-	}
-	unchanged := a.unchanged(ref, r)
-	if unchanged && p.notice != nil && *p.notice != "" {
-		// A refusal: the card is as it was; the notice is the answer.
-		if a.respondLocked(ctx, p, ephemeralText(*p.notice)) == nil {
-			p.noticed = true
-			return true
-		}
-		return false
-	}
-	if err := a.respondLocked(ctx, p, updateResponse(r)); err != nil {
-		a.log.Debug("discord: could not update through the tap; editing instead", slog.Any("err", err))
-		return false
-	}
-	a.remember(ref, r)
-	if p.notice != nil {
-		p.noticed = true
-		go a.followUp(context.Background(), p, *p.notice)
-	}
-	return true
 }
 
 // remember records what a message shows, so that an update that changes
@@ -366,7 +309,7 @@ func (a *Adapter) handleInteraction(ctx context.Context, ix *discordgo.Interacti
 			// The deadline answered first (a slow store): what is left to
 			// say goes to the user alone as a follow-up.
 			if resp.Data != nil && resp.Data.Flags&ephemeral != 0 {
-				go a.followUp(context.Background(), p, resp.Data.Content)
+				go a.followUp(context.Background(), p.ix, resp.Data.Content)
 			}
 			return
 		}
@@ -434,8 +377,13 @@ func (a *Adapter) handleInteraction(ctx context.Context, ix *discordgo.Interacti
 	}
 	a.convs.start(convChannel, in.guild, in.user, ix.ID, a.now())
 	if t.Tap != nil {
-		a.ixs.add(t.EventID, p)
-		time.AfterFunc(a.answerBy, func() { a.deadline(p) })
+		// The core answers the tap once, through this interaction's token;
+		// within answerBy, as its response. Registered before Deliver: the
+		// answer may come before Deliver returns.
+		t.TapHandle = encodeIx(ix)
+		if a.ixs.add(t.EventID, p) {
+			time.AfterFunc(a.answerBy, func() { a.deadline(t.EventID, p) })
+		}
 	}
 	res, err := inbox.Deliver(ctx, t)
 	var rej *core.RejectedError

@@ -121,9 +121,6 @@ func (a *Adapter) Update(ctx context.Context, ref core.MessageRef, m core.OutMes
 	default:
 		return kit.Permanent(errors.New("discord: nothing to show (empty text and no card)"))
 	}
-	if a.updateThroughTap(ctx, ref, out) {
-		return nil
-	}
 	release, err := a.lim.Wait(ctx, ch)
 	if err != nil {
 		return fmt.Errorf("discord: edit: waiting for the rate limit: %w", err)

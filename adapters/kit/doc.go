@@ -1,8 +1,8 @@
 // Package kit is what every channel adapter needs and no adapter should
 // write twice: an outbound rate limiter that serves waiters in arrival
 // order, splitting long text on line boundaries (with progress kept so a
-// retried send does not repeat parts), the registry of taps waiting for the
-// core's answer and its janitor, backoff, "file:" secret reading, mapping of
+// retried send does not repeat parts) and a janitor for that progress,
+// backoff, "file:" secret reading, mapping of
 // platform failures onto the outbox's error types, and the text fallback
 // that turns "approve <id>" (or "1" quoting a card) into a core.Tap.
 //

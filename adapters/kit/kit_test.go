@@ -108,27 +108,6 @@ func TestSplitsResumeAfterAFailure(t *testing.T) {
 	}
 }
 
-func TestPendingTaps(t *testing.T) {
-	now := time.Unix(1_800_000_000, 0)
-	p := NewPendingTaps[string](func() time.Time { return now })
-	p.Add("u1", "q1")
-	now = now.Add(5 * time.Second)
-	p.Add("u2", "q2")
-	if due := p.Due(8 * time.Second); len(due) != 0 {
-		t.Fatalf("due early: %v", due)
-	}
-	now = now.Add(4 * time.Second)
-	if due := p.Due(8 * time.Second); fmt.Sprint(due) != "[q1]" {
-		t.Fatalf("due = %v; want [q1]", due)
-	}
-	if q, ok := p.Take("u2"); !ok || q != "q2" {
-		t.Fatalf("Take = %q %v", q, ok)
-	}
-	if _, ok := p.Take("u2"); ok || p.Len() != 0 {
-		t.Fatal("a tap was answered twice")
-	}
-}
-
 // TestJanitorStopsWithContext: the janitor sweeps on every tick (not once),
 // hands each sweep its context, never returns in the middle of a sweep,
 // and returns once its context ends — a failure message, not a hang, when

@@ -2,84 +2,20 @@ package kit
 
 import (
 	"crypto/sha256"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/silas-gateway/silas/core"
 )
 
-// SplitText splits s into parts of at most max, measured by width (how
-// much one rune counts towards the platform's limit — for example its
-// UTF-16 length once escaped). It splits on line boundaries where possible,
-// then after a space, then anywhere on a rune boundary. Concatenating the
-// parts gives s back. max must leave room for the widest rune.
+// SplitText splits s into parts of at most max, measured by width
+// (core.SplitText; an adapter passes its platform's own measure, for
+// example the UTF-16 length once escaped).
 func SplitText(s string, max int, width func(rune) int) []string {
-	var parts []string
-	var cur strings.Builder
-	curLen := 0
-	flush := func() {
-		if cur.Len() > 0 {
-			parts = append(parts, cur.String())
-			cur.Reset()
-			curLen = 0
-		}
-	}
-	for line := range strings.SplitAfterSeq(s, "\n") {
-		n := measure(line, width)
-		if curLen+n <= max {
-			cur.WriteString(line)
-			curLen += n
-			continue
-		}
-		flush()
-		for measure(line, width) > max {
-			head := fitPrefix(line, max, width)
-			if head == "" {
-				// A single rune wider than max: emit it alone rather than
-				// loop forever.
-				_, size := utf8.DecodeRuneInString(line)
-				head = line[:size]
-			}
-			parts = append(parts, head)
-			line = line[len(head):]
-		}
-		cur.WriteString(line)
-		curLen = measure(line, width)
-	}
-	flush()
-	return parts
+	return core.SplitText(s, max, width)
 }
 
-func measure(s string, width func(rune) int) int {
-	n := 0
-	for _, r := range s {
-		n += width(r)
-	}
-	return n
-}
-
-// fitPrefix returns the longest prefix of s that fits in max, preferring to
-// end after a space when that keeps at least half of it.
-func fitPrefix(s string, max int, width func(rune) int) string {
-	used, end, lastSpace := 0, 0, -1
-	for i, r := range s {
-		w := width(r)
-		if used+w > max {
-			break
-		}
-		used += w
-		end = i + utf8.RuneLen(r)
-		if r == ' ' {
-			lastSpace = end
-		}
-	}
-	if lastSpace > end/2 {
-		return s[:lastSpace]
-	}
-	return s[:end]
-}
+func measure(s string, width func(rune) int) int { return core.TextWidth(s, width) }
 
 // Splits remembers how far the sending of a message split into several
 // platform messages got, so the outbox's retry of a failed Send skips the

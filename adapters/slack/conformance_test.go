@@ -189,6 +189,18 @@ func shownStatus(text string, open bool) cards.Status {
 
 // Told: the ephemeral notices shown to r (Slack answers taps, typed ones
 // included, only to the person who tapped).
+// TapAnswers counts the ephemeral notices r was shown (every tap of the
+// suite's has a notice).
+func (p *conformancePlatform) TapAnswers(_ testing.TB, r channeltest.Role) (int, bool) {
+	n := 0
+	for _, e := range p.srv.Ephemerals() {
+		if e.User == p.people[r] {
+			n++
+		}
+	}
+	return n, true
+}
+
 func (p *conformancePlatform) Told(_ testing.TB, r channeltest.Role) []string {
 	var out []string
 	for _, e := range p.srv.Ephemerals() {

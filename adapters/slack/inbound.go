@@ -68,6 +68,32 @@ type tapHandle struct {
 	responseURL string
 }
 
+// tapHandleJSON is a tapHandle as core.Turn.TapHandle carries it.
+type tapHandleJSON struct {
+	Channel     string `json:"c"`
+	User        string `json:"u"`
+	Thread      string `json:"t,omitempty"`
+	MessageTS   string `json:"m,omitempty"`
+	ResponseURL string `json:"r,omitempty"`
+}
+
+func (h tapHandle) encode() string {
+	b, _ := json.Marshal(tapHandleJSON{h.channel, h.user, h.thread, h.messageTS, h.responseURL})
+	return string(b)
+}
+
+// decodeTapHandle reads what encode wrote, checked as inbound checks a
+// tap (a stored turn is data, not code).
+func decodeTapHandle(s string) (tapHandle, bool) {
+	var j tapHandleJSON
+	if json.Unmarshal([]byte(s), &j) != nil || !idRe.MatchString(j.Channel) || !idRe.MatchString(j.User) ||
+		(j.Thread != "" && !tsRe.MatchString(j.Thread)) || (j.MessageTS != "" && !tsRe.MatchString(j.MessageTS)) ||
+		(j.ResponseURL != "" && !okResponseURL(j.ResponseURL)) {
+		return tapHandle{}, false
+	}
+	return tapHandle{channel: j.Channel, user: j.User, thread: j.Thread, messageTS: j.MessageTS, responseURL: j.ResponseURL}, true
+}
+
 // inbound is the result of converting one payload.
 type inbound struct {
 	act    action

@@ -38,7 +38,6 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/silas-gateway/silas/adapters/kit"
-	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 )
 
@@ -66,7 +65,6 @@ type Adapter struct {
 	// limits and pauses apply to one key per real channel.
 	dms map[string]string
 
-	taps   *kit.PendingTaps[tapHandle]
 	splits *kit.Splits
 
 	// live counts open Socket Mode connections (never above one).
@@ -79,7 +77,6 @@ type Adapter struct {
 var (
 	_ core.Channel            = (*Adapter)(nil)
 	_ core.TapAnswerer        = (*Adapter)(nil)
-	_ core.TapCardAnswerer    = (*Adapter)(nil)
 	_ core.MessageDeleter     = (*Adapter)(nil)
 	_ core.DirectMessenger    = (*Adapter)(nil)
 	_ core.CapabilityReporter = (*Adapter)(nil)
@@ -95,7 +92,7 @@ func New(cfg Config) (*Adapter, error) {
 	a := &Adapter{
 		cfg: r, now: r.Now, log: r.Logger.With(slog.String("channel", string(r.Name))),
 		ready: make(chan struct{}), threads: threadSet{m: map[string]time.Time{}}, dms: map[string]string{},
-		taps: kit.NewPendingTaps[tapHandle](r.Now), splits: kit.NewSplits(r.Now), method: MethodSocket,
+		splits: kit.NewSplits(r.Now), method: MethodSocket,
 	}
 	if r.Mode == ModeHTTP {
 		a.method = MethodSignature
@@ -154,8 +151,7 @@ func (a *Adapter) RegisterMetrics(reg prometheus.Registerer) error {
 
 // Capabilities implements core.CapabilityReporter.
 func (a *Adapter) Capabilities() core.Capabilities {
-	return core.Capabilities{EditInPlace: true, Delete: true, Ephemeral: true, Threads: true, Buttons: true,
-		MaxTextLen: MaxMessageLen, MaxButtons: cards.MaxChoices}
+	return core.Capabilities{EditInPlace: true, Buttons: true, MaxTextLen: MaxMessageLen}
 }
 
 // DirectConversation implements core.DirectMessenger: chat.postMessage to a
@@ -270,8 +266,8 @@ func (a *Adapter) deliver(ctx context.Context, in core.Inbox, r inbound, log *sl
 	}
 	t := r.turn
 	if t.Tap != nil && r.tap != nil {
-		// Registered before Deliver: the core may answer before it returns.
-		a.taps.Add(t.EventID, *r.tap)
+		// The core answers the tap once, through what this handle names.
+		t.TapHandle = r.tap.encode()
 	}
 	if t.ChatKind == core.ChatDirect {
 		if r.tap != nil {
@@ -288,23 +284,16 @@ func (a *Adapter) deliver(ctx context.Context, in core.Inbox, r inbound, log *sl
 	switch {
 	case errors.As(err, &rej):
 		log.Warn("slack turn rejected by the core", slog.String("reason", rej.Reason))
-		if t.Tap != nil {
-			if h, ok := a.taps.Take(t.EventID); ok {
-				a.ephemeralLater(ctx, h, "Not accepted.")
-			}
+		if t.Tap != nil && r.tap != nil {
+			a.ephemeralLater(ctx, *r.tap, "Not accepted.")
 		}
 		return nil
 	case err != nil:
-		if t.Tap != nil {
-			a.taps.Take(t.EventID)
-		}
 		return err
 	}
 	if res.Duplicate {
+		// A redelivered tap is answered by the stored one's answer.
 		log.Debug("slack event was delivered before", slog.String("event_id", t.EventID))
-		if t.Tap != nil {
-			a.taps.Take(t.EventID)
-		}
 	}
 	return nil
 }
@@ -376,41 +365,32 @@ func (a *Adapter) limKey(channel string) string {
 	return channel
 }
 
-// AnswerTap implements core.TapAnswerer: the notice goes to the tapper
-// only, as an ephemeral message (never into the channel). Slack's button
-// spinner stops with the acknowledgement, so an empty notice sends nothing.
-func (a *Adapter) AnswerTap(ctx context.Context, t core.Turn, text string) error {
-	h, ok := a.taps.Take(t.EventID)
-	if !ok || strings.TrimSpace(text) == "" {
-		return nil
-	}
-	return a.ephemeral(ctx, h, text)
-}
-
-// AnswerTapWithCard implements core.TapCardAnswerer: chat.update shows the
-// card's new state on the tapped message, then the notice goes to the
-// tapper as an ephemeral message.
-func (a *Adapter) AnswerTapWithCard(ctx context.Context, t core.Turn, text string, card *cards.Card) error {
-	h, ok := a.taps.Take(t.EventID)
-	if !ok || (card != nil && h.messageTS == "") {
-		if ok && strings.TrimSpace(text) != "" {
-			_ = a.ephemeral(ctx, h, text)
-		}
-		return core.ErrNotSupported
-	}
-	if card != nil {
-		if err := a.Update(ctx, ref(h.channel, h.messageTS), core.OutMessage{Conversation: t.Conversation, Card: card}); err != nil {
+// AnswerTap implements core.TapAnswerer: chat.update shows the card's new
+// state on the tapped message, then the notice goes to the tapper only, as
+// an ephemeral message (never into the channel). Slack's button spinner
+// stops with the acknowledgement, so an empty notice sends nothing. A
+// handle that does not decode (not this adapter's) leaves the notice
+// unshown: there is nobody to show it to.
+func (a *Adapter) AnswerTap(ctx context.Context, ans core.TapAnswer) error {
+	if ans.Card != nil {
+		if err := a.Update(ctx, ans.Ref, core.OutMessage{Conversation: ans.Conversation, Card: ans.Card}); err != nil {
 			return err
 		}
 	}
-	if strings.TrimSpace(text) == "" {
+	h, ok := decodeTapHandle(ans.Handle)
+	if !ok || strings.TrimSpace(ans.Text) == "" {
 		return nil
 	}
-	return a.ephemeral(ctx, h, text)
+	// The notice is best effort (docs/slack.md): one that cannot be shown
+	// within 10 seconds (a long 429 pause of the channel) is dropped rather
+	// than retried with the card's edit.
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_ = a.ephemeral(cctx, h, ans.Text) // logged there
+	return nil
 }
 
-// sweep forgets taps the core never answered and stale split progress.
+// sweep forgets stale split progress.
 func (a *Adapter) sweep(context.Context) {
-	a.taps.Due(time.Minute)
 	a.splits.Sweep(time.Hour)
 }

@@ -159,6 +159,20 @@ func shownStatus(text string, open bool) cards.Status {
 
 // Told: the toasts answering r's taps, and the bot's text messages in the
 // chat (typed taps are answered there; everyone in the chat sees them).
+// TapAnswers counts answerCallbackQuery calls for r's taps, also those the
+// fake refused (a query answered already).
+func (p *conformancePlatform) TapAnswers(_ testing.TB, r channeltest.Role) (int, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.srv.Calls("answerCallbackQuery") {
+		if who, ok := p.queries[c.Params["callback_query_id"]]; ok && who == r {
+			n++
+		}
+	}
+	return n, true
+}
+
 func (p *conformancePlatform) Told(t testing.TB, r channeltest.Role) []string {
 	var out []string
 	p.mu.Lock()

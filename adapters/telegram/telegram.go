@@ -1,8 +1,8 @@
 // Package telegram is the Telegram channel: people talk to Silas in private
 // chats and groups and decide cards with inline buttons. It is built on
 // github.com/go-telegram/bot for Bot API calls and implements core.Channel
-// plus the optional core.TapAnswerer, core.DirectMessenger and
-// core.MessageDeleter.
+// plus the optional core.TapAnswerer, core.DirectMessenger,
+// core.MessageDeleter and core.CapabilityReporter.
 //
 // Receiving: long polling (default) or a webhook. An update is acknowledged
 // to Telegram — the webhook answers 200, or the polling offset moves past
@@ -38,18 +38,8 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"github.com/silas-gateway/silas/adapters/kit"
-	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 )
-
-// pendingTap is a delivered tap waiting for the core's answer: a button's
-// callback query, or a tap typed as text (queryID empty), whose answer is a
-// message in its chat since there is no query to answer.
-type pendingTap struct {
-	queryID string
-	msg     core.MessageRef // the tapped message; empty when unknown
-	chat    int64           // typed taps: where to answer
-}
 
 // Adapter is the Telegram channel.
 type Adapter struct {
@@ -71,14 +61,8 @@ type Adapter struct {
 	// hookTries counts failed webhook deliveries per update_id.
 	hookTries map[int64]int
 
-	// taps are the delivered taps waiting for an answer, by Turn.EventID.
-	taps *kit.PendingTaps[pendingTap]
 	// splits is the progress of texts sent in several parts.
 	splits *kit.Splits
-
-	// tapFallback is how long a tap waits for the core's AnswerTap before
-	// the adapter answers it quietly, so the button's spinner stops.
-	tapFallback time.Duration
 }
 
 var (
@@ -86,7 +70,6 @@ var (
 	_ core.TapAnswerer        = (*Adapter)(nil)
 	_ core.DirectMessenger    = (*Adapter)(nil)
 	_ core.MessageDeleter     = (*Adapter)(nil)
-	_ core.TapCardAnswerer    = (*Adapter)(nil)
 	_ core.CapabilityReporter = (*Adapter)(nil)
 	_ http.Handler            = (*Adapter)(nil)
 )
@@ -100,13 +83,11 @@ func New(cfg Config) (*Adapter, error) {
 	}
 	a := &Adapter{
 		cfg: r, now: r.Now,
-		log:         r.Logger.With(slog.String("channel", string(r.Name))),
-		username:    r.BotUsername,
-		taps:        kit.NewPendingTaps[pendingTap](r.Now),
-		splits:      kit.NewSplits(r.Now),
-		memState:    map[string]string{},
-		tapFallback: 8 * time.Second,
-		method:      MethodPolling,
+		log:      r.Logger.With(slog.String("channel", string(r.Name))),
+		username: r.BotUsername,
+		splits:   kit.NewSplits(r.Now),
+		memState: map[string]string{},
+		method:   MethodPolling,
 	}
 	if r.Mode == ModeWebhook {
 		a.method = MethodWebhook
@@ -180,7 +161,7 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		kit.Janitor(ctx, time.Second, a.sweepTaps)
+		kit.Janitor(ctx, time.Minute, func(context.Context) { a.splits.Sweep(time.Hour) })
 	}()
 	defer wg.Wait()
 	a.log.Info("telegram channel running", slog.String("mode", a.cfg.Mode), slog.String("bot", "@"+a.botUsername()))
@@ -252,14 +233,9 @@ func (a *Adapter) handle(ctx context.Context, in core.Inbox, u *models.Update) e
 		return nil
 	}
 	t := r.turn
-	if t.Tap != nil {
-		// Registered before Deliver: the core may answer before Deliver
-		// returns here.
-		p := pendingTap{queryID: r.queryID, msg: r.tapped}
-		if r.typed {
-			p = pendingTap{chat: u.Message.Chat.ID}
-		}
-		a.taps.Add(t.EventID, p)
+	if t.Tap != nil && !r.typed {
+		// The core answers the tap once, through this query (AnswerTap).
+		t.TapHandle = r.queryID
 	}
 	res, err := in.Deliver(ctx, t)
 	var rej *core.RejectedError
@@ -267,91 +243,50 @@ func (a *Adapter) handle(ctx context.Context, in core.Inbox, u *models.Update) e
 	case errors.As(err, &rej):
 		// Retrying cannot help: acknowledge and drop.
 		log.Warn("telegram turn rejected by the core", slog.String("reason", rej.Reason))
-		if t.Tap != nil {
-			a.answerPending(ctx, t.EventID, "Not accepted.")
+		if t.TapHandle != "" {
+			_ = a.answer(ctx, t.TapHandle, "Not accepted.")
 		}
 		return nil
 	case err != nil:
-		if t.Tap != nil {
-			a.taps.Take(t.EventID)
-		}
 		return err
 	}
 	if res.Duplicate {
+		// A redelivered tap is answered by the stored one's answer.
 		log.Debug("telegram update was delivered before", slog.String("event_id", t.EventID))
-		if t.Tap != nil {
-			a.answerPending(ctx, t.EventID, "")
-		}
 	}
 	return nil
 }
 
-// AnswerTap implements core.TapAnswerer: it answers the tap's callback
-// query with a short toast. A tap typed as text has no query: its answer
-// (a refusal above all, which the core shows only here on channels with
-// toasts) is sent as a message to the chat instead. A tap the adapter no
-// longer knows (answered already, or the process restarted) is skipped.
-func (a *Adapter) AnswerTap(ctx context.Context, t core.Turn, text string) error {
-	p, ok := a.taps.Take(t.EventID)
-	if !ok {
-		return nil
-	}
-	return a.answerTap(ctx, p, text)
-}
-
-// answerTap answers a pending tap: a toast for a button, a message for a
-// typed tap (none when there is nothing to say).
-func (a *Adapter) answerTap(ctx context.Context, p pendingTap, text string) error {
-	if p.queryID != "" {
-		return a.answer(ctx, p.queryID, text)
-	}
-	if strings.TrimSpace(text) == "" || p.chat == 0 {
-		return nil
-	}
-	_, err := a.sendRendered(ctx, p.chat, rendered{html: escapeHTML(text)})
-	return err
-}
-
-// AnswerTapWithCard implements core.TapCardAnswerer: the tapped message
-// shows card (edited in place, as Update does) and the tap is answered
-// with text. Telegram has no single call for both; the edit comes first so
-// the toast never announces a state the card does not show yet. A tap the
-// adapter no longer knows, or whose message Telegram did not name, is
-// core.ErrNotSupported: the caller updates the card with Update.
-func (a *Adapter) AnswerTapWithCard(ctx context.Context, t core.Turn, text string, card *cards.Card) error {
-	p, ok := a.taps.Take(t.EventID)
-	if !ok || (card != nil && p.msg == "") {
-		if ok {
-			_ = a.answerTap(ctx, p, text)
-		}
-		return core.ErrNotSupported
-	}
-	if card != nil {
-		if err := a.Update(ctx, p.msg, core.OutMessage{Conversation: t.Conversation, Card: card}); err != nil {
-			_ = a.answer(ctx, p.queryID, "")
+// AnswerTap implements core.TapAnswerer: the tapped message shows the
+// card's new state (edited in place, as Update does) and then the tap's
+// callback query is answered with the notice as a toast — Telegram has no
+// single call for both; the edit comes first so the toast never announces
+// a state the card does not show yet. A tap typed as text has no query
+// (an empty handle): its notice, if any, is a message in its chat. A query
+// answered already or too old is not an error (answer).
+func (a *Adapter) AnswerTap(ctx context.Context, ans core.TapAnswer) error {
+	if ans.Card != nil {
+		if err := a.Update(ctx, ans.Ref, core.OutMessage{Conversation: ans.Conversation, Card: ans.Card}); err != nil {
 			return err
 		}
 	}
-	return a.answer(ctx, p.queryID, text)
+	if ans.Handle != "" {
+		return a.answer(ctx, ans.Handle, ans.Text)
+	}
+	if strings.TrimSpace(ans.Text) == "" {
+		return nil
+	}
+	chat, err := a.chatOf(ans.Conversation)
+	if err != nil {
+		return err
+	}
+	_, err = a.sendRendered(ctx, chat, rendered{html: escapeHTML(ans.Text)})
+	return err
 }
 
 // Capabilities implements core.CapabilityReporter.
 func (a *Adapter) Capabilities() core.Capabilities {
-	return core.Capabilities{
-		EditInPlace: true,
-		Delete:      true,
-		Ephemeral:   true, // a tap's toast (answerCallbackQuery)
-		Threads:     false,
-		Buttons:     true,
-		MaxTextLen:  MaxMessageLen,
-		MaxButtons:  MaxInlineButtons,
-	}
-}
-
-func (a *Adapter) answerPending(ctx context.Context, ev, text string) {
-	if p, ok := a.taps.Take(ev); ok {
-		_ = a.answerTap(ctx, p, text)
-	}
+	return core.Capabilities{EditInPlace: true, Buttons: true, MaxTextLen: MaxMessageLen}
 }
 
 // answer calls answerCallbackQuery (text up to 200 characters). A query
@@ -373,16 +308,4 @@ func (a *Adapter) answer(ctx context.Context, queryID, text string) error {
 		return err
 	}
 	return nil
-}
-
-// sweepTaps answers taps the core did not answer in time (for example a
-// duplicate, or a tap whose processing is slow) so the spinner stops, and
-// forgets split progress of messages the outbox gave up on.
-func (a *Adapter) sweepTaps(ctx context.Context) {
-	for _, p := range a.taps.Due(a.tapFallback) {
-		if p.queryID != "" { // a typed tap has no spinner to stop
-			_ = a.answer(ctx, p.queryID, "")
-		}
-	}
-	a.splits.Sweep(time.Hour)
 }

@@ -46,6 +46,7 @@ type conformanceClient struct {
 	order   []string
 	msgs    map[string]*shown
 	told    []string // refusals answered to this client's taps (tap_result)
+	answers int      // tap_result frames received
 }
 
 type pendingFrame struct {
@@ -200,6 +201,7 @@ func (c *conformanceClient) read(conn *websocket.Conn) {
 				c.t.Errorf("web chat: frame %s refused: %s", f.ID, b)
 			}
 		case "tap_result":
+			c.answers++
 			// A refusal is told to the tapper only, correlated by the
 			// frame id this client sent.
 			if f.Refused && f.Message != "" {
@@ -289,6 +291,14 @@ func (c *conformanceClient) Chat(testing.TB) []channeltest.Message {
 
 // Told: refusals come as tap_result answers to the tap's frame (typed
 // taps too), other notices as messages.
+// TapAnswers counts the tap_result frames (one client: every tap is the
+// Approver's).
+func (c *conformanceClient) TapAnswers(testing.TB, channeltest.Role) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.answers, true
+}
+
 func (c *conformanceClient) Told(t testing.TB, _ channeltest.Role) []string {
 	c.mu.Lock()
 	out := append([]string(nil), c.told...)

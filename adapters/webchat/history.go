@@ -126,30 +126,31 @@ func (a *Adapter) cardState(ctx context.Context, f ClientFrame) []byte {
 	return b
 }
 
-// AnswerTap implements core.TapAnswerer, for callers that do not know
-// whether the tap was refused (the engine calls AnswerTapOutcome): a
-// tap_result that reports it as not refused.
-func (a *Adapter) AnswerTap(ctx context.Context, t core.Turn, text string) error {
-	return a.AnswerTapOutcome(ctx, t, text, "")
-}
-
-// AnswerTapOutcome implements core.TapOutcomeAnswerer: every connected
-// browser gets a tap_result naming the tap frame's id and the card, with
-// the refusal reason when the tap changed nothing. Browsers match it by
-// id; one that did not send the tap ignores it. It is not stored: the
-// card's state, which is, arrives as an update either way (a refused tap
-// on an open card re-sends the card).
-func (a *Adapter) AnswerTapOutcome(_ context.Context, t core.Turn, text, refused string) error {
-	if t.Tap == nil {
+// AnswerTap implements core.TapAnswerer: every connected browser gets a
+// tap_result naming the tap frame's id and the card, with the refusal
+// reason when the tap changed nothing, and then the card's new state as an
+// update (a refused tap on an open card re-sends the card, so a page that
+// disabled its buttons while waiting enables them again). Browsers match
+// the tap_result by id; one that did not send the tap ignores it. It is
+// not stored; the card's state is.
+func (a *Adapter) AnswerTap(ctx context.Context, ans core.TapAnswer) error {
+	if err := a.tapResult(ans); err != nil {
+		return err
+	}
+	if ans.Card == nil {
 		return nil
 	}
-	f := tapResultFrame{Type: "tap_result", CardID: string(t.Tap.Card), Refused: refused != "", Reason: refused, Message: text}
+	return a.Update(ctx, ans.Ref, core.OutMessage{Conversation: ans.Conversation, Card: ans.Card})
+}
+
+func (a *Adapter) tapResult(ans core.TapAnswer) error {
+	f := tapResultFrame{Type: "tap_result", CardID: string(ans.Tap.Card), Refused: ans.Refused != "", Reason: ans.Refused, Message: ans.Text}
 	// A typed tap ("approve <id>" sent as a message frame) is answered
 	// with that message frame's id: the page shows its refusal as a
 	// notice, since there is no button it could be shown on.
-	id, ok := strings.CutPrefix(t.EventID, "t:")
+	id, ok := strings.CutPrefix(ans.EventID, "t:")
 	if !ok {
-		id, ok = strings.CutPrefix(t.EventID, "m:")
+		id, ok = strings.CutPrefix(ans.EventID, "m:")
 	}
 	if ok && clientIDRe.MatchString(id) {
 		f.ID = id

@@ -280,7 +280,7 @@ func TestUpdateToNobodyShownOnConnect(t *testing.T) {
 	}
 	waitDelivered(t, st)
 	var delivered int
-	if err := st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE op = 'update' AND message_key = $1 AND status = 'delivered'`, string(cd.ID)).Scan(&delivered); err != nil {
+	if err := st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE op IN ('update', 'answer') AND message_key = $1 AND status = 'delivered'`, string(cd.ID)).Scan(&delivered); err != nil {
 		t.Fatal(err)
 	}
 	if delivered == 0 {

@@ -39,7 +39,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/internal/httpserve"
 )
@@ -129,15 +128,14 @@ var (
 	_ core.Channel            = (*Adapter)(nil)
 	_ core.CapabilityReporter = (*Adapter)(nil)
 	_ core.KeyedSender        = (*Adapter)(nil)
-	_ core.TapOutcomeAnswerer = (*Adapter)(nil)
+	_ core.TapAnswerer        = (*Adapter)(nil)
 )
 
 // Capabilities implements core.CapabilityReporter: the page edits messages
-// in place and shows cards with buttons; it has no deleting, ephemeral
-// notices or threads, and no fixed text limit (frames carry what fits in
-// MaxFrameBytes and shorten the rest).
+// in place and shows cards with buttons; it has no fixed text limit
+// (frames carry what fits in MaxFrameBytes and shorten the rest).
 func (a *Adapter) Capabilities() core.Capabilities {
-	return core.Capabilities{EditInPlace: true, Buttons: true, MaxButtons: cards.MaxChoices}
+	return core.Capabilities{EditInPlace: true, Buttons: true}
 }
 
 // New builds the adapter.

@@ -298,6 +298,9 @@ func (w *waWorld) Chat(testing.TB) []channeltest.Message {
 	return out
 }
 
+// TapAnswers: a vote or a reply has no answer of its own on WhatsApp.
+func (w *waWorld) TapAnswers(testing.TB, channeltest.Role) (int, bool) { return 0, false }
+
 func (w *waWorld) Told(t testing.TB, _ channeltest.Role) []string {
 	var out []string
 	for _, m := range w.Chat(t) {

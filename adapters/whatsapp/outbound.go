@@ -21,7 +21,8 @@ import (
 //
 //   - Text over MaxMessageLen is split on line boundaries (kit.SplitText);
 //     a retried Send skips parts already sent (kit.Splits).
-//   - A card is one text message (cards.PlainText: numbered choices and
+//   - A card is one text message (OutMessage.CardText, which the outbox
+//     renders for a channel without buttons: numbered choices and
 //     "approve <id>") and, in poll mode while it is open, a poll whose
 //     options are its choice labels. Send returns the text message's ref.
 //   - Update edits the text message while the card is younger than the
@@ -63,10 +64,13 @@ func (a *Adapter) Send(ctx context.Context, m core.OutMessage) (core.MessageRef,
 	if err != nil {
 		return "", err
 	}
+	if m.Card != nil && m.CardText == "" {
+		return "", kit.Permanentf("whatsapp: card %s came without its plain text (core/outbox renders it)", m.Card.ID)
+	}
 	parts := kit.TextParts(m.Text, MaxMessageLen, func(rune) int { return 1 })
 	textParts := len(parts)
 	if m.Card != nil {
-		parts = append(parts, cardText(m.Card))
+		parts = append(parts, m.CardText)
 	}
 	return kit.SendParts(a.splits, m, parts, textParts, "whatsapp", func(i int, p string) (core.MessageRef, error) {
 		r, err := a.sendText(ctx, chat, p, nil)
@@ -75,14 +79,6 @@ func (a *Adapter) Send(ctx context.Context, m core.OutMessage) (core.MessageRef,
 		}
 		return r, a.cardSent(ctx, chat, r, m.Card, p)
 	})
-}
-
-// cardText is how a card reads on WhatsApp.
-func cardText(c *cards.Card) string {
-	if c == nil {
-		return ""
-	}
-	return c.PlainText()
 }
 
 // cardSent records a card message and, in poll mode, sends its poll.
@@ -191,7 +187,7 @@ func (a *Adapter) Update(ctx context.Context, r core.MessageRef, m core.OutMessa
 	}
 	text := m.Text
 	if m.Card != nil {
-		text = cardText(m.Card)
+		text = m.CardText
 	}
 	if strings.TrimSpace(text) == "" {
 		return kit.Permanent(errors.New("whatsapp: nothing to show (empty text and no card)"))
@@ -283,29 +279,30 @@ func (a *Adapter) DeleteMessage(ctx context.Context, conv core.ConversationID, p
 
 func parseMessageID(s string) (types.JID, types.MessageID, bool) { return parsePlatformID(s) }
 
-// AnswerTap implements core.TapAnswerer (the engine calls
-// AnswerTapOutcome instead).
-func (a *Adapter) AnswerTap(ctx context.Context, t core.Turn, text string) error {
-	return a.AnswerTapOutcome(ctx, t, text, "")
-}
-
-// AnswerTapOutcome implements core.TapOutcomeAnswerer. WhatsApp has no
-// notice only the tapper sees, so an answer is a chat message, and only
-// when it matters: a refused text reply ("approve <id>", "1") is
-// answered; a refused poll vote is answered only when the voter may not
-// decide — a changed vote after the decision or a vote on an expired card
-// changes nothing, silently (the card already shows its state).
-func (a *Adapter) AnswerTapOutcome(ctx context.Context, t core.Turn, text, refused string) error {
-	if refused == "" || strings.TrimSpace(text) == "" {
+// AnswerTap implements core.TapAnswerer: the card's new state is an
+// Update of its message (an edit, or a reply quoting it past the edit
+// window). WhatsApp has no notice only the tapper sees, so the notice is
+// a chat message, and only when it matters: a refused text reply
+// ("approve <id>", "1") is answered; a refused poll vote is answered only
+// when the voter may not decide — a changed vote after the decision or a
+// vote on an expired card changes nothing, silently (the card already
+// shows its state).
+func (a *Adapter) AnswerTap(ctx context.Context, ans core.TapAnswer) error {
+	if ans.Card != nil {
+		if err := a.Update(ctx, ans.Ref, core.OutMessage{Conversation: ans.Conversation, Card: ans.Card, CardText: ans.CardText}); err != nil {
+			return err
+		}
+	}
+	if ans.Refused == "" || strings.TrimSpace(ans.Text) == "" {
 		return nil
 	}
-	if strings.HasPrefix(t.EventID, voteEventPrefix) && refused != core.RefusedNotApprover {
+	if strings.HasPrefix(ans.EventID, voteEventPrefix) && ans.Refused != core.RefusedNotApprover {
 		return nil
 	}
-	chat, err := a.chatOfConv(t.Conversation)
+	chat, err := a.chatOfConv(ans.Conversation)
 	if err != nil {
 		return err
 	}
-	_, err = a.sendText(ctx, chat, text, nil)
+	_, err = a.sendText(ctx, chat, ans.Text, nil)
 	return err
 }

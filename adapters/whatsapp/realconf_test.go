@@ -182,6 +182,9 @@ func (w *realWorld) Chat(t testing.TB) []channeltest.Message {
 	return w.view.Chat(t)
 }
 
+// TapAnswers: a vote or a reply has no answer of its own on WhatsApp.
+func (w *realWorld) TapAnswers(testing.TB, channeltest.Role) (int, bool) { return 0, false }
+
 func (w *realWorld) Told(t testing.TB, r channeltest.Role) []string {
 	w.sync(t)
 	return w.view.Told(t, r)

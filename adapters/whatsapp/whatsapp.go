@@ -69,7 +69,7 @@ type Adapter struct {
 var (
 	_ core.Channel            = (*Adapter)(nil)
 	_ core.MessageDeleter     = (*Adapter)(nil)
-	_ core.TapOutcomeAnswerer = (*Adapter)(nil)
+	_ core.TapAnswerer        = (*Adapter)(nil)
 	_ core.DirectMessenger    = (*Adapter)(nil)
 	_ core.CapabilityReporter = (*Adapter)(nil)
 )
@@ -103,10 +103,11 @@ func New(cfg Config) (*Adapter, error) {
 func (a *Adapter) Name() core.ChannelName { return a.cfg.Name }
 
 // Capabilities implements core.CapabilityReporter: edits (within the
-// window), deletes (only our own messages, or others' in groups where the
-// account is admin), no buttons, no ephemeral notices.
+// window; later a reply quoting the card), no buttons — the outbox hands
+// every card with its plain text (OutMessage.CardText), which is what a
+// card message shows.
 func (a *Adapter) Capabilities() core.Capabilities {
-	return core.Capabilities{EditInPlace: true, Delete: true, MaxTextLen: MaxMessageLen}
+	return core.Capabilities{EditInPlace: true, MaxTextLen: MaxMessageLen}
 }
 
 // DirectConversation implements core.DirectMessenger.

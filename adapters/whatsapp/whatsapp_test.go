@@ -80,10 +80,16 @@ var approveDecline = []cards.Choice{{ID: "approve", Label: "Run `uname -a`"}, {I
 
 func conv(chat types.JID) core.ConversationID { return conversation("whatsapp", chat) }
 
+// cardMsg is a card as the outbox hands it to a channel without buttons:
+// with its plain text.
+func cardMsg(c core.ConversationID, card *cards.Card) core.OutMessage {
+	return core.OutMessage{Conversation: c, Card: card, CardText: card.PlainText()}
+}
+
 func TestPollCardVoteDecisionEdit(t *testing.T) {
 	b := setup(t, CardsPoll)
 	ctx := context.Background()
-	r, err := b.a.Send(ctx, core.OutMessage{Conversation: conv(owner), Card: testCard(cards.StatusPending, approveDecline...)})
+	r, err := b.a.Send(ctx, cardMsg(conv(owner), testCard(cards.StatusPending, approveDecline...)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +129,7 @@ func TestPollCardVoteDecisionEdit(t *testing.T) {
 		t.Fatalf("%d turns after invalid votes", n)
 	}
 	// The decision: the card is edited in place (within the window).
-	if err := b.a.Update(ctx, r, core.OutMessage{Conversation: conv(owner), Card: testCard(cards.StatusApproved)}); err != nil {
+	if err := b.a.Update(ctx, r, cardMsg(conv(owner), testCard(cards.StatusApproved))); err != nil {
 		t.Fatal(err)
 	}
 	sent = b.wa.sentMsgs()
@@ -135,7 +141,7 @@ func TestPollCardVoteDecisionEdit(t *testing.T) {
 	}
 	// Identical content: no message at all.
 	n := len(sent)
-	if err := b.a.Update(ctx, r, core.OutMessage{Conversation: conv(owner), Card: testCard(cards.StatusApproved)}); err != nil {
+	if err := b.a.Update(ctx, r, cardMsg(conv(owner), testCard(cards.StatusApproved))); err != nil {
 		t.Fatal(err)
 	}
 	if len(b.wa.sentMsgs()) != n {
@@ -143,7 +149,7 @@ func TestPollCardVoteDecisionEdit(t *testing.T) {
 	}
 	// Past the edit window: a reply quoting the card.
 	b.advance(16 * time.Minute)
-	if err := b.a.Update(ctx, r, core.OutMessage{Conversation: conv(owner), Card: testCard(cards.StatusDone)}); err != nil {
+	if err := b.a.Update(ctx, r, cardMsg(conv(owner), testCard(cards.StatusDone))); err != nil {
 		t.Fatal(err)
 	}
 	sent = b.wa.sentMsgs()
@@ -156,21 +162,23 @@ func TestPollCardVoteDecisionEdit(t *testing.T) {
 func TestNonApproverVoteAnsweredOtherRefusalsSilent(t *testing.T) {
 	b := setup(t, CardsPoll)
 	ctx := context.Background()
-	vote := core.Turn{Conversation: conv(owner), EventID: "vx/1"}
+	vote := core.TapAnswer{Conversation: conv(owner), EventID: "vx/1"}
 	n := len(b.wa.sentMsgs())
 	for _, reason := range []string{core.RefusedAlreadyDecided, core.RefusedExpired, core.RefusedBadChoice} {
-		if err := b.a.AnswerTapOutcome(ctx, vote, "no", reason); err != nil {
+		vote.Text, vote.Refused = "no", reason
+		if err := b.a.AnswerTap(ctx, vote); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if len(b.wa.sentMsgs()) != n {
 		t.Fatal("a refused vote other than a non-approver's was answered")
 	}
-	if err := b.a.AnswerTapOutcome(ctx, vote, "Only the owner may decide this.", core.RefusedNotApprover); err != nil {
+	vote.Text, vote.Refused = "Only the owner may decide this.", core.RefusedNotApprover
+	if err := b.a.AnswerTap(ctx, vote); err != nil {
 		t.Fatal(err)
 	}
-	text := core.Turn{Conversation: conv(owner), EventID: "m4915112345678/X"}
-	if err := b.a.AnswerTapOutcome(ctx, text, "This card expired.", core.RefusedExpired); err != nil {
+	text := core.TapAnswer{Conversation: conv(owner), EventID: "m4915112345678/X", Text: "This card expired.", Refused: core.RefusedExpired}
+	if err := b.a.AnswerTap(ctx, text); err != nil {
 		t.Fatal(err)
 	}
 	if got := len(b.wa.sentMsgs()) - n; got != 2 {
@@ -181,7 +189,7 @@ func TestNonApproverVoteAnsweredOtherRefusalsSilent(t *testing.T) {
 func TestNumberedReplyQuotingCard(t *testing.T) {
 	b := setup(t, CardsNumbered)
 	ctx := context.Background()
-	r, err := b.a.Send(ctx, core.OutMessage{Conversation: conv(owner), Card: testCard(cards.StatusPending, approveDecline...)})
+	r, err := b.a.Send(ctx, cardMsg(conv(owner), testCard(cards.StatusPending, approveDecline...)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -342,6 +342,11 @@ func TestLocalClusterLeastPrivilege(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "✓ database     the gateway's role silas_app can only read and append the audit log") {
 		t.Fatalf("doctor: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
+	// The background room ran on River as silas_app: its queue is
+	// recorded, and no job failed (a missing grant would fail them).
+	if !strings.Contains(out, "✓ jobs queue   maintenance: ") || !strings.Contains(out, "✓ jobs stuck   no job running over 5 minutes or failed in the last day") {
+		t.Fatalf("doctor's River state:\n%s", out)
+	}
 	code, r := verifyJSON(t, "", dataDir)
 	if code != 0 || !r.OK || r.LastSeq == 0 || r.NewestCheckpoint != r.LastSeq {
 		t.Fatalf("audit verify: exit %d, %+v", code, r)
@@ -355,6 +360,9 @@ func TestDoctorListsDeadLetters(t *testing.T) {
 	code, out, errOut := silas(t, dsn, "doctor")
 	if code != 0 || !strings.Contains(out, "dead letters  none") {
 		t.Fatalf("empty: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "· jobs leader  none elected") || !strings.Contains(out, "· jobs queues  none yet") {
+		t.Fatalf("doctor's River state with no serve:\n%s", out)
 	}
 	for i := range 7 {
 		err := st.Do(t.Context(), func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {

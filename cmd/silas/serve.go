@@ -391,5 +391,5 @@ func httpLimits(cfg *config.Config) httpserve.Limits {
 	h := cfg.HTTP
 	return httpserve.Limits{ReadHeaderTimeout: h.ReadHeaderTimeout.Duration, ReadTimeout: h.ReadTimeout.Duration,
 		WriteTimeout: h.WriteTimeout.Duration, IdleTimeout: h.IdleTimeout.Duration, MaxHeaderBytes: h.MaxHeaderBytes,
-		MaxConns: h.MaxConnections}
+		MaxConns: h.MaxConnections, MaxConnsPerClient: h.MaxConnectionsPerClient}
 }

@@ -40,8 +40,7 @@ type Periodic struct {
 	// "silas_" + Name, which doctor shows.
 	Name string
 	// Every is the interval between runs. River's leader inserts one job
-	// per interval; a run still waiting or running makes the next insert a
-	// no-op (unique by kind), so slow runs never pile up.
+	// per interval (unique per interval, so a change of leader adds none).
 	Every time.Duration
 	// Run does the work once. An error is logged and kept on the job row
 	// (doctor lists it); the next interval runs it again.
@@ -110,13 +109,13 @@ func New(cfg Config) (*Room, error) {
 			return nil, fmt.Errorf("background: periodic job %s: needs Every and Run", p.Name)
 		}
 		seen[p.Name] = true
-		args := periodicArgs{kind: kindPrefix + p.Name}
+		args, opts := periodicArgs{kind: kindPrefix + p.Name}, insertOpts(p)
 		river.AddWorkerArgs(cfg.Workers, args, &periodicWorker{p: p, log: cfg.Logger})
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(p.Every),
-			func() (river.JobArgs, *river.InsertOpts) { return args, periodicInsertOpts }, &river.PeriodicJobOpts{ID: p.Name, RunOnStart: true}))
+			func() (river.JobArgs, *river.InsertOpts) { return args, opts }, &river.PeriodicJobOpts{ID: p.Name, RunOnStart: true}))
 	}
 	if len(cfg.Periodic) > 0 {
-		// Each periodic job has at most one row waiting or running.
+		// One worker per job: a slow run of one does not hold up the others.
 		queues[QueueMaintenance] = river.QueueConfig{MaxWorkers: len(cfg.Periodic)}
 	}
 	rc := &river.Config{

@@ -242,3 +242,37 @@ func TestQueueJobWithStateChange(t *testing.T) {
 		}
 	}
 }
+
+// A process killed mid-run leaves its job's row "running" until River's
+// rescuer gives up on it (an hour): the next interval's run is inserted
+// all the same. (Here the first run just does not return; the second row
+// waiting behind it is what a surviving process would work.)
+func TestPeriodicNotHeldByARunningRow(t *testing.T) {
+	t.Parallel()
+	st := openStore(t, storetest.NewDatabase(t))
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	startRoom(t, background.Config{Pool: st.Pool(), Periodic: []background.Periodic{{Name: "held", Every: time.Second,
+		Run: func(ctx context.Context) error {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}}}})
+	defer close(release)
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first run did not start")
+	}
+	eventually(t, "a second row while the first runs", func() error {
+		if n := count(t, st.Pool(), `SELECT count(*) FROM river_job WHERE kind = 'silas_held'`); n < 2 {
+			return fmt.Errorf("%d row(s)", n)
+		}
+		return nil
+	})
+}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 )
 
 // kindPrefix starts every periodic job's River kind.
@@ -19,16 +18,14 @@ type periodicArgs struct{ kind string }
 
 func (a periodicArgs) Kind() string { return a.kind }
 
-// periodicInsertOpts: one attempt (the next interval is the retry), and
-// at most one row per kind waiting or running. A leader that changes
-// mid-interval, or a run slower than the interval, then adds nothing.
-var periodicInsertOpts = &river.InsertOpts{
-	Queue:       QueueMaintenance,
-	MaxAttempts: 1,
-	UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
-		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-		rivertype.JobStateRetryable, rivertype.JobStateScheduled,
-	}},
+// insertOpts are a periodic job's: one attempt (the next interval is the
+// retry), and unique per interval, so a leader that changes mid-interval
+// adds no second row. Not unique while running: a process killed mid-run
+// leaves its row "running" until River's rescuer discards it (an hour),
+// and that must not stop the job meanwhile. A run slower than its
+// interval may therefore overlap the next; every Run is safe to.
+func insertOpts(p Periodic) *river.InsertOpts {
+	return &river.InsertOpts{Queue: QueueMaintenance, MaxAttempts: 1, UniqueOpts: river.UniqueOpts{ByPeriod: p.Every}}
 }
 
 // periodicWorker runs one Periodic.

@@ -54,8 +54,9 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 // applyDecision adds what a decision shows to the turn's outcome: card
 // updates and audit entries in its transaction; once committed, the answer
 // to the tapper and the execution or task notice it calls for. A refusal
-// is only a toast on channels with toasts — a notice to the tapper, not
-// news for the chat — and a reply elsewhere.
+// is a notice to the tapper, not news for the chat: the tap's one answer
+// carries it (core/outbox makes it a message only on channels that cannot
+// answer a tap).
 func (e *Engine) applyDecision(o *outcome, r decide.Result) {
 	o.updates = append(o.updates, r.Updates...)
 	for _, n := range r.Notes {
@@ -66,9 +67,6 @@ func (e *Engine) applyDecision(o *outcome, r decide.Result) {
 	}
 	if r.Refused != "" {
 		o.refused = r.Refused
-		if _, toasts := e.channels[o.st.Turn.Channel].(core.TapAnswerer); !toasts {
-			o.reply("%s", r.Toast)
-		}
 	}
 	if l := r.Outcome(); l != "" {
 		e.m.approvals.WithLabelValues(l).Inc()

@@ -636,10 +636,15 @@ type toastChannel struct {
 	toasts []string
 }
 
-func (c *toastChannel) AnswerTap(_ context.Context, t core.Turn, text string) error {
+func (c *toastChannel) AnswerTap(ctx context.Context, a core.TapAnswer) error {
+	if a.Card != nil {
+		if err := c.Update(ctx, a.Ref, core.OutMessage{Conversation: a.Conversation, Card: a.Card}); err != nil {
+			return err
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.toasts = append(c.toasts, string(t.Sender)+": "+text)
+	c.toasts = append(c.toasts, string(a.Sender)+": "+a.Text)
 	return nil
 }
 

@@ -27,6 +27,7 @@ func sanitizeTurn(t *core.Turn) {
 	}{
 		{"text", &t.Text}, {"sender_name", &t.SenderName}, {"event_id", &t.EventID},
 		{"platform_message_id", &t.PlatformMessageID}, {"chat_kind", &t.ChatKind}, {"auth_method", &t.Evidence.Method},
+		{"tap_handle", &t.TapHandle},
 	}
 	for _, f := range fields {
 		if clean, changed := core.StorableText(*f.s); changed {

@@ -29,10 +29,9 @@ type outcome struct {
 	updates []*cards.Card
 	appr    []core.ApprovalRequest
 	audit   []auditEntry
-	// toast answers a tap on channels that can (core.TapAnswerer).
+	// toast is the notice of a tap's answer (core.TapAnswer.Text).
 	toast string
-	// refused is why the tap changed nothing ("" when it took effect), for
-	// channels that answer taps with it (core.TapOutcomeAnswerer).
+	// refused is why the tap changed nothing ("" when it took effect).
 	refused string
 	// sends go to other conversations of the same channel.
 	sends []pendingSend
@@ -55,6 +54,28 @@ func (o *outcome) send(tx *store.Tx, key string, m core.OutMessage) error {
 	o.jobs = append(o.jobs, core.OutboxJob{Channel: t.Channel, Conversation: t.Conversation, Op: core.OpSend, MessageKey: key, Message: m,
 		NextAt: now, CreatedAt: now})
 	return tx.QueueMessageThen(t.Channel, core.OpSend, key, m, func(id int64) { o.jobs[i].ID = id })
+}
+
+// answerTap queues the tap's one answer (core.OpAnswer): the notice, the
+// refusal reason, the adapter's handle and the tapped card's newest state
+// from the updates, which it returns without that card's.
+func (o *outcome) answerTap(tx *store.Tx) ([]*cards.Card, error) {
+	t := o.st.Turn
+	a := core.TapAnswer{Conversation: t.Conversation, EventID: t.EventID, Sender: t.Sender, Tap: *t.Tap, Handle: t.TapHandle,
+		Text: o.toast, Refused: o.refused}
+	rest := make([]*cards.Card, 0, len(o.updates))
+	for _, c := range o.updates {
+		if c.ID == t.Tap.Card {
+			a.Card = c // the newest state wins: updates are in order
+			continue
+		}
+		rest = append(rest, c)
+	}
+	key := "tap-" + core.NewID()
+	if a.Card != nil {
+		key = string(a.Card.ID)
+	}
+	return rest, tx.QueueTapAnswer(t.Channel, key, a)
 }
 
 type pendingSend struct {
@@ -140,7 +161,16 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 				return nil, err
 			}
 		}
-		for _, c := range o.updates {
+		updates := o.updates
+		if t.Tap != nil {
+			// Every tap is answered, once, by the lane (an empty answer
+			// just ends the platform's wait), with its card's new state.
+			var err error
+			if updates, err = o.answerTap(tx); err != nil {
+				return nil, err
+			}
+		}
+		for _, c := range updates {
 			if err := tx.QueueMessage(t.Channel, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: t.Conversation, Card: c}); err != nil {
 				return nil, err
 			}
@@ -167,16 +197,16 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 	if h := e.cfg.Hooks.TurnDone; h != nil {
 		h(final.st.Seq, t.Conversation)
 	}
-	// Every tap is answered (an empty answer just stops a spinner).
-	if t.Tap != nil {
-		e.answerTap(ctx, t, final.toast, final.refused)
-	}
 	for _, f := range final.after {
 		f()
 	}
 	e.m.turnLatency.Observe(e.now().Sub(start).Seconds())
 	e.m.turnsProcessed.Inc()
-	e.out.HandOff(t.Conversation, final.jobs, len(final.updates))
+	reads := len(final.updates)
+	if t.Tap != nil {
+		reads++ // the answer (it carries one of the updates, if any)
+	}
+	e.out.HandOff(t.Conversation, final.jobs, reads)
 	for _, ps := range final.sends {
 		e.out.Kick(ps.conv, 1)
 	}

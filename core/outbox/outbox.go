@@ -68,6 +68,11 @@ type Outbox struct {
 	lanesCtx   context.Context
 	laneWG     sync.WaitGroup
 	deliverSem chan struct{}
+
+	// splits is how far a message split into several got (by job id), so
+	// a retry does not repeat parts; in memory, like a lane.
+	splitMu sync.Mutex
+	splits  map[int64]splitProgress
 }
 
 // New builds an Outbox; it delivers nothing until Run.
@@ -80,7 +85,7 @@ func New(cfg Config) *Outbox {
 	}
 	return &Outbox{
 		after: cfg.After, st: cfg.Store, channels: cfg.Channels, log: cfg.Logger, now: cfg.Now, maxBackoff: cfg.MaxBackoff,
-		results: cfg.Deliveries, lanes: map[core.ConversationID]*lane{}, missed: map[core.ConversationID]bool{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
+		results: cfg.Deliveries, lanes: map[core.ConversationID]*lane{}, splits: map[int64]splitProgress{}, missed: map[core.ConversationID]bool{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
 	}
 }
 
@@ -360,23 +365,24 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 	// The semaphore bounds concurrent platform calls only; recording the
 	// result waits for a group commit, which many lanes share.
 	ob.deliverSem <- struct{}{}
+	caps := core.CapabilitiesOf(ch)
+	j.Message = renderFor(caps, j.Message)
 	switch j.Op {
+	case core.OpAnswer:
+		ref, err = answerTap(ctx, ch, caps, j, prev)
 	case core.OpUpdate:
 		if superseded {
 			status = core.OutboxSuperseded // a newer edit of the same card follows
 			break
 		}
-		if prev == "" {
-			// The original never arrived (or failed for good): show the
-			// current state as a new message rather than losing it.
-			ref, err = sendJob(ctx, ch, j)
-			break
-		}
-		err = ch.Update(ctx, prev, j.Message)
+		ref, err = updateCard(ctx, ch, caps, j, prev)
 	default:
-		ref, err = sendJob(ctx, ch, j)
+		ref, err = ob.sendSplit(ctx, ch, caps, j)
 	}
 	<-ob.deliverSem
+	if err == nil {
+		ob.forgetSplit(j.ID)
+	}
 	if err == nil {
 		// Nobody waits for this record but the lane's next delivery, so it
 		// may share a transaction with other work (see DoBackground).
@@ -404,10 +410,12 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 	case errors.As(err, &perm):
 		log.Error("outbox: permanent delivery failure", slog.Any("err", err))
 		ob.outboxFail(ctx, j, err.Error())
+		ob.forgetSplit(j.ID)
 		return true
 	case ob.now().Sub(j.CreatedAt) > giveUp:
 		log.Error("outbox: giving up after retrying for a day", slog.Any("err", err))
 		ob.outboxFail(ctx, j, err.Error())
+		ob.forgetSplit(j.ID)
 		return true
 	default:
 		backoff := min(time.Second<<min(j.Attempts, 16), ob.maxBackoff)
@@ -444,10 +452,10 @@ func (ob *Outbox) outboxFail(ctx context.Context, j core.OutboxJob, reason strin
 	ob.results.WithLabelValues("failed").Inc()
 }
 
-// messageKind is the audit kind of a delivered job: message.send or
-// message.update.
+// messageKind is the audit kind of a delivered job: message.send, or
+// message.update for an edit (a tap's answer edits its card).
 func messageKind(op core.OutboxOp) audit.Kind {
-	if op == core.OpUpdate {
+	if op == core.OpUpdate || op == core.OpAnswer {
 		return audit.KindMessageUpdate
 	}
 	return audit.KindMessageSend

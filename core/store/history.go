@@ -20,21 +20,29 @@ import (
 // its first job; its content is its newest job, delivered or not: once a
 // job is committed it is part of the transcript, which is what lets a
 // channel without a copy of its own (the web chat) count an edit as
-// delivered when nobody is looking. Jobs that failed for good (a card the
-// channel refused) are left out.
+// delivered when nobody is looking. A tap's "answer" job that carries the
+// tapped card is an edit of it; one without a card is no message. Jobs
+// that failed for good (a card the channel refused) are left out.
 
 // transcriptBotSQL reads the newest $3 bot messages of conversation $2 on
 // channel $1 (anchored at their first job) with their newest content.
 const transcriptBotSQL = `WITH anchors AS (
 		SELECT o.id, o.message_key, o.created_at FROM outbox o
-		WHERE o.conversation = $2 AND o.channel = $1 AND o.status <> 'failed'
+		WHERE o.conversation = $2 AND o.channel = $1 AND o.status <> 'failed' AND ` + isMessage + `
 			AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.channel = o.channel AND p.message_key = o.message_key
 				AND p.id < o.id AND p.status <> 'failed')
 		ORDER BY o.id DESC LIMIT $3)
 	SELECT a.id, a.message_key, a.created_at, l.id, l.payload FROM anchors a
 	CROSS JOIN LATERAL (SELECT id, payload FROM outbox l WHERE l.channel = $1 AND l.message_key = a.message_key
-		AND l.conversation = $2 AND l.status <> 'failed' ORDER BY l.id DESC LIMIT 1) l
+		AND l.conversation = $2 AND l.status <> 'failed' AND ` + isMessageL + ` ORDER BY l.id DESC LIMIT 1) l
 	ORDER BY a.id`
+
+// isMessage keeps outbox rows that are a message or an edit of one: a
+// tap's answer without a card is neither.
+const (
+	isMessage  = `(o.op <> 'answer' OR o.payload->'card' IS NOT NULL)`
+	isMessageL = `(l.op <> 'answer' OR l.payload->'card' IS NOT NULL)`
+)
 
 // transcriptUserSQL reads the newest $3 user messages (turns with text;
 // taps are not messages) of conversation $2 on channel $1.
@@ -105,10 +113,10 @@ func (s *Store) Transcript(ctx context.Context, ch core.ChannelName, conv core.C
 // under the card's id as message key. ErrNotFound: no such card there.
 func (s *Store) TranscriptCard(ctx context.Context, ch core.ChannelName, conv core.ConversationID, id cards.ID) (core.TranscriptEntry, error) {
 	row := s.pool.QueryRow(ctx, `SELECT f.id, f.message_key, f.created_at, l.id, l.payload
-		FROM (SELECT id, message_key, created_at FROM outbox WHERE channel = $1 AND message_key = $3 AND conversation = $2
-			AND status <> 'failed' ORDER BY id LIMIT 1) f
+		FROM (SELECT id, message_key, created_at FROM outbox o WHERE channel = $1 AND message_key = $3 AND conversation = $2
+			AND status <> 'failed' AND `+isMessage+` ORDER BY id LIMIT 1) f
 		CROSS JOIN LATERAL (SELECT id, payload FROM outbox l WHERE l.channel = $1 AND l.message_key = $3
-			AND l.conversation = $2 AND l.status <> 'failed' ORDER BY l.id DESC LIMIT 1) l`, ch, conv, string(id))
+			AND l.conversation = $2 AND l.status <> 'failed' AND `+isMessageL+` ORDER BY l.id DESC LIMIT 1) l`, ch, conv, string(id))
 	e, err := scanBotEntry(row)
 	if err != nil {
 		return e, err

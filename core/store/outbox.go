@@ -28,6 +28,28 @@ func (t *Tx) QueueMessageThen(ch core.ChannelName, op core.OutboxOp, key string,
 	return nil
 }
 
+// QueueTapAnswer enqueues the one answer to a tap (core.OpAnswer), under
+// key: the tapped card's id when a carries the card's new state (the
+// transcript then reads it as the card's edit, and the lane finds the
+// card's message through it), else a key of its own.
+func (t *Tx) QueueTapAnswer(ch core.ChannelName, key string, a core.TapAnswer) error {
+	p := answerPayload{OutMessage: core.OutMessage{Conversation: a.Conversation, Card: a.Card}, Answer: &a}
+	a.Card = nil // stored once, as the message's card
+	payload, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("store: marshal tap answer: %w", err)
+	}
+	t.enqueues = append(t.enqueues, queuedJob{ch: ch, conv: a.Conversation, op: core.OpAnswer, key: key, payload: string(jsonbSafe(payload))})
+	return nil
+}
+
+// answerPayload is an outbox job's payload: the message, and for an
+// OpAnswer job the tap's answer (whose card is the message's).
+type answerPayload struct {
+	core.OutMessage
+	Answer *core.TapAnswer `json:"tap_answer,omitempty"`
+}
+
 // queueJobs adds one INSERT for all queued outbox jobs, in queue order (ids
 // ascend in that order, which is the delivery order).
 func queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
@@ -85,8 +107,15 @@ func (s *Store) NextOutboxJob(ctx context.Context, conv core.ConversationID) (j 
 		return j, false, "", notFound(err)
 	}
 	j.Op = core.OutboxOp(op)
-	if err := json.Unmarshal(payload, &j.Message); err != nil {
+	var p answerPayload
+	if err := json.Unmarshal(payload, &p); err != nil {
 		return j, false, "", fmt.Errorf("store: decode outbox job %d: %w", j.ID, err)
+	}
+	j.Message = p.OutMessage
+	if p.Answer != nil {
+		a := *p.Answer
+		a.Card = j.Message.Card
+		j.Answer = &a
 	}
 	if r != nil {
 		ref = core.MessageRef(*r)

@@ -77,6 +77,9 @@ type Config struct {
 		MaxHeaderBytes int `yaml:"max_header_bytes"`
 		// MaxConnections are open at once per listener; more wait.
 		MaxConnections int `yaml:"max_connections"`
+		// MaxConnectionsPerClient are open at once from one client
+		// address; at it, that client's idle connections are closed first.
+		MaxConnectionsPerClient int `yaml:"max_connections_per_client"`
 		// AllowedHosts are extra Host header values a loopback listener
 		// serves (a reverse proxy's public name); others get 421.
 		AllowedHosts []string `yaml:"allowed_hosts"`
@@ -281,6 +284,7 @@ func Default() *Config {
 	c.HTTP.IdleTimeout = Duration{120 * time.Second}
 	c.HTTP.MaxHeaderBytes = 65536
 	c.HTTP.MaxConnections = 512
+	c.HTTP.MaxConnectionsPerClient = 64
 	c.Log.Level, c.Log.Format = "info", "text"
 	c.Identities.Owners = []string{"webchat:local"}
 	c.Approvals.TTL = Duration{5 * time.Minute}
@@ -567,6 +571,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTP.MaxConnections < 1 || c.HTTP.MaxConnections > 100000 {
 		return bad("http.max_connections", "%d must be between 1 and 100000", c.HTTP.MaxConnections)
+	}
+	if c.HTTP.MaxConnectionsPerClient < 1 || c.HTTP.MaxConnectionsPerClient > 100000 {
+		return bad("http.max_connections_per_client", "%d must be between 1 and 100000", c.HTTP.MaxConnectionsPerClient)
 	}
 	for _, h := range c.HTTP.AllowedHosts {
 		if h == "" || strings.ContainsAny(h, "/ ") {

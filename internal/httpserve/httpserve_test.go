@@ -51,17 +51,7 @@ func TestSlowAndIdleClientsAreClosed(t *testing.T) {
 			return err
 		},
 		// One request, then an idle keep-alive connection.
-		"idle keep-alive": func(c net.Conn) error {
-			if _, err := fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", addr); err != nil {
-				return err
-			}
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil {
-				return err
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			return resp.Body.Close()
-		},
+		"idle keep-alive": func(c net.Conn) error { return keepAlive(c, addr, "/") },
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(kinds)*each)
@@ -209,4 +199,151 @@ func TestRateLimiter(t *testing.T) {
 	if !l.Allow("c", now.Add(time.Hour)) {
 		t.Fatal("refilled buckets were not pruned for a newcomer")
 	}
+}
+
+// keepAlive sends one request on c and reads the answer, leaving c an idle
+// keep-alive connection.
+func keepAlive(c net.Conn, addr, path string) error {
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, addr); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.Body.Close()
+}
+
+// Issue 22 point 6: one client holding 512 idle keep-alive connections
+// (the whole default max_connections) does not make the web chat, /healthz
+// or webhooks unreachable: past its per-client cap its own oldest idle
+// connections are closed. The idle timeout is an hour, so nothing here is
+// freed by time.
+func TestOneClientCannotTakeEveryConnection(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
+	mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "chat") })
+	mux.HandleFunc("POST /webhook/telegram", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hook") })
+	addr := serve(t, mux, Limits{MaxConns: 512, MaxConnsPerClient: 64, IdleTimeout: time.Hour,
+		ReadHeaderTimeout: time.Hour, ReadTimeout: time.Hour})
+
+	for i := range 512 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if err := keepAlive(c, addr, "/healthz"); err != nil {
+			t.Fatalf("attacker connection %d not served: %v", i, err)
+		}
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for _, req := range []struct{ method, path, want string }{
+		{"GET", "/healthz", "ok"}, {"GET", "/", "chat"}, {"POST", "/webhook/telegram", "hook"},
+	} {
+		r, _ := http.NewRequest(req.method, "http://"+addr+req.path, strings.NewReader("{}"))
+		resp, err := client.Do(r)
+		if err != nil {
+			t.Fatalf("%s %s unreachable while one client holds 512 idle connections: %v", req.method, req.path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != req.want {
+			t.Fatalf("%s %s = %q", req.method, req.path, body)
+		}
+	}
+}
+
+// At the per-client cap the client's oldest connection without a request
+// (here: one that never sent anything) is closed for its newcomer; when
+// every one of them is busy with a request, the newcomer is refused while
+// the busy ones finish.
+func TestPerClientCap(t *testing.T) {
+	entered := make(chan struct{}, 4)
+	release := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+		fmt.Fprint(w, "slow")
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
+	addr := serve(t, mux, Limits{MaxConns: 100, MaxConnsPerClient: 2, IdleTimeout: time.Hour,
+		ReadHeaderTimeout: time.Hour, ReadTimeout: time.Hour})
+	client := func() *http.Client {
+		return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	}
+
+	// Two silent connections: the newcomer pushes out the oldest.
+	silent := make([]net.Conn, 2)
+	for i := range silent {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		silent[i] = c
+	}
+	resp, err := client().Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatalf("newcomer refused although the client's connections were idle: %v", err)
+	}
+	resp.Body.Close()
+	silent[0].SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := silent[0].Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("oldest silent connection not closed (read: %v)", err)
+	}
+	silent[1].Close()
+
+	// Two busy requests: the newcomer is refused, they complete.
+	done := make(chan error, 2)
+	for range 2 {
+		go func() {
+			resp, err := client().Get("http://" + addr + "/slow")
+			if err == nil {
+				resp.Body.Close()
+			}
+			done <- err
+		}()
+	}
+	<-entered
+	<-entered
+	if resp, err := client().Get("http://" + addr + "/"); err == nil {
+		resp.Body.Close()
+		t.Fatal("a third connection was served while the client's two were busy")
+	}
+	close(release)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatalf("busy request cut off: %v", err)
+		}
+	}
+	if resp, err := client().Get("http://" + addr + "/"); err != nil {
+		t.Fatalf("not served once the busy requests finished: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+}
+
+// At the global cap the oldest idle keep-alive connection is closed for a
+// newcomer from another client.
+func TestGlobalCapClosesIdleKeepAlives(t *testing.T) {
+	addr := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }),
+		Limits{MaxConns: 2, IdleTimeout: time.Hour, ReadHeaderTimeout: time.Hour})
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := keepAlive(c, addr, "/"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatalf("newcomer not served at the cap of idle keep-alives: %v", err)
+	}
+	resp.Body.Close()
 }
