@@ -1,10 +1,11 @@
-# The two commands a newcomer needs: `make run` and `make test`.
+# The two commands a newcomer needs: `make run` and `make test`; `make check`
+# is the quick inner loop.
 GO ?= go
 BIN := bin/silas
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: run build test test-short fuzz bench vet fmt clean
+.PHONY: run build test test-short check lint fuzz bench vet fmt clean
 
 ## run: start the gateway with the local web chat (a local PostgreSQL under ./.data when DATABASE_URL is unset)
 run: build
@@ -28,14 +29,32 @@ TEST_PKGS ?= ./cmd/silas ./core/sandbox ./adapters/telegram/e2e ./core/store ./a
 export GORACE ?= atexit_sleep_ms=0
 ## WhatsApp's real-client tests are built only without -race (whatsmeow races on
 ## Disconnect; realclient_test.go): its package runs once more without it.
-test:
-	$(GO) vet ./...
-	$(GO) vet -tags whatsappfake ./adapters/whatsapp
+test: vet lint
 	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -vet=off -count=1 $(TEST_FLAGS) -timeout 15m $(TEST_PKGS)
 	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -vet=off -count=1 $(TEST_FLAGS) -timeout 10m ./adapters/whatsapp
 
+## test-short: every test with -short (tests that check testing.Short skip their long cases), no race detector, one throwaway cluster
 test-short:
-	$(GO) test -count=1 ./...
+	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -short -count=1 ./...
+
+## check: the inner loop, under a minute on 2 cores with a warm build cache: vet, lint and the tests of
+## the packages that need no database, -short and without the race detector. Run `make test` before pushing.
+## NODB_PKGS is computed, so a new package lands on the right side by itself: a package needs a database
+## when it or anything its tests import imports internal/pgtest (which starts PostgreSQL); internal/pgtest
+## and internal/pgcluster start clusters themselves.
+PGTEST := github.com/silas-gateway/silas/internal/pgtest
+NODB_PKGS = $(shell $(GO) list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... | \
+	awk '{ db = (index($$0 " ", " $(PGTEST) ") > 0) } { print $$1, db }' | sort -k1,1 -k2,2r | \
+	awk '!seen[$$1]++ && $$2 == 0 && $$1 != "$(PGTEST)" && $$1 !~ /pgcluster$$/ { print $$1 }')
+check: vet lint
+	$(GO) test -short -vet=off -count=1 $(NODB_PKGS)
+
+## lint: staticcheck, pinned (fetched through the Go module proxy and checksum-verified on first use);
+## staticcheck.conf lists the checks that are off and why
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags whatsappfake ./adapters/whatsapp ./cmd/silas
 
 ## fuzz: run each fuzz target for FUZZTIME (default 30s)
 FUZZTIME ?= 30s
@@ -67,6 +86,7 @@ bench:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags whatsappfake ./adapters/whatsapp ./cmd/silas
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -3,6 +3,7 @@ package discord
 import (
 	"crypto/ed25519"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -38,49 +39,58 @@ const (
 	MethodHTTP    = "discord-interaction-signature"
 )
 
-// Config configures the adapter. The YAML key of each field is given in its
-// comment; zero values take the defaults named there.
+// Config configures the adapter: the discord: section of the configuration
+// file (docs/discord.md), decoded straight into it, plus the wiring serve
+// adds and test knobs (yaml:"-"). The YAML key of each field is given in
+// its comment; zero values take the defaults named there.
 type Config struct {
+	// Enabled runs the channel under `silas serve` (discord.token and
+	// discord.application_id are then required). YAML discord.enabled.
+	Enabled bool `yaml:"enabled"`
 	// Name is the channel name; conversations are "<name>:<channel id>".
 	// Default "discord". Identities are always "discord:<user id>".
-	Name core.ChannelName
+	Name core.ChannelName `yaml:"-"`
 	// Token is the bot token, or "file:/path". Required. YAML discord.token.
-	Token string
+	Token string `yaml:"token"`
 	// ApplicationID is the application's snowflake. Required. YAML
 	// discord.application_id.
-	ApplicationID string
+	ApplicationID string `yaml:"application_id"`
 	// PublicKey is the application's Ed25519 public key in hex, or
 	// "file:/path". Required in http mode. YAML discord.public_key.
-	PublicKey string
+	PublicKey string `yaml:"public_key"`
 	// Mode is "gateway" (default) or "http". YAML discord.mode.
-	Mode string
+	Mode string `yaml:"mode"`
 	// BaseURL is the REST API (default https://discord.com/api/v10). The
 	// gateway URL is read from its GET /gateway/bot. YAML discord.base_url.
-	BaseURL string
+	BaseURL string `yaml:"base_url"`
 	// Guilds allow guilds ("<guild id>") or single channels ("<guild
 	// id>/<channel id>"); empty allows every guild the bot is in. YAML
 	// discord.guilds.
-	Guilds []string
+	Guilds []string `yaml:"guilds"`
+	// DMPolicy is what direct messages from unknown senders get: pairing
+	// (default), allowlist, open or disabled. The core applies it. YAML
+	// discord.dm_policy.
+	DMPolicy string `yaml:"dm_policy"`
 
 	// State keeps the catch-up cursors and the gateway session durably
 	// (core/store implements it). Without it they live in memory only.
-	State core.StateStore
+	State core.StateStore `yaml:"-"`
 	// HTTPClient replaces the HTTP client's transport (tests).
-	HTTPClient *http.Client
+	HTTPClient *http.Client `yaml:"-"`
 	// HTTPTimeout bounds every REST request (default 20s).
-	HTTPTimeout time.Duration
-	Logger      *slog.Logger
+	HTTPTimeout time.Duration `yaml:"-"`
+	Logger      *slog.Logger  `yaml:"-"`
 	// Now is the clock (tests inject one); default time.Now.
-	Now func() time.Time
+	Now func() time.Time `yaml:"-"`
 	// TimestampWindow is how old (or how far ahead) an interaction's
 	// X-Signature-Timestamp may be (default 5 minutes).
-	TimestampWindow time.Duration
+	TimestampWindow time.Duration `yaml:"-"`
 	// ZombieAfter is how long the gateway may go without a heartbeat ACK
 	// before the connection is replaced (default 50s).
-	ZombieAfter time.Duration
+	ZombieAfter time.Duration `yaml:"-"`
 	// ReconnectMin and ReconnectMax bound the gateway's reconnect backoff
 	// (defaults 1s and 2 minutes; tests scale them down).
-	ReconnectMin, ReconnectMax time.Duration
+	ReconnectMin, ReconnectMax time.Duration `yaml:"-"`
 }
 
 var (
@@ -91,6 +101,29 @@ var (
 	tokenRe     = regexp.MustCompile(`^[!-~]{8,512}$`)
 	realTokenRe = regexp.MustCompile(`^[A-Za-z0-9_-]{10,100}\.[A-Za-z0-9_-]{3,20}\.[A-Za-z0-9_-]{10,200}$`)
 )
+
+// Defaults are the discord: section's defaults before the file is read;
+// withDefaults fills in the others (mode, base_url).
+func Defaults() Config { return Config{DMPolicy: kit.DMPairing} }
+
+// Check validates the keys that need no secret (every configuration load
+// runs it, enabled or not), naming the key as discord.<key>; Validate
+// checks the rest.
+func (c *Config) Check() error {
+	if err := kit.CheckDMPolicy("discord.dm_policy", c.DMPolicy); err != nil {
+		return err
+	}
+	if !c.Enabled {
+		return nil
+	}
+	if strings.TrimSpace(c.Token) == "" {
+		return errors.New("discord.token: required when discord.enabled is true (the bot token from the developer portal, or file:/path)")
+	}
+	if strings.TrimSpace(c.ApplicationID) == "" {
+		return errors.New("discord.application_id: required when discord.enabled is true (General Information → Application ID in the developer portal)")
+	}
+	return nil
+}
 
 func (c Config) withDefaults() Config {
 	if c.Name == "" {

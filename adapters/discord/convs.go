@@ -107,22 +107,6 @@ func (c *conversations) dmOf(user string) (string, bool) {
 	return "", false
 }
 
-// seen records that a conversation exists (an interaction in it) without
-// moving its cursor. It is kept in memory until the next advance.
-func (c *conversations) seen(channel, guild, user string, at time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r, ok := c.m[channel]
-	if !ok {
-		r = &convRecord{Guild: guild}
-		c.m[channel] = r
-	}
-	if guild == "" && user != "" {
-		r.User = user
-	}
-	r.Seen = max(r.Seen, at.Unix())
-}
-
 // advance moves a conversation's cursor to msgID (never backwards) and
 // stores the records.
 func (c *conversations) advance(ctx context.Context, channel, guild, user, msgID string, at time.Time) error {

@@ -3,26 +3,24 @@ package discord
 import (
 	"context"
 	"fmt"
+	"github.com/silas-gateway/silas/internal/doctor"
 
 	"github.com/bwmarrin/discordgo"
 )
 
-// Severity of a doctor finding.
-type Severity int
-
-const (
-	SeverityOK Severity = iota
-	SeverityInfo
-	SeverityWarn
-	SeverityError
+// Severity and Finding are the shape every doctor shares (internal/doctor).
+type (
+	Severity = doctor.Severity
+	Finding  = doctor.Finding
 )
 
-// Finding is one result of Doctor.
-type Finding struct {
-	Severity Severity
-	Check    string
-	Message  string
-}
+// Severities, from fine to broken.
+const (
+	SeverityOK    = doctor.OK
+	SeverityInfo  = doctor.Info
+	SeverityWarn  = doctor.Warn
+	SeverityError = doctor.Error
+)
 
 // Doctor checks the configuration against Discord: the token (GET
 // /users/@me), the application (GET /applications/@me: id, intents,
@@ -31,11 +29,11 @@ type Finding struct {
 func Doctor(ctx context.Context, cfg Config) []Finding {
 	a, err := New(cfg)
 	if err != nil {
-		return []Finding{{SeverityError, "config", err.Error()}}
+		return []Finding{{Severity: SeverityError, Check: "config", Message: err.Error()}}
 	}
 	var out []Finding
 	add := func(s Severity, check, format string, args ...any) {
-		out = append(out, Finding{s, check, fmt.Sprintf(format, args...)})
+		out = append(out, Finding{Severity: s, Check: check, Message: fmt.Sprintf(format, args...)})
 	}
 	if !realTokenRe.MatchString(a.cfg.token) && a.cfg.BaseURL == DefaultBaseURL {
 		add(SeverityWarn, "token", "does not have the shape of a Discord bot token (three dot-separated parts)")

@@ -11,13 +11,13 @@ type Limits struct {
 	// PerChatInterval is the minimum time between two messages (sends and
 	// edits) in one chat; 0 means no per-chat pause beyond one message in
 	// flight at a time.
-	PerChatInterval time.Duration
+	PerChatInterval time.Duration `yaml:"per_chat_interval"`
 	// GroupPerMinute caps messages to one group chat per minute; 0 means no
 	// cap.
-	GroupPerMinute int
+	GroupPerMinute int `yaml:"group_per_minute"`
 	// GlobalPerSecond caps messages across all chats per second; 0 means no
 	// cap.
-	GlobalPerSecond int
+	GlobalPerSecond int `yaml:"global_per_second"`
 }
 
 // Limiter keeps outbound messages within a platform's limits: at most one

@@ -46,72 +46,81 @@ type Limits struct {
 	// edits, ephemeral notices, deletes) in one channel. YAML
 	// slack.limits.per_channel_interval; default 1s (chat.postMessage
 	// allows about one message per second per channel).
-	PerChannelInterval time.Duration
+	PerChannelInterval time.Duration `yaml:"per_channel_interval"`
 	// GlobalPerSecond caps calls across all channels per second. YAML
 	// slack.limits.global_per_second; default 20.
-	GlobalPerSecond int
+	GlobalPerSecond int `yaml:"global_per_second"`
 	// UpdatePerMinute caps chat.update and chat.delete calls per minute
 	// (Slack's Tier 3: 50+). YAML slack.limits.update_per_minute; default 50.
-	UpdatePerMinute int
+	UpdatePerMinute int `yaml:"update_per_minute"`
 	// EphemeralPerMinute caps chat.postEphemeral calls per minute (Tier 4:
 	// 100+). YAML slack.limits.ephemeral_per_minute; default 100.
-	EphemeralPerMinute int
+	EphemeralPerMinute int `yaml:"ephemeral_per_minute"`
 }
 
-// Config configures the adapter. The YAML key of each field is given in its
-// comment; zero values take the defaults named there.
+// Config configures the adapter: the slack: section of the configuration
+// file (docs/slack.md), decoded straight into it, plus the wiring serve
+// adds (yaml:"-"). The YAML key of each field is given in its comment;
+// zero values take the defaults named there.
 type Config struct {
+	// Enabled runs the channel under `silas serve` (slack.bot_token is then
+	// required). YAML slack.enabled.
+	Enabled bool `yaml:"enabled"`
 	// Name is the channel name; conversations are "<name>:<channel id>" or
 	// "<name>:<channel id>:<thread ts>". Default "slack". Identities are
 	// always "slack:<user id>".
-	Name core.ChannelName
+	Name core.ChannelName `yaml:"-"`
 	// Mode is "socket" (default) or "http". YAML slack.mode.
-	Mode string
+	Mode string `yaml:"mode"`
 	// BotToken is the bot user OAuth token (xoxb-…), or "file:/path".
 	// Required. YAML slack.bot_token.
-	BotToken string
+	BotToken string `yaml:"bot_token"`
 	// AppToken is the app-level token (xapp-…) with connections:write, or
 	// "file:/path". Required in socket mode. YAML slack.app_token.
-	AppToken string
+	AppToken string `yaml:"app_token"`
 	// SigningSecret verifies HTTP-mode requests, or "file:/path". Required
 	// in http mode. YAML slack.signing_secret.
-	SigningSecret string
+	SigningSecret string `yaml:"signing_secret"`
 	// BaseURL is the Web API (default https://slack.com/api/; http:// is
 	// accepted for tests and local proxies). YAML slack.base_url.
-	BaseURL string
+	BaseURL string `yaml:"base_url"`
 	// TeamID pins the workspace (T…); "" learns it with auth.test at start.
 	// Events from any other workspace are refused. YAML slack.team_id.
-	TeamID string
+	TeamID string `yaml:"team_id"`
 	// HTTPTimeout bounds every Web API request (1s-5m, default 30s). YAML
 	// slack.http_timeout.
-	HTTPTimeout time.Duration
+	HTTPTimeout time.Duration `yaml:"http_timeout"`
 	// PingInterval is how often a Socket Mode connection is pinged
 	// (100ms-60s, default 20s). YAML slack.ping_interval.
-	PingInterval time.Duration
+	PingInterval time.Duration `yaml:"ping_interval"`
 	// PingTimeout: a Socket Mode connection that has received nothing
 	// (pong, ping, event) for PingInterval+PingTimeout is closed and
 	// replaced (100ms-60s, default 30s, and PingInterval+PingTimeout at
 	// most 60s; with the defaults a half-open socket is replaced within
 	// 50s). YAML slack.ping_timeout.
-	PingTimeout time.Duration
+	PingTimeout time.Duration `yaml:"ping_timeout"`
+	// DMPolicy is what direct messages from unknown senders get: pairing
+	// (default), allowlist, open or disabled. The core applies it. YAML
+	// slack.dm_policy.
+	DMPolicy string `yaml:"dm_policy"`
 	// Limits are the outbound rate limits. YAML slack.limits.*.
-	Limits Limits
+	Limits Limits `yaml:"limits"`
 
 	// State keeps the threads the bot started by answering a mention, so
 	// that replies there need no mention after a restart either (core/store
 	// implements it); nil keeps them in memory only.
-	State core.StateStore
+	State core.StateStore `yaml:"-"`
 
 	// HTTPClient replaces the HTTP client (tests); its Timeout is ignored in
 	// favour of HTTPTimeout.
-	HTTPClient *http.Client
-	Logger     *slog.Logger
+	HTTPClient *http.Client `yaml:"-"`
+	Logger     *slog.Logger `yaml:"-"`
 	// Now is the clock (tests inject one); default time.Now.
-	Now func() time.Time
+	Now func() time.Time `yaml:"-"`
 	// Clock is the rate limiters' clock, which they wait on; default the
 	// wall clock. Tests that run time faster pass the same clock to the
 	// fake Slack.
-	Clock kit.Clock
+	Clock kit.Clock `yaml:"-"`
 }
 
 const (
@@ -131,6 +140,48 @@ var (
 	secretRe   = regexp.MustCompile(`^[A-Za-z0-9]{16,128}$`)
 	teamRe     = regexp.MustCompile(`^[TE][A-Z0-9]{2,30}$`)
 )
+
+// Defaults are the slack: section's defaults before the file is read. Most
+// keys stay zero and take withDefaults' values; these two are set here
+// because Check must tell a written value from "not set" (a written 0s
+// interval is refused, not read as the default).
+func Defaults() Config {
+	return Config{DMPolicy: kit.DMPairing, Limits: Limits{PerChannelInterval: defaultPerChannel}}
+}
+
+// Check validates the keys that need no secret (every configuration load
+// runs it, enabled or not), naming the key as slack.<key>; Validate checks
+// the rest.
+func (c *Config) Check() error {
+	bad := func(key, format string, a ...any) error {
+		return fmt.Errorf("slack.%s: %s", key, fmt.Sprintf(format, a...))
+	}
+	if err := kit.CheckDMPolicy("slack.dm_policy", c.DMPolicy); err != nil {
+		return err
+	}
+	switch c.Mode {
+	case "", ModeSocket, ModeHTTP:
+	default:
+		return bad("mode", "%q is neither socket nor http", c.Mode)
+	}
+	if d := c.Limits.PerChannelInterval; d <= 0 {
+		return bad("limits.per_channel_interval", "%s must be positive (Slack allows about one message per second per channel; default 1s)", d)
+	}
+	if !c.Enabled {
+		return nil
+	}
+	if strings.TrimSpace(c.BotToken) == "" {
+		return bad("bot_token", "required when slack.enabled is true (the Bot User OAuth Token xoxb-…, or file:/path)")
+	}
+	if c.Mode == ModeHTTP {
+		if strings.TrimSpace(c.SigningSecret) == "" {
+			return bad("signing_secret", "required when slack.mode is http (Basic Information → Signing Secret, or file:/path)")
+		}
+	} else if strings.TrimSpace(c.AppToken) == "" {
+		return bad("app_token", "required in socket mode (an app-level token xapp-… with connections:write, or file:/path)")
+	}
+	return nil
+}
 
 func (c Config) withDefaults() Config {
 	if c.Name == "" {

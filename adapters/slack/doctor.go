@@ -3,27 +3,24 @@ package slack
 import (
 	"context"
 	"fmt"
+	"github.com/silas-gateway/silas/internal/doctor"
 	"slices"
 	"strings"
 )
 
-// Severity of a doctor finding.
-type Severity string
-
-const (
-	SeverityOK    Severity = "ok"
-	SeverityInfo  Severity = "info"
-	SeverityWarn  Severity = "warn"
-	SeverityError Severity = "error"
+// Severity and Finding are the shape every doctor shares (internal/doctor).
+type (
+	Severity = doctor.Severity
+	Finding  = doctor.Finding
 )
 
-// Finding is one result of Doctor, in plain words for the operator.
-type Finding struct {
-	Severity Severity
-	// Check names what was checked ("config", "bot_token", "scopes", …).
-	Check   string
-	Message string
-}
+// Severities, from fine to broken.
+const (
+	SeverityOK    = doctor.OK
+	SeverityInfo  = doctor.Info
+	SeverityWarn  = doctor.Warn
+	SeverityError = doctor.Error
+)
 
 // RequiredScopes are the bot token scopes the manifest in docs/slack.md
 // grants and Silas needs.

@@ -2,7 +2,6 @@ package slack
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -483,6 +482,3 @@ func commandToTurn(c *command, me botInfo, ch core.ChannelName, method string) i
 	}
 	return inbound{act: actDeliver, turn: t}
 }
-
-// errNoPayload is a Socket Mode envelope without the payload its type needs.
-var errNoPayload = errors.New("envelope without a payload")

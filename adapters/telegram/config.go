@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -38,72 +39,108 @@ const (
 type Limits struct {
 	// PerChatInterval is the minimum time between two messages (sends and
 	// edits) in one chat. YAML telegram.limits.per_chat_interval; default 1s.
-	PerChatInterval time.Duration
+	PerChatInterval time.Duration `yaml:"per_chat_interval"`
 	// GroupPerMinute caps messages to one group per minute. YAML
 	// telegram.limits.group_per_minute; default 20.
-	GroupPerMinute int
+	GroupPerMinute int `yaml:"group_per_minute"`
 	// GlobalPerSecond caps messages across all chats per second. YAML
 	// telegram.limits.global_per_second; default 30.
-	GlobalPerSecond int
+	GlobalPerSecond int `yaml:"global_per_second"`
 }
 
-// Config configures the adapter. The YAML key of each field is given in its
-// comment; zero values take the defaults named there.
+// Config configures the adapter: the telegram: section of the
+// configuration file (docs/telegram.md), decoded straight into it, plus
+// the wiring serve adds (yaml:"-"). The YAML key of each field is given in
+// its comment; zero values take the defaults named there.
 type Config struct {
+	// Enabled runs the channel under `silas serve` (telegram.token is then
+	// required). YAML telegram.enabled.
+	Enabled bool `yaml:"enabled"`
 	// Name is the channel name; conversations are "<name>:<chat id>".
 	// Default "telegram". Identities are always "telegram:<user id>".
-	Name core.ChannelName
+	Name core.ChannelName `yaml:"-"`
 	// Token is the bot token from @BotFather, or "file:/path" to read it from
 	// a file. Required. YAML telegram.token (env SILAS_TELEGRAM_TOKEN).
-	Token string
+	Token string `yaml:"token"`
 	// Mode is "polling" (default) or "webhook". YAML telegram.mode.
-	Mode string
+	Mode string `yaml:"mode"`
 	// WebhookURL is the public HTTPS URL Telegram posts updates to (webhook
 	// mode). Telegram accepts ports 443, 80, 88 and 8443 only. Serve the
 	// adapter (it is an http.Handler) at this URL's path. YAML
 	// telegram.webhook_url.
-	WebhookURL string
+	WebhookURL string `yaml:"webhook_url"`
 	// WebhookSecret is the secret_token Telegram sends back in
 	// X-Telegram-Bot-Api-Secret-Token: 24-256 characters of A-Z a-z 0-9 _ -,
 	// or "file:/path". Required in webhook mode. YAML telegram.webhook_secret.
-	WebhookSecret string
+	WebhookSecret string `yaml:"webhook_secret"`
 	// WebhookMaxConnections bounds Telegram's concurrent webhook requests
 	// (1-100, default 40). YAML telegram.webhook_max_connections.
-	WebhookMaxConnections int
+	WebhookMaxConnections int `yaml:"webhook_max_connections"`
 	// BaseURL is the Bot API server (default https://api.telegram.org; set it
 	// for a self-hosted telegram-bot-api server). YAML telegram.base_url.
-	BaseURL string
+	BaseURL string `yaml:"base_url"`
 	// BotUsername is the bot's @username, used to tell whether a group
 	// message addresses Silas. Empty: learned with getMe at start. YAML
 	// telegram.bot_username.
-	BotUsername string
+	BotUsername string `yaml:"bot_username"`
 	// AllowedUpdates are the update types requested from Telegram (default
 	// message, callback_query; both are required). YAML
 	// telegram.allowed_updates.
-	AllowedUpdates []string
+	AllowedUpdates []string `yaml:"allowed_updates"`
 	// PollTimeout is the long-polling timeout of getUpdates (1s-50s, default
 	// 30s). YAML telegram.poll_timeout.
-	PollTimeout time.Duration
+	PollTimeout time.Duration `yaml:"poll_timeout"`
 	// HTTPTimeout bounds every Bot API request other than the long poll
 	// (1s-5m, default 30s). YAML telegram.http_timeout.
-	HTTPTimeout time.Duration
+	HTTPTimeout time.Duration `yaml:"http_timeout"`
+	// DMPolicy is what direct messages from unknown senders get: pairing
+	// (default), allowlist, open or disabled. The core applies it. YAML
+	// telegram.dm_policy.
+	DMPolicy string `yaml:"dm_policy"`
 	// Limits are the outbound rate limits. YAML telegram.limits.*.
-	Limits Limits
+	Limits Limits `yaml:"limits"`
 
 	// State keeps the polling offset durably (core/store implements it).
 	// Without it the offset lives in memory only and a restart relies on
 	// the core's idempotent intake.
-	State core.StateStore
+	State core.StateStore `yaml:"-"`
 	// HTTPClient replaces the HTTP client (tests); its Timeout is ignored in
 	// favour of HTTPTimeout and PollTimeout.
-	HTTPClient *http.Client
-	Logger     *slog.Logger
+	HTTPClient *http.Client `yaml:"-"`
+	Logger     *slog.Logger `yaml:"-"`
 	// Now is the clock (tests inject one); default time.Now.
-	Now func() time.Time
+	Now func() time.Time `yaml:"-"`
 	// LimitClock is the outbound limiter's clock, on which it measures
 	// intervals and sleeps (tests run it faster than real time); default
 	// the wall clock.
-	LimitClock kit.Clock
+	LimitClock kit.Clock `yaml:"-"`
+}
+
+// Defaults are the telegram: section's defaults before the file is read.
+// Most keys stay zero and take withDefaults' values; these two are set here
+// because Check must tell a written value from "not set" (a written 0s
+// interval is refused, not read as the default).
+func Defaults() Config {
+	return Config{DMPolicy: kit.DMPairing, Limits: Limits{PerChatInterval: defaultPerChat}}
+}
+
+// Check validates the keys that need no secret (every configuration load
+// runs it, enabled or not), naming the key as telegram.<key>; Validate
+// checks the rest.
+func (c *Config) Check() error {
+	if err := kit.CheckDMPolicy("telegram.dm_policy", c.DMPolicy); err != nil {
+		return err
+	}
+	if d := c.Limits.PerChatInterval; d <= 0 {
+		// withDefaults treats 0 as "use the 1s default"; a written 0 must
+		// not silently mean 1s, and Telegram itself allows about one
+		// message per second per chat, so no pause is not offered.
+		return fmt.Errorf("telegram.limits.per_chat_interval: %s must be positive (Telegram allows about one message per second per chat; default 1s)", d)
+	}
+	if c.Enabled && strings.TrimSpace(c.Token) == "" {
+		return errors.New("telegram.token: required when telegram.enabled is true (the token from @BotFather, or file:/path)")
+	}
+	return nil
 }
 
 // Defaults.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/silas-gateway/silas/internal/doctor"
 	"slices"
 	"strings"
 	"time"
@@ -13,23 +14,19 @@ import (
 	"github.com/silas-gateway/silas/adapters/kit"
 )
 
-// Severity of a doctor finding.
-type Severity string
-
-const (
-	SeverityOK    Severity = "ok"
-	SeverityInfo  Severity = "info"
-	SeverityWarn  Severity = "warn"
-	SeverityError Severity = "error"
+// Severity and Finding are the shape every doctor shares (internal/doctor).
+type (
+	Severity = doctor.Severity
+	Finding  = doctor.Finding
 )
 
-// Finding is one result of Doctor, in plain words for the operator.
-type Finding struct {
-	Severity Severity
-	// Check names what was checked ("config", "token", "webhook", …).
-	Check   string
-	Message string
-}
+// Severities, from fine to broken.
+const (
+	SeverityOK    = doctor.OK
+	SeverityInfo  = doctor.Info
+	SeverityWarn  = doctor.Warn
+	SeverityError = doctor.Error
+)
 
 // Doctor checks the configuration, the token (getMe) and the webhook status
 // (getWebhookInfo) and explains misconfiguration in plain words. It never

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/silas-gateway/silas/internal/doctor"
 	"io"
 	"log/slog"
 	"net/http"
@@ -254,22 +255,19 @@ func unlink(ctx context.Context, ds *DeviceStore, forget bool, log *slog.Logger,
 	return nil
 }
 
-// Severity of a doctor finding.
-type Severity int
-
-const (
-	SeverityOK Severity = iota
-	SeverityInfo
-	SeverityWarn
-	SeverityError
+// Severity and Finding are the shape every doctor shares (internal/doctor).
+type (
+	Severity = doctor.Severity
+	Finding  = doctor.Finding
 )
 
-// Finding is one result of Doctor.
-type Finding struct {
-	Severity Severity
-	Check    string
-	Message  string
-}
+// Severities, from fine to broken.
+const (
+	SeverityOK    = doctor.OK
+	SeverityInfo  = doctor.Info
+	SeverityWarn  = doctor.Warn
+	SeverityError = doctor.Error
+)
 
 // Doctor reports the link state and any problem the running channel
 // recorded (logged out, replaced, banned, outdated), from the database
@@ -278,7 +276,7 @@ type Finding struct {
 func Doctor(ctx context.Context, ds *DeviceStore, state core.StateStore, name core.ChannelName, cfg Config) []Finding {
 	var out []Finding
 	add := func(s Severity, check, format string, a ...any) {
-		out = append(out, Finding{s, check, fmt.Sprintf(format, a...)})
+		out = append(out, Finding{Severity: s, Check: check, Message: fmt.Sprintf(format, a...)})
 	}
 	cfg.Client = noClient{}
 	if err := cfg.Validate(); err != nil {

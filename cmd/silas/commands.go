@@ -203,26 +203,3 @@ func cmdConfig(_ context.Context, env *cliEnv, args []string) error {
 		return errUsage
 	}
 }
-
-// checkAdapters runs each enabled adapter's own validation on the settings
-// serve would give it, so that `config check` catches what serve would
-// refuse (a mistyped telegram.mode, a malformed token). The web chat has
-// no settings beyond those config.Validate already checks.
-func checkAdapters(cfg *config.Config) error {
-	if cfg.Telegram.Enabled {
-		if err := telegramConfig(cfg, nil, nil).Validate(); err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-	}
-	if cfg.Slack.Enabled {
-		if err := slackConfig(cfg, nil).Validate(); err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-	}
-	if cfg.Discord.Enabled {
-		if err := discordConfig(cfg, nil, nil).Validate(); err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-	}
-	return nil
-}

@@ -8,14 +8,13 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/silas-gateway/silas/adapters/telegram"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/config"
 )
 
 // cmdDoctor checks the settings an operator most often gets wrong and says
 // what to do about them in plain words. It changes nothing. The platform
-// checks themselves live in the adapters (telegram.Doctor); this only
+// checks themselves live in the adapters (each spec's Doctor); this only
 // gathers the settings and prints the findings.
 func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	fs := flags(env, "doctor", "doctor [--telegram-token file:PATH] [--telegram-mode polling|webhook] [--timeout 15s]",
@@ -47,7 +46,9 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	problems += doctorLLM(ctx, cfg, env.stdout, *timeout)
-	tc := telegramSettings(cfg)
+	// The --telegram-* flags override the telegram.* keys, so that a token
+	// can be checked before it goes into the config.
+	tc := &cfg.Telegram
 	for _, o := range []struct {
 		dst *string
 		v   string
@@ -57,40 +58,11 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 		}
 	}
 	tc.HTTPTimeout = *timeout
-
-	fmt.Fprintln(env.stdout, "Telegram")
-	if tc.Token == "" {
-		fmt.Fprintln(env.stdout, "  · not configured (no telegram.token): skipped")
-	}
-	for _, f := range telegramFindings(ctx, tc) {
-		mark := map[telegram.Severity]string{telegram.SeverityOK: "✓", telegram.SeverityInfo: "·", telegram.SeverityWarn: "!", telegram.SeverityError: "✗"}[f.Severity]
-		fmt.Fprintf(env.stdout, "  %s %-12s %s\n", mark, f.Check, f.Message)
-		if f.Severity == telegram.SeverityError {
-			problems++
-		}
-	}
-	problems += doctorSlack(ctx, env.stdout, cfg)
-	problems += doctorDiscord(ctx, cfg, env.stdout)
-	problems += doctorWhatsApp(ctx, env, cfg)
+	problems += doctorAdapters(ctx, env, cfg)
 	if problems > 0 {
 		return &exitError{code: 1, msg: fmt.Sprintf("silas doctor: %d problem(s) found", problems)}
 	}
 	return nil
-}
-
-// telegramSettings maps the telegram.* configuration keys to the adapter's
-// config with the same mapping serve uses; doctor's --telegram-* flags
-// override them.
-func telegramSettings(cfg *config.Config) telegram.Config {
-	return telegramConfig(cfg, nil, nil)
-}
-
-// telegramFindings runs the Telegram checks when a token is configured.
-func telegramFindings(ctx context.Context, tc telegram.Config) []telegram.Finding {
-	if tc.Token == "" {
-		return nil
-	}
-	return telegram.Doctor(ctx, tc)
 }
 
 // doctorDeadLetters lists the inbound events quarantined at intake (the

@@ -15,6 +15,7 @@ import (
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/internal/config"
+	"github.com/silas-gateway/silas/internal/doctor"
 )
 
 // llmConfig maps the llm.* keys onto the client's config, reading a
@@ -138,13 +139,5 @@ func doctorLLM(ctx context.Context, cfg *config.Config, out io.Writer, timeout t
 		fmt.Fprintf(out, "  ✗ %-12s %v\n", "config", err)
 		return 1
 	}
-	problems := 0
-	for _, f := range llm.Doctor(ctx, c) {
-		mark := map[llm.Severity]string{llm.SeverityOK: "✓", llm.SeverityInfo: "·", llm.SeverityWarn: "!", llm.SeverityError: "✗"}[f.Severity]
-		fmt.Fprintf(out, "  %s %-12s %s\n", mark, f.Check, f.Message)
-		if f.Severity == llm.SeverityError {
-			problems++
-		}
-	}
-	return problems
+	return doctor.Print(out, llm.Doctor(ctx, c))
 }

@@ -2,11 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,9 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/silas-gateway/silas/adapters/discord"
-	"github.com/silas-gateway/silas/adapters/slack"
-	"github.com/silas-gateway/silas/adapters/telegram"
 	"github.com/silas-gateway/silas/adapters/webchat"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/engine"
@@ -28,7 +26,6 @@ import (
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
-	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/config"
 	"github.com/silas-gateway/silas/internal/httpserve"
@@ -37,19 +34,11 @@ import (
 
 func envList() []string { return os.Environ() }
 
-// telegramConfig maps the YAML keys onto the adapter's config; file:
-// values pass through (the adapter reads them itself).
-func telegramConfig(cfg *config.Config, state core.StateStore, log *slog.Logger) telegram.Config {
-	t := cfg.Telegram
-	return telegram.Config{Token: t.Token, Mode: t.Mode, WebhookURL: t.WebhookURL, WebhookSecret: t.WebhookSecret,
-		WebhookMaxConnections: t.WebhookMaxConnections, BaseURL: t.BaseURL, BotUsername: t.BotUsername, AllowedUpdates: t.AllowedUpdates,
-		PollTimeout: t.PollTimeout.Duration, HTTPTimeout: t.HTTPTimeout.Duration,
-		Limits: telegram.Limits{PerChatInterval: t.Limits.PerChatInterval.Duration, GroupPerMinute: t.Limits.GroupPerMinute, GlobalPerSecond: t.Limits.GlobalPerSecond},
-		State:  state, Logger: log}
-}
-
 func coreConversation(s string) core.ConversationID { return core.ConversationID(s) }
 
+// cmdServe runs the gateway: the database, the core (signing key, sandbox,
+// policy, engine), the channels every enabled adapter spec builds, the
+// HTTP listeners and the background work, until ctx ends.
 func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	fs := flags(env, "serve", "serve", "Run the gateway: the local web chat, the turn pipeline, executions and the outbox.\n"+
 		"Without DATABASE_URL it starts a local PostgreSQL cluster under data_dir/pg. SIGTERM or Ctrl-C\n"+
@@ -63,61 +52,218 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	log := newLogger(cfg, env.stderr)
 	slog.SetDefault(log)
-	for _, k := range cfg.IgnoredEnv() {
-		log.Debug("ignoring a Kubernetes service-link variable (set enableServiceLinks: false in the pod spec)", slog.String("name", k))
-	}
-
-	db, err := openDatabase(ctx, cfg, log, true, store.Options{MaxConns: 16})
+	logIgnoredEnv(cfg, log)
+	db, release, err := openServeDatabase(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer db.Close(context.Background())
-	if cfg.Database.AutoMigrate {
-		n, err := db.migrate(ctx, log)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			log.Info("applied migrations", slog.Int("count", n))
-		}
-	} else if err := requireSchema(ctx, db.store); err != nil {
-		return err
-	}
-
-	release, err := db.store.AcquireInstance(ctx)
-	if err != nil {
-		return err
-	}
 	defer release()
-
-	key, created, err := keys.LoadOrCreate(keyPath(cfg))
+	key, err := signingKey(cfg, log)
 	if err != nil {
 		return err
-	}
-	if created {
-		log.Info("created the gateway signing key", slog.String("path", keyPath(cfg)), slog.String("fingerprint", fingerprint(key)))
 	}
 	checkpoints, err := newCheckpointer(ctx, cfg, db.store, log)
 	if err != nil {
 		return err
 	}
-
-	sc, err := sandboxConfig(cfg, env.configPath, log)
-	if err != nil {
-		return err
-	}
-	sbDir := sc.BaseDir
-	sb, err := sandbox.New(sc)
+	sb, sbDir, pol, err := newSandbox(cfg, env.configPath, log)
 	if err != nil {
 		return err
 	}
 	defer sb.Close()
+	sealer, err := openSealer(cfg, log)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	late := &lateHooks{out: env.stdout, log: log}
+	chans, err := buildChannels(ctx, cfg, db, log, reg, late)
+	if err != nil {
+		return err
+	}
+	defer chans.Close()
+	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log)
+	if err != nil {
+		return err
+	}
+	late.eng.Store(eng)
+	form, err := serveForm(cfg, eng, sealer, log, late)
+	if err != nil {
+		return err
+	}
+	limits := httpLimits(cfg)
+	ln, err := httpserve.Listen(cfg.HTTP.Listen, limits)
+	if err != nil {
+		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
+	}
+	srv := httpserve.NewServer(chans.handler(opsMux(eng, db.store, reg), ln.Addr().String(), cfg.HTTP.AllowedHosts), limits)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := &workers{errc: make(chan error, 3)}
+	w.start("http", func() error { return ignoreClosed(srv.Serve(ln)) })
+	w.start("", func() error { return eng.Run(runCtx, cfg.HTTP.ShutdownGrace.Duration) })
+	select {
+	case <-eng.Ready():
+	case err := <-w.errc:
+		cancel()
+		w.wg.Wait()
+		return err
+	}
+	// Background work: one room, started once the engine is ready.
+	room, err := startBackground(ctx, db.store, eng, checkpoints, log)
+	if err != nil {
+		cancel()
+		w.wg.Wait()
+		return err
+	}
+	if form != nil {
+		w.start("secrets_web", func() error { return form.ListenAndServe(runCtx) })
+	}
+	// Adapters stop taking turns as soon as shutdown begins; the engine gets
+	// the grace period to finish what is in flight.
+	adaptersCtx, stopAdapters := context.WithCancel(runCtx)
+	defer stopAdapters()
+	for _, ch := range chans.channels {
+		w.start("channel "+string(ch.Name()), func() error { return ch.Run(adaptersCtx, eng) })
+	}
+	addr := "http://" + ln.Addr().String()
+	log.Info("silas is serving", slog.String("address", addr), slog.String("version", version))
+	printServing(env.stdout, cfg, addr, form, chans.web)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: intake stopped, finishing in-flight work")
+	case runErr = <-w.errc:
+		log.Error("shutting down after an error", slog.Any("err", runErr))
+	}
+	stopAdapters()
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = srv.Shutdown(sctx)
+	scancel()
+	cancel()
+	w.wg.Wait()
+	// Everything else that appends has stopped: the room's jobs finish,
+	// then it signs the newest entry, so that deleting rows from the end
+	// of the log is caught too.
+	stopBackground(room, log)
+	log.Info("stopped")
+	return runErr
+}
+
+// serveForm makes the secure form for credentials, when secrets_web is
+// enabled, and hands its links to the engine and the adapters.
+func serveForm(cfg *config.Config, eng *engine.Engine, sealer *secrets.Sealer, log *slog.Logger, late *lateHooks) (*secretsweb.Server, error) {
+	if !cfg.SecretsWeb.Enabled {
+		return nil, nil
+	}
+	form, err := newSecretsWebForm(cfg, eng.SecureInput(), sealer, log)
+	if err != nil {
+		return nil, err
+	}
+	eng.SecureInput().SetLink(form.Link)
+	late.form.Store(form)
+	return form, nil
+}
+
+func logIgnoredEnv(cfg *config.Config, log *slog.Logger) {
+	for _, k := range cfg.IgnoredEnv() {
+		log.Debug("ignoring a Kubernetes service-link variable (set enableServiceLinks: false in the pod spec)", slog.String("name", k))
+	}
+}
+
+// workers are serve's long-lived parts; the first error ends serve.
+type workers struct {
+	wg   sync.WaitGroup
+	errc chan error
+}
+
+// start runs f; its error (prefixed with name, when there is one) is
+// kept unless one is already waiting to be read.
+func (w *workers) start(name string, f func() error) {
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		if err := f(); err != nil {
+			if name != "" {
+				err = fmt.Errorf("%s: %w", name, err)
+			}
+			select {
+			case w.errc <- err:
+			default:
+			}
+		}
+	}()
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// openServeDatabase opens the database, brings the schema up to date (or
+// refuses one that is behind) and takes the instance lock.
+func openServeDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger) (*database, func(), error) {
+	db, err := openDatabase(ctx, cfg, log, true, store.Options{MaxConns: 16})
+	if err != nil {
+		return nil, nil, err
+	}
+	fail := func(err error) (*database, func(), error) {
+		db.Close(context.Background())
+		return nil, nil, err
+	}
+	if cfg.Database.AutoMigrate {
+		n, err := db.migrate(ctx, log)
+		if err != nil {
+			return fail(err)
+		}
+		if n > 0 {
+			log.Info("applied migrations", slog.Int("count", n))
+		}
+	} else if err := requireSchema(ctx, db.store); err != nil {
+		return fail(err)
+	}
+	release, err := db.store.AcquireInstance(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	return db, release, nil
+}
+
+// signingKey loads the gateway's signing key, creating it on first start.
+func signingKey(cfg *config.Config, log *slog.Logger) (ed25519.PrivateKey, error) {
+	key, created, err := keys.LoadOrCreate(keyPath(cfg))
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		log.Info("created the gateway signing key", slog.String("path", keyPath(cfg)), slog.String("fingerprint", fingerprint(key)))
+	}
+	return key, nil
+}
+
+// newSandbox makes the sandbox every execution runs in and the policy,
+// which refuses what names a path the sandbox hides (a first layer; the
+// sandbox is the boundary).
+func newSandbox(cfg *config.Config, configPath string, log *slog.Logger) (*sandbox.Subprocess, string, *policy.Policy, error) {
+	sc, err := sandboxConfig(cfg, configPath, log)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	sb, err := sandbox.New(sc)
+	if err != nil {
+		return nil, "", nil, err
+	}
 	if err := sb.Available(); err != nil {
 		log.Error("sandbox isolation is not available: every execution will be refused (fail closed); `silas doctor` shows what is missing",
 			slog.String("error", err.Error()))
 	}
-	// Policy refuses what names a path the sandbox hides (a first layer;
-	// the sandbox is the boundary).
 	protected := slices.Clone(sc.HiddenPaths)
 	for _, p := range sc.HiddenPaths {
 		if real, err := filepath.EvalSymlinks(p); err == nil && real != p {
@@ -126,109 +272,46 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	pol, err := policy.Build(policy.Config{Rules: cfg.Policy.Rules, ProtectedPaths: protected})
 	if err != nil {
-		return err
+		sb.Close()
+		return nil, "", nil, err
 	}
+	return sb, sc.BaseDir, pol, nil
+}
 
-	sealer, err := openSealer(cfg, log)
-	if err != nil {
-		return err
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	var channels []core.Channel
-	var web *webchat.Adapter
-	if cfg.Webchat.Enabled {
-		web, err = webchat.New(webchat.Config{Identity: core.IdentityID(cfg.Webchat.Identity), Outputs: db.store, Logger: log,
-			SessionTTL: cfg.Webchat.SessionTTL.Duration, State: db.store, Transcript: db.store})
-		if err != nil {
-			return err
+// newEngine builds the agent and the engine over the channels (with the
+// task runtime when the LLM agent is configured).
+func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandbox.Subprocess, sbDir string, pol *policy.Policy,
+	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger) (*engine.Engine, error) {
+	ids := func(list []string) []core.IdentityID {
+		out := make([]core.IdentityID, len(list))
+		for i, o := range list {
+			out[i] = core.IdentityID(o)
 		}
-		channels = append(channels, web)
-	}
-	access := map[core.ChannelName]trust.AccessPolicy{}
-	var tg *telegram.Adapter
-	if cfg.Telegram.Enabled {
-		tg, err = telegram.New(telegramConfig(cfg, db.store, log))
-		if err != nil {
-			return err
-		}
-		channels = append(channels, tg)
-		access[tg.Name()] = trust.AccessPolicy(cfg.Telegram.DMPolicy)
-	}
-	var sl *slack.Adapter
-	if cfg.Slack.Enabled {
-		scfg := slackConfig(cfg, log)
-		scfg.State = db.store // threads the bot started survive a restart
-		if sl, err = slack.New(scfg); err != nil {
-			return err
-		}
-		if err := sl.RegisterMetrics(reg); err != nil {
-			return err
-		}
-		channels = append(channels, sl)
-		access[sl.Name()] = trust.AccessPolicy(cfg.Slack.DMPolicy)
-	}
-	var dc *discord.Adapter
-	if cfg.Discord.Enabled {
-		dc, err = discord.New(discordConfig(cfg, db.store, log))
-		if err != nil {
-			return err
-		}
-		channels = append(channels, dc)
-		access[dc.Name()] = trust.AccessPolicy(cfg.Discord.DMPolicy)
-	}
-	waHooks := &waServe{log: log, out: env.stdout, interactive: isTerminal(env.stdout)}
-	if cfg.WhatsApp.Enabled {
-		wa, closeWA, err := whatsappChannel(ctx, cfg, db, log, waHooks)
-		if err != nil {
-			return err
-		}
-		defer closeWA()
-		channels = append(channels, wa)
-		access[wa.Name()] = trust.AccessPolicy(cfg.WhatsApp.DMPolicy)
-	}
-	owners := make([]core.IdentityID, len(cfg.Identities.Owners))
-	for i, o := range cfg.Identities.Owners {
-		owners[i] = core.IdentityID(o)
-	}
-	allowed := make([]core.IdentityID, len(cfg.Identities.Allowed))
-	for i, o := range cfg.Identities.Allowed {
-		allowed[i] = core.IdentityID(o)
+		return out
 	}
 	ag, err := newAgent(cfg, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	withHistory(ag, db.store)
-	withSecretNames(ag, db.store.ListSecrets)
+	withHistory(ag, st)
+	withSecretNames(ag, st.ListSecrets)
 	tasks, err := newTasks(cfg, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	eng, err := engine.New(engine.Config{
-		Store: db.store, Channels: channels, Agent: ag, Sandbox: sb,
+	return engine.New(engine.Config{
+		Store: st, Channels: chans.channels, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{sbDir}},
-		Policy:   pol, Key: key, Owners: owners, Allowed: allowed, Access: access,
+		Policy:   pol, Key: key, Owners: ids(cfg.Identities.Owners), Allowed: ids(cfg.Identities.Allowed), Access: chans.access,
 		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration, ExecTimeout: cfg.Sandbox.Timeout.Duration,
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
 		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks,
 	})
-	if err != nil {
-		return err
-	}
-	waHooks.eng.Store(eng)
-	var form *secretsweb.Server
-	if cfg.SecretsWeb.Enabled {
-		if form, err = newSecretsWebForm(cfg, eng.SecureInput(), sealer, log); err != nil {
-			return err
-		}
-		eng.SecureInput().SetLink(form.Link)
-		waHooks.form.Store(form)
-	}
+}
 
+// opsMux serves /healthz, /readyz and /metrics; the channels add theirs.
+func opsMux(eng *engine.Engine, st *store.Store, reg *prometheus.Registry) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -240,126 +323,30 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		cctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := db.store.Ready(cctx); err != nil {
+		if err := st.Ready(cctx); err != nil {
 			http.Error(w, "database unavailable", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	if tg != nil {
-		if p := tg.WebhookPath(); p != "" {
-			mux.Handle(p, tg) // more specific than the web chat's "/"
-		}
-	}
-	if dc != nil {
-		if p := dc.InteractionsPath(); p != "" {
-			mux.Handle("POST "+p, dc)
-		}
-	}
-	if web != nil {
-		mux.Handle("/", web)
-	}
-	limits := httpLimits(cfg)
-	ln, err := httpserve.Listen(cfg.HTTP.Listen, limits)
-	if err != nil {
-		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
-	}
-	// Loopback: /metrics and everything else only for Host names of this
-	// machine (DNS rebinding), plus configured proxy names.
-	hosts := slices.Clone(cfg.HTTP.AllowedHosts)
-	if u, err := url.Parse(cfg.Telegram.WebhookURL); err == nil && u.Host != "" {
-		hosts = append(hosts, u.Host, u.Hostname())
-	}
-	srv := httpserve.NewServer(slackRoutes(sl, httpserve.HostCheck(mux, ln.Addr().String(), hosts...)), limits)
+	return mux
+}
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, 3)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("http: %w", err)
-		}
-	}()
-	// Adapters stop taking turns as soon as shutdown begins; the engine gets
-	// the grace period to finish what is in flight.
-	adaptersCtx, stopAdapters := context.WithCancel(runCtx)
-	defer stopAdapters()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := eng.Run(runCtx, cfg.HTTP.ShutdownGrace.Duration); err != nil {
-			errc <- err
-		}
-	}()
-	select {
-	case <-eng.Ready():
-	case err := <-errc:
-		cancel()
-		wg.Wait()
-		return err
-	}
-	room, err := startBackground(ctx, db.store, eng, checkpoints, log)
-	if err != nil {
-		cancel()
-		wg.Wait()
-		return err
-	}
+// printServing tells the terminal where the secure form and the web chat
+// are. The login secret goes to the terminal only, never to the log.
+func printServing(out io.Writer, cfg *config.Config, addr string, form *secretsweb.Server, web *webchat.Adapter) {
 	if form != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := form.ListenAndServe(runCtx); err != nil {
-				errc <- fmt.Errorf("secrets_web: %w", err)
-			}
-		}()
-	}
-	for _, ch := range channels {
-		wg.Add(1)
-		go func(ch core.Channel) {
-			defer wg.Done()
-			if err := ch.Run(adaptersCtx, eng); err != nil {
-				errc <- fmt.Errorf("channel %s: %w", ch.Name(), err)
-			}
-		}(ch)
-	}
-	addr := "http://" + ln.Addr().String()
-	log.Info("silas is serving", slog.String("address", addr), slog.String("version", version))
-	if form != nil {
-		fmt.Fprintf(env.stdout, "Secure form for credentials: %s", cfg.SecretsWeb.PublicURL)
+		fmt.Fprintf(out, "Secure form for credentials: %s", cfg.SecretsWeb.PublicURL)
 		if fp := form.Fingerprint(); fp != "" {
-			fmt.Fprintf(env.stdout, " (self-signed certificate, SHA-256 fingerprint %s)", fp)
+			fmt.Fprintf(out, " (self-signed certificate, SHA-256 fingerprint %s)", fp)
 		}
-		fmt.Fprintln(env.stdout)
+		fmt.Fprintln(out)
 	}
 	if web != nil {
-		// The login secret goes to the terminal only, never to the log.
-		fmt.Fprintf(env.stdout, "\nSilas web chat: %s/#login=%s\n(one-time login link, valid %s; restart for a new one)\n\n",
+		fmt.Fprintf(out, "\nSilas web chat: %s/#login=%s\n(one-time login link, valid %s; restart for a new one)\n\n",
 			addr, web.NewLoginSecret(cfg.Webchat.LoginTTL.Duration), cfg.Webchat.LoginTTL.Duration)
 	}
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: intake stopped, finishing in-flight work")
-	case runErr = <-errc:
-		log.Error("shutting down after an error", slog.Any("err", runErr))
-	}
-	stopAdapters()
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = srv.Shutdown(sctx)
-	scancel()
-	cancel()
-	wg.Wait()
-	// Everything else that appends has stopped: the room's jobs finish,
-	// then it signs the newest entry, so that deleting rows from the end
-	// of the log is caught too.
-	stopBackground(room, log)
-	log.Info("stopped")
-	return runErr
 }
 
 // openSealer loads (or creates) the secrets data key: secrets.key, else

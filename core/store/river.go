@@ -51,6 +51,7 @@ func (s *Store) migrateRiver(ctx context.Context) (int, error) {
 	n := 0
 	for _, target := range []int{riverEnumSplit, 0} {
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			//lint:ignore SA1019 MigrateTx is deprecated because some versions cannot share one transaction; the split at riverEnumSplit is what keeps them apart
 			res, err := m.MigrateTx(ctx, tx, rivermigrate.DirectionUp, &rivermigrate.MigrateOpts{TargetVersion: target})
 			if res != nil {
 				n += len(res.Versions)

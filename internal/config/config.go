@@ -19,6 +19,11 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/silas-gateway/silas/adapters/discord"
+	"github.com/silas-gateway/silas/adapters/slack"
+	"github.com/silas-gateway/silas/adapters/spec"
+	"github.com/silas-gateway/silas/adapters/telegram"
+	"github.com/silas-gateway/silas/adapters/whatsapp"
 	"github.com/silas-gateway/silas/core/policy"
 )
 
@@ -186,14 +191,14 @@ type Config struct {
 			ACMEEmail string `yaml:"acme_email"`
 		} `yaml:"tls"`
 	} `yaml:"secrets_web"`
-	// Telegram is the Telegram channel.
-	Telegram Telegram `yaml:"telegram"`
-	// Slack configures the Slack channel (internal/config/slack.go).
-	Slack Slack `yaml:"slack"`
-	// Discord configures the Discord channel (internal/config/discord.go).
-	Discord Discord `yaml:"discord"`
-	// WhatsApp configures the WhatsApp channel (internal/config/whatsapp.go).
-	WhatsApp WhatsApp `yaml:"whatsapp"`
+	// The platform channels: each section is decoded straight into its
+	// adapter's own Config, which documents the keys, sets its defaults
+	// and checks them (adapters/<platform>/config.go). Adapters finds them
+	// by their type: a new platform is its folder and one line here.
+	Telegram telegram.Config `yaml:"telegram"`
+	Slack    slack.Config    `yaml:"slack"`
+	Discord  discord.Config  `yaml:"discord"`
+	WhatsApp whatsapp.Config `yaml:"whatsapp"`
 	// Audit is the audit chain's signed checkpoints.
 	Audit Audit `yaml:"audit"`
 	// Policy is the risk policy every proposed action passes.
@@ -226,51 +231,8 @@ type Audit struct {
 	CheckpointInterval Duration `yaml:"checkpoint_interval"`
 }
 
-// Telegram configures the Telegram channel (docs/telegram.md). cmd/silas
-// maps it onto adapters/telegram.Config, whose field docs give each key's
-// range; zero values take the adapter's defaults, and the adapter's own
-// validation runs at serve and `silas config check`.
-type Telegram struct {
-	// Enabled runs the channel (telegram.token is then required).
-	Enabled bool `yaml:"enabled"`
-	// Token is the bot token from @BotFather, or file:/path.
-	Token string `yaml:"token"`
-	// Mode is polling (default) or webhook.
-	Mode string `yaml:"mode"`
-	// WebhookURL is the public HTTPS URL Telegram posts to (webhook mode).
-	WebhookURL string `yaml:"webhook_url"`
-	// WebhookSecret (webhook mode) is 24-256 characters of A-Z a-z 0-9 _ -,
-	// or file:/path.
-	WebhookSecret string `yaml:"webhook_secret"`
-	// WebhookMaxConnections bounds Telegram's concurrent webhook requests.
-	WebhookMaxConnections int `yaml:"webhook_max_connections"`
-	// BaseURL is the Bot API server (a self-hosted one, if you run one).
-	BaseURL string `yaml:"base_url"`
-	// BotUsername is the bot's @username; "" learns it with getMe.
-	BotUsername string `yaml:"bot_username"`
-	// AllowedUpdates are the update types requested from Telegram.
-	AllowedUpdates []string `yaml:"allowed_updates"`
-	// PollTimeout is getUpdates' long-polling timeout.
-	PollTimeout Duration `yaml:"poll_timeout"`
-	// HTTPTimeout bounds every other Bot API request.
-	HTTPTimeout Duration `yaml:"http_timeout"`
-	// DMPolicy is what direct messages from unknown senders get: pairing,
-	// allowlist, open or disabled.
-	DMPolicy string `yaml:"dm_policy"`
-	// Limits are the outbound rate limits.
-	Limits struct {
-		// PerChatInterval is the least time between two messages (sends
-		// and edits) in one chat.
-		PerChatInterval Duration `yaml:"per_chat_interval"`
-		// GroupPerMinute caps messages to one group per minute.
-		GroupPerMinute int `yaml:"group_per_minute"`
-		// GlobalPerSecond caps messages across all chats per second.
-		GlobalPerSecond int `yaml:"global_per_second"`
-	} `yaml:"limits"`
-}
-
 // Default returns the built-in defaults (the example file's values; most
-// telegram.* defaults are applied by the adapter itself).
+// of a platform's defaults are applied by its adapter itself).
 func Default() *Config {
 	c := &Config{DataDir: "./.data"}
 	c.Database.AutoMigrate = true
@@ -307,16 +269,10 @@ func Default() *Config {
 	c.SecretsWeb.PublicURL = "https://127.0.0.1:8443"
 	c.SecretsWeb.MaxValueBytes = 16384
 	c.SecretsWeb.TLS.Mode = "self-signed"
-	// The other telegram.* defaults are the adapter's own: it fills in zero
-	// values (adapters/telegram Config), so they live in one place.
-	c.Telegram.DMPolicy = "pairing"
-	// The adapter fills in its other defaults itself. This one lives here
-	// too: validation must tell a written 0s (refused) from "not set".
-	c.Telegram.Limits.PerChatInterval = Duration{time.Second}
-	slackDefaults(c)
-	defaultDiscord(c)
+	for _, p := range c.platforms() {
+		p.SetDefaults()
+	}
 	c.setLLMDefaults()
-	whatsappDefaults(c)
 	return c
 }
 
@@ -328,6 +284,9 @@ func Load(path string, env []string) (*Config, error) {
 		raw, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("config: %w", err)
+		}
+		if raw, err = prepareDurations(raw, reflect.TypeOf(*c)); err != nil {
+			return nil, fmt.Errorf("config: %s: %w", path, err)
 		}
 		dec := yaml.NewDecoder(bytes.NewReader(raw))
 		dec.KnownFields(true)
@@ -476,12 +435,16 @@ var ignoredEnv = map[string]bool{"SILAS_CONFIG": true, "SILAS_FAILPOINT": true, 
 
 func setScalar(v reflect.Value, s string) error {
 	switch v.Interface().(type) {
-	case Duration:
+	case Duration, time.Duration:
 		d, err := time.ParseDuration(s)
 		if err != nil {
 			return fmt.Errorf("%q is not a duration like 30s or 5m", s)
 		}
-		v.Set(reflect.ValueOf(Duration{d}))
+		if v.Type() == durationType {
+			v.SetInt(int64(d))
+		} else {
+			v.Set(reflect.ValueOf(Duration{d}))
+		}
 		return nil
 	}
 	switch v.Kind() {
@@ -531,11 +494,69 @@ func setScalar(v reflect.Value, s string) error {
 	return nil
 }
 
-// Validate checks every key and names the first bad one.
-func (c *Config) Validate() error {
-	bad := func(key, format string, a ...any) error {
-		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, a...))
+// platform is a section of Config that is a platform adapter's own
+// Config: it sets its defaults and describes itself.
+type platform interface {
+	SetDefaults()
+	Spec() spec.Spec
+}
+
+// platforms are Config's platform sections in field order. Finding them by
+// their type rather than listing them keeps a new platform to its folder
+// and its one field in Config.
+func (c *Config) platforms() []platform {
+	var out []platform
+	v := reflect.ValueOf(c).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		if !v.Type().Field(i).IsExported() {
+			continue
+		}
+		if p, ok := v.Field(i).Addr().Interface().(platform); ok {
+			out = append(out, p)
+		}
 	}
+	return out
+}
+
+// Adapters lists the platform adapters in the order serve starts them and
+// doctor reports them: Config's platform fields, in order.
+func (c *Config) Adapters() []spec.Spec {
+	var out []spec.Spec
+	for _, p := range c.platforms() {
+		out = append(out, p.Spec())
+	}
+	return out
+}
+
+// Validate checks every key and names the first bad one: the gateway's own
+// sections, then each adapter's (Adapters), the agent's and the policy.
+func (c *Config) Validate() error {
+	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	for _, a := range c.Adapters() {
+		if err := a.Check(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+	}
+	if err := c.validateLLM(); err != nil {
+		return err
+	}
+	if _, err := policy.New(c.Policy.Rules); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}
+
+// bad is a validation error naming the key.
+func bad(key, format string, a ...any) error {
+	return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, a...))
+}
+
+// checkStorage checks the data directory, the database and the audit checkpoints.
+func (c *Config) checkStorage() error {
 	if strings.TrimSpace(c.DataDir) == "" {
 		return bad("data_dir", "must not be empty")
 	}
@@ -551,6 +572,11 @@ func (c *Config) Validate() error {
 	if c.Audit.CheckpointInterval.Duration < time.Second || c.Audit.CheckpointInterval.Duration > 24*time.Hour {
 		return bad("audit.checkpoint_interval", "%s must be between 1s and 24h", c.Audit.CheckpointInterval.Duration)
 	}
+	return nil
+}
+
+// checkHTTP checks the listeners and the log.
+func (c *Config) checkHTTP() error {
 	if _, port, ok := strings.Cut(c.HTTP.Listen, ":"); !ok || port == "" {
 		return bad("http.listen", "%q must be host:port", c.HTTP.Listen)
 	}
@@ -590,6 +616,11 @@ func (c *Config) Validate() error {
 	default:
 		return bad("log.format", "%q is not text or json", c.Log.Format)
 	}
+	return nil
+}
+
+// checkTrust checks the declared identities and the approvals' lifetimes.
+func (c *Config) checkTrust() error {
 	for i, id := range c.Identities.Owners {
 		if p, u, ok := strings.Cut(id, ":"); !ok || p == "" || u == "" {
 			return bad(fmt.Sprintf("identities.owners[%d]", i), "%q must be platform:id, e.g. telegram:123456", id)
@@ -606,6 +637,11 @@ func (c *Config) Validate() error {
 	if c.Approvals.TokenTTL.Duration < 10*time.Second || c.Approvals.TokenTTL.Duration > 24*time.Hour {
 		return bad("approvals.token_ttl", "%s must be between 10s and 24h", c.Approvals.TokenTTL.Duration)
 	}
+	return nil
+}
+
+// checkSandbox checks the sandbox's limits and how much output reaches chat.
+func (c *Config) checkSandbox() error {
 	if c.Sandbox.Timeout.Duration < time.Second || c.Sandbox.Timeout.Duration > 24*time.Hour {
 		return bad("sandbox.timeout", "%s must be between 1s and 24h", c.Sandbox.Timeout.Duration)
 	}
@@ -641,6 +677,11 @@ func (c *Config) Validate() error {
 	if c.Output.PreviewChars < 1 || c.Output.PreviewChars > c.Output.InlineMaxChars {
 		return bad("output.preview_chars", "%d must be between 1 and output.inline_max_chars", c.Output.PreviewChars)
 	}
+	return nil
+}
+
+// checkWeb checks the web chat and the secure form for credentials.
+func (c *Config) checkWeb() error {
 	if c.Webchat.Enabled {
 		if p, u, ok := strings.Cut(c.Webchat.Identity, ":"); !ok || p != "webchat" || u == "" {
 			return bad("webchat.identity", "%q must be webchat:<name>", c.Webchat.Identity)
@@ -670,35 +711,6 @@ func (c *Config) Validate() error {
 		if c.SecretsWeb.MaxValueBytes < 64 || c.SecretsWeb.MaxValueBytes > 1<<20 {
 			return bad("secrets_web.max_value_bytes", "%d must be between 64 and 1048576", c.SecretsWeb.MaxValueBytes)
 		}
-	}
-	switch c.Telegram.DMPolicy {
-	case "pairing", "allowlist", "open", "disabled":
-	default:
-		return bad("telegram.dm_policy", "%q is not pairing, allowlist, open or disabled", c.Telegram.DMPolicy)
-	}
-	if d := c.Telegram.Limits.PerChatInterval.Duration; d <= 0 {
-		// The adapter treats a zero interval as "use the 1s default"; a
-		// written 0 must not silently mean 1s, and Telegram itself allows
-		// about one message per second per chat, so no pause is not offered.
-		return bad("telegram.limits.per_chat_interval", "%s must be positive (Telegram allows about one message per second per chat; default 1s)", d)
-	}
-	if c.Telegram.Enabled && strings.TrimSpace(c.Telegram.Token) == "" {
-		return bad("telegram.token", "required when telegram.enabled is true (the token from @BotFather, or file:/path)")
-	}
-	if err := c.validateSlack(); err != nil {
-		return err
-	}
-	if err := validateDiscord(c); err != nil {
-		return err
-	}
-	if err := c.validateLLM(); err != nil {
-		return err
-	}
-	if err := c.validateWhatsApp(); err != nil {
-		return err
-	}
-	if _, err := policy.New(c.Policy.Rules); err != nil {
-		return fmt.Errorf("config: %w", err)
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ func TestWhatsAppKeys(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c.WhatsApp.DMPolicy != "pairing" || c.WhatsApp.Limits.PerChatInterval.Duration != 2*time.Second {
+				if c.WhatsApp.DMPolicy != "pairing" || c.WhatsApp.Limits.PerChatInterval != 2*time.Second {
 					t.Errorf("defaults lost: %+v", c.WhatsApp)
 				}
 				return

@@ -1,3 +1,5 @@
+//lint:file-ignore ST1005 the fake answers with Telegram's own error descriptions, capitalised as the Bot API sends them
+
 package telegramtest
 
 import (

@@ -4,28 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/silas-gateway/silas/internal/doctor"
 	"net/http"
 	"slices"
 	"strings"
 )
 
-// Severity of a doctor finding.
-type Severity int
+// Severity and Finding are the shape every doctor shares (internal/doctor).
+type (
+	Severity = doctor.Severity
+	Finding  = doctor.Finding
+)
 
 // Severities, from fine to broken.
 const (
-	SeverityOK Severity = iota
-	SeverityInfo
-	SeverityWarn
-	SeverityError
+	SeverityOK    = doctor.OK
+	SeverityInfo  = doctor.Info
+	SeverityWarn  = doctor.Warn
+	SeverityError = doctor.Error
 )
-
-// Finding is one result of Doctor.
-type Finding struct {
-	Check    string
-	Severity Severity
-	Message  string
-}
 
 // Doctor checks the endpoint, the configured models and tool calling, and
 // says in plain words what is wrong. It makes one GET /models and one small
@@ -88,16 +85,16 @@ func toolCheck(ctx context.Context, c *Client, model string) Finding {
 	var ae *APIError
 	switch {
 	case errors.As(err, &ae) && ae.Status == http.StatusBadRequest:
-		return Finding{check, SeverityError, fmt.Sprintf("the endpoint refused a request with tools: %s — this model or server may not support tool calling, which the agent needs", ae.Message)}
+		return Finding{Check: check, Severity: SeverityError, Message: fmt.Sprintf("the endpoint refused a request with tools: %s — this model or server may not support tool calling, which the agent needs", ae.Message)}
 	case err != nil:
-		return Finding{check, SeverityError, err.Error()}
+		return Finding{Check: check, Severity: SeverityError, Message: err.Error()}
 	}
 	for _, tc := range res.ToolCalls {
 		if tc.Name == "ping" {
-			return Finding{check, SeverityOK, fmt.Sprintf("%s answers and calls tools (%d tokens)", model, res.Usage.TotalTokens)}
+			return Finding{Check: check, Severity: SeverityOK, Message: fmt.Sprintf("%s answers and calls tools (%d tokens)", model, res.Usage.TotalTokens)}
 		}
 	}
-	return Finding{check, SeverityWarn, fmt.Sprintf("%s answered in text instead of calling the offered tool: tool calling may be unsupported or weak with this model", model)}
+	return Finding{Check: check, Severity: SeverityWarn, Message: fmt.Sprintf("%s answered in text instead of calling the offered tool: tool calling may be unsupported or weak with this model", model)}
 }
 
 func listSome(ids []string) string {
