@@ -1,9 +1,10 @@
 // Package engine is the turn pipeline: it takes turns from adapters (as the
 // core.Inbox), stores them durably, processes each conversation's turns in
 // order, asks the trust book (core/trust) who the sender is, answers
-// commands or asks the agent, applies risk policy, runs approvals, executes
-// approved actions in the sandbox and verifies them. Cards are drawn by
-// core/render; replies leave through core/outbox. It depends only on core
+// commands or asks the agent and applies risk policy. A tap is decided by
+// core/decide inside the turn's transaction; an approved action is run and
+// verified by core/execute once that transaction committed. Cards are
+// drawn by core/render; replies leave through core/outbox. It depends only on core
 // ports, those rooms and the store; it never imports an adapter or a
 // platform SDK, and runs no SQL itself.
 package engine

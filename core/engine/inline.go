@@ -88,16 +88,7 @@ func (e *Engine) deliverInline(ctx context.Context, t core.Turn) (res core.Deliv
 				return nil, err
 			}
 		}
-		// The outcome's entries were noted before the seq existed.
-		entries := make([]auditEntry, 0, len(o.audit))
-		for _, a := range o.audit {
-			if _, has := a.Data["seq"]; has {
-				a.Data = maps.Clone(a.Data)
-				a.Data["seq"] = seq
-			}
-			entries = append(entries, a)
-		}
-		return entries, nil
+		return withSeq(nil, o.audit, seq), nil
 	})
 	if err != nil || dup {
 		// dup: stored before; the stored turn is (or was) answered on its own.
@@ -159,17 +150,21 @@ func (e *Engine) storeWithOutcome(ctx context.Context, tx *store.Tx, o *outcome)
 	if err != nil || dup {
 		return dup, err
 	}
-	entries := make([]auditEntry, 0, len(o.audit)+1)
-	entries = append(entries, receivedEntry(t, seq))
-	for _, a := range o.audit {
+	o.audit = withSeq([]auditEntry{receivedEntry(t, seq)}, o.audit, seq)
+	return false, nil
+}
+
+// withSeq appends entries noted before the turn's seq existed to dst,
+// with the seq they name set.
+func withSeq(dst, entries []auditEntry, seq int64) []auditEntry {
+	for _, a := range entries {
 		if _, has := a.Data["seq"]; has {
 			a.Data = maps.Clone(a.Data)
 			a.Data["seq"] = seq
 		}
-		entries = append(entries, a)
+		dst = append(dst, a)
 	}
-	o.audit = entries
-	return false, nil
+	return dst
 }
 
 // release ends an inline reservation of conv. Turns queued behind it get a

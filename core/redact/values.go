@@ -48,13 +48,24 @@ const ValueReplacement = "[redacted " + kindSecret + "]"
 //     base32, also when the value sits inside a longer encoded string (an
 //     "Authorization: Basic" header encodes "user:password"): for each
 //     byte alignment the part of the encoding that depends only on the
-//     value is searched for.
+//     value is searched for;
+//   - disguised cheaply (transforms.go): in any mix of case, reversed,
+//     rot13 or rot47, with its halves swapped; with ANSI escape
+//     sequences, zero-width, bidi and other invisible characters,
+//     control characters or backspace overstrikes interleaved; with one
+//     layer of URL (%XX), JSON/C (\uXXXX, \xXX, \NNN) or HTML (&#NN;
+//     &#xHH; &amp;) escapes on any of its characters; full-width; and
+//     inside gzip or zlib data, base64-encoded or raw (two levels deep,
+//     within a work budget proportional to the text: data that needs more
+//     is redacted unread). These forms are searched for when they are at
+//     least minSpreadLen characters long.
 //
-// It does not find the value transformed in other ways (reversed,
-// compressed, encrypted, rot13, mixed-case hex, printed in pieces by
-// separate runs) or embedded in an encoding whose value-only part is
-// shorter than minEncodedLen characters. Values shorter than MinValueLen
-// are skipped. Overlapping matches are merged into one replacement.
+// It does not find the value transformed in other ways (encrypted,
+// hashed, escaped twice, other ciphers or bases, printed in pieces by
+// separate runs or with other text between the pieces) or embedded in an
+// encoding whose value-only part is shorter than minEncodedLen
+// characters. Values shorter than MinValueLen are skipped. Overlapping
+// matches are merged into one replacement.
 func RedactValues(text string, values []string) string {
 	p := compileValues(values)
 	if p.empty() {
@@ -77,10 +88,11 @@ type valuePatterns struct {
 	exact  []string // in the text as it is
 	spread []string // in the text with all whitespace removed
 	dump   []string // lower-case hex, in the hex digits of dump lines
+	norm   []string // in the normalised, case-folded view (transforms.go)
 }
 
 func (p *valuePatterns) empty() bool {
-	return len(p.exact) == 0 && len(p.spread) == 0 && len(p.dump) == 0
+	return len(p.exact) == 0 && len(p.spread) == 0 && len(p.dump) == 0 && len(p.norm) == 0
 }
 
 func compileValues(values []string) *valuePatterns {
@@ -135,6 +147,18 @@ func compileValues(values []string) *valuePatterns {
 		for _, c := range cores([]byte(v), 5, base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString) {
 			encoded(c)
 		}
+		for _, d := range disguises(v) {
+			if n := normalize(d, true).s; len(n) >= minSpreadLen {
+				add(&p.norm, n)
+			}
+		}
+	}
+	// The encoded forms too, so that case changes, escapes and invisible
+	// characters do not hide them either.
+	for _, s := range p.spread {
+		if n := normalize(s, true).s; len(n) >= minSpreadLen {
+			add(&p.norm, n)
+		}
 	}
 	return p
 }
@@ -171,6 +195,12 @@ func cores(v []byte, bits int, encode func([]byte) string) []string {
 const kindSecret = "secret"
 
 func (p *valuePatterns) find(text string) []Finding {
+	return p.findDepth(text, &inflater{budget: inflateBudget(len(text))}, 0)
+}
+
+// findDepth searches text, and the compressed data inside it down to
+// maxInflateDepth, sharing one inflate budget.
+func (p *valuePatterns) findDepth(text string, inf *inflater, depth int) []Finding {
 	var spans []Finding
 	for _, pat := range p.exact {
 		eachIndex(text, pat, func(s, e int) { spans = append(spans, Finding{Kind: kindSecret, Start: s, End: e}) })
@@ -188,6 +218,16 @@ func (p *valuePatterns) find(text string) []Finding {
 			for _, pat := range p.dump {
 				eachIndex(d.digits, pat, func(s, e int) { spans = append(spans, d.span(s, e)) })
 			}
+		}
+	}
+	if len(p.norm) > 0 {
+		u := normalize(text, false)
+		folded := &view{s: asciiLower(u.s), start: u.start, end: u.end}
+		for _, pat := range p.norm {
+			eachIndex(folded.s, pat, func(s, e int) { spans = append(spans, folded.span(s, e)) })
+		}
+		if depth < maxInflateDepth {
+			spans = append(spans, p.compressed(text, u, inf, depth)...)
 		}
 	}
 	if len(spans) == 0 {

@@ -27,13 +27,13 @@ func Approval(a core.ApprovalRequest, ex *core.Execution, preview int) *cards.Ca
 	}
 	// Bidi controls from user text are shown, not obeyed (before
 	// clipping, which then keeps the card within its limits).
-	cmd = cards.ShowBidi(cmd)
+	cmd = cards.ShowInvisible(cmd)
 	c := &cards.Card{
 		ID:        cards.ID(a.ID),
 		Kind:      cards.KindApproval,
-		Intent:    Clip(cards.ShowBidi(a.Intent), cards.MaxIntent),
+		Intent:    Clip(cards.ShowInvisible(a.Intent), cards.MaxIntent),
 		Risk:      a.Risk,
-		Rationale: Clip(cards.ShowBidi(a.Rationale), cards.MaxRationale),
+		Rationale: Clip(cards.ShowInvisible(a.Rationale), cards.MaxRationale),
 		Command:   cmd,
 		ExpiresAt: a.ExpiresAt.UTC().Format(time.RFC3339),
 	}
@@ -72,7 +72,7 @@ func Approval(a core.ApprovalRequest, ex *core.Execution, preview int) *cards.Ca
 		c.Outcome = fmt.Sprintf("Approved by %s.", a.DecidedBy)
 		if ex != nil {
 			execution(c, a, ex, preview)
-			c.Output = cards.ShowBidi(c.Output)
+			c.Output = cards.ShowInvisible(c.Output)
 			hideSecretOutput(c, act.Secrets)
 		}
 	}

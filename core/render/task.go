@@ -46,11 +46,11 @@ func PlanCard(p TaskPlan) *cards.Card {
 	c := &cards.Card{
 		ID:     p.Card,
 		Kind:   cards.KindInfo,
-		Intent: Clip(cards.ShowBidi("Plan: "+p.Title), cards.MaxIntent),
-		Rationale: Clip(fmt.Sprintf("%d step(s). Each action asks for your approval unless the risk policy allows it; /stop cancels the task.",
+		Intent: Clip(cards.ShowInvisible("Plan: "+p.Title), cards.MaxIntent),
+		Rationale: Clip(fmt.Sprintf("The assistant wrote this plan: its title, steps and checks are its words, not Silas's. %d step(s). Each action asks for your approval unless the risk policy allows it; /stop cancels the task.",
 			len(p.Steps)), cards.MaxRationale),
-		Details: cards.ShowBidi(strings.TrimRight(d.String(), "\n")),
-		Outcome: cards.ShowBidi(p.Outcome),
+		Details: cards.ShowInvisible(strings.TrimRight(d.String(), "\n")),
+		Outcome: cards.ShowInvisible(p.Outcome),
 	}
 	if p.Done {
 		c.Status = cards.StatusDone
@@ -85,8 +85,8 @@ func EscalationCard(e TaskEscalation) *cards.Card {
 	c := &cards.Card{
 		ID:        e.Card,
 		Kind:      cards.KindInfo,
-		Intent:    Clip(cards.ShowBidi(intent), cards.MaxIntent),
-		Rationale: Clip(cards.ShowBidi("Task: "+e.Title+". Retry the step, ask for a new plan, or stop the task."), cards.MaxRationale),
+		Intent:    Clip(cards.ShowInvisible(intent), cards.MaxIntent),
+		Rationale: Clip("Task (the assistant's title): "+Quoted(e.Title)+". Retry the step, ask for a new plan, or stop the task.", cards.MaxRationale),
 	}
 	switch e.Chosen {
 	case "":
@@ -135,25 +135,25 @@ func QuestionCard(q TaskQuestion) *cards.Card {
 	c := &cards.Card{
 		ID:     q.Card,
 		Kind:   cards.KindInfo,
-		Intent: Clip(cards.ShowBidi("Question: "+strings.Join(strings.Fields(q.Question), " ")), cards.MaxIntent),
-		Rationale: Clip(cards.ShowBidi(q.Label+". The task waits for the answer. "+how+
+		Intent: Clip(cards.ShowInvisible("Question: "+strings.Join(strings.Fields(q.Question), " ")), cards.MaxIntent),
+		Rationale: Clip(cards.ShowInvisible("The assistant asks this: the question and its choices are its words, not Silas's. "+q.Label+". The task waits for the answer. "+how+
 			" Only "+q.Requester+" or an owner can answer; /stop cancels the task."), cards.MaxRationale),
-		Details: cards.ShowBidi(q.Question),
+		Details: cards.ShowInvisible(q.Question),
 	}
 	switch {
 	case q.Cancelled != "":
 		c.Status = cards.StatusDeclined
-		c.Outcome = cards.ShowBidi(q.Cancelled)
+		c.Outcome = cards.ShowInvisible(q.Cancelled)
 	case q.By != "":
 		c.Status = cards.StatusDone
-		c.Outcome = Clip(cards.ShowBidi("Answered by "+q.By+": "+strings.Join(strings.Fields(q.Answer), " ")), cards.MaxIntent)
+		c.Outcome = Clip(cards.ShowInvisible("Answered by "+q.By+": "+strings.Join(strings.Fields(q.Answer), " ")), cards.MaxIntent)
 	default:
 		c.Status = cards.StatusPending
 		for i, ch := range q.Choices {
 			if i == cards.MaxChoices {
 				break
 			}
-			c.Choices = append(c.Choices, cards.Choice{ID: QuestionChoice(i), Label: Clip(cards.ShowBidi(ch), cards.MaxLabel),
+			c.Choices = append(c.Choices, cards.Choice{ID: QuestionChoice(i), Label: Clip(cards.ShowInvisible(ch), cards.MaxLabel),
 				Style: cards.StyleSecondary, Kind: cards.ChoiceForward})
 		}
 	}

@@ -48,7 +48,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 //	network namespace                             TestEscape/own_namespaces, TestNetworkIsolation
 //	Landlock (TCP ports, abstract unix scope)     TestEscape/loopback_listener_with_network, abstract_unix_socket_with_network, TestNetworkIsolation
 //	seccomp filter                                TestEscape/unshare_a_user_namespace, clone_a_user_namespace, add_key, unshare(1)
-//	RLIMIT_NOFILE, CORE, CPU, NPROC, DATA; nice   TestEscape/resource_limits (TestEscape lets the runner dump core first)
+//	RLIMIT_NOFILE, CORE, CPU, NPROC, DATA; nice   TestEscape/limit:_*, nice_10 (TestEscape lets the runner dump core first)
 //	close-on-exec of inherited descriptors        TestEscape/inherits_only_stdin,_stdout,_stderr (setupEscape leaks one)
 //	init not dumpable                             TestEscape/init's_environ in TestEscapeAsOrdinaryUser (as root, file modes also stop it)
 //
@@ -413,11 +413,17 @@ func TestEscape(t *testing.T) {
 		escapeCase{name: "inherits only stdin, stdout, stderr", argv: []string{"ls", "/proc/self/fd"}, exitZero: true, want: []string{"0\n1\n2\n3\n"}},
 		escapeCase{name: "every mount nosuid", argv: []string{"sh", "-c", `echo "without nosuid: [$(grep -v nosuid /proc/self/mounts)]"`},
 			exitZero: true, want: []string{"without nosuid: []\n"}},
-		// Open files, core dumps, CPU time (the case's 20 s timeout + 1),
-		// processes (dash's -p; as an ordinary user the init's 16 threads share the
-		// count), data (KiB), nice.
-		escapeCase{name: "resource limits", argv: []string{"sh", "-c", "ulimit -n; ulimit -c; ulimit -t; ulimit -p; ulimit -d; nice"}, exitZero: true,
-			want: []string{fmt.Sprintf("%d\n0\n21\n%d\n%d\n10\n", DefaultMaxOpenFiles, nprocLimit(DefaultMaxProcs), DefaultMaxMemory/1024)}},
+		// One case per limit, read from /proc/self/limits (the kernel's
+		// fixed-width table, whatever the shell): open files, core dumps,
+		// CPU time (the case's 20 s timeout + 1, hard + 1 more),
+		// processes (as an ordinary user the init's 16 threads share the
+		// count), data; and nice.
+		limitCase("open files", DefaultMaxOpenFiles, DefaultMaxOpenFiles, "files"),
+		limitCase("core file size", 0, 0, "bytes"),
+		limitCase("cpu time", 21, 22, "seconds"),
+		limitCase("processes", nprocLimit(DefaultMaxProcs), nprocLimit(DefaultMaxProcs), "processes"),
+		limitCase("data size", DefaultMaxMemory, DefaultMaxMemory, "bytes"),
+		escapeCase{name: "nice 10", argv: []string{"nice"}, exitZero: true, want: []string{"10\n"}},
 		escapeCase{name: "own namespaces", argv: append([]string{"readlink"}, nsLinks...), exitZero: true, want: []string{"ipc:["}, notWant: hostNamespaces(t)},
 		// The host's abstract unix sockets: another network namespace
 		// without network, Landlock's scope with it.
@@ -477,7 +483,7 @@ func TestEscape(t *testing.T) {
 }
 
 // allowCoreDumps lets this process (and so the sandbox's init, which
-// inherits its limits) write core dumps, so that "resource limits" sees the
+// inherits its limits) write core dumps, so that "limit: core file size" sees the
 // sandbox's own RLIMIT_CORE of 0 and not one inherited from a test runner
 // that already had 0.
 func allowCoreDumps(t *testing.T) {
@@ -494,6 +500,13 @@ func allowCoreDumps(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_CORE, &old) })
+}
+
+// limitCase expects /proc/self/limits to show the limit's soft and hard
+// values (the kernel prints "%-25s %-20s %-20s %-10s").
+func limitCase(name string, soft, hard int, unit string) escapeCase {
+	line := fmt.Sprintf("%-25s %-20d %-20d %-10s", "Max "+name, soft, hard, unit)
+	return escapeCase{name: "limit: " + name, argv: []string{"cat", "/proc/self/limits"}, exitZero: true, want: []string{line}}
 }
 
 // nprocLimit is the RLIMIT_NPROC a run of max processes gets (setLimits).

@@ -215,7 +215,8 @@ func TestAgentToolCallGoesThroughTheGate(t *testing.T) {
 		c = card(m, func(c *cards.Card) bool { return c.Command == "echo hi" && c.Status == cards.StatusPending })
 		return c != nil
 	})
-	if !strings.Contains(c.Rationale, "to say hello") {
+	// The model's words are labelled as its own (issue 22 point 8).
+	if !strings.Contains(c.Rationale, "The assistant says: “Say hello”.") {
 		t.Fatalf("rationale = %q", c.Rationale)
 	}
 	if n := h.executions(t); n != 0 {

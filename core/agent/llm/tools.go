@@ -14,6 +14,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
 	"github.com/silas-gateway/silas/core/canon"
+	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/verify"
 )
@@ -341,11 +342,13 @@ func (c Call) Action() (core.ProposedAction, bool) {
 		return core.ProposedAction{}, false
 	}
 	a.Verify = []verify.Check{verify.ExitCodeZero()}
-	rationale := "The assistant proposed this"
+	// The model's words are labelled as its own (render.Said): on a card
+	// they must never read as Silas's ("ALREADY APPROVED by the owner").
+	rationale := "The assistant proposed this."
 	if c.Intent != "" {
-		rationale += " to " + strings.TrimSuffix(lowerFirst(c.Intent), ".")
+		rationale = render.Said("The assistant", strings.TrimSuffix(c.Intent, "."))
 	}
-	rationale += ". It runs without a shell, in a sandbox, and counts as done only if it exits with code 0."
+	rationale += " Silas runs it without a shell, in a sandbox, and counts it as done only if it exits with code 0."
 	return core.ProposedAction{Action: a, Intent: intent, Rationale: rationale}, true
 }
 
