@@ -183,9 +183,7 @@ type Engine struct {
 	decider *decide.Decider
 	exec    *execute.Executor
 
-	tasks  *tasks.Runtime // nil: tasks not enabled
-	runsMu sync.Mutex
-	runs   map[core.ApprovalID]*runHandle
+	tasks *tasks.Runtime // nil: tasks not enabled
 
 	// beforeExecute is a test hook (see export_test.go).
 	beforeExecute func(core.ApprovalID)

@@ -24,7 +24,7 @@ func (e *Engine) buildRooms() error {
 	x, err := execute.New(execute.Config{
 		Store: execStore{e.st}, Key: e.pub, Sandbox: e.cfg.Sandbox, Verifier: e.cfg.Verifier, Secrets: execSecrets{e},
 		ExecTimeout: e.cfg.ExecTimeout, OutputInlineMax: e.cfg.OutputInlineMax, OutputPreview: e.cfg.OutputPreview,
-		Logger: e.log, Now: e.now, Track: e.runContext, Failpoint: e.failpoint,
+		Logger: e.log, Now: e.now, Failpoint: e.failpoint,
 		Claimed: func(id core.ApprovalID) {
 			if h := e.cfg.Hooks.ExecutionStarted; h != nil {
 				h(id)

@@ -85,7 +85,7 @@ func (p taskActions) Proposed(pr tasks.Proposal) {
 }
 
 // StopRuns kills the running executions of a stopped task.
-func (p taskActions) StopRuns(ids []core.ApprovalID) { p.e.cancelRuns(ids) }
+func (p taskActions) StopRuns(ids []core.ApprovalID) { p.e.exec.Stop(ids) }
 
 // startTask hands the agent's task request to the runtime, inside the
 // turn's transaction.
@@ -142,53 +142,6 @@ func (e *Engine) taskNotice(id core.ApprovalID) {
 	if e.tasks != nil {
 		e.tasks.Notice(e.workCtx, id)
 	}
-}
-
-// cancelRuns kills the running executions of a stopped task: each is
-// recorded interrupted ("stopped with its task"), never re-run.
-func (e *Engine) cancelRuns(ids []core.ApprovalID) {
-	if len(ids) == 0 {
-		return
-	}
-	e.runsMu.Lock()
-	defer e.runsMu.Unlock()
-	for _, id := range ids {
-		if r, ok := e.runs[id]; ok {
-			r.stopped = true
-			r.cancel()
-		}
-	}
-}
-
-// runHandle is an execution in the sandbox that a stop may kill.
-type runHandle struct {
-	cancel  context.CancelFunc
-	stopped bool
-}
-
-// runContext registers an execution so a task stop can kill it; stopped
-// reports (after the run) whether it was killed that way.
-func (e *Engine) runContext(ctx context.Context, id core.ApprovalID) (context.Context, func() bool, func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	h := &runHandle{cancel: cancel}
-	e.runsMu.Lock()
-	if e.runs == nil {
-		e.runs = map[core.ApprovalID]*runHandle{}
-	}
-	e.runs[id] = h
-	e.runsMu.Unlock()
-	stopped := func() bool {
-		e.runsMu.Lock()
-		defer e.runsMu.Unlock()
-		return h.stopped
-	}
-	done := func() {
-		e.runsMu.Lock()
-		delete(e.runs, id)
-		e.runsMu.Unlock()
-		cancel()
-	}
-	return ctx, stopped, done
 }
 
 // commandTasks is the task runtime as the command table asks it; nil (no

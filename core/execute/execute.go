@@ -103,10 +103,6 @@ type Config struct {
 	OutputPreview   int
 	Logger          *slog.Logger
 	Now             func() time.Time
-	// Track registers a run so it can be killed (a stopped task): it
-	// returns the run's context, stopped (read after the run: was it
-	// killed that way?) and done. Nil: runs cannot be stopped.
-	Track func(ctx context.Context, id core.ApprovalID) (run context.Context, stopped func() bool, done func())
 	// Claimed runs once a claim committed, before anything is prepared.
 	Claimed func(id core.ApprovalID)
 	// Recorded runs after a transition committed (its card update waits
@@ -119,8 +115,9 @@ type Config struct {
 
 // Executor runs approved actions, one Run per execution.
 type Executor struct {
-	cfg Config
-	log *slog.Logger
+	cfg  Config
+	log  *slog.Logger
+	runs runs
 }
 
 // New checks cfg, fills defaults and builds an Executor.
@@ -266,10 +263,7 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 		refuse(err.Error())
 		return
 	}
-	runCtx, stopped, runDone := ctx, func() bool { return false }, func() {}
-	if x.cfg.Track != nil {
-		runCtx, stopped, runDone = x.cfg.Track(ctx, r.a.ID)
-	}
+	runCtx, stopped, runDone := x.runs.track(ctx, r.a.ID)
 	res, err := x.cfg.Sandbox.Run(runCtx, core.ExecRequest{Argv: act.Argv, Env: env, Timeout: timeout, Network: act.Network})
 	runDone()
 	if stopped() {
