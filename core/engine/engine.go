@@ -32,6 +32,7 @@ import (
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/secureinput"
 	"github.com/silas-gateway/silas/core/store"
@@ -180,8 +181,9 @@ type Engine struct {
 
 	ready chan struct{}
 
-	decider *decide.Decider
-	exec    *execute.Executor
+	decider  *decide.Decider
+	proposer *propose.Proposer
+	exec     *execute.Executor
 
 	tasks *tasks.Runtime // nil: tasks not enabled
 

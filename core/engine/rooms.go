@@ -8,6 +8,7 @@ import (
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -21,6 +22,11 @@ type SandboxChecks = execute.SandboxChecks
 
 func (e *Engine) buildRooms() error {
 	e.decider = decide.New(decide.Config{Key: e.cfg.Key, TokenTTL: e.cfg.TokenTTL, Preview: e.cfg.OutputPreview, Executions: e.st})
+	var err error
+	if e.proposer, err = propose.New(propose.Config{Key: e.cfg.Key, Policy: e.cfg.Policy, Approver: e.decider, ApprovalTTL: e.cfg.ApprovalTTL,
+		Preview: e.cfg.OutputPreview, Now: e.now}); err != nil {
+		return err
+	}
 	x, err := execute.New(execute.Config{
 		Store: execStore{e.st}, Key: e.pub, Sandbox: e.cfg.Sandbox, Verifier: e.cfg.Verifier, Secrets: execSecrets{e},
 		ExecTimeout: e.cfg.ExecTimeout, OutputInlineMax: e.cfg.OutputInlineMax, OutputPreview: e.cfg.OutputPreview,

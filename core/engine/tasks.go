@@ -5,7 +5,6 @@ import (
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/commands"
-	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/tasks"
 )
@@ -32,22 +31,9 @@ func (p taskActions) Propose(ctx context.Context, tx *store.Tx, origin core.Turn
 	e := p.e
 	trust, _ := e.trust.Of(ctx, origin)
 	o := outcome{st: core.StoredTurn{Turn: origin}, trust: trust}
-	e.propose(&o, pa)
-	if len(o.appr) == 0 {
+	if pr := e.propose(&o, pa); pr.Request == nil {
 		// Not proposed: refused (trust), blocked by policy or malformed.
-		// The reason is propose's reply, or the policy's own words.
-		why := "not proposed"
-		if len(o.replies) > 0 {
-			why = o.replies[len(o.replies)-1]
-		}
-		if res := e.cfg.Policy.Evaluate(pa.Action); trust != core.TrustExternal && res.Decision == policy.Blocked {
-			reason := res.Reason
-			if reason == "" {
-				reason = "the risk policy blocks it"
-			}
-			why = "blocked by policy: " + reason
-		}
-		return tasks.Proposal{Refused: why, Audit: o.audit}, nil
+		return tasks.Proposal{Refused: pr.Refused, Audit: o.audit}, nil
 	}
 	for _, a := range o.appr {
 		tx.QueueApproval(a)
