@@ -111,14 +111,8 @@ func (c *Config) defaults() error {
 	if c.Verifier == nil {
 		c.Verifier = &verify.Runner{}
 	}
-	if c.ApprovalTTL <= 0 {
-		c.ApprovalTTL = 5 * time.Minute
-	}
 	if c.TokenTTL <= 0 {
 		c.TokenTTL = 10 * time.Minute
-	}
-	if c.ExecTimeout <= 0 {
-		c.ExecTimeout = 60 * time.Second
 	}
 	if c.OutputInlineMax <= 0 {
 		c.OutputInlineMax = 10000
@@ -131,9 +125,6 @@ func (c *Config) defaults() error {
 	}
 	if c.Workers <= 0 {
 		c.Workers = 64
-	}
-	if c.SecretTTL <= 0 {
-		c.SecretTTL = 15 * time.Minute
 	}
 	if c.OutboxMaxBackoff <= 0 {
 		c.OutboxMaxBackoff = 30 * time.Second
@@ -254,7 +245,8 @@ func New(cfg Config) (*Engine, error) {
 		TTL: cfg.SecretTTL, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	if e.cmds, err = commands.New(commands.Config{Reads: cfg.Store, Decider: deciderView{e}, SecureInput: e.secure, Tasks: e.commandTasks(),
+	e.decider = decide.New(decide.Config{Key: cfg.Key, TokenTTL: cfg.TokenTTL, Preview: cfg.OutputPreview, Executions: cfg.Store})
+	if e.cmds, err = commands.New(commands.Config{Reads: cfg.Store, Decider: e.decider, SecureInput: e.secure, Tasks: e.commandTasks(),
 		Trust: e.trust, Key: cfg.Key, OutputInlineMax: cfg.OutputInlineMax, Now: cfg.Now}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -353,7 +345,7 @@ var ErrShuttingDown = errors.New("engine: shutting down")
 func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, error) {
 	// Text PostgreSQL cannot store is replaced (and noted on the turn)
 	// before anything else looks at it.
-	sanitizeTurn(&t)
+	t.Sanitize()
 	if err := e.validateTurn(t); err != nil {
 		e.m.turnsRejected.Inc()
 		return core.DeliverResult{}, err
