@@ -10,14 +10,13 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -222,18 +221,8 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Tasks != nil {
 		tc := *cfg.Tasks
-		if tc.Store == nil {
-			tc.Store = cfg.Store
-		}
-		if tc.Policy == nil {
-			tc.Policy = cfg.Policy
-		}
-		if tc.Verifier == nil {
-			tc.Verifier = cfg.Verifier
-		}
-		if tc.Logger == nil {
-			tc.Logger = cfg.Logger
-		}
+		tc.Store, tc.Policy, tc.Verifier, tc.Logger = cmp.Or(tc.Store, cfg.Store), cmp.Or(tc.Policy, cfg.Policy), cmp.Or(tc.Verifier, cfg.Verifier),
+			cmp.Or(tc.Logger, cfg.Logger)
 		if tc.Now == nil {
 			tc.Now = cfg.Now
 		}
@@ -528,12 +517,4 @@ func (e *Engine) failTurn(st core.StoredTurn, cause error) {
 		e.log.Error("could not record failed turn", slog.Int64("seq", st.Seq), slog.Any("err", err))
 	}
 	e.out.Kick(st.Turn.Conversation, 1)
-}
-
-func (e *Engine) failpoint(name string) {
-	if e.cfg.Failpoint == name {
-		e.log.Warn("failpoint reached: killing the process", slog.String("failpoint", name))
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // SIGKILL is not deliverable to a blocked goroutine only; wait for it
-	}
 }

@@ -27,7 +27,7 @@ func (e *Engine) buildRooms() error {
 	x, err := execute.New(execute.Config{
 		Store: execStore{e.st}, Key: e.pub, Sandbox: e.cfg.Sandbox, Verifier: e.cfg.Verifier, Secrets: execute.Sealed{Store: e.st, Sealer: e.cfg.Sealer, Asker: e.secure},
 		ExecTimeout: e.cfg.ExecTimeout, OutputInlineMax: e.cfg.OutputInlineMax, OutputPreview: e.cfg.OutputPreview,
-		Logger: e.log, Now: e.now, Failpoint: e.failpoint,
+		Logger: e.log, Now: e.now, Failpoint: e.cfg.Failpoint,
 		Claimed: func(id core.ApprovalID) {
 			if h := e.cfg.Hooks.ExecutionStarted; h != nil {
 				h(id)

@@ -23,8 +23,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/silas-gateway/silas/core"
@@ -108,9 +110,10 @@ type Config struct {
 	// Recorded runs after a transition committed (its card update waits
 	// in the outbox): kick the conversation's lane, count, notify.
 	Recorded func(a core.ApprovalRequest, to core.ExecStatus)
-	// Failpoint, for crash tests: called with "after-approve" before the
-	// claim and "after-execute" once the run's result is recorded.
-	Failpoint func(name string)
+	// Failpoint, for crash tests only: "after-approve" (before the claim)
+	// or "after-execute" (once the run's result is recorded) makes the
+	// process SIGKILL itself at that point.
+	Failpoint string
 }
 
 // Executor runs approved actions, one Run per execution.
@@ -514,8 +517,10 @@ func (x *Executor) recorded(a core.ApprovalRequest, to core.ExecStatus) {
 }
 
 func (x *Executor) failpoint(name string) {
-	if x.cfg.Failpoint != nil {
-		x.cfg.Failpoint(name)
+	if x.cfg.Failpoint == name {
+		x.log.Warn("failpoint reached: killing the process", slog.String("failpoint", name))
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // SIGKILL is not deliverable to a blocked goroutine only; wait for it
 	}
 }
 
