@@ -322,3 +322,12 @@ func MayDecide(a core.ApprovalRequest, who core.IdentityID, trust core.Trust) bo
 	}
 	return false
 }
+
+// Intact reports whether a stored request is the one proposed and signed
+// (RequestIntact with the decider's key), as the command table checks it.
+func (d *Decider) Intact(a core.ApprovalRequest) error { return RequestIntact(d.pub, a) }
+
+// MayDecide is MayDecide, as the command table asks the decider.
+func (d *Decider) MayDecide(a core.ApprovalRequest, who core.IdentityID, trust core.Trust) bool {
+	return MayDecide(a, who, trust)
+}

@@ -10,14 +10,13 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -33,6 +32,7 @@ import (
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/secureinput"
 	"github.com/silas-gateway/silas/core/store"
@@ -111,14 +111,8 @@ func (c *Config) defaults() error {
 	if c.Verifier == nil {
 		c.Verifier = &verify.Runner{}
 	}
-	if c.ApprovalTTL <= 0 {
-		c.ApprovalTTL = 5 * time.Minute
-	}
 	if c.TokenTTL <= 0 {
 		c.TokenTTL = 10 * time.Minute
-	}
-	if c.ExecTimeout <= 0 {
-		c.ExecTimeout = 60 * time.Second
 	}
 	if c.OutputInlineMax <= 0 {
 		c.OutputInlineMax = 10000
@@ -131,9 +125,6 @@ func (c *Config) defaults() error {
 	}
 	if c.Workers <= 0 {
 		c.Workers = 64
-	}
-	if c.SecretTTL <= 0 {
-		c.SecretTTL = 15 * time.Minute
 	}
 	if c.OutboxMaxBackoff <= 0 {
 		c.OutboxMaxBackoff = 30 * time.Second
@@ -181,12 +172,11 @@ type Engine struct {
 
 	ready chan struct{}
 
-	decider *decide.Decider
-	exec    *execute.Executor
+	decider  *decide.Decider
+	proposer *propose.Proposer
+	exec     *execute.Executor
 
-	tasks  *tasks.Runtime // nil: tasks not enabled
-	runsMu sync.Mutex
-	runs   map[core.ApprovalID]*runHandle
+	tasks *tasks.Runtime // nil: tasks not enabled
 
 	// beforeExecute is a test hook (see export_test.go).
 	beforeExecute func(core.ApprovalID)
@@ -232,18 +222,8 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Tasks != nil {
 		tc := *cfg.Tasks
-		if tc.Store == nil {
-			tc.Store = cfg.Store
-		}
-		if tc.Policy == nil {
-			tc.Policy = cfg.Policy
-		}
-		if tc.Verifier == nil {
-			tc.Verifier = cfg.Verifier
-		}
-		if tc.Logger == nil {
-			tc.Logger = cfg.Logger
-		}
+		tc.Store, tc.Policy, tc.Verifier, tc.Logger = cmp.Or(tc.Store, cfg.Store), cmp.Or(tc.Policy, cfg.Policy), cmp.Or(tc.Verifier, cfg.Verifier),
+			cmp.Or(tc.Logger, cfg.Logger)
 		if tc.Now == nil {
 			tc.Now = cfg.Now
 		}
@@ -255,7 +235,8 @@ func New(cfg Config) (*Engine, error) {
 		TTL: cfg.SecretTTL, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	if e.cmds, err = commands.New(commands.Config{Reads: cfg.Store, Decider: deciderView{e}, SecureInput: e.secure, Tasks: e.commandTasks(),
+	e.decider = decide.New(decide.Config{Key: cfg.Key, TokenTTL: cfg.TokenTTL, Preview: cfg.OutputPreview, Executions: cfg.Store})
+	if e.cmds, err = commands.New(commands.Config{Reads: cfg.Store, Decider: e.decider, SecureInput: e.secure, Tasks: e.commandTasks(),
 		Trust: e.trust, Key: cfg.Key, OutputInlineMax: cfg.OutputInlineMax, Now: cfg.Now}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -363,7 +344,7 @@ var ErrShuttingDown = errors.New("engine: shutting down")
 func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, error) {
 	// Text PostgreSQL cannot store is replaced (and noted on the turn)
 	// before anything else looks at it.
-	sanitizeTurn(&t)
+	t.Sanitize()
 	if err := e.validateTurn(t); err != nil {
 		e.m.turnsRejected.Inc()
 		return core.DeliverResult{}, err
@@ -546,12 +527,4 @@ func (e *Engine) failTurn(st core.StoredTurn, cause error) {
 		e.log.Error("could not record failed turn", slog.Int64("seq", st.Seq), slog.Any("err", err))
 	}
 	e.out.Kick(st.Turn.Conversation, 1)
-}
-
-func (e *Engine) failpoint(name string) {
-	if e.cfg.Failpoint == name {
-		e.log.Warn("failpoint reached: killing the process", slog.String("failpoint", name))
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // SIGKILL is not deliverable to a blocked goroutine only; wait for it
-	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/redact"
@@ -13,54 +12,6 @@ import (
 )
 
 var _ core.Quarantiner = (*Engine)(nil)
-
-// sanitizeTurn replaces what PostgreSQL cannot store (NUL, invalid UTF-8)
-// in every text field of t by U+FFFD and lists the fields it changed in
-// t.Sanitized, so the turn is stored (and answered) instead of failing at
-// the database and being retried forever. The replacement is
-// deterministic, so a redelivered event keeps its event id.
-func sanitizeTurn(t *core.Turn) {
-	t.Sanitized = nil
-	fields := []struct {
-		name string
-		s    *string
-	}{
-		{"text", &t.Text}, {"sender_name", &t.SenderName}, {"event_id", &t.EventID},
-		{"platform_message_id", &t.PlatformMessageID}, {"chat_kind", &t.ChatKind}, {"auth_method", &t.Evidence.Method},
-		{"tap_handle", &t.TapHandle},
-	}
-	for _, f := range fields {
-		if clean, changed := core.StorableText(*f.s); changed {
-			*f.s = clean
-			t.Sanitized = append(t.Sanitized, f.name)
-		}
-	}
-	ids := []struct {
-		name string
-		s    string
-		set  func(string)
-	}{
-		{"channel", string(t.Channel), func(v string) { t.Channel = core.ChannelName(v) }},
-		{"conversation", string(t.Conversation), func(v string) { t.Conversation = core.ConversationID(v) }},
-		{"sender", string(t.Sender), func(v string) { t.Sender = core.IdentityID(v) }},
-	}
-	for _, f := range ids {
-		if clean, changed := core.StorableText(f.s); changed {
-			f.set(clean)
-			t.Sanitized = append(t.Sanitized, f.name)
-		}
-	}
-	if t.Tap != nil {
-		tap := *t.Tap
-		card, c1 := core.StorableText(string(tap.Card))
-		choice, c2 := core.StorableText(tap.Choice)
-		if c1 || c2 {
-			tap.Card, tap.Choice = cards.ID(card), choice
-			t.Tap = &tap
-			t.Sanitized = append(t.Sanitized, "tap")
-		}
-	}
-}
 
 // maxDeadLetterError bounds the error text kept with a dead letter.
 const maxDeadLetterError = 1000
@@ -97,4 +48,26 @@ func (e *Engine) Quarantine(ctx context.Context, d core.DeadLetter) error {
 	e.log.Warn("inbound event quarantined", slog.String("channel", string(d.Channel)), slog.String("event_id", d.EventID),
 		slog.Int64("dead_letter", id), slog.Int("attempts", d.Attempts), slog.String("err", d.Error))
 	return nil
+}
+
+// redactIntake removes what looks like a credential from inbound text
+// before it is stored or shown to anyone, and notes which kinds.
+func redactIntake(t *core.Turn) {
+	t.Redacted = nil
+	if t.Text == "" {
+		return
+	}
+	clean, findings := redact.Redact(t.Text)
+	if len(findings) == 0 {
+		return
+	}
+	t.Text = clean
+	seen := map[string]bool{}
+	for _, f := range findings {
+		k := string(f.Kind)
+		if !seen[k] {
+			seen[k] = true
+			t.Redacted = append(t.Redacted, k)
+		}
+	}
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/silas-gateway/silas/core/access"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/commands"
-	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -39,14 +38,4 @@ func (o *outcome) SendTo(conv core.ConversationID, key string, m core.OutMessage
 // Write sets what runs inside the turn's transaction.
 func (o *outcome) Write(f func(ctx context.Context, tx *store.Tx, out commands.Out) error) {
 	o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error { return f(ctx, tx, o) }
-}
-
-// deciderView is the engine's judgement of a stored request, as the
-// command table reads it.
-type deciderView struct{ e *Engine }
-
-func (d deciderView) Intact(a core.ApprovalRequest) error { return decide.RequestIntact(d.e.pub, a) }
-
-func (d deciderView) MayDecide(a core.ApprovalRequest, who core.IdentityID, trust core.Trust) bool {
-	return decide.MayDecide(a, who, trust)
 }

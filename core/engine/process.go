@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/commands"
-	"github.com/silas-gateway/silas/core/decide"
-	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -251,90 +249,42 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 	return nil
 }
 
-// propose applies trust and policy to one proposed action and, when it needs
-// approval, prepares the approval request and its card.
-func (e *Engine) propose(o *outcome, pa core.ProposedAction) {
-	t := o.st.Turn
-	a := pa.Action
-	line := a.CommandLine()
-	if o.trust == core.TrustExternal {
-		o.note(audit.KindPolicyRefused, map[string]any{"seq": o.st.Seq, "reason": "external trust", "tool": a.Tool})
-		o.reply("I can't run actions for you: your identity (%s) is not trusted here. The owner can pair it with `silas pair`.", t.Sender)
-		e.m.policyDecisions.WithLabelValues("external").Inc()
-		return
+// propose puts one proposed action through the proposer (core/propose)
+// and adds what it produced to the turn's outcome: the request and its card
+// in the turn's transaction and, when policy allows the action, its
+// approval on the policy's behalf in that same transaction.
+func (e *Engine) propose(o *outcome, pa core.ProposedAction) propose.Proposal {
+	p := e.proposer.Propose(o.st, o.trust, pa)
+	if p.Decision != "" {
+		e.m.policyDecisions.WithLabelValues(p.Decision).Inc()
 	}
-	if len(a.Argv) == 0 || a.Tool == "" {
-		o.reply("That action is incomplete, so I did not propose it.")
-		return
+	for _, n := range p.Notes {
+		o.note(n.Kind, n.Data)
 	}
-	for i, c := range a.Verify {
-		if err := c.Validate(); err != nil {
-			o.reply("Verification check %d is invalid (%v), so I did not propose the action.", i+1, err)
-			return
-		}
+	if p.Reply != "" {
+		o.reply("%s", p.Reply)
 	}
-	res := e.cfg.Policy.Evaluate(a)
-	e.m.policyDecisions.WithLabelValues(string(res.Decision)).Inc()
-	o.note(audit.KindPolicyDecided, map[string]any{"seq": o.st.Seq, "tool": a.Tool, "command": line, "decision": string(res.Decision),
-		"risk": string(res.Risk), "rule": res.Rule})
-	if res.Decision == policy.Blocked {
-		reason := res.Reason
-		if reason == "" {
-			reason = "the risk policy blocks it"
-		}
-		o.reply("Blocked: `%s` — %s. Nothing was run.", line, reason)
-		return
+	if p.Request == nil {
+		return p
 	}
-	canonical, err := a.Canonical()
-	if err != nil {
-		o.reply("I could not prepare that action: %v.", err)
-		return
+	o.appr = append(o.appr, *p.Request)
+	o.cards = append(o.cards, p.Card)
+	if p.Auto == "" {
+		return p
 	}
-	hash, _ := a.Hash()
-	now := e.now()
-	req := core.ApprovalRequest{
-		ID: core.ApprovalID(core.NewID()), Channel: t.Channel, Conversation: t.Conversation, Requester: t.Sender, TurnSeq: o.st.Seq,
-		ActionCanonical: canonical, ActionHash: hash, Intent: pa.Intent, Rationale: pa.Rationale, Risk: res.Risk,
-		Approvers: res.Approvers, Status: core.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(e.cfg.ApprovalTTL),
-	}
-	if res.Decision == policy.Allow {
-		// Allowed by policy: the gateway approves on the policy's behalf, so
-		// execution still passes through a signed, single-use token.
-		req.Approvers = []string{"policy:" + res.Rule}
-	}
-	// Signed as proposed: a tap decides only this request, as stored now.
-	if err := decide.SignRequest(e.cfg.Key, &req); err != nil {
-		o.reply("I could not prepare that action: %v.", err)
-		return
-	}
-	if res.Decision == policy.Allow {
-		o.appr = append(o.appr, req)
-		o.cards = append(o.cards, e.card(req, nil))
-		o.note(audit.KindApprovalRequested, map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk), "auto": true})
-		id := req.ID
-		prev := o.inTx
-		rule := res.Rule
-		o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error {
-			if prev != nil {
-				if err := prev(ctx, tx, o); err != nil {
-					return err
-				}
-			}
-			a, err := tx.GetApproval(ctx, id)
-			if err != nil {
+	prev := o.inTx
+	o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error {
+		if prev != nil {
+			if err := prev(ctx, tx, o); err != nil {
 				return err
 			}
-			r, err := e.decider.Approve(ctx, tx, a, core.IdentityID("policy:"+rule))
-			if err != nil {
-				return err
-			}
-			e.applyDecision(o, r)
-			return nil
 		}
-		return
+		r, err := e.proposer.Approve(ctx, tx, p)
+		if err != nil {
+			return err
+		}
+		e.applyDecision(o, r)
+		return nil
 	}
-	o.appr = append(o.appr, req)
-	o.cards = append(o.cards, e.card(req, nil))
-	o.note(audit.KindApprovalRequested, map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk),
-		"approvers": req.Approvers, "expires_at": req.ExpiresAt.UTC().Format(time.RFC3339)})
+	return p
 }

@@ -2,12 +2,11 @@ package engine
 
 import (
 	"context"
-	"errors"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
-	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -20,11 +19,15 @@ import (
 type SandboxChecks = execute.SandboxChecks
 
 func (e *Engine) buildRooms() error {
-	e.decider = decide.New(decide.Config{Key: e.cfg.Key, TokenTTL: e.cfg.TokenTTL, Preview: e.cfg.OutputPreview, Executions: e.st})
+	var err error
+	if e.proposer, err = propose.New(propose.Config{Key: e.cfg.Key, Policy: e.cfg.Policy, Approver: e.decider, ApprovalTTL: e.cfg.ApprovalTTL,
+		Preview: e.cfg.OutputPreview, Now: e.now}); err != nil {
+		return err
+	}
 	x, err := execute.New(execute.Config{
-		Store: execStore{e.st}, Key: e.pub, Sandbox: e.cfg.Sandbox, Verifier: e.cfg.Verifier, Secrets: execSecrets{e},
+		Store: execStore{e.st}, Key: e.pub, Sandbox: e.cfg.Sandbox, Verifier: e.cfg.Verifier, Secrets: execute.Sealed{Store: e.st, Sealer: e.cfg.Sealer, Asker: e.secure},
 		ExecTimeout: e.cfg.ExecTimeout, OutputInlineMax: e.cfg.OutputInlineMax, OutputPreview: e.cfg.OutputPreview,
-		Logger: e.log, Now: e.now, Track: e.runContext, Failpoint: e.failpoint,
+		Logger: e.log, Now: e.now, Failpoint: e.cfg.Failpoint,
 		Claimed: func(id core.ApprovalID) {
 			if h := e.cfg.Hooks.ExecutionStarted; h != nil {
 				h(id)
@@ -75,20 +78,4 @@ type execStore struct{ *store.Store }
 
 func (s execStore) Do(ctx context.Context, op func(ctx context.Context, tx execute.Tx) ([]audit.Entry, error)) error {
 	return s.Store.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) { return op(ctx, tx) })
-}
-
-// execSecrets opens an action's declared secrets for the executor, and
-// asks for the missing ones.
-type execSecrets struct{ e *Engine }
-
-func (s execSecrets) Reveal(ctx context.Context, names []string) (map[string]string, []string, error) {
-	env, values, err := s.e.revealSecrets(ctx, names)
-	if m := (*missingSecretsError)(nil); errors.As(err, &m) {
-		return nil, nil, &execute.MissingSecretsError{Names: m.names}
-	}
-	return env, values, err
-}
-
-func (s execSecrets) AskFor(ctx context.Context, a core.ApprovalRequest, approver core.IdentityID, names []string) bool {
-	return s.e.askForMissingSecrets(ctx, a, approver, names)
 }

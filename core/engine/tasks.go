@@ -5,7 +5,6 @@ import (
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/commands"
-	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/tasks"
 )
@@ -32,22 +31,9 @@ func (p taskActions) Propose(ctx context.Context, tx *store.Tx, origin core.Turn
 	e := p.e
 	trust, _ := e.trust.Of(ctx, origin)
 	o := outcome{st: core.StoredTurn{Turn: origin}, trust: trust}
-	e.propose(&o, pa)
-	if len(o.appr) == 0 {
+	if pr := e.propose(&o, pa); pr.Request == nil {
 		// Not proposed: refused (trust), blocked by policy or malformed.
-		// The reason is propose's reply, or the policy's own words.
-		why := "not proposed"
-		if len(o.replies) > 0 {
-			why = o.replies[len(o.replies)-1]
-		}
-		if res := e.cfg.Policy.Evaluate(pa.Action); trust != core.TrustExternal && res.Decision == policy.Blocked {
-			reason := res.Reason
-			if reason == "" {
-				reason = "the risk policy blocks it"
-			}
-			why = "blocked by policy: " + reason
-		}
-		return tasks.Proposal{Refused: why, Audit: o.audit}, nil
+		return tasks.Proposal{Refused: pr.Refused, Audit: o.audit}, nil
 	}
 	for _, a := range o.appr {
 		tx.QueueApproval(a)
@@ -85,7 +71,7 @@ func (p taskActions) Proposed(pr tasks.Proposal) {
 }
 
 // StopRuns kills the running executions of a stopped task.
-func (p taskActions) StopRuns(ids []core.ApprovalID) { p.e.cancelRuns(ids) }
+func (p taskActions) StopRuns(ids []core.ApprovalID) { p.e.exec.Stop(ids) }
 
 // startTask hands the agent's task request to the runtime, inside the
 // turn's transaction.
@@ -142,53 +128,6 @@ func (e *Engine) taskNotice(id core.ApprovalID) {
 	if e.tasks != nil {
 		e.tasks.Notice(e.workCtx, id)
 	}
-}
-
-// cancelRuns kills the running executions of a stopped task: each is
-// recorded interrupted ("stopped with its task"), never re-run.
-func (e *Engine) cancelRuns(ids []core.ApprovalID) {
-	if len(ids) == 0 {
-		return
-	}
-	e.runsMu.Lock()
-	defer e.runsMu.Unlock()
-	for _, id := range ids {
-		if r, ok := e.runs[id]; ok {
-			r.stopped = true
-			r.cancel()
-		}
-	}
-}
-
-// runHandle is an execution in the sandbox that a stop may kill.
-type runHandle struct {
-	cancel  context.CancelFunc
-	stopped bool
-}
-
-// runContext registers an execution so a task stop can kill it; stopped
-// reports (after the run) whether it was killed that way.
-func (e *Engine) runContext(ctx context.Context, id core.ApprovalID) (context.Context, func() bool, func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	h := &runHandle{cancel: cancel}
-	e.runsMu.Lock()
-	if e.runs == nil {
-		e.runs = map[core.ApprovalID]*runHandle{}
-	}
-	e.runs[id] = h
-	e.runsMu.Unlock()
-	stopped := func() bool {
-		e.runsMu.Lock()
-		defer e.runsMu.Unlock()
-		return h.stopped
-	}
-	done := func() {
-		e.runsMu.Lock()
-		delete(e.runs, id)
-		e.runsMu.Unlock()
-		cancel()
-	}
-	return ctx, stopped, done
 }
 
 // commandTasks is the task runtime as the command table asks it; nil (no

@@ -23,8 +23,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/silas-gateway/silas/core"
@@ -103,24 +105,22 @@ type Config struct {
 	OutputPreview   int
 	Logger          *slog.Logger
 	Now             func() time.Time
-	// Track registers a run so it can be killed (a stopped task): it
-	// returns the run's context, stopped (read after the run: was it
-	// killed that way?) and done. Nil: runs cannot be stopped.
-	Track func(ctx context.Context, id core.ApprovalID) (run context.Context, stopped func() bool, done func())
 	// Claimed runs once a claim committed, before anything is prepared.
 	Claimed func(id core.ApprovalID)
 	// Recorded runs after a transition committed (its card update waits
 	// in the outbox): kick the conversation's lane, count, notify.
 	Recorded func(a core.ApprovalRequest, to core.ExecStatus)
-	// Failpoint, for crash tests: called with "after-approve" before the
-	// claim and "after-execute" once the run's result is recorded.
-	Failpoint func(name string)
+	// Failpoint, for crash tests only: "after-approve" (before the claim)
+	// or "after-execute" (once the run's result is recorded) makes the
+	// process SIGKILL itself at that point.
+	Failpoint string
 }
 
 // Executor runs approved actions, one Run per execution.
 type Executor struct {
-	cfg Config
-	log *slog.Logger
+	cfg  Config
+	log  *slog.Logger
+	runs runs
 }
 
 // New checks cfg, fills defaults and builds an Executor.
@@ -266,10 +266,7 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 		refuse(err.Error())
 		return
 	}
-	runCtx, stopped, runDone := ctx, func() bool { return false }, func() {}
-	if x.cfg.Track != nil {
-		runCtx, stopped, runDone = x.cfg.Track(ctx, r.a.ID)
-	}
+	runCtx, stopped, runDone := x.runs.track(ctx, r.a.ID)
 	res, err := x.cfg.Sandbox.Run(runCtx, core.ExecRequest{Argv: act.Argv, Env: env, Timeout: timeout, Network: act.Network})
 	runDone()
 	if stopped() {
@@ -520,8 +517,10 @@ func (x *Executor) recorded(a core.ApprovalRequest, to core.ExecStatus) {
 }
 
 func (x *Executor) failpoint(name string) {
-	if x.cfg.Failpoint != nil {
-		x.cfg.Failpoint(name)
+	if x.cfg.Failpoint == name {
+		x.log.Warn("failpoint reached: killing the process", slog.String("failpoint", name))
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // SIGKILL is not deliverable to a blocked goroutine only; wait for it
 	}
 }
 

@@ -37,12 +37,22 @@ const (
 type fakeSandbox struct {
 	mu   sync.Mutex
 	runs [][]string
+	// during, when set, runs inside the run; a run whose context ended
+	// by then fails as a killed program does.
+	during func()
 }
 
-func (f *fakeSandbox) Run(_ context.Context, req core.ExecRequest) (core.ExecResult, error) {
+func (f *fakeSandbox) Run(ctx context.Context, req core.ExecRequest) (core.ExecResult, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.runs = append(f.runs, slices.Clone(req.Argv))
+	during := f.during
+	f.mu.Unlock()
+	if during != nil {
+		during()
+		if err := ctx.Err(); err != nil {
+			return core.ExecResult{}, err
+		}
+	}
 	return core.ExecResult{Stdout: []byte(strings.Join(req.Argv, " ") + "\n"), Dir: "/nonexistent", Isolation: "none"}, nil
 }
 
@@ -101,8 +111,6 @@ type bundle struct {
 	x      *execute.Executor
 	// claimed runs when an execution was claimed (Config.Claimed).
 	claimed func(id core.ApprovalID)
-	// stop: runs count as killed by a stopped task (Config.Track).
-	stop bool
 }
 
 func setup(t *testing.T) *bundle {
@@ -122,9 +130,6 @@ func setup(t *testing.T) *bundle {
 			if b.claimed != nil {
 				b.claimed(id)
 			}
-		},
-		Track: func(ctx context.Context, _ core.ApprovalID) (context.Context, func() bool, func()) {
-			return ctx, func() bool { return b.stop }, func() {}
 		},
 	})
 	if err != nil {
@@ -368,8 +373,9 @@ func TestResume(t *testing.T) {
 func TestStoppedRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.stop = true
 	id := b.decided(t, []string{"sleep", "60"})
+	// The task is stopped while its step runs (Executor.Stop).
+	b.sb.during = func() { b.x.Stop([]core.ApprovalID{id}) }
 	b.x.Run(b.ctx, id)
 	if ex := b.execution(t, id); ex.Status != core.ExecInterrupted || !strings.HasPrefix(ex.Reason, "stopped with its task") {
 		t.Fatalf("execution = %+v", ex)

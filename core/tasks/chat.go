@@ -50,7 +50,7 @@ func (r *Runtime) Start(ctx context.Context, tx *store.Tx, st core.StoredTurn, t
 		o.Reply("I could not start that task: %v.", err)
 		return nil
 	}
-	k := store.Task{ID: core.NewID(), Channel: t.Channel, Conversation: t.Conversation, Requester: t.Sender, Origin: om, Goal: goal,
+	k := core.Task{ID: core.NewID(), Channel: t.Channel, Conversation: t.Conversation, Requester: t.Sender, Origin: om, Goal: goal,
 		State: string(m.State), Machine: mm, Limits: lm}
 	// One task at a time per conversation: /stop is unambiguous.
 	cur, err := tx.LockActiveTask(ctx, t.Conversation)
@@ -69,7 +69,7 @@ func (r *Runtime) Start(ctx context.Context, tx *store.Tx, st core.StoredTurn, t
 	return nil
 }
 
-func taskTitle(k store.Task) string {
+func taskTitle(k core.Task) string {
 	if k.Plan != "" {
 		if i := strings.Index(k.Plan, "title: "); i >= 0 {
 			line, _, _ := strings.Cut(k.Plan[i+len("title: "):], "\n")
@@ -113,7 +113,7 @@ func (r *Runtime) List(ctx context.Context, conv core.ConversationID) (string, e
 }
 
 // mayCommandTask: the task's requester or an owner may stop or steer it.
-func mayCommandTask(k store.Task, who core.IdentityID, trust core.Trust) bool {
+func mayCommandTask(k core.Task, who core.IdentityID, trust core.Trust) bool {
 	return trust != core.TrustExternal && (who == k.Requester || trust == core.TrustOwner)
 }
 
@@ -121,7 +121,7 @@ func mayCommandTask(k store.Task, who core.IdentityID, trust core.Trust) bool {
 // conversation's running task (or the one named).
 func (r *Runtime) Stop(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, o Out) error {
 	conv := st.Turn.Conversation
-	var k store.Task
+	var k core.Task
 	var err error
 	if arg != "" {
 		k, err = tx.LockTask(ctx, arg)
@@ -151,7 +151,7 @@ func (r *Runtime) Stop(ctx context.Context, tx *store.Tx, st core.StoredTurn, tr
 
 // taskUserEvent applies a person's event (stop, retry, re-plan) to a
 // locked task inside the turn's transaction, adding what it shows to o.
-func (r *Runtime) taskUserEvent(ctx context.Context, tx *store.Tx, o Out, k store.Task, ev task.Event, by string) error {
+func (r *Runtime) taskUserEvent(ctx context.Context, tx *store.Tx, o Out, k core.Task, ev task.Event, by string) error {
 	s, err := r.decodeTask(k)
 	if err != nil {
 		return err
@@ -190,7 +190,7 @@ func (r *Runtime) taskUserEvent(ctx context.Context, tx *store.Tx, o Out, k stor
 // commitInTurn writes w for task k, locked in the turn's transaction
 // (a stale write is an error: nobody else can have changed it), and adds
 // what it shows to o: the rows' card updates first, then w's own.
-func (r *Runtime) commitInTurn(ctx context.Context, tx *store.Tx, o Out, k store.Task, w *taskWrite) error {
+func (r *Runtime) commitInTurn(ctx context.Context, tx *store.Tx, o Out, k core.Task, w *taskWrite) error {
 	ok, err := r.casTask(ctx, tx, w)
 	if err != nil {
 		return err

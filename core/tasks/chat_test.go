@@ -4,18 +4,17 @@ import (
 	"testing"
 
 	"github.com/silas-gateway/silas/core"
-	"github.com/silas-gateway/silas/core/store"
 )
 
 func TestTaskTitle(t *testing.T) {
 	tests := []struct {
 		name string
-		k    store.Task
+		k    core.Task
 		want string
 	}{
-		{name: "no plan: the goal", k: store.Task{Goal: "  tidy the disk  "}, want: "tidy the disk"},
-		{name: "plan title", k: store.Task{Goal: "g", Plan: "---\ntitle: \"Free space\"\nsteps: [a]\n---\n"}, want: "Free space"},
-		{name: "empty plan title: the goal", k: store.Task{Goal: "g", Plan: "title: ''\n"}, want: "g"},
+		{name: "no plan: the goal", k: core.Task{Goal: "  tidy the disk  "}, want: "tidy the disk"},
+		{name: "plan title", k: core.Task{Goal: "g", Plan: "---\ntitle: \"Free space\"\nsteps: [a]\n---\n"}, want: "Free space"},
+		{name: "empty plan title: the goal", k: core.Task{Goal: "g", Plan: "title: ''\n"}, want: "g"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -27,7 +26,7 @@ func TestTaskTitle(t *testing.T) {
 }
 
 func TestMayCommandTask(t *testing.T) {
-	k := store.Task{Requester: "tg:1"}
+	k := core.Task{Requester: "tg:1"}
 	tests := []struct {
 		name  string
 		who   core.IdentityID

@@ -28,7 +28,7 @@ import (
 const maxAnswer = 2000
 
 // ask posts the executor's question and records its call as waiting.
-func (r *Runtime) ask(ctx context.Context, w *taskWrite, call store.TaskCall, c llm.Call) (bool, error) {
+func (r *Runtime) ask(ctx context.Context, w *taskWrite, call core.TaskCall, c llm.Call) (bool, error) {
 	s := w.s
 	card := "ask-" + core.NewID()
 	call.Status = "waiting"
@@ -43,7 +43,7 @@ func (r *Runtime) ask(ctx context.Context, w *taskWrite, call store.TaskCall, c 
 // questionCard renders the question of call (an ask_user call, whose
 // arguments hold it) on card, in the state q gives (open, answered or
 // cancelled).
-func (r *Runtime) questionCard(s *taskState, card string, call store.TaskCall, q render.TaskQuestion) *cards.Card {
+func (r *Runtime) questionCard(s *taskState, card string, call core.TaskCall, q render.TaskQuestion) *cards.Card {
 	c, err := llm.DecodeArgs(llm.ToolCall{Name: llm.ToolAskUser, Arguments: call.Arguments}, llm.ToolOptions{})
 	if err != nil {
 		// Stored only after it decoded; a row that no longer does shows
@@ -64,7 +64,7 @@ var errNoQuestion = errors.New("tasks: no open question")
 
 // answer records a person's answer to the task's open question inside the
 // turn's transaction (k is locked), adding what it shows to o.
-func (r *Runtime) answer(ctx context.Context, tx *store.Tx, o Out, k store.Task, text, by, how string) error {
+func (r *Runtime) answer(ctx context.Context, tx *store.Tx, o Out, k core.Task, text, by, how string) error {
 	if k.Final() || k.QuestionCard == "" {
 		return errNoQuestion
 	}
@@ -76,7 +76,7 @@ func (r *Runtime) answer(ctx context.Context, tx *store.Tx, o Out, k store.Task,
 	if err != nil {
 		return err
 	}
-	var call *store.TaskCall
+	var call *core.TaskCall
 	for _, c := range attemptCalls(all, s) {
 		if c.Status == "waiting" && c.Tool == llm.ToolAskUser {
 			call = &c

@@ -230,14 +230,14 @@ func (r *Runtime) Notice(ctx context.Context, id core.ApprovalID) {
 
 // taskState is a stored task decoded.
 type taskState struct {
-	k    store.Task
+	k    core.Task
 	m    task.Machine
 	lim  task.Limits
 	pl   *plan.Plan // nil before the first plan
 	orig core.Turn
 }
 
-func (r *Runtime) decodeTask(k store.Task) (*taskState, error) {
+func (r *Runtime) decodeTask(k core.Task) (*taskState, error) {
 	s := &taskState{k: k}
 	if err := json.Unmarshal(k.Machine, &s.m); err != nil {
 		return nil, fmt.Errorf("tasks: task %s: machine: %w", k.ID, err)
@@ -291,8 +291,8 @@ type taskWrite struct {
 	// port proposes it inside the transaction, and proposed records what
 	// became of it (the call row to write, what it shows).
 	action   *core.ProposedAction
-	proposed func(o *shown, p Proposal) store.TaskCall
-	calls    []store.TaskCall
+	proposed func(o *shown, p Proposal) core.TaskCall
+	calls    []core.TaskCall
 	finished []finishedCall
 	spend    []spendRow
 	outputs  [][2]string // pointer, content
@@ -373,7 +373,7 @@ func (r *Runtime) casTask(ctx context.Context, tx *store.Tx, w *taskWrite) (bool
 
 // writeTaskRows writes what the transition adds besides the task row (after
 // casTask and after any approval the calls reference).
-func (r *Runtime) writeTaskRows(ctx context.Context, tx *store.Tx, o Out, w *taskWrite, calls []store.TaskCall) error {
+func (r *Runtime) writeTaskRows(ctx context.Context, tx *store.Tx, o Out, w *taskWrite, calls []core.TaskCall) error {
 	id := w.s.k.ID
 	if w.stop {
 		open, err := tx.OpenTaskApprovals(ctx, id)
@@ -686,8 +686,8 @@ func (r *Runtime) taskConsult(ctx context.Context, s *taskState) (bool, error) {
 }
 
 // attemptCalls are the calls of the current attempt at the current step.
-func attemptCalls(all []store.TaskCall, s *taskState) []store.TaskCall {
-	var out []store.TaskCall
+func attemptCalls(all []core.TaskCall, s *taskState) []core.TaskCall {
+	var out []core.TaskCall
 	for _, c := range all {
 		if c.PlanNo == s.k.PlanNo && c.Step == s.m.Step && c.Attempt == s.m.Attempt {
 			out = append(out, c)
@@ -794,7 +794,7 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 	if tc.ID == "" {
 		tc.ID = "call_" + core.NewID()[:12]
 	}
-	call := store.TaskCall{TaskID: s.k.ID, PlanNo: s.k.PlanNo, Step: s.m.Step, Attempt: s.m.Attempt, CallID: tc.ID, Tool: tc.Name, Arguments: tc.Arguments, Status: "done"}
+	call := core.TaskCall{TaskID: s.k.ID, PlanNo: s.k.PlanNo, Step: s.m.Step, Attempt: s.m.Attempt, CallID: tc.ID, Tool: tc.Name, Arguments: tc.Arguments, Status: "done"}
 	done := func(status, text string) (bool, error) {
 		raw, _ := json.Marshal(task.Result{Status: status, Output: text, SizeChars: len([]rune(text)), RehydrationAllowed: true})
 		call.Result = raw
@@ -827,7 +827,7 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 	label := fmt.Sprintf("Step %d of %d — %s", s.m.Step+1, len(s.pl.Steps), s.pl.Title)
 	pa.Intent = label + ": " + pa.Intent
 	w.action = &pa
-	w.proposed = func(o *shown, p Proposal) store.TaskCall {
+	w.proposed = func(o *shown, p Proposal) core.TaskCall {
 		call := call
 		if p.Approval == "" {
 			// Not proposed: refused (trust), blocked by policy or malformed.
@@ -850,13 +850,13 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 
 // lastAction is the attempt's last call that was to act (not ask_user or
 // read_output).
-func lastAction(calls []store.TaskCall) (store.TaskCall, bool) {
+func lastAction(calls []core.TaskCall) (core.TaskCall, bool) {
 	for i := len(calls) - 1; i >= 0; i-- {
 		if t := calls[i].Tool; t != llm.ToolAskUser && t != llm.ToolReadOutput {
 			return calls[i], true
 		}
 	}
-	return store.TaskCall{}, false
+	return core.TaskCall{}, false
 }
 
 func resultStatus(raw json.RawMessage) string {
@@ -869,7 +869,7 @@ func resultStatus(raw json.RawMessage) string {
 
 // callOutcome reads what became of a call's approval and execution.
 // settled=false: still waiting (a tap, the run, its verification).
-func (r *Runtime) callOutcome(ctx context.Context, c store.TaskCall) (status, text string, settled bool, err error) {
+func (r *Runtime) callOutcome(ctx context.Context, c core.TaskCall) (status, text string, settled bool, err error) {
 	a, err := r.st.GetApproval(ctx, c.Approval)
 	if err != nil {
 		return "", "", false, err
@@ -1017,12 +1017,12 @@ const checkTool = "plan_check"
 
 // checkCalls maps a plan check's index to its approval call for this
 // verification (plan and attempt).
-func (r *Runtime) checkCalls(ctx context.Context, s *taskState) (map[int]store.TaskCall, error) {
+func (r *Runtime) checkCalls(ctx context.Context, s *taskState) (map[int]core.TaskCall, error) {
 	all, err := r.st.TaskCalls(ctx, s.k.ID)
 	if err != nil {
 		return nil, err
 	}
-	out := map[int]store.TaskCall{}
+	out := map[int]core.TaskCall{}
 	for _, c := range all {
 		if c.Tool != checkTool || c.PlanNo != s.k.PlanNo || c.Step != -1 || c.Attempt != s.m.Attempt {
 			continue
@@ -1051,10 +1051,10 @@ func (r *Runtime) proposeCheck(ctx context.Context, s *taskState, i int, name st
 			"its command; it runs in the sandbox, and the check judges its result.",
 	}
 	args, _ := json.Marshal(map[string]int{"check": i})
-	call := store.TaskCall{TaskID: s.k.ID, PlanNo: s.k.PlanNo, Step: -1, Attempt: s.m.Attempt, CallID: "check_" + core.NewID()[:12],
+	call := core.TaskCall{TaskID: s.k.ID, PlanNo: s.k.PlanNo, Step: -1, Attempt: s.m.Attempt, CallID: "check_" + core.NewID()[:12],
 		Tool: checkTool, Arguments: string(args), Status: "done"}
 	w.action = &pa
-	w.proposed = func(o *shown, p Proposal) store.TaskCall {
+	w.proposed = func(o *shown, p Proposal) core.TaskCall {
 		call := call
 		if p.Approval == "" {
 			// Not proposed (refused or malformed): the check fails as not
