@@ -2,6 +2,7 @@ package kit
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -42,8 +43,9 @@ type Limits struct {
 //
 // A Limiter starts as if every chat had just sent a message: the previous
 // process may have, just before it stopped, so a restart cannot double the
-// per-chat rate. A group's per-minute count is not known across a restart;
-// if it was exhausted, the platform answers 429 and Pause holds the chat.
+// per-chat rate. A group's per-minute count is not known across a restart
+// unless the caller keeps it and hands it back with SeedGroup; otherwise, if
+// it was exhausted, the platform answers 429 and Pause holds the chat.
 type Limiter[K comparable] struct {
 	lim     Limits
 	clock   Clock
@@ -229,6 +231,23 @@ func (l *Limiter[K]) leave(w *globalWaiter) {
 		}
 	}
 	l.promote()
+}
+
+// SeedGroup adds completions of earlier messages to group chat, typically
+// sent by the previous process (times on the limiter's clock), so its
+// per-minute budget counts them. Call it before the chat's first Wait;
+// times older than a minute are ignored.
+func (l *Limiter[K]) SeedGroup(chat K, times []time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.chats[chat]
+	if c == nil {
+		c = &chatLimit{sem: make(chan struct{}, 1), last: l.start}
+		l.chats[chat] = c
+	}
+	c.recent = append(c.recent, times...)
+	slices.SortFunc(c.recent, time.Time.Compare)
+	c.recent = pruneBefore(c.recent, l.clock.Now().Add(-time.Minute))
 }
 
 // Pause holds chat for d (the platform's retry_after after a 429).

@@ -155,3 +155,36 @@ func TestLimiterPauseAndCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLimiterSeededGroupWaits: a group whose previous process sent its 20
+// messages of the minute (SeedGroup) waits until the first of them is a
+// minute old; a group seeded with sends over a minute ago does not.
+func TestLimiterSeededGroupWaits(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	for _, tc := range []struct {
+		name   string
+		offset time.Duration // of the 20 seeded sends, one a second, from start
+		wait   time.Duration // the next send's earliest start after start
+	}{
+		{"full minute", -20 * time.Second, 40 * time.Second},
+		{"stale", -90 * time.Second, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vc := &vclock{t: start}
+			l := NewLimiter(telegramLimits, vc, isGroup)
+			var seed []time.Time
+			for i := range 20 {
+				seed = append(seed, start.Add(tc.offset+time.Duration(i)*time.Second))
+			}
+			l.SeedGroup(-7, seed)
+			rel, err := l.Wait(context.Background(), -7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel()
+			if got := vc.Now().Sub(start); got != tc.wait {
+				t.Errorf("first send after %s; want %s", got, tc.wait)
+			}
+		})
+	}
+}

@@ -86,7 +86,7 @@ func (a *Adapter) Send(ctx context.Context, m core.OutMessage) (core.MessageRef,
 }
 
 func (a *Adapter) sendRendered(ctx context.Context, chat int64, r rendered) (core.MessageRef, error) {
-	release, err := a.lim.Wait(ctx, chat)
+	release, err := a.limitWait(ctx, chat)
 	if err != nil {
 		return "", fmt.Errorf("telegram: sendMessage: waiting for the rate limit: %w", err)
 	}
@@ -140,7 +140,7 @@ func (a *Adapter) Update(ctx context.Context, r core.MessageRef, m core.OutMessa
 	default:
 		return kit.Permanent(errors.New("telegram: nothing to show (empty text and no card)"))
 	}
-	release, err := a.lim.Wait(ctx, chat)
+	release, err := a.limitWait(ctx, chat)
 	if err != nil {
 		return fmt.Errorf("telegram: editMessageText: waiting for the rate limit: %w", err)
 	}

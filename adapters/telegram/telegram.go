@@ -58,6 +58,9 @@ type Adapter struct {
 	username string
 	moved    kit.Moves         // edits of a gone message go to its replacement (its own lock)
 	memState map[string]string // offset when no StateStore is configured
+	// groupSends are each group's send times of the last minute, as stored
+	// (grouplimit.go); a group is in the map once seeded.
+	groupSends map[int64][]time.Time
 	// hookTries counts failed webhook deliveries per update_id.
 	hookTries map[int64]int
 
@@ -83,11 +86,12 @@ func New(cfg Config) (*Adapter, error) {
 	}
 	a := &Adapter{
 		cfg: r, now: r.Now,
-		log:      r.Logger.With(slog.String("channel", string(r.Name))),
-		username: r.BotUsername,
-		splits:   kit.NewSplits(r.Now),
-		memState: map[string]string{},
-		method:   MethodPolling,
+		log:        r.Logger.With(slog.String("channel", string(r.Name))),
+		username:   r.BotUsername,
+		splits:     kit.NewSplits(r.Now),
+		memState:   map[string]string{},
+		groupSends: map[int64][]time.Time{},
+		method:     MethodPolling,
 	}
 	if r.Mode == ModeWebhook {
 		a.method = MethodWebhook
