@@ -51,7 +51,7 @@ func buildChannels(ctx context.Context, cfg *config.Config, db *database, log *s
 		s.channels = append(s.channels, web)
 		s.routes = append(s.routes, spec.Route{Pattern: "/", Handler: web}) // the least specific pattern
 	}
-	deps := spec.Deps{State: db.store, Logger: log, Metrics: reg, Notify: late.notify, QRPage: late.qrPage,
+	deps := spec.Deps{State: db.store, Logger: log, Metrics: reg, QRPage: late.qrPage,
 		Database: func(ctx context.Context) (spec.Database, error) { return serveDatabase(ctx, cfg, db) }}
 	if isTerminal(late.out) {
 		deps.Terminal = late.out
@@ -60,7 +60,9 @@ func buildChannels(ctx context.Context, cfg *config.Config, db *database, log *s
 		if !a.Enabled {
 			continue
 		}
-		b, err := a.Build(ctx, deps)
+		d := deps
+		d.Notify = late.notifier(a.Name)
+		b, err := a.Build(ctx, d)
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -131,15 +133,18 @@ type lateHooks struct {
 	log  *slog.Logger
 }
 
-// notify hands a problem to the engine's NotifyOwners.
-func (h *lateHooks) notify(ctx context.Context, text string) {
-	eng := h.eng.Load()
-	if eng == nil {
-		h.log.Warn("whatsapp: the owners cannot be told yet (the engine is not running)")
-		return
-	}
-	if _, err := eng.NotifyOwners(ctx, "whatsapp", text); err != nil {
-		h.log.Error("whatsapp: could not tell the owners through another channel", slog.Any("err", err))
+// notifier hands an adapter's problem to the engine's NotifyOwners, which
+// tells the owners through the other channels.
+func (h *lateHooks) notifier(name string) func(ctx context.Context, text string) {
+	return func(ctx context.Context, text string) {
+		eng := h.eng.Load()
+		if eng == nil {
+			h.log.Warn(name + ": the owners cannot be told yet (the engine is not running)")
+			return
+		}
+		if _, err := eng.NotifyOwners(ctx, core.ChannelName(name), text); err != nil {
+			h.log.Error(name+": could not tell the owners through another channel", slog.Any("err", err))
+		}
 	}
 }
 
