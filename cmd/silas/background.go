@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/riverqueue/river"
+
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/background"
 	"github.com/silas-gateway/silas/core/engine"
@@ -16,7 +18,7 @@ import (
 // startBackground starts the background room (core/background) on the
 // store's pool: the engine's maintenance (card expiry, the outbox's
 // recovery scan, the task sweep) and the audit checkpoints, as River
-// periodic jobs. Start it once the engine is ready, and stop it (Stop)
+// periodic jobs, and the rooms' job workers (task steps). Start it once the engine is ready, and stop it (Stop)
 // after the engine has stopped: its last act is the final checkpoint, when
 // nothing appends any more.
 func startBackground(ctx context.Context, st *store.Store, eng *engine.Engine, cp *audit.Checkpointer, log *slog.Logger) (*background.Room, error) {
@@ -31,8 +33,9 @@ func startBackground(ctx context.Context, st *store.Store, eng *engine.Engine, c
 		Name: "audit_checkpoint", Every: cp.MinInterval(),
 		Run: func(ctx context.Context) error { _, err := cp.RunOnce(ctx); return err },
 	})
+	workers := river.NewWorkers()
 	room, err := background.New(background.Config{
-		Pool: st.Pool(), Periodic: jobs, Logger: log,
+		Pool: st.Pool(), Periodic: jobs, Workers: workers, Queues: eng.Jobs(workers), Logger: log,
 		AtStop: []func(context.Context){func(context.Context) { finalCheckpoint(cp, log) }},
 	})
 	if err != nil {

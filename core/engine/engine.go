@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/access"
@@ -348,6 +349,15 @@ func (e *Engine) Maintenance() []background.Periodic {
 		jobs = append(jobs, background.Periodic{Name: "task_sweep", Every: e.tasks.SweepEvery(), Run: e.tasks.Resume})
 	}
 	return jobs
+}
+
+// Jobs registers the rooms' job workers (task steps) on workers and
+// returns their queues, for the background room (background.Config).
+func (e *Engine) Jobs(workers *river.Workers) map[string]river.QueueConfig {
+	if e.tasks == nil {
+		return nil
+	}
+	return e.tasks.Jobs(workers)
 }
 
 // ErrShuttingDown is returned by Deliver during shutdown; adapters must not

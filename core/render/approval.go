@@ -72,7 +72,10 @@ func Approval(a core.ApprovalRequest, ex *core.Execution, preview int) *cards.Ca
 		c.Outcome = fmt.Sprintf("Approved by %s.", a.DecidedBy)
 		if ex != nil {
 			execution(c, a, ex, preview)
-			c.Output = cards.ShowInvisible(c.Output)
+			// NUL stays the replacement character it always was (the stored
+			// card is JSON PostgreSQL refuses NUL in); every other invisible
+			// character is shown by name.
+			c.Output = cards.ShowInvisible(strings.ReplaceAll(c.Output, "\x00", "\uFFFD"))
 			hideSecretOutput(c, act.Secrets)
 		}
 	}

@@ -165,24 +165,13 @@ func (r *Runtime) Close(ctx context.Context) {
 	r.cancelWork()
 }
 
-// kick advances a task in the background unless a job for it runs; then
-// that job goes round once more. Not once Close began: the task resumes
+// kick advances a task in the background unless a step for it runs; then
+// that step goes round once more. Not once Close began: the task resumes
 // from its row at the next start anyway.
 func (r *Runtime) kick(id string) {
-	if id == "" {
+	if !r.claim(id) {
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if j, ok := r.running[id]; ok {
-		j.again = true
-		return
-	}
-	if r.closing {
-		return
-	}
-	r.running[id] = &taskJob{}
-	r.jobs.Add(1)
 	// The job locks r.mu only after its first advance, so it finds itself
 	// registered.
 	go func() {

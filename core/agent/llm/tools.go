@@ -351,11 +351,3 @@ func (c Call) Action() (core.ProposedAction, bool) {
 	rationale += " Silas runs it without a shell, in a sandbox, and counts it as done only if it exits with code 0."
 	return core.ProposedAction{Action: a, Intent: intent, Rationale: rationale}, true
 }
-
-func lowerFirst(s string) string {
-	if s == "" {
-		return s
-	}
-	r, n := utf8.DecodeRuneInString(s)
-	return strings.ToLower(string(r)) + s[n:]
-}
