@@ -53,7 +53,9 @@ type Turn struct {
 	// Discord's interaction token). It is stored with the turn and handed
 	// back in TapAnswer.Handle, so an answer after a restart still works
 	// or fails cleanly; the adapter keeps no registry of pending taps. It
-	// is never shown to an agent or written to the audit log. Taps only.
+	// is never shown to an agent or written to the audit log, and is
+	// stored sealed (core/tapseal): the engine seals it at intake, the
+	// outbox lane opens it for AnswerTap. Taps only.
 	TapHandle string `json:"tap_handle,omitempty"`
 	// Redacted lists the kinds of credential the core removed from Text at
 	// intake (set by the core; adapters leave it empty).

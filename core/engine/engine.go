@@ -36,6 +36,7 @@ import (
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/secureinput"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/tapseal"
 	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/verify"
@@ -161,6 +162,7 @@ type Engine struct {
 	cmds     *commands.Table
 	access   *access.Access
 	secure   *secureinput.Requests
+	handles  *tapseal.Sealer // seals tap handles at rest (intake.go)
 
 	mu       sync.Mutex
 	queues   map[core.ConversationID]*convQueue
@@ -213,9 +215,12 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.trust = trust.NewBook(cfg.Store, e.pub, cfg.Owners, cfg.Allowed, cfg.Now)
 	e.m = newMetrics(cfg.Registry)
-	e.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: e.channels, Logger: cfg.Logger, Now: cfg.Now, After: cfg.OutboxAfter,
-		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: e.m.outbox})
 	var err error
+	if e.handles, err = tapseal.New(cfg.Key); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	e.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: e.channels, Logger: cfg.Logger, Now: cfg.Now, After: cfg.OutboxAfter,
+		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: e.m.outbox, Handles: e.handles})
 	if e.access, err = access.New(access.Config{Policies: cfg.Access, Owners: cfg.Owners, Book: e.trust, Channels: e.channels, Key: cfg.Key,
 		Store: cfg.Store, Outbox: e.out, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -361,6 +366,9 @@ func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, 
 	// A credential typed into chat is removed before the turn is stored,
 	// so it never reaches the database, the audit log or the agent.
 	redactIntake(&t)
+	if err := e.sealTapHandle(&t); err != nil {
+		return core.DeliverResult{}, err
+	}
 	if res, ok, err := e.deliverInline(ctx, t); ok {
 		return res, err
 	}

@@ -13,6 +13,19 @@ import (
 
 var _ core.Quarantiner = (*Engine)(nil)
 
+// sealTapHandle seals t's tap handle for its tap before the turn is
+// stored: the stored turn and the answer job copied from it (answerTap)
+// then hold only the sealed form, and the outbox lane opens it just before
+// AnswerTap. Validation (core.MaxTapHandle) saw the plain handle.
+func (e *Engine) sealTapHandle(t *core.Turn) error {
+	sealed, err := e.handles.Seal(t.TapHandle, string(t.Conversation), t.EventID)
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	t.TapHandle = sealed
+	return nil
+}
+
 // maxDeadLetterError bounds the error text kept with a dead letter.
 const maxDeadLetterError = 1000
 

@@ -23,6 +23,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/tapseal"
 )
 
 const (
@@ -50,6 +51,9 @@ type Config struct {
 	Concurrency int
 	// Deliveries counts delivery attempts by result (nil: not counted).
 	Deliveries *prometheus.CounterVec
+	// Handles opens the sealed tap handles of answer jobs (the engine
+	// seals them at intake); nil: handles are stored as given.
+	Handles *tapseal.Sealer
 }
 
 // Outbox runs the delivery lanes and the expiry sweep.
@@ -61,6 +65,7 @@ type Outbox struct {
 	after      func(time.Duration) <-chan time.Time
 	maxBackoff time.Duration
 	results    *prometheus.CounterVec
+	handles    *tapseal.Sealer
 
 	mu         sync.Mutex // guards lanes, lanesCtx and missed
 	lanes      map[core.ConversationID]*lane
@@ -85,7 +90,7 @@ func New(cfg Config) *Outbox {
 	}
 	return &Outbox{
 		after: cfg.After, st: cfg.Store, channels: cfg.Channels, log: cfg.Logger, now: cfg.Now, maxBackoff: cfg.MaxBackoff,
-		results: cfg.Deliveries, lanes: map[core.ConversationID]*lane{}, splits: map[int64]splitProgress{}, missed: map[core.ConversationID]bool{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
+		results: cfg.Deliveries, handles: cfg.Handles, lanes: map[core.ConversationID]*lane{}, splits: map[int64]splitProgress{}, missed: map[core.ConversationID]bool{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
 	}
 }
 
@@ -369,7 +374,7 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 	j.Message = renderFor(caps, j.Message)
 	switch j.Op {
 	case core.OpAnswer:
-		ref, err = answerTap(ctx, ch, caps, j, prev)
+		ref, err = answerTapWith(ctx, ch, ob.tapAnswerer(ch, &j), caps, j, prev)
 	case core.OpUpdate:
 		if superseded {
 			status = core.OutboxSuperseded // a newer edit of the same card follows

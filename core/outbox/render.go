@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"unicode/utf8"
 
@@ -54,15 +55,43 @@ func replacesCard(m core.OutMessage) string {
 	return fmt.Sprintf("Update of card %s (it replaces the earlier message):", m.Card.ID)
 }
 
+// tapAnswerer returns ch's AnswerTap for answer job j, with j's tap handle
+// opened in place (it is sealed at rest, see core/tapseal), or nil when ch
+// cannot answer taps or the handle does not open (key changed, altered):
+// the tap is then answered as on a channel without AnswerTap. The warning
+// names the job, never the handle.
+func (ob *Outbox) tapAnswerer(ch core.Channel, j *core.OutboxJob) core.TapAnswerer {
+	ta, ok := ch.(core.TapAnswerer)
+	if !ok || ob.handles == nil {
+		return ta
+	}
+	a := *j.Answer
+	h, err := ob.handles.Open(a.Handle, string(a.Conversation), a.EventID)
+	if err != nil {
+		ob.jobLog(*j).Warn("outbox: tap handle does not open; answering the tap without it", slog.Any("err", err))
+		return nil
+	}
+	a.Handle = h
+	j.Answer = &a
+	return ta
+}
+
 // answerTap delivers a tap's one answer: through the channel's AnswerTap,
 // with the card's message ref, or — a channel that cannot answer taps —
 // the card's new state as an update and a refusal as a message. A card
 // whose message is unknown, or a channel that cannot edit, gets the new
 // state as a new message and the answer without it.
 func answerTap(ctx context.Context, ch core.Channel, caps core.Capabilities, j core.OutboxJob, prev core.MessageRef) (core.MessageRef, error) {
+	ta, _ := ch.(core.TapAnswerer)
+	return answerTapWith(ctx, ch, ta, caps, j, prev)
+}
+
+// answerTapWith is answerTap through ta (nil: as a channel without
+// AnswerTap), see tapAnswerer.
+func answerTapWith(ctx context.Context, ch core.Channel, ta core.TapAnswerer, caps core.Capabilities, j core.OutboxJob, prev core.MessageRef) (core.MessageRef, error) {
 	a := *j.Answer
 	a.Card = j.Message.Card
-	ta, answers := ch.(core.TapAnswerer)
+	answers := ta != nil
 	var ref core.MessageRef
 	if a.Card != nil && (!answers || prev == "" || !caps.EditInPlace) {
 		// The card first: a retry after a failed notice repeats an
