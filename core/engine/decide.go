@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 
-	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/decide"
-	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -81,10 +79,4 @@ func (e *Engine) applyDecision(o *outcome, r decide.Result) {
 	if id := r.Declined; id != "" {
 		o.after = append(o.after, func() { e.taskNotice(id) })
 	}
-}
-
-// card renders an approval request (and its execution) with this engine's
-// output preview length.
-func (e *Engine) card(a core.ApprovalRequest, ex *core.Execution) *cards.Card {
-	return render.Approval(a, ex, e.cfg.OutputPreview)
 }
