@@ -440,9 +440,19 @@ func TestGatewayDropResumeRefused(t *testing.T) {
 		n := w.count(`SELECT count(*) FROM turns WHERE channel = 'discord'`)
 		return n == total, fmt.Sprintf("%d turns; gateway %+v", n, w.srv.Gateway())
 	})
-	time.Sleep(500 * time.Millisecond)
-	if n := w.count(`SELECT count(DISTINCT event_id) FROM turns WHERE channel = 'discord'`); n != total {
-		t.Errorf("distinct events = %d; want %d", n, total)
+	// A last message, after everything: the adapter's worker handles
+	// messages and catch-ups one at a time, in order, so once it is stored
+	// whatever the catch-up would have stored again has been handled too.
+	w.srv.SendMessage(owner, dm, "/audit last", false)
+	w.eventually("the last message stored", 30*time.Second, func() (bool, string) {
+		n := w.count(`SELECT count(*) FROM turns WHERE channel = 'discord' AND body->>'text' = '/audit last'`)
+		return n == 1, fmt.Sprintf("%d", n)
+	})
+	if n := w.count(`SELECT count(*) FROM turns WHERE channel = 'discord'`); n != total+1 {
+		t.Errorf("turns = %d; want %d", n, total+1)
+	}
+	if n := w.count(`SELECT count(DISTINCT event_id) FROM turns WHERE channel = 'discord'`); n != total+1 {
+		t.Errorf("distinct events = %d; want %d", n, total+1)
 	}
 	// In order: the turns' sequence follows the message ids.
 	rows, err := w.db.Pool().Query(context.Background(), `SELECT event_id FROM turns WHERE channel = 'discord' ORDER BY seq`)
@@ -484,9 +494,16 @@ func TestRestartCatchUp(t *testing.T) {
 	w.eventually("every missed message answered", 30*time.Second, func() (bool, string) {
 		return len(whoamiReplies(w, dm)) == missed+1, fmt.Sprintf("%d replies", len(whoamiReplies(w, dm)))
 	})
-	time.Sleep(500 * time.Millisecond)
-	if n := w.count(`SELECT count(*) FROM turns WHERE channel = 'discord'`); n != missed+1 {
-		t.Errorf("turns = %d; want %d", n, missed+1)
+	// A last message, after everything, answered differently: the worker
+	// and the conversation's outbox lane keep order, so once its answer is
+	// out any duplicate answer of an earlier message would be out too.
+	w.srv.SendMessage(owner, dm, "/help", false)
+	w.eventually("the last message answered", 30*time.Second, func() (bool, string) {
+		n := len(w.srv.BotMessages(dm))
+		return n > len(whoamiReplies(w, dm)), fmt.Sprintf("%d bot messages", n)
+	})
+	if n := w.count(`SELECT count(*) FROM turns WHERE channel = 'discord'`); n != missed+2 {
+		t.Errorf("turns = %d; want %d (the missed messages, the first and the last)", n, missed+2)
 	}
 	if n := len(whoamiReplies(w, dm)); n != missed+1 {
 		t.Errorf("replies = %d; want %d", n, missed+1)
