@@ -243,14 +243,10 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Add(2)
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		a.registerCommands(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		kit.Janitor(ctx, time.Minute, func(context.Context) { a.splits.Sweep(time.Hour) })
 	}()
 	a.log.Info("discord channel running", slog.String("mode", a.cfg.Mode))
 	if a.cfg.Mode == ModeHTTP {

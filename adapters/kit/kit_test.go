@@ -7,8 +7,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -108,50 +108,6 @@ func TestSplitsResumeAfterAFailure(t *testing.T) {
 	}
 }
 
-// TestJanitorStopsWithContext: the janitor sweeps on every tick (not once),
-// hands each sweep its context, never returns in the middle of a sweep,
-// and returns once its context ends — a failure message, not a hang, when
-// it does not.
-func TestJanitorStopsWithContext(t *testing.T) {
-	type key struct{}
-	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "janitor"))
-	var sweeps atomic.Int64
-	var foreign atomic.Bool
-	third, release, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		Janitor(ctx, time.Millisecond, func(c context.Context) {
-			if c.Value(key{}) != "janitor" {
-				foreign.Store(true)
-			}
-			if sweeps.Add(1) == 3 {
-				close(third)
-				<-release
-			}
-		})
-	}()
-	select {
-	case <-third:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%d sweeps; want one on every tick", sweeps.Load())
-	}
-	cancel()
-	select {
-	case <-done:
-		t.Fatal("the janitor returned while its sweep was still running")
-	default:
-	}
-	close(release)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the janitor did not return after its context ended")
-	}
-	if foreign.Load() {
-		t.Error("a sweep got a context other than the janitor's")
-	}
-}
-
 func TestBackoff(t *testing.T) {
 	b := Backoff{Min: time.Second, Max: 5 * time.Second}
 	var got []time.Duration
@@ -237,5 +193,32 @@ func TestErrorMapping(t *testing.T) {
 	}
 	if Retryable(nil) || Permanent(nil) != nil {
 		t.Fatal("nil is not an error")
+	}
+}
+
+// TestSplitsPruneOnUse: the progress of a message whose send failed more
+// than an hour ago goes when a later message is sent, without a timer of
+// its own.
+func TestSplitsPruneOnUse(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	s := NewSplits(func() time.Time { return now })
+	fail := func(i int) (core.MessageRef, error) {
+		if i == 0 {
+			return core.MessageRef(strconv.Itoa(i)), nil
+		}
+		return "", errors.New("down")
+	}
+	if _, _, err := s.Send(SplitKey(core.OutMessage{Conversation: "c:1", Text: "old"}), 2, fail); err == nil {
+		t.Fatal("want the send to fail")
+	}
+	if n := s.Len(); n != 1 {
+		t.Fatalf("%d messages with progress kept; want 1", n)
+	}
+	now = now.Add(2 * time.Hour)
+	if _, _, err := s.Send(SplitKey(core.OutMessage{Conversation: "c:1", Text: "new"}), 2, fail); err == nil {
+		t.Fatal("want the send to fail")
+	}
+	if n := s.Len(); n != 1 {
+		t.Fatalf("%d messages with progress kept; want 1 (the old one pruned)", n)
 	}
 }

@@ -23,10 +23,15 @@ func measure(s string, width func(rune) int) int { return core.TextWidth(s, widt
 // after a restart a retried message is sent whole again, which repeats
 // parts but loses none.
 type Splits struct {
-	now func() time.Time
-	mu  sync.Mutex
-	m   map[[32]byte]*splitProgress
+	now   func() time.Time
+	mu    sync.Mutex
+	m     map[[32]byte]*splitProgress
+	swept time.Time // last prune (Send prunes at most once a minute)
 }
+
+// splitMaxAge is how long a message's progress is kept: far longer than
+// the outbox retries one message.
+const splitMaxAge = time.Hour
 
 type splitProgress struct {
 	sent  int
@@ -68,6 +73,12 @@ func (s *Splits) Send(key [32]byte, n int, send func(i int) (core.MessageRef, er
 		s.m[key] = p
 	}
 	p.at = s.now()
+	// Progress is pruned here, on use, rather than by a timer of its own:
+	// the map only grows when Send is called.
+	if p.at.Sub(s.swept) > time.Minute {
+		s.prune(p.at, splitMaxAge)
+		s.swept = p.at
+	}
 	start := p.sent
 	first = p.first
 	s.mu.Unlock()
@@ -96,6 +107,11 @@ func (s *Splits) Sweep(maxAge time.Duration) {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.prune(now, maxAge)
+}
+
+// prune drops progress older than maxAge; called with s.mu held.
+func (s *Splits) prune(now time.Time, maxAge time.Duration) {
 	for k, p := range s.m {
 		if now.Sub(p.at) > maxAge {
 			delete(s.m, k)

@@ -190,13 +190,6 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 		return nil // ctx ended
 	}
 	a.loadThreads(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		kit.Janitor(ctx, time.Second, a.sweep)
-	}()
-	defer wg.Wait()
 	me := a.bot()
 	a.log.Info("slack channel running", slog.String("mode", a.cfg.Mode), slog.String("team", me.teamID), slog.String("bot_user", me.userID))
 	if a.cfg.Mode == ModeHTTP {
@@ -391,6 +384,3 @@ func (a *Adapter) AnswerTap(ctx context.Context, ans core.TapAnswer) error {
 }
 
 // sweep forgets stale split progress.
-func (a *Adapter) sweep(context.Context) {
-	a.splits.Sweep(time.Hour)
-}

@@ -161,13 +161,6 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 	if err := a.learnUsername(ctx); err != nil {
 		return nil // ctx ended
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		kit.Janitor(ctx, time.Minute, func(context.Context) { a.splits.Sweep(time.Hour) })
-	}()
-	defer wg.Wait()
 	a.log.Info("telegram channel running", slog.String("mode", a.cfg.Mode), slog.String("bot", "@"+a.botUsername()))
 	if a.cfg.Mode == ModeWebhook {
 		a.setWebhook(ctx)

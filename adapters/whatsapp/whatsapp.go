@@ -55,7 +55,8 @@ type Adapter struct {
 	running bool
 	// sent are ids of messages this device sent recently: an echo of one
 	// is never a turn.
-	sent map[string]time.Time
+	sent      map[string]time.Time
+	sentSwept time.Time // last prune of sent (rememberSent)
 	// status is the link state as doctor shows it.
 	status Status
 	// kick wakes the reconnect loop.
@@ -141,7 +142,6 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 		a.mu.Unlock()
 		a.cli.Disconnect()
 	}()
-	go kit.Janitor(ctx, time.Minute, func(context.Context) { a.splits.Sweep(time.Hour); a.sweepSent() })
 	a.log.Info("whatsapp channel running", slog.String("cards", a.cfg.Cards))
 	a.wake()
 	b := kit.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
@@ -307,8 +307,14 @@ func (a *Adapter) fatal(ctx context.Context, text string) {
 
 func (a *Adapter) rememberSent(id string) {
 	a.mu.Lock()
-	a.sent[id] = a.cfg.Now()
-	a.mu.Unlock()
+	defer a.mu.Unlock()
+	now := a.cfg.Now()
+	a.sent[id] = now
+	// Pruned on write rather than by a timer: the map only grows here.
+	if now.Sub(a.sentSwept) > time.Minute {
+		a.sweepSentLocked(now)
+		a.sentSwept = now
+	}
 }
 
 func (a *Adapter) wasSent(id string) bool {
@@ -318,11 +324,10 @@ func (a *Adapter) wasSent(id string) bool {
 	return ok
 }
 
-func (a *Adapter) sweepSent() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+// sweepSentLocked forgets sent ids older than an hour; called with a.mu held.
+func (a *Adapter) sweepSentLocked(now time.Time) {
 	for id, at := range a.sent {
-		if a.cfg.Now().Sub(at) > time.Hour {
+		if now.Sub(at) > time.Hour {
 			delete(a.sent, id)
 		}
 	}
