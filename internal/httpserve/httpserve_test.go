@@ -13,6 +13,11 @@ import (
 )
 
 func serve(t *testing.T, h http.Handler, l Limits) string {
+	addr, _ := serveListener(t, h, l)
+	return addr
+}
+
+func serveListener(t *testing.T, h http.Handler, l Limits) (string, *limitListener) {
 	t.Helper()
 	ln, err := Listen("127.0.0.1:0", l)
 	if err != nil {
@@ -21,7 +26,28 @@ func serve(t *testing.T, h http.Handler, l Limits) string {
 	srv := NewServer(h, l)
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String()
+	return ln.Addr().String(), ln.(*limitListener)
+}
+
+// waitForgotten waits until the listener holds no connection: a client
+// that has read its response (or closed its socket) can be ahead of the
+// server closing its end, and a connection the server still counts would
+// change what the next step of a cap test tests.
+func waitForgotten(t *testing.T, l *limitListener) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l.mu.Lock()
+		n := len(l.conns)
+		l.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server still holds %d connections after their clients left", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // Hundreds of idle and slow-body connections are closed by the configured
@@ -269,7 +295,7 @@ func TestPerClientCap(t *testing.T) {
 		fmt.Fprint(w, "slow")
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
-	addr := serve(t, mux, Limits{MaxConns: 100, MaxConnsPerClient: 2, IdleTimeout: time.Hour,
+	addr, ln := serveListener(t, mux, Limits{MaxConns: 100, MaxConnsPerClient: 2, IdleTimeout: time.Hour,
 		ReadHeaderTimeout: time.Hour, ReadTimeout: time.Hour})
 	client := func() *http.Client {
 		return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
@@ -295,8 +321,11 @@ func TestPerClientCap(t *testing.T) {
 		t.Fatalf("oldest silent connection not closed (read: %v)", err)
 	}
 	silent[1].Close()
+	waitForgotten(t, ln)
 
-	// Two busy requests: the newcomer is refused, they complete.
+	// Two busy requests: the newcomer is refused, they complete. They start
+	// one after the other: a connection that has not sent its request yet
+	// is fair game for its own client's next one.
 	done := make(chan error, 2)
 	for range 2 {
 		go func() {
@@ -306,9 +335,12 @@ func TestPerClientCap(t *testing.T) {
 			}
 			done <- err
 		}()
+		select {
+		case <-entered:
+		case err := <-done:
+			t.Fatalf("busy request refused below the cap: %v", err)
+		}
 	}
-	<-entered
-	<-entered
 	if resp, err := client().Get("http://" + addr + "/"); err == nil {
 		resp.Body.Close()
 		t.Fatal("a third connection was served while the client's two were busy")
@@ -319,6 +351,7 @@ func TestPerClientCap(t *testing.T) {
 			t.Fatalf("busy request cut off: %v", err)
 		}
 	}
+	waitForgotten(t, ln)
 	if resp, err := client().Get("http://" + addr + "/"); err != nil {
 		t.Fatalf("not served once the busy requests finished: %v", err)
 	} else {
