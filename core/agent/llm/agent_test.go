@@ -20,6 +20,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -133,7 +134,7 @@ func setup(t *testing.T) *harness {
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	ch := &channel{msgs: map[core.MessageRef]core.OutMessage{}, notify: make(chan struct{}, 1)}
 	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
-		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
+		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
