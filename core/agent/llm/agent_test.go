@@ -467,3 +467,25 @@ func TestProxyToldSecretNames(t *testing.T) {
 		})
 	}
 }
+
+// A reply with several tool calls proposes the first, and says so: the
+// others are not dropped silently (issue 22 point 8).
+func TestAgentSeveralCallsSaysOnlyTheFirstWasTaken(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	h.fake.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{
+		{ID: "c1", Name: "shell", Arguments: `{"argv":["echo","one"],"intent":"first"}`},
+		{ID: "c2", Name: "shell", Arguments: `{"argv":["echo","two"],"intent":"second"}`},
+		{ID: "c3", Name: "shell", Arguments: `{"argv":["echo","three"],"intent":"third"}`},
+	}})
+	h.deliver(t, owner, "echo one, two and three", nil)
+	msgs := h.ch.waitFor(t, "the note and the first card", func(m []core.OutMessage) bool {
+		return hasText(m, "asked for 3 actions in one reply; only the first was taken. The other 2 were not proposed") &&
+			card(m, func(c *cards.Card) bool { return c.Command == "echo one" }) != nil
+	})
+	for _, m := range msgs {
+		if m.Card != nil && (m.Card.Command == "echo two" || m.Card.Command == "echo three") {
+			t.Fatalf("a dropped call got a card: %+v", m.Card)
+		}
+	}
+}
