@@ -21,6 +21,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
+	"github.com/silas-gateway/silas/core/background/backgroundtest"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
@@ -91,12 +92,13 @@ func newLLMWeb(t *testing.T, limits task.Limits) *llmWeb {
 	engDone, chDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(engDone); _ = eng.Run(ctx, time.Second) }()
 	<-eng.Ready()
+	stopRoom := backgroundtest.Start(t, st.Pool(), eng.Jobs) // works the task steps
 	go func() { defer close(chDone); _ = ch.Run(ctx, eng) }()
 	// Cleanups run last-in first-out: the log is shown, then the gateway
 	// stops, then the sandbox and the store close.
 	t.Cleanup(func() { st.Close() })
 	t.Cleanup(func() { _ = sb.Close() })
-	t.Cleanup(func() { cancel(); <-chDone; <-engDone })
+	t.Cleanup(func() { cancel(); <-chDone; <-engDone; stopRoom() })
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("gateway log:\n%s", logs.String())

@@ -27,7 +27,7 @@ var _ tasks.Actions = taskActions{}
 // Propose is propose for a task's origin turn, inside the task's
 // transaction: the request, its card and — when policy allows — its
 // approval are written in tx; the messages go to origin's conversation.
-func (p taskActions) Propose(ctx context.Context, tx *store.Tx, origin core.Turn, pa core.ProposedAction) (tasks.Proposal, error) {
+func (p taskActions) Propose(ctx context.Context, tx *store.Tx, task string, origin core.Turn, pa core.ProposedAction) (tasks.Proposal, error) {
 	e := p.e
 	trust, _ := e.trust.Of(ctx, origin)
 	o := outcome{st: core.StoredTurn{Turn: origin}, trust: trust}
@@ -36,6 +36,7 @@ func (p taskActions) Propose(ctx context.Context, tx *store.Tx, origin core.Turn
 		return tasks.Proposal{Refused: pr.Refused, Audit: o.audit}, nil
 	}
 	for _, a := range o.appr {
+		a.Task = task
 		tx.QueueApproval(a)
 	}
 	if o.inTx != nil {
@@ -121,13 +122,6 @@ func (e *Engine) taskTap(ctx context.Context, tx *store.Tx, o *outcome, tap core
 		return tasks.Tapped{}, nil
 	}
 	return e.tasks.Tap(ctx, tx, o.st, o.trust, tap, o)
-}
-
-// taskNotice tells the runtime an approval's decision or execution changed.
-func (e *Engine) taskNotice(id core.ApprovalID) {
-	if e.tasks != nil {
-		e.tasks.Notice(e.workCtx, id)
-	}
 }
 
 // commandTasks is the task runtime as the command table asks it; nil (no

@@ -14,13 +14,13 @@ import (
 )
 
 // A task_step job queued in a transaction is worked by the background
-// room and advances its task as a kick does; a second job for the same
+// room and advances its task; a second job for the same
 // task (a duplicate wake-up) changes nothing and asks the model nothing.
 func TestStepJobAdvancesTask(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.fake.Script(planReply("title: Say hi\nsteps: [Say hi]\n"), shellCall(`["echo","hi"]`))
-	id := b.start(t, "say hi") // its after-commit kick is not run: only the job advances it
+	id := b.start(t, "say hi") // queues a step job, worked once the room starts
 	workers := river.NewWorkers()
 	room, err := background.New(background.Config{Pool: b.st.Pool(), Workers: workers, Queues: b.rt.Jobs(workers),
 		PollInterval: 100 * time.Millisecond, Testing: true, Logger: slog.New(slog.DiscardHandler)})

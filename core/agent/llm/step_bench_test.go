@@ -19,6 +19,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
+	"github.com/silas-gateway/silas/core/background/backgroundtest"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
@@ -153,9 +154,11 @@ func BenchmarkTaskStepOverhead(b *testing.B) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = eng.Run(ctx, time.Second) }()
 	<-eng.Ready()
+	stopRoom := backgroundtest.Start(b, st.Pool(), eng.Jobs) // works the task steps
 	defer func() {
 		cancel()
 		<-done
+		stopRoom()
 		sb.Close()
 		st.Close()
 	}()

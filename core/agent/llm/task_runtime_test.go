@@ -20,6 +20,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
+	"github.com/silas-gateway/silas/core/background/backgroundtest"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
@@ -123,8 +124,10 @@ func (h *taskHarness) start(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = eng.Run(ctx, 100*time.Millisecond) }()
 	<-eng.Ready()
+	// Task steps are River jobs, worked by the background room.
+	stopRoom := backgroundtest.Start(t, h.st.Pool(), eng.Jobs)
 	h.eng, h.ctx = eng, ctx
-	h.stopFn = func() { cancel(); <-done }
+	h.stopFn = func() { cancel(); <-done; stopRoom() }
 }
 
 func (h *taskHarness) stop() {
