@@ -30,6 +30,7 @@ import (
 	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/storetest"
+	"github.com/silas-gateway/silas/internal/taskwire"
 )
 
 // llmWeb is a gateway with the LLM agent and the task runtime behind the
@@ -86,7 +87,7 @@ func newLLMWeb(t *testing.T, limits task.Limits) *llmWeb {
 	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{dir}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{web.Identity(channeltest.Approver)}, Logger: log,
-		Tasks: &tasks.Config{Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client}, Limits: limits}})
+		Tasks: taskwire.Runtime(tasks.Config{Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client}, Limits: limits})})
 	if err != nil {
 		t.Fatal(err)
 	}

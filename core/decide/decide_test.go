@@ -17,7 +17,7 @@ import (
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/store"
-	"github.com/silas-gateway/silas/core/taskstep"
+	"github.com/silas-gateway/silas/core/taskjob"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
 	"github.com/silas-gateway/silas/internal/storetest"
@@ -278,7 +278,7 @@ func (b *bundle) stepJobs(t *testing.T) int {
 	t.Helper()
 	var n int
 	if err := b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'task' = 'task-1'`,
-		taskstep.Args{}.Kind()).Scan(&n); err != nil {
+		taskjob.Args{}.Kind()).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -21,7 +21,7 @@ import (
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/store"
-	"github.com/silas-gateway/silas/core/taskstep"
+	"github.com/silas-gateway/silas/core/taskjob"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
 	"github.com/silas-gateway/silas/internal/storetest"
@@ -309,7 +309,7 @@ func TestSettledRunWakesItsTask(t *testing.T) {
 	}
 	var n int
 	if err := b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'task' = 'task-1'`,
-		taskstep.Args{}.Kind()).Scan(&n); err != nil || n != 1 {
+		taskjob.Args{}.Kind()).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("%d step jobs (%v), want 1", n, err)
 	}
 	if b.count.txns != 3 || b.count.reads != 0 {

@@ -204,14 +204,8 @@ func (r *Runtime) commitInTurn(ctx context.Context, tx *store.Tx, o Out, k core.
 	return nil
 }
 
-// Tapped is what became of a tap on a task's card.
-type Tapped struct {
-	// Handled: the card is a task's (an escalation or a question).
-	Handled bool
-	// Refused, when set, is why the tap changed nothing; Toast is what to
-	// tell the tapper either way.
-	Refused, Toast string
-}
+// Tapped is what became of a tap on a task's card (core.TaskTap).
+type Tapped = core.TaskTap
 
 // Tap answers a tap on an escalation or question card inside the turn's
 // transaction, writing what it shows to o; Handled=false when the card is

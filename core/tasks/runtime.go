@@ -43,20 +43,22 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm/task"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/redact"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
 )
 
-// Actions is the core's proposing port, as a task step uses it.
+// Actions is the core's proposing port, as a task step uses it
+// (core/propose's Steps).
 type Actions interface {
 	// Propose puts pa through the path of /run for the task's origin
 	// turn, inside tx: the sender's trust, validation, policy, the signed
 	// request (its Task set to task, so its decision and execution queue
 	// the task's step) and its card (queued to origin's conversation) and
 	// — when policy allows it — the approval with its single-use token.
-	Propose(ctx context.Context, tx *store.Tx, task string, origin core.Turn, pa core.ProposedAction) (Proposal, error)
+	Propose(ctx context.Context, tx propose.Tx, task string, origin core.Turn, pa core.ProposedAction) (Proposal, error)
 	// Proposed is called once the transaction of p committed: an action
 	// policy approved starts to run.
 	Proposed(p Proposal)
@@ -66,20 +68,7 @@ type Actions interface {
 }
 
 // Proposal is what became of a proposed action, in its transaction.
-type Proposal struct {
-	// Approval is the stored request; "" when the action was not proposed.
-	Approval core.ApprovalID
-	// Refused says, when it was not proposed, why — in a sentence the
-	// person and the model are shown.
-	Refused string
-	// Approved: policy approved it in the transaction (it runs once
-	// Proposed is called).
-	Approved bool
-	// Messages counts the messages Propose queued to the conversation.
-	Messages int
-	// Audit are the proposal's entries, committed with the transaction.
-	Audit []audit.Entry
-}
+type Proposal = propose.Step
 
 // Outbox delivers what a commit queued for a conversation.
 type Outbox interface {

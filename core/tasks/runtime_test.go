@@ -19,6 +19,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm/task"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
@@ -53,7 +54,7 @@ type fakeActions struct {
 	stopped  []core.ApprovalID
 }
 
-func (f *fakeActions) Propose(_ context.Context, tx *store.Tx, taskID string, origin core.Turn, pa core.ProposedAction) (Proposal, error) {
+func (f *fakeActions) Propose(_ context.Context, tx propose.Tx, taskID string, origin core.Turn, pa core.ProposedAction) (Proposal, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.proposed = append(f.proposed, pa)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"github.com/silas-gateway/silas/core/taskstep"
+	"github.com/silas-gateway/silas/core/taskjob"
 )
 
 // A task step as a River job (core/background). The transaction of every
@@ -19,14 +19,14 @@ import (
 // repeat, only for the loser's write to be dropped).
 
 // QueueSteps is the River queue task steps run in.
-const QueueSteps = taskstep.Queue
+const QueueSteps = taskjob.Queue
 
 // StepArgs are a task step job's arguments: the task to advance.
-type StepArgs = taskstep.Args
+type StepArgs = taskjob.Args
 
-// StepOpts are a task step's insert options (taskstep.Opts says why they
+// StepOpts are a task step's insert options (taskjob.Opts says why they
 // are not unique).
-func StepOpts() *river.InsertOpts { return taskstep.Opts() }
+func StepOpts() *river.InsertOpts { return taskjob.Opts() }
 
 // Jobs registers the task_step worker on workers and returns its queue,
 // for the background room (background.Config.Workers and Queues).

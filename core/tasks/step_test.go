@@ -2,14 +2,11 @@ package tasks
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
-
 	"github.com/silas-gateway/silas/core/audit"
-	"github.com/silas-gateway/silas/core/background"
+	"github.com/silas-gateway/silas/core/background/backgroundtest"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -21,16 +18,7 @@ func TestStepJobAdvancesTask(t *testing.T) {
 	b := setup(t)
 	b.fake.Script(planReply("title: Say hi\nsteps: [Say hi]\n"), shellCall(`["echo","hi"]`))
 	id := b.start(t, "say hi") // queues a step job, worked once the room starts
-	workers := river.NewWorkers()
-	room, err := background.New(background.Config{Pool: b.st.Pool(), Workers: workers, Queues: b.rt.Jobs(workers),
-		PollInterval: 100 * time.Millisecond, Testing: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := room.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = room.Stop(context.Background()) })
+	backgroundtest.Start(t, b.st.Pool(), b.rt.Jobs)
 	queue := func() {
 		err := b.st.Do(context.Background(), func(_ context.Context, tx *store.Tx) ([]audit.Entry, error) {
 			tx.QueueJob(StepArgs{Task: id}, StepOpts())

@@ -28,6 +28,7 @@ import (
 	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/storetest"
+	"github.com/silas-gateway/silas/internal/taskwire"
 )
 
 // benchSteps is the length of each benchmark task's plan (the parser's
@@ -147,8 +148,8 @@ func BenchmarkTaskStepOverhead(b *testing.B) {
 	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Logger: log,
-		Tasks: &tasks.Config{Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client},
-			Limits: task.Limits{Tokens: 1 << 40, ModelCalls: 1000, ToolCalls: 1000, WallTime: 24 * time.Hour}}})
+		Tasks: taskwire.Runtime(tasks.Config{Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client},
+			Limits: task.Limits{Tokens: 1 << 40, ModelCalls: 1000, ToolCalls: 1000, WallTime: 24 * time.Hour}})})
 	if err != nil {
 		b.Fatal(err)
 	}

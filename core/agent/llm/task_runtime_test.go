@@ -29,6 +29,7 @@ import (
 	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/taskwire"
 )
 
 // The durable task runtime end to end: the real engine on PostgreSQL, the
@@ -112,8 +113,8 @@ func (h *taskHarness) start(t *testing.T) {
 	cfg := engine.Config{Store: h.st, Channels: []core.Channel{h.ch}, Agent: ag, Sandbox: h.sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: h.sb}, AllowedDirs: []string{h.dir}}, Policy: taskPolicy(t), Key: h.key,
 		Owners: []core.IdentityID{owner}, Logger: slog.New(slog.DiscardHandler),
-		Tasks: &tasks.Config{Planner: llm.Planner{Client: h.client}, Executor: llm.Executor{Client: h.client},
-			Limits: h.opts.limits, Recovery: h.opts.recovery, Sweep: 200 * time.Millisecond},
+		Tasks: taskwire.Runtime(tasks.Config{Planner: llm.Planner{Client: h.client}, Executor: llm.Executor{Client: h.client},
+			Limits: h.opts.limits, Recovery: h.opts.recovery, Sweep: 200 * time.Millisecond}),
 	}
 	if h.opts.configure != nil {
 		h.opts.configure(&cfg)

@@ -1,4 +1,4 @@
-// Package taskstep names the River job that advances one of the LLM agent's
+// Package taskjob names the River job that advances one of the LLM agent's
 // durable tasks (core/tasks): its kind, arguments, queue and insert
 // options. It is a leaf so that the rooms whose state changes call for a
 // task step — the decider (a declined task approval), the executor (a task
@@ -8,7 +8,7 @@
 //
 // It never works a job (core/tasks registers the worker) and holds no
 // guarantee: a step job is a wake-up, safe twice or late.
-package taskstep
+package taskjob
 
 import "github.com/riverqueue/river"
 
