@@ -23,6 +23,16 @@ const (
 	DefaultMaxOpenFiles = 1024
 	// DefaultTmpSize is the size of the private /tmp each run gets.
 	DefaultTmpSize = 256 << 20
+	// DefaultMaxWork bounds what one run can write to its work dir (a
+	// gateway running as root gives each work dir a filesystem of this
+	// size; writes past it fail with ENOSPC).
+	DefaultMaxWork = 256 << 20
+	// DefaultKeepWorkFor is how long a work dir is kept once its run is
+	// verified (for an operator to inspect), within DefaultMaxKeptWork.
+	DefaultKeepWorkFor = 24 * time.Hour
+	// DefaultMaxKeptWork bounds the kept work dirs together; past it the
+	// oldest are removed first.
+	DefaultMaxKeptWork = 512 << 20
 	// DefaultRunAs is the user programs run as when the gateway runs as
 	// root and Config.RunAs is empty. When the system has no such user,
 	// uid/gid 65534 is used.
@@ -69,6 +79,18 @@ type Config struct {
 	MaxFileSize  int64
 	MaxOpenFiles int
 	TmpSize      int64
+	// MaxWork bounds each run's work dir in bytes (zero: DefaultMaxWork).
+	// Enforced when the gateway runs as root (a tmpfs per work dir, also
+	// max(1024, MaxWork/4096) files); an ordinary user's work dirs are
+	// plain directories bounded only per file (MaxFileSize).
+	MaxWork int64
+	// KeepWorkFor is how long a released work dir (see
+	// [Subprocess.Release]) is kept: zero means DefaultKeepWorkFor,
+	// negative removes it at release.
+	KeepWorkFor time.Duration
+	// MaxKeptWork bounds the released work dirs kept together (zero:
+	// DefaultMaxKeptWork); the oldest are removed first.
+	MaxKeptWork int64
 	// NetworkPorts are the TCP ports a run with ExecRequest.Network may
 	// connect to (Landlock); empty means DefaultNetworkPorts.
 	NetworkPorts []uint16

@@ -56,6 +56,11 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 //	                                                without memory.limit_in_bytes all 6 × 32 MiB were allocated, exit 0)
 //	pids.max (cgroup_linux create)                TestEscapeCgroupLimits/tasks_of_the_run… (root, v1: without it the run held
 //	                                                68 tasks under max_processes 64 — the init's 5 are root's, not in RLIMIT_NPROC)
+//	init spec on a pipe, not argv (spawn)         TestEscape/init's_command_line (with the spec also in argv: the data dir shows)
+//	work dir staged on its own tmpfs (stageWork)  TestEscape/mountinfo_names_no_host_path (root; a bind instead: /work's line names
+//	                                                the data dir), TestWorkDirBounded (no ENOSPC past max_work_bytes)
+//	work dir released after the verdict           core/execute TestReleasesWorkDirAfterVerdict; keep_work_for and the cap:
+//	  (Release, pruneLocked)                        TestKeptWorkBounded, TestReleaseRemoves
 //
 // Not each on its own: a seccomp rule for a syscall the kernel refuses an
 // unprivileged uid anyway (mount, umount, chroot, pivot_root, kexec_load,
@@ -463,6 +468,17 @@ func TestEscape(t *testing.T) {
 			// /dev/null covers the file.
 			escapeCase{name: "hidden file inside a system dir", argv: []string{"wc", "-c", b.hiddenFile}, exitZero: true, want: []string{"0 " + b.hiddenFile}},
 		)
+	}
+	// The init's configuration (the data dir, hidden paths, the base dir)
+	// comes on a pipe, not its command line.
+	cases = append(cases, escapeCase{name: "init's command line", argv: []string{"cat", "/proc/1/cmdline"}, exitZero: true,
+		want: []string{initArg0 + "\x00" + initSpecArg + "\x00"}, notWant: []string{b.data, "hide", "{"}})
+	if b.s.workTmpfs {
+		// The work dir is a tmpfs of its own (root): no mount shows a
+		// host path of the gateway's (an ordinary user's bind mount of the
+		// work dir names its source; docs/sandbox.md).
+		cases = append(cases, escapeCase{name: "mountinfo names no host path", argv: []string{"cat", "/proc/self/mountinfo"}, exitZero: true,
+			want: []string{" / /work rw,"}, notWant: []string{b.data, b.probeDir, b.hostTmpDir}})
 	}
 	if os.Geteuid() == 0 {
 		cases = append(cases, escapeCase{name: "setuid-root binary", argv: []string{"./suid-id"}, exitZero: true, want: []string{"uid=65534(nobody) gid=65534(nogroup) groups=65534(nogroup)\n"}})
