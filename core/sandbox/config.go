@@ -23,9 +23,9 @@ const (
 	DefaultMaxOpenFiles = 1024
 	// DefaultTmpSize is the size of the private /tmp each run gets.
 	DefaultTmpSize = 256 << 20
-	// DefaultMaxWork bounds what one run can write to its work dir (a
-	// gateway running as root gives each work dir a filesystem of this
-	// size; writes past it fail with ENOSPC).
+	// DefaultMaxWork bounds what one run can write to its work dir (each
+	// run works in a filesystem of this size; writes past it fail with
+	// ENOSPC).
 	DefaultMaxWork = 256 << 20
 	// DefaultKeepWorkFor is how long a work dir is kept once its run is
 	// verified (for an operator to inspect), within DefaultMaxKeptWork.
@@ -79,10 +79,9 @@ type Config struct {
 	MaxFileSize  int64
 	MaxOpenFiles int
 	TmpSize      int64
-	// MaxWork bounds each run's work dir in bytes (zero: DefaultMaxWork).
-	// Enforced when the gateway runs as root (a tmpfs per work dir, also
-	// max(1024, MaxWork/4096) files); an ordinary user's work dirs are
-	// plain directories bounded only per file (MaxFileSize).
+	// MaxWork bounds each run's work dir in bytes (zero: DefaultMaxWork):
+	// the program works on a copy in a tmpfs of this size (and
+	// max(1024, MaxWork/4096) files), copied back when the run is over.
 	MaxWork int64
 	// KeepWorkFor is how long a released work dir (see
 	// [Subprocess.Release]) is kept: zero means DefaultKeepWorkFor,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -42,6 +43,8 @@ const (
 	statusSetupErr = 'E' // isolation could not be set up: nothing ran
 	statusExecErr  = 'X' // the program could not be started: nothing ran
 	statusExit     = 'W' // the program ended: raw wait status
+	statusWorkFull = 'F' // the work dir's tmpfs was full when the program ended
+	statusWorkCopy = 'C' // the work dir could not be copied back whole: why
 )
 
 // oldRoot is where the host's root stays, inside the new root, between the
@@ -63,7 +66,15 @@ type initSpec struct {
 	CPU     uint64   `json:"-"`
 	// WorkMount is the work dir as a detached mount (open_tree), -1 when
 	// it is bound from HostDir.
-	WorkMount int      `json:"-"`
+	WorkMount int `json:"-"`
+	// StageWork: the init itself runs the program on a tmpfs of WorkSize
+	// bytes holding a copy of HostDir, and copies it back (through
+	// hostWork, an O_PATH descriptor of HostDir) once every process of
+	// the run is gone — where the gateway cannot mount one (an ordinary
+	// user).
+	StageWork bool  `json:"-"`
+	WorkSize  int64 `json:"work_size"`
+	hostWork  int
 	Root      string   `json:"root"` // empty dir the new root is mounted on
 	Network   bool     `json:"network"`
 	Ports     []uint16 `json:"ports,omitempty"`
@@ -92,6 +103,8 @@ type runSpec struct {
 	// WorkMount: the work dir comes as a mount descriptor with the spec
 	// (SCM_RIGHTS) instead of being bound from HostDir.
 	WorkMount bool `json:"work_mount,omitempty"`
+	// StageWork: see initSpec.StageWork.
+	StageWork bool `json:"stage_work,omitempty"`
 }
 
 // systemDirs are shown read-only inside the sandbox (when they exist). Nothing
@@ -171,6 +184,17 @@ func sandboxInit() int {
 		return fail(statusSetupErr, errors.New("init: the work dir's mount did not come with the run"))
 	}
 	spec.Program, spec.Argv, spec.Env, spec.HostDir, spec.CPU, spec.WorkMount = rs.Program, rs.Argv, rs.Env, rs.HostDir, rs.CPU, mountFD
+	spec.StageWork = rs.StageWork && mountFD < 0
+	if spec.StageWork {
+		// The parent stops a staged run with SIGTERM: every process of it
+		// is killed, and its work is still copied back.
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		go func() {
+			<-term
+			_ = unix.Kill(-1, unix.SIGKILL)
+		}()
+	}
 	if err := finishFS(&spec, hidden); err != nil {
 		return fail(statusSetupErr, err)
 	}
@@ -216,10 +240,62 @@ func sandboxInit() int {
 		}
 		if wpid == pid {
 			w := bufio.NewWriter(status)
+			if spec.StageWork {
+				stageBack(&spec, w)
+			}
 			fmt.Fprintf(w, "%c %d\n", statusExit, uint32(ws))
 			w.Flush()
 			return 0
 		}
+	}
+}
+
+// stageIn mounts the run's tmpfs at SandboxWorkDir and copies the host's
+// work dir into it, keeping a descriptor of that dir for stageBack.
+func stageIn(spec *initSpec) error {
+	host := oldRoot + spec.HostDir
+	fd, err := unix.Open(host, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("init: work dir: %w", err)
+	}
+	spec.hostWork = fd
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", spec.WorkSize, max(1024, spec.WorkSize/4096), spec.UID, spec.GID)
+	if err := unix.Mount("silas-work", SandboxWorkDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("init: mount the work dir's tmpfs (sandbox.max_work_bytes): %w", err)
+	}
+	if err := copyTree(host, SandboxWorkDir, spec.WorkSize, int(spec.UID), int(spec.GID)); err != nil {
+		return fmt.Errorf("init: the work dir does not fit sandbox.max_work_bytes: %w", err)
+	}
+	return nil
+}
+
+// stageBack, once the program has ended, kills what is left of the run,
+// reaps it and copies the work dir back to the host's, reporting on w
+// whether it was full and whether the copy failed. The copy runs on
+// another thread than this one, which carries the program's restrictions
+// (Landlock, seccomp, no capabilities): the Go runtime starts threads for
+// a locked thread from a clean template thread.
+func stageBack(spec *initSpec, w io.Writer) {
+	if workDirFull(SandboxWorkDir) {
+		fmt.Fprintf(w, "%c\n", statusWorkFull)
+	}
+	done := make(chan error)
+	go func() {
+		_ = unix.Kill(-1, unix.SIGKILL)
+		for {
+			_, err := unix.Wait4(-1, nil, 0, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				break // ECHILD: every process of the run is gone
+			}
+		}
+		st := &stage{path: SandboxWorkDir, fd: -1}
+		done <- st.copyBack("/proc/self/fd/"+strconv.Itoa(spec.hostWork), spec.WorkSize, int(spec.UID), int(spec.GID))
+	}()
+	if err := <-done; err != nil {
+		fmt.Fprintf(w, "%c %s\n", statusWorkCopy, strings.ReplaceAll(err.Error(), "\n", " "))
 	}
 }
 
@@ -387,7 +463,11 @@ func finishFS(spec *initSpec, hidden map[string]bool) error {
 	if spec.HostDir == "" || !filepath.IsAbs(spec.HostDir) {
 		return fmt.Errorf("init: bad work dir %q", spec.HostDir)
 	}
-	if spec.WorkMount >= 0 {
+	if spec.StageWork {
+		if err := stageIn(spec); err != nil {
+			return err
+		}
+	} else if spec.WorkMount >= 0 {
 		// The work dir's own filesystem, cloned by the gateway: it was
 		// mounted after this init's namespace was made, and its mountinfo
 		// line names no host path.

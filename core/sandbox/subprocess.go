@@ -38,6 +38,10 @@ const waitDelay = 2 * time.Second
 // new root on (in its own mount namespace).
 const rootMountPoint = ".root"
 
+// stageGrace bounds how long an init that stages the work dir itself may
+// take, once told to stop, to kill its run and copy the work dir back.
+const stageGrace = 10 * time.Second
+
 // probeTimeout bounds the isolation probe in New.
 const probeTimeout = 10 * time.Second
 
@@ -270,7 +274,7 @@ func (s *Subprocess) Isolation() []string {
 	if s.workTmpfs {
 		iso = append(iso, fmt.Sprintf("work dir: a tmpfs of %s per run (sandbox.max_work_bytes), no host path in its mountinfo", humanBytes(s.limits.work)))
 	} else {
-		iso = append(iso, "work dir: not bounded (only root can give each run a filesystem of its own), its host path shows in the run's mountinfo")
+		iso = append(iso, fmt.Sprintf("work dir: a tmpfs of %s per run, staged by the sandbox's init (sandbox.max_work_bytes), no host path in its mountinfo", humanBytes(s.limits.work)))
 	}
 	lim := fmt.Sprintf("rlimits: %d processes, %s data per process, %s per file, %d open files, CPU time = timeout",
 		s.limits.procs, humanBytes(s.limits.memory), humanBytes(s.limits.fileSize), s.limits.openFiles)
@@ -413,6 +417,9 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	}
 	var stg *stage
 	mountFD := -1
+	// Without open_tree or privilege (an ordinary user) the init stages
+	// the work dir itself.
+	stageInInit := !s.workTmpfs && isBelow(s.baseDir, dir)
 	if s.workTmpfs && isBelow(s.baseDir, dir) {
 		// The program works on a bounded copy (workdir_linux.go), handed
 		// to the init as a mount: the warm init's namespace was made
@@ -433,7 +440,7 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	}
 	runJSON, err := json.Marshal(runSpec{
 		Program: inside, Argv: req.Argv, Env: buildEnv(req.Env, SandboxWorkDir), HostDir: dir,
-		CPU: uint64(timeout/time.Second) + 1, WorkMount: mountFD >= 0,
+		CPU: uint64(timeout/time.Second) + 1, WorkMount: mountFD >= 0, StageWork: stageInInit,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("sandbox: spec: %w", err))
@@ -451,16 +458,26 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	// The run's clock starts when the warm init gets its run.
 	start := time.Now()
 	var killed, ctxKilled atomic.Bool
+	// Killing the init ends the PID namespace: the kernel kills every
+	// process of the run, whatever session or group it moved to. An init
+	// that stages the work dir itself is asked first (SIGTERM: it kills
+	// the run and copies the work dir back), and killed after stageGrace.
+	stop := func() {
+		if !stageInInit {
+			_ = w.cmd.Process.Kill()
+			return
+		}
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		time.AfterFunc(stageGrace, func() { _ = w.cmd.Process.Kill() })
+	}
 	timer := time.AfterFunc(timeout, func() {
-		// Killing the init ends the PID namespace: the kernel kills every
-		// process of the run, whatever session or group it moved to.
 		killed.Store(true)
-		_ = w.cmd.Process.Kill()
+		stop()
 	})
 	stopWatch := context.AfterFunc(ctx, func() {
 		ctxKilled.Store(true)
 		killed.Store(true)
-		_ = w.cmd.Process.Kill()
+		stop()
 	})
 	werr := sendRun(w.runW, runJSON, mountFD)
 	w.runW.Close()
@@ -512,18 +529,23 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 		}
 	}
 
+	full, copyErr := st.workFull, st.workCopyErr
 	if stg != nil {
-		// Said in the result, where the person reading it looks: the
-		// program's own message may be anything, or nothing.
-		if workDirFull(stg.path) {
-			res.Stderr = append(res.Stderr, fmt.Sprintf("\nsilas: the work dir is full: it reached sandbox.max_work_bytes (%s); writes past it failed with ENOSPC (no space left on device)\n",
-				humanBytes(s.limits.work))...)
-		}
+		full = workDirFull(stg.path)
 		// The init has exited: its PID namespace, every process of the
 		// run, is gone, and nothing writes the stage any more.
 		if err := stg.copyBack(dir, s.limits.work, int(s.uid), int(s.gid)); err != nil {
-			res.Stderr = append(res.Stderr, fmt.Sprintf("\nsilas: the work dir could not be kept whole: %v\n", err)...)
+			copyErr = err.Error()
 		}
+	}
+	// Said in the result, where the person reading it looks: the
+	// program's own message may be anything, or nothing.
+	if full {
+		res.Stderr = append(res.Stderr, fmt.Sprintf("\nsilas: the work dir is full: it reached sandbox.max_work_bytes (%s); writes past it failed with ENOSPC (no space left on device)\n",
+			humanBytes(s.limits.work))...)
+	}
+	if copyErr != "" {
+		res.Stderr = append(res.Stderr, fmt.Sprintf("\nsilas: the work dir could not be kept whole: %s\n", copyErr)...)
 	}
 
 	s.log.LogAttrs(ctx, slog.LevelDebug, "sandbox exec",
@@ -645,7 +667,7 @@ func (s *Subprocess) spawn(network bool) (*warmInit, error) {
 	prep := initSpec{
 		Network: network, Hide: s.hidden,
 		NProc: uint64(s.limits.procs), Data: uint64(s.limits.memory), FSize: uint64(s.limits.fileSize),
-		NoFile: uint64(s.limits.openFiles), TmpSize: s.limits.tmpSize,
+		NoFile: uint64(s.limits.openFiles), TmpSize: s.limits.tmpSize, WorkSize: s.limits.work,
 		SetUID: s.root, UID: s.uid, GID: s.gid, Root: filepath.Join(s.baseDir, rootMountPoint),
 	}
 	if network {
@@ -762,13 +784,19 @@ type initStatus struct {
 	setupErr, execErr string
 	exited            bool
 	ws                syscall.WaitStatus
+	workFull          bool   // the init's stage was full
+	workCopyErr       string // the init's stage could not be copied back
 }
 
 func parseStatus(b []byte) initStatus {
 	var st initStatus
 	for _, line := range strings.Split(string(b), "\n") {
-		if line == string(statusReady) {
+		switch line {
+		case string(statusReady):
 			st.ready = true
+			continue
+		case string(statusWorkFull):
+			st.workFull = true
 			continue
 		}
 		if len(line) < 2 {
@@ -780,6 +808,8 @@ func parseStatus(b []byte) initStatus {
 			st.setupErr = payload
 		case statusExecErr:
 			st.execErr = payload
+		case statusWorkCopy:
+			st.workCopyErr = payload
 		case statusExit:
 			if n, err := strconv.ParseUint(payload, 10, 32); err == nil {
 				st.exited, st.ws = true, syscall.WaitStatus(n)

@@ -25,7 +25,9 @@ import (
 // .stage-*, mounted only for the run and handed to the init as a mount),
 // and copies the result back once every process of the run is gone: what
 // a run can write is bounded (ENOSPC past it), and the run's mountinfo
-// names no host path. Once nothing will read a work dir any more (its run
+// names no host path. A gateway that cannot (an ordinary user, or a kernel
+// without open_tree) has the init do the same inside its namespaces
+// (stageIn and stageBack in init_linux.go). Once nothing will read a work dir any more (its run
 // is verified), Release removes it or keeps it for keepWorkFor, marked by
 // a file next to it (exec-*.kept, holding the bytes it uses); the kept
 // ones together stay within maxKept, oldest removed first. Pruning happens

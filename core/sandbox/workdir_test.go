@@ -16,10 +16,9 @@ import (
 // TestWorkDirBounded: a run that writes past sandbox.max_work_bytes gets
 // ENOSPC, the result says so, and the host keeps no more than the limit.
 func TestWorkDirBounded(t *testing.T) {
+	// As root the gateway stages the work dir; as an ordinary user (the
+	// re-run in TestEscapeAsOrdinaryUser) the init does.
 	s := newSandbox(t, Config{MaxWork: 1 << 20})
-	if !s.workTmpfs {
-		t.Skipf("work dirs are bounded only when the gateway runs as root on a kernel with open_tree (docs/sandbox.md); root: %v", s.root)
-	}
 	res := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", "head -c 2097152 /dev/zero > big; echo rc=$?"}})
 	stderr := string(res.Stderr)
 	if !strings.Contains(stderr, "No space left on device") {
@@ -159,4 +158,19 @@ func TestKeptWorkBounded(t *testing.T) {
 	if _, err := os.Lstat(d); err != nil {
 		t.Fatalf("the just released work dir is gone: %v", err)
 	}
+}
+
+// TestWorkDirKeptAfterTimeout: what a run wrote before its timeout killed
+// it is in its work dir afterwards (the staged copy is copied back, by the
+// gateway as root, by the init — told with SIGTERM — as an ordinary user).
+func TestWorkDirKeptAfterTimeout(t *testing.T) {
+	s := newSandbox(t, Config{})
+	res := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", "echo partial > p; sleep 271"}, Timeout: 5 * time.Second})
+	if !res.TimedOut {
+		t.Fatalf("the run did not time out: exit %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(res.Dir, "p")); err != nil || string(b) != "partial\n" {
+		t.Fatalf("the timed-out run's file: %q %v (stdout %q, stderr %q)", b, err, res.Stdout, res.Stderr)
+	}
+	waitGone(t, "sleep\x00271\x00")
 }
