@@ -199,7 +199,10 @@ func (d *database) Close(ctx context.Context) {
 }
 
 // openDatabase uses database.url, or else starts (or reuses) the local
-// throwaway cluster under data_dir/pg.
+// throwaway cluster under data_dir/pg. With stopOnClose (every command
+// passes it), Close stops a cluster this process started: a command that
+// starts the cluster for itself leaves none running behind it; one found
+// running (serve's) is left alone.
 func openDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, stopOnClose bool, opt store.Options) (*database, error) {
 	d := &database{}
 	dsn := cfg.Database.URL
@@ -227,6 +230,11 @@ func openDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, sto
 		d.migrateDSN = dsn
 	}
 	opt.Logger = log
+	if opt.EntryKeyFile == "" {
+		// Every process that appends MACs its entries (made at the first
+		// append; a read-only command never makes it).
+		opt.EntryKeyFile = auditEntryKeyPath(cfg)
+	}
 	st, err := store.Open(ctx, dsn, opt)
 	if err != nil {
 		if d.cluster != nil && d.owned {

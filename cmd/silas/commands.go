@@ -30,7 +30,7 @@ func cmdMigrate(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	log := newLogger(cfg, env.stderr)
-	db, err := openDatabase(ctx, cfg, log, false, store.Options{})
+	db, err := openDatabase(ctx, cfg, log, true, store.Options{})
 	if err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func cmdPair(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	log := newLogger(cfg, env.stderr)
-	db, err := openDatabase(ctx, cfg, log, false, store.Options{})
+	db, err := openDatabase(ctx, cfg, log, true, store.Options{})
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func withStore(ctx context.Context, env *cliEnv, f func(*store.Store) error) err
 		return err
 	}
 	log := newLogger(cfg, env.stderr)
-	db, err := openDatabase(ctx, cfg, log, false, store.Options{})
+	db, err := openDatabase(ctx, cfg, log, true, store.Options{})
 	if err != nil {
 		return err
 	}

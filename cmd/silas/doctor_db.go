@@ -35,7 +35,7 @@ func doctorDatabase(ctx context.Context, env *cliEnv, cfg *config.Config) int {
 		}
 	}
 	log := slog.New(slog.DiscardHandler)
-	db, err := openDatabase(ctx, cfg, log, false, store.Options{})
+	db, err := openDatabase(ctx, cfg, log, true, store.Options{})
 	if err != nil {
 		out("✗", "database", "%v", err)
 		return 1
