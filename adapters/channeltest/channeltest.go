@@ -37,6 +37,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/background"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
@@ -292,7 +293,7 @@ func (w *world) startAway(grace time.Duration) *node {
 	ch := w.p.NewChannel(t, st, log)
 	eng, err := engine.New(engine.Config{
 		Store: st, Channels: []core.Channel{ch}, Agent: agent.Command{}, Sandbox: sb,
-		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{w.sbDir}},
+		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{w.sbDir}},
 		Policy:   pol, Key: w.key, Owners: []core.IdentityID{w.p.Identity(Approver)},
 		OutboxMaxBackoff: 2 * time.Second, Logger: log, Now: w.clock.Now,
 		Sealer: w.sealer, SecretLink: func(ref, token string) string { return secretBase + ref + "#" + token },

@@ -2,10 +2,13 @@ package discord
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/silas-gateway/silas/internal/doctor"
+	"net/http"
 
 	"github.com/bwmarrin/discordgo"
+
+	"github.com/silas-gateway/silas/internal/doctor"
 )
 
 // Severity and Finding are the shape every doctor shares (internal/doctor).
@@ -40,7 +43,10 @@ func Doctor(ctx context.Context, cfg Config) []Finding {
 	}
 	me, err := a.rest.User("@me", discordgo.WithContext(ctx))
 	if err != nil {
-		add(SeverityError, "token", "Discord refused the token (%v): copy it again from Bot → Reset Token", mapError("GET /users/@me", err))
+		// Without a working token nothing else can be read; the invite
+		// URL needs only the application id, so it is still printed.
+		add(SeverityError, "token", "%s", tokenProblem(a.cfg.BaseURL, err))
+		add(SeverityInfo, "invite", "%s", InviteURL(a.cfg.ApplicationID))
 		return out
 	}
 	if !me.Bot {
@@ -80,6 +86,23 @@ func Doctor(ctx context.Context, cfg Config) []Finding {
 	}
 	add(SeverityInfo, "invite", "%s", InviteURL(a.cfg.ApplicationID))
 	return out
+}
+
+// tokenProblem says why GET /users/@me failed in the operator's terms:
+// only a 401 means Discord refused the token; another HTTP status is
+// Discord's answer to something else, and no answer at all is the network
+// (DNS, a proxy, a firewall, missing CA certificates), where resetting the
+// token would help nothing.
+func tokenProblem(base string, err error) string {
+	var re *discordgo.RESTError
+	if !errors.As(err, &re) || re.Response == nil {
+		return fmt.Sprintf("cannot reach Discord at %s (%v): check the network, a proxy and the CA certificates (docs/deploy.md); the token was not checked",
+			base, mapError("GET /users/@me", err))
+	}
+	if re.Response.StatusCode == http.StatusUnauthorized {
+		return fmt.Sprintf("Discord refused the token (%v): copy it again from Bot → Reset Token", mapError("GET /users/@me", err))
+	}
+	return fmt.Sprintf("Discord answered GET /users/@me with HTTP %d (%v); the token was not checked", re.Response.StatusCode, mapError("GET /users/@me", err))
 }
 
 // Permissions the bot needs in guild channels: View Channel, Send

@@ -2,6 +2,7 @@ package discord
 
 import (
 	"context"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -137,9 +138,43 @@ func TestDoctorAgainstFake(t *testing.T) {
 	if f := findings(badToken); f["token"].Severity != SeverityError {
 		t.Errorf("refused token: %+v", f["token"])
 	}
+	// A refused token and an unreachable Discord are told apart, and both
+	// still print the invite URL (it needs only the application id).
+	unreachable := cfg
+	unreachable.BaseURL = closedURL(t)
+	for _, tc := range []struct {
+		name      string
+		cfg       Config
+		want, not string
+	}{
+		{"refused", badToken, "Discord refused the token", "cannot reach"},
+		{"unreachable", unreachable, "cannot reach Discord at " + unreachable.BaseURL, "Reset Token"},
+	} {
+		f := findings(tc.cfg)
+		if tok := f["token"]; tok.Severity != SeverityError || !strings.Contains(tok.Message, tc.want) || strings.Contains(tok.Message, tc.not) {
+			t.Errorf("%s: token finding %+v; want an error saying %q, not %q", tc.name, tok, tc.want, tc.not)
+		}
+		if inv := f["invite"]; inv.Message != InviteURL(discordtest.AppID) {
+			t.Errorf("%s: invite finding %+v; want %s", tc.name, inv, InviteURL(discordtest.AppID))
+		}
+	}
 	if f := findings(Config{Token: discordtest.Token, ApplicationID: "x", BaseURL: srv.BaseURL}); f["config"].Severity != SeverityError {
 		t.Errorf("bad config: %+v", f)
 	}
+}
+
+// closedURL is an http:// address on this host where nothing listens (a
+// listener opened and closed again), so a request fails to connect without
+// leaving the machine.
+func closedURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return "http://" + addr + "/api/v10"
 }
 
 // TestZombieLimit: with Discord's heartbeat interval (41.25 s) a

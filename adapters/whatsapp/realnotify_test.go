@@ -17,6 +17,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -69,7 +70,7 @@ func TestLoggedOutOwnerNotifiedViaWebChat(t *testing.T) {
 	}
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	eng, err = engine.New(engine.Config{Store: st, Channels: []core.Channel{web, wa}, Agent: agent.Command{}, Sandbox: sb,
-		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{sbDir}},
+		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{sbDir}},
 		Policy:   pol, Key: key, Owners: []core.IdentityID{"webchat:local", "whatsapp:" + core.IdentityID(owner.User)},
 		OutboxMaxBackoff: time.Second, Logger: log})
 	if err != nil {

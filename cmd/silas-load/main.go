@@ -73,6 +73,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -619,7 +620,7 @@ func load(ctx context.Context, o options) error {
 	}
 	eng, err := engine.New(engine.Config{
 		Store: st, Channels: []core.Channel{h.ch}, Agent: agent.Command{}, Sandbox: sb,
-		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{filepath.Join(tmp, "sandbox")}},
+		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{filepath.Join(tmp, "sandbox")}},
 		Policy:   pol, Key: key, Owners: []core.IdentityID{owner}, Allowed: allowed, Workers: o.workers, Logger: logger,
 		Hooks: engine.Hooks{TurnDone: h.tr.turnDone, ExecutionStarted: h.ex.executionStarted},
 	})

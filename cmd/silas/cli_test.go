@@ -36,6 +36,12 @@ func TestCLI(t *testing.T) {
 			map[string]string{"SILAS_TELEGRAM_ENABLED": "true", "SILAS_TELEGRAM_TOKEN": "123456:ABCDEFGHIJKLMNOP"}, 0, "configuration is valid"},
 		{"config check skips a disabled adapter", []string{"config", "check"},
 			map[string]string{"SILAS_TELEGRAM_MODE": "webhok"}, 0, "configuration is valid"},
+		// serve reads these file: values and refuses to start without them;
+		// config check must say so too.
+		{"config check reads llm.api_key's file", []string{"config", "check"}, llmKeyEnv("file:/nonexistent/silas-llm-key"), 1, "llm.api_key"},
+		{"config check with a readable llm.api_key", []string{"config", "check"}, llmKeyEnv("sk-not-a-real-key"), 0, "configuration is valid"},
+		{"config check reads secrets.key's file", []string{"config", "check"},
+			map[string]string{"SILAS_SECRETS_KEY": "file:/nonexistent/silas-secrets-key"}, 1, "secrets.key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,6 +56,12 @@ func TestCLI(t *testing.T) {
 			}
 		})
 	}
+}
+
+// llmKeyEnv configures the LLM agent with key as llm.api_key.
+func llmKeyEnv(key string) map[string]string {
+	return map[string]string{"SILAS_AGENT_KIND": "llm", "SILAS_LLM_BASE_URL": "http://127.0.0.1:9/v1",
+		"SILAS_LLM_MODELS_PROXY": "m", "SILAS_LLM_API_KEY": key}
 }
 
 // TestConfigFlagPlacement: --config (or -config) works before the command

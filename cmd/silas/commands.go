@@ -7,12 +7,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/silas-gateway/silas/configs"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/keys"
+	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/internal/config"
@@ -169,6 +171,27 @@ func withStore(ctx context.Context, env *cliEnv, f func(*store.Store) error) err
 	return f(db.store)
 }
 
+// checkServeSecrets reads the values serve reads at start outside the
+// adapters (llm.api_key and llm.base_url through the very constructors serve
+// calls, secrets.key), so that a `file:` pointing nowhere fails `config
+// check` as it fails serve. It creates nothing: a missing secrets.key_file
+// is one serve would create.
+func checkServeSecrets(cfg *config.Config) error {
+	quiet := slog.New(slog.DiscardHandler)
+	if _, err := newAgent(cfg, quiet); err != nil {
+		return err
+	}
+	if _, err := newTasks(cfg, quiet); err != nil {
+		return err
+	}
+	if cfg.Secrets.Key != "" {
+		if _, err := secrets.ParseKeyValue(cfg.Secrets.Key); err != nil {
+			return fmt.Errorf("config: secrets.key: %w", err)
+		}
+	}
+	return nil
+}
+
 func cmdConfig(_ context.Context, env *cliEnv, args []string) error {
 	sub, rest := subcommand(args)
 	switch sub {
@@ -190,6 +213,9 @@ func cmdConfig(_ context.Context, env *cliEnv, args []string) error {
 			return err
 		}
 		if err := checkAdapters(cfg); err != nil {
+			return err
+		}
+		if err := checkServeSecrets(cfg); err != nil {
 			return err
 		}
 		fmt.Fprintln(env.stdout, "configuration is valid")

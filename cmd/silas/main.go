@@ -7,9 +7,15 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/silas-gateway/silas/internal/caroots"
 )
 
 func main() {
+	// CA roots for HTTPS on a system without any (docs/deploy.md); here and
+	// not in an init, so the sandbox's init, which never gets here, does
+	// not pay for parsing them.
+	caroots.Install()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

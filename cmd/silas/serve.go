@@ -21,6 +21,7 @@ import (
 	"github.com/silas-gateway/silas/adapters/webchat"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/keys"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
@@ -301,7 +302,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 	}
 	return engine.New(engine.Config{
 		Store: st, Channels: chans.channels, Agent: ag, Sandbox: sb,
-		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{sbDir}},
+		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{sbDir}},
 		Policy:   pol, Key: key, Owners: ids(cfg.Identities.Owners), Allowed: ids(cfg.Identities.Allowed), Access: chans.access,
 		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration, ExecTimeout: cfg.Sandbox.Timeout.Duration,
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,

@@ -341,9 +341,9 @@ func (e *Engine) Jobs(workers *river.Workers) map[string]river.QueueConfig {
 	return e.tasks.Jobs(workers)
 }
 
-// ErrShuttingDown is returned by Deliver during shutdown; adapters must not
+// errShuttingDown is returned by Deliver during shutdown; adapters must not
 // acknowledge the platform, so the event is redelivered after restart.
-var ErrShuttingDown = errors.New("engine: shutting down")
+var errShuttingDown = errors.New("engine: shutting down")
 
 // Deliver implements core.Inbox: validate, store durably, then queue.
 func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, error) {
@@ -358,7 +358,7 @@ func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, 
 	closing := e.closing
 	e.mu.Unlock()
 	if closing {
-		return core.DeliverResult{}, ErrShuttingDown
+		return core.DeliverResult{}, errShuttingDown
 	}
 	if t.At.IsZero() {
 		t.At = e.now()

@@ -22,6 +22,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
@@ -200,7 +201,7 @@ func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access trust.Acc
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	cfg := engine.Config{
 		Store: st, Channels: []core.Channel{c}, Agent: agent.Command{}, Sandbox: sb,
-		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
+		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Allowed: []core.IdentityID{"test:friend"}, Now: clk.Now,
 		Access: accessMap(access),
 	}

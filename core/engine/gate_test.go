@@ -20,6 +20,7 @@ import (
 	"github.com/silas-gateway/silas/core/approval"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/verify"
@@ -69,7 +70,7 @@ func restart(t *testing.T, b *bundle, key ed25519.PrivateKey) (*fakeChannel, *re
 	pol, _ := policy.New(nil)
 	ch := b.ch // the same platform, showing the same messages
 	eng, err := engine.New(engine.Config{Store: b.st, Channels: []core.Channel{ch}, Agent: agent.Command{}, Sandbox: sb,
-		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: inner}}, Policy: pol, Key: key,
+		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: inner}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Now: b.clock.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -15,9 +15,6 @@ import (
 // decider inside a tap's transaction, the executor once a decision that
 // queued an execution committed (and for what a previous process left).
 
-// SandboxChecks adapts a core.Sandbox to the verification runner.
-type SandboxChecks = execute.SandboxChecks
-
 func (e *Engine) buildRooms() error {
 	var err error
 	if e.proposer, err = propose.New(propose.Config{Key: e.cfg.Key, Policy: e.cfg.Policy, Approver: e.decider, ApprovalTTL: e.cfg.ApprovalTTL,

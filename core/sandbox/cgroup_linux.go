@@ -90,15 +90,22 @@ type runCgroup struct{ dirs []string }
 // create makes the run's cgroups with their limits.
 func (c *cgroups) create(name string, maxProcs int, maxMemory int64) (*runCgroup, error) {
 	rc := &runCgroup{}
-	mk := func(parent string, files map[string]string) error {
+	// files are written in order; optional ones are skipped when the
+	// kernel does not have them.
+	type file struct {
+		name, value string
+		optional    bool
+	}
+	mk := func(parent string, files ...file) error {
 		d := filepath.Join(parent, name)
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return err
 		}
 		rc.dirs = append(rc.dirs, d)
-		for f, v := range files {
-			if err := os.WriteFile(filepath.Join(d, f), []byte(v), 0); err != nil {
-				return fmt.Errorf("%s: %w", f, err)
+		for _, f := range files {
+			err := os.WriteFile(filepath.Join(d, f.name), []byte(f.value), 0)
+			if err != nil && !(f.optional && errors.Is(err, os.ErrNotExist)) {
+				return fmt.Errorf("%s: %w", f.name, err)
 			}
 		}
 		return nil
@@ -106,11 +113,17 @@ func (c *cgroups) create(name string, maxProcs int, maxMemory int64) (*runCgroup
 	procs, mem := strconv.Itoa(maxProcs), strconv.FormatInt(maxMemory, 10)
 	var err error
 	if c.v2 {
-		err = mk(c.pids, map[string]string{"pids.max": procs, "memory.max": mem, "memory.swap.max": "0"})
+		err = mk(c.pids, file{name: "pids.max", value: procs}, file{name: "memory.max", value: mem},
+			file{name: "memory.swap.max", value: "0", optional: true})
 	} else {
-		err = mk(c.pids, map[string]string{"pids.max": procs})
+		err = mk(c.pids, file{name: "pids.max", value: procs})
 		if err == nil {
-			err = mk(c.memory, map[string]string{"memory.limit_in_bytes": mem})
+			// memsw (memory + swap, after the memory limit it may not be
+			// below) exists when the kernel accounts swap: without it a
+			// run on a host with swap would swap instead of meeting its
+			// limit.
+			err = mk(c.memory, file{name: "memory.limit_in_bytes", value: mem},
+				file{name: "memory.memsw.limit_in_bytes", value: mem, optional: true})
 		}
 	}
 	if err != nil {

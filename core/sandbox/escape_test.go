@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -51,13 +52,23 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 //	RLIMIT_NOFILE, CORE, CPU, NPROC, DATA; nice   TestEscape/limit:_*, nice_10 (TestEscape lets the runner dump core first)
 //	close-on-exec of inherited descriptors        TestEscape/inherits_only_stdin,_stdout,_stderr (setupEscape leaks one)
 //	init not dumpable                             TestEscape/init's_environ in TestEscapeAsOrdinaryUser (as root, file modes also stop it)
+//	memory cgroup limit (cgroup_linux create)     TestEscapeCgroupLimits/memory_of_several_processes (root, cgroup v1 here:
+//	                                                without memory.limit_in_bytes all 6 × 32 MiB were allocated, exit 0)
+//	pids.max (cgroup_linux create)                TestEscapeCgroupLimits/tasks_of_the_run… (root, v1: without it the run held
+//	                                                68 tasks under max_processes 64 — the init's 5 are root's, not in RLIMIT_NPROC)
 //
-// Not each on its own: a single seccomp-denied syscall that the kernel
-// also refuses an unprivileged uid (mount, chroot, kexec, reboot, bpf …)
-// shows EPERM either way; the cgroup limits (pids.max, memory) are backed
-// by RLIMIT_NPROC and RLIMIT_DATA, which the fork and memory bombs meet
-// first; the UTS and mount namespaces were not removed in a scratch copy
-// (without them the init renames the host and mounts over its root).
+// Not each on its own: a seccomp rule for a syscall the kernel refuses an
+// unprivileged uid anyway (mount, umount, chroot, pivot_root, kexec_load,
+// reboot, init_module, bpf, perf_event_open, setns into a namespace it does
+// not own …) cannot make a case fail when removed alone: the program gets
+// EPERM either way, and the rule is defence in depth (the rules that do
+// fail alone are listed above). The fork and memory bombs of
+// TestEscapeResources meet RLIMIT_NPROC and RLIMIT_DATA before the
+// cgroups, hence TestEscapeCgroupLimits. The cgroup cases run only as root
+// with a writable cgroupfs (skipped otherwise, saying why); cgroup v2 was
+// not available on the machine they were checked on. The UTS and mount
+// namespaces were not removed in a scratch copy (without them the init
+// renames the host and mounts over its root).
 
 // Environment of the escape suite's re-run as an ordinary user.
 const (
@@ -632,6 +643,56 @@ func TestEscapeResources(t *testing.T) {
 		res := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", "head -c 2097152 /dev/zero > big; echo rc=$?; wc -c < big"}})
 		if !strings.Contains(string(res.Stdout), "1048576") {
 			t.Fatalf("file grew past max_file_bytes: %q %q", res.Stdout, res.Stderr)
+		}
+	})
+}
+
+// TestEscapeCgroupLimits: the run's cgroups bound what the rlimits cannot.
+// RLIMIT_DATA bounds each process, not the run: several processes, each
+// well under it, together exceed the run's memory cgroup and the OOM
+// killer ends one (exit 137). RLIMIT_NPROC counts the program's uid only:
+// the init's own tasks (root's) count only in the run's pids cgroup, so
+// without pids.max the run holds more than max_processes tasks.
+func TestEscapeCgroupLimits(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("cgroups are used only when the gateway runs as root")
+	}
+	if _, err := detectCgroups(); err != nil {
+		t.Skipf("no cgroups to test here (the sandbox runs on rlimits alone): %v", err)
+	}
+	const (
+		mem   = 96 << 20
+		procs = 64
+	)
+	s := newSandbox(t, Config{MaxMemory: mem, MaxProcs: procs})
+	if s.cgroups == nil {
+		t.Fatal("cgroups detected, but the sandbox does not use them")
+	}
+	dir, err := s.newWorkDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, probeBinary(t), filepath.Join(dir, "escape"), 0o755)
+
+	t.Run("memory of several processes", func(t *testing.T) {
+		// 6 × 32 MiB: each well under the 96 MiB data limit (with the
+		// data the child shares with its Go parent), together twice the
+		// run's memory.
+		res := run(t, s, core.ExecRequest{Argv: []string{"./escape", "memory-split", "6", "32"}, Dir: dir, Timeout: 60 * time.Second})
+		out := string(res.Stdout) + string(res.Stderr)
+		if res.ExitCode != 128+9 {
+			t.Fatalf("exit %d, want 137 (the memory cgroup's OOM killer):\n%s", res.ExitCode, out)
+		}
+	})
+	t.Run("tasks of the run, the init's included", func(t *testing.T) {
+		res := run(t, s, core.ExecRequest{Argv: []string{"./escape", "tasks"}, Dir: dir, Timeout: 60 * time.Second})
+		out := string(res.Stdout) + string(res.Stderr)
+		m := regexp.MustCompile(`the run held (\d+) tasks`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("unexpected output, exit %d:\n%s", res.ExitCode, out)
+		}
+		if total, _ := strconv.Atoi(m[1]); total > procs {
+			t.Fatalf("the run held %d tasks, more than max_processes %d:\n%s", total, procs, out)
 		}
 	})
 }

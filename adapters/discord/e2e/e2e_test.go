@@ -26,6 +26,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -150,7 +151,7 @@ func (w *world) start() *node {
 	}
 	eng, err := engine.New(engine.Config{
 		Store: st, Channels: []core.Channel{dc}, Agent: agent.Command{}, Sandbox: sb,
-		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: w.key,
+		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: w.key,
 		Owners: []core.IdentityID{ownerID}, Access: map[core.ChannelName]trust.AccessPolicy{dc.Name(): trust.AccessPolicy("open")},
 		OutboxMaxBackoff: 2 * time.Second, Logger: log,
 	})

@@ -26,6 +26,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -197,7 +198,7 @@ func (w *world) start(mod func(*slack.Config)) {
 	}
 	eng, err := engine.New(engine.Config{
 		Store: st, Channels: []core.Channel{sl}, Agent: agent.Command{}, Sandbox: sb,
-		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: w.key,
+		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: w.key,
 		Owners: []core.IdentityID{ownerID}, Access: access, OutboxMaxBackoff: ecfg.OutboxMaxBackoff,
 		Now: ecfg.Now, OutboxAfter: ecfg.OutboxAfter, Registry: w.reg, Logger: log,
 	})

@@ -39,6 +39,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -221,7 +222,7 @@ func (w *world) start(grace time.Duration) *node {
 	reg := prometheus.NewRegistry()
 	eng, err := engine.New(engine.Config{
 		Store: st, Channels: []core.Channel{tg}, Agent: agent.Command{}, Sandbox: sb,
-		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: w.key,
+		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: w.key,
 		Owners: []core.IdentityID{ownerID}, Access: access, OutboxMaxBackoff: 2 * time.Second,
 		Registry: reg, Logger: log,
 	})

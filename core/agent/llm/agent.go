@@ -94,6 +94,23 @@ func (a *Agent) Respond(ctx context.Context, in core.AgentInput) (core.Proposal,
 	if route.Call == nil {
 		return core.Proposal{Reply: route.Reply}, nil
 	}
+	p := a.propose(ctx, in, route, log)
+	if route.Dropped > 0 {
+		// Never dropped silently: the person reads it, and the model reads
+		// it in the history of its next request.
+		p.Reply = strings.TrimSpace(p.Reply + "\n\n" + droppedNote(route.Dropped))
+	}
+	return p, nil
+}
+
+// droppedNote says that only the first of a reply's tool calls was taken.
+func droppedNote(dropped int) string {
+	return fmt.Sprintf("(The assistant asked for %d actions in one reply; only the first was taken. The other %d were not proposed and nothing of them ran: ask again, one at a time.)",
+		dropped+1, dropped)
+}
+
+// propose turns the proxy's call into the turn's proposal.
+func (a *Agent) propose(ctx context.Context, in core.AgentInput, route Route, log *slog.Logger) core.Proposal {
 	c := *route.Call
 	switch c.Name {
 	case ToolAskUser:
@@ -102,21 +119,21 @@ func (a *Agent) Respond(ctx context.Context, in core.AgentInput) (core.Proposal,
 		for i, ch := range c.Choices {
 			fmt.Fprintf(&b, "\n%d. %s", i+1, ch)
 		}
-		return core.Proposal{Reply: b.String()}, nil
+		return core.Proposal{Reply: b.String()}
 	case ToolPlanTask:
 		if a.Tasks {
-			return core.Proposal{Reply: route.Reply, Task: &core.TaskRequest{Goal: c.Goal}}, nil
+			return core.Proposal{Reply: route.Reply, Task: &core.TaskRequest{Goal: c.Goal}}
 		}
 		pl, _, err := a.Planner.Plan(ctx, c.Goal, "")
 		if err != nil {
 			log.Warn("planner failed", slog.String("conversation", string(in.Conversation)), slog.String("err", err.Error()))
-			return core.Proposal{Reply: "I could not make a plan for that (" + shorten(err.Error(), 200) + "). Try asking for one step at a time."}, nil
+			return core.Proposal{Reply: "I could not make a plan for that (" + shorten(err.Error(), 200) + "). Try asking for one step at a time."}
 		}
-		return core.Proposal{Reply: "Plan: " + pl.Summary() + "\n\nRunning multi-step plans is not available yet: ask me for one step at a time, and I will propose it for your approval."}, nil
+		return core.Proposal{Reply: "Plan: " + pl.Summary() + "\n\nRunning multi-step plans is not available yet: ask me for one step at a time, and I will propose it for your approval."}
 	}
 	pa, ok := c.Action()
 	if !ok {
-		return core.Proposal{Reply: route.Reply}, nil
+		return core.Proposal{Reply: route.Reply}
 	}
-	return core.Proposal{Reply: route.Reply, Actions: []core.ProposedAction{pa}}, nil
+	return core.Proposal{Reply: route.Reply, Actions: []core.ProposedAction{pa}}
 }

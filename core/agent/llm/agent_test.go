@@ -20,6 +20,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -133,7 +134,7 @@ func setup(t *testing.T) *harness {
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	ch := &channel{msgs: map[core.MessageRef]core.OutMessage{}, notify: make(chan struct{}, 1)}
 	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
-		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
+		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -464,5 +465,27 @@ func TestProxyToldSecretNames(t *testing.T) {
 				t.Fatalf("system prompt:\n%s\nwant %q", sys, tt.want)
 			}
 		})
+	}
+}
+
+// A reply with several tool calls proposes the first, and says so: the
+// others are not dropped silently (issue 22 point 8).
+func TestAgentSeveralCallsSaysOnlyTheFirstWasTaken(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	h.fake.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{
+		{ID: "c1", Name: "shell", Arguments: `{"argv":["echo","one"],"intent":"first"}`},
+		{ID: "c2", Name: "shell", Arguments: `{"argv":["echo","two"],"intent":"second"}`},
+		{ID: "c3", Name: "shell", Arguments: `{"argv":["echo","three"],"intent":"third"}`},
+	}})
+	h.deliver(t, owner, "echo one, two and three", nil)
+	msgs := h.ch.waitFor(t, "the note and the first card", func(m []core.OutMessage) bool {
+		return hasText(m, "asked for 3 actions in one reply; only the first was taken. The other 2 were not proposed") &&
+			card(m, func(c *cards.Card) bool { return c.Command == "echo one" }) != nil
+	})
+	for _, m := range msgs {
+		if m.Card != nil && (m.Card.Command == "echo two" || m.Card.Command == "echo three") {
+			t.Fatalf("a dropped call got a card: %+v", m.Card)
+		}
 	}
 }

@@ -39,7 +39,8 @@ type Config struct {
 	// the whole call, retries included.
 	Timeout time.Duration
 	// MaxRetries is how often a connection error, 408, 409, 429 or 5xx is
-	// retried, with exponential backoff that honours Retry-After.
+	// retried, with exponential backoff that honours Retry-After. An
+	// attempt that runs out of Timeout is not retried.
 	MaxRetries int
 	// MaxRetryDelay caps one backoff wait (0: 8s). A server asking to wait
 	// longer than this ends the retries with its error.
@@ -347,7 +348,10 @@ func (c *Client) wrap(ctx context.Context, op string, err error) error {
 	case ctx.Err() != nil:
 		msg = "gave up: " + ctx.Err().Error()
 	case errors.Is(err, context.DeadlineExceeded):
-		msg = fmt.Sprintf("no answer within %s (llm.timeout), after %d retries", c.cfg.Timeout, c.cfg.MaxRetries)
+		// The SDK retries connection errors and retryable statuses, never an
+		// attempt that ran out of time (it returns at once): one request
+		// was made, whatever llm.max_retries says.
+		msg = fmt.Sprintf("no answer within %s (llm.timeout)", c.cfg.Timeout)
 	}
 	return &scrubbed{msg: fmt.Sprintf("llm: %s: %s", op, c.scrub(msg)), err: err}
 }

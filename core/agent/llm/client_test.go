@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,8 +185,10 @@ func TestTimeout(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block)
 	srv := llmtest.New(t, "", "small")
+	var requests atomic.Int32
 	// A server that never answers: swap the handler for a stalling one.
 	srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
 		select {
 		case <-block:
 		case <-r.Context().Done():
@@ -195,6 +198,11 @@ func TestTimeout(t *testing.T) {
 	_, err := c.Chat(context.Background(), llm.Request{Model: "small", Messages: []llm.Message{{Role: llm.RoleUser, Content: "hi"}}})
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "llm.timeout") {
 		t.Fatalf("err = %v", err)
+	}
+	// The error says what happened: one request, no retry (a timed-out
+	// attempt is not retried), so no "after 1 retries".
+	if n := requests.Load(); n != 1 || strings.Contains(err.Error(), "retr") {
+		t.Fatalf("%d requests, err = %v", n, err)
 	}
 }
 

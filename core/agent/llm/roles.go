@@ -86,6 +86,10 @@ type Route struct {
 	Call *Call
 	// Usage of the call(s) made.
 	Usage Usage
+	// Dropped counts the further tool calls of the reply that made Call:
+	// one call is proposed per message, and the person and the model are
+	// told the rest were not taken (Agent.Respond says so in the reply).
+	Dropped int
 }
 
 // Decide asks the proxy about one message. userText is fenced as data
@@ -130,11 +134,12 @@ func (p Proxy) Decide(ctx context.Context, userText string, untrusted bool, hist
 			return r, nil
 		}
 		// One call at a time: extra calls are answered as refused so the
-		// conversation stays well-formed if it continues.
+		// conversation stays well-formed if it continues, and counted so the
+		// answer can say they were not taken.
 		tc := res.ToolCalls[0]
 		c, err := DecodeArgs(tc, opts)
 		if err == nil {
-			r.Call = &c
+			r.Call, r.Dropped = &c, len(res.ToolCalls)-1
 			return r, nil
 		}
 		msgs = append(msgs, repairTurn(res, err.Error()+". Call the tool again with valid arguments, or answer in text.")...)

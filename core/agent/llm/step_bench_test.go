@@ -20,6 +20,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -143,7 +144,7 @@ func BenchmarkTaskStepOverhead(b *testing.B) {
 	ch := &benchChannel{clk: clk}
 	ag := &llm.Agent{Proxy: llm.Proxy{Client: client}, Planner: llm.Planner{Client: client}, Fallback: agent.Command{}, Tasks: true}
 	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
-		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
+		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Logger: log,
 		Tasks: &tasks.Config{Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client},
 			Limits: task.Limits{Tokens: 1 << 40, ModelCalls: 1000, ToolCalls: 1000, WallTime: 24 * time.Hour}}})

@@ -21,6 +21,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -108,7 +109,7 @@ func (h *taskHarness) start(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ag := &llm.Agent{Proxy: llm.Proxy{Client: h.client}, Planner: llm.Planner{Client: h.client}, Fallback: agent.Command{}, Tasks: true}
 	cfg := engine.Config{Store: h.st, Channels: []core.Channel{h.ch}, Agent: ag, Sandbox: h.sb,
-		Verifier: &verify.Runner{Commands: engine.SandboxChecks{Sandbox: h.sb}, AllowedDirs: []string{h.dir}}, Policy: taskPolicy(t), Key: h.key,
+		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: h.sb}, AllowedDirs: []string{h.dir}}, Policy: taskPolicy(t), Key: h.key,
 		Owners: []core.IdentityID{owner}, Logger: slog.New(slog.DiscardHandler),
 		Tasks: &tasks.Config{Planner: llm.Planner{Client: h.client}, Executor: llm.Executor{Client: h.client},
 			Limits: h.opts.limits, Recovery: h.opts.recovery, Sweep: 200 * time.Millisecond},

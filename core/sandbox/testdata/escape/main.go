@@ -112,10 +112,108 @@ func main() {
 			}
 		}
 		report(nil)
+	case "memory-split":
+		memorySplit(arg(2), arg(3))
+	case "tasks":
+		tasks()
 	default:
 		fmt.Printf("unknown attempt %q\n", os.Args[1])
 		os.Exit(2)
 	}
+}
+
+// memorySplit forks n children that each map and touch mib MiB (each
+// below the data limit, together above the run's memory cgroup) and
+// reports whether all of them got their memory: "memory-split: ok", or the
+// signal that killed one (exit 137 for the OOM killer's SIGKILL).
+func memorySplit(ns, mibs string) {
+	n, _ := strconv.Atoi(ns)
+	mib, _ := strconv.Atoi(mibs)
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		fmt.Printf("memory-split: pipe: %v\n", err)
+		os.Exit(1)
+	}
+	size := uintptr(mib) << 20
+	for i := 0; i < n; i++ {
+		pid, _, e := unix.RawSyscall(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0)
+		if e != 0 {
+			fmt.Printf("memory-split: fork: %v\n", e)
+			os.Exit(1)
+		}
+		if pid == 0 {
+			// The child of a raw fork has one thread and no Go runtime
+			// to speak of: raw system calls only.
+			addr, _, e := unix.RawSyscall6(unix.SYS_MMAP, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uintptr(0), 0)
+			if e != 0 {
+				unix.RawSyscall(unix.SYS_EXIT_GROUP, 3, 0, 0)
+			}
+			for off := uintptr(0); off < size; off += 4096 {
+				*(*byte)(unsafe.Pointer(addr + off)) = 1
+			}
+			one := [1]byte{1}
+			unix.RawSyscall(unix.SYS_WRITE, uintptr(p[1]), uintptr(unsafe.Pointer(&one[0])), 1)
+			for {
+				unix.RawSyscall6(unix.SYS_PPOLL, 0, 0, 0, 0, 0, 0)
+			}
+		}
+	}
+	unix.Close(p[1])
+	ready := 0
+	buf := make([]byte, 64)
+	for ready < n {
+		var ws unix.WaitStatus
+		if wpid, _ := unix.Wait4(-1, &ws, unix.WNOHANG, nil); wpid > 0 {
+			if ws.Signaled() {
+				fmt.Printf("memory-split: a child was killed by signal %d after %d of %d had %d MiB\n", ws.Signal(), ready, n, mib)
+				os.Exit(128 + int(ws.Signal()))
+			}
+			fmt.Printf("memory-split: a child exited %d (its mmap failed: the data limit)\n", ws.ExitStatus())
+			os.Exit(1)
+		}
+		fds := []unix.PollFd{{Fd: int32(p[0]), Events: unix.POLLIN}}
+		if k, _ := unix.Poll(fds, 50); k > 0 {
+			m, _ := unix.Read(p[0], buf)
+			ready += max(m, 0)
+		}
+	}
+	fmt.Printf("memory-split: ok, %d processes with %d MiB each\n", n, mib)
+	unix.Kill(-1, unix.SIGKILL) // the children; the program ends the run anyway
+}
+
+// tasks forks sleeping children until fork fails, then reports how many
+// tasks the run held at that moment: its own and the init's (the PID
+// namespace's /proc shows both). Every count is taken before the forks,
+// so nothing but the forks changes while they run.
+func tasks() {
+	own, init := countTasks("/proc/self/task"), countTasks("/proc/1/task")
+	forked := 0
+	var ferr unix.Errno
+	for forked < 1<<16 {
+		pid, _, e := unix.RawSyscall(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0)
+		if e != 0 {
+			ferr = e
+			break
+		}
+		if pid == 0 {
+			for {
+				unix.RawSyscall6(unix.SYS_PPOLL, 0, 0, 0, 0, 0, 0)
+			}
+		}
+		forked++
+	}
+	fmt.Printf("tasks: fork failed (%v) after %d children; the run held %d tasks (the probe's %d, the init's %d)\n",
+		ferr, forked, forked+own+init, own, init)
+	unix.Kill(-1, unix.SIGKILL)
+}
+
+func countTasks(dir string) int {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		fmt.Printf("tasks: %v\n", err)
+		os.Exit(1)
+	}
+	return len(ents)
 }
 
 func errnoErr(e syscall.Errno) error {
