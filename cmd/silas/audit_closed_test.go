@@ -123,6 +123,13 @@ func TestCommandsStopTheClusterTheyStart(t *testing.T) {
 		{"doctor"},
 		{"webchat", "revoke"},
 	} {
+		if args[0] == "doctor" {
+			// An audit key (as serve makes), so that doctor says who can
+			// reach it.
+			if _, _, err := audit.LoadOrCreateKey(filepath.Join(dataDir, "audit", "audit.key"), filepath.Join(dataDir, "audit", "audit.pub")); err != nil {
+				t.Fatal(err)
+			}
+		}
 		code, out, errOut := silasIn(t, "", dataDir, args...)
 		if code != 0 {
 			t.Fatalf("silas %v: exit %d\nstdout: %s\nstderr: %s", args, code, out, errOut)
@@ -130,13 +137,20 @@ func TestCommandsStopTheClusterTheyStart(t *testing.T) {
 		if _, err := os.Stat(pid); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("silas %v left the local cluster running (%s: %v)\nstderr: %s", args, pid, err, errOut)
 		}
+		// The audit key is out of the cluster's reach, and doctor says why
+		// (as root: the server's user cannot read it; else: only this
+		// gateway can become the superuser).
+		if args[0] == "doctor" && !strings.Contains(out, "✓ key reach") {
+			t.Errorf("doctor does not say the audit key is out of the cluster's reach:\n%s", out)
+		}
 	}
 	// A cluster that was running before (serve's) stays running.
 	c, err := pgcluster.Start(t.Context(), pgcluster.Options{Dir: pgDir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, out, errOut := silasIn(t, "", dataDir, "audit", "verify"); code != 0 {
+	// (No public key: serve never ran here, no checkpoint is expected.)
+	if code, out, errOut := silasIn(t, "", dataDir, "audit", "verify", "--pubkey", filepath.Join(base, "none.pub")); code != 0 {
 		t.Fatalf("verify on a running cluster: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	if _, err := os.Stat(pid); err != nil {

@@ -35,7 +35,7 @@ func doctorDatabase(ctx context.Context, env *cliEnv, cfg *config.Config) int {
 		}
 	}
 	log := slog.New(slog.DiscardHandler)
-	db, err := openDatabase(ctx, cfg, log, true, store.Options{})
+	db, err := openDatabase(ctx, cfg, log, false, store.Options{})
 	if err != nil {
 		out("✗", "database", "%v", err)
 		return 1
@@ -94,6 +94,7 @@ func doctorAuditKey(cfg *config.Config, out func(mark, check, format string, a .
 	for _, p := range pubs {
 		if audit.KeyID(p) == id {
 			out("✓", "audit key", "%s (key id %s); public key in %s", path, id, auditPubPath(cfg))
+			doctorLine(out, doctorAuditKeyReach(cfg))
 			return
 		}
 	}
