@@ -68,8 +68,21 @@ func newCheckpointer(ctx context.Context, cfg *config.Config, st *store.Store, l
 	if err != nil {
 		return nil, err
 	}
-	return audit.NewCheckpointer(ctx, st, audit.CheckpointOptions{Key: key, HeadFile: auditHeadPath(cfg), EntryKey: entryKey, FirstAtOnce: true,
+	cp, err := audit.NewCheckpointer(ctx, st, audit.CheckpointOptions{Key: key, HeadFile: auditHeadPath(cfg), EntryKey: entryKey, FirstAtOnce: true,
 		Entries: int64(cfg.Audit.CheckpointEntries), Interval: cfg.Audit.CheckpointInterval.Duration, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	// One look now rather than at the background room's first: after a
+	// crash River elects a leader (who runs the periodic jobs) only once
+	// the dead one's lease ran out, and a log that never got its first
+	// checkpoint (FirstAtOnce) would go that long without a head file,
+	// which verify treats as removed. A refusal (a row not written by this
+	// gateway) is logged by RunOnce; the gateway still starts.
+	if _, err := cp.RunOnce(ctx); err != nil {
+		log.Error("audit checkpoint at start", slog.Any("err", err))
+	}
+	return cp, nil
 }
 
 // finalCheckpoint signs the newest entry at a graceful stop.

@@ -20,7 +20,7 @@ import (
 // appended around the writer is named.
 //
 // Checked to fail: with the writer's MAC left out (macs[i] never set),
-// every row after the key is named.
+// the rows after the key have none.
 func TestWriterMACsEntries(t *testing.T) {
 	t.Parallel()
 	s, ctx, dsn := setupDSN(t, Options{})

@@ -30,8 +30,8 @@ import (
 // As root this test also runs itself as the ordinary user nobody (a
 // cluster of nobody's own), and has nobody try the root gateway's cluster.
 //
-// Checked to fail: with the old pg_hba.conf (scram for every role over
-// loopback) and the superuser's password kept, the TCP login succeeds.
+// Under the old scheme (a stored superuser password, its DSN over TCP) the
+// DSN and password-file checks fail.
 func TestSuperuserOnlyForTheGateway(t *testing.T) {
 	if dsn := os.Getenv(otherUserEnv); dsn != "" {
 		otherUserTries(t, dsn)
