@@ -73,8 +73,7 @@ type Subprocess struct {
 	workTmpfs   bool
 	keepWorkFor time.Duration // < 0: remove at release
 	maxKept     int64
-	workMu      sync.Mutex     // serialises Release and pruning
-	stages      sync.WaitGroup // stages being removed
+	workMu      sync.Mutex // serialises Release and pruning
 }
 
 type limits struct {
@@ -431,16 +430,7 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	stageInInit := stg == nil && isBelow(s.baseDir, dir)
 	mountFD := -1
 	if stg != nil {
-		// Letting a mount go waits for the kernel's grace period
-		// (milliseconds on a busy host): not on the way to the result.
-		// Close waits.
-		defer func(st *stage) {
-			s.stages.Add(1)
-			go func() {
-				defer s.stages.Done()
-				st.remove()
-			}()
-		}(stg)
+		defer stg.remove()
 		if !isBelow(s.baseDir, dir) {
 			stg = nil // a caller's own dir is bound as it is
 		} else if !fresh {
@@ -661,7 +651,6 @@ func (s *Subprocess) Close() error {
 	s.closed = true
 	s.poolMu.Unlock()
 	s.poolWG.Wait()
-	defer s.stages.Wait()
 	for _, pool := range s.pools {
 		for {
 			select {
