@@ -57,9 +57,10 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 //	pids.max (cgroup_linux create)                TestEscapeCgroupLimits/tasks_of_the_run… (root, v1: without it the run held
 //	                                                68 tasks under max_processes 64 — the init's 5 are root's, not in RLIMIT_NPROC)
 //	init spec on a pipe, not argv (spawn)         TestEscape/init's_command_line (with the spec also in argv: the data dir shows)
-//	work dir staged on its own tmpfs: stageWork   TestEscape/mountinfo_names_no_host_path (a bind instead: /work's line names
-//	  (root), the init's stageIn (ordinary user)    the data dir), TestWorkDirBounded (no ENOSPC past max_work_bytes) — root and
-//	                                                TestEscapeAsOrdinaryUser each
+//	work dir staged on a tmpfs of its own: the    TestEscape/mountinfo_names_no_host_path (a bind instead: /work's line names
+//	  gateway's fsmount stage (root), else the      the data dir), TestWorkDirBounded (no ENOSPC past max_work_bytes) — as root
+//	  init's stageIn (ordinary user)                with both stagings off, and in TestEscapeAsOrdinaryUser with the init's off
+//	                                                (as root with only the gateway's off the init's takes over and both pass)
 //	staged run stopped with SIGTERM (stop)        TestWorkDirKeptAfterTimeout in TestEscapeAsOrdinaryUser (SIGKILL: the file is lost)
 //	work dir released after the verdict           core/execute TestReleasesWorkDirAfterVerdict; keep_work_for and the cap:
 //	  (Release, pruneLocked)                        TestKeptWorkBounded, TestReleaseRemoves

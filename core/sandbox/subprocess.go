@@ -67,14 +67,13 @@ type Subprocess struct {
 	closed bool
 	seq    atomic.Int64 // cgroup names
 
-	// workTmpfs: each fresh work dir is a tmpfs of limits.work bytes (a
-	// root gateway whose kernel has open_tree), handed to the init as a
-	// mount; otherwise work dirs are plain directories bound by path.
+	// workTmpfs: the gateway stages each run's work dir in a tmpfs of
+	// limits.work bytes it hands to the init (root, a kernel with
+	// fsmount); otherwise the init stages it itself (workdir_linux.go).
 	workTmpfs   bool
 	keepWorkFor time.Duration // < 0: remove at release
 	maxKept     int64
-	workMu      sync.Mutex     // serialises Release and pruning
-	stages      sync.WaitGroup // stages being removed
+	workMu      sync.Mutex // serialises Release and pruning
 }
 
 type limits struct {
@@ -202,7 +201,7 @@ func New(cfg Config) (*Subprocess, error) {
 		}
 	}
 	s.landlock = landlockABI()
-	s.workTmpfs = s.root && openTreeWorks(base)
+	s.workTmpfs = s.root && s.stagesWork()
 	// Work dirs a previous process released (or left behind) are pruned
 	// now, then whenever a run is released.
 	s.pruneWork(time.Now(), true)
@@ -415,27 +414,33 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	if rel, err := filepath.Rel(dir, prog); err == nil && isBelow(dir, prog) {
 		inside = filepath.Join(SandboxWorkDir, rel)
 	}
-	var stg *stage
+	w, err := s.take(req.Network)
+	if err != nil {
+		return fail(err)
+	}
+	defer s.refill(req.Network)
+	defer w.release()
+
+	// The program works on a bounded copy of its work dir
+	// (workdir_linux.go): the stage the warm init came with, sent to it
+	// with the run. Without one (an ordinary user) the init stages the
+	// work dir itself.
+	stg := w.stage
+	w.stage = nil
+	stageInInit := stg == nil && isBelow(s.baseDir, dir)
 	mountFD := -1
-	// Without open_tree or privilege (an ordinary user) the init stages
-	// the work dir itself.
-	stageInInit := !s.workTmpfs && isBelow(s.baseDir, dir)
-	if s.workTmpfs && isBelow(s.baseDir, dir) {
-		// The program works on a bounded copy (workdir_linux.go), handed
-		// to the init as a mount: the warm init's namespace was made
-		// before the stage was mounted.
-		if stg, err = s.stageWork(dir); err != nil {
-			return fail(err)
+	if stg != nil {
+		defer stg.remove()
+		if !isBelow(s.baseDir, dir) {
+			stg = nil // a caller's own dir is bound as it is
+		} else if !fresh {
+			if err := stg.fill(dir, s.limits.work, int(s.uid), int(s.gid)); err != nil {
+				w.discard()
+				return fail(err)
+			}
 		}
-		// Unmounting waits for the kernel's grace period (milliseconds
-		// on a busy host): not on the way to the result. Close waits.
-		defer func() {
-			s.stages.Add(1)
-			go func() {
-				defer s.stages.Done()
-				stg.remove()
-			}()
-		}()
+	}
+	if stg != nil {
 		mountFD = stg.fd
 	}
 	runJSON, err := json.Marshal(runSpec{
@@ -443,15 +448,9 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 		CPU: uint64(timeout/time.Second) + 1, WorkMount: mountFD >= 0, StageWork: stageInInit,
 	})
 	if err != nil {
+		w.discard()
 		return fail(fmt.Errorf("sandbox: spec: %w", err))
 	}
-
-	w, err := s.take(req.Network)
-	if err != nil {
-		return fail(err)
-	}
-	defer s.refill(req.Network)
-	defer w.release()
 	w.stdout.setLimit(limit)
 	w.stderr.setLimit(limit)
 
@@ -575,7 +574,8 @@ type warmInit struct {
 	runW           *os.File
 	stdout, stderr *capWriter
 	cg             *runCgroup
-	warm           bool // came from the pool
+	stage          *stage // the run's work dir stage (root), nil when the init stages it
+	warm           bool   // came from the pool
 }
 
 // release frees what the init held once it has been waited for.
@@ -592,6 +592,10 @@ func (w *warmInit) discard() {
 	_ = w.cmd.Process.Kill()
 	_ = w.cmd.Wait()
 	w.release()
+	if w.stage != nil {
+		w.stage.remove()
+		w.stage = nil
+	}
 }
 
 // poolSize is how many warm inits are kept per network mode: enough for a
@@ -647,7 +651,6 @@ func (s *Subprocess) Close() error {
 	s.closed = true
 	s.poolMu.Unlock()
 	s.poolWG.Wait()
-	defer s.stages.Wait()
 	for _, pool := range s.pools {
 		for {
 			select {
@@ -744,6 +747,14 @@ func (s *Subprocess) spawn(network bool) (*warmInit, error) {
 	closeChildEnds()
 	if w.cg != nil {
 		if err := w.cg.add(cmd.Process.Pid); err != nil {
+			w.discard()
+			return nil, err
+		}
+	}
+	if s.workTmpfs {
+		// Made ahead with the init: not on the way from a tap to the
+		// program's start.
+		if w.stage, err = s.newStage(); err != nil {
 			w.discard()
 			return nil, err
 		}
