@@ -54,6 +54,8 @@ type Subprocess struct {
 	ports          []uint16
 	cgroups        *cgroups // nil: rlimits only
 	landlock       int      // Landlock ABI, 0 when unavailable
+	pasta          string   // network-on runs' network stack (netns_linux.go)
+	netErr         error    // why network-on runs are refused; nil when pasta is there
 	unavailable    error    // why isolated runs are refused; nil when the probe passed
 	log            *slog.Logger
 
@@ -185,6 +187,7 @@ func New(cfg Config) (*Subprocess, error) {
 		}
 	}
 	s.landlock = landlockABI()
+	s.pasta, s.netErr = findPasta(cfg.pasta)
 	probe := s.probe
 	if cfg.forceUnavailable != "" {
 		probe = func() error {
@@ -241,7 +244,7 @@ func (s *Subprocess) Isolation() []string {
 		fmt.Sprintf("runs as uid %d, gid %d, no supplementary groups, no capabilities, no_new_privs", s.uid, s.gid),
 		"mount namespace (read-only /usr /etc /bin /lib…, private /tmp and /dev, work dir writable; data dir invisible)",
 		"PID namespace (own /proc; everything is killed when the program ends)",
-		"network namespace when the action has no network; Landlock TCP ports " + portList(s.ports) + " when it has",
+		"network namespace for every run: empty without network; with network, pasta and TCP/UDP only to ports " + portList(s.ports) + " (nftables in the namespace, Landlock for TCP), no route to the host's loopback",
 		"IPC, UTS and cgroup namespaces",
 		"seccomp filter (mount, setns, unshare, ptrace, bpf, kexec, keyctl, modules… denied)",
 	}
@@ -497,7 +500,8 @@ type warmInit struct {
 	runW           *os.File
 	stdout, stderr *capWriter
 	cg             *runCgroup
-	warm           bool // came from the pool
+	net            *netAttach // pasta, for a network-on init
+	warm           bool       // came from the pool
 }
 
 // release frees what the init held once it has been waited for.
@@ -507,6 +511,7 @@ func (w *warmInit) release() {
 	if w.cg != nil {
 		w.cg.remove()
 	}
+	w.net.stop()
 }
 
 // discard kills an unused init and waits for it.
@@ -537,7 +542,7 @@ func (s *Subprocess) take(network bool) (*warmInit, error) {
 func (s *Subprocess) refill(network bool) {
 	s.poolMu.Lock()
 	defer s.poolMu.Unlock()
-	if s.closed || s.unavailable != nil {
+	if s.closed || s.unavailable != nil || (network && s.netErr != nil) {
 		return
 	}
 	s.poolWG.Add(1)
@@ -585,6 +590,9 @@ func (s *Subprocess) Close() error {
 
 // spawn starts an init that builds the sandbox and waits for its run.
 func (s *Subprocess) spawn(network bool) (*warmInit, error) {
+	if network && s.netErr != nil {
+		return nil, s.netErr // fail closed: never the host's network
+	}
 	prep := initSpec{
 		Network: network, Hide: s.hidden,
 		NProc: uint64(s.limits.procs), Data: uint64(s.limits.memory), FSize: uint64(s.limits.fileSize),
@@ -644,6 +652,11 @@ func (s *Subprocess) spawn(network bool) (*warmInit, error) {
 			return nil, err
 		}
 	}
+	if network {
+		if w.net, err = s.attachNet(cmd.Process.Pid); err != nil {
+			return nil, w.discardAfter(err)
+		}
+	}
 	return w, nil
 }
 
@@ -661,7 +674,7 @@ func (s *Subprocess) isolationTag(network bool) string {
 		parts = append([]string{"userns"}, parts...)
 	}
 	if network {
-		parts = append(parts, "net:tcp-"+portList(s.ports))
+		parts = append(parts, s.networkTag())
 	} else {
 		parts = append(parts, "netns")
 	}
@@ -764,17 +777,16 @@ func (s *Subprocess) newWorkDir() (string, error) {
 }
 
 // sysProcAttr starts the init in its own mount, PID, IPC, UTS, cgroup and
-// (without network) network namespaces. A root gateway starts it as root:
+// network namespaces. A root gateway starts it as root:
 // it builds the sandbox, then switches to the program's uid before starting
 // it. Otherwise the init gets its own user namespace (its uid mapped to
 // itself) with just the capabilities needed to build the sandbox —
 // CAP_SYS_ADMIN for mounts, CAP_SETPCAP to empty the bounding set — valid in
-// that namespace only.
+// that namespace only (and CAP_NET_ADMIN with network, for its netfilter
+// rules).
 func (s *Subprocess) sysProcAttr(network bool) *syscall.SysProcAttr {
-	flags := uintptr(syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | unix.CLONE_NEWCGROUP)
-	if !network {
-		flags |= syscall.CLONE_NEWNET
-	}
+	// Network-on runs too: pasta connects their namespace (netns_linux.go).
+	flags := uintptr(syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | unix.CLONE_NEWCGROUP | syscall.CLONE_NEWNET)
 	attr := &syscall.SysProcAttr{
 		Cloneflags: flags,
 		Pdeathsig:  syscall.SIGKILL, // the whole run dies with the gateway
@@ -787,6 +799,9 @@ func (s *Subprocess) sysProcAttr(network bool) *syscall.SysProcAttr {
 	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: int(s.gid), HostID: int(s.gid), Size: 1}}
 	attr.Credential = &syscall.Credential{Uid: s.uid, Gid: s.gid, NoSetGroups: true}
 	attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
+	if network {
+		attr.AmbientCaps = append(attr.AmbientCaps, unix.CAP_NET_ADMIN) // its netfilter rules
+	}
 	return attr
 }
 
