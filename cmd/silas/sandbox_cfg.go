@@ -93,9 +93,9 @@ func doctorSandbox(cfg *config.Config, configPath string, w io.Writer) bool {
 	for _, iso := range sb.Isolation() {
 		fmt.Fprintf(w, "  ✓ %s\n", iso)
 	}
-	// Network-on actions alone are refused without pasta: a warning, not
-	// a failure of the whole sandbox.
-	if err := sb.NetworkAvailable(); err != nil {
+	// Network-on actions alone are refused without pasta (or where it
+	// does not work): a warning, not a failure of the whole sandbox.
+	if err := sb.ProbeNetwork(); err != nil {
 		fmt.Fprintf(w, "  ! network      %v — network-on actions are refused\n", err)
 	}
 	return false

@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -99,6 +100,27 @@ func (s *Subprocess) NetworkAvailable() error {
 		return s.unavailable
 	}
 	return s.netErr
+}
+
+// ProbeNetwork runs `true` with network once and reports nil when that
+// worked, or why network-on actions fail here (pasta missing, or pasta
+// or the namespace's filter not working on this host). For doctor: runs
+// find the same errors themselves.
+func (s *Subprocess) ProbeNetwork() error {
+	if err := s.NetworkAvailable(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	res, err := s.Run(ctx, core.ExecRequest{Argv: []string{"true"}, Network: true, Timeout: probeTimeout})
+	if err != nil {
+		return err
+	}
+	_ = s.Cleanup(res.Dir)
+	if res.ExitCode != 0 {
+		return fmt.Errorf("sandbox: network probe: `true` exited %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))
+	}
+	return nil
 }
 
 // pastaArgs are pasta's options for a run's namespace (see the comment at
@@ -310,6 +332,15 @@ func netHelper(arg string) error {
 	argv := append([]string{pastaTool}, spec.Args...)
 	argv = append(argv, "--runas", "0", "--netns", nsFile, "--netns-only")
 	return syscall.Exec(spec.Pasta, argv, []string{"PATH=" + MinimalPath})
+}
+
+// networkIsolation is Isolation's line on the network.
+func (s *Subprocess) networkIsolation() string {
+	if s.netErr != nil {
+		return "network namespace for every run: empty; network-on actions are refused (no " + pastaTool + ")"
+	}
+	return "network namespace for every run: empty without network; with network, " + pastaTool +
+		" and TCP/UDP only to ports " + portList(s.ports) + " (nftables in the namespace, Landlock for TCP), no route to the host's loopback"
 }
 
 // networkTag is what the isolation tag says of a network-on run.

@@ -4,3 +4,6 @@ package sandbox
 
 // NetworkAvailable always reports why nothing runs on this platform.
 func (s *Subprocess) NetworkAvailable() error { return errNotLinux }
+
+// ProbeNetwork always reports why nothing runs on this platform.
+func (s *Subprocess) ProbeNetwork() error { return errNotLinux }

@@ -106,6 +106,9 @@ func TestNetworkNamespace(t *testing.T) {
 
 	probe := probeBinary(t)
 	s := newSandbox(t, Config{NetworkPorts: []uint16{uint16(port), uint16(udpOut)}})
+	if err := s.ProbeNetwork(); err != nil {
+		t.Fatalf("ProbeNetwork: %v", err)
+	}
 	dir, err := s.newWorkDir()
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +152,7 @@ func TestNetworkNamespace(t *testing.T) {
 // host's network); network-off runs still work.
 func TestNetworkFailsClosedWithoutPasta(t *testing.T) {
 	s := newSandbox(t, Config{pasta: "/nonexistent/pasta"})
-	for _, err := range []error{s.NetworkAvailable(), func() error {
+	for _, err := range []error{s.NetworkAvailable(), s.ProbeNetwork(), func() error {
 		_, err := s.Run(context.Background(), core.ExecRequest{Argv: []string{"true"}, Network: true})
 		return err
 	}()} {

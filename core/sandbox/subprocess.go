@@ -244,7 +244,7 @@ func (s *Subprocess) Isolation() []string {
 		fmt.Sprintf("runs as uid %d, gid %d, no supplementary groups, no capabilities, no_new_privs", s.uid, s.gid),
 		"mount namespace (read-only /usr /etc /bin /lib…, private /tmp and /dev, work dir writable; data dir invisible)",
 		"PID namespace (own /proc; everything is killed when the program ends)",
-		"network namespace for every run: empty without network; with network, pasta and TCP/UDP only to ports " + portList(s.ports) + " (nftables in the namespace, Landlock for TCP), no route to the host's loopback",
+		s.networkIsolation(),
 		"IPC, UTS and cgroup namespaces",
 		"seccomp filter (mount, setns, unshare, ptrace, bpf, kexec, keyctl, modules… denied)",
 	}
