@@ -53,7 +53,8 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 //	  pasta, no filter: the old shared network)   TestNetworkNamespace/*_host's_loopback_*, UDP_to_a_port_outside…, link-local…; TestNetworkIsolation
 //	pasta's --tcp-ns/--udp-ns none (without       TestEscape/host_loopback_on_an_allowed_port_with_network, host_loopback_UDP_…,
 //	  them pasta maps the host's loopback ports)    PostgreSQL_TCP_with_network,_its_port_allowed_…; TestNetworkNamespace/*_host's_loopback_*; TestNetworkIsolation
-//	the namespace's nftables filter               TestEscape/UDP_out_to_a_disallowed_port_with_network; TestNetworkNamespace/UDP_to_a_port_outside…, link-local…
+//	the namespace's nftables filter               TestEscape/UDP_out_to_a_disallowed_port_with_network; TestNetworkNamespace/UDP_to_a_port_outside…, link-local…;
+//	                                                TestNetworkDNSOnlyViaForwarder
 //	Landlock (TCP ports, abstract unix scope)     TestEscape/loopback_listener_with_network, TestNetworkIsolation (abstract_unix_socket_with_network:
 //	                                                the network namespace answers first since network-on runs have their own)
 //	seccomp filter                                TestEscape/unshare_a_user_namespace, clone_a_user_namespace, add_key, unshare(1)

@@ -126,7 +126,7 @@ func (s *Subprocess) ProbeNetwork() error {
 // pastaArgs are pasta's options for a run's namespace (see the comment at
 // the top of this file). pasta's stderr is kept for the error message when
 // it fails.
-func pastaArgs(readyPath string) []string {
+func (s *Subprocess) pastaArgs(readyPath string) []string {
 	return []string{
 		"--foreground", "--quiet",
 		"--config-net",
@@ -186,7 +186,7 @@ func (s *Subprocess) attachNet(pid int) (*netAttach, error) {
 	n := &netAttach{stderr: &capWriter{limit: 4096}, exited: make(chan struct{})}
 	var cmd *exec.Cmd
 	if s.root {
-		spec, err := json.Marshal(netHelperSpec{PID: pid, Pasta: s.pasta, Args: pastaArgs(ready), Mount: filepath.Join(s.baseDir, rootMountPoint)})
+		spec, err := json.Marshal(netHelperSpec{PID: pid, Pasta: s.pasta, Args: s.pastaArgs(ready), Mount: filepath.Join(s.baseDir, rootMountPoint)})
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: network: spec: %w", err)
 		}
@@ -194,7 +194,7 @@ func (s *Subprocess) attachNet(pid int) (*netAttach, error) {
 		cmd.Args[0] = netHelperArg0
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
 	} else {
-		args := append(pastaArgs(ready),
+		args := append(s.pastaArgs(ready),
 			"--userns", fmt.Sprintf("/proc/%d/ns/user", pid),
 			"--netns", fmt.Sprintf("/proc/%d/ns/net", pid))
 		cmd = exec.Command(s.pasta, args...)

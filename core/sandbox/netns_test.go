@@ -167,3 +167,21 @@ func TestNetworkFailsClosedWithoutPasta(t *testing.T) {
 		t.Fatalf("Available() = %v: a missing pasta refuses only network-on runs", s.Available())
 	}
 }
+
+// TestNetworkDNSOnlyViaForwarder: with port 53 not allowed, a network-on
+// run cannot ask a resolver of its choosing (only pasta's forwarder, which
+// /etc/resolv.conf names, is let through). That the forwarder answers is
+// not tested here: it would ask the host's real resolver.
+func TestNetworkDNSOnlyViaForwarder(t *testing.T) {
+	needPasta(t)
+	s := newSandbox(t, Config{NetworkPorts: []uint16{1}})
+	dir, err := s.newWorkDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, probeBinary(t), dir+"/escape", 0o755)
+	res := run(t, s, core.ExecRequest{Argv: []string{"./escape", "send-udp", "198.51.100.1:53"}, Dir: dir, Network: true, Timeout: 20 * time.Second})
+	if out := string(res.Stdout) + string(res.Stderr); !strings.Contains(out, "operation not permitted") {
+		t.Fatalf("UDP to a resolver of the program's choosing (port 53 not allowed): exit %d, want operation not permitted:\n%s", res.ExitCode, out)
+	}
+}
