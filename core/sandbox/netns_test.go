@@ -47,8 +47,8 @@ func outsideAddr(t testing.TB) string {
 	ip := testenv.Tool(t, "ip", "iproute2")
 	n := os.Getpid()%65000 + 1
 	addr := fmt.Sprintf("198.18.%d.%d", n>>8, n&0xff) // RFC 2544 benchmarking range: never routed
-	if out, err := exec.Command(ip, "addr", "add", addr+"/32", "dev", "lo").CombinedOutput(); err != nil {
-		t.Fatalf("ip addr add %s/32 dev lo: %v\n%s", addr, err, out)
+	if out, err := exec.Command(ip, "addr", "replace", addr+"/32", "dev", "lo").CombinedOutput(); err != nil {
+		t.Fatalf("ip addr replace %s/32 dev lo: %v\n%s", addr, err, out)
 	}
 	t.Cleanup(func() { exec.Command(ip, "addr", "del", addr+"/32", "dev", "lo").Run() })
 	return addr
