@@ -171,6 +171,9 @@ func setupEscape(t *testing.T, cfg Config) *escapeBundle {
 		}
 		if strings.HasPrefix(pc.Host, "/") {
 			b.pgSockets = append(b.pgSockets, filepath.Join(pc.Host, fmt.Sprintf(".s.PGSQL.%d", pc.Port)))
+			// The throwaway cluster's superuser DSN is its socket; the
+			// server listens on loopback too.
+			b.pgTCP = append(b.pgTCP, net.JoinHostPort("127.0.0.1", strconv.Itoa(int(pc.Port))))
 		} else {
 			b.pgTCP = append(b.pgTCP, net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))))
 			socks, _ := filepath.Glob(filepath.Join(os.TempDir(), "silas-pgtest-*", fmt.Sprintf(".s.PGSQL.%d", pc.Port)))
