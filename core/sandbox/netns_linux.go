@@ -34,9 +34,10 @@ import (
 // 127.0.0.1 inside is the run's own loopback, and the host's loopback
 // services have no route from the run. The port allowlist is enforced
 // inside the namespace (netfilter_linux.go): TCP and UDP only to
-// sandbox.network_ports, DNS only to pasta's forwarder, which pasta sends
-// on to the host's configured resolver; Landlock still allows TCP connect
-// only to those ports.
+// sandbox.network_ports, plus UDP 53 to pasta's DNS forwarder (the only
+// resolver resolv.conf names), which pasta sends on to the host's
+// configured resolver; Landlock still allows TCP connect only to those
+// ports.
 
 // pastaTool is the user-space network stack network-on runs need, and the
 // Debian package that has it.
