@@ -158,6 +158,9 @@ func sandboxInit() int {
 	if err != nil {
 		return fail(statusSetupErr, err)
 	}
+	if err := setupNetwork(&spec); err != nil { // netfilter_linux.go
+		return fail(statusSetupErr, err)
+	}
 	if err := unix.Sethostname([]byte("silas-sandbox")); err != nil {
 		return fail(statusSetupErr, fmt.Errorf("init: sethostname (UTS namespace): %w", err))
 	}

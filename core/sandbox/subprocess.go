@@ -58,6 +58,8 @@ type Subprocess struct {
 	ports          []uint16
 	cgroups        *cgroups // nil: rlimits only
 	landlock       int      // Landlock ABI, 0 when unavailable
+	pasta          string   // network-on runs' network stack (netns_linux.go)
+	netErr         error    // why network-on runs are refused; nil when pasta is there
 	unavailable    error    // why isolated runs are refused; nil when the probe passed
 	log            *slog.Logger
 
@@ -201,6 +203,7 @@ func New(cfg Config) (*Subprocess, error) {
 		}
 	}
 	s.landlock = landlockABI()
+	s.pasta, s.netErr = findPasta(cfg.pasta)
 	s.workTmpfs = s.root && s.stagesWork()
 	// Work dirs a previous process released (or left behind) are pruned
 	// now, then whenever a run is released.
@@ -261,7 +264,7 @@ func (s *Subprocess) Isolation() []string {
 		fmt.Sprintf("runs as uid %d, gid %d, no supplementary groups, no capabilities, no_new_privs", s.uid, s.gid),
 		"mount namespace (read-only /usr /etc /bin /lib…, private /tmp and /dev, work dir writable; data dir invisible)",
 		"PID namespace (own /proc; everything is killed when the program ends)",
-		"network namespace when the action has no network; Landlock TCP ports " + portList(s.ports) + " when it has",
+		s.networkIsolation(),
 		"IPC, UTS and cgroup namespaces",
 		"seccomp filter (mount, setns, unshare, ptrace, bpf, kexec, keyctl, modules… denied)",
 	}
@@ -574,8 +577,9 @@ type warmInit struct {
 	runW           *os.File
 	stdout, stderr *capWriter
 	cg             *runCgroup
-	stage          *stage // the run's work dir stage (root), nil when the init stages it
-	warm           bool   // came from the pool
+	stage          *stage     // the run's work dir stage (root), nil when the init stages it
+	net            *netAttach // pasta, for a network-on init
+	warm           bool       // came from the pool
 }
 
 // release frees what the init held once it has been waited for.
@@ -585,6 +589,7 @@ func (w *warmInit) release() {
 	if w.cg != nil {
 		w.cg.remove()
 	}
+	w.net.stop()
 }
 
 // discard kills an unused init and waits for it.
@@ -619,7 +624,7 @@ func (s *Subprocess) take(network bool) (*warmInit, error) {
 func (s *Subprocess) refill(network bool) {
 	s.poolMu.Lock()
 	defer s.poolMu.Unlock()
-	if s.closed || s.unavailable != nil {
+	if s.closed || s.unavailable != nil || (network && s.netErr != nil) {
 		return
 	}
 	s.poolWG.Add(1)
@@ -667,6 +672,9 @@ func (s *Subprocess) Close() error {
 
 // spawn starts an init that builds the sandbox and waits for its run.
 func (s *Subprocess) spawn(network bool) (*warmInit, error) {
+	if network && s.netErr != nil {
+		return nil, s.netErr // fail closed: never the host's network
+	}
 	prep := initSpec{
 		Network: network, Hide: s.hidden,
 		NProc: uint64(s.limits.procs), Data: uint64(s.limits.memory), FSize: uint64(s.limits.fileSize),
@@ -751,8 +759,14 @@ func (s *Subprocess) spawn(network bool) (*warmInit, error) {
 			return nil, err
 		}
 	}
+	if network {
+		if w.net, err = s.attachNet(cmd.Process.Pid); err != nil {
+			return nil, w.discardAfter(err)
+		}
+	}
 	if s.workTmpfs {
-		// Made ahead with the init: not on the way from a tap to the
+		// Made ahead with the init (after the network, whose failure
+		// discards the init without a stage): not on the way from a tap to the
 		// program's start.
 		if w.stage, err = s.newStage(); err != nil {
 			w.discard()
@@ -776,7 +790,7 @@ func (s *Subprocess) isolationTag(network bool) string {
 		parts = append([]string{"userns"}, parts...)
 	}
 	if network {
-		parts = append(parts, "net:tcp-"+portList(s.ports))
+		parts = append(parts, s.networkTag())
 	} else {
 		parts = append(parts, "netns")
 	}
@@ -869,17 +883,16 @@ func isBelow(base, p string) bool {
 }
 
 // sysProcAttr starts the init in its own mount, PID, IPC, UTS, cgroup and
-// (without network) network namespaces. A root gateway starts it as root:
+// network namespaces. A root gateway starts it as root:
 // it builds the sandbox, then switches to the program's uid before starting
 // it. Otherwise the init gets its own user namespace (its uid mapped to
 // itself) with just the capabilities needed to build the sandbox —
 // CAP_SYS_ADMIN for mounts, CAP_SETPCAP to empty the bounding set — valid in
-// that namespace only.
+// that namespace only (and CAP_NET_ADMIN with network, for its netfilter
+// rules).
 func (s *Subprocess) sysProcAttr(network bool) *syscall.SysProcAttr {
-	flags := uintptr(syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | unix.CLONE_NEWCGROUP)
-	if !network {
-		flags |= syscall.CLONE_NEWNET
-	}
+	// Network-on runs too: pasta connects their namespace (netns_linux.go).
+	flags := uintptr(syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | unix.CLONE_NEWCGROUP | syscall.CLONE_NEWNET)
 	attr := &syscall.SysProcAttr{
 		Cloneflags: flags,
 		Pdeathsig:  syscall.SIGKILL, // the whole run dies with the gateway
@@ -892,6 +905,9 @@ func (s *Subprocess) sysProcAttr(network bool) *syscall.SysProcAttr {
 	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: int(s.gid), HostID: int(s.gid), Size: 1}}
 	attr.Credential = &syscall.Credential{Uid: s.uid, Gid: s.gid, NoSetGroups: true}
 	attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
+	if network {
+		attr.AmbientCaps = append(attr.AmbientCaps, unix.CAP_NET_ADMIN) // its netfilter rules
+	}
 	return attr
 }
 
