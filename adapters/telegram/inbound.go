@@ -195,8 +195,8 @@ func messageToTurn(m *models.Message, me botInfo, t core.Turn) inbound {
 	}
 	t.PlatformMessageID = strconv.Itoa(m.ID)
 	// Commands typed without the slash ("stop") read as the one command
-	// catalog reads them everywhere.
-	t.Text = catalog.Text(text)
+	// catalog reads them (catalog.Short: "run …" stays the agent's).
+	t.Text = catalog.Short(text)
 	return inbound{act: actDeliver, turn: t}
 }
 

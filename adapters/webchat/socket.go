@@ -307,11 +307,11 @@ func (a *Adapter) frameTurn(f ClientFrame) core.Turn {
 		// The text fallback: "approve <id>" typed is the Tap the button
 		// sends, validated by the core exactly like one. Otherwise commands
 		// typed without the slash ("stop") read as the one command catalog
-		// reads them on every channel.
+		// reads them (catalog.Short: "run …" stays the agent's).
 		if tap, ok := kit.ParseTextTap(f.Text, nil); ok {
 			t.Text, t.Tap = "", &tap
-		} else if cmd, ok := catalog.Bare(f.Text); ok {
-			t.Text = cmd
+		} else {
+			t.Text = catalog.Short(f.Text)
 		}
 	case "tap":
 		t.EventID = "t:" + f.ID

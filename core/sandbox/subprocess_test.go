@@ -588,6 +588,11 @@ func TestNetworkIsolation(t *testing.T) {
 	if res.ExitCode == 0 || !strings.Contains(string(res.Stderr), "Connection refused") {
 		t.Fatalf("program with Network:true reached the host's 127.0.0.1 on an allowed port: exit %d stderr %q, want Connection refused", res.ExitCode, res.Stderr)
 	}
+	select {
+	case <-accepted:
+		t.Fatal("the host's 127.0.0.1 listener on an allowed port saw a connection from a program with Network:true")
+	default:
+	}
 	res = run(t, s, core.ExecRequest{Argv: bashConnect("127.0.0.1", quietPort), Network: true, Timeout: 10 * time.Second})
 	if res.ExitCode == 0 {
 		t.Fatalf("program with Network:true reached the host's 127.0.0.1 listener")

@@ -115,6 +115,21 @@ func Text(text string) string {
 	return text
 }
 
+// Short is Text for channels where a leading slash reaches Silas (Telegram,
+// the web chat): only commands whose arguments are bounded ("stop",
+// "tasks", "audit 5") are read without it. "run …" there stays a request
+// for the agent, as it always was: with the LLM agent, "run the tests and
+// tell me" is a request, not the command line "the tests and tell me".
+// Slack, Discord and WhatsApp use Text: a leading slash is the platform's
+// there, so "run uname -a" is how a person types the command.
+func Short(text string) string {
+	word, _ := splitWord(strings.TrimSpace(text))
+	if c, ok := Lookup(word); ok && c.bareWords < 0 {
+		return text
+	}
+	return Text(text)
+}
+
 // Named reads the text of a platform's own command for Silas (Slack's
 // "/silas stop"): the platform said it is meant as a command, so a first
 // word that names one is that command whatever follows; other text is

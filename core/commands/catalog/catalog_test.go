@@ -90,3 +90,21 @@ func TestShapes(t *testing.T) {
 		}
 	}
 }
+
+// Short leaves "run …" to the agent and reads the bounded commands.
+func TestShort(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"run uname -a", "run uname -a"},
+		{"Run the tests and tell me", "Run the tests and tell me"},
+		{"run", "run"},
+		{"stop", "/stop"},
+		{"Tasks", "/tasks"},
+		{"audit 5", "/audit 5"},
+		{"stop the nginx service", "stop the nginx service"},
+		{"/run uname", "/run uname"},
+	} {
+		if got := Short(tt.in); got != tt.want {
+			t.Errorf("Short(%q) = %q; want %q", tt.in, got, tt.want)
+		}
+	}
+}
