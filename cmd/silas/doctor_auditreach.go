@@ -82,10 +82,3 @@ func readableBy(st os.FileInfo, cred syscall.Credential) bool {
 	}
 	return perm&0o004 != 0
 }
-
-// doctorLine prints a finding through doctor_db.go's line printer (until
-// that block returns Findings itself).
-func doctorLine(out func(mark, check, format string, a ...any), f doctor.Finding) {
-	mark := map[doctor.Severity]string{doctor.OK: "✓", doctor.Info: "·", doctor.Warn: "!", doctor.Error: "✗"}[f.Severity]
-	out(mark, f.Check, "%s", f.Message)
-}

@@ -49,6 +49,9 @@ type Tx interface {
 	QueueOutput(ref string, id core.ApprovalID, content string) error
 	// QueueMessage enqueues a card update for the outbox.
 	QueueMessage(ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage) error
+	// QueueTaskStep queues a step of task id (a River job), committed
+	// with the transition.
+	QueueTaskStep(id string)
 }
 
 // Store is what the executor needs of storage: write transactions, and the
@@ -108,7 +111,7 @@ type Config struct {
 	// Claimed runs once a claim committed, before anything is prepared.
 	Claimed func(id core.ApprovalID)
 	// Recorded runs after a transition committed (its card update waits
-	// in the outbox): kick the conversation's lane, count, notify.
+	// in the outbox): kick the conversation's lane, count.
 	Recorded func(a core.ApprovalRequest, to core.ExecStatus)
 	// Failpoint, for crash tests only: "after-approve" (before the claim)
 	// or "after-execute" (once the run's result is recorded) makes the
@@ -400,6 +403,11 @@ func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.
 	if err != nil || !ok {
 		return nil, false, err
 	}
+	if r.a.Task != "" && settles(to) {
+		// The task reads what became of its call: wake it with this
+		// commit (the approval row carries its task; nothing is read).
+		tx.QueueTaskStep(r.a.Task)
+	}
 	if u.Result != nil && u.Result.OutputRef != "" {
 		if err := tx.QueueOutput(u.Result.OutputRef, id, fullOutput(u.Result)); err != nil {
 			return nil, false, err
@@ -427,6 +435,16 @@ func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.
 		entries = append(entries, audit.Entry{Kind: n.kind, Actor: "silas", Conversation: string(r.a.Conversation), Data: data})
 	}
 	return entries, true, nil
+}
+
+// settles: to is an outcome a task's call can report (the call waits
+// through queued, running and executed).
+func settles(to core.ExecStatus) bool {
+	switch to {
+	case core.ExecVerified, core.ExecFailed, core.ExecRefused, core.ExecInterrupted:
+		return true
+	}
+	return false
 }
 
 // after is ex once a transition to to with u is written: the store keeps
