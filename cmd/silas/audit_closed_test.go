@@ -93,8 +93,9 @@ func TestAuditVerifyFailsClosed(t *testing.T) {
 // Every command that starts the local cluster for itself stops it when it
 // is done; a cluster it found running (serve's) it leaves running.
 //
-// Checked to fail: with openDatabase's stopOnClose false for migrate,
-// pair, doctor and the audit commands (as before), postmaster.pid stays.
+// Checked to fail: with openDatabase's Close not stopping a cluster it
+// started (as migrate, pair, doctor and the audit commands had it),
+// postmaster.pid stays after migrate.
 func TestCommandsStopTheClusterTheyStart(t *testing.T) {
 	t.Parallel() // a cluster of its own in a directory of its own
 	base := t.TempDir()
