@@ -5,13 +5,15 @@ import (
 	"errors"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/store"
 )
 
 // decide applies a tap inside the turn's transaction. An approval card is
 // the decider's (core/decide); an access request's card is decided here,
-// a task's question by the task runtime; anything else is unknown.
+// a card asking to show a secret run's output by the command table, a
+// task's question by the task runtime; anything else is unknown.
 func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.Tap) error {
 	refuse := func(reason, msg string) error {
 		e.applyDecision(o, decide.Refusal(tap, reason, msg, nil))
@@ -31,6 +33,18 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 	}
 	if !errors.Is(err, core.ErrNotFound) {
 		return err
+	}
+	// A card that asks the owner to show a secret run's output.
+	rv, err := e.cmds.RevealTap(ctx, tx, commands.Turn{StoredTurn: o.st, Trust: o.trust}, tap, o)
+	if err != nil {
+		return err
+	}
+	if rv.Handled {
+		if rv.Refused != "" {
+			return refuse(rv.Refused, rv.Toast)
+		}
+		o.toast = rv.Toast
+		return nil
 	}
 	tp, err := e.taskTap(ctx, tx, o, tap)
 	if err != nil {
