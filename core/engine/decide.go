@@ -24,6 +24,24 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		if err != nil {
 			return err
 		}
+		if r.Queued != "" {
+			// A run that cannot start (a declared secret not stored) is
+			// refused here: its card goes to refused, never "running…".
+			u, err := e.exec.RefuseUnready(ctx, tx, r.Queued, o.st.Turn.Sender)
+			if err != nil {
+				return err
+			}
+			if u != nil {
+				for i, c := range r.Updates {
+					if c.ID == u.Card.ID {
+						r.Updates[i] = u.Card
+					}
+				}
+				r.Queued, r.Toast = "", "Not run: "+u.Reason
+				o.audit = append(o.audit, u.Audit)
+				o.after = append(o.after, u.After)
+			}
+		}
 		e.applyDecision(o, r)
 		return nil
 	}

@@ -744,14 +744,7 @@ func TestAccessAllowlistIgnores(t *testing.T) {
 
 func TestSecretLifecycle(t *testing.T) {
 	t.Parallel()
-	key, err := secrets.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sealer, err := secrets.NewSealer(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sealer := newSealer(t)
 	var link string
 	fc := newFakeChannel()
 	rec := &recordingAgent{next: agent.Command{}}
