@@ -56,6 +56,10 @@ type ApprovalRequest struct {
 	// (approval.Request); nil for requests stored before requests were
 	// signed. A request edited in storage no longer verifies.
 	Signature []byte
+	// Task is the task the request was proposed for ("" for none). Not
+	// signed: it only says whose step a decline or a settled execution
+	// wakes (the step reads what became of its call itself).
+	Task string
 }
 
 // ExecStatus is where an execution stands. Transitions are compare-and-swap:

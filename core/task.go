@@ -3,6 +3,9 @@ package core
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core/audit"
 )
 
 // Task is one stored LLM task (migration 00012): the runtime's state
@@ -68,4 +71,30 @@ type TaskCall struct {
 type TaskAttempt struct {
 	PlanNo, Step, Attempt int
 	State, Failure        string
+}
+
+// TaskOut is where a person's turn that reaches a task (the agent's
+// hand-off, /stop, an answer, a tap on a task's card) writes what the task
+// shows in its conversation: the turn's outcome, committed with it. The
+// turn's own replies come first, then these, in the order written. Declared
+// here so the turn pipeline, the command table and the task runtime share
+// it without importing one another.
+type TaskOut interface {
+	Reply(format string, a ...any)
+	Card(c *cards.Card)
+	// Update edits a card sent earlier (sent after the turn's new messages).
+	Update(c *cards.Card)
+	Audit(entries ...audit.Entry)
+	// After runs f once the turn's transaction committed (killing a
+	// stopped task's running programs in this process).
+	After(f func())
+}
+
+// TaskTap is what became of a tap on a task's card.
+type TaskTap struct {
+	// Handled: the card is a task's (an escalation or a question).
+	Handled bool
+	// Refused, when set, is why the tap changed nothing; Toast is what to
+	// tell the tapper either way.
+	Refused, Toast string
 }

@@ -1,10 +1,10 @@
-// Package spec is how a platform adapter plugs into the commands that run
-// it: each adapter's Config describes itself as a Spec (name, enabled,
-// its key checks, how to build the channel with its HTTP routes and
-// metrics, its doctor), and `silas serve`, `silas doctor` and
-// `silas config check` loop over internal/config's Adapters (its fields
-// whose type is an adapter's Config, in order). Adding a platform is its
-// own folder plus its one field in internal/config.Config.
+// Package spec is how an adapter — the web chat or a platform — plugs
+// into the commands that run it: each adapter's Config describes itself as
+// a Spec (name, enabled, its key checks, how to build the channel with its
+// HTTP routes and metrics, its doctor), and `silas serve`, `silas doctor`
+// and `silas config check` loop over internal/config's Adapters (its
+// fields whose type is an adapter's Config, in order). Adding a platform
+// is its own folder plus its one field in internal/config.Config.
 //
 // spec knows no platform and must never import one, nor internal/config:
 // the dependency runs config → adapters → spec.
@@ -22,16 +22,18 @@ import (
 	"github.com/silas-gateway/silas/internal/doctor"
 )
 
-// Spec describes one platform adapter.
+// Spec describes one adapter.
 type Spec struct {
-	// Name is the YAML section ("slack") and the channel's name.
+	// Name is the YAML section ("slack", "webchat") and the channel's name.
 	Name string
 	// Title heads the adapter's block in `silas doctor` ("Slack").
 	Title string
 	// Enabled: serve runs the channel.
 	Enabled bool
 	// DMPolicy is what direct messages from unknown senders get
-	// (<name>.dm_policy: pairing, allowlist, open or disabled).
+	// (<name>.dm_policy: pairing, allowlist, open or disabled); "" for a
+	// channel without one (the web chat answers only its logged-in
+	// browser).
 	DMPolicy string
 	// Check validates the keys that can be checked without reading a
 	// secret or the network. Loading the configuration runs it for every
@@ -104,6 +106,11 @@ type Built struct {
 	// Close releases what Build opened, after the channel stopped. May be
 	// nil.
 	Close func()
+	// Banner prints what the person at the terminal needs once serve
+	// listens at addr (http://host:port): the web chat's one-time login
+	// link. It goes to serve's standard output only, never to the log.
+	// May be nil.
+	Banner func(w io.Writer, addr string)
 }
 
 // Route is one HTTP endpoint of a channel.

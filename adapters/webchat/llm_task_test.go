@@ -21,6 +21,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
+	"github.com/silas-gateway/silas/core/background/backgroundtest"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/policy"
@@ -29,6 +30,7 @@ import (
 	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/storetest"
+	"github.com/silas-gateway/silas/internal/taskwire"
 )
 
 // llmWeb is a gateway with the LLM agent and the task runtime behind the
@@ -85,19 +87,20 @@ func newLLMWeb(t *testing.T, limits task.Limits) *llmWeb {
 	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{dir}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{web.Identity(channeltest.Approver)}, Logger: log,
-		Tasks: &tasks.Config{Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client}, Limits: limits}})
+		Tasks: taskwire.Runtime(tasks.Config{Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client}, Limits: limits})})
 	if err != nil {
 		t.Fatal(err)
 	}
 	engDone, chDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(engDone); _ = eng.Run(ctx, time.Second) }()
 	<-eng.Ready()
+	stopRoom := backgroundtest.Start(t, st.Pool(), eng.Jobs) // works the task steps
 	go func() { defer close(chDone); _ = ch.Run(ctx, eng) }()
 	// Cleanups run last-in first-out: the log is shown, then the gateway
 	// stops, then the sandbox and the store close.
 	t.Cleanup(func() { st.Close() })
 	t.Cleanup(func() { _ = sb.Close() })
-	t.Cleanup(func() { cancel(); <-chDone; <-engDone })
+	t.Cleanup(func() { cancel(); <-chDone; <-engDone; stopRoom() })
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("gateway log:\n%s", logs.String())

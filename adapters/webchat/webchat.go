@@ -63,39 +63,6 @@ type ConversationOutputSource interface {
 // outputRefRe is the shape of a ref /outputs/ accepts (protocol §5).
 var outputRefRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
-// Config configures the adapter.
-type Config struct {
-	// Name is the channel name (default "webchat").
-	Name core.ChannelName
-	// Identity is who a logged-in browser speaks as (default
-	// "webchat:local"); the owner list in config decides its trust.
-	Identity core.IdentityID
-	// SessionTTL bounds a login (default 7 days).
-	SessionTTL time.Duration
-	// State, when set, is where `silas webchat revoke` records that every
-	// session must end (key "sessions_revoked_at"); Run checks it every
-	// RevokePoll (default 2s).
-	State      core.StateStore
-	RevokePoll time.Duration
-	// LoginLimit and FrameLimit rate-limit POST /login per client address
-	// (default 5 at once, then one per 12s) and frames per session
-	// (default 30 at once, then 10 per second).
-	LoginLimit, FrameLimit RateLimit
-	// History is how many recent messages are replayed on connect (200),
-	// the user's and the bot's together.
-	History int
-	// Transcript is where the conversation is read from: the core's
-	// storage (*store.Store). With it the history survives restarts, an
-	// edit made while nobody is connected is shown on the next connect,
-	// and Send/Update only push to connected browsers (what they push is
-	// already durable). Without it (tests) the adapter keeps the last
-	// History bot messages in memory, lost on restart.
-	Transcript HistoryReader
-	Outputs    OutputSource
-	Logger     *slog.Logger
-	Now        func() time.Time
-}
-
 // Adapter is the web chat channel.
 type Adapter struct {
 	cfg    Config
@@ -186,10 +153,6 @@ func New(cfg Config) (*Adapter, error) {
 		frameLim:   &httpserve.RateLimiter{Burst: cfg.FrameLimit.Burst, Every: cfg.FrameLimit.Every, MaxKeys: 10000},
 	}, nil
 }
-
-// DefaultSessionTTL is how long a web chat login lasts unless configured
-// (webchat.session_ttl).
-const DefaultSessionTTL = 7 * 24 * time.Hour
 
 // RateLimit is a token bucket: Burst at once, then one more every Every.
 type RateLimit struct {

@@ -13,6 +13,7 @@ import (
 	"github.com/silas-gateway/silas/core/background"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/internal/doctor"
 )
 
 // startBackground starts the background room (core/background) on the
@@ -63,26 +64,28 @@ func stopBackground(room *background.Room, log *slog.Logger) {
 // doctorRiver shows the background room's state: the elected leader, the
 // queues' backlog, and jobs running too long or failed in the last day.
 // Findings are warnings.
-func doctorRiver(ctx context.Context, st *store.Store, out func(mark, check, format string, a ...any)) {
+func doctorRiver(ctx context.Context, st *store.Store) []doctor.Finding {
+	var out doctor.List
+	add := out.Add
 	s, err := background.ReadState(ctx, st.Pool(), time.Now(), 5*time.Minute)
 	if err != nil {
-		out("!", "jobs", "cannot read River's state: %v (run `silas migrate`)", err)
-		return
+		add(doctor.Warn, "jobs", "cannot read River's state: %v (run `silas migrate`)", err)
+		return out
 	}
 	if s.Leader == "" {
-		out("·", "jobs leader", "none elected (no `silas serve` is running, or it started seconds ago)")
+		add(doctor.Info, "jobs leader", "none elected (no `silas serve` is running, or it started seconds ago)")
 	} else {
-		out("✓", "jobs leader", "%s, elected %s", s.Leader, s.LeaderElected.Local().Format(time.DateTime))
+		add(doctor.OK, "jobs leader", "%s, elected %s", s.Leader, s.LeaderElected.Local().Format(time.DateTime))
 	}
 	if len(s.Queues) == 0 {
-		out("·", "jobs queues", "none yet (`silas serve` creates them)")
+		add(doctor.Info, "jobs queues", "none yet (`silas serve` creates them)")
 	}
 	for _, q := range s.Queues {
-		mark, paused := "✓", ""
+		sev, paused := doctor.OK, ""
 		if q.Paused {
-			mark, paused = "!", ", paused"
+			sev, paused = doctor.Warn, ", paused"
 		}
-		out(mark, "jobs queue", "%s: %d waiting, %d running%s (a worker last seen %s)", q.Name, q.Available, q.Running, paused, q.Seen.Local().Format(time.DateTime))
+		add(sev, "jobs queue", "%s: %d waiting, %d running%s (a worker last seen %s)", q.Name, q.Available, q.Running, paused, q.Seen.Local().Format(time.DateTime))
 	}
 	for _, j := range s.Stuck {
 		what := fmt.Sprintf("running since %s", j.At.Local().Format(time.DateTime))
@@ -93,9 +96,10 @@ func doctorRiver(ctx context.Context, st *store.Store, out func(mark, check, for
 		if j.Error != "" {
 			msg = ": " + j.Error
 		}
-		out("!", "jobs stuck", "job %d %s (queue %s) %s%s", j.ID, j.Kind, j.Queue, what, msg)
+		add(doctor.Warn, "jobs stuck", "job %d %s (queue %s) %s%s", j.ID, j.Kind, j.Queue, what, msg)
 	}
 	if len(s.Stuck) == 0 {
-		out("✓", "jobs stuck", "no job running over 5 minutes or failed in the last day")
+		add(doctor.OK, "jobs stuck", "no job running over 5 minutes or failed in the last day")
 	}
+	return out
 }

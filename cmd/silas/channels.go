@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/silas-gateway/silas/adapters/spec"
-	"github.com/silas-gateway/silas/adapters/webchat"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/store"
@@ -25,32 +24,22 @@ import (
 	secretsweb "github.com/silas-gateway/silas/secrets-web"
 )
 
-// channelSet is what serve runs besides the core: the web chat and every
-// enabled platform adapter (config.Adapters), with their routes.
+// channelSet is what serve runs besides the core: every enabled adapter
+// (config.Adapters: the web chat and the platforms), with their routes.
 type channelSet struct {
 	channels []core.Channel
-	web      *webchat.Adapter
 	access   map[core.ChannelName]trust.AccessPolicy
 	routes   []spec.Route
 	hosts    []string
+	banners  []func(w io.Writer, addr string)
 	closers  []func()
 }
 
-// buildChannels builds the web chat and each enabled adapter from its
-// spec. late carries the engine and the secure form to the adapters that
-// need them once they exist (they are built after the channels).
+// buildChannels builds each enabled adapter from its spec. late carries
+// the engine and the secure form to the adapters that need them once they
+// exist (they are built after the channels).
 func buildChannels(ctx context.Context, cfg *config.Config, db *database, log *slog.Logger, reg prometheus.Registerer, late *lateHooks) (*channelSet, error) {
 	s := &channelSet{access: map[core.ChannelName]trust.AccessPolicy{}}
-	if cfg.Webchat.Enabled {
-		web, err := webchat.New(webchat.Config{Identity: core.IdentityID(cfg.Webchat.Identity), Outputs: db.store, Logger: log,
-			SessionTTL: cfg.Webchat.SessionTTL.Duration, State: db.store, Transcript: db.store})
-		if err != nil {
-			return nil, err
-		}
-		s.web = web
-		s.channels = append(s.channels, web)
-		s.routes = append(s.routes, spec.Route{Pattern: "/", Handler: web}) // the least specific pattern
-	}
 	deps := spec.Deps{State: db.store, Logger: log, Metrics: reg, QRPage: late.qrPage,
 		Database: func(ctx context.Context) (spec.Database, error) { return serveDatabase(ctx, cfg, db) }}
 	if isTerminal(late.out) {
@@ -71,9 +60,14 @@ func buildChannels(ctx context.Context, cfg *config.Config, db *database, log *s
 			s.closers = append(s.closers, b.Close)
 		}
 		s.channels = append(s.channels, b.Channel)
-		s.access[b.Channel.Name()] = trust.AccessPolicy(a.DMPolicy)
+		if a.DMPolicy != "" {
+			s.access[b.Channel.Name()] = trust.AccessPolicy(a.DMPolicy)
+		}
 		s.routes = append(s.routes, b.Routes...)
 		s.hosts = append(s.hosts, b.Hosts...)
+		if b.Banner != nil {
+			s.banners = append(s.banners, b.Banner)
+		}
 	}
 	return s, nil
 }
@@ -210,8 +204,7 @@ func doctorAdapters(ctx context.Context, env *cliEnv, cfg *config.Config) int {
 	}}
 	problems := 0
 	for _, a := range cfg.Adapters() {
-		fmt.Fprintln(env.stdout, a.Title)
-		problems += doctor.Print(env.stdout, a.Doctor(ctx, deps))
+		problems += doctor.Block(env.stdout, a.Title, func() []doctor.Finding { return a.Doctor(ctx, deps) })
 	}
 	return problems
 }

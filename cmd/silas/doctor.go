@@ -10,6 +10,7 @@ import (
 
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/config"
+	"github.com/silas-gateway/silas/internal/doctor"
 )
 
 // cmdDoctor checks the settings an operator most often gets wrong and says
@@ -38,12 +39,16 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	problems := doctorDatabase(ctx, env, cfg)
-	if doctorSandbox(cfg, env.configPath, env.stdout) {
-		problems++
-	}
-	if err := doctorDeadLetters(ctx, env, cfg); err != nil {
-		return err
+	problems := 0
+	for _, b := range []struct {
+		title string
+		run   func() []doctor.Finding
+	}{
+		{"Database and audit", func() []doctor.Finding { return doctorDatabase(ctx, cfg) }},
+		{"Sandbox", func() []doctor.Finding { return doctorSandbox(cfg, env.configPath) }},
+		{"Intake", func() []doctor.Finding { return doctorDeadLetters(ctx, env, cfg) }},
+	} {
+		problems += doctor.Block(env.stdout, b.title, b.run)
 	}
 	problems += doctorLLM(ctx, cfg, env.stdout, *timeout)
 	// The --telegram-* flags override the telegram.* keys, so that a token
@@ -69,32 +74,37 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 // dead_letters table): how many, and the newest few. It reads the database
 // only when one is configured (database.url) or the local cluster exists,
 // so doctor never creates a database.
-func doctorDeadLetters(ctx context.Context, env *cliEnv, cfg *config.Config) error {
-	fmt.Fprintln(env.stdout, "Intake")
+func doctorDeadLetters(ctx context.Context, env *cliEnv, cfg *config.Config) []doctor.Finding {
 	if cfg.Database.URL == "" {
 		if _, err := os.Stat(filepath.Join(cfg.DataDir, "pg")); err != nil {
-			fmt.Fprintln(env.stdout, "  · no database configured: dead letters not checked")
-			return nil
+			return doctor.Skipped("no database configured: dead letters not checked")
 		}
 	}
-	return withStore(ctx, env, func(st *store.Store) error {
+	var out []doctor.Finding
+	err := withStore(ctx, env, func(st *store.Store) error {
 		n, list, err := st.DeadLetters(ctx, 5)
 		if err != nil {
 			return err
 		}
 		if n == 0 {
-			fmt.Fprintln(env.stdout, "  ✓ dead letters  none: every inbound event was delivered")
+			out = append(out, doctor.Finding{Severity: doctor.OK, Check: "dead letters", Message: "none: every inbound event was delivered"})
 			return nil
 		}
-		fmt.Fprintf(env.stdout, "  ! dead letters  %d inbound event(s) quarantined (kept in the dead_letters table, audited as intake.quarantined); newest:\n", n)
+		f := doctor.Finding{Severity: doctor.Warn, Check: "dead letters", Message: fmt.Sprintf(
+			"%d inbound event(s) quarantined (kept in the dead_letters table, audited as intake.quarantined); newest:", n)}
 		for _, d := range list {
 			msg := []rune(d.Error)
 			if len(msg) > 120 {
 				msg = append(msg[:119], '…')
 			}
-			fmt.Fprintf(env.stdout, "      #%d %s %s %s ×%d: %s\n", d.ID, d.LastSeen.Local().Format("2006-01-02 15:04:05"),
-				d.Channel, strconv.Quote(d.EventID), d.Attempts, strconv.Quote(string(msg)))
+			f.Details = append(f.Details, fmt.Sprintf("#%d %s %s %s ×%d: %s", d.ID, d.LastSeen.Local().Format("2006-01-02 15:04:05"),
+				d.Channel, strconv.Quote(d.EventID), d.Attempts, strconv.Quote(string(msg))))
 		}
+		out = append(out, f)
 		return nil
 	})
+	if err != nil {
+		return []doctor.Finding{{Severity: doctor.Error, Check: "dead letters", Message: err.Error()}}
+	}
+	return out
 }

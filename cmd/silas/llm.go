@@ -12,10 +12,12 @@ import (
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
+	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/internal/config"
 	"github.com/silas-gateway/silas/internal/doctor"
+	"github.com/silas-gateway/silas/internal/taskwire"
 )
 
 // llmConfig maps the llm.* keys onto the client's config, reading a
@@ -90,9 +92,9 @@ func withSecretNames(ag core.Agent, list func(context.Context) ([]secrets.Info, 
 }
 
 // newTasks configures the task runtime (core/tasks) when agent.kind is llm
-// (nil otherwise): planner and executor on the same endpoint, the
-// llm.budget.* limits and recovery.
-func newTasks(cfg *config.Config, log *slog.Logger) (*tasks.Config, error) {
+// (nil otherwise), as the engine builds it (engine.Config.Tasks): planner
+// and executor on the same endpoint, the llm.budget.* limits and recovery.
+func newTasks(cfg *config.Config, log *slog.Logger) (func(engine.TaskPorts) (engine.Tasks, error), error) {
 	if cfg.Agent.Kind != "llm" {
 		return nil, nil
 	}
@@ -109,13 +111,13 @@ func newTasks(cfg *config.Config, log *slog.Logger) (*tasks.Config, error) {
 	if replans == 0 {
 		replans = -1 // task.Policy reads 0 as "the default"; the key's 0 means none
 	}
-	return &tasks.Config{
+	return taskwire.Runtime(tasks.Config{
 		Planner:  llm.Planner{Client: c},
 		Executor: llm.Executor{Client: c, Tools: llm.ToolOptions{HTTPAllowDomains: cfg.LLM.HTTPAllowDomains}},
 		Limits: task.Limits{Tokens: b.MaxTokens, ModelCalls: b.MaxModelCalls, ToolCalls: b.MaxToolCalls, WallTime: b.MaxWallTime.Duration,
 			CostUSD: b.MaxCostUSD},
 		Recovery: task.Policy{MaxAttempts: b.MaxAttempts, MaxReplans: replans},
-	}, nil
+	}), nil
 }
 
 // doctorLLM checks the model endpoint when agent.kind is llm and returns

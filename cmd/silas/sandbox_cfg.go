@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/internal/config"
+	"github.com/silas-gateway/silas/internal/doctor"
 )
 
 // sandboxConfig maps the sandbox.* keys onto the sandbox's config, with
@@ -71,27 +71,41 @@ func sandboxConfig(cfg *config.Config, configPath string, log *slog.Logger) (san
 	}, nil
 }
 
-// doctorSandbox builds the sandbox as serve would and prints the isolation
-// in force, or what is missing. It reports whether there was a problem.
-func doctorSandbox(cfg *config.Config, configPath string, w io.Writer) bool {
-	fmt.Fprintln(w, "Sandbox")
+// doctorSandbox builds the sandbox as serve would and reports on it: the
+// isolation in force or what is missing, then each of sandboxChecks.
+func doctorSandbox(cfg *config.Config, configPath string) []doctor.Finding {
 	sc, err := sandboxConfig(cfg, configPath, slog.New(slog.DiscardHandler))
 	if err != nil {
-		fmt.Fprintf(w, "  ✗ config       %v\n", err)
-		return true
+		return []doctor.Finding{{Severity: doctor.Error, Check: "config", Message: err.Error()}}
 	}
 	sb, err := sandbox.New(sc)
 	if err != nil {
-		fmt.Fprintf(w, "  ✗ setup        %v\n", err)
-		return true
+		return []doctor.Finding{{Severity: doctor.Error, Check: "setup", Message: err.Error()}}
 	}
 	defer sb.Close()
+	var out []doctor.Finding
+	for _, check := range sandboxChecks {
+		out = append(out, check(cfg, sc, sb)...)
+	}
+	return out
+}
+
+// sandboxChecks are the sandbox block's checks, in the order doctor prints
+// them; each gets the configuration, the sandbox's config and the sandbox
+// built from it. A new check (the network helper's) is one more entry.
+var sandboxChecks = []func(cfg *config.Config, sc sandbox.Config, sb *sandbox.Subprocess) []doctor.Finding{
+	sandboxIsolation,
+}
+
+// sandboxIsolation lists the isolation in force, or says what is missing
+// (an error: every execution is refused until it is fixed).
+func sandboxIsolation(_ *config.Config, _ sandbox.Config, sb *sandbox.Subprocess) []doctor.Finding {
 	if err := sb.Available(); err != nil {
-		fmt.Fprintf(w, "  ✗ isolation    %v — every execution is refused until this is fixed\n", err)
-		return true
+		return []doctor.Finding{{Severity: doctor.Error, Check: "isolation", Message: err.Error() + " — every execution is refused until this is fixed"}}
 	}
+	var out []doctor.Finding
 	for _, iso := range sb.Isolation() {
-		fmt.Fprintf(w, "  ✓ %s\n", iso)
+		out = append(out, doctor.Finding{Severity: doctor.OK, Message: iso})
 	}
-	return false
+	return out
 }

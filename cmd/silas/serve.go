@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/silas-gateway/silas/adapters/webchat"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
@@ -133,7 +132,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	addr := "http://" + ln.Addr().String()
 	log.Info("silas is serving", slog.String("address", addr), slog.String("version", version))
-	printServing(env.stdout, cfg, addr, form, chans.web)
+	printServing(env.stdout, cfg, addr, form, chans.banners)
 
 	var runErr error
 	select {
@@ -334,9 +333,10 @@ func opsMux(eng *engine.Engine, st *store.Store, reg *prometheus.Registry) *http
 	return mux
 }
 
-// printServing tells the terminal where the secure form and the web chat
-// are. The login secret goes to the terminal only, never to the log.
-func printServing(out io.Writer, cfg *config.Config, addr string, form *secretsweb.Server, web *webchat.Adapter) {
+// printServing tells the terminal where the secure form is, then what
+// each channel has to say (the web chat's login link). It goes to the
+// terminal only, never to the log.
+func printServing(out io.Writer, cfg *config.Config, addr string, form *secretsweb.Server, banners []func(io.Writer, string)) {
 	if form != nil {
 		fmt.Fprintf(out, "Secure form for credentials: %s", cfg.SecretsWeb.PublicURL)
 		if fp := form.Fingerprint(); fp != "" {
@@ -344,9 +344,8 @@ func printServing(out io.Writer, cfg *config.Config, addr string, form *secretsw
 		}
 		fmt.Fprintln(out)
 	}
-	if web != nil {
-		fmt.Fprintf(out, "\nSilas web chat: %s/#login=%s\n(one-time login link, valid %s; restart for a new one)\n\n",
-			addr, web.NewLoginSecret(cfg.Webchat.LoginTTL.Duration), cfg.Webchat.LoginTTL.Duration)
+	for _, b := range banners {
+		b(out, addr)
 	}
 }
 

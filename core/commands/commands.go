@@ -12,7 +12,6 @@ import (
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
-	"github.com/silas-gateway/silas/core/tasks"
 )
 
 // Turn is the turn a command arrived in, with its sender's trust.
@@ -23,7 +22,7 @@ type Turn struct {
 
 // Out is the turn's outcome, where a handler writes its answer.
 type Out interface {
-	tasks.Out
+	core.TaskOut
 	// Note records an audit entry in the sender's name.
 	Note(kind audit.Kind, data map[string]any)
 	// Write runs f inside the turn's transaction (again, on a fresh
@@ -67,7 +66,7 @@ type SecureInput interface {
 // Tasks is the task runtime as /tasks and /stop use it.
 type Tasks interface {
 	List(ctx context.Context, conv core.ConversationID) (string, error)
-	Stop(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out tasks.Out) error
+	Stop(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out core.TaskOut) error
 }
 
 // Trust is the trust book's cache, forgotten once a pairing committed.

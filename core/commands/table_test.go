@@ -16,7 +16,6 @@ import (
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
-	"github.com/silas-gateway/silas/core/tasks"
 )
 
 // The handlers against fakes of what they read and ask: what each answers
@@ -124,7 +123,7 @@ func (taskList) List(context.Context, core.ConversationID) (string, error) {
 	return "Tasks (newest first):", nil
 }
 
-func (taskList) Stop(context.Context, *store.Tx, core.StoredTurn, core.Trust, string, tasks.Out) error {
+func (taskList) Stop(context.Context, *store.Tx, core.StoredTurn, core.Trust, string, core.TaskOut) error {
 	return nil
 }
 

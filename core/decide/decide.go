@@ -39,6 +39,9 @@ type Tx interface {
 	ConsumeNonce(ctx context.Context, nonce []byte, tokenID string, id core.ApprovalID) (bool, error)
 	// QueueExecution queues the approved request's execution.
 	QueueExecution(id core.ApprovalID) error
+	// QueueTaskStep queues a step of task id (a River job), committed
+	// with the decision: a task learns of its declined call.
+	QueueTaskStep(id string)
 }
 
 // Executions reads the execution of a decided request, to show a tapper
@@ -191,6 +194,9 @@ func (d *Decider) Tap(ctx context.Context, tx Tx, t core.Turn, trust core.Trust)
 			return Result{}, err
 		}
 		a.Status, a.DecidedBy = core.ApprovalDeclined, t.Sender
+		if a.Task != "" {
+			tx.QueueTaskStep(a.Task)
+		}
 		r := Result{Updates: []*cards.Card{d.card(a, nil)}, Toast: "Declined. Nothing will run.", Declined: a.ID}
 		r.note(audit.KindApprovalDeclined, map[string]any{"approval": string(a.ID)})
 		return r, nil

@@ -17,6 +17,7 @@ import (
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/taskjob"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
 	"github.com/silas-gateway/silas/internal/storetest"
@@ -272,6 +273,17 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
+// stepJobs counts the task step jobs queued for task-1.
+func (b *bundle) stepJobs(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'task' = 'task-1'`,
+		taskjob.Args{}.Kind()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func (b *bundle) exec(t *testing.T, sql string, args ...any) {
 	t.Helper()
 	if _, err := b.st.Pool().Exec(b.ctx, sql, args...); err != nil {
@@ -286,9 +298,14 @@ func TestDecidedCards(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	a := b.propose(t, cards.RiskLow, "echo", "no")
+	b.exec(t, `UPDATE approvals SET task_id = 'task-1' WHERE id = $1`, a.ID) // a task's call
 	r, _, err := b.tap(t, owner, core.TrustOwner, conv, a.ID, "decline")
 	if err != nil || r.Declined != a.ID || r.Outcome() != "declined" || len(r.Updates) != 1 || r.Updates[0].Status != cards.StatusDeclined {
 		t.Fatalf("decline = %+v, %v", r, err)
+	}
+	// The task learns of it by a step job committed with the decline.
+	if n := b.stepJobs(t); n != 1 {
+		t.Fatalf("%d step jobs after declining a task's call, want 1", n)
 	}
 	r, _, err = b.tap(t, owner, core.TrustOwner, conv, a.ID, "approve")
 	if err != nil || r.Refused != "already_decided" || !strings.Contains(r.Toast, "Already decided (declined)") ||
@@ -309,6 +326,9 @@ func TestDecidedCards(t *testing.T) {
 	}
 	if _, n := b.status(t, ok.ID); n != 1 {
 		t.Fatalf("executions = %d, want exactly 1", n)
+	}
+	if n := b.stepJobs(t); n != 1 {
+		t.Fatalf("%d step jobs, want still 1 (a decline after it, an approval: none)", n)
 	}
 
 	if _, _, err := b.tap(t, owner, core.TrustOwner, conv, "aaaaaaaaaaaaaaaaaaaaaaaaaa", "approve"); !errors.Is(err, decide.ErrNoApproval) {

@@ -23,6 +23,7 @@ import (
 	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/storetest"
+	"github.com/silas-gateway/silas/internal/taskwire"
 )
 
 // startRoom runs the engine's maintenance in a background room (River on
@@ -119,7 +120,7 @@ func TestTaskSweepJobOnRiver(t *testing.T) {
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{newFakeChannel()}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key, Owners: []core.IdentityID{owner},
-		Logger: slog.New(advanceFailures{n: &advances}), Tasks: &tasks.Config{Sweep: time.Hour}})
+		Logger: slog.New(advanceFailures{n: &advances}), Tasks: taskwire.Runtime(tasks.Config{Sweep: time.Hour})})
 	if err != nil {
 		t.Fatal(err)
 	}

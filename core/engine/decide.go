@@ -83,7 +83,8 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 
 // applyDecision adds what a decision shows to the turn's outcome: card
 // updates and audit entries in its transaction; once committed, the answer
-// to the tapper and the execution or task notice it calls for. A refusal
+// to the tapper and the execution it calls for (a declined task call's
+// step job was queued by the decider, in the transaction). A refusal
 // is a notice to the tapper, not news for the chat: the tap's one answer
 // carries it (core/outbox makes it a message only on channels that cannot
 // answer a tap).
@@ -107,8 +108,5 @@ func (e *Engine) applyDecision(o *outcome, r decide.Result) {
 				e.startExecution(id)
 			}
 		})
-	}
-	if id := r.Declined; id != "" {
-		o.after = append(o.after, func() { e.taskNotice(id) })
 	}
 }

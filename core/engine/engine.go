@@ -10,7 +10,6 @@
 package engine
 
 import (
-	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -37,7 +36,6 @@ import (
 	"github.com/silas-gateway/silas/core/secureinput"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/tapseal"
-	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/core/verify"
 )
@@ -94,10 +92,11 @@ type Config struct {
 	SecretLink func(ref, token string) string
 	// SecretTTL is how long a secure-form link works (default 15 minutes).
 	SecretTTL time.Duration
-	// Tasks enables the LLM agent's multi-step task runtime (nil: a task
-	// request is answered "not enabled"). Its Store, Policy, Verifier,
-	// Logger and Now default to the engine's.
-	Tasks *tasks.Config
+	// Tasks builds the LLM agent's multi-step task runtime (core/tasks) on
+	// the ports the engine lends it, once, in New (nil: a task request is
+	// answered "not enabled"). The ports carry the engine's Store, Policy,
+	// Verifier, Logger and Now for the runtime's defaults.
+	Tasks func(TaskPorts) (Tasks, error)
 	// Hooks observe progress (benchmarks and tests); nil fields are skipped.
 	Hooks Hooks
 	// Failpoint, for crash tests only: "after-approve" or "after-execute"
@@ -178,7 +177,7 @@ type Engine struct {
 	proposer *propose.Proposer
 	exec     *execute.Executor
 
-	tasks *tasks.Runtime // nil: tasks not enabled
+	tasks Tasks // nil: tasks not enabled
 
 	// beforeExecute is a test hook (see export_test.go).
 	beforeExecute func(core.ApprovalID)
@@ -225,29 +224,24 @@ func New(cfg Config) (*Engine, error) {
 		Store: cfg.Store, Outbox: e.out, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	if cfg.Tasks != nil {
-		tc := *cfg.Tasks
-		tc.Store, tc.Policy, tc.Verifier, tc.Logger = cmp.Or(tc.Store, cfg.Store), cmp.Or(tc.Policy, cfg.Policy), cmp.Or(tc.Verifier, cfg.Verifier),
-			cmp.Or(tc.Logger, cfg.Logger)
-		if tc.Now == nil {
-			tc.Now = cfg.Now
-		}
-		if e.tasks, err = tasks.New(tc, taskActions{e}, e.out); err != nil {
-			return nil, fmt.Errorf("engine: %w", err)
-		}
-	}
 	if e.secure, err = secureinput.New(secureinput.Config{Store: cfg.Store, Outbox: e.out, Sealing: cfg.Sealer != nil, Link: cfg.SecretLink,
 		TTL: cfg.SecretTTL, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	e.decider = decide.New(decide.Config{Key: cfg.Key, TokenTTL: cfg.TokenTTL, Preview: cfg.OutputPreview, Executions: cfg.Store})
-	if e.cmds, err = commands.New(commands.Config{Reads: cfg.Store, Decider: e.decider, SecureInput: e.secure, Tasks: e.commandTasks(),
-		Trust: e.trust, Key: cfg.Key, OutputInlineMax: cfg.OutputInlineMax, Now: cfg.Now}); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
 	e.workCtx, e.stopWork = context.WithCancel(context.Background())
 	if err := e.buildRooms(); err != nil {
 		return nil, err
+	}
+	if cfg.Tasks != nil {
+		// Built once, on the rooms it proposes through: no second step.
+		if e.tasks, err = cfg.Tasks(e.taskPorts()); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+	}
+	if e.cmds, err = commands.New(commands.Config{Reads: cfg.Store, Decider: e.decider, SecureInput: e.secure, Tasks: e.commandTasks(),
+		Trust: e.trust, Key: cfg.Key, OutputInlineMax: cfg.OutputInlineMax, Now: cfg.Now}); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
 	}
 	return e, nil
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // The turn's outcome as the rooms that answer into it see it: the command
-// table (commands.Out) and the task runtime (tasks.Out). What they write
+// table (commands.Out) and the task runtime (core.TaskOut). What they write
 // commits with the turn, in the order the outcome sends it.
 
 var (

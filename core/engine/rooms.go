@@ -33,7 +33,6 @@ func (e *Engine) buildRooms() error {
 		Recorded: func(a core.ApprovalRequest, to core.ExecStatus) {
 			e.m.executions.WithLabelValues(string(to)).Inc()
 			e.out.Kick(a.Conversation, 1)
-			e.taskNotice(a.ID)
 		},
 	})
 	if err != nil {

@@ -2,76 +2,88 @@ package engine
 
 import (
 	"context"
+	"log/slog"
+	"time"
+
+	"github.com/riverqueue/river"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/commands"
+	"github.com/silas-gateway/silas/core/outbox"
+	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/store"
-	"github.com/silas-gateway/silas/core/tasks"
+	"github.com/silas-gateway/silas/core/verify"
 )
 
 // The engine's side of the LLM agent's durable task runtime (core/tasks,
-// docs/agent.md). The runtime is built with the engine (Config.Tasks) on
-// the engine's proposing port, taskActions, so every tool call of a task
-// passes the same propose → policy → card → token → sandbox → verify path
-// as /run, inside the task step's own transaction. The engine hands the
-// runtime a person's turns that reach a task (the agent's hand-off, an
-// answer, a tap on a task's card; /tasks and /stop come through the
-// command table) and tells it when an approval's decision or execution
-// changed; the runtime reads what became of its calls from the store.
+// docs/agent.md), which the engine does not import: it hands the runtime a
+// person's turns that reach a task (the agent's hand-off, an answer, a tap
+// on a task's card; /tasks and /stop come through the command table) as
+// Tasks, an interface it owns, and lends the runtime the proposing port
+// of a task's steps (core/propose's Steps, on the same proposer, trust
+// book and executor as a turn's /run) when it builds it. The runtime learns
+// of decisions and executions from the step jobs their transactions queue,
+// and reads what became of its calls from the store.
 
-// taskActions is the engine as the task runtime's proposing port.
-type taskActions struct{ e *Engine }
-
-var _ tasks.Actions = taskActions{}
-
-// Propose is propose for a task's origin turn, inside the task's
-// transaction: the request, its card and — when policy allows — its
-// approval are written in tx; the messages go to origin's conversation.
-func (p taskActions) Propose(ctx context.Context, tx *store.Tx, origin core.Turn, pa core.ProposedAction) (tasks.Proposal, error) {
-	e := p.e
-	trust, _ := e.trust.Of(ctx, origin)
-	o := outcome{st: core.StoredTurn{Turn: origin}, trust: trust}
-	if pr := e.propose(&o, pa); pr.Request == nil {
-		// Not proposed: refused (trust), blocked by policy or malformed.
-		return tasks.Proposal{Refused: pr.Refused, Audit: o.audit}, nil
-	}
-	for _, a := range o.appr {
-		tx.QueueApproval(a)
-	}
-	if o.inTx != nil {
-		// propose sets inTx only to approve on the policy's behalf.
-		if err := o.inTx(ctx, tx, &o); err != nil {
-			return tasks.Proposal{}, err
-		}
-	}
-	for _, c := range o.cards {
-		if err := tx.QueueMessage(origin.Channel, core.OpSend, string(c.ID), core.OutMessage{Conversation: origin.Conversation, Card: c}); err != nil {
-			return tasks.Proposal{}, err
-		}
-	}
-	for _, c := range o.updates {
-		if err := tx.QueueMessage(origin.Channel, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: origin.Conversation, Card: c}); err != nil {
-			return tasks.Proposal{}, err
-		}
-	}
-	// approve's only after-commit work is starting the execution.
-	return tasks.Proposal{Approval: o.appr[0].ID, Approved: len(o.after) > 0, Messages: len(o.cards) + len(o.updates), Audit: o.audit}, nil
+// Tasks is the task runtime as the turn pipeline uses it.
+type Tasks interface {
+	commands.Tasks
+	// Start starts a task for the turn, inside its transaction.
+	Start(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, req core.TaskRequest, o core.TaskOut) error
+	// Awaiting: the conversation's task waits for this sender's answer
+	// (read before the turn's transaction).
+	Awaiting(ctx context.Context, st core.StoredTurn) (bool, error)
+	// Answer takes the turn's text as that answer, inside its transaction.
+	Answer(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, o core.TaskOut) error
+	// Tap answers a tap on a task's card; Handled=false: not a task's.
+	Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, tap core.Tap, o core.TaskOut) (core.TaskTap, error)
+	// Resume advances every unfinished task (at start, and as the sweep
+	// every SweepEvery).
+	Resume(ctx context.Context) error
+	SweepEvery() time.Duration
+	// Jobs registers the task step worker for the background room.
+	Jobs(workers *river.Workers) map[string]river.QueueConfig
+	// Close stops the runtime's steps, waiting until ctx ends.
+	Close(ctx context.Context)
 }
 
-// Proposed starts the execution of an action policy approved, once its
-// transaction committed (as approve's after-commit work does for a turn).
-func (p taskActions) Proposed(pr tasks.Proposal) {
-	e := p.e
-	if !pr.Approved {
-		return
-	}
-	if e.holdExecution == nil || !e.holdExecution(pr.Approval) {
-		e.startExecution(pr.Approval)
+// TaskPorts is what the engine lends the task runtime it builds
+// (Config.Tasks): the proposing port of a task's steps and the outbox, and
+// the engine's store, policy, verifier, logger and clock for the runtime
+// to default to.
+type TaskPorts struct {
+	Steps    propose.Steps
+	Outbox   *outbox.Outbox
+	Store    *store.Store
+	Policy   *policy.Policy
+	Verifier *verify.Runner
+	Logger   *slog.Logger
+	Now      func() time.Time
+}
+
+// taskPorts are the ports of the runtime, once the rooms are built.
+func (e *Engine) taskPorts() TaskPorts {
+	return TaskPorts{Steps: propose.Steps{Proposer: e.proposer, Trust: e.trust, Runs: taskRuns{e}, Count: taskCount{e.m}}, Outbox: e.out,
+		Store: e.st, Policy: e.cfg.Policy, Verifier: e.cfg.Verifier, Logger: e.log, Now: e.now}
+}
+
+// taskRuns is the executor as a task's proposals start and stop runs.
+type taskRuns struct{ e *Engine }
+
+func (r taskRuns) Start(id core.ApprovalID) {
+	if r.e.holdExecution == nil || !r.e.holdExecution(id) {
+		r.e.startExecution(id)
 	}
 }
 
-// StopRuns kills the running executions of a stopped task.
-func (p taskActions) StopRuns(ids []core.ApprovalID) { p.e.exec.Stop(ids) }
+func (r taskRuns) Stop(ids []core.ApprovalID) { r.e.exec.Stop(ids) }
+
+// taskCount counts a task's proposals as a turn's are counted.
+type taskCount struct{ m *metrics }
+
+func (c taskCount) Policy(decision string)  { c.m.policyDecisions.WithLabelValues(decision).Inc() }
+func (c taskCount) Decision(outcome string) { c.m.approvals.WithLabelValues(outcome).Inc() }
 
 // startTask hands the agent's task request to the runtime, inside the
 // turn's transaction.
@@ -116,18 +128,11 @@ func (e *Engine) taskAnswer(ctx context.Context, o *outcome) (bool, error) {
 
 // taskTap hands a tap on a card that is not an approval or an access
 // request to the runtime (a task's escalation or question card).
-func (e *Engine) taskTap(ctx context.Context, tx *store.Tx, o *outcome, tap core.Tap) (tasks.Tapped, error) {
+func (e *Engine) taskTap(ctx context.Context, tx *store.Tx, o *outcome, tap core.Tap) (core.TaskTap, error) {
 	if e.tasks == nil {
-		return tasks.Tapped{}, nil
+		return core.TaskTap{}, nil
 	}
 	return e.tasks.Tap(ctx, tx, o.st, o.trust, tap, o)
-}
-
-// taskNotice tells the runtime an approval's decision or execution changed.
-func (e *Engine) taskNotice(id core.ApprovalID) {
-	if e.tasks != nil {
-		e.tasks.Notice(e.workCtx, id)
-	}
 }
 
 // commandTasks is the task runtime as the command table asks it; nil (no

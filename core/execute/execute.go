@@ -51,6 +51,9 @@ type Tx interface {
 	QueueOutput(ref string, id core.ApprovalID, content string, secret bool) error
 	// QueueMessage enqueues a card update for the outbox.
 	QueueMessage(ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage) error
+	// QueueTaskStep queues a step of task id (a River job), committed
+	// with the transition.
+	QueueTaskStep(id string)
 }
 
 // Store is what the executor needs of storage: write transactions, and the
@@ -110,7 +113,7 @@ type Config struct {
 	// Claimed runs once a claim committed, before anything is prepared.
 	Claimed func(id core.ApprovalID)
 	// Recorded runs after a transition committed (its card update waits
-	// in the outbox): kick the conversation's lane, count, notify.
+	// in the outbox): kick the conversation's lane, count.
 	Recorded func(a core.ApprovalRequest, to core.ExecStatus)
 	// Failpoint, for crash tests only: "after-approve" (before the claim)
 	// or "after-execute" (once the run's result is recorded) makes the
@@ -402,6 +405,11 @@ func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.
 	if err != nil || !ok {
 		return nil, false, err
 	}
+	if r.a.Task != "" && settles(to) {
+		// The task reads what became of its call: wake it with this
+		// commit (the approval row carries its task; nothing is read).
+		tx.QueueTaskStep(r.a.Task)
+	}
 	if u.Result != nil && u.Result.OutputRef != "" {
 		// Marked at the source: this execution knows it received secrets.
 		if err := tx.QueueOutput(u.Result.OutputRef, id, fullOutput(u.Result), len(r.act.Secrets) > 0); err != nil {
@@ -430,6 +438,16 @@ func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.
 		entries = append(entries, audit.Entry{Kind: n.kind, Actor: "silas", Conversation: string(r.a.Conversation), Data: data})
 	}
 	return entries, true, nil
+}
+
+// settles: to is an outcome a task's call can report (the call waits
+// through queued, running and executed).
+func settles(to core.ExecStatus) bool {
+	switch to {
+	case core.ExecVerified, core.ExecFailed, core.ExecRefused, core.ExecInterrupted:
+		return true
+	}
+	return false
 }
 
 // after is ex once a transition to to with u is written: the store keeps

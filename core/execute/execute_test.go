@@ -21,6 +21,7 @@ import (
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/taskjob"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
 	"github.com/silas-gateway/silas/internal/storetest"
@@ -291,6 +292,28 @@ func TestRunCarriesRows(t *testing.T) {
 				t.Fatalf("ran %d times, want once", n)
 			}
 		})
+	}
+}
+
+// TestSettledRunWakesItsTask: the transition that settles a task's call
+// (verified here) queues the task's step job in its transaction, from the
+// carried row — the claim and the intermediate states queue none.
+func TestSettledRunWakesItsTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.decided(t, []string{"echo", "hi"}, verify.Check{Name: "probe", Run: []string{"true"}, Expect: verify.Expect{ExitCode: new(int)}})
+	b.sql(t, `UPDATE approvals SET task_id = 'task-1' WHERE id = $1`, id)
+	b.x.Run(b.ctx, id)
+	if ex := b.execution(t, id); ex.Status != core.ExecVerified {
+		t.Fatalf("execution = %s", ex.Status)
+	}
+	var n int
+	if err := b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'task' = 'task-1'`,
+		taskjob.Args{}.Kind()).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d step jobs (%v), want 1", n, err)
+	}
+	if b.count.txns != 3 || b.count.reads != 0 {
+		t.Fatalf("%d write transactions, %d approval reads outside them; want 3, 0", b.count.txns, b.count.reads)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/silas-gateway/silas/core/taskjob"
 )
 
 // River (core/background's job engine) keeps its jobs in this database:
@@ -100,6 +102,14 @@ func (s *Store) RiverSchemaCurrent(ctx context.Context) (bool, error) {
 // defaults: queue "default", 25 attempts).
 func (t *Tx) QueueJob(args river.JobArgs, opts *river.InsertOpts) {
 	t.jobs = append(t.jobs, river.InsertManyParams{Args: args, InsertOpts: opts})
+}
+
+// QueueTaskStep queues a step of task id (core/taskjob) in this
+// transaction: the state change that calls for the step (a task started,
+// stopped or answered, a task approval declined, its execution settled)
+// and the job commit or roll back together.
+func (t *Tx) QueueTaskStep(id string) {
+	t.QueueJob(taskjob.Args{Task: id}, taskjob.Opts())
 }
 
 // insertJobs inserts the queued River jobs on the transaction's

@@ -222,19 +222,6 @@ func (s *Store) TaskCalls(ctx context.Context, taskID string) ([]core.TaskCall, 
 	return out, nil
 }
 
-// TaskOfApproval names the task an approval was made for ("" when none).
-func (s *Store) TaskOfApproval(ctx context.Context, id core.ApprovalID) (string, error) {
-	var task string
-	err := s.pool.QueryRow(ctx, `SELECT task_id FROM task_calls WHERE approval_id = $1`, id).Scan(&task)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("store: task of approval: %w", err)
-	}
-	return task, nil
-}
-
 // OpenTaskApprovals lists the open (pending or confirming) approvals of a
 // task's calls, locked, so a stop can close them.
 func (t *Tx) OpenTaskApprovals(ctx context.Context, taskID string) ([]core.ApprovalRequest, error) {

@@ -64,8 +64,7 @@ func (r *Runtime) Start(ctx context.Context, tx *store.Tx, st core.StoredTurn, t
 	tx.QueueInsertTask(k)
 	o.Reply("On it: I'll make a plan for %q and show it to you. Each action will ask for your approval unless the risk policy allows it; /stop cancels.", goal)
 	o.Audit(turnEntry(st, audit.KindTaskCreated, map[string]any{"task": k.ID, "goal": clipText(goal, 300), "seq": st.Seq}))
-	id := k.ID
-	o.After(func() { r.kick(id) })
+	tx.QueueTaskStep(k.ID)
 	return nil
 }
 
@@ -178,12 +177,12 @@ func (r *Runtime) taskUserEvent(ctx context.Context, tx *store.Tx, o Out, k core
 	if err := r.commitInTurn(ctx, tx, o, k, w); err != nil {
 		return err
 	}
-	cancel := *w.cancel
-	id := k.ID
-	o.After(func() {
-		r.actions.StopRuns(cancel)
-		r.kick(id)
-	})
+	tx.QueueTaskStep(k.ID)
+	if cancel := *w.cancel; len(cancel) > 0 {
+		// Killing a run is this process's, once the stop committed (the
+		// executions were claimed here); the step job only reads.
+		o.After(func() { r.actions.StopRuns(cancel) })
+	}
 	return nil
 }
 
@@ -205,14 +204,8 @@ func (r *Runtime) commitInTurn(ctx context.Context, tx *store.Tx, o Out, k core.
 	return nil
 }
 
-// Tapped is what became of a tap on a task's card.
-type Tapped struct {
-	// Handled: the card is a task's (an escalation or a question).
-	Handled bool
-	// Refused, when set, is why the tap changed nothing; Toast is what to
-	// tell the tapper either way.
-	Refused, Toast string
-}
+// Tapped is what became of a tap on a task's card (core.TaskTap).
+type Tapped = core.TaskTap
 
 // Tap answers a tap on an escalation or question card inside the turn's
 // transaction, writing what it shows to o; Handled=false when the card is

@@ -4,22 +4,13 @@ import (
 	"fmt"
 
 	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 )
 
-// Out is where a person's turn that reaches a task (the agent's hand-off,
-// /stop, an answer, a tap) writes what the task shows in its
-// conversation: the engine's outcome for that turn, committed with it. The
-// turn's own replies come first, then these, in the order written.
-type Out interface {
-	Reply(format string, a ...any)
-	Card(c *cards.Card)
-	// Update edits a card sent earlier (sent after the turn's new messages).
-	Update(c *cards.Card)
-	Audit(entries ...audit.Entry)
-	// After runs f once the turn's transaction committed (a task's kick).
-	After(f func())
-}
+// Out is where a person's turn that reaches a task writes what the task
+// shows (core.TaskOut).
+type Out = core.TaskOut
 
 // shown is what a task's own transition shows in its conversation (an
 // Out for the runtime's background writes), sent by commitTask.

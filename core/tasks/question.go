@@ -101,8 +101,7 @@ func (r *Runtime) answer(ctx context.Context, tx *store.Tx, o Out, k core.Task, 
 	if err := r.commitInTurn(ctx, tx, o, k, w); err != nil {
 		return err
 	}
-	id := k.ID
-	o.After(func() { r.kick(id) })
+	tx.QueueTaskStep(k.ID)
 	return nil
 }
 

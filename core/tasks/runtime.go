@@ -43,19 +43,22 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm/task"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/redact"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
 )
 
-// Actions is the core's proposing port, as a task step uses it.
+// Actions is the core's proposing port, as a task step uses it
+// (core/propose's Steps).
 type Actions interface {
 	// Propose puts pa through the path of /run for the task's origin
 	// turn, inside tx: the sender's trust, validation, policy, the signed
-	// request and its card (queued to origin's conversation) and — when
-	// policy allows it — the approval with its single-use token.
-	Propose(ctx context.Context, tx *store.Tx, origin core.Turn, pa core.ProposedAction) (Proposal, error)
+	// request (its Task set to task, so its decision and execution queue
+	// the task's step) and its card (queued to origin's conversation) and
+	// — when policy allows it — the approval with its single-use token.
+	Propose(ctx context.Context, tx propose.Tx, task string, origin core.Turn, pa core.ProposedAction) (Proposal, error)
 	// Proposed is called once the transaction of p committed: an action
 	// policy approved starts to run.
 	Proposed(p Proposal)
@@ -65,20 +68,7 @@ type Actions interface {
 }
 
 // Proposal is what became of a proposed action, in its transaction.
-type Proposal struct {
-	// Approval is the stored request; "" when the action was not proposed.
-	Approval core.ApprovalID
-	// Refused says, when it was not proposed, why — in a sentence the
-	// person and the model are shown.
-	Refused string
-	// Approved: policy approved it in the transaction (it runs once
-	// Proposed is called).
-	Approved bool
-	// Messages counts the messages Propose queued to the conversation.
-	Messages int
-	// Audit are the proposal's entries, committed with the transaction.
-	Audit []audit.Entry
-}
+type Proposal = propose.Step
 
 // Outbox delivers what a commit queued for a conversation.
 type Outbox interface {
@@ -166,8 +156,9 @@ func (r *Runtime) Close(ctx context.Context) {
 }
 
 // kick advances a task in the background unless a step for it runs; then
-// that step goes round once more. Not once Close began: the task resumes
-// from its row at the next start anyway.
+// that step goes round once more (the sweep: state changes queue a step
+// job instead). Not once Close began: the task resumes from its row at the
+// next start anyway.
 func (r *Runtime) kick(id string) {
 	if !r.claim(id) {
 		return
@@ -216,17 +207,6 @@ func (r *Runtime) Resume(ctx context.Context) error {
 // SweepEvery is how often Resume should run to re-advance unfinished
 // tasks (Config.Sweep); the background room (core/background) runs it.
 func (r *Runtime) SweepEvery() time.Duration { return r.cfg.Sweep }
-
-// Notice kicks the task an approval belongs to, if any (its execution or
-// decision changed).
-func (r *Runtime) Notice(ctx context.Context, id core.ApprovalID) {
-	tid, err := r.st.TaskOfApproval(ctx, id)
-	if err != nil {
-		r.log.Warn("task: look up the task of an approval", slog.String("approval", string(id)), slog.Any("err", err))
-		return
-	}
-	r.kick(tid)
-}
 
 // taskState is a stored task decoded.
 type taskState struct {
@@ -449,7 +429,7 @@ func (r *Runtime) commitTask(ctx context.Context, w *taskWrite) (bool, error) {
 		}
 		calls := slices.Clone(w.calls)
 		if w.action != nil {
-			if prop, err = r.actions.Propose(ctx, tx, w.s.orig, *w.action); err != nil {
+			if prop, err = r.actions.Propose(ctx, tx, k.ID, w.s.orig, *w.action); err != nil {
 				return nil, err
 			}
 			o.Audit(prop.Audit...)
@@ -720,7 +700,7 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 		}
 		if c.Approval == "" {
 			// A question (ask_user): its answer finishes the call, inside
-			// the answering turn's transaction, and kicks the task.
+			// the answering turn's transaction, with the task's step job.
 			return false, nil
 		}
 		status, text, settled, err := r.callOutcome(ctx, c)
@@ -988,7 +968,7 @@ func (r *Runtime) taskVerify(ctx context.Context, s *taskState) (bool, error) {
 		runnable = append(runnable, c)
 	}
 	if waiting {
-		return false, nil // a check's card waits for its tap (its decision kicks the task)
+		return false, nil // a check's card waits for its tap (its decision or its execution queues the task's step)
 	}
 	if len(runnable) > 0 {
 		// No execution evidence: a check judging the (absent) execution's

@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm/task"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
@@ -52,7 +54,7 @@ type fakeActions struct {
 	stopped  []core.ApprovalID
 }
 
-func (f *fakeActions) Propose(_ context.Context, tx *store.Tx, origin core.Turn, pa core.ProposedAction) (Proposal, error) {
+func (f *fakeActions) Propose(_ context.Context, tx propose.Tx, taskID string, origin core.Turn, pa core.ProposedAction) (Proposal, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.proposed = append(f.proposed, pa)
@@ -68,7 +70,7 @@ func (f *fakeActions) Propose(_ context.Context, tx *store.Tx, origin core.Turn,
 	now := tx.Now()
 	a := core.ApprovalRequest{ID: core.ApprovalID(core.NewID()), Channel: origin.Channel, Conversation: origin.Conversation,
 		Requester: origin.Sender, ActionCanonical: canonical, ActionHash: hash, Intent: pa.Intent, Risk: cards.RiskLow,
-		Approvers: []string{"role:owner"}, Status: core.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+		Approvers: []string{"role:owner"}, Status: core.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Task: taskID}
 	tx.QueueApproval(a)
 	return Proposal{Approval: a.ID, Audit: []audit.Entry{{Kind: audit.KindApprovalRequested, Actor: string(origin.Sender),
 		Conversation: string(origin.Conversation), Data: map[string]any{"approval": string(a.ID)}}}}, nil
@@ -169,14 +171,30 @@ func (b *bundle) start(t *testing.T, goal string) string {
 	o := b.inTurn(t, func(ctx context.Context, tx *store.Tx, o Out) error {
 		return b.rt.Start(ctx, tx, turn(goal), core.TrustOwner, core.TaskRequest{Goal: goal}, o)
 	})
-	if len(o.replies) != 1 || !strings.HasPrefix(o.replies[0], "On it:") || len(o.after) != 1 {
+	if len(o.replies) != 1 || !strings.HasPrefix(o.replies[0], "On it:") || len(o.after) != 0 {
 		t.Fatalf("start showed %q with %d after-commit jobs", o.replies, len(o.after))
 	}
 	list, err := b.st.ActiveTasks(context.Background())
 	if err != nil || len(list) != 1 {
 		t.Fatalf("active tasks = %v, %v", list, err)
 	}
+	if n := b.stepJobs(t, list[0].ID); n != 1 {
+		t.Fatalf("start queued %d step jobs, want 1", n)
+	}
 	return list[0].ID
+}
+
+// stepJobs counts the task_step jobs ever queued for task id (no
+// background room runs here: they stay available).
+func (b *bundle) stepJobs(t *testing.T, id string) int {
+	t.Helper()
+	var n int
+	err := b.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'task' = $2`,
+		StepArgs{}.Kind(), id).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // settle advances the task until it waits (for a tap, an answer) or ends.
@@ -414,6 +432,9 @@ func TestStopInTurnDeclinesOpenCardsAndStopsRunsAfterCommit(t *testing.T) {
 	if len(b.actions.stopped) != 0 {
 		t.Fatal("runs were stopped before the turn committed")
 	}
+	if n := b.stepJobs(t, id); n != 2 {
+		t.Fatalf("%d step jobs after the stop, want 2 (start, stop)", n)
+	}
 	for _, f := range o.after {
 		f()
 	}
@@ -440,11 +461,41 @@ func TestStopBySomeoneElseChangesNothing(t *testing.T) {
 	o := b.inTurn(t, func(ctx context.Context, tx *store.Tx, o Out) error {
 		return b.rt.Stop(ctx, tx, other, core.TrustAuth, "", o)
 	})
-	if len(o.replies) != 1 || !strings.HasPrefix(o.replies[0], "Only the person who asked") || len(o.after) != 0 {
-		t.Fatalf("stop by another: %q, %d after-commit jobs", o.replies, len(o.after))
+	if len(o.replies) != 1 || !strings.HasPrefix(o.replies[0], "Only the person who asked") || len(o.after) != 0 || b.stepJobs(t, id) != 1 {
+		t.Fatalf("stop by another: %q, %d after-commit jobs, %d step jobs", o.replies, len(o.after), b.stepJobs(t, id))
 	}
 	if k := b.task(t, id); k.Final() {
 		t.Fatalf("task ended: %s", k.State)
+	}
+}
+
+// A step job exists exactly when the state change that calls for it
+// does: queued in its transaction, it rolls back with it.
+func TestStepJobInStateChangesTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	boom := errors.New("rolled back")
+	err := b.st.Do(context.Background(), func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		if err := b.rt.Start(ctx, tx, turn("a goal"), core.TrustOwner, core.TaskRequest{Goal: "a goal"}, &shown{}); err != nil {
+			return nil, err
+		}
+		return nil, boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Do = %v", err)
+	}
+	var n int
+	if err := b.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM river_job`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d jobs after a rolled-back start (%v), want 0", n, err)
+	}
+	if list, err := b.st.ActiveTasks(context.Background()); err != nil || len(list) != 0 {
+		t.Fatalf("active tasks after a rolled-back start = %v, %v", list, err)
+	}
+	id := b.start(t, "a goal") // asserts exactly one job, for this task
+	var args string
+	if err := b.st.Pool().QueryRow(context.Background(), `SELECT args->>'task' FROM river_job WHERE kind = $1 AND queue = $2`,
+		StepArgs{}.Kind(), QueueSteps).Scan(&args); err != nil || args != id {
+		t.Fatalf("the step job's task = %q (%v), want %s", args, err, id)
 	}
 }
 

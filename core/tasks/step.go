@@ -5,38 +5,28 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+
+	"github.com/silas-gateway/silas/core/taskjob"
 )
 
-// A task step as a River job (core/background): the preparation for
-// queueing a step inside the transaction of the state change that calls
-// for it (store.Tx.QueueJob) instead of kicking the runtime after commit.
-// The worker shares the in-process single-flight with the kicks, so a
-// step queued while one runs makes that one go round once more — never a
-// second concurrent step of the same task in this process (its model
-// calls would repeat, only for the loser's write to be dropped).
+// A task step as a River job (core/background). The transaction of every
+// state change that calls for a step queues one (store.Tx.QueueTaskStep):
+// a task started, stopped, answered or steered here, a task approval
+// declined (core/decide), its execution settled (core/execute). The worker
+// shares the in-process single-flight with the sweep, so a step queued
+// while one runs makes that one go round once more — never a second
+// concurrent step of the same task in this process (its model calls would
+// repeat, only for the loser's write to be dropped).
 
 // QueueSteps is the River queue task steps run in.
-const QueueSteps = "task_steps"
+const QueueSteps = taskjob.Queue
 
-// StepArgs are a task_step job's arguments: the task to advance.
-type StepArgs struct {
-	Task string `json:"task"`
-}
+// StepArgs are a task step job's arguments: the task to advance.
+type StepArgs = taskjob.Args
 
-// Kind is the River kind of a task step.
-func (StepArgs) Kind() string { return "silas_task_step" }
-
-// StepOpts are a task step's insert options. Not unique: River's unique
-// jobs dedupe against "running" rows too (it cannot leave running out of
-// ByState), so a wake-up queued while a step runs would be dropped and
-// the step would miss what was just written. A duplicate is harmless
-// instead: the single-flight folds it into the running step in this
-// process, and across processes the compare-and-swap on the task row's
-// Rev drops the stale write. A few attempts cover a database error; the
-// task sweep covers the rest.
-func StepOpts() *river.InsertOpts {
-	return &river.InsertOpts{Queue: QueueSteps, MaxAttempts: 3}
-}
+// StepOpts are a task step's insert options (taskjob.Opts says why they
+// are not unique).
+func StepOpts() *river.InsertOpts { return taskjob.Opts() }
 
 // Jobs registers the task_step worker on workers and returns its queue,
 // for the background room (background.Config.Workers and Queues).
@@ -50,9 +40,8 @@ type stepWorker struct {
 	r *Runtime
 }
 
-// Work advances the task until it waits or ends, as a kick does, but in
-// the job's goroutine. A failed advance is logged and left to the sweep,
-// as a kick's is.
+// Work advances the task until it waits or ends, in the job's goroutine.
+// A failed advance is logged and left to the sweep.
 func (w *stepWorker) Work(ctx context.Context, j *river.Job[StepArgs]) error {
 	w.r.step(ctx, j.Args.Task)
 	return nil

@@ -2,35 +2,23 @@ package tasks
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
-
 	"github.com/silas-gateway/silas/core/audit"
-	"github.com/silas-gateway/silas/core/background"
+	"github.com/silas-gateway/silas/core/background/backgroundtest"
 	"github.com/silas-gateway/silas/core/store"
 )
 
 // A task_step job queued in a transaction is worked by the background
-// room and advances its task as a kick does; a second job for the same
+// room and advances its task; a second job for the same
 // task (a duplicate wake-up) changes nothing and asks the model nothing.
 func TestStepJobAdvancesTask(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.fake.Script(planReply("title: Say hi\nsteps: [Say hi]\n"), shellCall(`["echo","hi"]`))
-	id := b.start(t, "say hi") // its after-commit kick is not run: only the job advances it
-	workers := river.NewWorkers()
-	room, err := background.New(background.Config{Pool: b.st.Pool(), Workers: workers, Queues: b.rt.Jobs(workers),
-		PollInterval: 100 * time.Millisecond, Testing: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := room.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = room.Stop(context.Background()) })
+	id := b.start(t, "say hi") // queues a step job, worked once the room starts
+	backgroundtest.Start(t, b.st.Pool(), b.rt.Jobs)
 	queue := func() {
 		err := b.st.Do(context.Background(), func(_ context.Context, tx *store.Tx) ([]audit.Entry, error) {
 			tx.QueueJob(StepArgs{Task: id}, StepOpts())

@@ -69,11 +69,19 @@ func TestAdaptersAreSections(t *testing.T) {
 		if a.Title == "" || a.Check == nil || a.Build == nil || a.Doctor == nil {
 			t.Errorf("adapter %q: spec incomplete: %+v", a.Name, a)
 		}
+		if a.Name == "webchat" {
+			// `make run`: the web chat is on by default, and answers only
+			// its logged-in browser, so it has no DM policy.
+			if !a.Enabled || a.DMPolicy != "" {
+				t.Errorf("webchat: default enabled=%v dm_policy=%q, want enabled and none", a.Enabled, a.DMPolicy)
+			}
+			continue
+		}
 		if a.Enabled || a.DMPolicy != "pairing" {
 			t.Errorf("adapter %q: default enabled=%v dm_policy=%q, want disabled and pairing", a.Name, a.Enabled, a.DMPolicy)
 		}
 	}
-	for _, name := range []string{"telegram", "slack", "discord", "whatsapp"} {
+	for _, name := range []string{"webchat", "telegram", "slack", "discord", "whatsapp"} {
 		if !seen[name] {
 			t.Errorf("adapter %q missing from Adapters", name)
 		}

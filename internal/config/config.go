@@ -23,6 +23,7 @@ import (
 	"github.com/silas-gateway/silas/adapters/slack"
 	"github.com/silas-gateway/silas/adapters/spec"
 	"github.com/silas-gateway/silas/adapters/telegram"
+	"github.com/silas-gateway/silas/adapters/webchat"
 	"github.com/silas-gateway/silas/adapters/whatsapp"
 	"github.com/silas-gateway/silas/core/policy"
 )
@@ -147,17 +148,10 @@ type Config struct {
 		// PreviewChars of a stored output still show on the card.
 		PreviewChars int `yaml:"preview_chars"`
 	} `yaml:"output"`
-	// Webchat is the local browser chat (docs/webchat-protocol.md).
-	Webchat struct {
-		// Enabled serves the local web chat on http.listen.
-		Enabled bool `yaml:"enabled"`
-		// Identity is who the logged-in browser speaks as (webchat:<name>).
-		Identity string `yaml:"identity"`
-		// LoginTTL is how long the printed one-time login secret works.
-		LoginTTL Duration `yaml:"login_ttl"`
-		// SessionTTL is how long a login lasts (1m-720h).
-		SessionTTL Duration `yaml:"session_ttl"`
-	} `yaml:"webchat"`
+	// Webchat is the local browser chat (docs/webchat-protocol.md), the
+	// first channel: decoded straight into its adapter's Config like the
+	// platform sections below.
+	Webchat webchat.Config `yaml:"webchat"`
 	// Secrets configures sealed credentials (docs/secrets.md).
 	Secrets struct {
 		// KeyFile is the data key file; "" means data_dir/keys/secrets.key.
@@ -260,9 +254,6 @@ func Default() *Config {
 	c.Sandbox.TmpBytes = 256 << 20
 	c.Sandbox.NetworkPorts = []uint16{53, 80, 443}
 	c.Output.InlineMaxChars, c.Output.PreviewChars = 10000, 2000
-	c.Webchat.Enabled, c.Webchat.Identity = true, "webchat:local"
-	c.Webchat.LoginTTL = Duration{time.Hour}
-	c.Webchat.SessionTTL = Duration{7 * 24 * time.Hour}
 	c.Secrets.RequestTTL = Duration{15 * time.Minute}
 	c.SecretsWeb.Enabled = true
 	c.SecretsWeb.Listen = "127.0.0.1:8443"
@@ -494,8 +485,8 @@ func setScalar(v reflect.Value, s string) error {
 	return nil
 }
 
-// platform is a section of Config that is a platform adapter's own
-// Config: it sets its defaults and describes itself.
+// platform is a section of Config that is an adapter's own Config (the
+// web chat's or a platform's): it sets its defaults and describes itself.
 type platform interface {
 	SetDefaults()
 	Spec() spec.Spec
@@ -518,8 +509,9 @@ func (c *Config) platforms() []platform {
 	return out
 }
 
-// Adapters lists the platform adapters in the order serve starts them and
-// doctor reports them: Config's platform fields, in order.
+// Adapters lists the adapters — the web chat, then the platforms — in the
+// order serve starts them and doctor reports them: Config's adapter
+// fields, in order.
 func (c *Config) Adapters() []spec.Spec {
 	var out []spec.Spec
 	for _, p := range c.platforms() {
@@ -680,19 +672,9 @@ func (c *Config) checkSandbox() error {
 	return nil
 }
 
-// checkWeb checks the web chat and the secure form for credentials.
+// checkWeb checks the secure form for credentials (the web chat checks its
+// own section, like every adapter).
 func (c *Config) checkWeb() error {
-	if c.Webchat.Enabled {
-		if p, u, ok := strings.Cut(c.Webchat.Identity, ":"); !ok || p != "webchat" || u == "" {
-			return bad("webchat.identity", "%q must be webchat:<name>", c.Webchat.Identity)
-		}
-		if c.Webchat.LoginTTL.Duration < time.Minute {
-			return bad("webchat.login_ttl", "must be at least 1m")
-		}
-		if d := c.Webchat.SessionTTL.Duration; d < time.Minute || d > 30*24*time.Hour {
-			return bad("webchat.session_ttl", "%s must be between 1m and 720h (30 days)", d)
-		}
-	}
 	if c.Secrets.RequestTTL.Duration < time.Minute || c.Secrets.RequestTTL.Duration > 24*time.Hour {
 		return bad("secrets.request_ttl", "%s must be between 1m and 24h", c.Secrets.RequestTTL.Duration)
 	}

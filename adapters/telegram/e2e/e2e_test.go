@@ -756,7 +756,7 @@ func TestStormAndOutage(t *testing.T) {
 		a.say(telegramtest.Private(u), u, cmd)
 		wantA = append(wantA, expect{chat: u.ID, texts: []string{reply(cmd)}})
 	}
-	a.eventually("storm: all turns processed", 20*time.Second, func() (bool, string) {
+	a.eventually("storm: all turns processed", 60*time.Second, func() (bool, string) {
 		n := a.count(`SELECT count(*) FROM turns WHERE status = 'done'`)
 		return n == 100, fmt.Sprintf("%d turns done", n)
 	})

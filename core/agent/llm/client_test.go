@@ -194,7 +194,9 @@ func TestTimeout(t *testing.T) {
 		case <-r.Context().Done():
 		}
 	})
-	c, _ := newClient(t, srv, func(c *llm.Config) { c.APIKey = ""; c.Timeout = 50 * time.Millisecond; c.MaxRetries = 1 })
+	// Long enough for the request to reach the server on a loaded machine
+	// (the count below must see it), short enough for a unit test.
+	c, _ := newClient(t, srv, func(c *llm.Config) { c.APIKey = ""; c.Timeout = 2 * time.Second; c.MaxRetries = 1 })
 	_, err := c.Chat(context.Background(), llm.Request{Model: "small", Messages: []llm.Message{{Role: llm.RoleUser, Content: "hi"}}})
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "llm.timeout") {
 		t.Fatalf("err = %v", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
+	"github.com/silas-gateway/silas/core/background/backgroundtest"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/policy"
@@ -27,6 +28,7 @@ import (
 	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/storetest"
+	"github.com/silas-gateway/silas/internal/taskwire"
 )
 
 // benchSteps is the length of each benchmark task's plan (the parser's
@@ -146,17 +148,19 @@ func BenchmarkTaskStepOverhead(b *testing.B) {
 	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Logger: log,
-		Tasks: &tasks.Config{Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client},
-			Limits: task.Limits{Tokens: 1 << 40, ModelCalls: 1000, ToolCalls: 1000, WallTime: 24 * time.Hour}}})
+		Tasks: taskwire.Runtime(tasks.Config{Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client},
+			Limits: task.Limits{Tokens: 1 << 40, ModelCalls: 1000, ToolCalls: 1000, WallTime: 24 * time.Hour}})})
 	if err != nil {
 		b.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = eng.Run(ctx, time.Second) }()
 	<-eng.Ready()
+	stopRoom := backgroundtest.Start(b, st.Pool(), eng.Jobs) // works the task steps
 	defer func() {
 		cancel()
 		<-done
+		stopRoom()
 		sb.Close()
 		st.Close()
 	}()

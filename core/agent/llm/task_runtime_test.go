@@ -20,6 +20,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
+	"github.com/silas-gateway/silas/core/background/backgroundtest"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/policy"
@@ -28,6 +29,7 @@ import (
 	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/taskwire"
 )
 
 // The durable task runtime end to end: the real engine on PostgreSQL, the
@@ -111,8 +113,8 @@ func (h *taskHarness) start(t *testing.T) {
 	cfg := engine.Config{Store: h.st, Channels: []core.Channel{h.ch}, Agent: ag, Sandbox: h.sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: h.sb}, AllowedDirs: []string{h.dir}}, Policy: taskPolicy(t), Key: h.key,
 		Owners: []core.IdentityID{owner}, Logger: slog.New(slog.DiscardHandler),
-		Tasks: &tasks.Config{Planner: llm.Planner{Client: h.client}, Executor: llm.Executor{Client: h.client},
-			Limits: h.opts.limits, Recovery: h.opts.recovery, Sweep: 200 * time.Millisecond},
+		Tasks: taskwire.Runtime(tasks.Config{Planner: llm.Planner{Client: h.client}, Executor: llm.Executor{Client: h.client},
+			Limits: h.opts.limits, Recovery: h.opts.recovery, Sweep: 200 * time.Millisecond}),
 	}
 	if h.opts.configure != nil {
 		h.opts.configure(&cfg)
@@ -124,8 +126,10 @@ func (h *taskHarness) start(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = eng.Run(ctx, 100*time.Millisecond) }()
 	<-eng.Ready()
+	// Task steps are River jobs, worked by the background room.
+	stopRoom := backgroundtest.Start(t, h.st.Pool(), eng.Jobs)
 	h.eng, h.ctx = eng, ctx
-	h.stopFn = func() { cancel(); <-done }
+	h.stopFn = func() { cancel(); <-done; stopRoom() }
 }
 
 func (h *taskHarness) stop() {

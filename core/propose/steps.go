@@ -1,0 +1,144 @@
+package propose
+
+import (
+	"context"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/decide"
+)
+
+// The proposing port of a task's steps (core/tasks' Actions): each tool
+// call a task's executor makes goes through the proposer on the path of
+// /run — the task's requester's trust, validation, policy, the signed
+// request and its card and, when policy allows it, the approval on the
+// policy's behalf — written inside the step's own transaction. The
+// runtime reads what became of it from the store.
+
+// Tx is the part of a step's transaction a proposal is written in
+// (core/store's Tx).
+type Tx interface {
+	decide.Tx
+	QueueApproval(a core.ApprovalRequest)
+	QueueMessage(ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage) error
+}
+
+// Trust says who a turn's sender is (core/trust's Book).
+type Trust interface {
+	Of(ctx context.Context, t core.Turn) (core.Trust, string)
+}
+
+// Runs is the executor as a task's proposals need it: the narrow
+// start-execution port.
+type Runs interface {
+	// Start runs an approved action once the transaction that approved it
+	// committed.
+	Start(id core.ApprovalID)
+	// Stop kills running executions (a stopped task's); each is recorded
+	// interrupted, never run again.
+	Stop(ids []core.ApprovalID)
+}
+
+// Counter counts what proposing decided, for metrics.
+type Counter interface {
+	// Policy counts a policy decision ("external" when trust refused).
+	Policy(decision string)
+	// Decision counts an approval on the policy's behalf (decide.Result's
+	// Outcome).
+	Decision(outcome string)
+}
+
+// Steps is the proposing port of a task's steps.
+type Steps struct {
+	Proposer *Proposer
+	Trust    Trust
+	Runs     Runs
+	// Count is optional.
+	Count Counter
+}
+
+// Step is what became of an action a task's step proposed, in its
+// transaction.
+type Step struct {
+	// Approval is the stored request; "" when the action was not proposed.
+	Approval core.ApprovalID
+	// Refused says, when it was not proposed, why — in a sentence the
+	// person and the model are shown.
+	Refused string
+	// Approved: policy approved it in the transaction (it runs once
+	// Proposed is called).
+	Approved bool
+	// Messages counts the messages Propose queued to the conversation.
+	Messages int
+	// Audit are the proposal's entries, in the name of origin's sender,
+	// committed with the transaction.
+	Audit []audit.Entry
+}
+
+// Propose puts pa through the path of /run for origin (the turn that
+// started task) inside tx: the request (carrying task, so its decision and
+// its execution queue the task's step), its card queued to origin's
+// conversation and — when policy allows the action — its approval.
+func (s Steps) Propose(ctx context.Context, tx Tx, task string, origin core.Turn, pa core.ProposedAction) (Step, error) {
+	trust, _ := s.Trust.Of(ctx, origin)
+	p := s.Proposer.Propose(core.StoredTurn{Turn: origin}, trust, pa)
+	if s.Count != nil && p.Decision != "" {
+		s.Count.Policy(p.Decision)
+	}
+	var out Step
+	note := func(notes []decide.Note) {
+		for _, n := range notes {
+			out.Audit = append(out.Audit, audit.Entry{Kind: n.Kind, Actor: string(origin.Sender), Conversation: string(origin.Conversation), Data: n.Data})
+		}
+	}
+	note(p.Notes)
+	if p.Request == nil {
+		// Not proposed: refused (trust), blocked by policy or malformed.
+		out.Refused = p.Refused
+		return out, nil
+	}
+	p.Request.Task = task
+	tx.QueueApproval(*p.Request)
+	var updates []*cards.Card
+	if p.Auto != "" {
+		r, err := s.Proposer.Approve(ctx, tx, p)
+		if err != nil {
+			return Step{}, err
+		}
+		note(r.Notes)
+		updates, out.Approved = r.Updates, r.Queued != ""
+		if l := r.Outcome(); s.Count != nil && l != "" {
+			s.Count.Decision(l)
+		}
+	}
+	// The card first, then what the policy's decision made of it.
+	send := func(op core.OutboxOp, c *cards.Card) error {
+		return tx.QueueMessage(origin.Channel, op, string(c.ID), core.OutMessage{Conversation: origin.Conversation, Card: c})
+	}
+	if err := send(core.OpSend, p.Card); err != nil {
+		return Step{}, err
+	}
+	for _, c := range updates {
+		if err := send(core.OpUpdate, c); err != nil {
+			return Step{}, err
+		}
+	}
+	out.Approval, out.Messages = p.Request.ID, 1+len(updates)
+	return out, nil
+}
+
+// Proposed starts the execution of an action policy approved, once the
+// transaction of p committed.
+func (s Steps) Proposed(p Step) {
+	if p.Approved {
+		s.Runs.Start(p.Approval)
+	}
+}
+
+// StopRuns kills the running executions of a stopped task.
+func (s Steps) StopRuns(ids []core.ApprovalID) {
+	if len(ids) > 0 {
+		s.Runs.Stop(ids)
+	}
+}
