@@ -24,6 +24,8 @@ import (
 // any (Sealed implements it). An Executor whose Secrets does not leaves
 // such a run to be refused when it starts.
 type Presence interface {
+	// Enabled: stored secrets can be opened at all (a sealing key).
+	Enabled() bool
 	Missing(ctx context.Context, names []string) ([]string, error)
 	// CanAsk: missing secrets can be asked for through the secure form.
 	CanAsk() bool
@@ -45,6 +47,9 @@ func (s Sealed) Missing(ctx context.Context, names []string) ([]string, error) {
 	return missing, nil
 }
 
+// Enabled implements Presence.
+func (s Sealed) Enabled() bool { return s.Sealer != nil }
+
 // CanAsk implements Presence.
 func (s Sealed) CanAsk() bool {
 	e, ok := s.Asker.(interface{ Enabled() bool })
@@ -63,7 +68,7 @@ type Unready struct {
 	Audit audit.Entry
 	// After runs once the transaction committed: it asks for the missing
 	// secrets (secure-input cards, on approver's behalf) and reports the
-	// refusal (task notice, metrics) as any refusal is.
+	// refusal (metrics, the lane's kick) as any refusal is.
 	After func()
 }
 
@@ -82,7 +87,7 @@ func (x *Executor) RefuseUnready(ctx context.Context, tx Tx, id core.ApprovalID,
 	var reason string
 	var ask []string
 	switch p, ok := x.cfg.Secrets.(Presence); {
-	case x.cfg.Secrets == nil:
+	case x.cfg.Secrets == nil, ok && !p.Enabled():
 		reason = "secrets are not enabled on this gateway"
 	case !ok:
 		return nil, nil
@@ -102,6 +107,11 @@ func (x *Executor) RefuseUnready(ctx context.Context, tx Tx, id core.ApprovalID,
 	ok, err := tx.TransitionExecution(ctx, id, core.ExecQueued, core.ExecRefused, u)
 	if err != nil || !ok {
 		return nil, err
+	}
+	if a.Task != "" {
+		// A task's call: wake its step with this commit, as every outcome
+		// the executor records does (it reads the refusal from the rows).
+		tx.QueueTaskStep(a.Task)
 	}
 	ex := after(core.Execution{ApprovalID: id, Status: core.ExecQueued}, core.ExecRefused, u)
 	x.log.Warn("execution refused before it started", slog.String("approval", string(id)), slog.String("reason", reason))
