@@ -15,6 +15,11 @@ type OutMessage struct {
 	// lane for channels without buttons (Capabilities.Buttons), which show
 	// it instead of a native card. Not stored.
 	CardText string `json:"-"`
+	// SecretOutput marks a message that carries the output of an action
+	// that received a secret (shown after the owner's tap). It is stored
+	// beside the payload (outbox.secret_output), never in it, and the
+	// transcript reports it, so no model request carries the message.
+	SecretOutput bool `json:"-"`
 }
 
 // Channel is the port every platform adapter implements. It is deliberately

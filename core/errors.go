@@ -9,6 +9,10 @@ import (
 // ErrNotFound is returned by stores when a row does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrWithheld is returned by reads of the stored output of an action that
+// received a secret before the owner tapped to show it.
+var ErrWithheld = errors.New("withheld: the output of a run that received a secret is shown only after the owner's tap on its card")
+
 // ErrNotSupported is returned when a channel lacks an optional capability.
 var ErrNotSupported = errors.New("not supported by this channel")
 

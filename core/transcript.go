@@ -32,4 +32,14 @@ type TranscriptEntry struct {
 	Card              *cards.Card
 	// At is when the message was first stored.
 	At time.Time
+	// SecretOutput: the message carries the output of an action that
+	// received a secret (OutMessage.SecretOutput). It is never put into a
+	// model request: SecretOutputWithheld stands in its place.
+	SecretOutput bool
 }
+
+// SecretOutputWithheld is what a model is told in place of the output of an
+// action that received a secret: in a conversation's history, and as a
+// task step's tool result. The output may hold the secret in a form no
+// redaction finds, so no byte of it is given to a model.
+const SecretOutputWithheld = "[output of a run that received a secret: not shown to the model]"

@@ -467,6 +467,13 @@ func (a *Adapter) serveOutput(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, "no such output")
 		return
 	}
+	if errors.Is(err, core.ErrWithheld) {
+		// The output of a run that received a secret: only the owner's tap
+		// on the card /output sends shows it (then this page does too).
+		httpError(w, http.StatusForbidden, "this is the output of a run that received a secret and may contain it in some encoding: "+
+			"send /output "+ref+" in the chat, and the owner's tap on its card shows it")
+		return
+	}
 	if err != nil {
 		a.log.Error("read stored output", slog.String("ref", ref), slog.Any("err", err))
 		httpError(w, http.StatusInternalServerError, "could not read the output")

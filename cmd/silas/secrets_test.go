@@ -551,7 +551,17 @@ func TestSecretsCanary(t *testing.T) {
 	if ran.Output != "" || ran.OutputRef == "" || !strings.Contains(ran.Outcome, "Output hidden because this action received secret "+secretName) {
 		t.Errorf("card after the run = %+v, want its output hidden", ran)
 	}
+	// The output may hold the secret in a form redaction misses: /output
+	// sends a card, and the owner's tap shows it (issue 22 point 1).
 	c.say("/output " + ran.OutputRef)
+	ask := card(c.expectNew("the card that asks to show the output", func(f map[string]any) bool {
+		cd := card(f)
+		return cd != nil && cd.Kind == cards.KindInfo && cd.Status == cards.StatusPending && strings.Contains(cd.Intent, ran.OutputRef)
+	}))
+	if !strings.Contains(ask.Intent, "may contain secret "+secretName+" in some encoding") {
+		t.Errorf("reveal card = %+v", ask)
+	}
+	c.tap(string(ask.ID), "show")
 	c.textContaining("(secret values redacted):\nv=[redacted secret]")
 
 	c.say("here is my token " + ghp + " please keep it")
@@ -704,6 +714,14 @@ func TestBrowserSecrets(t *testing.T) {
 		t.Errorf("card after the run = %v, want its output hidden", st)
 	}
 	browserSend(t, ctx, "/output "+run)
+	ask := browserPoll(t, ctx, "the card that asks to show the output", `(() => {
+		const c = [...document.querySelectorAll('[data-testid=card][data-status=pending]')]
+			.find(c => c.innerText.includes('may contain secret `+secretName+` in some encoding'));
+		return c ? c.dataset.cardId : '';
+	})()`)
+	if err := chromedp.Do(ctx, chromedp.Click(cardSel(ask, "choice-show"))); err != nil {
+		t.Fatalf("click show: %v", err)
+	}
 	browserWait(t, ctx, "output shown", `document.body.innerText.includes('v=[redacted secret]')`)
 
 	// A credential typed into the chat.

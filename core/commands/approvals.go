@@ -101,12 +101,11 @@ const outputRefPrefix = "out-"
 var outputArgRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
 // output answers "/output <ref>" with an execution's stored output: the
-// whole of a long one, or the output of an action that received secrets,
-// which its card does not show. What is stored was redacted before it was
-// stored (secret values and their encodings are gone), so this shows
-// nothing the execution's card could not have shown; it is still limited
-// to people who may decide that card, in the chat the card is in, and each
-// showing is audited.
+// whole of a long one. It is limited to people who may decide that card,
+// in the chat the card is in, and each showing is audited. The output of
+// an action that received a secret is not answered at once: redaction
+// cannot find every form a program may print a secret in, so a card asks
+// the owner to show it (RevealTap), and says why.
 func (c *Table) output(ctx context.Context, t Turn, arg string, out Out) error {
 	if !outputArgRe.MatchString(arg) {
 		out.Reply("Usage: /output <ref> — the ref a card names (out-…), or the card's id.")
@@ -135,25 +134,31 @@ func (c *Table) output(ctx context.Context, t Turn, arg string, out Out) error {
 		return nil
 	}
 	text, err := c.cfg.Reads.GetConversationOutput(ctx, t.Turn.Conversation, ref)
-	if errors.Is(err, core.ErrNotFound) {
+	var act core.Action
+	secret := json.Unmarshal(a.ActionCanonical, &act) == nil && len(act.Secrets) > 0 || errors.Is(err, core.ErrWithheld)
+	switch {
+	case errors.Is(err, core.ErrNotFound):
 		return none()
-	}
-	if err != nil {
+	case secret:
+		c.askToReveal(t, ref, act.Secrets, out)
+		return nil
+	case err != nil:
 		return fmt.Errorf("commands: read output %s: %w", ref, err)
 	}
 	out.Note(audit.KindOutputShown, map[string]any{"approval": string(id), "ref": ref})
-	name := "Output " + ref
-	var act core.Action
-	if json.Unmarshal(a.ActionCanonical, &act) == nil && len(act.Secrets) > 0 {
-		name += " (secret values redacted)"
-	}
+	out.Reply("%s", c.showOutput("Output "+ref, text))
+	return nil
+}
+
+// showOutput is the answer that shows a stored output under name, cut at
+// OutputInlineMax characters.
+func (c *Table) showOutput(name, text string) string {
 	switch n, max := utf8.RuneCountInString(text), c.cfg.OutputInlineMax; {
 	case n == 0:
-		out.Reply("%s is empty.", name)
+		return name + " is empty."
 	case n > max:
-		out.Reply("%s, the first %d of %d characters:\n%s", name, max, n, render.Clip(text, max))
+		return fmt.Sprintf("%s, the first %d of %d characters:\n%s", name, max, n, render.Clip(text, max))
 	default:
-		out.Reply("%s:\n%s", name, text)
+		return name + ":\n" + text
 	}
-	return nil
 }

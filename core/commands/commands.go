@@ -28,6 +28,10 @@ type Out interface {
 	// Write runs f inside the turn's transaction (again, on a fresh
 	// outcome, if the batch is retried); it replaces an earlier Write.
 	Write(f func(ctx context.Context, tx *store.Tx, out Out) error)
+	// SecretOutput replies with text that carries the output of an action
+	// that received a secret, marked so (core.OutMessage.SecretOutput):
+	// the person sees it, no model request ever carries it.
+	SecretOutput(text string)
 }
 
 // Reads are the store reads the handlers answer from.

@@ -5,13 +5,15 @@ import (
 	"errors"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/store"
 )
 
 // decide applies a tap inside the turn's transaction. An approval card is
 // the decider's (core/decide); an access request's card is decided here,
-// a task's question by the task runtime; anything else is unknown.
+// a card asking to show a secret run's output by the command table, a
+// task's question by the task runtime; anything else is unknown.
 func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.Tap) error {
 	refuse := func(reason, msg string) error {
 		e.applyDecision(o, decide.Refusal(tap, reason, msg, nil))
@@ -22,6 +24,24 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		if err != nil {
 			return err
 		}
+		if r.Queued != "" {
+			// A run that cannot start (a declared secret not stored) is
+			// refused here: its card goes to refused, never "running…".
+			u, err := e.exec.RefuseUnready(ctx, tx, r.Queued, o.st.Turn.Sender)
+			if err != nil {
+				return err
+			}
+			if u != nil {
+				for i, c := range r.Updates {
+					if c.ID == u.Card.ID {
+						r.Updates[i] = u.Card
+					}
+				}
+				r.Queued, r.Toast = "", "Not run: "+u.Reason
+				o.audit = append(o.audit, u.Audit)
+				o.after = append(o.after, u.After)
+			}
+		}
 		e.applyDecision(o, r)
 		return nil
 	}
@@ -31,6 +51,18 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 	}
 	if !errors.Is(err, core.ErrNotFound) {
 		return err
+	}
+	// A card that asks the owner to show a secret run's output.
+	rv, err := e.cmds.RevealTap(ctx, tx, commands.Turn{StoredTurn: o.st, Trust: o.trust}, tap, o)
+	if err != nil {
+		return err
+	}
+	if rv.Handled {
+		if rv.Refused != "" {
+			return refuse(rv.Refused, rv.Toast)
+		}
+		o.toast = rv.Toast
+		return nil
 	}
 	tp, err := e.taskTap(ctx, tx, o, tap)
 	if err != nil {

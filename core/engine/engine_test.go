@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -743,14 +744,7 @@ func TestAccessAllowlistIgnores(t *testing.T) {
 
 func TestSecretLifecycle(t *testing.T) {
 	t.Parallel()
-	key, err := secrets.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sealer, err := secrets.NewSealer(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sealer := newSealer(t)
 	var link string
 	fc := newFakeChannel()
 	rec := &recordingAgent{next: agent.Command{}}
@@ -812,7 +806,35 @@ func TestSecretLifecycle(t *testing.T) {
 	// value folded over lines are each replaced.
 	b.send(t, "test:friend", "/output "+done.OutputRef)
 	b.ch.waitFor(t, "output refused", func(m []core.OutMessage) bool { return textContaining(m, "may not decide card "+string(run.ID)) })
+	// The approver's /output does not show it: a card asks the owner, and
+	// says the output may hold the secret in some encoding (issue 22
+	// point 1). Until the owner's tap, every read for showing withholds it
+	// (the web chat's full-output page reads GetConversationOutput).
 	b.send(t, owner, "/output "+string(run.ID))
+	var ask *cards.Card
+	b.ch.waitFor(t, "reveal card", func(m []core.OutMessage) bool {
+		ask = cardWith(m, func(c *cards.Card) bool {
+			return c.Kind == cards.KindInfo && c.Status == cards.StatusPending && strings.Contains(c.Intent, done.OutputRef)
+		})
+		return ask != nil
+	})
+	if !strings.Contains(ask.Intent, "may contain secret demo_key in some encoding") || len(ask.Choices) != 2 {
+		t.Fatalf("reveal card = %+v", ask)
+	}
+	if _, err := b.st.GetConversationOutput(b.ctx, "test:chat", done.OutputRef); !errors.Is(err, core.ErrWithheld) {
+		t.Fatalf("output read before the tap: %v", err)
+	}
+	// Only the owner decides it.
+	b.tap(t, "test:friend", ask.ID, "show")
+	var status string
+	if err := b.st.Pool().QueryRow(b.ctx, `SELECT status FROM output_reveals WHERE card_id = $1`, string(ask.ID)).Scan(&status); err != nil || status != "pending" {
+		t.Fatalf("after a non-owner's tap: %q, %v", status, err)
+	}
+	if _, err := b.st.GetConversationOutput(b.ctx, "test:chat", done.OutputRef); !errors.Is(err, core.ErrWithheld) {
+		t.Fatalf("output read after a non-owner's tap: %v", err)
+	}
+	b.tap(t, owner, ask.ID, "show")
+	b.waitStatus(t, ask.ID, cards.StatusDone)
 	var shown string
 	b.ch.waitFor(t, "output shown", func(m []core.OutMessage) bool {
 		for _, x := range m {
@@ -825,6 +847,21 @@ func TestSecretLifecycle(t *testing.T) {
 	})
 	if !strings.Contains(shown, "key=[redacted secret]") || strings.Count(shown, "[redacted secret]") != 4 || strings.Contains(shown, canary[:8]) {
 		t.Fatalf("shown output: %q", shown)
+	}
+	// Shown, it is marked in the transcript, and the page may show it.
+	tr, err := b.st.Transcript(b.ctx, "test", "test:chat", 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(tr, func(e core.TranscriptEntry) bool { return e.Text == shown }); i < 0 || !tr[i].SecretOutput {
+		t.Fatalf("the shown output is not marked in the transcript (at %d)", i)
+	}
+	if page, err := b.st.GetConversationOutput(b.ctx, "test:chat", done.OutputRef); err != nil || !strings.Contains(page, "key=[redacted secret]") {
+		t.Fatalf("output after the owner's tap: %q, %v", page, err)
+	}
+	var audited int
+	if err := b.st.Pool().QueryRow(b.ctx, `SELECT count(*) FROM audit_log WHERE kind = 'output.shown' AND actor = $1`, string(owner)).Scan(&audited); err != nil || audited != 1 {
+		t.Fatalf("output.shown entries = %d, %v", audited, err)
 	}
 	b.send(t, owner, "/output out-nosuchcard")
 	b.ch.waitFor(t, "unknown ref", func(m []core.OutMessage) bool {

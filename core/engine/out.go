@@ -30,6 +30,10 @@ func (o *outcome) Audit(entries ...audit.Entry)              { o.audit = append(
 func (o *outcome) After(f func())                            { o.after = append(o.after, f) }
 func (o *outcome) Note(kind audit.Kind, data map[string]any) { o.note(kind, data) }
 
+// SecretOutput queues a reply that carries secret-derived output, marked
+// so (core.OutMessage.SecretOutput) that no model request carries it.
+func (o *outcome) SecretOutput(text string) { o.secretReplies = append(o.secretReplies, text) }
+
 // SendTo queues a message to another conversation of the turn's channel.
 func (o *outcome) SendTo(conv core.ConversationID, key string, m core.OutMessage) {
 	o.sends = append(o.sends, pendingSend{conv: conv, key: key, msg: m})

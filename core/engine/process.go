@@ -22,7 +22,10 @@ type outcome struct {
 	st      core.StoredTurn
 	trust   core.Trust
 	replies []string
-	cards   []*cards.Card
+	// secretReplies carry the output of an action that received a secret
+	// (commands.Out.SecretOutput), sent after replies, marked.
+	secretReplies []string
+	cards         []*cards.Card
 	// updates are edits of cards sent earlier, enqueued after the sends.
 	updates []*cards.Card
 	appr    []core.ApprovalRequest
@@ -124,6 +127,7 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 	err = e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
 		o := base // a fresh copy on every (re)try
 		o.replies = append([]string(nil), base.replies...)
+		o.secretReplies = append([]string(nil), base.secretReplies...)
 		o.cards = append([]*cards.Card(nil), base.cards...)
 		o.appr = append([]core.ApprovalRequest(nil), base.appr...)
 		o.updates = append([]*cards.Card(nil), base.updates...)
@@ -151,6 +155,11 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 		o.jobs = nil
 		for _, r := range o.replies {
 			if err := o.send(tx, "r-"+core.NewID(), core.OutMessage{Conversation: t.Conversation, Text: r}); err != nil {
+				return nil, err
+			}
+		}
+		for _, r := range o.secretReplies {
+			if err := o.send(tx, "r-"+core.NewID(), core.OutMessage{Conversation: t.Conversation, Text: r, SecretOutput: true}); err != nil {
 				return nil, err
 			}
 		}

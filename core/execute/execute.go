@@ -45,8 +45,10 @@ type Tx interface {
 	RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []byte, tokenID string) (core.Decision, error)
 	// TransitionExecution is compare-and-swap on an execution's status.
 	TransitionExecution(ctx context.Context, id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate) (bool, error)
-	// QueueOutput stores an execution's full output under ref.
-	QueueOutput(ref string, id core.ApprovalID, content string) error
+	// QueueOutput stores an execution's full output under ref; secret
+	// marks the output of an action that received a secret, which is
+	// shown only after the owner's tap and never given to a model.
+	QueueOutput(ref string, id core.ApprovalID, content string, secret bool) error
 	// QueueMessage enqueues a card update for the outbox.
 	QueueMessage(ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage) error
 	// QueueTaskStep queues a step of task id (a River job), committed
@@ -414,7 +416,8 @@ func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.
 		tx.QueueTaskStep(r.a.Task)
 	}
 	if u.Result != nil && u.Result.OutputRef != "" {
-		if err := tx.QueueOutput(u.Result.OutputRef, id, fullOutput(u.Result)); err != nil {
+		// Marked at the source: this execution knows it received secrets.
+		if err := tx.QueueOutput(u.Result.OutputRef, id, fullOutput(u.Result), len(r.act.Secrets) > 0); err != nil {
 			return nil, false, err
 		}
 	}

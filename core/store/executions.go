@@ -104,29 +104,51 @@ func (t *Tx) TransitionExecution(ctx context.Context, id core.ApprovalID, from, 
 	return true, nil
 }
 
-// QueueOutput stores an execution's full output under ref. The approval
+// QueueOutput stores an execution's full output under ref; secret marks
+// the output of an action that received a secret (outputs.secret), which
+// the reads below withhold until the owner tapped to show it. The approval
 // must be in the transaction's view (ErrOrder).
-func (t *Tx) QueueOutput(ref string, id core.ApprovalID, content string) error {
+func (t *Tx) QueueOutput(ref string, id core.ApprovalID, content string, secret bool) error {
 	if err := t.parent("output", id); err != nil {
 		return err
 	}
-	t.later("insert output", `INSERT INTO outputs (ref, approval_id, content, created_at) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (ref) DO NOTHING`, ref, id, displayText(content), t.now())
+	t.later("insert output", `INSERT INTO outputs (ref, approval_id, content, secret, created_at) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (ref) DO NOTHING`, ref, id, displayText(content), secret, t.now())
 	return nil
 }
 
-// GetOutput returns stored output by ref.
+// GetOutput returns stored output by ref. core.ErrWithheld: the output of
+// an action that received a secret, not shown by the owner's tap in any
+// conversation.
 func (s *Store) GetOutput(ctx context.Context, ref string) (string, error) {
 	var c string
-	err := s.pool.QueryRow(ctx, `SELECT content FROM outputs WHERE ref = $1`, ref).Scan(&c)
-	return c, notFound(err)
+	var withheld bool
+	err := s.pool.QueryRow(ctx, `SELECT o.content, o.secret AND NOT EXISTS (SELECT 1 FROM output_reveals r
+		WHERE r.ref = o.ref AND r.status = 'shown') FROM outputs o WHERE o.ref = $1`, ref).Scan(&c, &withheld)
+	return withhold(c, withheld, err)
 }
 
 // GetConversationOutput returns stored output by ref only if it belongs to
-// an approval in conv.
+// an approval in conv. core.ErrWithheld: the output of an action that
+// received a secret, not shown in conv by the owner's tap
+// (RevealOutput): /output asks for that tap instead, and the web chat's
+// full-output page refuses.
 func (s *Store) GetConversationOutput(ctx context.Context, conv core.ConversationID, ref string) (string, error) {
 	var c string
-	err := s.pool.QueryRow(ctx, `SELECT o.content FROM outputs o JOIN approvals a ON a.id = o.approval_id
-		WHERE o.ref = $1 AND a.conversation = $2`, ref, conv).Scan(&c)
-	return c, notFound(err)
+	var withheld bool
+	err := s.pool.QueryRow(ctx, `SELECT o.content, o.secret AND NOT EXISTS (SELECT 1 FROM output_reveals r
+		WHERE r.ref = o.ref AND r.conversation = $2 AND r.status = 'shown')
+		FROM outputs o JOIN approvals a ON a.id = o.approval_id
+		WHERE o.ref = $1 AND a.conversation = $2`, ref, conv).Scan(&c, &withheld)
+	return withhold(c, withheld, err)
+}
+
+func withhold(content string, withheld bool, err error) (string, error) {
+	if err != nil {
+		return "", notFound(err)
+	}
+	if withheld {
+		return "", core.ErrWithheld
+	}
+	return content, nil
 }

@@ -32,8 +32,8 @@ const transcriptBotSQL = `WITH anchors AS (
 			AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.channel = o.channel AND p.message_key = o.message_key
 				AND p.id < o.id AND p.status <> 'failed')
 		ORDER BY o.id DESC LIMIT $3)
-	SELECT a.id, a.message_key, a.created_at, l.id, l.payload FROM anchors a
-	CROSS JOIN LATERAL (SELECT id, payload FROM outbox l WHERE l.channel = $1 AND l.message_key = a.message_key
+	SELECT a.id, a.message_key, a.created_at, l.id, l.payload, l.secret_output FROM anchors a
+	CROSS JOIN LATERAL (SELECT id, payload, secret_output FROM outbox l WHERE l.channel = $1 AND l.message_key = a.message_key
 		AND l.conversation = $2 AND l.status <> 'failed' AND ` + isMessageL + ` ORDER BY l.id DESC LIMIT 1) l
 	ORDER BY a.id`
 
@@ -112,10 +112,10 @@ func (s *Store) Transcript(ctx context.Context, ch core.ChannelName, conv core.C
 // conversation, in its newest state. The engine enqueues a card's message
 // under the card's id as message key. ErrNotFound: no such card there.
 func (s *Store) TranscriptCard(ctx context.Context, ch core.ChannelName, conv core.ConversationID, id cards.ID) (core.TranscriptEntry, error) {
-	row := s.pool.QueryRow(ctx, `SELECT f.id, f.message_key, f.created_at, l.id, l.payload
+	row := s.pool.QueryRow(ctx, `SELECT f.id, f.message_key, f.created_at, l.id, l.payload, l.secret_output
 		FROM (SELECT id, message_key, created_at FROM outbox o WHERE channel = $1 AND message_key = $3 AND conversation = $2
 			AND status <> 'failed' AND `+isMessage+` ORDER BY id LIMIT 1) f
-		CROSS JOIN LATERAL (SELECT id, payload FROM outbox l WHERE l.channel = $1 AND l.message_key = $3
+		CROSS JOIN LATERAL (SELECT id, payload, secret_output FROM outbox l WHERE l.channel = $1 AND l.message_key = $3
 			AND l.conversation = $2 AND l.status <> 'failed' AND `+isMessageL+` ORDER BY l.id DESC LIMIT 1) l`, ch, conv, string(id))
 	e, err := scanBotEntry(row)
 	if err != nil {
@@ -131,7 +131,7 @@ func scanBotEntry(row interface{ Scan(...any) error }) (core.TranscriptEntry, er
 	var e core.TranscriptEntry
 	var payload []byte
 	var at time.Time
-	if err := row.Scan(&e.OutboxID, &e.MessageKey, &at, &e.Version, &payload); err != nil {
+	if err := row.Scan(&e.OutboxID, &e.MessageKey, &at, &e.Version, &payload, &e.SecretOutput); err != nil {
 		if err = notFound(err); errors.Is(err, core.ErrNotFound) {
 			return e, err
 		}

@@ -24,7 +24,8 @@ func (t *Tx) QueueMessageThen(ch core.ChannelName, op core.OutboxOp, key string,
 	if err != nil {
 		return fmt.Errorf("store: marshal outbound message: %w", err)
 	}
-	t.enqueues = append(t.enqueues, queuedJob{ch: ch, conv: m.Conversation, op: op, key: key, payload: string(jsonbSafe(payload)), then: then})
+	t.enqueues = append(t.enqueues, queuedJob{ch: ch, conv: m.Conversation, op: op, key: key, payload: string(jsonbSafe(payload)),
+		secret: m.SecretOutput, then: then})
 	return nil
 }
 
@@ -55,13 +56,14 @@ type answerPayload struct {
 func queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
 	n := len(jobs)
 	chans, convs, ops, keys, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	secret := make([]bool, n)
 	for i, j := range jobs {
-		chans[i], convs[i], ops[i], keys[i], payloads[i] = string(j.ch), string(j.conv), string(j.op), j.key, j.payload
+		chans[i], convs[i], ops[i], keys[i], payloads[i], secret[i] = string(j.ch), string(j.conv), string(j.op), j.key, j.payload, j.secret
 	}
-	b.Queue(`INSERT INTO outbox (channel, conversation, op, message_key, payload, created_at, next_at)
-		SELECT channel, conversation, op, message_key, payload, $6, $6
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[]) WITH ORDINALITY AS u(channel, conversation, op, message_key, payload, n)
-		ORDER BY n RETURNING id`, chans, convs, ops, keys, payloads, now).Query(func(rows pgx.Rows) error {
+	b.Queue(`INSERT INTO outbox (channel, conversation, op, message_key, payload, secret_output, created_at, next_at)
+		SELECT channel, conversation, op, message_key, payload, secret_output, $6, $6
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $7::boolean[]) WITH ORDINALITY AS u(channel, conversation, op, message_key, payload, secret_output, n)
+		ORDER BY n RETURNING id`, chans, convs, ops, keys, payloads, now, secret).Query(func(rows pgx.Rows) error {
 		ids := make([]int64, 0, n)
 		for rows.Next() {
 			var id int64

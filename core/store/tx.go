@@ -79,7 +79,9 @@ type queuedJob struct {
 	op      core.OutboxOp
 	key     string
 	payload string
-	then    func(id int64)
+	// secret: the message carries secret-derived output (outbox.secret_output).
+	secret bool
+	then   func(id int64)
 }
 
 type queuedFinish struct {

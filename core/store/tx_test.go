@@ -25,7 +25,7 @@ func TestQueueOrderRule(t *testing.T) {
 			return tx.QueueExecution("stored-before")
 		}, true},
 		{"output before its approval", func(tx *Tx) error {
-			return tx.QueueOutput("out-stored-before", "stored-before", "x")
+			return tx.QueueOutput("out-stored-before", "stored-before", "x", false)
 		}, true},
 		{"execution of an approval read (locked) in this transaction", func(tx *Tx) error {
 			if _, err := tx.GetApproval(ctx, "stored-before"); err != nil {
@@ -38,7 +38,7 @@ func TestQueueOrderRule(t *testing.T) {
 			if err := tx.QueueExecution("queued-here"); err != nil {
 				return err
 			}
-			return tx.QueueOutput("out-queued-here", "queued-here", "x")
+			return tx.QueueOutput("out-queued-here", "queued-here", "x", false)
 		}, false},
 	}
 	for _, tt := range tests {

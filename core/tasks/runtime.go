@@ -892,7 +892,9 @@ func (r *Runtime) callOutcome(ctx context.Context, c core.TaskCall) (status, tex
 		}
 		var act core.Action
 		if json.Unmarshal(a.ActionCanonical, &act) == nil && len(act.Secrets) > 0 {
-			out = "(output hidden: the action received a secret)"
+			// Not one byte of it: it may hold the secret in a form no
+			// redaction finds. The exit code and the verdict still go.
+			out = core.SecretOutputWithheld
 		}
 	}
 	// Credentials the program printed are cut out before the model sees

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -327,56 +329,8 @@ func allText(ms []llmtest.Message) string {
 // reaches the model, nor its card's id, link or token.
 func TestProxyHistoryThroughTheEngine(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := sandbox.New(sandbox.Config{BaseDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sb.Close() })
-	sk, err := secrets.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sealer, err := secrets.NewSealer(sk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := llmtest.New(t, testKey, "small")
-	client, err := llm.New(llm.Config{BaseURL: fake.BaseURL(), APIKey: testKey, Models: llm.Models{Proxy: "small", Planner: "small", Executor: "small"},
-		Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ag := &llm.Agent{Proxy: llm.Proxy{Client: client}, Planner: llm.Planner{Client: client}, Fallback: agent.Command{}, History: st}
-	pol, _ := policy.New(nil)
-	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	ch := &channel{msgs: map[core.MessageRef]core.OutMessage{}, notify: make(chan struct{}, 1)}
-	var link string
-	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
-		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
-		Owners: []core.IdentityID{owner}, Logger: slog.New(slog.DiscardHandler), Sealer: sealer,
-		// Outputs over 10 characters are stored, for /output to show.
-		OutputInlineMax: 10, OutputPreview: 8,
-		SecretLink: func(ref, token string) string {
-			link = "https://gw.example/secrets/" + ref + "?t=" + token
-			return link
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = eng.Run(ctx, 5*time.Second) }()
-	<-eng.Ready()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		st.Close()
-	})
-	h := &harness{eng: eng, st: st, ch: ch, fake: fake, ctx: ctx}
+	h, sealer, link := historyGateway(t, 10)
+	fake := h.fake
 
 	fake.Script(llmtest.Reply{Content: "Nice to meet you, Ada."}, shellCall(`["echo","from the sandbox"]`))
 	h.deliver(t, owner, "hi, my name is Ada", nil)
@@ -384,28 +338,7 @@ func TestProxyHistoryThroughTheEngine(t *testing.T) {
 
 	// A secret arrives through the secure form in between.
 	const canary = "canary-Hq2xP9vL4mT7rW3z"
-	h.deliver(t, owner, "/secret api_token", nil)
-	var form *cards.Card
-	h.ch.waitFor(t, "secure-input card", func(m []core.OutMessage) bool {
-		form = card(m, func(c *cards.Card) bool { return c.Kind == cards.KindSecureInput })
-		return form != nil
-	})
-	u, err := url.Parse(link)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := strings.TrimPrefix(u.Path, "/secrets/")
-	sealed, err := sealer.Seal("api_token", []byte(canary))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, _, err := eng.SecureInput().FulfillSecret(ctx, ref, secrets.HashToken(u.Query().Get("t")), sealed); err != nil || out != secrets.OutcomeStored {
-		t.Fatalf("FulfillSecret = %v, %v", out, err)
-	}
-	h.ch.waitFor(t, "secret stored", func(m []core.OutMessage) bool {
-		c := card(m, func(c *cards.Card) bool { return c.ID == form.ID })
-		return c != nil && c.Status == cards.StatusDone
-	})
+	form, ref, token := h.storeSecret(t, sealer, link, "api_token", canary)
 
 	// A proposed action, tapped and run: its card and output are history too.
 	h.deliver(t, owner, "say something from the sandbox", nil)
@@ -454,11 +387,97 @@ func TestProxyHistoryThroughTheEngine(t *testing.T) {
 	for _, r := range reqs {
 		sent.WriteString(allText(r.Messages))
 	}
-	for _, never := range []string{canary, string(form.ID), string(run.ID), ref, u.Query().Get("t"), ran.OutputRef} {
+	for _, never := range []string{canary, string(form.ID), string(run.ID), ref, token, ran.OutputRef} {
 		if strings.Contains(sent.String(), never) {
 			t.Fatalf("the model saw %q:\n%s", never, all)
 		}
 	}
+}
+
+// historyGateway is an engine with the store's history, a sandbox, the
+// secure form and the fake model, for the history tests; outputs over
+// inlineMax characters are stored, for /output to show.
+func historyGateway(t *testing.T, inlineMax int) (*harness, *secrets.Sealer, *string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sandbox.New(sandbox.Config{BaseDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	sk, err := secrets.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealer, err := secrets.NewSealer(sk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := llmtest.New(t, testKey, "small")
+	client, err := llm.New(llm.Config{BaseURL: fake.BaseURL(), APIKey: testKey, Models: llm.Models{Proxy: "small", Planner: "small", Executor: "small"},
+		Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag := &llm.Agent{Proxy: llm.Proxy{Client: client}, Planner: llm.Planner{Client: client}, Fallback: agent.Command{}, History: st}
+	pol, _ := policy.New(nil)
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	ch := &channel{msgs: map[core.MessageRef]core.OutMessage{}, notify: make(chan struct{}, 1)}
+	link := new(string)
+	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
+		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
+		Owners: []core.IdentityID{owner}, Logger: slog.New(slog.DiscardHandler), Sealer: sealer,
+		OutputInlineMax: inlineMax, OutputPreview: min(8, inlineMax),
+		SecretLink: func(ref, token string) string {
+			*link = "https://gw.example/secrets/" + ref + "?t=" + token
+			return *link
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = eng.Run(ctx, 5*time.Second) }()
+	<-eng.Ready()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		st.Close()
+	})
+	h := &harness{eng: eng, st: st, ch: ch, fake: fake, ctx: ctx}
+	return h, sealer, link
+}
+
+// storeSecret asks for secret name with /secret and stores value through
+// the form's path, as the browser would; it returns the secure-input card,
+// the request's ref and the link's token.
+func (h *harness) storeSecret(t *testing.T, sealer *secrets.Sealer, link *string, name, value string) (form *cards.Card, ref, token string) {
+	t.Helper()
+	h.deliver(t, owner, "/secret "+name, nil)
+	h.ch.waitFor(t, "secure-input card", func(m []core.OutMessage) bool {
+		form = card(m, func(c *cards.Card) bool { return c.Kind == cards.KindSecureInput })
+		return form != nil
+	})
+	u, err := url.Parse(*link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref = strings.TrimPrefix(u.Path, "/secrets/")
+	sealed, err := sealer.Seal(name, []byte(value))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := h.eng.SecureInput().FulfillSecret(h.ctx, ref, secrets.HashToken(u.Query().Get("t")), sealed); err != nil || out != secrets.OutcomeStored {
+		t.Fatalf("FulfillSecret = %v, %v", out, err)
+	}
+	h.ch.waitFor(t, "secret stored", func(m []core.OutMessage) bool {
+		c := card(m, func(c *cards.Card) bool { return c.ID == form.ID })
+		return c != nil && c.Status == cards.StatusDone
+	})
+	return form, ref, u.Query().Get("t")
 }
 
 // pendingCardLLM waits for an open approval card whose command is cmd.
@@ -523,4 +542,93 @@ func FuzzHistoryMessage(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Issue 22 point 1, the reported scenario: a program that received a
+// secret prints it rot13'd (and as decimal bytes, which no redaction
+// finds); the owner asks /output of the run. The answer needs the owner's
+// tap on a card that says the output may contain the secret, and once
+// shown it is in the chat for the person — but the next request to the
+// model carries not one byte of it, only a placeholder: the transcript
+// marks the message, the history builder leaves it out.
+func TestSecretRunOutputNeverReachesTheModel(t *testing.T) {
+	t.Parallel()
+	h, sealer, link := historyGateway(t, 10000)
+	const canary = "canary-Hq2xP9vL4mT7rW3z"
+	h.storeSecret(t, sealer, link, "api_token", canary)
+
+	script := `printf 'marker-%s\n' "$(printf %s "$API_TOKEN" | tr A-Za-z N-ZA-Mn-za-m)"; printf %s "$API_TOKEN" | od -An -tu1; echo "run-output-$((6*7))"`
+	args, _ := json.Marshal(map[string]any{"argv": []string{"sh", "-c", script}, "secrets": []string{"api_token"}, "intent": "print the token"})
+	h.fake.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{{Name: "shell", Arguments: string(args)}}})
+	h.deliver(t, owner, "print my token", nil)
+	var run *cards.Card
+	h.ch.waitFor(t, "approval card", func(m []core.OutMessage) bool {
+		run = card(m, func(c *cards.Card) bool { return strings.Contains(c.Command, "od -An -tu1") && c.Status == cards.StatusPending })
+		return run != nil
+	})
+	h.deliver(t, owner, "", &core.Tap{Card: run.ID, Choice: "approve"})
+	h.ch.waitFor(t, "confirming", func(m []core.OutMessage) bool {
+		return card(m, func(c *cards.Card) bool { return c.ID == run.ID && c.Status == cards.StatusConfirming }) != nil
+	})
+	h.deliver(t, owner, "", &core.Tap{Card: run.ID, Choice: "confirm"})
+	var ran *cards.Card
+	h.ch.waitFor(t, "execution done", func(m []core.OutMessage) bool {
+		ran = card(m, func(c *cards.Card) bool { return c.ID == run.ID })
+		return ran != nil && ran.Status == cards.StatusDone
+	})
+
+	h.deliver(t, owner, "/output "+ran.OutputRef, nil)
+	var ask *cards.Card
+	h.ch.waitFor(t, "the card that asks the owner", func(m []core.OutMessage) bool {
+		ask = card(m, func(c *cards.Card) bool { return c.Kind == cards.KindInfo && strings.Contains(c.Intent, ran.OutputRef) })
+		return ask != nil
+	})
+	if m := h.ch.waitFor(t, "nothing shown yet", func([]core.OutMessage) bool { return true }); hasText(m, "run-output-42") {
+		t.Fatal("the output was shown before the owner's tap")
+	}
+	h.deliver(t, owner, "", &core.Tap{Card: ask.ID, Choice: "show"})
+	var shown string
+	h.ch.waitFor(t, "the output, shown", func(m []core.OutMessage) bool {
+		for _, x := range m {
+			if strings.Contains(x.Text, "run-output-42") {
+				shown = x.Text
+				return true
+			}
+		}
+		return false
+	})
+	// The decimal bytes are in the chat: redaction did not find them.
+	var dec []string
+	for _, b := range []byte(canary[:8]) {
+		dec = append(dec, strconv.Itoa(int(b)))
+	}
+	decimal := strings.Join(dec, " ")
+	if !strings.Contains(strings.Join(strings.Fields(shown), " "), decimal) {
+		t.Fatalf("the shown output lacks the decimal bytes %q (the test needs a form redaction misses):\n%s", decimal, shown)
+	}
+
+	h.fake.Script(llmtest.Reply{Content: "Done."})
+	h.deliver(t, owner, "what did it print?", nil)
+	h.ch.waitFor(t, "the answer", func(m []core.OutMessage) bool { return hasText(m, "Done.") })
+	reqs := h.fake.Requests()
+	last := reqs[len(reqs)-1]
+	body := strings.Join(strings.Fields(last.Body), " ")
+	rot := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z':
+			return 'a' + (r-'a'+13)%26
+		case r >= 'A' && r <= 'Z':
+			return 'A' + (r-'A'+13)%26
+		}
+		return r
+	}, canary)
+	// (The command is on its card, in the history; what it printed is not.)
+	for _, never := range []string{"run-output-42", decimal, rot, canary} {
+		if strings.Contains(body, never) {
+			t.Fatalf("the model request carries %q:\n%s", never, allText(last.Messages))
+		}
+	}
+	if !strings.Contains(allText(last.Messages), core.SecretOutputWithheld) {
+		t.Fatalf("the history does not say the output was withheld:\n%s", allText(last.Messages))
+	}
 }

@@ -325,8 +325,13 @@ func TestTaskSecretsByName(t *testing.T) {
 	if brief := reqs[2].Messages[1].Text(); !strings.Contains(brief, "Stored secrets (names only; you never see a value): api_token.") {
 		t.Fatalf("the executor was not told the secret names:\n%s", brief)
 	}
-	if got := lastToolMessage(t, h, 3); !strings.Contains(got, "(output hidden: the action received a secret)") {
+	if got := lastToolMessage(t, h, 3); !strings.Contains(got, core.SecretOutputWithheld) {
 		t.Fatalf("the model saw the output of an action with a secret: %q", got)
+	}
+	for i, r := range h.fake.Requests() {
+		if strings.Contains(r.Body, "token=[redacted") {
+			t.Fatalf("model request %d carries the output of the step that received a secret", i)
+		}
 	}
 	if got := lastToolMessage(t, h, 5); !strings.Contains(got, `"status": "refused"`) || !strings.Contains(got, "other_key is not stored") {
 		t.Fatalf("the model was not told the call was refused: %q", got)
