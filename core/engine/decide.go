@@ -71,10 +71,6 @@ func (e *Engine) applyDecision(o *outcome, r decide.Result) {
 		e.m.approvals.WithLabelValues(l).Inc()
 	}
 	if id := r.Queued; id != "" {
-		o.after = append(o.after, func() {
-			if e.holdExecution == nil || !e.holdExecution(id) {
-				e.startExecution(id)
-			}
-		})
+		o.after = append(o.after, func() { e.exec.Start(id) })
 	}
 }

@@ -167,7 +167,7 @@ type Engine struct {
 	queues   map[core.ConversationID]*convQueue
 	sem      chan struct{}
 	closing  bool
-	work     sync.WaitGroup // turn workers and executions
+	work     sync.WaitGroup // turn workers
 	workCtx  context.Context
 	stopWork context.CancelFunc
 
@@ -257,8 +257,8 @@ func (e *Engine) Ready() <-chan struct{} { return e.ready }
 // Run resumes unfinished work (pending turns, queued or unverified
 // executions, undelivered messages), then runs the outbox's lanes until
 // ctx ends (the periodic work is Maintenance's, run elsewhere). On return,
-// in-flight turns and executions have finished or, if grace ran out, were
-// left resumable.
+// in-flight turns and executions (the executor's, core/execute) have
+// finished or, if grace ran out, were left resumable.
 func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	turns, err := e.st.PendingTurns(ctx)
 	if err != nil {
@@ -270,7 +270,7 @@ func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	if len(turns) > 0 {
 		e.log.Info("resuming unprocessed turns", slog.Int("count", len(turns)))
 	}
-	if err := e.resumeExecutions(ctx); err != nil {
+	if err := e.exec.ResumeAll(ctx); err != nil {
 		return err
 	}
 	if e.tasks != nil {
@@ -307,6 +307,8 @@ func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 		<-done
 	}
 	e.stopWork()
+	// Executions last: a turn worker or a task step may have started one.
+	e.exec.Close(graceCtx)
 	loops.Wait()
 	return nil
 }

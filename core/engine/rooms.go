@@ -25,6 +25,12 @@ func (e *Engine) buildRooms() error {
 		Store: execStore{e.st}, Key: e.pub, Sandbox: e.cfg.Sandbox, Verifier: e.cfg.Verifier, Secrets: execute.Sealed{Store: e.st, Sealer: e.cfg.Sealer, Asker: e.secure},
 		ExecTimeout: e.cfg.ExecTimeout, OutputInlineMax: e.cfg.OutputInlineMax, OutputPreview: e.cfg.OutputPreview,
 		Logger: e.log, Now: e.now, Failpoint: e.cfg.Failpoint,
+		Hold: func(id core.ApprovalID) bool { return e.holdExecution != nil && e.holdExecution(id) },
+		BeforeRun: func(id core.ApprovalID) {
+			if e.beforeExecute != nil {
+				e.beforeExecute(id)
+			}
+		},
 		Claimed: func(id core.ApprovalID) {
 			if h := e.cfg.Hooks.ExecutionStarted; h != nil {
 				h(id)
@@ -39,33 +45,6 @@ func (e *Engine) buildRooms() error {
 		return err
 	}
 	e.exec = x
-	return nil
-}
-
-// startExecution runs an approved action in the background; the engine
-// waits for it on shutdown.
-func (e *Engine) startExecution(id core.ApprovalID) {
-	e.work.Add(1)
-	go func() {
-		defer e.work.Done()
-		if e.beforeExecute != nil {
-			e.beforeExecute(id)
-		}
-		e.exec.Run(e.workCtx, id)
-	}()
-}
-
-// resumeExecutions settles executions a previous process left unfinished
-// (execute.Executor.Resume) and starts what is left to run or verify.
-func (e *Engine) resumeExecutions(ctx context.Context) error {
-	work, err := e.exec.Resume(ctx)
-	if err != nil {
-		return err
-	}
-	for _, f := range work {
-		e.work.Add(1)
-		go func() { defer e.work.Done(); f(e.workCtx) }()
-	}
 	return nil
 }
 

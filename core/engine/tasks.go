@@ -64,20 +64,9 @@ type TaskPorts struct {
 
 // taskPorts are the ports of the runtime, once the rooms are built.
 func (e *Engine) taskPorts() TaskPorts {
-	return TaskPorts{Steps: propose.Steps{Proposer: e.proposer, Trust: e.trust, Runs: taskRuns{e}, Count: taskCount{e.m}}, Outbox: e.out,
+	return TaskPorts{Steps: propose.Steps{Proposer: e.proposer, Trust: e.trust, Runs: e.exec, Count: taskCount{e.m}}, Outbox: e.out,
 		Store: e.st, Policy: e.cfg.Policy, Verifier: e.cfg.Verifier, Logger: e.log, Now: e.now}
 }
-
-// taskRuns is the executor as a task's proposals start and stop runs.
-type taskRuns struct{ e *Engine }
-
-func (r taskRuns) Start(id core.ApprovalID) {
-	if r.e.holdExecution == nil || !r.e.holdExecution(id) {
-		r.e.startExecution(id)
-	}
-}
-
-func (r taskRuns) Stop(ids []core.ApprovalID) { r.e.exec.Stop(ids) }
 
 // taskCount counts a task's proposals as a turn's are counted.
 type taskCount struct{ m *metrics }
