@@ -19,8 +19,8 @@ import (
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
-	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/sandbox"
@@ -356,7 +356,7 @@ func TestProxyHistoryThroughTheEngine(t *testing.T) {
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	ch := &channel{msgs: map[core.MessageRef]core.OutMessage{}, notify: make(chan struct{}, 1)}
 	var link string
-	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
+	eng, err := gateway.New(gateway.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Logger: slog.New(slog.DiscardHandler), Sealer: sealer,
 		// Outputs over 10 characters are stored, for /output to show.
