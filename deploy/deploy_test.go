@@ -39,3 +39,24 @@ func TestImageHasCARoots(t *testing.T) {
 	}
 	t.Fatalf("the runtime stage installs no ca-certificates:\n%s", stage)
 }
+
+// TestGuideLinks: docs/deploy.md, the guide to these files, links only to
+// files that exist (the deploy files themselves among them).
+func TestGuideLinks(t *testing.T) {
+	b, err := os.ReadFile("../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := regexp.MustCompile(`\]\(([^)#]+)(?:#[^)]*)?\)`).FindAllStringSubmatch(string(b), -1)
+	if len(links) == 0 {
+		t.Fatal("docs/deploy.md links nothing")
+	}
+	for _, m := range links {
+		if strings.Contains(m[1], "://") {
+			continue
+		}
+		if _, err := os.Stat("../docs/" + m[1]); err != nil {
+			t.Errorf("docs/deploy.md links %s: %v", m[1], err)
+		}
+	}
+}

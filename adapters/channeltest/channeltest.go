@@ -169,6 +169,19 @@ type Platform interface {
 	TapAnswers(t testing.TB, r Role) (n int, ok bool)
 }
 
+// NativeCommands is a Platform where people give Silas commands the
+// platform's own way (Discord's slash commands, Slack's /silas); the
+// commands scenario uses it when the Platform implements it, and typed
+// "/name arg" otherwise.
+type NativeCommands interface {
+	// Registered is the command names the adapter registered with the
+	// platform; nil when the platform keeps no list (Slack's one /silas).
+	Registered(t testing.TB) []string
+	// Command invokes command name (catalog name, no slash) with arg as
+	// person r.
+	Command(t testing.TB, r Role, name, arg string)
+}
+
 // Factory builds the platform of one scenario, or returns a reason to skip
 // the scenario on this platform.
 type Factory func(t *testing.T, o Options) (p Platform, skip string)

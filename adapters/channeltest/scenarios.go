@@ -1,6 +1,7 @@
 package channeltest
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/commands/catalog"
 )
 
 // scenario is one conformance check.
@@ -32,6 +34,7 @@ var scenarios = []scenario{
 	{name: "secure_input_link", run: secureInputLink},
 	{name: "oversized_reply", run: oversizedReply},
 	{name: "restart_mid_execution", run: restartMidExecution},
+	{name: "commands", run: commandsEverywhere},
 }
 
 // Scenarios lists the names of the suite's scenarios (for a Factory that
@@ -408,4 +411,103 @@ func restartMidExecution(w *world) {
 	if k := w.count(`SELECT count(*) FROM audit_log WHERE kind = 'execution.started'`); k != 1 {
 		w.t.Errorf("%d executions started; want 1 (never re-run)", k)
 	}
+}
+
+// commandInvocations give every command of the catalog's menu an argument
+// whose answer is known and names the command's own handler (none needs a
+// task, a stored secret or a pairing code to exist).
+var commandInvocations = map[string]struct{ arg, answer string }{
+	"help":    {"", "Commands:"},
+	"whoami":  {"", "You are "},
+	"pending": {"", "No open approvals here."},
+	"tasks":   {"", "No tasks here yet."},
+	"stop":    {"", "No running task here to stop."},
+	"audit":   {"0", "Usage: /audit"},
+	"output":  {"out-none", "No stored output out-none in this chat."},
+	"secret":  {"delete NO_SUCH_SECRET", "There is no secret named"},
+	"secrets": {"", "No secrets stored."},
+	"pair":    {"000000", "That pairing code is unknown, used or expired."},
+	"run":     {"echo commands-everywhere", ""}, // a card
+}
+
+// commandsEverywhere: every command of the one catalog is offered and
+// answered on every channel — the platform's own way where it has one
+// (Discord's slash commands, Slack's /silas), typed elsewhere — none is
+// "Unknown command", and "stop" typed without the slash reaches /stop
+// instead of the agent.
+func commandsEverywhere(w *world) {
+	w.start(5 * time.Second)
+	nc, native := w.p.(NativeCommands)
+	menu := catalog.Menu()
+	if native {
+		w.eventually("the platform's registered commands", 30*time.Second, func() (bool, string) {
+			reg := nc.Registered(w.t)
+			if reg == nil {
+				return true, ""
+			}
+			for _, c := range menu {
+				if !slices.Contains(reg, c.Name) {
+					return false, fmt.Sprintf("registered %v: no %s", reg, c.Name)
+				}
+			}
+			return true, ""
+		})
+	}
+	seen := map[string]int{}
+	expect := func(answer string) {
+		seen[answer]++
+		want := seen[answer]
+		w.eventually(fmt.Sprintf("answer %d × %q", want, answer), 30*time.Second, func() (bool, string) {
+			n, msgs := 0, w.p.Chat(w.t)
+			for _, m := range msgs {
+				if strings.Contains(m.Text, answer) {
+					n++
+				}
+			}
+			told := 0
+			for _, s := range w.p.Told(w.t, Approver) {
+				if strings.Contains(s, answer) {
+					told++
+				}
+			}
+			return max(n, told) >= want, dump(msgs)
+		})
+	}
+	// /run last: its open card would change what /pending answers.
+	slices.SortStableFunc(menu, func(a, b catalog.Command) int {
+		return cmp.Compare(boolInt(a.Name == "run"), boolInt(b.Name == "run"))
+	})
+	for _, c := range menu {
+		inv, ok := commandInvocations[c.Name]
+		if !ok {
+			w.t.Fatalf("the catalog's /%s has no invocation in this scenario: add one", c.Name)
+		}
+		if native {
+			nc.Command(w.t, Approver, c.Name, inv.arg)
+		} else {
+			w.p.Say(w.t, Approver, strings.TrimSpace("/"+c.Name+" "+inv.arg))
+		}
+		if inv.answer == "" {
+			w.waitCard(inv.arg)
+			continue
+		}
+		expect(inv.answer)
+	}
+	// Typed without the slash, as people write in a DM.
+	w.p.Say(w.t, Approver, "stop")
+	expect(commandInvocations["stop"].answer)
+	w.p.Say(w.t, Approver, "Tasks")
+	expect(commandInvocations["tasks"].answer)
+	for _, m := range w.p.Chat(w.t) {
+		if strings.Contains(m.Text, "Unknown command") {
+			w.t.Errorf("a command was unknown: %q", m.Text)
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/bwmarrin/discordgo"
 
 	"github.com/silas-gateway/silas/adapters/kit"
+	"github.com/silas-gateway/silas/core/commands/catalog"
 )
 
 // Application commands are registered globally — the only way they work in
@@ -17,26 +18,24 @@ import (
 
 func boolPtr(b bool) *bool { return &b }
 
-// Commands are the slash commands Silas registers. Each maps onto the
-// engine's text command of the same name, options appended in order.
+// Commands are the slash commands Silas registers: the menu of the one
+// command catalog (core/commands/catalog), so Discord offers what every
+// other channel does. Each maps onto the engine's text command of the same
+// name, options appended in order.
 func Commands() []*discordgo.ApplicationCommand {
-	str := func(name, desc string, required bool) *discordgo.ApplicationCommandOption {
-		return &discordgo.ApplicationCommandOption{Type: discordgo.ApplicationCommandOptionString, Name: name, Description: desc, Required: required}
+	var out []*discordgo.ApplicationCommand
+	for _, c := range catalog.Menu() {
+		cmd := &discordgo.ApplicationCommand{Name: c.Name, Description: c.Description, DMPermission: boolPtr(true)}
+		for _, a := range c.Args {
+			typ := discordgo.ApplicationCommandOptionString
+			if a.Integer {
+				typ = discordgo.ApplicationCommandOptionInteger
+			}
+			cmd.Options = append(cmd.Options, &discordgo.ApplicationCommandOption{Type: typ, Name: a.Name, Description: a.Description, Required: a.Required})
+		}
+		out = append(out, cmd)
 	}
-	dm := boolPtr(true)
-	return []*discordgo.ApplicationCommand{
-		{Name: "run", Description: "Propose a command; it runs in a sandbox after you approve it", DMPermission: dm,
-			Options: []*discordgo.ApplicationCommandOption{str("command", "the exact command line", true)}},
-		{Name: "secret", Description: "Give Silas a credential through the secure form (never in chat)", DMPermission: dm,
-			Options: []*discordgo.ApplicationCommandOption{str("name", "the secret's name, e.g. GITHUB_TOKEN", true)}},
-		{Name: "pending", Description: "Open approvals in this chat", DMPermission: dm},
-		{Name: "audit", Description: "Recent activity", DMPermission: dm,
-			Options: []*discordgo.ApplicationCommandOption{{Type: discordgo.ApplicationCommandOptionInteger, Name: "n", Description: "how many entries (default 10)"}}},
-		{Name: "whoami", Description: "Your identity and trust", DMPermission: dm},
-		{Name: "pair", Description: "Bind your Discord identity with a code from `silas pair`", DMPermission: dm,
-			Options: []*discordgo.ApplicationCommandOption{str("code", "the pairing code", true)}},
-		{Name: "help", Description: "What Silas can do", DMPermission: dm},
-	}
+	return out
 }
 
 // commandsEqual compares what Discord reports with what Silas wants, on

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/silas-gateway/silas/adapters/discord/discordtest"
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/commands/catalog"
 	"github.com/silas-gateway/silas/internal/pgtest"
 )
 
@@ -47,7 +49,35 @@ type conformancePlatform struct {
 	cardOf map[string]cards.ID // message id → card, learned from its buttons
 }
 
-var _ channeltest.Platform = (*conformancePlatform)(nil)
+var (
+	_ channeltest.Platform       = (*conformancePlatform)(nil)
+	_ channeltest.NativeCommands = (*conformancePlatform)(nil)
+)
+
+// Registered is the slash commands the adapter registered with the fake.
+func (p *conformancePlatform) Registered(testing.TB) []string { return append([]string{}, p.srv.CommandNames()...) }
+
+// Command invokes the slash command with arg as its first option, typed
+// as the catalog declares it (an integer option carries a number).
+func (p *conformancePlatform) Command(t testing.TB, r channeltest.Role, name, arg string) {
+	c, ok := catalog.Lookup(name)
+	if !ok {
+		t.Fatalf("no command %q in the catalog", name)
+	}
+	var opts []map[string]any
+	if arg != "" && len(c.Args) > 0 {
+		o := map[string]any{"name": c.Args[0].Name, "type": 3, "value": arg}
+		if c.Args[0].Integer {
+			n, err := strconv.Atoi(arg)
+			if err != nil {
+				t.Fatalf("/%s takes a number, not %q", name, arg)
+			}
+			o["type"], o["value"] = 4, n
+		}
+		opts = append(opts, o)
+	}
+	p.srv.DispatchInteraction(p.srv.Interaction(2, p.people[r], p.channel, map[string]any{"id": "1", "name": name, "type": 1, "options": opts}, nil))
+}
 
 func newConformancePlatform(t *testing.T, o channeltest.Options) *conformancePlatform {
 	p := &conformancePlatform{

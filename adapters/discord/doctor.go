@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/bwmarrin/discordgo"
 
@@ -76,11 +77,16 @@ func Doctor(ctx context.Context, cfg Config) []Finding {
 		add(SeverityInfo, "intents", "Silas asks for Guilds, Guild Messages and Direct Messages; Message Content is not needed (DMs and mentions carry content)")
 	}
 	have, err := a.rest.ApplicationCommands(a.cfg.ApplicationID, "", discordgo.WithContext(ctx))
+	want := Commands()
 	switch {
 	case err != nil:
 		add(SeverityWarn, "commands", "could not list the application commands (%v)", mapError("commands", err))
-	case commandsEqual(have, Commands()):
-		add(SeverityOK, "commands", "/run, /secret, /pending, /audit, /whoami, /pair and /help are registered")
+	case commandsEqual(have, want):
+		var names []string
+		for _, c := range want {
+			names = append(names, "/"+c.Name)
+		}
+		add(SeverityOK, "commands", "%s are registered", strings.Join(names, ", "))
 	default:
 		add(SeverityInfo, "commands", "the slash commands differ from Silas's; `silas serve` registers them at start")
 	}

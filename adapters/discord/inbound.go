@@ -10,6 +10,7 @@ import (
 
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/commands/catalog"
 )
 
 // Inbound conversion: one message or interaction becomes at most one
@@ -122,7 +123,7 @@ func messageToTurn(m *discordgo.Message, w where, me string, ch core.ChannelName
 		}))
 		text = strings.Join(strings.Fields(text), " ")
 	}
-	text = normalizeCommand(text)
+	text = strings.TrimSpace(text)
 	if text == "" {
 		in.act, in.reason = actIgnore, "no text (an attachment, or content withheld without the Message Content intent)"
 		return in
@@ -141,7 +142,9 @@ func messageToTurn(m *discordgo.Message, w where, me string, ch core.ChannelName
 		in.act, in.turn, in.typed = actDeliver, t, true
 		return in
 	}
-	t.PlatformMessageID, t.Text = m.ID, text
+	// Not a tap: "run …", "stop" and the other commands typed without
+	// the slash are read through the one command catalog.
+	t.PlatformMessageID, t.Text = m.ID, catalog.Text(text)
 	in.act, in.turn = actDeliver, t
 	return in
 }
@@ -191,19 +194,6 @@ func quotedCard(r *discordgo.Message, me string) *kit.Quoted {
 	return &q
 }
 
-// normalizeCommand turns the plain forms "run …" (any case) into the
-// engine's "/run …".
-func normalizeCommand(text string) string {
-	text = strings.TrimSpace(text)
-	if len(text) > 4 && strings.EqualFold(text[:4], "run ") {
-		return "/run " + strings.TrimSpace(text[4:])
-	}
-	if strings.EqualFold(text, "run") {
-		return "/run"
-	}
-	return text
-}
-
 func displayName(u *discordgo.User) string {
 	n := strings.TrimSpace(u.GlobalName)
 	if n == "" {
@@ -224,9 +214,12 @@ func interactionUser(i *discordgo.Interaction) *discordgo.User {
 	return i.User
 }
 
-// commandNames are the application commands Silas registers; their
-// options become the text the engine parses.
-var commandNames = map[string]bool{"run": true, "secret": true, "pending": true, "audit": true, "whoami": true, "pair": true, "help": true}
+// isCommand: name is an application command Silas registers (the
+// catalog's menu); its options become the text the engine parses.
+func isCommand(name string) bool {
+	c, ok := catalog.Lookup(name)
+	return ok && c.Menu && c.Name == name
+}
 
 // interactionToTurn converts an application command (slash command) or a
 // button tap. allowed tells whether a guild channel is allowed.
@@ -255,7 +248,7 @@ func interactionToTurn(i *discordgo.Interaction, allowed func(guild, channel str
 	switch i.Type {
 	case discordgo.InteractionApplicationCommand:
 		d, ok := i.Data.(discordgo.ApplicationCommandInteractionData)
-		if !ok || !commandNames[d.Name] {
+		if !ok || !isCommand(d.Name) {
 			in.act, in.reason = actRefuse, "Unknown command."
 			return in
 		}

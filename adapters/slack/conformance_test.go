@@ -49,7 +49,19 @@ type conformancePlatform struct {
 	taps    int
 }
 
-var _ channeltest.Platform = (*conformancePlatform)(nil)
+var (
+	_ channeltest.Platform       = (*conformancePlatform)(nil)
+	_ channeltest.NativeCommands = (*conformancePlatform)(nil)
+)
+
+// Registered: Slack's app has the one /silas command (docs/slack.md); its
+// text names Silas's command.
+func (p *conformancePlatform) Registered(testing.TB) []string { return nil }
+
+// Command is "/silas <name> <arg>", as a person types it.
+func (p *conformancePlatform) Command(_ testing.TB, r channeltest.Role, name, arg string) {
+	p.srv.Command(p.channel, p.people[r], strings.TrimSpace(name+" "+arg))
+}
 
 func newConformancePlatform(t *testing.T, o channeltest.Options) *conformancePlatform {
 	p := &conformancePlatform{

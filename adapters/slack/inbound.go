@@ -13,6 +13,7 @@ import (
 
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/commands/catalog"
 )
 
 // Inbound conversion: one Slack event, interaction or slash command becomes
@@ -241,34 +242,13 @@ func eventToTurn(p *eventsPayload, me botInfo, ch core.ChannelName, method strin
 	}
 	t := core.Turn{
 		Channel: ch, Conversation: conversation(ch, convChannel(kind, e.Channel, e.User), thread), Sender: identity(e.User),
-		EventID: "m:" + e.Channel + ":" + e.TS, PlatformMessageID: e.Channel + ":" + e.TS, ChatKind: kind, Text: commandText(text),
+		EventID: "m:" + e.Channel + ":" + e.TS, PlatformMessageID: e.Channel + ":" + e.TS, ChatKind: kind, Text: catalog.Text(text),
 		Evidence: core.Evidence{Authenticated: true, Method: method},
 	}
 	if p.EventTime > 0 {
 		t.At = time.Unix(p.EventTime, 0).UTC()
 	}
 	return inbound{act: actDeliver, turn: t, thread: thread}
-}
-
-// commandWords are the engine's commands, accepted without the slash too
-// ("run uname -a"): Slack's client takes a leading "/" for a slash command
-// of its own.
-var commandWords = map[string]bool{
-	"run": true, "help": true, "whoami": true, "pending": true, "audit": true, "output": true,
-	"secret": true, "secrets": true, "pair": true, "start": true,
-}
-
-// commandText turns "run x" into "/run x"; other text is unchanged.
-func commandText(s string) string {
-	s = strings.TrimSpace(s)
-	w, _, _ := strings.Cut(s, " ")
-	if w2, _, _ := strings.Cut(w, "\n"); w2 != w {
-		w = w2
-	}
-	if commandWords[strings.ToLower(w)] {
-		return "/" + strings.ToLower(w) + s[len(w):]
-	}
-	return s
 }
 
 // slackRef matches Slack's angle-bracket references: <@U…>, <@U…|name>,
@@ -465,12 +445,10 @@ func commandToTurn(c *command, me botInfo, ch core.ChannelName, method string) i
 	case !utf8.ValidString(c.Text):
 		return inbound{act: actMalformed, reason: "text is not valid UTF-8"}
 	}
+	// "/silas stop" is a command by the platform's word: its first word is
+	// read through the one command catalog whatever follows.
 	text, _ := normalizeText(c.Text, me.userID)
-	if text == "" {
-		text = "/help"
-	} else if !strings.HasPrefix(text, "/") {
-		text = commandText(text)
-	}
+	text = catalog.Named(text)
 	kind := core.ChatGroup
 	if strings.HasPrefix(c.ChannelID, "D") || c.ChannelName == "directmessage" {
 		kind = core.ChatDirect

@@ -44,7 +44,19 @@ type conformancePlatform struct {
 	queries map[string]channeltest.Role
 }
 
-var _ channeltest.Platform = (*conformancePlatform)(nil)
+var (
+	_ channeltest.Platform       = (*conformancePlatform)(nil)
+	_ channeltest.NativeCommands = (*conformancePlatform)(nil)
+)
+
+// Registered is the bot's command menu as the adapter set it.
+func (p *conformancePlatform) Registered(testing.TB) []string { return append([]string{}, p.srv.Commands()...) }
+
+// Command: a Telegram command is the text "/name arg" (picked from the
+// menu or typed).
+func (p *conformancePlatform) Command(t testing.TB, r channeltest.Role, name, arg string) {
+	p.Say(t, r, strings.TrimSpace("/"+name+" "+arg))
+}
 
 func newConformancePlatform(t *testing.T, o channeltest.Options) *conformancePlatform {
 	p := &conformancePlatform{

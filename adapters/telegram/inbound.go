@@ -15,6 +15,7 @@ import (
 
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/commands/catalog"
 )
 
 // Inbound conversion: one Telegram update becomes at most one core.Turn.
@@ -193,7 +194,9 @@ func messageToTurn(m *models.Message, me botInfo, t core.Turn) inbound {
 		return inbound{act: actDeliver, turn: t, typed: true}
 	}
 	t.PlatformMessageID = strconv.Itoa(m.ID)
-	t.Text = text
+	// Commands typed without the slash ("stop") read as the one command
+	// catalog reads them everywhere.
+	t.Text = catalog.Text(text)
 	return inbound{act: actDeliver, turn: t}
 }
 

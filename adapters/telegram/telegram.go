@@ -39,6 +39,7 @@ import (
 
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/commands/catalog"
 )
 
 // Adapter is the Telegram channel.
@@ -162,6 +163,12 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 		return nil // ctx ended
 	}
 	a.log.Info("telegram channel running", slog.String("mode", a.cfg.Mode), slog.String("bot", "@"+a.botUsername()))
+	menu := make(chan struct{})
+	go func() {
+		defer close(menu)
+		a.setCommandMenu(ctx)
+	}()
+	defer func() { <-menu }()
 	if a.cfg.Mode == ModeWebhook {
 		a.setWebhook(ctx)
 		<-ctx.Done()
@@ -169,6 +176,22 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 	}
 	a.poll(ctx, in)
 	return nil
+}
+
+// setCommandMenu offers the command catalog (core/commands/catalog) in
+// Telegram's command menu, once per start. It is best effort: typed
+// commands work without the menu, so a failure is logged, not retried, and
+// never holds up receiving.
+func (a *Adapter) setCommandMenu(ctx context.Context) {
+	var cmds []models.BotCommand
+	for _, c := range catalog.Menu() {
+		cmds = append(cmds, models.BotCommand{Command: c.Name, Description: c.Description})
+	}
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.HTTPTimeout)
+	defer cancel()
+	if _, err := a.bot.SetMyCommands(cctx, &bot.SetMyCommandsParams{Commands: cmds}); err != nil && ctx.Err() == nil {
+		a.log.Warn("telegram: could not set the command menu (setMyCommands); typed commands work without it", slog.String("err", shortErr(err)))
+	}
 }
 
 func (a *Adapter) botUsername() string {

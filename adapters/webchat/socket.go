@@ -14,6 +14,7 @@ import (
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/commands/catalog"
 	"github.com/silas-gateway/silas/internal/httpserve"
 )
 
@@ -304,9 +305,13 @@ func (a *Adapter) frameTurn(f ClientFrame) core.Turn {
 	case "message":
 		t.EventID, t.Text = "m:"+f.ID, f.Text
 		// The text fallback: "approve <id>" typed is the Tap the button
-		// sends, validated by the core exactly like one.
+		// sends, validated by the core exactly like one. Otherwise commands
+		// typed without the slash ("stop") read as the one command catalog
+		// reads them on every channel.
 		if tap, ok := kit.ParseTextTap(f.Text, nil); ok {
 			t.Text, t.Tap = "", &tap
+		} else if cmd, ok := catalog.Bare(f.Text); ok {
+			t.Text = cmd
 		}
 	case "tap":
 		t.EventID = "t:" + f.ID

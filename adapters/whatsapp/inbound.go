@@ -10,6 +10,7 @@ import (
 	"go.mau.fi/whatsmeow/types/events"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/commands/catalog"
 )
 
 // Inbound conversion: one *events.Message becomes at most one core.Turn.
@@ -30,6 +31,9 @@ type inbound struct {
 	// quoted is the id of the message the text quotes ("" for none): a
 	// numbered reply to a card.
 	quoted string
+	// typed is the text as written, read as a tap before it is read as a
+	// command ("stop" quoting a card is that card's choice).
+	typed string
 }
 
 // self is what the adapter knows about its own account.
@@ -174,7 +178,8 @@ func messageToTurn(evt *events.Message, me self, lids lidMap, ch core.ChannelNam
 		}
 		text = stripMentions(text, me)
 	}
-	text = normalizeCommand(text)
+	typed := text
+	text = catalog.Text(text)
 	if text == "" {
 		return inbound{reason: "no text (media, sticker, location …)"}
 	}
@@ -185,7 +190,7 @@ func messageToTurn(evt *events.Message, me self, lids lidMap, ch core.ChannelNam
 	if !info.Timestamp.IsZero() {
 		t.At = info.Timestamp.UTC()
 	}
-	return inbound{act: actDeliver, turn: t, quoted: ci.GetStanzaID()}
+	return inbound{act: actDeliver, turn: t, quoted: ci.GetStanzaID(), typed: typed}
 }
 
 // eventID makes the core's dedupe key from the message id. WhatsApp ids
@@ -240,18 +245,6 @@ func stripMentions(text string, me self) string {
 		}
 	}
 	return strings.Join(strings.Fields(text), " ")
-}
-
-// normalizeCommand turns "run …" (any case) into the engine's "/run …".
-func normalizeCommand(text string) string {
-	text = strings.TrimSpace(text)
-	if len(text) > 4 && strings.EqualFold(text[:4], "run ") {
-		return "/run " + strings.TrimSpace(text[4:])
-	}
-	if strings.EqualFold(text, "run") {
-		return "/run"
-	}
-	return text
 }
 
 func displayName(n string) string {

@@ -363,7 +363,7 @@ func (a *Adapter) onMessage(ctx context.Context, e *events.Message) bool {
 		return true
 	}
 	t := in.turn
-	if tap, ok := a.textTap(ctx, t.Text, in.quoted); ok {
+	if tap, ok := a.textTap(ctx, in.typed, in.quoted); ok {
 		t.Tap, t.Text = &tap, ""
 	}
 	return a.deliver(ctx, t)

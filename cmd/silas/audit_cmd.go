@@ -36,6 +36,12 @@ func auditPubPath(cfg *config.Config) string {
 	return filepath.Join(filepath.Dir(auditKeyPath(cfg)), "audit.pub")
 }
 
+// auditEntryKeyPath is the audit entry key (core/audit/mac.go): entry.key
+// next to the audit key, never in the database.
+func auditEntryKeyPath(cfg *config.Config) string {
+	return filepath.Join(filepath.Dir(auditKeyPath(cfg)), "entry.key")
+}
+
 // auditHeadPath is audit.head_file, else data_dir/audit/head.log.
 func auditHeadPath(cfg *config.Config) string {
 	if cfg.Audit.HeadFile != "" {
@@ -56,8 +62,27 @@ func newCheckpointer(ctx context.Context, cfg *config.Config, st *store.Store, l
 		log.Warn("created the audit signing key: back it up offline, apart from the database",
 			slog.String("path", auditKeyPath(cfg)), slog.String("public_key", auditPubPath(cfg)), slog.String("key_id", id))
 	}
-	return audit.NewCheckpointer(ctx, st, audit.CheckpointOptions{Key: key, HeadFile: auditHeadPath(cfg),
+	// The entry key now (made if need be, under the chain lock), so the
+	// checkpointer checks every row's MAC before it signs over it.
+	entryKey, err := st.AuditEntryKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cp, err := audit.NewCheckpointer(ctx, st, audit.CheckpointOptions{Key: key, HeadFile: auditHeadPath(cfg), EntryKey: entryKey, FirstAtOnce: true,
 		Entries: int64(cfg.Audit.CheckpointEntries), Interval: cfg.Audit.CheckpointInterval.Duration, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	// One look now rather than at the background room's first: after a
+	// crash River elects a leader (who runs the periodic jobs) only once
+	// the dead one's lease ran out, and a log that never got its first
+	// checkpoint (FirstAtOnce) would go that long without a head file,
+	// which verify treats as removed. A refusal (a row not written by this
+	// gateway) is logged by RunOnce; the gateway still starts.
+	if _, err := cp.RunOnce(ctx); err != nil {
+		log.Error("audit checkpoint at start", slog.Any("err", err))
+	}
+	return cp, nil
 }
 
 // finalCheckpoint signs the newest entry at a graceful stop.
@@ -121,11 +146,15 @@ func cmdAuditVerify(ctx context.Context, env *cliEnv, args []string) error {
 		"Walk the whole hash chain and check it against the signed checkpoints: every checkpoint's signature\n"+
 			"(with the audit public key from a file, never from the database), that each one's seq and hash are in\n"+
 			"the log, and that the newest head in the head file outside the database is there too. Names the first\n"+
-			"broken row, a re-chained range, a truncated log or deleted checkpoints. Exit 0 when all is well, 1 on\n"+
-			"any problem (warnings, such as entries not yet covered by a checkpoint, do not fail it).")
+			"broken row, a re-chained range, a truncated log or deleted checkpoints, and every entry whose MAC (under\n"+
+			"the entry key next to the audit key) shows it was not written by this gateway. Once the audit public key\n"+
+			"exists, a missing or empty head file, or a log past audit.checkpoint_entries with no checkpoint, fails it\n"+
+			"too. Exit 0 when all is well, 1 on any problem (warnings, such as entries not yet covered by a\n"+
+			"checkpoint, do not fail it).")
 	asJSON := fl.Bool("json", false, "print the report as one JSON object (for monitoring)")
 	pubkey := fl.String("pubkey", "", "audit public key file (default audit.public_key_file, else audit.pub next to audit.key_file)")
 	head := fl.String("head", "", "head file (default audit.head_file, else data_dir/audit/head.log)")
+	entryKeyFile := fl.String("entry-key", "", "audit entry key file (default entry.key next to the audit key)")
 	if err := parse(fl, args); err != nil {
 		return err
 	}
@@ -139,6 +168,9 @@ func cmdAuditVerify(ctx context.Context, env *cliEnv, args []string) error {
 	if *head == "" {
 		*head = auditHeadPath(cfg)
 	}
+	if *entryKeyFile == "" {
+		*entryKeyFile = auditEntryKeyPath(cfg)
+	}
 	var warnings []string
 	trusted, err := audit.LoadPublicKeys(*pubkey)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -146,16 +178,43 @@ func cmdAuditVerify(ctx context.Context, env *cliEnv, args []string) error {
 	} else if err != nil {
 		return err
 	}
+	headState := audit.HeadPresent
 	headCP, err := audit.ReadHead(*head)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		headState = audit.HeadMissing
+		if len(trusted) == 0 {
+			warnings = append(warnings, fmt.Sprintf("no head file at %s: deleted checkpoint rows cannot be detected", *head))
+		}
+	case err != nil:
+		return err
+	case headCP == nil:
+		headState = audit.HeadEmpty
+		if len(trusted) == 0 {
+			warnings = append(warnings, fmt.Sprintf("head file %s holds no checkpoint: deleted checkpoint rows cannot be detected", *head))
+		}
+	}
+	// Entry MACs need the entry key, which only the gateway's host has.
+	entryKey, err := audit.LoadEntryKey(*entryKeyFile)
 	if errors.Is(err, fs.ErrNotExist) {
-		warnings = append(warnings, fmt.Sprintf("no head file at %s: deleted checkpoint rows cannot be detected", *head))
+		entryKey = nil
+		warnings = append(warnings, fmt.Sprintf("no audit entry key at %s: entries were not checked for rows written by someone other than the gateway (run verify on the gateway's host)", *entryKeyFile))
 	} else if err != nil {
 		return err
 	}
 	return withStore(ctx, env, func(st *store.Store) error {
-		rep, err := st.VerifyAuditAnchored(ctx, trusted, headCP, *head)
+		rep, err := st.VerifyAuditAnchored(ctx, trusted, headCP, *head, entryKey)
 		if err != nil {
 			return err
+		}
+		if len(trusted) > 0 {
+			// The public key exists, so checkpoints are being made: their
+			// absence is a finding, not a fresh install.
+			threshold := int64(cfg.Audit.CheckpointEntries)
+			if threshold <= 0 {
+				threshold = 1000
+			}
+			rep.FailClosed(headState, *head, threshold)
 		}
 		rep.Warnings = append(warnings, rep.Warnings...)
 		if *asJSON {

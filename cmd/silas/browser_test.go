@@ -121,6 +121,18 @@ func TestBrowserWebChat(t *testing.T) {
 	if label := browserEval[string](t, ctx, `document.querySelector('[data-card-id=`+js(low)+`] [data-testid=choice-approve]').innerHTML`); label != "Run <code>uname -a</code>" {
 		t.Errorf("approve label = %q", label)
 	}
+	// The space between "Run" and the command is rendered: the gap from the
+	// end of "Run" to the <code> is a space's width, not nothing ("Rununame
+	// -a" when the button was a flex box).
+	if gap := browserEval[float64](t, ctx, `(() => {
+		const b = document.querySelector('[data-card-id=`+js(low)+`] [data-testid=choice-approve]');
+		const r = document.createRange();
+		r.setStart(b.firstChild, 0);
+		r.setEnd(b.firstChild, 3);
+		return b.querySelector('code').getBoundingClientRect().left - r.getBoundingClientRect().right;
+	})()`); gap < 2 {
+		t.Errorf("approve label: %.1f px between \"Run\" and the command; the space is not rendered", gap)
+	}
 	if err := chromedp.Do(ctx, chromedp.Click(cardSel(low, "choice-approve"))); err != nil {
 		t.Fatalf("click approve: %v", err)
 	}

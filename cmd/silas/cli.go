@@ -199,8 +199,11 @@ func (d *database) Close(ctx context.Context) {
 }
 
 // openDatabase uses database.url, or else starts (or reuses) the local
-// throwaway cluster under data_dir/pg.
-func openDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, stopOnClose bool, opt store.Options) (*database, error) {
+// throwaway cluster under data_dir/pg. Close stops a cluster this process
+// started: a command that starts the cluster for itself leaves none
+// running behind it (issue 22); one found running (serve's) is left
+// alone. The bool, once "stop on close", is ignored: every caller stops.
+func openDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, _ bool, opt store.Options) (*database, error) {
 	d := &database{}
 	dsn := cfg.Database.URL
 	if dsn == "" {
@@ -216,7 +219,7 @@ func openDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, sto
 		if err != nil {
 			return nil, fmt.Errorf("start local PostgreSQL (set DATABASE_URL to use your own server): %w", err)
 		}
-		d.cluster, d.owned = c, stopOnClose && !c.Reused
+		d.cluster, d.owned = c, !c.Reused
 		dsn = c.AppDSN()
 		d.migrateDSN = c.OwnerDSN()
 	} else if cfg.Database.MigrateURL != "" {
@@ -227,6 +230,11 @@ func openDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, sto
 		d.migrateDSN = dsn
 	}
 	opt.Logger = log
+	if opt.EntryKeyFile == "" {
+		// Every process that appends MACs its entries (made at the first
+		// append; a read-only command never makes it).
+		opt.EntryKeyFile = auditEntryKeyPath(cfg)
+	}
 	st, err := store.Open(ctx, dsn, opt)
 	if err != nil {
 		if d.cluster != nil && d.owned {

@@ -24,7 +24,12 @@ import (
 // the checkpoints alone. Those findings are warnings; a database that
 // cannot be reached, or an audit key that cannot be read, is an error.
 func doctorDatabase(ctx context.Context, cfg *config.Config) []doctor.Finding {
-	return append(doctorRole(ctx, cfg), doctorAuditKey(cfg))
+	out := append(doctorRole(ctx, cfg), doctorAuditKey(cfg))
+	if out[len(out)-1].Severity == doctor.OK {
+		// A key serve uses: who else can read it.
+		out = append(out, doctorAuditKeyReach(cfg))
+	}
+	return out
 }
 
 // doctorRole is the database half of doctorDatabase: the role, the

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -66,9 +67,22 @@ func sandboxConfig(cfg *config.Config, configPath string, log *slog.Logger) (san
 		MaxFileSize:    cfg.Sandbox.MaxFileBytes,
 		MaxOpenFiles:   cfg.Sandbox.MaxOpenFiles,
 		TmpSize:        cfg.Sandbox.TmpBytes,
+		MaxWork:        cfg.Sandbox.MaxWorkBytes,
+		KeepWorkFor:    keepWorkFor(cfg.Sandbox.KeepWorkFor.Duration, cfg.Sandbox.MaxKeptWorkBytes),
+		MaxKeptWork:    cfg.Sandbox.MaxKeptWorkBytes,
 		NetworkPorts:   cfg.Sandbox.NetworkPorts,
 		Logger:         log,
 	}, nil
+}
+
+// keepWorkFor maps sandbox.keep_work_for onto the sandbox's KeepWorkFor,
+// where zero means its default: a configured 0 (or a max_kept_work_bytes
+// of 0) removes work dirs once verified.
+func keepWorkFor(d time.Duration, maxKept int64) time.Duration {
+	if d == 0 || maxKept == 0 {
+		return -1
+	}
+	return d
 }
 
 // doctorSandbox builds the sandbox as serve would and reports on it: the

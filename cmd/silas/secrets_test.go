@@ -391,12 +391,15 @@ func afterStored(t *testing.T, dsn, dataDir string, formEnv []string, s1 *server
 	if code != 0 || json.Unmarshal([]byte(lineWith(out, secretName)), &info) != nil || info["name"] != secretName || info["last_used_at"] == nil {
 		t.Fatalf("secrets list --json = %d\n%s%s", code, out, errOut)
 	}
-	code, out, errOut = silas(t, dsn, "secrets", "delete", secretName)
+	// In the gateway's data_dir, as an operator on its host: the deletion's
+	// audit entry carries the MAC of the gateway's entry key (a CLI with a
+	// data_dir of its own has another key, and verify would name it).
+	code, out, errOut = silasIn(t, dsn, dataDir, "secrets", "delete", secretName)
 	leaks.add("secrets delete", out+errOut)
 	if code != 0 || !strings.Contains(out, "deleted secret "+secretName) {
 		t.Fatalf("secrets delete = %d\n%s%s", code, out, errOut)
 	}
-	code, out, errOut = silas(t, dsn, "secrets", "delete", secretName)
+	code, out, errOut = silasIn(t, dsn, dataDir, "secrets", "delete", secretName)
 	leaks.add("secrets delete again", out+errOut)
 	if code != 1 || !strings.Contains(errOut, "there is no secret named "+secretName) {
 		t.Fatalf("second secrets delete = %d\n%s%s", code, out, errOut)

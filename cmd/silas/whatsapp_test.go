@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -51,20 +47,7 @@ func TestWhatsAppCLI(t *testing.T) {
 // silasEnv is silas with extra environment variables.
 func silasEnv(t *testing.T, dsn string, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	cmd := exec.Command(silasBin, args...)
-	cmd.Env = append(append(os.Environ(), "DATABASE_URL="+dsn, "SILAS_DATA_DIR="+t.TempDir(), "SILAS_CONFIG="), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	default:
-		t.Fatalf("silas %v: %v", args, err)
-	}
-	return code, out.String(), errb.String()
+	return silasInEnv(t, dsn, t.TempDir(), env, args...)
 }
 
 // TestServeWhatsAppWithoutDevice: `silas serve` with whatsapp.enabled and

@@ -45,6 +45,8 @@ type Row struct {
 	DataJSON []byte // the stored JSON of Data, as read back
 	PrevHash []byte
 	Hash     []byte
+	// MAC is the entry MAC (mac.go); nil for a row written without one.
+	MAC []byte
 }
 
 // Genesis is the previous hash of the first entry.

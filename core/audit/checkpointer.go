@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -31,6 +32,9 @@ type CheckpointStore interface {
 	// InsertCheckpoint stores a checkpoint; one already stored for the same
 	// seq is kept.
 	InsertCheckpoint(ctx context.Context, c Checkpoint) error
+	// AuditRows feeds f the rows from seq from to upto, in seq order, as
+	// stored (MAC included, data not decoded); an error from f stops it.
+	AuditRows(ctx context.Context, from, upto int64, f func(Row) error) error
 }
 
 // CheckpointOptions configure a Checkpointer.
@@ -49,6 +53,17 @@ type CheckpointOptions struct {
 	// MinInterval is how often RunOnce should be called, and so the most
 	// often a checkpoint is made under load (default 1s, at most Interval).
 	MinInterval time.Duration
+	// EntryKey, when set, makes every checkpoint first check the rows it
+	// is about to cover (since the previous checkpoint): chained, and each
+	// from EntryKey.FromSeq on carrying a valid entry MAC. A row that fails
+	// is never signed over (ErrUnsigned). nil checks nothing (tools and
+	// tests); serve always sets it.
+	EntryKey *EntryKey
+	// FirstAtOnce: while no checkpoint is stored, one is due as soon as
+	// there is an entry, so that the head file exists from the gateway's
+	// first entries on and verify can fail closed without it (serve sets
+	// it).
+	FirstAtOnce bool
 	// Now is the clock (default time.Now).
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -123,6 +138,7 @@ func (c *Checkpointer) checkpoint(ctx context.Context, force bool) (*Checkpoint,
 	}
 	if !ok {
 		lastAt = c.since
+		force = force || c.opt.FirstAtOnce
 	}
 	if seq <= lastSeq {
 		return nil, nil
@@ -130,6 +146,12 @@ func (c *Checkpointer) checkpoint(ctx context.Context, force bool) (*Checkpoint,
 	now := c.opt.Now()
 	if !force && seq-lastSeq < c.opt.Entries && now.Sub(lastAt) < c.opt.Interval {
 		return nil, nil
+	}
+	if c.opt.EntryKey != nil {
+		if err := c.checkRange(ctx, lastSeq, seq, hash); err != nil {
+			c.opt.Logger.Error("audit checkpoint refused", slog.Int64("seq", seq), slog.Any("err", err))
+			return nil, err
+		}
 	}
 	cp, err := Sign(c.opt.Key, seq, hash, now)
 	if err != nil {
@@ -147,4 +169,57 @@ func (c *Checkpointer) checkpoint(ctx context.Context, force bool) (*Checkpoint,
 	}
 	c.opt.Logger.Debug("audit checkpoint", slog.Int64("seq", seq), slog.String("key_id", cp.KeyID))
 	return &cp, nil
+}
+
+// UnsignedError is the checkpointer's refusal to sign over a row that is
+// not the gateway's or does not chain.
+type UnsignedError struct {
+	Problem Problem
+	Upto    int64 // the checkpoint that was not made
+}
+
+func (e *UnsignedError) Error() string {
+	return fmt.Sprintf("audit: checkpoint at seq %d not signed: %s", e.Upto, e.Problem.Message)
+}
+
+// checkRange checks the rows a checkpoint of seq upto (hash head) would
+// newly cover, those after the previous checkpoint at seq last: each
+// chained to the one before, hashed as stored, and MAC'd by this gateway.
+// The row at last anchors the chain (it was covered before); with no
+// previous checkpoint the walk starts at genesis.
+func (c *Checkpointer) checkRange(ctx context.Context, last, upto int64, head []byte) error {
+	m := c.opt.EntryKey.NewMACer()
+	prev, next := Genesis, int64(1)
+	anchored := last >= 1
+	if anchored {
+		next = last
+	}
+	refuse := func(seq int64, msg string) error {
+		return &UnsignedError{Upto: upto, Problem: Problem{Kind: ProblemBrokenRow, Seq: seq, Message: msg}}
+	}
+	err := c.st.AuditRows(ctx, next, upto, func(r Row) error {
+		if r.Seq != next {
+			return refuse(next, fmt.Sprintf("entry %d is missing (the next row is %d)", next, r.Seq))
+		}
+		if anchored && r.Seq == last {
+			prev, next = r.Hash, next+1
+			return nil
+		}
+		if p, ok := EntryMACProblem(m, c.opt.EntryKey, r); !ok {
+			return &UnsignedError{Upto: upto, Problem: p}
+		}
+		cn, err := Canonical(r.Seq, r.At, r.Entry.Kind, r.Entry.Actor, r.Entry.Conversation, r.DataJSON)
+		if err != nil || !bytes.Equal(r.PrevHash, prev) || !bytes.Equal(Chain(prev, cn), r.Hash) {
+			return refuse(r.Seq, fmt.Sprintf("entry %d does not chain to the one before it", r.Seq))
+		}
+		prev, next = r.Hash, next+1
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if next != upto+1 || !bytes.Equal(prev, head) {
+		return refuse(upto, fmt.Sprintf("the rows up to %d do not end at the head read before", upto))
+	}
+	return nil
 }

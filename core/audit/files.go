@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
@@ -19,6 +20,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/silas-gateway/silas/core/keys"
@@ -204,4 +206,65 @@ func parseHeadLine(b []byte) (Checkpoint, bool) {
 		return Checkpoint{}, false
 	}
 	return Checkpoint{Seq: l.Seq, Hash: hash, At: at, KeyID: l.KeyID, Signature: sig}, true
+}
+
+// entryKeyPEM is the PEM type of the entry key file (mac.go).
+const entryKeyPEM = "SILAS AUDIT ENTRY KEY"
+
+// LoadEntryKey reads the entry key (mac.go) from path. A missing file is
+// an error wrapping fs.ErrNotExist.
+func LoadEntryKey(path string) (*EntryKey, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("audit: entry key: %w", err)
+	}
+	b, _ := pem.Decode(raw)
+	if b == nil || b.Type != entryKeyPEM || len(b.Bytes) != 32 {
+		return nil, fmt.Errorf("audit: entry key %s: not a PEM %q block of 32 bytes", path, entryKeyPEM)
+	}
+	from, err := strconv.ParseInt(b.Headers["From-Seq"], 10, 64)
+	if err != nil || from < 1 {
+		return nil, fmt.Errorf("audit: entry key %s: bad From-Seq header %q", path, b.Headers["From-Seq"])
+	}
+	return &EntryKey{Key: b.Bytes, FromSeq: from}, nil
+}
+
+// LoadOrCreateEntryKey loads the entry key from path or, when there is
+// none, creates one (mode 0600, directory 0700) that MACs from head+1 on:
+// head is the newest seq in the log, read under the writer's chain lock,
+// so no row after it goes unMAC'd. created says a new key was made.
+func LoadOrCreateEntryKey(path string, head int64) (k *EntryKey, created bool, err error) {
+	k, err = LoadEntryKey(path)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return k, false, err
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, false, fmt.Errorf("audit: entry key: %w", err)
+	}
+	k = &EntryKey{Key: key, FromSeq: head + 1}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, false, fmt.Errorf("audit: create directory for %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) { // another process was quicker
+		k, err = LoadEntryKey(path)
+		return k, false, err
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("audit: create entry key: %w", err)
+	}
+	blk := &pem.Block{Type: entryKeyPEM, Headers: map[string]string{"From-Seq": strconv.FormatInt(k.FromSeq, 10)}, Bytes: key}
+	err = pem.Encode(f, blk)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return nil, false, fmt.Errorf("audit: write entry key %s: %w", path, err)
+	}
+	return k, true, nil
 }

@@ -17,7 +17,15 @@ const (
 	ProblemCheckpointsDeleted = "checkpoints_deleted" // the head file has a checkpoint the database lost
 	ProblemHeadMismatch       = "head_mismatch"       // head file and database disagree on one checkpoint
 	ProblemNoPublicKey        = "no_public_key"       // checkpoints exist but cannot be checked
+	ProblemForgedEntry        = "forged_entry"        // a row without a valid entry MAC: not written by this gateway
+	ProblemNoHeadFile         = "no_head_file"        // a public key exists but the head file does not
+	ProblemEmptyHead          = "empty_head_file"     // a public key exists but the head file holds no checkpoint
+	ProblemNoCheckpoints      = "no_checkpoints"      // a public key exists, the log is past the threshold, no checkpoint
 )
+
+// maxForgedNamed is how many forged entries a report names one by one;
+// the rest are counted.
+const maxForgedNamed = 10
 
 // Problem is one finding of a verification; any problem fails it.
 type Problem struct {
@@ -69,6 +77,35 @@ type Check struct {
 	wrongAfter int // how many more checkpoints disagree after firstWrong
 	chainOK    bool
 	report     Report
+	// entry MACs: checked from key.FromSeq on when the key is known
+	key    *EntryKey
+	macer  *MACer
+	forged int64
+}
+
+// WithEntryKey makes the check verify every row's entry MAC from
+// k.FromSeq on (mac.go); a row without a valid one is reported as not
+// written by this gateway. nil leaves MACs unchecked.
+func (c *Check) WithEntryKey(k *EntryKey) *Check {
+	c.key = k
+	if k != nil {
+		c.macer = k.NewMACer()
+	}
+	return c
+}
+
+// EntryMACProblem says why a row's MAC shows it was not written by the
+// gateway that holds k, or ok when it was (or the row predates k).
+func EntryMACProblem(m *MACer, k *EntryKey, r Row) (Problem, bool) {
+	if !k.Covers(r.Seq) || m.Valid(r.Hash, r.MAC) {
+		return Problem{}, true
+	}
+	why := "its MAC does not verify under the audit entry key"
+	if len(r.MAC) == 0 {
+		why = "it carries no MAC"
+	}
+	return Problem{Kind: ProblemForgedEntry, Seq: r.Seq,
+		Message: fmt.Sprintf("entry %d was not written by this gateway: %s (kind %q, actor %q)", r.Seq, why, r.Entry.Kind, r.Entry.Actor)}, false
 }
 
 // NewCheck prepares a check. trusted are the audit public keys (from a file
@@ -156,6 +193,13 @@ func (c *Check) Row(r Row) {
 		}
 	}
 	c.report.LastSeq = max(c.report.LastSeq, r.Seq)
+	if c.key != nil {
+		if p, ok := EntryMACProblem(c.macer, c.key, r); !ok {
+			if c.forged++; c.forged <= maxForgedNamed {
+				c.report.Problems = append(c.report.Problems, p)
+			}
+		}
+	}
 	want, ok := c.want[r.Seq]
 	if !ok {
 		return
@@ -193,6 +237,10 @@ func (c *Check) Finish() *Report {
 			}
 		}
 	}
+	if c.forged > maxForgedNamed {
+		r.Problems = append(r.Problems, Problem{Kind: ProblemForgedEntry,
+			Message: fmt.Sprintf("%d more entries were not written by this gateway", c.forged-maxForgedNamed)})
+	}
 	if n := r.NewestCheckpoint; n > r.LastSeq {
 		r.Problems = append(r.Problems, Problem{Kind: ProblemTruncated, Seq: n,
 			Message: fmt.Sprintf("checkpoint at seq %d; the log ends at %d < %d", n, r.LastSeq, n)})
@@ -209,4 +257,34 @@ func (c *Check) Finish() *Report {
 		r.Warnings = []string{}
 	}
 	return r
+}
+
+// HeadState is what was found at the head file's path.
+type HeadState int
+
+const (
+	HeadPresent HeadState = iota // holds at least one checkpoint line
+	HeadMissing                  // no file
+	HeadEmpty                    // a file without one parseable checkpoint
+)
+
+// FailClosed turns missing anchors into problems, for a log whose audit
+// public key exists (so checkpoints are being made, and their absence is
+// news, not a fresh install): a missing or empty head file, and a log of
+// more than threshold entries with no checkpoint at all. Without it a
+// superuser who deleted the head file and the checkpoint rows, then
+// rewrote the log, would get "intact". threshold <= 0 skips the last rule.
+func (r *Report) FailClosed(head HeadState, headName string, threshold int64) {
+	switch head {
+	case HeadMissing:
+		r.Problems = append(r.Problems, Problem{Kind: ProblemNoHeadFile,
+			Message: fmt.Sprintf("no head file at %s although the audit public key exists: it was deleted, or no checkpoint was ever signed (give --head if it lives elsewhere)", headName)})
+	case HeadEmpty:
+		r.Problems = append(r.Problems, Problem{Kind: ProblemEmptyHead,
+			Message: fmt.Sprintf("head file %s holds no checkpoint although the audit public key exists: it was emptied or replaced", headName)})
+	}
+	if threshold > 0 && r.Checkpoints == 0 && r.HeadSeq == 0 && r.LastSeq > threshold {
+		r.Problems = append(r.Problems, Problem{Kind: ProblemNoCheckpoints, Seq: r.LastSeq,
+			Message: fmt.Sprintf("%d entries and no signed checkpoint, though one is due every %d entries: checkpoints were deleted or never made", r.LastSeq, threshold)})
+	}
 }

@@ -287,8 +287,10 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 	if stopped() {
 		// Killed because its task was stopped: whatever it did so far
 		// stands, nothing of it is verified, and it is never run again.
-		x.record(ctx, r, core.ExecInterrupted, core.ExecUpdate{Reason: "stopped with its task; the program was killed", Done: true},
-			note{kind: audit.KindExecutionInterrupted, data: map[string]any{}, reason: true})
+		if x.record(ctx, r, core.ExecInterrupted, core.ExecUpdate{Reason: "stopped with its task; the program was killed", Done: true},
+			note{kind: audit.KindExecutionInterrupted, data: map[string]any{}, reason: true}) {
+			x.release(r, res.Dir)
+		}
 		return
 	}
 	if len(values) > 0 {
@@ -336,6 +338,7 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 		u.Result, u.Done = rec, true
 		if x.record(ctx, r, to, u, finished, verdict) {
 			x.failpoint("after-execute")
+			x.release(r, rec.Dir)
 		}
 		return
 	}
@@ -361,7 +364,9 @@ func (x *Executor) verify(ctx context.Context, r *execution) {
 		return
 	}
 	to, u, verdict := x.verdict(ctx, r.act, r.ex.Result)
-	x.record(ctx, r, to, u, verdict)
+	if x.record(ctx, r, to, u, verdict) {
+		x.release(r, r.ex.Result.Dir)
+	}
 }
 
 // verdict runs the checks on a recorded result: the status it leads to,

@@ -43,6 +43,21 @@ type fakeSandbox struct {
 	during func()
 	// untilCancelled: the run lasts until its context ends.
 	untilCancelled bool
+	// released are the work dirs handed back (Release).
+	released []string
+}
+
+func (f *fakeSandbox) Release(dir string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released = append(f.released, dir)
+	return nil
+}
+
+func (f *fakeSandbox) releasedDirs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.released)
 }
 
 func (f *fakeSandbox) Run(ctx context.Context, req core.ExecRequest) (core.ExecResult, error) {
@@ -73,10 +88,16 @@ func (f *fakeSandbox) ran() [][]string {
 }
 
 // checks answers verification commands: exit code 0.
-type checks struct{ n int }
+type checks struct {
+	n      int
+	during func() // when set, runs inside each check
+}
 
 func (c *checks) RunCheck(context.Context, []string, string, time.Duration) (int, []byte, error) {
 	c.n++
+	if c.during != nil {
+		c.during()
+	}
 	return 0, nil, nil
 }
 
@@ -323,6 +344,29 @@ func TestSettledRunWakesItsTask(t *testing.T) {
 	}
 	if b.count.txns != 3 || b.count.reads != 0 {
 		t.Fatalf("%d write transactions, %d approval reads outside them; want 3, 0", b.count.txns, b.count.reads)
+	}
+}
+
+// TestReleasesWorkDirAfterVerdict: the run's work dir goes back to the
+// sandbox (to be removed or kept a while) once the verdict is recorded,
+// never while verification may still read it.
+func TestReleasesWorkDirAfterVerdict(t *testing.T) {
+	t.Parallel()
+	for _, checks := range [][]verify.Check{nil, {{Name: "probe", Run: []string{"true"}, Expect: verify.Expect{ExitCode: new(int)}}}} {
+		b := setup(t)
+		b.checks.during = func() {
+			if got := b.sb.releasedDirs(); len(got) != 0 {
+				t.Errorf("work dir released while verification runs: %q", got)
+			}
+		}
+		id := b.decided(t, []string{"echo", "hi"}, checks...)
+		b.x.Run(b.ctx, id)
+		if ex := b.execution(t, id); ex.Status != core.ExecVerified {
+			t.Fatalf("execution = %+v", ex)
+		}
+		if got := b.sb.releasedDirs(); !slices.Equal(got, []string{"/nonexistent"}) {
+			t.Fatalf("released %q, want the run's work dir once", got)
+		}
 	}
 }
 

@@ -23,6 +23,16 @@ const (
 	DefaultMaxOpenFiles = 1024
 	// DefaultTmpSize is the size of the private /tmp each run gets.
 	DefaultTmpSize = 256 << 20
+	// DefaultMaxWork bounds what one run can write to its work dir (each
+	// run works in a filesystem of this size; writes past it fail with
+	// ENOSPC).
+	DefaultMaxWork = 256 << 20
+	// DefaultKeepWorkFor is how long a work dir is kept once its run is
+	// verified (for an operator to inspect), within DefaultMaxKeptWork.
+	DefaultKeepWorkFor = 24 * time.Hour
+	// DefaultMaxKeptWork bounds the kept work dirs together; past it the
+	// oldest are removed first.
+	DefaultMaxKeptWork = 512 << 20
 	// DefaultRunAs is the user programs run as when the gateway runs as
 	// root and Config.RunAs is empty. When the system has no such user,
 	// uid/gid 65534 is used.
@@ -69,6 +79,17 @@ type Config struct {
 	MaxFileSize  int64
 	MaxOpenFiles int
 	TmpSize      int64
+	// MaxWork bounds each run's work dir in bytes (zero: DefaultMaxWork):
+	// the program works on a copy in a tmpfs of this size (and
+	// max(1024, MaxWork/4096) files), copied back when the run is over.
+	MaxWork int64
+	// KeepWorkFor is how long a released work dir (see
+	// [Subprocess.Release]) is kept: zero means DefaultKeepWorkFor,
+	// negative removes it at release.
+	KeepWorkFor time.Duration
+	// MaxKeptWork bounds the released work dirs kept together (zero:
+	// DefaultMaxKeptWork); the oldest are removed first.
+	MaxKeptWork int64
 	// NetworkPorts are the TCP ports a run with ExecRequest.Network may
 	// connect to (Landlock); empty means DefaultNetworkPorts.
 	NetworkPorts []uint16

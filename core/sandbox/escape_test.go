@@ -56,6 +56,13 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 //	                                                without memory.limit_in_bytes all 6 × 32 MiB were allocated, exit 0)
 //	pids.max (cgroup_linux create)                TestEscapeCgroupLimits/tasks_of_the_run… (root, v1: without it the run held
 //	                                                68 tasks under max_processes 64 — the init's 5 are root's, not in RLIMIT_NPROC)
+//	init spec on a pipe, not argv (spawn)         TestEscape/init's_command_line (with the spec also in argv: the data dir shows)
+//	work dir staged on its own tmpfs: stageWork   TestEscape/mountinfo_names_no_host_path (a bind instead: /work's line names
+//	  (root), the init's stageIn (ordinary user)    the data dir), TestWorkDirBounded (no ENOSPC past max_work_bytes) — root and
+//	                                                TestEscapeAsOrdinaryUser each
+//	staged run stopped with SIGTERM (stop)        TestWorkDirKeptAfterTimeout in TestEscapeAsOrdinaryUser (SIGKILL: the file is lost)
+//	work dir released after the verdict           core/execute TestReleasesWorkDirAfterVerdict; keep_work_for and the cap:
+//	  (Release, pruneLocked)                        TestKeptWorkBounded, TestReleaseRemoves
 //
 // Not each on its own: a seccomp rule for a syscall the kernel refuses an
 // unprivileged uid anyway (mount, umount, chroot, pivot_root, kexec_load,
@@ -153,6 +160,9 @@ func setupEscape(t *testing.T, cfg Config) *escapeBundle {
 		}
 		if strings.HasPrefix(pc.Host, "/") {
 			b.pgSockets = append(b.pgSockets, filepath.Join(pc.Host, fmt.Sprintf(".s.PGSQL.%d", pc.Port)))
+			// The throwaway cluster's superuser DSN is its socket; the
+			// server listens on loopback too.
+			b.pgTCP = append(b.pgTCP, net.JoinHostPort("127.0.0.1", strconv.Itoa(int(pc.Port))))
 		} else {
 			b.pgTCP = append(b.pgTCP, net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))))
 			socks, _ := filepath.Glob(filepath.Join(os.TempDir(), "silas-pgtest-*", fmt.Sprintf(".s.PGSQL.%d", pc.Port)))
@@ -464,6 +474,15 @@ func TestEscape(t *testing.T) {
 			escapeCase{name: "hidden file inside a system dir", argv: []string{"wc", "-c", b.hiddenFile}, exitZero: true, want: []string{"0 " + b.hiddenFile}},
 		)
 	}
+	// The init's configuration (the data dir, hidden paths, the base dir)
+	// comes on a pipe, not its command line.
+	cases = append(cases, escapeCase{name: "init's command line", argv: []string{"cat", "/proc/1/cmdline"}, exitZero: true,
+		want: []string{initArg0 + "\x00" + initSpecArg + "\x00"}, notWant: []string{b.data, "hide", "{"}})
+	// The work dir is a tmpfs of its own (the gateway's stage as root,
+	// the init's as an ordinary user): no mount shows a host path of the
+	// gateway's.
+	cases = append(cases, escapeCase{name: "mountinfo names no host path", argv: []string{"cat", "/proc/self/mountinfo"}, exitZero: true,
+		want: []string{" / /work rw,"}, notWant: []string{b.data, b.probeDir, b.hostTmpDir}})
 	if os.Geteuid() == 0 {
 		cases = append(cases, escapeCase{name: "setuid-root binary", argv: []string{"./suid-id"}, exitZero: true, want: []string{"uid=65534(nobody) gid=65534(nogroup) groups=65534(nogroup)\n"}})
 	}
@@ -756,7 +775,7 @@ func TestEscapeAsOrdinaryUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(bin, "-test.run", "^(TestEscape|TestEscapeHiddenPathAppearsLater|TestEscapeResources|TestRunResults|TestNetworkIsolation)$", "-test.v", "-test.count=1")
+	cmd := exec.Command(bin, "-test.run", "^(TestEscape|TestEscapeHiddenPathAppearsLater|TestEscapeResources|TestRunResults|TestNetworkIsolation|TestWorkDirBounded|TestKeptWorkBounded|TestWorkDirKeptAfterTimeout)$", "-test.v", "-test.count=1")
 	cmd.Dir = tmp
 	cmd.Env = []string{"PATH=" + MinimalPath, "TMPDIR=" + tmp, "HOME=" + tmp, envNonRoot + "=1", envHelper + "=" + helper, envSysDir + "=" + sys}
 	cmd.SysProcAttr = sysProcAttrAs(65534, 65534)
@@ -768,7 +787,8 @@ func TestEscapeAsOrdinaryUser(t *testing.T) {
 		t.Fatalf("escape suite as an ordinary user failed: %v", err)
 	}
 	for _, ran := range []string{"--- PASS: TestEscape ", "--- PASS: TestEscape/hidden_directory_inside_a_system_dir ",
-		"--- PASS: TestEscape/hidden_file_inside_a_system_dir ", "--- PASS: TestEscapeHiddenPathAppearsLater "} {
+		"--- PASS: TestEscape/hidden_file_inside_a_system_dir ", "--- PASS: TestEscapeHiddenPathAppearsLater ",
+		"--- PASS: TestEscape/mountinfo_names_no_host_path ", "--- PASS: TestWorkDirBounded "} {
 		if !strings.Contains(out.String(), ran) {
 			t.Fatalf("the escape suite did not run as an ordinary user: no %q", ran)
 		}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -23,10 +24,16 @@ import (
 // every privilege and starts the approved program as its only child.
 const initArg0 = "silas-sandbox-init"
 
+// initSpecArg is the init's only argument: its spec comes on fdSpec, never
+// on the command line (which every process of the sandbox can read in
+// /proc/1/cmdline).
+const initSpecArg = "--spec-fd=5"
+
 // File descriptors handed to the init process (os/exec ExtraFiles start at 3).
 const (
 	fdStatus = 3 // write end: the init reports readiness, setup errors and the program's exit here
-	fdRun    = 4 // read end: the run's part of the spec (JSON), written once the init is in its cgroups
+	fdRun    = 4 // a unix socket: the run's part of the spec (JSON), written once the init is in its cgroups, with the work dir's mount (SCM_RIGHTS) when it comes as one
+	fdSpec   = 5 // read end of a pipe: the initSpec (JSON), written before the init starts
 )
 
 // Status lines the init writes to fdStatus. One line each; the parent parses
@@ -36,6 +43,8 @@ const (
 	statusSetupErr = 'E' // isolation could not be set up: nothing ran
 	statusExecErr  = 'X' // the program could not be started: nothing ran
 	statusExit     = 'W' // the program ended: raw wait status
+	statusWorkFull = 'F' // the work dir's tmpfs was full when the program ended
+	statusWorkCopy = 'C' // the work dir could not be copied back whole: why
 )
 
 // oldRoot is where the host's root stays, inside the new root, between the
@@ -43,26 +52,39 @@ const (
 const oldRoot = "/.oldroot"
 
 // initSpec is everything the init needs. The part that is the same for
-// every run of a Subprocess comes as JSON in argv[1]: the init builds the
+// every run of a Subprocess comes as JSON on fdSpec: the init builds the
 // sandbox ahead of time (a warm init). The run's part (program, argv, env,
-// work dir, CPU limit) comes as JSON on fdRun. It holds no secret the
-// gateway does not already give the program (its environment).
+// work dir, CPU limit) comes as JSON on fdRun. Neither is on the command
+// line: the paths it names (the data dir, the hidden paths) are the
+// host's. It holds no secret the gateway does not already give the
+// program (its environment).
 type initSpec struct {
-	Program  string   `json:"-"` // from runSpec
-	Argv     []string `json:"-"`
-	Env      []string `json:"-"`
-	HostDir  string   `json:"-"`
-	CPU      uint64   `json:"-"`
-	Root     string   `json:"root"` // empty dir the new root is mounted on
-	Network  bool     `json:"network"`
-	Ports    []uint16 `json:"ports,omitempty"`
-	Hide     []string `json:"hide,omitempty"`
-	NProc    uint64   `json:"nproc"`
-	Data     uint64   `json:"data"`
-	FSize    uint64   `json:"fsize"`
-	NoFile   uint64   `json:"nofile"`
-	TmpSize  int64    `json:"tmp_size"`
-	Landlock bool     `json:"landlock"` // required: fail if the kernel lacks it
+	Program string   `json:"-"` // from runSpec
+	Argv    []string `json:"-"`
+	Env     []string `json:"-"`
+	HostDir string   `json:"-"`
+	CPU     uint64   `json:"-"`
+	// WorkMount is the work dir as a detached mount (open_tree), -1 when
+	// it is bound from HostDir.
+	WorkMount int `json:"-"`
+	// StageWork: the init itself runs the program on a tmpfs of WorkSize
+	// bytes holding a copy of HostDir, and copies it back (through
+	// hostWork, an O_PATH descriptor of HostDir) once every process of
+	// the run is gone — where the gateway cannot mount one (an ordinary
+	// user).
+	StageWork bool  `json:"-"`
+	WorkSize  int64 `json:"work_size"`
+	hostWork  int
+	Root      string   `json:"root"` // empty dir the new root is mounted on
+	Network   bool     `json:"network"`
+	Ports     []uint16 `json:"ports,omitempty"`
+	Hide      []string `json:"hide,omitempty"`
+	NProc     uint64   `json:"nproc"`
+	Data      uint64   `json:"data"`
+	FSize     uint64   `json:"fsize"`
+	NoFile    uint64   `json:"nofile"`
+	TmpSize   int64    `json:"tmp_size"`
+	Landlock  bool     `json:"landlock"` // required: fail if the kernel lacks it
 	// SetUID: the init runs as root (a root gateway) and switches its
 	// thread to UID/GID before starting the program. Otherwise it already
 	// runs as the program's uid, in its own user namespace.
@@ -78,6 +100,11 @@ type runSpec struct {
 	Env     []string `json:"env"`
 	HostDir string   `json:"host_dir"` // work dir on the host, mounted at SandboxWorkDir
 	CPU     uint64   `json:"cpu"`      // seconds (RLIMIT_CPU)
+	// WorkMount: the work dir comes as a mount descriptor with the spec
+	// (SCM_RIGHTS) instead of being bound from HostDir.
+	WorkMount bool `json:"work_mount,omitempty"`
+	// StageWork: see initSpec.StageWork.
+	StageWork bool `json:"stage_work,omitempty"`
 }
 
 // systemDirs are shown read-only inside the sandbox (when they exist). Nothing
@@ -89,20 +116,20 @@ var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 var devFiles = []string{"null", "zero", "full", "random", "urandom"}
 
 func init() {
-	if len(os.Args) == 2 && os.Args[0] == initArg0 {
+	if len(os.Args) == 2 && os.Args[0] == initArg0 && os.Args[1] == initSpecArg {
 		// The main goroutine runs package init on the main thread; locked,
 		// every per-thread attribute set below (credentials, capabilities,
 		// no_new_privs, Landlock, seccomp) is the one the program inherits.
 		runtime.LockOSThread()
 		// syscall.Exit, not os.Exit: the race detector's exit hook sleeps
 		// a second in race-enabled test binaries, on every run.
-		syscall.Exit(sandboxInit(os.Args[1]))
+		syscall.Exit(sandboxInit())
 	}
 }
 
 // sandboxInit runs as PID 1 of the sandbox's PID namespace. Its exit ends
 // the namespace: the kernel kills every process the program left behind.
-func sandboxInit(arg string) int {
+func sandboxInit() int {
 	status := os.NewFile(fdStatus, "status")
 	fail := func(kind byte, err error) int {
 		msg := strings.ReplaceAll(err.Error(), "\n", " ")
@@ -111,8 +138,14 @@ func sandboxInit(arg string) int {
 	}
 	// The program must not inherit the status pipe.
 	unix.CloseOnExec(fdStatus)
+	specPipe := os.NewFile(fdSpec, "spec")
+	specJSON, err := io.ReadAll(specPipe)
+	specPipe.Close()
+	if err != nil {
+		return fail(statusSetupErr, fmt.Errorf("init: read spec: %w", err))
+	}
 	var spec initSpec
-	if err := json.Unmarshal([]byte(arg), &spec); err != nil {
+	if err := json.Unmarshal(specJSON, &spec); err != nil {
 		return fail(statusSetupErr, fmt.Errorf("init: bad spec: %w", err))
 	}
 	// Not dumpable: the program (same uid) cannot read /proc/1/mem or
@@ -138,17 +171,30 @@ func sandboxInit(arg string) int {
 	if err := closeOnExecFrom(fdRun + 1); err != nil {
 		return fail(statusSetupErr, err)
 	}
-	runPipe := os.NewFile(fdRun, "run")
-	runJSON, err := io.ReadAll(runPipe)
-	runPipe.Close() // the program inherits no descriptor but stdin/out/err
-	if err != nil || len(runJSON) == 0 {
-		return fail(statusSetupErr, errors.New("init: no run (parent went away)"))
+	runJSON, mountFD, err := readRun(fdRun)
+	unix.Close(fdRun) // the program inherits no descriptor but stdin/out/err
+	if err != nil {
+		return fail(statusSetupErr, err)
 	}
 	var rs runSpec
 	if err := json.Unmarshal(runJSON, &rs); err != nil {
 		return fail(statusSetupErr, fmt.Errorf("init: bad run spec: %w", err))
 	}
-	spec.Program, spec.Argv, spec.Env, spec.HostDir, spec.CPU = rs.Program, rs.Argv, rs.Env, rs.HostDir, rs.CPU
+	if rs.WorkMount != (mountFD >= 0) {
+		return fail(statusSetupErr, errors.New("init: the work dir's mount did not come with the run"))
+	}
+	spec.Program, spec.Argv, spec.Env, spec.HostDir, spec.CPU, spec.WorkMount = rs.Program, rs.Argv, rs.Env, rs.HostDir, rs.CPU, mountFD
+	spec.StageWork = rs.StageWork && mountFD < 0
+	if spec.StageWork {
+		// The parent stops a staged run with SIGTERM: every process of it
+		// is killed, and its work is still copied back.
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		go func() {
+			<-term
+			_ = unix.Kill(-1, unix.SIGKILL)
+		}()
+	}
 	if err := finishFS(&spec, hidden); err != nil {
 		return fail(statusSetupErr, err)
 	}
@@ -194,11 +240,111 @@ func sandboxInit(arg string) int {
 		}
 		if wpid == pid {
 			w := bufio.NewWriter(status)
+			if spec.StageWork {
+				stageBack(&spec, w)
+			}
 			fmt.Fprintf(w, "%c %d\n", statusExit, uint32(ws))
 			w.Flush()
 			return 0
 		}
 	}
+}
+
+// stageIn mounts the run's tmpfs at SandboxWorkDir and copies the host's
+// work dir into it, keeping a descriptor of that dir for stageBack.
+func stageIn(spec *initSpec) error {
+	host := oldRoot + spec.HostDir
+	fd, err := unix.Open(host, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("init: work dir: %w", err)
+	}
+	spec.hostWork = fd
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", spec.WorkSize, max(1024, spec.WorkSize/4096), spec.UID, spec.GID)
+	if err := unix.Mount("silas-work", SandboxWorkDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("init: mount the work dir's tmpfs (sandbox.max_work_bytes): %w", err)
+	}
+	if err := copyTree(host, SandboxWorkDir, spec.WorkSize, int(spec.UID), int(spec.GID)); err != nil {
+		return fmt.Errorf("init: the work dir does not fit sandbox.max_work_bytes: %w", err)
+	}
+	return nil
+}
+
+// stageBack, once the program has ended, kills what is left of the run,
+// reaps it and copies the work dir back to the host's, reporting on w
+// whether it was full and whether the copy failed. The copy runs on
+// another thread than this one, which carries the program's restrictions
+// (Landlock, seccomp, no capabilities): the Go runtime starts threads for
+// a locked thread from a clean template thread.
+func stageBack(spec *initSpec, w io.Writer) {
+	if workDirFull(SandboxWorkDir) {
+		fmt.Fprintf(w, "%c\n", statusWorkFull)
+	}
+	done := make(chan error)
+	go func() {
+		_ = unix.Kill(-1, unix.SIGKILL)
+		for {
+			_, err := unix.Wait4(-1, nil, 0, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				break // ECHILD: every process of the run is gone
+			}
+		}
+		st := &stage{path: SandboxWorkDir, fd: -1}
+		done <- st.copyBack("/proc/self/fd/"+strconv.Itoa(spec.hostWork), spec.WorkSize, int(spec.UID), int(spec.GID))
+	}()
+	if err := <-done; err != nil {
+		fmt.Fprintf(w, "%c %s\n", statusWorkCopy, strings.ReplaceAll(err.Error(), "\n", " "))
+	}
+}
+
+// readRun reads the run's spec from the socket fd until the parent closes
+// it, and the work dir's mount descriptor that may come with its first
+// bytes (-1 when none did).
+func readRun(fd int) ([]byte, int, error) {
+	buf := make([]byte, 0, 4096)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	mountFD := -1
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, oobn, _, _, err := unix.Recvmsg(fd, buf[len(buf):cap(buf)], oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, -1, fmt.Errorf("init: read run: %w", err)
+		}
+		if oobn > 0 {
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				return nil, -1, fmt.Errorf("init: read run: %w", err)
+			}
+			for _, m := range msgs {
+				fds, err := unix.ParseUnixRights(&m)
+				if err != nil {
+					continue
+				}
+				for _, f := range fds {
+					if mountFD >= 0 {
+						unix.Close(f)
+						return nil, -1, errors.New("init: read run: more than one descriptor")
+					}
+					mountFD = f
+				}
+			}
+		}
+		if n == 0 {
+			break
+		}
+		buf = buf[:len(buf)+n]
+	}
+	if len(buf) == 0 {
+		return nil, -1, errors.New("init: no run (parent went away)")
+	}
+	return buf, mountFD, nil
 }
 
 // closeOnExecFrom marks every descriptor from fd up close-on-exec
@@ -317,8 +463,26 @@ func finishFS(spec *initSpec, hidden map[string]bool) error {
 	if spec.HostDir == "" || !filepath.IsAbs(spec.HostDir) {
 		return fmt.Errorf("init: bad work dir %q", spec.HostDir)
 	}
-	// The init can walk the host path (it is root, or the gateway's own uid).
-	if err := unix.Mount(oldRoot+spec.HostDir, SandboxWorkDir, "", unix.MS_BIND, ""); err != nil {
+	if spec.StageWork {
+		if err := stageIn(spec); err != nil {
+			return err
+		}
+	} else if spec.WorkMount >= 0 {
+		// The work dir's own filesystem, cloned by the gateway: it was
+		// mounted after this init's namespace was made, and its mountinfo
+		// line names no host path.
+		err := unix.MoveMount(spec.WorkMount, "", unix.AT_FDCWD, SandboxWorkDir, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		unix.Close(spec.WorkMount)
+		if err != nil {
+			return fmt.Errorf("init: attach work dir: %w", err)
+		}
+		// A clone of a shared mount stays its peer: nothing mounted on
+		// either side may appear on the other.
+		if err := unix.Mount("", SandboxWorkDir, "", unix.MS_PRIVATE, ""); err != nil {
+			return fmt.Errorf("init: work dir private: %w", err)
+		}
+	} else if err := unix.Mount(oldRoot+spec.HostDir, SandboxWorkDir, "", unix.MS_BIND, ""); err != nil {
+		// The init can walk the host path (it is root, or the gateway's own uid).
 		return fmt.Errorf("init: bind work dir: %w", err)
 	}
 	if err := remount(SandboxWorkDir, unix.MS_NOSUID|unix.MS_NODEV); err != nil {

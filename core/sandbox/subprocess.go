@@ -38,6 +38,10 @@ const waitDelay = 2 * time.Second
 // new root on (in its own mount namespace).
 const rootMountPoint = ".root"
 
+// stageGrace bounds how long an init that stages the work dir itself may
+// take, once told to stop, to kill its run and copy the work dir back.
+const stageGrace = 10 * time.Second
+
 // probeTimeout bounds the isolation probe in New.
 const probeTimeout = 10 * time.Second
 
@@ -62,6 +66,15 @@ type Subprocess struct {
 	poolWG sync.WaitGroup          // refills in progress
 	closed bool
 	seq    atomic.Int64 // cgroup names
+
+	// workTmpfs: each fresh work dir is a tmpfs of limits.work bytes (a
+	// root gateway whose kernel has open_tree), handed to the init as a
+	// mount; otherwise work dirs are plain directories bound by path.
+	workTmpfs   bool
+	keepWorkFor time.Duration // < 0: remove at release
+	maxKept     int64
+	workMu      sync.Mutex     // serialises Release and pruning
+	stages      sync.WaitGroup // stages being removed
 }
 
 type limits struct {
@@ -70,6 +83,7 @@ type limits struct {
 	fileSize  int64
 	openFiles int
 	tmpSize   int64
+	work      int64
 }
 
 var _ core.Sandbox = (*Subprocess)(nil)
@@ -88,7 +102,7 @@ func New(cfg Config) (*Subprocess, error) {
 	if cfg.MaxOutput < 0 {
 		return nil, errors.New("sandbox: Config.MaxOutput must not be negative")
 	}
-	if cfg.MaxProcs < 0 || cfg.MaxMemory < 0 || cfg.MaxFileSize < 0 || cfg.MaxOpenFiles < 0 || cfg.TmpSize < 0 {
+	if cfg.MaxProcs < 0 || cfg.MaxMemory < 0 || cfg.MaxFileSize < 0 || cfg.MaxOpenFiles < 0 || cfg.TmpSize < 0 || cfg.MaxWork < 0 || cfg.MaxKeptWork < 0 {
 		return nil, errors.New("sandbox: limits must not be negative")
 	}
 	s := &Subprocess{
@@ -103,7 +117,10 @@ func New(cfg Config) (*Subprocess, error) {
 			fileSize:  cmp.Or(cfg.MaxFileSize, DefaultMaxFileSize),
 			openFiles: cmp.Or(cfg.MaxOpenFiles, DefaultMaxOpenFiles),
 			tmpSize:   cmp.Or(cfg.TmpSize, DefaultTmpSize),
+			work:      cmp.Or(cfg.MaxWork, DefaultMaxWork),
 		},
+		keepWorkFor: cmp.Or(cfg.KeepWorkFor, DefaultKeepWorkFor),
+		maxKept:     cmp.Or(cfg.MaxKeptWork, DefaultMaxKeptWork),
 	}
 	if len(s.ports) == 0 {
 		s.ports = DefaultNetworkPorts
@@ -185,6 +202,10 @@ func New(cfg Config) (*Subprocess, error) {
 		}
 	}
 	s.landlock = landlockABI()
+	s.workTmpfs = s.root && openTreeWorks(base)
+	// Work dirs a previous process released (or left behind) are pruned
+	// now, then whenever a run is released.
+	s.pruneWork(time.Now(), true)
 	probe := s.probe
 	if cfg.forceUnavailable != "" {
 		probe = func() error {
@@ -249,6 +270,11 @@ func (s *Subprocess) Isolation() []string {
 		iso = append(iso, fmt.Sprintf("Landlock ABI %d (writes only in the work dir and /tmp; signals and abstract sockets scoped)", s.landlock))
 	} else {
 		iso = append(iso, "Landlock: not available on this kernel (mount namespace still hides the host)")
+	}
+	if s.workTmpfs {
+		iso = append(iso, fmt.Sprintf("work dir: a tmpfs of %s per run (sandbox.max_work_bytes), no host path in its mountinfo", humanBytes(s.limits.work)))
+	} else {
+		iso = append(iso, fmt.Sprintf("work dir: a tmpfs of %s per run, staged by the sandbox's init (sandbox.max_work_bytes), no host path in its mountinfo", humanBytes(s.limits.work)))
 	}
 	lim := fmt.Sprintf("rlimits: %d processes, %s data per process, %s per file, %d open files, CPU time = timeout",
 		s.limits.procs, humanBytes(s.limits.memory), humanBytes(s.limits.fileSize), s.limits.openFiles)
@@ -380,7 +406,7 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	}
 	fail := func(err error) (core.ExecResult, error) {
 		if fresh {
-			_ = os.RemoveAll(dir)
+			_ = removeWork(dir)
 		}
 		return core.ExecResult{}, err
 	}
@@ -389,9 +415,32 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	if rel, err := filepath.Rel(dir, prog); err == nil && isBelow(dir, prog) {
 		inside = filepath.Join(SandboxWorkDir, rel)
 	}
+	var stg *stage
+	mountFD := -1
+	// Without open_tree or privilege (an ordinary user) the init stages
+	// the work dir itself.
+	stageInInit := !s.workTmpfs && isBelow(s.baseDir, dir)
+	if s.workTmpfs && isBelow(s.baseDir, dir) {
+		// The program works on a bounded copy (workdir_linux.go), handed
+		// to the init as a mount: the warm init's namespace was made
+		// before the stage was mounted.
+		if stg, err = s.stageWork(dir); err != nil {
+			return fail(err)
+		}
+		// Unmounting waits for the kernel's grace period (milliseconds
+		// on a busy host): not on the way to the result. Close waits.
+		defer func() {
+			s.stages.Add(1)
+			go func() {
+				defer s.stages.Done()
+				stg.remove()
+			}()
+		}()
+		mountFD = stg.fd
+	}
 	runJSON, err := json.Marshal(runSpec{
 		Program: inside, Argv: req.Argv, Env: buildEnv(req.Env, SandboxWorkDir), HostDir: dir,
-		CPU: uint64(timeout/time.Second) + 1,
+		CPU: uint64(timeout/time.Second) + 1, WorkMount: mountFD >= 0, StageWork: stageInInit,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("sandbox: spec: %w", err))
@@ -409,18 +458,28 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	// The run's clock starts when the warm init gets its run.
 	start := time.Now()
 	var killed, ctxKilled atomic.Bool
+	// Killing the init ends the PID namespace: the kernel kills every
+	// process of the run, whatever session or group it moved to. An init
+	// that stages the work dir itself is asked first (SIGTERM: it kills
+	// the run and copies the work dir back), and killed after stageGrace.
+	stop := func() {
+		if !stageInInit {
+			_ = w.cmd.Process.Kill()
+			return
+		}
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		time.AfterFunc(stageGrace, func() { _ = w.cmd.Process.Kill() })
+	}
 	timer := time.AfterFunc(timeout, func() {
-		// Killing the init ends the PID namespace: the kernel kills every
-		// process of the run, whatever session or group it moved to.
 		killed.Store(true)
-		_ = w.cmd.Process.Kill()
+		stop()
 	})
 	stopWatch := context.AfterFunc(ctx, func() {
 		ctxKilled.Store(true)
 		killed.Store(true)
-		_ = w.cmd.Process.Kill()
+		stop()
 	})
-	_, werr := w.runW.Write(runJSON)
+	werr := sendRun(w.runW, runJSON, mountFD)
 	w.runW.Close()
 	if werr != nil {
 		// The init is gone: its status says why.
@@ -468,6 +527,25 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 		if res.ExitCode == 0 {
 			res.ExitCode = 128 + int(syscall.SIGKILL)
 		}
+	}
+
+	full, copyErr := st.workFull, st.workCopyErr
+	if stg != nil {
+		full = workDirFull(stg.path)
+		// The init has exited: its PID namespace, every process of the
+		// run, is gone, and nothing writes the stage any more.
+		if err := stg.copyBack(dir, s.limits.work, int(s.uid), int(s.gid)); err != nil {
+			copyErr = err.Error()
+		}
+	}
+	// Said in the result, where the person reading it looks: the
+	// program's own message may be anything, or nothing.
+	if full {
+		res.Stderr = append(res.Stderr, fmt.Sprintf("\nsilas: the work dir is full: it reached sandbox.max_work_bytes (%s); writes past it failed with ENOSPC (no space left on device)\n",
+			humanBytes(s.limits.work))...)
+	}
+	if copyErr != "" {
+		res.Stderr = append(res.Stderr, fmt.Sprintf("\nsilas: the work dir could not be kept whole: %s\n", copyErr)...)
 	}
 
 	s.log.LogAttrs(ctx, slog.LevelDebug, "sandbox exec",
@@ -569,6 +647,7 @@ func (s *Subprocess) Close() error {
 	s.closed = true
 	s.poolMu.Unlock()
 	s.poolWG.Wait()
+	defer s.stages.Wait()
 	for _, pool := range s.pools {
 		for {
 			select {
@@ -588,7 +667,7 @@ func (s *Subprocess) spawn(network bool) (*warmInit, error) {
 	prep := initSpec{
 		Network: network, Hide: s.hidden,
 		NProc: uint64(s.limits.procs), Data: uint64(s.limits.memory), FSize: uint64(s.limits.fileSize),
-		NoFile: uint64(s.limits.openFiles), TmpSize: s.limits.tmpSize,
+		NoFile: uint64(s.limits.openFiles), TmpSize: s.limits.tmpSize, WorkSize: s.limits.work,
 		SetUID: s.root, UID: s.uid, GID: s.gid, Root: filepath.Join(s.baseDir, rootMountPoint),
 	}
 	if network {
@@ -603,16 +682,41 @@ func (s *Subprocess) spawn(network bool) (*warmInit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: pipe: %w", err)
 	}
-	runR, runW, err := os.Pipe()
+	// The run's spec goes on a socket: the work dir's mount descriptor
+	// can travel with it.
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		statusR.Close()
 		statusW.Close()
+		return nil, fmt.Errorf("sandbox: socketpair: %w", err)
+	}
+	runW, runR := os.NewFile(uintptr(sp[0]), "run"), os.NewFile(uintptr(sp[1]), "run-init")
+	// The init's spec goes on a pipe, written whole before it starts
+	// (never on its command line, which the program can read).
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		statusR.Close()
+		statusW.Close()
+		runR.Close()
+		runW.Close()
 		return nil, fmt.Errorf("sandbox: pipe: %w", err)
 	}
+	if len(prepJSON) > 60<<10 {
+		err = fmt.Errorf("%d bytes, more than a pipe holds (too many hidden paths?)", len(prepJSON))
+	} else {
+		_, err = specW.Write(prepJSON) // the pipe's buffer holds it: the init reads it once started
+	}
+	specW.Close()
 	w := &warmInit{statusR: statusR, runW: runW, stdout: &capWriter{}, stderr: &capWriter{}}
 	closeChildEnds := func() {
 		statusW.Close()
 		runR.Close()
+		specR.Close()
+	}
+	if err != nil {
+		closeChildEnds()
+		w.release()
+		return nil, fmt.Errorf("sandbox: write the init's spec: %w", err)
 	}
 	if s.cgroups != nil {
 		if w.cg, err = s.cgroups.create(strconv.FormatInt(time.Now().UnixNano(), 36)+"-"+strconv.Itoa(int(s.seq.Add(1))), s.limits.procs, s.limits.memory); err != nil {
@@ -621,14 +725,14 @@ func (s *Subprocess) spawn(network bool) (*warmInit, error) {
 			return nil, err
 		}
 	}
-	cmd := exec.Command("/proc/self/exe", string(prepJSON))
+	cmd := exec.Command("/proc/self/exe", initSpecArg)
 	cmd.Args[0] = initArg0
 	cmd.Env = []string{} // nothing of the gateway's environment, not even for the init
 	cmd.Dir = "/"
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout = w.stdout
 	cmd.Stderr = w.stderr
-	cmd.ExtraFiles = []*os.File{statusW, runR} // fds 3, 4
+	cmd.ExtraFiles = []*os.File{statusW, runR, specR} // fds 3 (fdStatus), 4 (fdRun), 5 (fdSpec)
 	cmd.SysProcAttr = s.sysProcAttr(network)
 	cmd.WaitDelay = waitDelay
 	w.cmd = cmd
@@ -680,13 +784,19 @@ type initStatus struct {
 	setupErr, execErr string
 	exited            bool
 	ws                syscall.WaitStatus
+	workFull          bool   // the init's stage was full
+	workCopyErr       string // the init's stage could not be copied back
 }
 
 func parseStatus(b []byte) initStatus {
 	var st initStatus
 	for _, line := range strings.Split(string(b), "\n") {
-		if line == string(statusReady) {
+		switch line {
+		case string(statusReady):
 			st.ready = true
+			continue
+		case string(statusWorkFull):
+			st.workFull = true
 			continue
 		}
 		if len(line) < 2 {
@@ -698,6 +808,8 @@ func parseStatus(b []byte) initStatus {
 			st.setupErr = payload
 		case statusExecErr:
 			st.execErr = payload
+		case statusWorkCopy:
+			st.workCopyErr = payload
 		case statusExit:
 			if n, err := strconv.ParseUint(payload, 10, 32); err == nil {
 				st.exited, st.ws = true, syscall.WaitStatus(n)
@@ -730,7 +842,7 @@ func (s *Subprocess) Cleanup(dir string) error {
 	if !isBelow(s.baseDir, target) {
 		return fmt.Errorf("sandbox: cleanup: refusing %q: resolves outside base dir %q", dir, s.baseDir)
 	}
-	if err := os.RemoveAll(target); err != nil {
+	if err := removeWork(target); err != nil {
 		return fmt.Errorf("sandbox: cleanup: %w", err)
 	}
 	return nil
@@ -743,24 +855,6 @@ func isBelow(base, p string) bool {
 		return false
 	}
 	return !filepath.IsAbs(rel)
-}
-
-func (s *Subprocess) newWorkDir() (string, error) {
-	dir, err := os.MkdirTemp(s.baseDir, "exec-") // mode 0700
-	if err != nil {
-		return "", fmt.Errorf("sandbox: create work dir: %w", err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil { // independent of umask
-		_ = os.RemoveAll(dir)
-		return "", fmt.Errorf("sandbox: create work dir: %w", err)
-	}
-	if s.root {
-		if err := os.Chown(dir, int(s.uid), int(s.gid)); err != nil {
-			_ = os.RemoveAll(dir)
-			return "", fmt.Errorf("sandbox: chown work dir to uid %d: %w", s.uid, err)
-		}
-	}
-	return dir, nil
 }
 
 // sysProcAttr starts the init in its own mount, PID, IPC, UTS, cgroup and

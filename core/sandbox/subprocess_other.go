@@ -45,3 +45,6 @@ func (s *Subprocess) Cleanup(string) error { return errNotLinux }
 
 // BaseDir is empty on this platform.
 func (s *Subprocess) BaseDir() string { return "" }
+
+// Release always fails on this platform.
+func (s *Subprocess) Release(string) error { return errNotLinux }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 
@@ -70,4 +71,65 @@ func scanAuditRaw(rows pgx.Rows) (audit.Row, error) {
 	}
 	r.DataJSON = []byte(data)
 	return r, nil
+}
+
+// scanAuditMAC is scanAuditRaw with the entry MAC (a ninth column).
+func scanAuditMAC(rows pgx.Rows) (audit.Row, error) {
+	var r audit.Row
+	var data string
+	if err := rows.Scan(&r.Seq, &r.At, &r.Entry.Kind, &r.Entry.Actor, &r.Entry.Conversation, &data, &r.PrevHash, &r.Hash, &r.MAC); err != nil {
+		return r, fmt.Errorf("store: scan audit row: %w", err)
+	}
+	r.DataJSON = []byte(data)
+	return r, nil
+}
+
+// auditEntryKey returns the entry key for an append whose chain head,
+// read under the chain lock, is head: loaded from Options.EntryKeyFile,
+// or made there MACing from head+1 on. nil when the store MACs nothing.
+func (s *Store) auditEntryKey(head int64) (*audit.EntryKey, error) {
+	if s.entryKeyFile == "" {
+		return nil, nil
+	}
+	s.entryKeyMu.Lock()
+	defer s.entryKeyMu.Unlock()
+	if s.entryKey != nil {
+		return s.entryKey, nil
+	}
+	k, created, err := audit.LoadOrCreateEntryKey(s.entryKeyFile, head)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	if created {
+		s.log.Warn("created the audit entry key: entries from here on carry its MAC; back it up with the audit key, apart from the database",
+			slog.String("path", s.entryKeyFile), slog.Int64("from_seq", k.FromSeq))
+	}
+	s.entryKey = k
+	return k, nil
+}
+
+// AuditEntryKey loads (or makes) the entry key now, under the chain lock,
+// so that serve's checkpointer has it before the first append. nil when
+// the store was opened without Options.EntryKeyFile.
+func (s *Store) AuditEntryKey(ctx context.Context) (*audit.EntryKey, error) {
+	if s.entryKeyFile == "" {
+		return nil, nil
+	}
+	s.entryKeyMu.Lock()
+	k := s.entryKey
+	s.entryKeyMu.Unlock()
+	if k != nil {
+		return k, nil
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: audit entry key: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	var head int64
+	err = tx.QueryRow(ctx, `SELECT pg_advisory_xact_lock($1), COALESCE((SELECT max(seq) FROM audit_log), 0)`, int64(auditLockKey)).Scan(nil, &head)
+	if err != nil {
+		return nil, fmt.Errorf("store: audit entry key: %w", err)
+	}
+	return s.auditEntryKey(head)
 }

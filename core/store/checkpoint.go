@@ -81,14 +81,14 @@ func (s *Store) AuditCheckpoints(ctx context.Context) ([]audit.Checkpoint, error
 // VerifyAuditAnchored walks the whole chain and compares it with the
 // signed checkpoints (the database's, and head, the newest from the head
 // file, named headName in messages), trusting only signatures by the keys
-// in trusted. Problems are in the report; an error means the check could
-// not run.
-func (s *Store) VerifyAuditAnchored(ctx context.Context, trusted []ed25519.PublicKey, head *audit.Checkpoint, headName string) (*audit.Report, error) {
+// in trusted, and, with entryKey, every row's entry MAC from its FromSeq
+// on. Problems are in the report; an error means the check could not run.
+func (s *Store) VerifyAuditAnchored(ctx context.Context, trusted []ed25519.PublicKey, head *audit.Checkpoint, headName string, entryKey *audit.EntryKey) (*audit.Report, error) {
 	cps, err := s.AuditCheckpoints(ctx)
 	if err != nil {
 		return nil, err
 	}
-	chk := audit.NewCheck(trusted, cps, head, headName)
+	chk := audit.NewCheck(trusted, cps, head, headName).WithEntryKey(entryKey)
 	if err := s.walkAudit(ctx, func(r audit.Row) bool { chk.Row(r); return true }); err != nil {
 		return nil, err
 	}
@@ -98,19 +98,38 @@ func (s *Store) VerifyAuditAnchored(ctx context.Context, trusted []ed25519.Publi
 // walkAudit feeds every row to f in seq order, a page at a time, until f
 // returns false.
 func (s *Store) walkAudit(ctx context.Context, f func(audit.Row) bool) error {
-	const page = 5000
 	// From the lowest possible seq: a row slipped in below 1 is reported
 	// (as a gap before seq 1), not skipped.
-	after := int64(math.MinInt64)
+	return s.walkAuditRange(ctx, math.MinInt64, math.MaxInt64, f)
+}
+
+// AuditRows feeds f the rows with from <= seq <= upto in seq order, as
+// stored; the Checkpointer checks them before it signs (audit.CheckpointStore).
+func (s *Store) AuditRows(ctx context.Context, from, upto int64, f func(audit.Row) error) error {
+	var ferr error
+	err := s.walkAuditRange(ctx, from-1, upto, func(r audit.Row) bool {
+		ferr = f(r)
+		return ferr == nil
+	})
+	if err != nil {
+		return err
+	}
+	return ferr
+}
+
+// walkAuditRange feeds f the rows after < seq <= upto in seq order, a page
+// at a time, until f returns false.
+func (s *Store) walkAuditRange(ctx context.Context, after, upto int64, f func(audit.Row) bool) error {
+	const page = 5000
 	for {
-		rows, err := s.pool.Query(ctx, `SELECT seq, at, kind, actor, conversation, data::text, prev_hash, hash FROM audit_log
-			WHERE seq > $1 ORDER BY seq LIMIT $2`, after, page)
+		rows, err := s.pool.Query(ctx, `SELECT seq, at, kind, actor, conversation, data::text, prev_hash, hash, mac FROM audit_log
+			WHERE seq > $1 AND seq <= $2 ORDER BY seq LIMIT $3`, after, upto, page)
 		if err != nil {
 			return fmt.Errorf("store: audit verify: %w", err)
 		}
 		n := 0
 		for rows.Next() {
-			r, err := scanAuditRaw(rows)
+			r, err := scanAuditMAC(rows)
 			if err != nil {
 				rows.Close()
 				return err

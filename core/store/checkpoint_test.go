@@ -115,7 +115,7 @@ func (a *anchored) verify(t *testing.T) *audit.Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := a.s.VerifyAuditAnchored(a.ctx, []ed25519.PublicKey{a.pub}, head, "head.log")
+	r, err := a.s.VerifyAuditAnchored(a.ctx, []ed25519.PublicKey{a.pub}, head, "head.log", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestAuditCheckpointsIntact(t *testing.T) {
 	// Under a key the verifier does not trust, nothing counts as evidence.
 	other, _, _ := ed25519.GenerateKey(rand.Reader)
 	head, _ := audit.ReadHead(a.head)
-	r, err := a.s.VerifyAuditAnchored(a.ctx, []ed25519.PublicKey{other}, head, "head.log")
+	r, err := a.s.VerifyAuditAnchored(a.ctx, []ed25519.PublicKey{other}, head, "head.log", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

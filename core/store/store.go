@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,6 +33,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/migrations"
 )
 
@@ -50,6 +52,11 @@ type Options struct {
 	// BackgroundDelay is how long an operation given to DoBackground may
 	// wait for others to share its transaction (default 3ms).
 	BackgroundDelay time.Duration
+	// EntryKeyFile is the audit entry key (core/audit/mac.go): when set,
+	// every appended row carries its MAC, and the first append creates the
+	// key if there is none (MACing from the head at that moment on). ""
+	// writes rows without a MAC (tests and tools that own no audit key).
+	EntryKeyFile string
 }
 
 // Store is the PostgreSQL store.
@@ -63,6 +70,11 @@ type Store struct {
 	// migrateLockRetry is the wait between tries for the migrations lock
 	// (tests shorten it).
 	migrateLockRetry time.Duration
+	// entryKeyFile and entryKey: see Options.EntryKeyFile; entryKey is
+	// loaded (or made) once, under the chain lock.
+	entryKeyFile string
+	entryKeyMu   sync.Mutex
+	entryKey     *audit.EntryKey
 }
 
 // Open connects and starts the writer. It does not migrate.
@@ -93,7 +105,7 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 	if opt.MaxBatch <= 0 {
 		opt.MaxBatch = 256
 	}
-	s := &Store{pool: pool, log: opt.Logger, now: opt.Now, migrateLockRetry: defaultMigrateLockRetry}
+	s := &Store{pool: pool, log: opt.Logger, now: opt.Now, migrateLockRetry: defaultMigrateLockRetry, entryKeyFile: opt.EntryKeyFile}
 	if s.jobs, err = s.newJobInserter(); err != nil {
 		pool.Close()
 		return nil, err

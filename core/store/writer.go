@@ -265,6 +265,15 @@ func (w *writer) commit(batch []*request) (err error) {
 		committed = true
 		return nil
 	}
+	// The entry key, loaded (or made, MACing from seq+1) under the lock.
+	ek, err := w.s.auditEntryKey(seq)
+	if err != nil {
+		return err
+	}
+	var mac *audit.MACer
+	if ek != nil {
+		mac = ek.NewMACer()
+	}
 	now := w.s.now()
 	prepared := make([]audit.Prepared, len(entries))
 	for i, e := range entries {
@@ -275,19 +284,22 @@ func (w *writer) commit(batch []*request) (err error) {
 	// Statements the Finally functions queued, the rows and COMMIT: one
 	// more round trip.
 	n := len(prepared)
-	seqs, ats, kinds, actors, convs, datas, prevs, hashes := make([]int64, n), make([]time.Time, n), make([]string, n), make([]string, n),
-		make([]string, n), make([]string, n), make([][]byte, n), make([][]byte, n)
+	seqs, ats, kinds, actors, convs, datas, prevs, hashes, macs := make([]int64, n), make([]time.Time, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
 	for i, e := range prepared {
 		seq++
 		h := audit.Chain(prev, e.Canonical(seq))
 		seqs[i], ats[i], kinds[i], actors[i], convs[i], datas[i], prevs[i], hashes[i] = seq, e.At, string(e.Entry.Kind), e.Entry.Actor, e.Entry.Conversation, string(e.DataJSON), prev, h
+		if ek.Covers(seq) {
+			macs[i] = mac.MAC(h)
+		}
 		prev = h
 	}
 	err = tx.send(ctx, []extra{
 		{"audit append", func(b *pgx.Batch) {
-			b.Queue(`INSERT INTO audit_log (seq, at, kind, actor, conversation, data, prev_hash, hash)
-				SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bytea[], $8::bytea[])`,
-				seqs, ats, kinds, actors, convs, datas, prevs, hashes)
+			b.Queue(`INSERT INTO audit_log (seq, at, kind, actor, conversation, data, prev_hash, hash, mac)
+				SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bytea[], $8::bytea[], $9::bytea[])`,
+				seqs, ats, kinds, actors, convs, datas, prevs, hashes, macs)
 		}},
 		commit,
 	})

@@ -136,6 +136,15 @@ type Config struct {
 		MaxOpenFiles int `yaml:"max_open_files"`
 		// TmpBytes is the size of each execution's private /tmp.
 		TmpBytes int64 `yaml:"tmp_bytes"`
+		// MaxWorkBytes bounds what one execution writes to its work dir
+		// (as root: ENOSPC past it).
+		MaxWorkBytes int64 `yaml:"max_work_bytes"`
+		// KeepWorkFor is how long a work dir is kept once its execution is
+		// verified; 0 removes it then.
+		KeepWorkFor Duration `yaml:"keep_work_for"`
+		// MaxKeptWorkBytes bounds the kept work dirs together, oldest
+		// removed first.
+		MaxKeptWorkBytes int64 `yaml:"max_kept_work_bytes"`
 		// NetworkPorts are the TCP ports an action granted network may
 		// connect to.
 		NetworkPorts []uint16 `yaml:"network_ports"`
@@ -252,6 +261,9 @@ func Default() *Config {
 	c.Sandbox.MaxFileBytes = 1 << 30
 	c.Sandbox.MaxOpenFiles = 1024
 	c.Sandbox.TmpBytes = 256 << 20
+	c.Sandbox.MaxWorkBytes = 256 << 20
+	c.Sandbox.KeepWorkFor = Duration{24 * time.Hour}
+	c.Sandbox.MaxKeptWorkBytes = 512 << 20
 	c.Sandbox.NetworkPorts = []uint16{53, 80, 443}
 	c.Output.InlineMaxChars, c.Output.PreviewChars = 10000, 2000
 	c.Secrets.RequestTTL = Duration{15 * time.Minute}
@@ -657,6 +669,15 @@ func (c *Config) checkSandbox() error {
 	}
 	if c.Sandbox.TmpBytes < 1<<20 {
 		return bad("sandbox.tmp_bytes", "%d must be at least 1048576 (1 MiB)", c.Sandbox.TmpBytes)
+	}
+	if c.Sandbox.MaxWorkBytes < 1<<20 {
+		return bad("sandbox.max_work_bytes", "%d must be at least 1048576 (1 MiB)", c.Sandbox.MaxWorkBytes)
+	}
+	if c.Sandbox.KeepWorkFor.Duration < 0 {
+		return bad("sandbox.keep_work_for", "%s must not be negative (0 removes a work dir once its execution is verified)", c.Sandbox.KeepWorkFor.Duration)
+	}
+	if c.Sandbox.MaxKeptWorkBytes < 0 {
+		return bad("sandbox.max_kept_work_bytes", "%d must not be negative", c.Sandbox.MaxKeptWorkBytes)
 	}
 	for _, p := range c.Sandbox.NetworkPorts {
 		if p == 0 {

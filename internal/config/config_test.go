@@ -21,7 +21,8 @@ func TestExampleIsTheDefault(t *testing.T) {
 	}
 	d := Default()
 	if c.HTTP.Listen != d.HTTP.Listen || c.Approvals.TTL != d.Approvals.TTL || c.Output.InlineMaxChars != d.Output.InlineMaxChars ||
-		c.Sandbox.MaxOutputBytes != d.Sandbox.MaxOutputBytes || c.Webchat.LoginTTL != d.Webchat.LoginTTL {
+		c.Sandbox.MaxOutputBytes != d.Sandbox.MaxOutputBytes || c.Webchat.LoginTTL != d.Webchat.LoginTTL ||
+		c.Sandbox.MaxWorkBytes != d.Sandbox.MaxWorkBytes || c.Sandbox.KeepWorkFor != d.Sandbox.KeepWorkFor || c.Sandbox.MaxKeptWorkBytes != d.Sandbox.MaxKeptWorkBytes {
 		t.Fatalf("example values differ from defaults:\n%+v\n%+v", c, d)
 	}
 }
@@ -57,6 +58,9 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"per-chat interval zero", "telegram:\n  limits:\n    per_chat_interval: 0s\n", nil, "telegram.limits.per_chat_interval"},
 		{"per-chat interval negative", "telegram:\n  limits:\n    per_chat_interval: -1s\n", nil, "telegram.limits.per_chat_interval"},
 		{"preview over inline", "output:\n  preview_chars: 20000\n", nil, "output.preview_chars"},
+		{"work dir too small", "sandbox:\n  max_work_bytes: 1000\n", nil, "sandbox.max_work_bytes"},
+		{"keep work negative", "sandbox:\n  keep_work_for: -1h\n", nil, "sandbox.keep_work_for"},
+		{"kept work negative", "sandbox:\n  max_kept_work_bytes: -1\n", nil, "sandbox.max_kept_work_bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

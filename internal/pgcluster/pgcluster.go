@@ -14,16 +14,21 @@
 // there is reused at the next start, so a persistent Dir keeps both its data
 // and its address across restarts.
 //
-// Security: the cluster listens on 127.0.0.1 only and every connection
-// authenticates with a password (scram-sha-256). Three roles are set up,
-// each with a generated password kept in Dir/auth/<role>.password (mode
-// 0600, directory 0700): the superuser "silas" (DSN, AdminDSN: creating
-// databases and roles), "silas_owner", which owns the database "silas" and
-// runs migrations (OwnerDSN), and "silas_app", the gateway's runtime role
-// (AppDSN), which the migrations only allow to SELECT and INSERT the audit
-// log. A cluster made by an earlier version with trust authentication is
-// switched to passwords at its next start, and its tables are handed to
-// silas_owner.
+// Security: the cluster listens on 127.0.0.1 and on a Unix socket in Dir
+// (or, when Dir is too long for a socket path, in a 0700 directory of its
+// own under /tmp). Three roles are set up: the superuser "silas" (DSN,
+// AdminDSN: creating databases and roles), "silas_owner", which owns the
+// database "silas" and runs migrations (OwnerDSN), and "silas_app", the
+// gateway's runtime role (AppDSN), which the migrations only allow to
+// SELECT and INSERT the audit log. The owner and app roles authenticate
+// with generated passwords kept in Dir/auth/<role>.password (mode 0600,
+// directory 0700). The superuser, which can run programs as the server's
+// OS user (COPY … FROM PROGRAM) — the gateway's own uid when not run as
+// root, able to read the audit key — has no password: it logs in only on
+// the socket, by peer authentication as the OS user that runs the gateway,
+// and TCP refuses it (auth.go, hbaConf). A cluster made by an earlier
+// version (trust, or a superuser password) is switched at its next start,
+// its superuser's password dropped and its tables handed to silas_owner.
 //
 // Running as root: PostgreSQL refuses to run as root. When the process runs
 // with effective uid 0, initdb and pg_ctl are run as the "postgres" system user
@@ -49,6 +54,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -155,7 +162,13 @@ func (c *Cluster) OwnerDSN() string { return c.env.dsn(c.Port, OwnerRole, Databa
 func (c *Cluster) AppDSN() string { return c.env.dsn(c.Port, AppRole, Database) }
 
 // dsn is the URL for role on db, with the role's password when it has one.
+// The superuser's goes through the cluster's Unix socket (peer
+// authentication; hbaConf).
 func (e *env) dsn(port int, role, db string) string {
+	if role == Superuser {
+		q := url.Values{"host": {e.socketDir}, "port": {strconv.Itoa(port)}, "sslmode": {"disable"}}
+		return (&url.URL{Scheme: "postgres", User: url.User(role), Path: "/" + db, RawQuery: q.Encode()}).String()
+	}
 	user := url.User(role)
 	if pw, err := e.password(role, false); err == nil && pw != "" {
 		user = url.UserPassword(role, pw)
@@ -199,16 +212,19 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 		}
 		e.log.Info("postgres: reusing running server", "dir", e.dir, "port", port)
 		c.Port, c.Reused = port, true
+		if err := c.secureAuth(ctx, true); err != nil {
+			return nil, err
+		}
 	} else {
+		if err := c.secureAuth(ctx, false); err != nil {
+			return nil, err
+		}
 		if c.Port, err = e.start(ctx, opt.Port); err != nil {
 			return nil, err
 		}
 	}
 
 	if err := c.waitReady(ctx); err != nil {
-		return nil, err
-	}
-	if err := c.requirePasswords(ctx); err != nil {
 		return nil, err
 	}
 	if err := c.ensureDatabase(ctx); err != nil {
@@ -303,6 +319,9 @@ func (c *Cluster) ensureDatabase(ctx context.Context) error {
 // env is what every step needs: paths, binaries and the user to run as.
 type env struct {
 	dir, data, bin string
+	// socketDir holds the server's Unix socket: Dir itself, or a
+	// directory of the run user's own under /tmp when Dir is too long.
+	socketDir string
 	noSync         bool
 	maxConns       int
 	log            *slog.Logger
@@ -333,6 +352,11 @@ func newEnv(opt Options) (*env, error) {
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
+	}
+	e.socketDir = dir
+	if len(dir) > maxSocketDir {
+		h := sha256.Sum256([]byte(dir))
+		e.socketDir = filepath.Join("/tmp", "silas-pg-"+hex.EncodeToString(h[:8]))
 	}
 	if os.Geteuid() == 0 {
 		if err := e.setRunUser("postgres"); err != nil {
@@ -376,6 +400,9 @@ func (e *env) prepareDir() error {
 	if err := os.MkdirAll(e.dir, 0o700); err != nil {
 		return fmt.Errorf("pgcluster: create %s: %w", e.dir, err)
 	}
+	if err := e.prepareSocketDir(); err != nil {
+		return err
+	}
 	if e.cred == nil {
 		return nil
 	}
@@ -403,6 +430,33 @@ func (e *env) prepareDir() error {
 		return err
 	}
 	return e.checkReachable(e.bin)
+}
+
+// prepareSocketDir makes the socket directory when it is not Dir: mode
+// 0700 and the run user's, or Start fails (someone else made it first).
+func (e *env) prepareSocketDir() error {
+	if e.socketDir == e.dir {
+		return nil
+	}
+	if err := os.Mkdir(e.socketDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("pgcluster: create socket directory %s: %w", e.socketDir, err)
+	}
+	uid := os.Geteuid()
+	if e.cred != nil {
+		if err := os.Lchown(e.socketDir, int(e.cred.Uid), int(e.cred.Gid)); err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
+		uid = int(e.cred.Uid)
+	}
+	info, err := os.Lstat(e.socketDir)
+	if err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !info.IsDir() || !ok || int(st.Uid) != uid || info.Mode().Perm() != 0o700 {
+		return fmt.Errorf("pgcluster: socket directory %s (Dir %s is too long for a socket path) is not a directory of mode 0700 owned by uid %d; remove it or use a shorter data_dir", e.socketDir, e.dir, uid)
+	}
+	return nil
 }
 
 // checkReachable reports a clear error if the run user cannot search every
@@ -509,14 +563,12 @@ func (e *env) initdb(ctx context.Context) error {
 	}
 
 	e.log.Info("postgres: initialising cluster", "dir", e.data, "bin", e.bin)
-	if _, err := e.password(Superuser, true); err != nil {
-		return err
-	}
+	// No superuser password: secureAuth writes the real pg_hba.conf
+	// (hbaConf) before the first start.
 	args := []string{
 		"-D", e.data,
 		"-U", Superuser,
-		"-A", "scram-sha-256",
-		"--pwfile", e.passwordFile(Superuser),
+		"--auth-local=peer", "--auth-host=reject",
 		"-E", "UTF8",
 		"--locale=C",
 	}
@@ -616,11 +668,9 @@ func (e *env) writeConf(port int) error {
 	b.WriteString("# Written by silas internal/pgcluster at every start; edits are lost.\n")
 	b.WriteString("listen_addresses = '127.0.0.1'\n")
 	fmt.Fprintf(&b, "port = %d\n", port)
-	if len(e.dir) <= maxSocketDir {
-		fmt.Fprintf(&b, "unix_socket_directories = '%s'\n", strings.ReplaceAll(e.dir, "'", "''"))
-	} else {
-		b.WriteString("unix_socket_directories = ''  # Dir is too long for a socket path\n")
-	}
+	fmt.Fprintf(&b, "unix_socket_directories = '%s'\n", strings.ReplaceAll(e.socketDir, "'", "''"))
+	// Nobody else may even connect to the socket (the directory is 0700 too).
+	b.WriteString("unix_socket_permissions = 0700\n")
 	if e.noSync {
 		b.WriteString("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")
 	} else {

@@ -438,6 +438,19 @@ func (s *Server) CommandPuts() int {
 	return s.cmdPuts
 }
 
+// CommandNames are the names of the global commands as last registered.
+func (s *Server) CommandNames() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, c := range s.commands {
+		if n, ok := c["name"].(string); ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // Interaction builds an interaction payload. guild "" is a DM.
 func (s *Server) Interaction(typ int, from User, channel string, data map[string]any, message *Message) map[string]any {
 	s.mu.Lock()

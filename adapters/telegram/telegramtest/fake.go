@@ -33,6 +33,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // DefaultToken is the token the fake accepts unless Options.Token is set.
@@ -159,6 +160,7 @@ type Server struct {
 	queries    map[string]bool // open callback queries
 	answers    []Answer
 	webhook    WebhookInfo
+	commands   []string // the command menu, as setMyCommands last set it
 	faults     map[string][]*Fault
 	chatErrs   map[int64]Fault
 	events     []sendEvent
@@ -675,6 +677,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		result, ae = s.answerCallbackQuery(params)
 	case "setwebhook":
 		result, ae = s.setWebhook(params)
+	case "setmycommands":
+		result, ae = s.setMyCommands(params)
 	case "deletewebhook":
 		s.mu.Lock()
 		s.webhook = WebhookInfo{}
@@ -1135,6 +1139,36 @@ func (s *Server) answerCallbackQuery(p map[string]string) (any, *apiErr) {
 }
 
 var secretTokenRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)
+
+// setMyCommands keeps the menu's command names; Telegram's rules apply
+// (1-100 commands, names of 1-32 lower-case letters, digits and
+// underscores, descriptions of 1-256 characters).
+func (s *Server) setMyCommands(p map[string]string) (any, *apiErr) {
+	var cmds []struct{ Command, Description string }
+	if err := json.Unmarshal([]byte(p["commands"]), &cmds); err != nil || len(cmds) > 100 {
+		return nil, &apiErr{code: 400, desc: "Bad Request: can't parse commands"}
+	}
+	var names []string
+	for _, c := range cmds {
+		if !commandNameRe.MatchString(c.Command) || c.Description == "" || utf8.RuneCountInString(c.Description) > 256 {
+			return nil, &apiErr{code: 400, desc: "Bad Request: BOT_COMMAND_INVALID"}
+		}
+		names = append(names, c.Command)
+	}
+	s.mu.Lock()
+	s.commands = names
+	s.mu.Unlock()
+	return true, nil
+}
+
+var commandNameRe = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+
+// Commands are the command names of the bot's menu (setMyCommands).
+func (s *Server) Commands() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.commands)
+}
 
 func (s *Server) setWebhook(p map[string]string) (any, *apiErr) {
 	u := p["url"]

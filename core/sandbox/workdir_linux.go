@@ -1,0 +1,460 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Work directories: each run gets a fresh one (exec-*) in the base dir, a
+// plain directory the gateway and verification read. A root gateway runs
+// the program on a copy of it in a tmpfs of limits.work bytes (a stage,
+// .stage-*, mounted only for the run and handed to the init as a mount),
+// and copies the result back once every process of the run is gone: what
+// a run can write is bounded (ENOSPC past it), and the run's mountinfo
+// names no host path. A gateway that cannot (an ordinary user, or a kernel
+// without open_tree) has the init do the same inside its namespaces
+// (stageIn and stageBack in init_linux.go). Once nothing will read a work dir any more (its run
+// is verified), Release removes it or keeps it for keepWorkFor, marked by
+// a file next to it (exec-*.kept, holding the bytes it uses); the kept
+// ones together stay within maxKept, oldest removed first. Pruning happens
+// when a run is released and when the sandbox starts — no loop of its own.
+
+const (
+	workPrefix  = "exec-"
+	keptSuffix  = ".kept"
+	stagePrefix = ".stage-"
+	// orphanAge: a work dir never released (its gateway died mid-run) is
+	// removed at start once this old (or keepWorkFor, when longer); an
+	// execution left "executed" that long verifies without its files,
+	// and fails, never passes, for it.
+	orphanAge = 24 * time.Hour
+)
+
+func (s *Subprocess) newWorkDir() (string, error) {
+	dir, err := os.MkdirTemp(s.baseDir, workPrefix) // mode 0700
+	if err != nil {
+		return "", fmt.Errorf("sandbox: create work dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil { // independent of umask
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("sandbox: create work dir: %w", err)
+	}
+	if s.root {
+		if err := os.Chown(dir, int(s.uid), int(s.gid)); err != nil {
+			_ = os.RemoveAll(dir)
+			return "", fmt.Errorf("sandbox: chown work dir to uid %d: %w", s.uid, err)
+		}
+	}
+	return dir, nil
+}
+
+// stage is a run's work dir while it runs: a tmpfs holding a copy of it.
+type stage struct {
+	path string
+	fd   int // the tmpfs as a detached mount (open_tree), for the init
+}
+
+// stageWork mounts a stage of limits.work bytes, copies dir into it and
+// clones it for the init.
+func (s *Subprocess) stageWork(dir string) (*stage, error) {
+	p, err := os.MkdirTemp(s.baseDir, stagePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: work dir stage: %w", err)
+	}
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", s.limits.work, max(1024, s.limits.work/4096), s.uid, s.gid)
+	if err := unix.Mount("silas-work", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		_ = os.Remove(p)
+		return nil, fmt.Errorf("sandbox: mount the work dir's tmpfs (sandbox.max_work_bytes): %w", err)
+	}
+	st := &stage{path: p, fd: -1}
+	if err := copyTree(dir, p, s.limits.work, int(s.uid), int(s.gid)); err != nil {
+		st.remove()
+		return nil, fmt.Errorf("sandbox: work dir %s does not fit sandbox.max_work_bytes (%s): %w", dir, humanBytes(s.limits.work), err)
+	}
+	if st.fd, err = unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC); err != nil {
+		st.remove()
+		return nil, fmt.Errorf("sandbox: work dir stage: open_tree: %w", err)
+	}
+	return st, nil
+}
+
+// copyBack replaces dir's contents with the stage's. Every process of the
+// run is gone by then: nothing changes either tree while it copies.
+func (st *stage) copyBack(dir string, limit int64, uid, gid int) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return copyTree(st.path, dir, limit, uid, gid)
+}
+
+func (st *stage) remove() {
+	if st.fd >= 0 {
+		unix.Close(st.fd)
+		st.fd = -1
+	}
+	_ = unix.Unmount(st.path, unix.MNT_DETACH)
+	_ = os.Remove(st.path)
+}
+
+// errTooBig: a copy would write more than its limit.
+var errTooBig = fmt.Errorf("more bytes than the limit: %w", unix.ENOSPC)
+
+// copyTree copies the contents of src into the existing dir dst, as uid
+// and gid: directories, regular files (at most limit bytes in all, a
+// sparse file counted at its full length) and symlinks (as links, never
+// followed); other files are left out, and so are set-id bits. Neither
+// tree may change while it copies (the caller's guarantee).
+func copyTree(src, dst string, limit int64, uid, gid int) error {
+	var used int64
+	type dirMode struct {
+		path  string
+		mode  fs.FileMode
+		mtime time.Time
+	}
+	var dirs []dirMode
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		switch {
+		case fi.IsDir():
+			if err := os.Mkdir(target, 0o700); err != nil {
+				return err
+			}
+			if err := os.Lchown(target, uid, gid); err != nil {
+				return err
+			}
+			dirs = append(dirs, dirMode{target, fi.Mode().Perm(), fi.ModTime()})
+			return nil
+		case fi.Mode()&fs.ModeSymlink != 0:
+			l, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(l, target); err != nil {
+				return err
+			}
+			if err := os.Lchown(target, uid, gid); err != nil {
+				return err
+			}
+		case fi.Mode().IsRegular():
+			if fi.Size() > limit-used {
+				return fmt.Errorf("%s: %w", rel, errTooBig)
+			}
+			if err := copyWorkFile(p, target, fi, uid, gid); err != nil {
+				return err
+			}
+			used += fi.Size()
+		default:
+			return nil // fifos, sockets, devices: not work
+		}
+		return setMtime(target, fi.ModTime())
+	})
+	if err != nil {
+		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := os.Chmod(dirs[i].path, dirs[i].mode); err != nil {
+			return err
+		}
+		if err := setMtime(dirs[i].path, dirs[i].mtime); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyWorkFile(src, dst string, fi fs.FileInfo, uid, gid int) error {
+	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.CopyN(out, in, fi.Size())
+	if err == io.EOF {
+		err = nil // shorter than it said: nothing changes it, so it cannot be
+	}
+	if err == nil {
+		err = out.Chown(uid, gid)
+	}
+	if err == nil {
+		err = out.Chmod(fi.Mode().Perm())
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func setMtime(p string, t time.Time) error {
+	ts := []unix.Timespec{unix.NsecToTimespec(t.UnixNano()), unix.NsecToTimespec(t.UnixNano())}
+	return unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// openTreeWorks reports whether work dirs can be mounts of their own: a
+// tmpfs mounted, cloned with open_tree and unmounted in dir.
+func openTreeWorks(dir string) bool {
+	d, err := os.MkdirTemp(dir, ".probe-")
+	if err != nil {
+		return false
+	}
+	defer os.Remove(d)
+	if err := unix.Mount("silas-work", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=4k"); err != nil {
+		return false
+	}
+	defer unix.Unmount(d, unix.MNT_DETACH)
+	fd, err := unix.OpenTree(unix.AT_FDCWD, d, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
+}
+
+// removeWork removes a work dir: its contents, its tmpfs when it has one,
+// the dir and its kept marker.
+func removeWork(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	if ownTmpfs(dir) {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount %s: %w", dir, err)
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.Remove(dir + keptSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// ownTmpfs reports whether dir is a tmpfs mounted on dir itself (not a
+// directory of a tmpfs mounted higher up, as a host's /tmp may be).
+func ownTmpfs(dir string) bool {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil || st.Type != unix.TMPFS_MAGIC {
+		return false
+	}
+	var d, p unix.Stat_t
+	return unix.Lstat(dir, &d) == nil && unix.Stat(filepath.Dir(dir), &p) == nil && d.Dev != p.Dev
+}
+
+// workDirFull reports whether a work dir's tmpfs has no room left.
+func workDirFull(dir string) bool {
+	var st unix.Statfs_t
+	if !ownTmpfs(dir) || unix.Statfs(dir, &st) != nil {
+		return false
+	}
+	return st.Bavail == 0 || st.Ffree == 0
+}
+
+// workBytes is what a work dir holds: its tmpfs's used blocks, or the
+// blocks of everything in it.
+func workBytes(dir string) int64 {
+	var st unix.Statfs_t
+	if ownTmpfs(dir) && unix.Statfs(dir, &st) == nil {
+		return int64(st.Blocks-st.Bfree) * st.Bsize
+	}
+	var n int64
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		var s unix.Stat_t
+		if unix.Lstat(p, &s) == nil {
+			n += s.Blocks * 512
+		}
+		return nil
+	})
+	return n
+}
+
+// sendRun writes the run's spec to the init, with the work dir's mount
+// descriptor (when there is one) on its first bytes.
+func sendRun(w *os.File, data []byte, mountFD int) error {
+	if mountFD >= 0 {
+		rc, err := w.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var n int
+		var serr error
+		if err := rc.Write(func(fd uintptr) bool {
+			n, serr = unix.SendmsgN(int(fd), data, unix.UnixRights(mountFD), nil, 0)
+			return serr != unix.EAGAIN
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return serr
+		}
+		data = data[n:]
+	}
+	_, err := w.Write(data)
+	return err
+}
+
+// Release tells the sandbox that nothing will read dir any more (its run
+// is verified, or ended without verification): it is removed, or kept for
+// keepWorkFor within maxKept (sandbox.keep_work_for,
+// sandbox.max_kept_work_bytes); then the kept ones are pruned. It refuses
+// a dir that is not a work dir below the base dir.
+func (s *Subprocess) Release(dir string) error {
+	target, err := s.workDirPath(dir)
+	if err != nil {
+		return fmt.Errorf("sandbox: release: %w", err)
+	}
+	s.workMu.Lock()
+	defer s.workMu.Unlock()
+	if _, err := os.Lstat(target); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if s.keepWorkFor < 0 {
+		if err := removeWork(target); err != nil {
+			return fmt.Errorf("sandbox: release: %w", err)
+		}
+		return nil
+	}
+	// The marker holds the dir's size, measured once: nothing writes to a
+	// released dir.
+	if err := os.WriteFile(target+keptSuffix, []byte(strconv.FormatInt(workBytes(target), 10)), 0o600); err != nil {
+		return fmt.Errorf("sandbox: release: %w", err)
+	}
+	s.pruneLocked(time.Now(), false)
+	return nil
+}
+
+// workDirPath checks that dir is a work dir directly below the base dir
+// and returns it cleaned.
+func (s *Subprocess) workDirPath(dir string) (string, error) {
+	if dir == "" || !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("refusing %q: not an absolute path", dir)
+	}
+	clean := filepath.Clean(dir)
+	if filepath.Dir(clean) != s.baseDir || !strings.HasPrefix(filepath.Base(clean), workPrefix) || strings.HasSuffix(clean, keptSuffix) {
+		return "", fmt.Errorf("refusing %q: not a work dir of %q", dir, s.baseDir)
+	}
+	return clean, nil
+}
+
+// pruneWork removes kept work dirs past keepWorkFor, then the oldest
+// until the rest fit maxKept; at start (orphans) also dirs never released
+// and older than orphanAge.
+func (s *Subprocess) pruneWork(now time.Time, orphans bool) {
+	s.workMu.Lock()
+	defer s.workMu.Unlock()
+	s.pruneLocked(now, orphans)
+}
+
+func (s *Subprocess) pruneLocked(now time.Time, orphans bool) {
+	ents, err := os.ReadDir(s.baseDir)
+	if err != nil {
+		s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: prune work dirs", slog.String("error", err.Error()))
+		return
+	}
+	type kept struct {
+		dir   string
+		at    time.Time
+		bytes int64
+	}
+	var list []kept
+	names := map[string]bool{}
+	for _, e := range ents {
+		names[e.Name()] = true
+	}
+	remove := func(dir string) {
+		if err := removeWork(dir); err != nil {
+			s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: remove work dir", slog.String("error", err.Error()))
+		}
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasPrefix(name, stagePrefix) {
+			// A run's stage its gateway left mid-run (the run is
+			// interrupted, its copy is not kept) — once older than any run
+			// can be: another process on this base dir (doctor while serve
+			// runs) may be running it.
+			if fi, err := e.Info(); err == nil && orphans && now.Sub(fi.ModTime()) > orphanAge+time.Hour {
+				(&stage{path: filepath.Join(s.baseDir, name), fd: -1}).remove()
+			}
+			continue
+		}
+		if !strings.HasPrefix(name, workPrefix) {
+			continue
+		}
+		dir := filepath.Join(s.baseDir, strings.TrimSuffix(name, keptSuffix))
+		if !strings.HasSuffix(name, keptSuffix) {
+			if orphans && !names[name+keptSuffix] {
+				if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > max(orphanAge, s.keepWorkFor) {
+					remove(dir)
+				}
+			}
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if !names[strings.TrimSuffix(name, keptSuffix)] || s.keepWorkFor < 0 || now.Sub(fi.ModTime()) > s.keepWorkFor {
+			remove(dir)
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join(s.baseDir, name))
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			n = workBytes(dir)
+		}
+		list = append(list, kept{dir: dir, at: fi.ModTime(), bytes: n})
+	}
+	// Newest first: keep while they fit, remove the rest (the oldest).
+	slices.SortFunc(list, func(a, b kept) int { return b.at.Compare(a.at) })
+	var total int64
+	for _, k := range list {
+		total += k.bytes
+		if total > s.maxKept {
+			remove(k.dir)
+		}
+	}
+}

@@ -1,0 +1,176 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/silas-gateway/silas/core"
+)
+
+// TestWorkDirBounded: a run that writes past sandbox.max_work_bytes gets
+// ENOSPC, the result says so, and the host keeps no more than the limit.
+func TestWorkDirBounded(t *testing.T) {
+	// As root the gateway stages the work dir; as an ordinary user (the
+	// re-run in TestEscapeAsOrdinaryUser) the init does.
+	s := newSandbox(t, Config{MaxWork: 1 << 20})
+	res := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", "head -c 2097152 /dev/zero > big; echo rc=$?"}})
+	stderr := string(res.Stderr)
+	if !strings.Contains(stderr, "No space left on device") {
+		t.Fatalf("the write past the limit did not fail with ENOSPC: stdout %q stderr %q", res.Stdout, stderr)
+	}
+	if !strings.Contains(stderr, "silas: the work dir is full: it reached sandbox.max_work_bytes (1 MiB)") {
+		t.Fatalf("the result does not say the work dir was full:\n%s", stderr)
+	}
+	if n := workBytes(res.Dir); n > 1<<20+16<<10 {
+		t.Fatalf("the host holds %d bytes of the run's work dir, more than its 1 MiB (and a directory block)", n)
+	}
+	fi, err := os.Stat(filepath.Join(res.Dir, "big"))
+	if err != nil || fi.Size() == 0 || fi.Size() > 1<<20 {
+		t.Fatalf("the run's file on the host: %v %v (want its first bytes, at most 1 MiB)", fi, err)
+	}
+
+	// A later run (verification) in the same dir sees the files, and
+	// what it writes is kept.
+	res2 := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", "wc -c < big; rm big; echo checked > check"}, Dir: res.Dir})
+	if res2.ExitCode != 0 || strings.TrimSpace(string(res2.Stdout)) != strconv.FormatInt(fi.Size(), 10) {
+		t.Fatalf("second run in the dir: exit %d %q %q", res2.ExitCode, res2.Stdout, res2.Stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(res.Dir, "check")); err != nil || string(b) != "checked\n" {
+		t.Fatalf("the second run's file: %q %v", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(res.Dir, "big")); !os.IsNotExist(err) {
+		t.Fatalf("the file the second run removed is still on the host: %v", err)
+	}
+}
+
+// TestReleaseRemoves: with keep_work_for 0 (KeepWorkFor < 0) a released
+// work dir is gone at once.
+func TestReleaseRemoves(t *testing.T) {
+	s := newSandbox(t, Config{KeepWorkFor: -1})
+	res := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", "echo x > f"}})
+	if _, err := os.Stat(filepath.Join(res.Dir, "f")); err != nil {
+		t.Fatalf("before release: %v", err)
+	}
+	if err := s.Release(res.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(res.Dir); !os.IsNotExist(err) {
+		t.Fatalf("released work dir still there: %v", err)
+	}
+	if err := s.Release(res.Dir); err != nil {
+		t.Fatalf("releasing it twice: %v", err)
+	}
+}
+
+// TestReleaseRefuses: Release removes nothing but the base dir's work dirs.
+func TestReleaseRefuses(t *testing.T) {
+	s := newSandbox(t, Config{KeepWorkFor: -1})
+	outside := t.TempDir()
+	for _, d := range []string{"", "relative", outside, s.baseDir, filepath.Join(s.baseDir, rootMountPoint),
+		filepath.Join(s.baseDir, "exec-1", ".."), filepath.Join(s.baseDir, "exec-1", "sub"), filepath.Join(s.baseDir, "exec-1.kept")} {
+		if err := s.Release(d); err == nil {
+			t.Errorf("Release(%q) accepted", d)
+		}
+	}
+	if _, err := os.Stat(outside); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKeptWorkBounded: a thousand released work dirs leave at most
+// sandbox.max_kept_work_bytes on disk, the newest kept, the oldest gone;
+// one kept past keep_work_for goes at the next release.
+func TestKeptWorkBounded(t *testing.T) {
+	const limit = 64 << 10
+	s := newSandbox(t, Config{KeepWorkFor: time.Hour, MaxKeptWork: limit})
+	// A few real runs, then many dirs written from outside (each run's
+	// cost is the sandbox's, not what is measured here).
+	var dirs []string
+	for i := range 3 {
+		res := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", "head -c 8192 /dev/urandom > f"}})
+		if res.ExitCode != 0 {
+			t.Fatalf("run %d: exit %d %s", i, res.ExitCode, res.Stderr)
+		}
+		dirs = append(dirs, res.Dir)
+		if err := s.Release(res.Dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 1000 {
+		d, err := s.newWorkDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "f"), make([]byte, 8192), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, d)
+		if err := s.Release(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var total int64
+	var kept []string
+	for _, d := range dirs {
+		if _, err := os.Lstat(d); err == nil {
+			total += workBytes(d)
+			kept = append(kept, d)
+		}
+	}
+	if total > limit {
+		t.Fatalf("%d kept work dirs hold %d bytes, more than the %d cap", len(kept), total, limit)
+	}
+	if len(kept) == 0 || kept[len(kept)-1] != dirs[len(dirs)-1] {
+		t.Fatalf("the newest work dir was not kept (kept %d)", len(kept))
+	}
+	for _, d := range kept {
+		if d == dirs[0] {
+			t.Fatal("the oldest work dir was kept over newer ones")
+		}
+	}
+	ents, _ := os.ReadDir(s.baseDir)
+	if len(ents) > 2*len(kept)+2 { // each kept dir and its marker, .root and the probe's leftovers at most
+		t.Fatalf("the base dir holds %d entries for %d kept work dirs", len(ents), len(kept))
+	}
+
+	// Past keep_work_for: the next release removes it.
+	old := kept[len(kept)-1]
+	past := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(old+keptSuffix, past, past); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.newWorkDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(old); !os.IsNotExist(err) {
+		t.Fatalf("a work dir kept past keep_work_for is still there: %v", err)
+	}
+	if _, err := os.Lstat(d); err != nil {
+		t.Fatalf("the just released work dir is gone: %v", err)
+	}
+}
+
+// TestWorkDirKeptAfterTimeout: what a run wrote before its timeout killed
+// it is in its work dir afterwards (the staged copy is copied back, by the
+// gateway as root, by the init — told with SIGTERM — as an ordinary user).
+func TestWorkDirKeptAfterTimeout(t *testing.T) {
+	s := newSandbox(t, Config{})
+	res := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", "echo partial > p; sleep 271"}, Timeout: 5 * time.Second})
+	if !res.TimedOut {
+		t.Fatalf("the run did not time out: exit %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(res.Dir, "p")); err != nil || string(b) != "partial\n" {
+		t.Fatalf("the timed-out run's file: %q %v (stdout %q, stderr %q)", b, err, res.Stdout, res.Stderr)
+	}
+	waitGone(t, "sleep\x00271\x00")
+}
