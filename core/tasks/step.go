@@ -28,11 +28,17 @@ type StepArgs = taskjob.Args
 // are not unique).
 func StepOpts() *river.InsertOpts { return taskjob.Opts() }
 
+// stepFetchCooldown is the least time between two fetches of task steps.
+const stepFetchCooldown = 10 * time.Millisecond
+
 // Jobs registers the task_step worker on workers and returns its queue,
 // for the background room (background.Config.Workers and Queues).
 func (r *Runtime) Jobs(workers *river.Workers) map[string]river.QueueConfig {
 	river.AddWorker(workers, &stepWorker{r: r})
-	return map[string]river.QueueConfig{QueueSteps: {MaxWorkers: 20}}
+	// A person waits on a step woken by a tap: fetch soon after River's
+	// insert NOTIFY instead of River's default 100 ms cooldown between
+	// fetches (a fetch is one indexed query; steps are few).
+	return map[string]river.QueueConfig{QueueSteps: {MaxWorkers: 20, FetchCooldown: stepFetchCooldown}}
 }
 
 type stepWorker struct {
