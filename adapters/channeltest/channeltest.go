@@ -36,8 +36,8 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/background"
-	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
@@ -219,7 +219,7 @@ type node struct {
 	w       *world
 	st      *store.Store
 	sb      *sandbox.Subprocess
-	eng     *engine.Engine
+	eng     *gateway.Gateway
 	ch      core.Channel
 	stopCh  context.CancelFunc
 	stopEng context.CancelFunc
@@ -304,7 +304,7 @@ func (w *world) startAway(grace time.Duration) *node {
 		t.Fatal(err)
 	}
 	ch := w.p.NewChannel(t, st, log)
-	eng, err := engine.New(engine.Config{
+	eng, err := gateway.New(gateway.Config{
 		Store: st, Channels: []core.Channel{ch}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{w.sbDir}},
 		Policy:   pol, Key: w.key, Owners: []core.IdentityID{w.p.Identity(Approver)},

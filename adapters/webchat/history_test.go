@@ -14,7 +14,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/audit"
-	"github.com/silas-gateway/silas/core/engine"
+	coregateway "github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -26,7 +26,7 @@ import (
 // gateways started one after the other on the same store are a restart.
 type gateway struct {
 	*fixture
-	eng  *engine.Engine
+	eng  *coregateway.Gateway
 	st   *store.Store
 	stop func()
 }
@@ -53,7 +53,7 @@ func startGateway(t *testing.T, st *store.Store, key ed25519.PrivateKey, history
 		t.Fatal(err)
 	}
 	pol, _ := policy.New(nil)
-	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{a}, Agent: agent.Command{}, Sandbox: sb,
+	eng, err := coregateway.New(coregateway.Config{Store: st, Channels: []core.Channel{a}, Agent: agent.Command{}, Sandbox: sb,
 		Policy: pol, Key: key, Owners: []core.IdentityID{"webchat:local"}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
-	"github.com/silas-gateway/silas/core/engine"
+	coregateway "github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -70,7 +70,7 @@ func FuzzFrameIntake(f *testing.F) {
 	}
 	pol, _ := policy.New(nil)
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{a}, Agent: agent.Command{}, Sandbox: sb,
+	eng, err := coregateway.New(coregateway.Config{Store: st, Channels: []core.Channel{a}, Agent: agent.Command{}, Sandbox: sb,
 		Policy: pol, Key: key, Owners: []core.IdentityID{"webchat:local"}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		f.Fatal(err)

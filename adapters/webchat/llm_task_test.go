@@ -22,8 +22,8 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
 	"github.com/silas-gateway/silas/core/background/backgroundtest"
-	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	coregateway "github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -84,7 +84,7 @@ func newLLMWeb(t *testing.T, limits task.Limits) *llmWeb {
 	if limits == (task.Limits{}) {
 		limits = task.Limits{Tokens: 100000, ModelCalls: 20, ToolCalls: 5, WallTime: time.Hour}
 	}
-	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
+	eng, err := coregateway.New(coregateway.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{dir}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{web.Identity(channeltest.Approver)}, Logger: log,
 		Tasks: taskwire.Runtime(tasks.Config{Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client}, Limits: limits})})

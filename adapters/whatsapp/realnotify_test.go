@@ -16,8 +16,8 @@ import (
 	"github.com/silas-gateway/silas/adapters/webchat"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
-	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -28,7 +28,7 @@ import (
 // TestLoggedOutOwnerNotifiedViaWebChat: the gateway as `silas serve`
 // wires it — real engine on PostgreSQL, the web chat and the WhatsApp
 // channel (real whatsmeow client on the fake server), the adapter's Notify
-// connected to engine.NotifyOwners. The owner has used the web chat. The
+// connected to gateway.NotifyOwners. The owner has used the web chat. The
 // server logs the device out (stream error 401 device_removed, as when it
 // is removed on the phone): the owner finds a notice in the web chat
 // saying what happened and what to do; WhatsApp does not retry; a restart
@@ -48,7 +48,7 @@ func TestLoggedOutOwnerNotifiedViaWebChat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var eng *engine.Engine
+	var eng *gateway.Gateway
 	notify := func(ctx context.Context, text string) {
 		if _, err := eng.NotifyOwners(ctx, "whatsapp", text); err != nil {
 			t.Errorf("NotifyOwners: %v", err)
@@ -69,7 +69,7 @@ func TestLoggedOutOwnerNotifiedViaWebChat(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	eng, err = engine.New(engine.Config{Store: st, Channels: []core.Channel{web, wa}, Agent: agent.Command{}, Sandbox: sb,
+	eng, err = gateway.New(gateway.Config{Store: st, Channels: []core.Channel{web, wa}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{sbDir}},
 		Policy:   pol, Key: key, Owners: []core.IdentityID{"webchat:local", "whatsapp:" + core.IdentityID(owner.User)},
 		OutboxMaxBackoff: time.Second, Logger: log})

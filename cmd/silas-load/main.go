@@ -74,6 +74,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -127,7 +128,7 @@ func run() int {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (all phases) to `file`")
 	fs.StringVar(&o.traceFile, "trace", "", "write an execution trace (go tool trace) of the closed-loop phase to `file`")
 	fs.IntVar(&o.maxConns, "maxconns", 16, "store connection pool size (as `silas serve`)")
-	fs.IntVar(&o.workers, "workers", 0, "engine.Config.Workers (0 = engine default)")
+	fs.IntVar(&o.workers, "workers", 0, "gateway.Config.Workers (0 = gateway default)")
 	fs.IntVar(&o.maxBatch, "maxbatch", 0, "store.Options.MaxBatch (0 = store default)")
 	fs.IntVar(&o.writers, "writers", 0, "store.Options.Writers: group-commit transactions open at once (0 = store default)")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "how long to wait for unfinished turns or executions at the end of a phase before failing")
@@ -484,7 +485,7 @@ func diff(a, b usage) delta {
 
 type harness struct {
 	o      options
-	eng    *engine.Engine
+	eng    *gateway.Gateway
 	st     *store.Store
 	ch     *nullChannel
 	tr     *tracker
@@ -618,7 +619,7 @@ func load(ctx context.Context, o options) error {
 	for i := range allowed {
 		allowed[i] = h.sender(i)
 	}
-	eng, err := engine.New(engine.Config{
+	eng, err := gateway.New(gateway.Config{
 		Store: st, Channels: []core.Channel{h.ch}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{filepath.Join(tmp, "sandbox")}},
 		Policy:   pol, Key: key, Owners: []core.IdentityID{owner}, Allowed: allowed, Workers: o.workers, Logger: logger,

@@ -11,7 +11,7 @@ import (
 
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/background"
-	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/doctor"
 )
@@ -22,7 +22,7 @@ import (
 // periodic jobs, and the rooms' job workers (task steps). Start it once the engine is ready, and stop it (Stop)
 // after the engine has stopped: its last act is the final checkpoint, when
 // nothing appends any more.
-func startBackground(ctx context.Context, st *store.Store, eng *engine.Engine, cp *audit.Checkpointer, log *slog.Logger) (*background.Room, error) {
+func startBackground(ctx context.Context, st *store.Store, eng *gateway.Gateway, cp *audit.Checkpointer, log *slog.Logger) (*background.Room, error) {
 	ok, err := st.RiverSchemaCurrent(ctx)
 	if err != nil {
 		return nil, err

@@ -15,7 +15,7 @@ import (
 
 	"github.com/silas-gateway/silas/adapters/spec"
 	"github.com/silas-gateway/silas/core"
-	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/trust"
 	"github.com/silas-gateway/silas/internal/config"
@@ -121,13 +121,13 @@ func serveDatabase(ctx context.Context, cfg *config.Config, db *database) (spec.
 // form (built after the engine) to show a QR code on. Channels run only
 // once the engine is ready, so both are set by then.
 type lateHooks struct {
-	eng  atomic.Pointer[engine.Engine]
+	eng  atomic.Pointer[gateway.Gateway]
 	form atomic.Pointer[secretsweb.Server]
 	out  io.Writer
 	log  *slog.Logger
 }
 
-// notifier hands an adapter's problem to the engine's NotifyOwners, which
+// notifier hands an adapter's problem to the gateway's NotifyOwners, which
 // tells the owners through the other channels.
 func (h *lateHooks) notifier(name string) func(ctx context.Context, text string) {
 	return func(ctx context.Context, text string) {

@@ -13,6 +13,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/internal/config"
@@ -92,9 +93,9 @@ func withSecretNames(ag core.Agent, list func(context.Context) ([]secrets.Info, 
 }
 
 // newTasks configures the task runtime (core/tasks) when agent.kind is llm
-// (nil otherwise), as the engine builds it (engine.Config.Tasks): planner
+// (nil otherwise), as the gateway builds it (gateway.Config.Tasks): planner
 // and executor on the same endpoint, the llm.budget.* limits and recovery.
-func newTasks(cfg *config.Config, log *slog.Logger) (func(engine.TaskPorts) (engine.Tasks, error), error) {
+func newTasks(cfg *config.Config, log *slog.Logger) (func(gateway.TaskPorts) (engine.Tasks, error), error) {
 	if cfg.Agent.Kind != "llm" {
 		return nil, nil
 	}

@@ -19,8 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/silas-gateway/silas/core"
-	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/keys"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
@@ -157,7 +157,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 
 // serveForm makes the secure form for credentials, when secrets_web is
 // enabled, and hands its links to the engine and the adapters.
-func serveForm(cfg *config.Config, eng *engine.Engine, sealer *secrets.Sealer, log *slog.Logger, late *lateHooks) (*secretsweb.Server, error) {
+func serveForm(cfg *config.Config, eng *gateway.Gateway, sealer *secrets.Sealer, log *slog.Logger, late *lateHooks) (*secretsweb.Server, error) {
 	if !cfg.SecretsWeb.Enabled {
 		return nil, nil
 	}
@@ -281,7 +281,7 @@ func newSandbox(cfg *config.Config, configPath string, log *slog.Logger) (*sandb
 // newEngine builds the agent and the engine over the channels (with the
 // task runtime when the LLM agent is configured).
 func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandbox.Subprocess, sbDir string, pol *policy.Policy,
-	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger) (*engine.Engine, error) {
+	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger) (*gateway.Gateway, error) {
 	ids := func(list []string) []core.IdentityID {
 		out := make([]core.IdentityID, len(list))
 		for i, o := range list {
@@ -299,7 +299,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 	if err != nil {
 		return nil, err
 	}
-	return engine.New(engine.Config{
+	return gateway.New(gateway.Config{
 		Store: st, Channels: chans.channels, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{sbDir}},
 		Policy:   pol, Key: key, Owners: ids(cfg.Identities.Owners), Allowed: ids(cfg.Identities.Allowed), Access: chans.access,
@@ -311,7 +311,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 }
 
 // opsMux serves /healthz, /readyz and /metrics; the channels add theirs.
-func opsMux(eng *engine.Engine, st *store.Store, reg *prometheus.Registry) *http.ServeMux {
+func opsMux(eng *gateway.Gateway, st *store.Store, reg *prometheus.Registry) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {

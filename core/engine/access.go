@@ -38,9 +38,3 @@ func (e *Engine) decideAccess(ctx context.Context, tx *store.Tx, o *outcome, r c
 	}
 	return nil
 }
-
-// NotifyOwners tells the owners through the other channels (core/access):
-// for a channel that cannot reach them itself any more.
-func (e *Engine) NotifyOwners(ctx context.Context, from core.ChannelName, text string) (int, error) {
-	return e.access.NotifyOwners(ctx, from, text)
-}

@@ -15,8 +15,8 @@ import (
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/background"
-	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -118,7 +118,7 @@ func TestTaskSweepJobOnRiver(t *testing.T) {
 	var advances atomic.Int32
 	pol, _ := policy.New(nil)
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{newFakeChannel()}, Agent: agent.Command{}, Sandbox: sb,
+	eng, err := gateway.New(gateway.Config{Store: st, Channels: []core.Channel{newFakeChannel()}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key, Owners: []core.IdentityID{owner},
 		Logger: slog.New(advanceFailures{n: &advances}), Tasks: taskwire.Runtime(tasks.Config{Sweep: time.Hour})})
 	if err != nil {

@@ -100,13 +100,9 @@ func (e *Engine) applyDecision(o *outcome, r decide.Result) {
 		o.refused = r.Refused
 	}
 	if l := r.Outcome(); l != "" {
-		e.m.approvals.WithLabelValues(l).Inc()
+		e.count.Decision(l)
 	}
 	if id := r.Queued; id != "" {
-		o.after = append(o.after, func() {
-			if e.holdExecution == nil || !e.holdExecution(id) {
-				e.startExecution(id)
-			}
-		})
+		o.after = append(o.after, func() { e.exec.Start(id) })
 	}
 }

@@ -4,14 +4,14 @@
 // commands or asks the agent and applies risk policy. A tap is decided by
 // core/decide inside the turn's transaction; an approved action is run and
 // verified by core/execute once that transaction committed. Cards are
-// drawn by core/render; replies leave through core/outbox. It depends only on core
-// ports, those rooms and the store; it never imports an adapter or a
-// platform SDK, and runs no SQL itself.
+// drawn by core/render; replies leave through core/outbox. The rooms are
+// built by core/gateway and handed in through Config; the engine builds
+// none itself. It depends only on core ports, those rooms and the store;
+// it never imports an adapter or a platform SDK, and runs no SQL itself.
 package engine
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,122 +20,62 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/riverqueue/river"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/access"
 	"github.com/silas-gateway/silas/core/audit"
-	"github.com/silas-gateway/silas/core/background"
 	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/outbox"
-	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/propose"
-	"github.com/silas-gateway/silas/core/secrets"
-	"github.com/silas-gateway/silas/core/secureinput"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/tapseal"
 	"github.com/silas-gateway/silas/core/trust"
-	"github.com/silas-gateway/silas/core/verify"
 )
 
-// Config wires an Engine. Every dependency is injected so tests swap them.
+// Config wires an Engine to the rooms it hands turns to, built once by
+// core/gateway (which documents and defaults the settings).
 type Config struct {
 	Store    *store.Store
-	Channels []core.Channel
+	Channels map[core.ChannelName]core.Channel
 	Agent    core.Agent
-	Sandbox  core.Sandbox
-	Verifier *verify.Runner
-	Policy   *policy.Policy
-	// Key signs approval tokens and identity bindings.
-	Key ed25519.PrivateKey
-	// Owners and Allowed are config-declared identities (owner / auth trust).
-	Owners  []core.IdentityID
-	Allowed []core.IdentityID
-	// Access is the direct-message policy per channel (default open).
-	Access map[core.ChannelName]trust.AccessPolicy
-	// ApprovalTTL is how long a card can be decided (default 5 minutes).
-	ApprovalTTL time.Duration
-	// TokenTTL bounds the gap between approval and execution (default 10m).
-	TokenTTL time.Duration
-	// ExecTimeout is the default execution timeout (default 60s).
-	ExecTimeout time.Duration
-	// OutputInlineMax is the longest output pasted into chat (default
-	// 10,000 characters); longer output is stored and referenced, with the
-	// first OutputPreview characters shown (default 2,000).
-	OutputInlineMax int
-	OutputPreview   int
-	// MaxTextLen rejects longer inbound text (default 16,000 characters).
+	Trust    *trust.Book
+	// Handles seals tap handles at rest (intake.go).
+	Handles  *tapseal.Sealer
+	Outbox   *outbox.Outbox
+	Access   *access.Access
+	Decider  *decide.Decider
+	Proposer *propose.Proposer
+	// Runs starts approved executions after commit, resumes what a
+	// previous process left and is closed last at shutdown (the executor,
+	// core/execute).
+	Runs     Runs
+	Commands *commands.Table
+	// Tasks is the task runtime (nil: a task request is answered "not
+	// enabled").
+	Tasks Tasks
+	// Count counts policy decisions and approval taps (nil: not counted).
+	Count propose.Counter
+	// MaxTextLen rejects longer inbound text; Workers bounds
+	// conversations processed concurrently.
 	MaxTextLen int
-	// Workers bounds conversations processed concurrently (default 64).
-	Workers int
-	// OutboxMaxBackoff caps the wait between delivery retries after a
-	// platform error (default 30 seconds; rate limits use retry_after). A
-	// job's attempts count its rate-limited tries too, so after a long 429
-	// storm the first 5xx would otherwise wait the full cap: short enough
-	// that replies arrive soon after an outage ends, long enough not to
-	// hammer a platform that is down.
-	OutboxMaxBackoff time.Duration
-	// OutboxAfter is the timer outbox lanes wait on until a retry time
-	// read with Now (default time.After); tests running Now faster pass a
-	// matching shorter one.
-	OutboxAfter func(time.Duration) <-chan time.Time
-	// Registry receives metrics (nil: none registered).
+	Workers    int
+	// Registry receives the turn metrics (nil: none registered).
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
 	Now      func() time.Time
-	// Sealer opens stored secrets for the actions that declare them, and
-	// SecretLink builds the secure-form URL for a request (ref, one-time
-	// token). Both nil: /secret is refused with a clear message.
-	Sealer     *secrets.Sealer
-	SecretLink func(ref, token string) string
-	// SecretTTL is how long a secure-form link works (default 15 minutes).
-	SecretTTL time.Duration
-	// Tasks builds the LLM agent's multi-step task runtime (core/tasks) on
-	// the ports the engine lends it, once, in New (nil: a task request is
-	// answered "not enabled"). The ports carry the engine's Store, Policy,
-	// Verifier, Logger and Now for the runtime's defaults.
-	Tasks func(TaskPorts) (Tasks, error)
 	// Hooks observe progress (benchmarks and tests); nil fields are skipped.
 	Hooks Hooks
-	// Failpoint, for crash tests only: "after-approve" or "after-execute"
-	// makes the process SIGKILL itself at that point.
-	Failpoint string
 }
 
-func (c *Config) defaults() error {
-	if c.Store == nil || c.Agent == nil || c.Sandbox == nil || c.Policy == nil || len(c.Key) != ed25519.PrivateKeySize {
-		return errors.New("engine: Store, Agent, Sandbox, Policy and Key are required")
-	}
-	if c.Verifier == nil {
-		c.Verifier = &verify.Runner{}
-	}
-	if c.TokenTTL <= 0 {
-		c.TokenTTL = 10 * time.Minute
-	}
-	if c.OutputInlineMax <= 0 {
-		c.OutputInlineMax = 10000
-	}
-	if c.OutputPreview <= 0 || c.OutputPreview > c.OutputInlineMax {
-		c.OutputPreview = min(2000, c.OutputInlineMax)
-	}
-	if c.MaxTextLen <= 0 {
-		c.MaxTextLen = 16000
-	}
-	if c.Workers <= 0 {
-		c.Workers = 64
-	}
-	if c.OutboxMaxBackoff <= 0 {
-		c.OutboxMaxBackoff = 30 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	return nil
+// Runs is the executor as the engine starts, resumes and awaits its runs,
+// and refuses, in the approving tap's transaction, one that cannot start.
+type Runs interface {
+	Start(id core.ApprovalID)
+	RefuseUnready(ctx context.Context, tx execute.Tx, id core.ApprovalID, approver core.IdentityID) (*execute.Unready, error)
+	ResumeAll(ctx context.Context) error
+	Close(grace context.Context)
 }
 
 // Hooks are called synchronously at points the load driver measures. They
@@ -154,35 +94,27 @@ type Engine struct {
 	log      *slog.Logger
 	now      func() time.Time
 	channels map[core.ChannelName]core.Channel
-	pub      ed25519.PublicKey
 	trust    *trust.Book
 	out      *outbox.Outbox
 	m        *metrics
+	count    propose.Counter
 	cmds     *commands.Table
 	access   *access.Access
-	secure   *secureinput.Requests
 	handles  *tapseal.Sealer // seals tap handles at rest (intake.go)
+	decider  *decide.Decider
+	proposer *propose.Proposer
+	exec     Runs
+	tasks    Tasks // nil: tasks not enabled
 
 	mu       sync.Mutex
 	queues   map[core.ConversationID]*convQueue
 	sem      chan struct{}
 	closing  bool
-	work     sync.WaitGroup // turn workers and executions
+	work     sync.WaitGroup // turn workers
 	workCtx  context.Context
 	stopWork context.CancelFunc
 
 	ready chan struct{}
-
-	decider  *decide.Decider
-	proposer *propose.Proposer
-	exec     *execute.Executor
-
-	tasks Tasks // nil: tasks not enabled
-
-	// beforeExecute is a test hook (see export_test.go).
-	beforeExecute func(core.ApprovalID)
-	// holdExecution is a test hook (see export_test.go).
-	holdExecution func(core.ApprovalID) bool
 }
 
 type convQueue struct {
@@ -190,66 +122,35 @@ type convQueue struct {
 	running bool
 }
 
-// New validates cfg and builds an Engine.
+// New builds an Engine on the rooms in cfg (core/gateway builds them).
 func New(cfg Config) (*Engine, error) {
-	if err := cfg.defaults(); err != nil {
-		return nil, err
+	if cfg.Store == nil || cfg.Agent == nil || cfg.Trust == nil || cfg.Handles == nil || cfg.Outbox == nil || cfg.Access == nil ||
+		cfg.Decider == nil || cfg.Proposer == nil || cfg.Runs == nil || cfg.Commands == nil || cfg.MaxTextLen <= 0 || cfg.Workers <= 0 {
+		return nil, errors.New("engine: every room, MaxTextLen and Workers are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Count == nil {
+		cfg.Count = noCount{}
 	}
 	e := &Engine{
-		cfg:      cfg,
-		st:       cfg.Store,
-		log:      cfg.Logger,
-		now:      cfg.Now,
-		channels: map[core.ChannelName]core.Channel{},
-		pub:      cfg.Key.Public().(ed25519.PublicKey),
-		queues:   map[core.ConversationID]*convQueue{},
-		sem:      make(chan struct{}, cfg.Workers),
-		ready:    make(chan struct{}),
+		cfg: cfg, st: cfg.Store, log: cfg.Logger, now: cfg.Now, channels: cfg.Channels,
+		trust: cfg.Trust, out: cfg.Outbox, m: newMetrics(cfg.Registry), count: cfg.Count, cmds: cfg.Commands, access: cfg.Access,
+		handles: cfg.Handles, decider: cfg.Decider, proposer: cfg.Proposer, exec: cfg.Runs, tasks: cfg.Tasks,
+		queues: map[core.ConversationID]*convQueue{}, sem: make(chan struct{}, cfg.Workers), ready: make(chan struct{}),
 	}
-	for _, ch := range cfg.Channels {
-		if _, dup := e.channels[ch.Name()]; dup {
-			return nil, fmt.Errorf("engine: channel %q configured twice", ch.Name())
-		}
-		e.channels[ch.Name()] = ch
-	}
-	e.trust = trust.NewBook(cfg.Store, e.pub, cfg.Owners, cfg.Allowed, cfg.Now)
-	e.m = newMetrics(cfg.Registry)
-	var err error
-	if e.handles, err = tapseal.New(cfg.Key); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
-	e.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: e.channels, Logger: cfg.Logger, Now: cfg.Now, After: cfg.OutboxAfter,
-		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: e.m.outbox, Handles: e.handles})
-	if e.access, err = access.New(access.Config{Policies: cfg.Access, Owners: cfg.Owners, Book: e.trust, Channels: e.channels, Key: cfg.Key,
-		Store: cfg.Store, Outbox: e.out, Logger: cfg.Logger}); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
-	if e.secure, err = secureinput.New(secureinput.Config{Store: cfg.Store, Outbox: e.out, Sealing: cfg.Sealer != nil, Link: cfg.SecretLink,
-		TTL: cfg.SecretTTL, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
-	e.decider = decide.New(decide.Config{Key: cfg.Key, TokenTTL: cfg.TokenTTL, Preview: cfg.OutputPreview, Executions: cfg.Store})
 	e.workCtx, e.stopWork = context.WithCancel(context.Background())
-	if err := e.buildRooms(); err != nil {
-		return nil, err
-	}
-	if cfg.Tasks != nil {
-		// Built once, on the rooms it proposes through: no second step.
-		if e.tasks, err = cfg.Tasks(e.taskPorts()); err != nil {
-			return nil, fmt.Errorf("engine: %w", err)
-		}
-	}
-	if e.cmds, err = commands.New(commands.Config{Reads: cfg.Store, Decider: e.decider, SecureInput: e.secure, Tasks: e.commandTasks(),
-		Trust: e.trust, Key: cfg.Key, OutputInlineMax: cfg.OutputInlineMax, Now: cfg.Now}); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
 	return e, nil
 }
 
-// SecureInput is the secure-input request store: what the secure form
-// (secrets-web) answers through, and where its link builder is set once
-// the form is built (SecureInput().SetLink, before Run).
-func (e *Engine) SecureInput() *secureinput.Requests { return e.secure }
+type noCount struct{}
+
+func (noCount) Policy(string)   {}
+func (noCount) Decision(string) {}
 
 // Ready is closed once Run has resumed stored work and accepts turns.
 func (e *Engine) Ready() <-chan struct{} { return e.ready }
@@ -257,8 +158,8 @@ func (e *Engine) Ready() <-chan struct{} { return e.ready }
 // Run resumes unfinished work (pending turns, queued or unverified
 // executions, undelivered messages), then runs the outbox's lanes until
 // ctx ends (the periodic work is Maintenance's, run elsewhere). On return,
-// in-flight turns and executions have finished or, if grace ran out, were
-// left resumable.
+// in-flight turns and executions (the executor's, core/execute) have
+// finished or, if grace ran out, were left resumable.
 func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	turns, err := e.st.PendingTurns(ctx)
 	if err != nil {
@@ -270,7 +171,7 @@ func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	if len(turns) > 0 {
 		e.log.Info("resuming unprocessed turns", slog.Int("count", len(turns)))
 	}
-	if err := e.resumeExecutions(ctx); err != nil {
+	if err := e.exec.ResumeAll(ctx); err != nil {
 		return err
 	}
 	if e.tasks != nil {
@@ -307,32 +208,10 @@ func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 		<-done
 	}
 	e.stopWork()
+	// Executions last: a turn worker or a task step may have started one.
+	e.exec.Close(graceCtx)
 	loops.Wait()
 	return nil
-}
-
-// Maintenance is the engine's periodic work, for the background room
-// (core/background) to run: card expiry, the outbox's recovery scan and,
-// with a task runtime, the task sweep. Each is safe to run on any process
-// of the database, twice or late.
-func (e *Engine) Maintenance() []background.Periodic {
-	jobs := []background.Periodic{
-		{Name: "card_expiry", Every: outbox.ExpiryEvery, Run: e.out.Expire},
-		{Name: "outbox_scan", Every: outbox.ScanEvery, Run: e.out.Scan},
-	}
-	if e.tasks != nil {
-		jobs = append(jobs, background.Periodic{Name: "task_sweep", Every: e.tasks.SweepEvery(), Run: e.tasks.Resume})
-	}
-	return jobs
-}
-
-// Jobs registers the rooms' job workers (task steps) on workers and
-// returns their queues, for the background room (background.Config).
-func (e *Engine) Jobs(workers *river.Workers) map[string]river.QueueConfig {
-	if e.tasks == nil {
-		return nil
-	}
-	return e.tasks.Jobs(workers)
 }
 
 // errShuttingDown is returned by Deliver during shutdown; adapters must not

@@ -12,6 +12,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -65,7 +66,7 @@ func BenchmarkTurnToReply(b *testing.B) {
 	var target atomic.Int64
 	target.Store(-1)
 	finished := make(chan struct{}, 1)
-	eng, err := engine.New(engine.Config{
+	eng, err := gateway.New(gateway.Config{
 		Store: st, Channels: []core.Channel{&nullChannel{}}, Agent: agent.Command{}, Sandbox: sb, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner},
 		Hooks: engine.Hooks{TurnDone: func(int64, core.ConversationID) {

@@ -6,10 +6,10 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
-	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -22,8 +22,8 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/audit"
-	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
@@ -154,7 +154,7 @@ func (c *clock) Add(d time.Duration) {
 }
 
 type bundle struct {
-	eng   *engine.Engine
+	eng   *gateway.Gateway
 	st    *store.Store
 	ch    *fakeChannel
 	clock *clock
@@ -162,6 +162,10 @@ type bundle struct {
 	seq   int
 	// stop ends the engine (not the store) early.
 	stop func()
+	// hold and before, when set, are the executor's test hooks
+	// (gateway.Config.HoldExecution and BeforeExecute).
+	hold   func(core.ApprovalID) bool
+	before func(core.ApprovalID)
 }
 
 const owner core.IdentityID = "test:owner"
@@ -182,7 +186,7 @@ const (
 	AccessPolicyAllowlist = trust.AccessAllowlist
 )
 
-func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access trust.AccessPolicy, opts ...func(*engine.Config)) *bundle {
+func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access trust.AccessPolicy, opts ...func(*gateway.Config)) *bundle {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dsn := storetest.NewDatabase(t)
@@ -200,7 +204,14 @@ func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access trust.Acc
 	}
 	pol, _ := policy.New(nil)
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	cfg := engine.Config{
+	b := &bundle{st: st, ch: ch, clock: clk, ctx: ctx}
+	cfg := gateway.Config{
+		HoldExecution: func(id core.ApprovalID) bool { return b.hold != nil && b.hold(id) },
+		BeforeExecute: func(id core.ApprovalID) {
+			if b.before != nil {
+				b.before(id)
+			}
+		},
 		Store: st, Channels: []core.Channel{c}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Allowed: []core.IdentityID{"test:friend"}, Now: clk.Now,
@@ -209,10 +220,11 @@ func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access trust.Acc
 	for _, o := range opts {
 		o(&cfg)
 	}
-	eng, err := engine.New(cfg)
+	eng, err := gateway.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.eng = eng
 	runCtx, stopRun := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); eng.Run(runCtx, 5*time.Second) }()
@@ -222,7 +234,8 @@ func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access trust.Acc
 		<-done
 		st.Close()
 	})
-	return &bundle{eng: eng, st: st, ch: ch, clock: clk, ctx: ctx, stop: func() { stopRun(); <-done }}
+	b.stop = func() { stopRun(); <-done }
+	return b
 }
 
 func (b *bundle) send(t *testing.T, from core.IdentityID, text string) core.DeliverResult {
@@ -438,7 +451,7 @@ func TestUnauthenticatedTurnRejected(t *testing.T) {
 func TestActionChangedAfterApproval(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.eng.SetBeforeExecute(func(id core.ApprovalID) {
+	b.before = (func(id core.ApprovalID) {
 		// An attacker with database access swaps the command after approval.
 		evil := `{"argv":["touch","/tmp/pwned-by-silas-test"],"network":false,"tool":"shell","verify":[]}`
 		if _, err := b.st.Pool().Exec(context.Background(), `UPDATE approvals SET action_canonical = $2 WHERE id = $1`, string(id), []byte(evil)); err != nil {
@@ -616,7 +629,7 @@ func TestRestartResumesTurnsInOrder(t *testing.T) {
 	t.Cleanup(func() { sb.Close() })
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	ch := newFakeChannel()
-	eng2, err := engine.New(engine.Config{Store: b.st, Channels: []core.Channel{ch}, Agent: agent.Command{}, Sandbox: sb, Policy: pol, Key: key,
+	eng2, err := gateway.New(gateway.Config{Store: b.st, Channels: []core.Channel{ch}, Agent: agent.Command{}, Sandbox: sb, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}})
 	if err != nil {
 		t.Fatal(err)
@@ -748,7 +761,7 @@ func TestSecretLifecycle(t *testing.T) {
 	var link string
 	fc := newFakeChannel()
 	rec := &recordingAgent{next: agent.Command{}}
-	b := setupAccess(t, fc, fc, "", func(c *engine.Config) {
+	b := setupAccess(t, fc, fc, "", func(c *gateway.Config) {
 		c.Sealer = sealer
 		c.Agent = rec
 		c.SecretLink = func(ref, token string) string {

@@ -19,8 +19,8 @@ import (
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/approval"
 	"github.com/silas-gateway/silas/core/audit"
-	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/verify"
@@ -51,7 +51,7 @@ func setupKey(t *testing.T) (*bundle, ed25519.PrivateKey) {
 	t.Helper()
 	var key ed25519.PrivateKey
 	ch := newFakeChannel()
-	b := setupAccess(t, ch, ch, "", func(c *engine.Config) { key = c.Key })
+	b := setupAccess(t, ch, ch, "", func(c *gateway.Config) { key = c.Key })
 	return b, key
 }
 
@@ -69,7 +69,7 @@ func restart(t *testing.T, b *bundle, key ed25519.PrivateKey) (*fakeChannel, *re
 	sb := &recordingSandbox{Sandbox: inner}
 	pol, _ := policy.New(nil)
 	ch := b.ch // the same platform, showing the same messages
-	eng, err := engine.New(engine.Config{Store: b.st, Channels: []core.Channel{ch}, Agent: agent.Command{}, Sandbox: sb,
+	eng, err := gateway.New(gateway.Config{Store: b.st, Channels: []core.Channel{ch}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: inner}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Now: b.clock.Now})
 	if err != nil {
@@ -219,7 +219,7 @@ func TestForgedExecutionsDoNotRun(t *testing.T) {
 
 	// A real approval decided just before the gateway stopped: its
 	// execution is still queued.
-	b.eng.SetHoldExecution(func(core.ApprovalID) bool { return true })
+	b.hold = func(core.ApprovalID) bool { return true }
 	b.send(t, owner, "/run echo genuine")
 	genuine := b.pendingCard(t, "echo genuine")
 	b.tap(t, owner, genuine.ID, "approve")
@@ -425,7 +425,7 @@ func TestAlteredRequestIsNotApproved(t *testing.T) {
 func TestInterruptedCardStatus(t *testing.T) {
 	t.Parallel()
 	b, key := setupKey(t)
-	b.eng.SetHoldExecution(func(core.ApprovalID) bool { return true })
+	b.hold = func(core.ApprovalID) bool { return true }
 	b.send(t, owner, "/run echo interrupted")
 	c := b.pendingCard(t, "echo interrupted")
 	b.tap(t, owner, c.ID, "approve")

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/silas-gateway/silas/core"
-	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/gateway"
 )
 
 // renamed is a fake channel under another name.
@@ -24,7 +24,7 @@ func TestNotifyOwners(t *testing.T) {
 	t.Parallel()
 	ch := newFakeChannel()
 	wa := renamed{newFakeChannel(), "wa"}
-	b := setupAccess(t, ch, ch, "", func(c *engine.Config) { c.Channels = append(c.Channels, wa) })
+	b := setupAccess(t, ch, ch, "", func(c *gateway.Config) { c.Channels = append(c.Channels, wa) })
 	ctx := context.Background()
 	if n, err := b.eng.NotifyOwners(ctx, "wa", "nobody yet"); err != nil || n != 0 {
 		t.Fatalf("with no conversation: %d, %v", n, err)

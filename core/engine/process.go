@@ -265,7 +265,7 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 func (e *Engine) propose(o *outcome, pa core.ProposedAction) propose.Proposal {
 	p := e.proposer.Propose(o.st, o.trust, pa)
 	if p.Decision != "" {
-		e.m.policyDecisions.WithLabelValues(p.Decision).Inc()
+		e.count.Policy(p.Decision)
 	}
 	for _, n := range p.Notes {
 		o.note(n.Kind, n.Data)

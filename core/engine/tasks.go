@@ -2,27 +2,22 @@ package engine
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/riverqueue/river"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/commands"
-	"github.com/silas-gateway/silas/core/outbox"
-	"github.com/silas-gateway/silas/core/policy"
-	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/store"
-	"github.com/silas-gateway/silas/core/verify"
 )
 
 // The engine's side of the LLM agent's durable task runtime (core/tasks,
 // docs/agent.md), which the engine does not import: it hands the runtime a
 // person's turns that reach a task (the agent's hand-off, an answer, a tap
 // on a task's card; /tasks and /stop come through the command table) as
-// Tasks, an interface it owns, and lends the runtime the proposing port
-// of a task's steps (core/propose's Steps, on the same proposer, trust
-// book and executor as a turn's /run) when it builds it. The runtime learns
+// Tasks, an interface it owns; core/gateway builds the runtime on the
+// proposing port of a task's steps (core/propose's Steps, on the same
+// proposer, trust book and executor as a turn's /run). The runtime learns
 // of decisions and executions from the step jobs their transactions queue,
 // and reads what became of its calls from the store.
 
@@ -47,43 +42,6 @@ type Tasks interface {
 	// Close stops the runtime's steps, waiting until ctx ends.
 	Close(ctx context.Context)
 }
-
-// TaskPorts is what the engine lends the task runtime it builds
-// (Config.Tasks): the proposing port of a task's steps and the outbox, and
-// the engine's store, policy, verifier, logger and clock for the runtime
-// to default to.
-type TaskPorts struct {
-	Steps    propose.Steps
-	Outbox   *outbox.Outbox
-	Store    *store.Store
-	Policy   *policy.Policy
-	Verifier *verify.Runner
-	Logger   *slog.Logger
-	Now      func() time.Time
-}
-
-// taskPorts are the ports of the runtime, once the rooms are built.
-func (e *Engine) taskPorts() TaskPorts {
-	return TaskPorts{Steps: propose.Steps{Proposer: e.proposer, Trust: e.trust, Runs: taskRuns{e}, Count: taskCount{e.m}}, Outbox: e.out,
-		Store: e.st, Policy: e.cfg.Policy, Verifier: e.cfg.Verifier, Logger: e.log, Now: e.now}
-}
-
-// taskRuns is the executor as a task's proposals start and stop runs.
-type taskRuns struct{ e *Engine }
-
-func (r taskRuns) Start(id core.ApprovalID) {
-	if r.e.holdExecution == nil || !r.e.holdExecution(id) {
-		r.e.startExecution(id)
-	}
-}
-
-func (r taskRuns) Stop(ids []core.ApprovalID) { r.e.exec.Stop(ids) }
-
-// taskCount counts a task's proposals as a turn's are counted.
-type taskCount struct{ m *metrics }
-
-func (c taskCount) Policy(decision string)  { c.m.policyDecisions.WithLabelValues(decision).Inc() }
-func (c taskCount) Decision(outcome string) { c.m.approvals.WithLabelValues(outcome).Inc() }
 
 // startTask hands the agent's task request to the runtime, inside the
 // turn's transaction.
@@ -133,13 +91,4 @@ func (e *Engine) taskTap(ctx context.Context, tx *store.Tx, o *outcome, tap core
 		return core.TaskTap{}, nil
 	}
 	return e.tasks.Tap(ctx, tx, o.st, o.trust, tap, o)
-}
-
-// commandTasks is the task runtime as the command table asks it; nil (no
-// runtime) when tasks are not enabled.
-func (e *Engine) commandTasks() commands.Tasks {
-	if e.tasks == nil {
-		return nil
-	}
-	return e.tasks
 }

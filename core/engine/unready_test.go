@@ -7,7 +7,7 @@ import (
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
-	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/secrets"
 )
 
@@ -21,7 +21,7 @@ func TestMissingSecretRefusedWithoutRunning(t *testing.T) {
 	t.Parallel()
 	sealer := newSealer(t)
 	fc := newFakeChannel()
-	b := setupAccess(t, fc, fc, "", func(c *engine.Config) {
+	b := setupAccess(t, fc, fc, "", func(c *gateway.Config) {
 		c.Sealer = sealer
 		c.Agent = agent.Command{}
 		c.SecretLink = func(ref, token string) string { return "https://127.0.0.1:8443/secrets/" + ref + "?t=" + token }
@@ -36,7 +36,9 @@ func TestMissingSecretRefusedWithoutRunning(t *testing.T) {
 		t.Fatalf("refused card = %+v", refused)
 	}
 	b.ch.waitFor(t, "secure-input card", func(m []core.OutMessage) bool {
-		return cardWith(m, func(c *cards.Card) bool { return c.Kind == cards.KindSecureInput && strings.Contains(c.Intent, "absent_key") }) != nil
+		return cardWith(m, func(c *cards.Card) bool {
+			return c.Kind == cards.KindSecureInput && strings.Contains(c.Intent, "absent_key")
+		}) != nil
 	})
 	rows, err := b.st.Pool().Query(b.ctx, `SELECT payload->'card'->>'status' FROM outbox WHERE message_key = $1 ORDER BY id`, string(run.ID))
 	if err != nil {

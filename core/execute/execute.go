@@ -119,6 +119,15 @@ type Config struct {
 	// or "after-execute" (once the run's result is recorded) makes the
 	// process SIGKILL itself at that point.
 	Failpoint string
+	// Hold, for tests only: returning true keeps a freshly approved
+	// execution queued instead of starting it (Start), as if the process
+	// stopped right after the decision committed.
+	Hold func(id core.ApprovalID) bool
+	// BeforeRun, for tests only, runs after a decision committed and
+	// before its execution is claimed (Start), where the gate checks the
+	// row: after the claim the executor runs the row it checked, carried as
+	// a value, so a later edit of the row changes nothing.
+	BeforeRun func(id core.ApprovalID)
 }
 
 // Executor runs approved actions, one Run per execution.
@@ -126,6 +135,7 @@ type Executor struct {
 	cfg  Config
 	log  *slog.Logger
 	runs runs
+	bg   background // runs started by Start and ResumeAll
 }
 
 // New checks cfg, fills defaults and builds an Executor.
@@ -148,7 +158,9 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Executor{cfg: cfg, log: cfg.Logger}, nil
+	x := &Executor{cfg: cfg, log: cfg.Logger}
+	x.bg.ctx, x.bg.cancel = context.WithCancel(context.Background())
+	return x, nil
 }
 
 // execution is one execution from its claim to its last transition: the

@@ -41,6 +41,8 @@ type fakeSandbox struct {
 	// during, when set, runs inside the run; a run whose context ended
 	// by then fails as a killed program does.
 	during func()
+	// untilCancelled: the run lasts until its context ends.
+	untilCancelled bool
 	// released are the work dirs handed back (Release).
 	released []string
 }
@@ -61,8 +63,15 @@ func (f *fakeSandbox) releasedDirs() []string {
 func (f *fakeSandbox) Run(ctx context.Context, req core.ExecRequest) (core.ExecResult, error) {
 	f.mu.Lock()
 	f.runs = append(f.runs, slices.Clone(req.Argv))
-	during := f.during
+	during, wait := f.during, f.untilCancelled
 	f.mu.Unlock()
+	if wait {
+		if during != nil {
+			during()
+		}
+		<-ctx.Done()
+		return core.ExecResult{}, ctx.Err()
+	}
 	if during != nil {
 		during()
 		if err := ctx.Err(); err != nil {

@@ -126,4 +126,3 @@ func (x *Executor) RefuseUnready(ctx context.Context, tx Tx, id core.ApprovalID,
 			x.recorded(a, core.ExecRefused)
 		}}, nil
 }
-

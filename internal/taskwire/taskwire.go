@@ -1,8 +1,8 @@
 // Package taskwire builds the LLM agent's task runtime (core/tasks) for
-// the engine (engine.Config.Tasks), so that neither imports the other: the
-// engine owns the small interface it hands turns through (engine.Tasks)
-// and lends the ports (engine.TaskPorts); the runtime declares what it
-// uses of them. Used by `silas serve` and by the tests that run tasks
+// the gateway (gateway.Config.Tasks), so that neither imports the other:
+// the engine owns the small interface it hands turns through
+// (engine.Tasks), the gateway lends the ports (gateway.TaskPorts); the
+// runtime declares what it uses of them. Used by `silas serve` and by the tests that run tasks
 // through the engine. It holds no state and never runs a step itself.
 package taskwire
 
@@ -10,14 +10,15 @@ import (
 	"cmp"
 
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/tasks"
 )
 
-// Runtime is engine.Config.Tasks for a runtime configured by cfg; the
-// engine's store, policy, verifier, logger and clock fill what cfg leaves
+// Runtime is gateway.Config.Tasks for a runtime configured by cfg; the
+// gateway's store, policy, verifier, logger and clock fill what cfg leaves
 // unset.
-func Runtime(cfg tasks.Config) func(engine.TaskPorts) (engine.Tasks, error) {
-	return func(p engine.TaskPorts) (engine.Tasks, error) {
+func Runtime(cfg tasks.Config) func(gateway.TaskPorts) (engine.Tasks, error) {
+	return func(p gateway.TaskPorts) (engine.Tasks, error) {
 		c := cfg
 		c.Store, c.Policy, c.Verifier, c.Logger = cmp.Or(c.Store, p.Store), cmp.Or(c.Policy, p.Policy), cmp.Or(c.Verifier, p.Verifier), cmp.Or(c.Logger, p.Logger)
 		if c.Now == nil {

@@ -25,8 +25,8 @@ import (
 	"github.com/silas-gateway/silas/adapters/slack/slacktest"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
-	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -89,7 +89,7 @@ type world struct {
 	ctx   context.Context
 
 	st      *store.Store
-	eng     *engine.Engine
+	eng     *gateway.Gateway
 	sl      *slack.Adapter
 	hs      *httptest.Server
 	reg     *prometheus.Registry
@@ -176,10 +176,10 @@ func (w *world) start(mod func(*slack.Config)) {
 	if w.opts.http {
 		cfg.Mode, cfg.SigningSecret, cfg.AppToken = slack.ModeHTTP, secret, ""
 	}
-	ecfg := engine.Config{OutboxMaxBackoff: 2 * time.Second}
+	ecfg := gateway.Config{OutboxMaxBackoff: 2 * time.Second}
 	if w.fast != nil {
 		cfg.Now, cfg.Clock = w.fast.Now, w.fast
-		ecfg = engine.Config{Now: w.fast.Now, OutboxAfter: w.fast.After} // default backoff
+		ecfg = gateway.Config{Now: w.fast.Now, OutboxAfter: w.fast.After} // default backoff
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -196,7 +196,7 @@ func (w *world) start(mod func(*slack.Config)) {
 	if w.opts.access != "" {
 		access = map[core.ChannelName]trust.AccessPolicy{sl.Name(): w.opts.access}
 	}
-	eng, err := engine.New(engine.Config{
+	eng, err := gateway.New(gateway.Config{
 		Store: st, Channels: []core.Channel{sl}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: w.key,
 		Owners: []core.IdentityID{ownerID}, Access: access, OutboxMaxBackoff: ecfg.OutboxMaxBackoff,

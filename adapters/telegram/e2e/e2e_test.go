@@ -38,8 +38,8 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/audit"
-	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -162,7 +162,7 @@ func newWorld(t testing.TB, o options) *world {
 type node struct {
 	w        *world
 	st       *store.Store
-	eng      *engine.Engine
+	eng      *gateway.Gateway
 	tg       *telegram.Adapter
 	reg      *prometheus.Registry
 	hs       *httptest.Server
@@ -220,7 +220,7 @@ func (w *world) start(grace time.Duration) *node {
 		access = map[core.ChannelName]trust.AccessPolicy{tg.Name(): w.opts.access}
 	}
 	reg := prometheus.NewRegistry()
-	eng, err := engine.New(engine.Config{
+	eng, err := gateway.New(gateway.Config{
 		Store: st, Channels: []core.Channel{tg}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: w.key,
 		Owners: []core.IdentityID{ownerID}, Access: access, OutboxMaxBackoff: 2 * time.Second,

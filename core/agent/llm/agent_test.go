@@ -19,8 +19,8 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 	"github.com/silas-gateway/silas/core/audit"
-	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -99,7 +99,7 @@ func (c *channel) waitFor(t *testing.T, what string, cond func([]core.OutMessage
 }
 
 type harness struct {
-	eng  *engine.Engine
+	eng  *gateway.Gateway
 	st   *store.Store
 	ch   *channel
 	fake *llmtest.Server
@@ -133,7 +133,7 @@ func setup(t *testing.T) *harness {
 	pol, _ := policy.New(nil)
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	ch := &channel{msgs: map[core.MessageRef]core.OutMessage{}, notify: make(chan struct{}, 1)}
-	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
+	eng, err := gateway.New(gateway.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

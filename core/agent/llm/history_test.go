@@ -21,8 +21,8 @@ import (
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
-	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/sandbox"
@@ -428,7 +428,7 @@ func historyGateway(t *testing.T, inlineMax int) (*harness, *secrets.Sealer, *st
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	ch := &channel{msgs: map[core.MessageRef]core.OutMessage{}, notify: make(chan struct{}, 1)}
 	link := new(string)
-	eng, err := engine.New(engine.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
+	eng, err := gateway.New(gateway.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Logger: slog.New(slog.DiscardHandler), Sealer: sealer,
 		OutputInlineMax: inlineMax, OutputPreview: min(8, inlineMax),
@@ -563,7 +563,9 @@ func TestSecretRunOutputNeverReachesTheModel(t *testing.T) {
 	h.deliver(t, owner, "print my token", nil)
 	var run *cards.Card
 	h.ch.waitFor(t, "approval card", func(m []core.OutMessage) bool {
-		run = card(m, func(c *cards.Card) bool { return strings.Contains(c.Command, "od -An -tu1") && c.Status == cards.StatusPending })
+		run = card(m, func(c *cards.Card) bool {
+			return strings.Contains(c.Command, "od -An -tu1") && c.Status == cards.StatusPending
+		})
 		return run != nil
 	})
 	h.deliver(t, owner, "", &core.Tap{Card: run.ID, Choice: "approve"})

@@ -21,8 +21,8 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
 	"github.com/silas-gateway/silas/core/background/backgroundtest"
-	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
@@ -52,7 +52,7 @@ type taskOpts struct {
 	recovery task.Policy
 	// configure, when set, changes the engine's configuration (secrets,
 	// allowed identities) before each start.
-	configure func(*engine.Config)
+	configure func(*gateway.Config)
 }
 
 // Test policy: `test …` (plan checks) and `uname` are allowed without a
@@ -110,7 +110,7 @@ func (h *taskHarness) start(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ag := &llm.Agent{Proxy: llm.Proxy{Client: h.client}, Planner: llm.Planner{Client: h.client}, Fallback: agent.Command{}, Tasks: true}
-	cfg := engine.Config{Store: h.st, Channels: []core.Channel{h.ch}, Agent: ag, Sandbox: h.sb,
+	cfg := gateway.Config{Store: h.st, Channels: []core.Channel{h.ch}, Agent: ag, Sandbox: h.sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: h.sb}, AllowedDirs: []string{h.dir}}, Policy: taskPolicy(t), Key: h.key,
 		Owners: []core.IdentityID{owner}, Logger: slog.New(slog.DiscardHandler),
 		Tasks: taskwire.Runtime(tasks.Config{Planner: llm.Planner{Client: h.client}, Executor: llm.Executor{Client: h.client},
@@ -119,7 +119,7 @@ func (h *taskHarness) start(t *testing.T) {
 	if h.opts.configure != nil {
 		h.opts.configure(&cfg)
 	}
-	eng, err := engine.New(cfg)
+	eng, err := gateway.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

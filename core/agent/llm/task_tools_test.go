@@ -14,7 +14,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 	"github.com/silas-gateway/silas/core/agent/llm/task"
-	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/secrets"
 )
 
@@ -63,7 +63,7 @@ func lastToolMessage(t *testing.T, h *taskHarness, i int) string {
 // user's data; the answered card is closed and a tap on it changes nothing.
 func TestTaskAskUserChoices(t *testing.T) {
 	t.Parallel()
-	h := setupTasks(t, taskOpts{configure: func(c *engine.Config) { c.Allowed = []core.IdentityID{friend} }})
+	h := setupTasks(t, taskOpts{configure: func(c *gateway.Config) { c.Allowed = []core.IdentityID{friend} }})
 	h.fake.Script(planTaskCall("clean the logs"), planReply("title: Clean logs\nsteps: [Clean the logs]\n"),
 		askCall(`{"question":"How many days of logs should I keep?","choices":["7 days","30 days"]}`))
 	h.deliver(t, owner, "clean the logs", nil)
@@ -263,7 +263,7 @@ func TestTaskSecretsByName(t *testing.T) {
 	}
 	var linkMu sync.Mutex
 	var link string
-	h := setupTasks(t, taskOpts{recovery: task.Policy{MaxAttempts: 1}, configure: func(c *engine.Config) {
+	h := setupTasks(t, taskOpts{recovery: task.Policy{MaxAttempts: 1}, configure: func(c *gateway.Config) {
 		c.Sealer = sealer
 		c.SecretLink = func(ref, token string) string {
 			linkMu.Lock()

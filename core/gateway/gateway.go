@@ -1,0 +1,292 @@
+// Package gateway is the core assembled: from one Config (the gateway's
+// settings and the ports it is given: store, channels, agent, sandbox,
+// policy, key) New builds every room once, in dependency order — trust
+// book, tap-handle sealer, outbox, access, secure input, decider,
+// proposer, executor, task runtime, command table — and hands them to the
+// turn pipeline (core/engine). A Gateway is that engine (Deliver,
+// Quarantine, Run, Ready) plus what the binary wires to the rooms: the
+// secure form's request store, the owners' notifier and the background
+// room's jobs.
+//
+// It must never hold behaviour of its own: no turn, decision, execution
+// or delivery logic lives here, only construction, defaults and the
+// wiring between rooms. It runs no SQL and imports no adapter.
+package gateway
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/access"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/background"
+	"github.com/silas-gateway/silas/core/commands"
+	"github.com/silas-gateway/silas/core/decide"
+	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/outbox"
+	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/propose"
+	"github.com/silas-gateway/silas/core/secrets"
+	"github.com/silas-gateway/silas/core/secureinput"
+	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/tapseal"
+	"github.com/silas-gateway/silas/core/trust"
+	"github.com/silas-gateway/silas/core/verify"
+)
+
+// Config wires a Gateway. Every dependency is injected so tests swap them.
+type Config struct {
+	Store    *store.Store
+	Channels []core.Channel
+	Agent    core.Agent
+	Sandbox  core.Sandbox
+	Verifier *verify.Runner
+	Policy   *policy.Policy
+	// Key signs approval tokens and identity bindings.
+	Key ed25519.PrivateKey
+	// Owners and Allowed are config-declared identities (owner / auth trust).
+	Owners  []core.IdentityID
+	Allowed []core.IdentityID
+	// Access is the direct-message policy per channel (default open).
+	Access map[core.ChannelName]trust.AccessPolicy
+	// ApprovalTTL is how long a card can be decided (default 5 minutes).
+	ApprovalTTL time.Duration
+	// TokenTTL bounds the gap between approval and execution (default 10m).
+	TokenTTL time.Duration
+	// ExecTimeout is the default execution timeout (default 60s).
+	ExecTimeout time.Duration
+	// OutputInlineMax is the longest output pasted into chat (default
+	// 10,000 characters); longer output is stored and referenced, with the
+	// first OutputPreview characters shown (default 2,000).
+	OutputInlineMax int
+	OutputPreview   int
+	// MaxTextLen rejects longer inbound text (default 16,000 characters).
+	MaxTextLen int
+	// Workers bounds conversations processed concurrently (default 64).
+	Workers int
+	// OutboxMaxBackoff caps the wait between delivery retries after a
+	// platform error (default 30 seconds; rate limits use retry_after). A
+	// job's attempts count its rate-limited tries too, so after a long 429
+	// storm the first 5xx would otherwise wait the full cap: short enough
+	// that replies arrive soon after an outage ends, long enough not to
+	// hammer a platform that is down.
+	OutboxMaxBackoff time.Duration
+	// OutboxAfter is the timer outbox lanes wait on until a retry time
+	// read with Now (default time.After); tests running Now faster pass a
+	// matching shorter one.
+	OutboxAfter func(time.Duration) <-chan time.Time
+	// Registry receives metrics (nil: none registered).
+	Registry prometheus.Registerer
+	Logger   *slog.Logger
+	Now      func() time.Time
+	// Sealer opens stored secrets for the actions that declare them, and
+	// SecretLink builds the secure-form URL for a request (ref, one-time
+	// token). Both nil: /secret is refused with a clear message.
+	Sealer     *secrets.Sealer
+	SecretLink func(ref, token string) string
+	// SecretTTL is how long a secure-form link works (default 15 minutes).
+	SecretTTL time.Duration
+	// Tasks builds the LLM agent's multi-step task runtime (core/tasks) on
+	// the ports the gateway lends it, once, in New (nil: a task request is
+	// answered "not enabled"). The ports carry the gateway's Store, Policy,
+	// Verifier, Logger and Now for the runtime's defaults.
+	Tasks func(TaskPorts) (engine.Tasks, error)
+	// Hooks observe progress (benchmarks and tests); nil fields are skipped.
+	Hooks engine.Hooks
+	// Failpoint, for crash tests only: "after-approve" or "after-execute"
+	// makes the process SIGKILL itself at that point.
+	Failpoint string
+	// HoldExecution and BeforeExecute are for tests only (execute.Config's
+	// Hold and BeforeRun): keep a freshly approved execution queued, as if
+	// the process stopped right after the decision committed; run before
+	// an approved execution is claimed.
+	HoldExecution func(id core.ApprovalID) bool
+	BeforeExecute func(id core.ApprovalID)
+}
+
+func (c *Config) defaults() error {
+	if c.Store == nil || c.Agent == nil || c.Sandbox == nil || c.Policy == nil || len(c.Key) != ed25519.PrivateKeySize {
+		return errors.New("gateway: Store, Agent, Sandbox, Policy and Key are required")
+	}
+	if c.Verifier == nil {
+		c.Verifier = &verify.Runner{}
+	}
+	if c.TokenTTL <= 0 {
+		c.TokenTTL = 10 * time.Minute
+	}
+	if c.OutputInlineMax <= 0 {
+		c.OutputInlineMax = 10000
+	}
+	if c.OutputPreview <= 0 || c.OutputPreview > c.OutputInlineMax {
+		c.OutputPreview = min(2000, c.OutputInlineMax)
+	}
+	if c.MaxTextLen <= 0 {
+		c.MaxTextLen = 16000
+	}
+	if c.Workers <= 0 {
+		c.Workers = 64
+	}
+	if c.OutboxMaxBackoff <= 0 {
+		c.OutboxMaxBackoff = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// TaskPorts is what the gateway lends the task runtime it builds
+// (Config.Tasks): the proposing port of a task's steps (on the same
+// proposer, trust book and executor as a turn's /run) and the outbox, and
+// the store, policy, verifier, logger and clock for the runtime to default
+// to.
+type TaskPorts struct {
+	Steps    propose.Steps
+	Outbox   *outbox.Outbox
+	Store    *store.Store
+	Policy   *policy.Policy
+	Verifier *verify.Runner
+	Logger   *slog.Logger
+	Now      func() time.Time
+}
+
+// Gateway is the turn pipeline on the rooms New built.
+type Gateway struct {
+	*engine.Engine
+	out    *outbox.Outbox
+	access *access.Access
+	secure *secureinput.Requests
+	tasks  engine.Tasks // nil: tasks not enabled
+}
+
+// New validates cfg and builds every room and the engine on them.
+func New(cfg Config) (*Gateway, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	g := &Gateway{}
+	channels := map[core.ChannelName]core.Channel{}
+	for _, ch := range cfg.Channels {
+		if _, dup := channels[ch.Name()]; dup {
+			return nil, fmt.Errorf("gateway: channel %q configured twice", ch.Name())
+		}
+		channels[ch.Name()] = ch
+	}
+	pub := cfg.Key.Public().(ed25519.PublicKey)
+	book := trust.NewBook(cfg.Store, pub, cfg.Owners, cfg.Allowed, cfg.Now)
+	m := newMetrics(cfg.Registry)
+	handles, err := tapseal.New(cfg.Key)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: channels, Logger: cfg.Logger, Now: cfg.Now, After: cfg.OutboxAfter,
+		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: m.outbox, Handles: handles})
+	if g.access, err = access.New(access.Config{Policies: cfg.Access, Owners: cfg.Owners, Book: book, Channels: channels, Key: cfg.Key,
+		Store: cfg.Store, Outbox: g.out, Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if g.secure, err = secureinput.New(secureinput.Config{Store: cfg.Store, Outbox: g.out, Sealing: cfg.Sealer != nil, Link: cfg.SecretLink,
+		TTL: cfg.SecretTTL, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	decider := decide.New(decide.Config{Key: cfg.Key, TokenTTL: cfg.TokenTTL, Preview: cfg.OutputPreview, Executions: cfg.Store})
+	proposer, err := propose.New(propose.Config{Key: cfg.Key, Policy: cfg.Policy, Approver: decider, ApprovalTTL: cfg.ApprovalTTL,
+		Preview: cfg.OutputPreview, Now: cfg.Now})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	exec, err := execute.New(execute.Config{
+		Store: execStore{cfg.Store}, Key: pub, Sandbox: cfg.Sandbox, Verifier: cfg.Verifier,
+		Secrets:     execute.Sealed{Store: cfg.Store, Sealer: cfg.Sealer, Asker: g.secure},
+		ExecTimeout: cfg.ExecTimeout, OutputInlineMax: cfg.OutputInlineMax, OutputPreview: cfg.OutputPreview,
+		Logger: cfg.Logger, Now: cfg.Now, Failpoint: cfg.Failpoint, Hold: cfg.HoldExecution, BeforeRun: cfg.BeforeExecute,
+		Claimed: cfg.Hooks.ExecutionStarted,
+		Recorded: func(a core.ApprovalRequest, to core.ExecStatus) {
+			m.executions.WithLabelValues(string(to)).Inc()
+			g.out.Kick(a.Conversation, 1)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if cfg.Tasks != nil {
+		// Built once, on the rooms it proposes through: no second step.
+		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}, Outbox: g.out,
+			Store: cfg.Store, Policy: cfg.Policy, Verifier: cfg.Verifier, Logger: cfg.Logger, Now: cfg.Now}
+		if g.tasks, err = cfg.Tasks(ports); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+	}
+	var cmdTasks commands.Tasks // a nil interface, not a nil runtime
+	if g.tasks != nil {
+		cmdTasks = g.tasks
+	}
+	cmds, err := commands.New(commands.Config{Reads: cfg.Store, Decider: decider, SecureInput: g.secure, Tasks: cmdTasks,
+		Trust: book, Key: cfg.Key, OutputInlineMax: cfg.OutputInlineMax, Now: cfg.Now})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g.Engine, err = engine.New(engine.Config{
+		Store: cfg.Store, Channels: channels, Agent: cfg.Agent, Trust: book, Handles: handles, Outbox: g.out, Access: g.access,
+		Decider: decider, Proposer: proposer, Runs: exec, Commands: cmds, Tasks: g.tasks, Count: m,
+		MaxTextLen: cfg.MaxTextLen, Workers: cfg.Workers, Registry: cfg.Registry, Logger: cfg.Logger, Now: cfg.Now, Hooks: cfg.Hooks,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// SecureInput is the secure-input request store: what the secure form
+// (secrets-web) answers through, and where its link builder is set once
+// the form is built (SecureInput().SetLink, before Run).
+func (g *Gateway) SecureInput() *secureinput.Requests { return g.secure }
+
+// NotifyOwners tells the owners through the other channels (core/access):
+// for a channel that cannot reach them itself any more.
+func (g *Gateway) NotifyOwners(ctx context.Context, from core.ChannelName, text string) (int, error) {
+	return g.access.NotifyOwners(ctx, from, text)
+}
+
+// Maintenance is the rooms' periodic work, for the background room
+// (core/background) to run: card expiry, the outbox's recovery scan and,
+// with a task runtime, the task sweep. Each is safe to run on any process
+// of the database, twice or late.
+func (g *Gateway) Maintenance() []background.Periodic {
+	jobs := []background.Periodic{
+		{Name: "card_expiry", Every: outbox.ExpiryEvery, Run: g.out.Expire},
+		{Name: "outbox_scan", Every: outbox.ScanEvery, Run: g.out.Scan},
+	}
+	if g.tasks != nil {
+		jobs = append(jobs, background.Periodic{Name: "task_sweep", Every: g.tasks.SweepEvery(), Run: g.tasks.Resume})
+	}
+	return jobs
+}
+
+// Jobs registers the rooms' job workers (task steps) on workers and
+// returns their queues, for the background room (background.Config).
+func (g *Gateway) Jobs(workers *river.Workers) map[string]river.QueueConfig {
+	if g.tasks == nil {
+		return nil
+	}
+	return g.tasks.Jobs(workers)
+}
+
+// execStore is the store as the executor uses it.
+type execStore struct{ *store.Store }
+
+func (s execStore) Do(ctx context.Context, op func(ctx context.Context, tx execute.Tx) ([]audit.Entry, error)) error {
+	return s.Store.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) { return op(ctx, tx) })
+}
