@@ -55,7 +55,9 @@ var (
 )
 
 // Registered is the slash commands the adapter registered with the fake.
-func (p *conformancePlatform) Registered(testing.TB) []string { return append([]string{}, p.srv.CommandNames()...) }
+func (p *conformancePlatform) Registered(testing.TB) []string {
+	return append([]string{}, p.srv.CommandNames()...)
+}
 
 // Command invokes the slash command with arg as its first option, typed
 // as the catalog declares it (an integer option carries a number).

@@ -50,7 +50,9 @@ var (
 )
 
 // Registered is the bot's command menu as the adapter set it.
-func (p *conformancePlatform) Registered(testing.TB) []string { return append([]string{}, p.srv.Commands()...) }
+func (p *conformancePlatform) Registered(testing.TB) []string {
+	return append([]string{}, p.srv.Commands()...)
+}
 
 // Command: a Telegram command is the text "/name arg" (picked from the
 // menu or typed).

@@ -322,9 +322,9 @@ type env struct {
 	// socketDir holds the server's Unix socket: Dir itself, or a
 	// directory of the run user's own under /tmp when Dir is too long.
 	socketDir string
-	noSync         bool
-	maxConns       int
-	log            *slog.Logger
+	noSync    bool
+	maxConns  int
+	log       *slog.Logger
 	// cred is non-nil when running as root: commands run as postgres.
 	cred    *syscall.Credential
 	runUser string
