@@ -101,6 +101,9 @@ type Result struct {
 	// Queued names the approval whose execution was queued (start it once
 	// the transaction committed).
 	Queued core.ApprovalID
+	// Approved is the request as it was decided (set with Queued): carried
+	// on to what the tap's transaction does next, not read again.
+	Approved core.ApprovalRequest
 	// Declined names the approval that was declined.
 	Declined core.ApprovalID
 }
@@ -270,7 +273,7 @@ func (d *Decider) approve(ctx context.Context, tx Tx, a core.ApprovalRequest, by
 		return Result{}, err
 	}
 	a.Status, a.DecidedBy, a.Token = core.ApprovalApproved, by, raw
-	r := Result{Updates: []*cards.Card{d.card(a, &core.Execution{Status: core.ExecQueued})}, Toast: "Approved: running it now.", Queued: a.ID}
+	r := Result{Updates: []*cards.Card{d.card(a, &core.Execution{Status: core.ExecQueued})}, Toast: "Approved: running it now.", Queued: a.ID, Approved: a}
 	r.note(audit.KindApprovalApproved, map[string]any{"approval": string(a.ID), "by": string(by), "risk": string(a.Risk)})
 	r.note(audit.KindTokenMinted, map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID,
 		"expires_at": tok.Token.ExpiresAt.Format(time.RFC3339)})

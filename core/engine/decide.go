@@ -27,7 +27,7 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		if r.Queued != "" {
 			// A run that cannot start (a declared secret not stored) is
 			// refused here: its card goes to refused, never "running…".
-			u, err := e.exec.RefuseUnready(ctx, tx, r.Queued, o.st.Turn.Sender)
+			u, err := e.exec.RefuseUnready(ctx, tx, r.Approved, o.st.Turn.Sender)
 			if err != nil {
 				return err
 			}

@@ -73,7 +73,7 @@ type Config struct {
 // and refuses, in the approving tap's transaction, one that cannot start.
 type Runs interface {
 	Start(id core.ApprovalID)
-	RefuseUnready(ctx context.Context, tx execute.Tx, id core.ApprovalID, approver core.IdentityID) (*execute.Unready, error)
+	RefuseUnready(ctx context.Context, tx execute.Tx, a core.ApprovalRequest, approver core.IdentityID) (*execute.Unready, error)
 	ResumeAll(ctx context.Context) error
 	Close(grace context.Context)
 }

@@ -594,3 +594,30 @@ func TestGateRefusesForgeries(t *testing.T) {
 		t.Fatalf("the sandbox ran %q, want echo first and echo genuine", got)
 	}
 }
+
+// TestRefuseUnreadyReadsNoRow: the declared-secret check in the approving
+// tap's transaction works on the request the decider carried — the tap's
+// approval reads stay the decider's and the claim's (docs/architecture.md,
+// "One tap").
+func TestRefuseUnreadyReadsNoRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.decided(t, []string{"echo", "hi"})
+	a, err := b.st.GetApproval(b.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var u *execute.Unready
+	if err := b.count.Do(b.ctx, func(ctx context.Context, tx execute.Tx) ([]audit.Entry, error) {
+		u, err = b.x.RefuseUnready(ctx, tx, a, owner)
+		return nil, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if u != nil {
+		t.Fatalf("refused an action that declares no secret: %+v", u)
+	}
+	if b.count.txReads != 0 || b.count.reads != 0 {
+		t.Fatalf("%d approval reads in the transaction, %d outside; want 0", b.count.txReads, b.count.reads)
+	}
+}

@@ -72,14 +72,12 @@ type Unready struct {
 	After func()
 }
 
-// RefuseUnready refuses, in tx, the execution of request id that was just
-// approved and queued there, when it declares a secret that is not stored
-// (or secrets are not enabled). nil: nothing to refuse (it runs).
-func (x *Executor) RefuseUnready(ctx context.Context, tx Tx, id core.ApprovalID, approver core.IdentityID) (*Unready, error) {
-	a, err := tx.GetApproval(ctx, id)
-	if err != nil {
-		return nil, err
-	}
+// RefuseUnready refuses, in tx, the execution of request a that was just
+// approved and queued there (a as the decider carried it: the row is not
+// read again), when it declares a secret that is not stored (or secrets
+// are not enabled). nil: nothing to refuse (it runs).
+func (x *Executor) RefuseUnready(ctx context.Context, tx Tx, a core.ApprovalRequest, approver core.IdentityID) (*Unready, error) {
+	id := a.ID
 	var act core.Action
 	if err := json.Unmarshal(a.ActionCanonical, &act); err != nil || len(act.Secrets) == 0 {
 		return nil, nil // the gate judges a request that does not decode
