@@ -25,6 +25,10 @@ func boolPtr(b bool) *bool { return &b }
 func Commands() []*discordgo.ApplicationCommand {
 	var out []*discordgo.ApplicationCommand
 	for _, c := range catalog.Menu() {
+		// DMPermission, not Contexts: Contexts also needs the app's install
+		// contexts set up, and the commands were always registered this way
+		// (the bulk overwrite compares this field: no re-registration).
+		//lint:ignore SA1019 see above
 		cmd := &discordgo.ApplicationCommand{Name: c.Name, Description: c.Description, DMPermission: boolPtr(true)}
 		for _, a := range c.Args {
 			typ := discordgo.ApplicationCommandOptionString

@@ -109,6 +109,7 @@ func doctorSandbox(cfg *config.Config, configPath string) []doctor.Finding {
 // built from it. A new check (the network helper's) is one more entry.
 var sandboxChecks = []func(cfg *config.Config, sc sandbox.Config, sb *sandbox.Subprocess) []doctor.Finding{
 	sandboxIsolation,
+	sandboxNetwork,
 }
 
 // sandboxIsolation lists the isolation in force, or says what is missing
@@ -122,4 +123,17 @@ func sandboxIsolation(_ *config.Config, _ sandbox.Config, sb *sandbox.Subprocess
 		out = append(out, doctor.Finding{Severity: doctor.OK, Message: iso})
 	}
 	return out
+}
+
+// sandboxNetwork runs one network-on `true` (pasta, the namespace's
+// filter): a warning when network-on actions would be refused, not an
+// error — every other action still runs.
+func sandboxNetwork(_ *config.Config, _ sandbox.Config, sb *sandbox.Subprocess) []doctor.Finding {
+	if sb.Available() != nil {
+		return nil // sandboxIsolation said why nothing runs
+	}
+	if err := sb.ProbeNetwork(); err != nil {
+		return []doctor.Finding{{Severity: doctor.Warn, Check: "network", Message: err.Error() + " — network-on actions are refused"}}
+	}
+	return nil
 }

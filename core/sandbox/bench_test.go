@@ -36,16 +36,28 @@ func BenchmarkRunTrue(b *testing.B) {
 // starts: from Run's call to the program's start (`date` prints the wall
 // clock as it starts), and to Run's return (exit-). Taps are not back to
 // back in real use, so each run follows a 50 ms pause (not timed).
-func BenchmarkStartLatency(b *testing.B) {
+func BenchmarkStartLatency(b *testing.B) { startLatency(b, false, 50*time.Millisecond) }
+
+// BenchmarkStartLatencyNetwork is BenchmarkStartLatency for network-on
+// runs: their own network namespace, pasta attached and the filter
+// installed. Warm: the pause lets the pool start the next init and its
+// pasta ahead of the run; cold: every run starts both (taps in a burst).
+func BenchmarkStartLatencyNetwork(b *testing.B) {
+	needPasta(b)
+	b.Run("warm", func(b *testing.B) { startLatency(b, true, time.Second) })
+	b.Run("cold", func(b *testing.B) { startLatency(b, true, 0) })
+}
+
+func startLatency(b *testing.B, network bool, pause time.Duration) {
 	s := benchSandbox(b)
 	ds := make([]time.Duration, 0, b.N)
 	exits := make([]time.Duration, 0, b.N)
 	for b.Loop() {
 		b.StopTimer()
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(pause)
 		b.StartTimer()
 		t0 := time.Now()
-		res, err := s.Run(context.Background(), core.ExecRequest{Argv: []string{"date", "+%s%N"}})
+		res, err := s.Run(context.Background(), core.ExecRequest{Argv: []string{"date", "+%s%N"}, Network: network})
 		if err != nil || res.ExitCode != 0 {
 			b.Fatalf("run: %v exit %d %s", err, res.ExitCode, res.Stderr)
 		}

@@ -39,8 +39,8 @@ const (
 	DefaultRunAs = "nobody"
 )
 
-// DefaultNetworkPorts are the TCP ports a run with network access may
-// connect to when Config.NetworkPorts is empty: DNS over TCP, HTTP, HTTPS.
+// DefaultNetworkPorts are the TCP and UDP ports a run with network access
+// may reach when Config.NetworkPorts is empty: DNS, HTTP, HTTPS (and QUIC).
 var DefaultNetworkPorts = []uint16{53, 80, 443}
 
 // SandboxWorkDir is where a run's work directory appears inside the sandbox:
@@ -90,8 +90,9 @@ type Config struct {
 	// MaxKeptWork bounds the released work dirs kept together (zero:
 	// DefaultMaxKeptWork); the oldest are removed first.
 	MaxKeptWork int64
-	// NetworkPorts are the TCP ports a run with ExecRequest.Network may
-	// connect to (Landlock); empty means DefaultNetworkPorts.
+	// NetworkPorts are the TCP and UDP ports a run with
+	// ExecRequest.Network may reach (nftables in its network namespace,
+	// Landlock for TCP); empty means DefaultNetworkPorts.
 	NetworkPorts []uint16
 	// Logger receives debug records (program name, duration, exit code);
 	// never arguments, environment values or output. Nil discards.
@@ -99,6 +100,9 @@ type Config struct {
 
 	// noCgroups disables cgroups (tests of the rlimit-only path).
 	noCgroups bool
+	// pasta is the network stack's path ("" searches PATH and the usual
+	// dirs; tests of the fail-closed path name a missing file).
+	pasta string
 	// forceUnavailable makes the probe fail with this reason (tests of the
 	// fail-closed path).
 	forceUnavailable string

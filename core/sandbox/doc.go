@@ -5,8 +5,10 @@
 // [Subprocess] (Linux) runs each program in a sandbox that is a boundary:
 // the gateway re-executes its own binary as the sandbox's init (argv[0]
 // "silas-sandbox-init", see init_linux.go) in new mount, PID, IPC, UTS,
-// cgroup and — unless the action asks for network — network namespaces
-// (plus a user namespace when the gateway is not root). The init builds a
+// cgroup and network namespaces (plus a user namespace when the gateway is
+// not root); pasta connects a network-on run's namespace to the outside,
+// TCP and UDP only to the allowed ports (netns_linux.go,
+// netfilter_linux.go), and network-on runs are refused without it. The init builds a
 // new root (system dirs read-only, hidden paths covered, the work dir
 // writable at /work, private /tmp, minimal /dev, own /proc), pivots into
 // it, sets rlimits, empties every capability set and switches to the
@@ -21,7 +23,8 @@
 // isolated, how, and what is not; core/sandbox/escape_test.go is the escape
 // suite.
 //
-// This package must never run a program without that isolation, never pass
+// This package must never run a program without that isolation (nor a
+// network-on program in the host's network namespace), never pass
 // the gateway's environment, and never log arguments, environment values or
 // output.
 package sandbox

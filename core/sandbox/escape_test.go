@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,7 +48,15 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 //	PID namespace                                 TestEscape/own_PID_namespace, signal_the_gateway, gateway's_environ …
 //	IPC, cgroup namespaces                        TestEscape/own_namespaces
 //	network namespace                             TestEscape/own_namespaces, TestNetworkIsolation
-//	Landlock (TCP ports, abstract unix scope)     TestEscape/loopback_listener_with_network, abstract_unix_socket_with_network, TestNetworkIsolation
+//	network namespace with network (pasta; the    TestEscape/host_loopback_on_an_allowed_port_with_network, host_loopback_UDP_…,
+//	  init cloned without CLONE_NEWNET, no        UDP_out_to_a_disallowed_port_with_network, PostgreSQL_TCP_with_network,_its_port_allowed_…;
+//	  pasta, no filter: the old shared network)   TestNetworkNamespace/*_host's_loopback_*, UDP_to_a_port_outside…, link-local…; TestNetworkIsolation
+//	pasta's --tcp-ns/--udp-ns none (without       TestEscape/host_loopback_on_an_allowed_port_with_network, host_loopback_UDP_…,
+//	  them pasta maps the host's loopback ports)    PostgreSQL_TCP_with_network,_its_port_allowed_…; TestNetworkNamespace/*_host's_loopback_*; TestNetworkIsolation
+//	the namespace's nftables filter               TestEscape/UDP_out_to_a_disallowed_port_with_network; TestNetworkNamespace/UDP_to_a_port_outside…, link-local…;
+//	                                                TestNetworkDNSOnlyViaForwarder
+//	Landlock (TCP ports, abstract unix scope)     TestEscape/loopback_listener_with_network, TestNetworkIsolation (abstract_unix_socket_with_network:
+//	                                                the network namespace answers first since network-on runs have their own)
 //	seccomp filter                                TestEscape/unshare_a_user_namespace, clone_a_user_namespace, add_key, unshare(1)
 //	RLIMIT_NOFILE, CORE, CPU, NPROC, DATA; nice   TestEscape/limit:_*, nice_10 (TestEscape lets the runner dump core first)
 //	close-on-exec of inherited descriptors        TestEscape/inherits_only_stdin,_stdout,_stderr (setupEscape leaks one)
@@ -57,9 +66,10 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 //	pids.max (cgroup_linux create)                TestEscapeCgroupLimits/tasks_of_the_run… (root, v1: without it the run held
 //	                                                68 tasks under max_processes 64 — the init's 5 are root's, not in RLIMIT_NPROC)
 //	init spec on a pipe, not argv (spawn)         TestEscape/init's_command_line (with the spec also in argv: the data dir shows)
-//	work dir staged on its own tmpfs: stageWork   TestEscape/mountinfo_names_no_host_path (a bind instead: /work's line names
-//	  (root), the init's stageIn (ordinary user)    the data dir), TestWorkDirBounded (no ENOSPC past max_work_bytes) — root and
-//	                                                TestEscapeAsOrdinaryUser each
+//	work dir staged on a tmpfs of its own: the    TestEscape/mountinfo_names_no_host_path (a bind instead: /work's line names
+//	  gateway's fsmount stage (root), else the      the data dir), TestWorkDirBounded (no ENOSPC past max_work_bytes) — as root
+//	  init's stageIn (ordinary user)                with both stagings off, and in TestEscapeAsOrdinaryUser with the init's off
+//	                                                (as root with only the gateway's off the init's takes over and both pass)
 //	staged run stopped with SIGTERM (stop)        TestWorkDirKeptAfterTimeout in TestEscapeAsOrdinaryUser (SIGKILL: the file is lost)
 //	work dir released after the verdict           core/execute TestReleasesWorkDirAfterVerdict; keep_work_for and the cap:
 //	  (Release, pruneLocked)                        TestKeptWorkBounded, TestReleaseRemoves
@@ -93,12 +103,14 @@ const canary = "SILAS-ESCAPE-CANARY-7f3a"
 // execution's work dir, and a probe binary in its own work dir.
 type escapeBundle struct {
 	s          *Subprocess
+	wide       *Subprocess // s, with the loopback listeners' and PostgreSQL's ports allowed
 	data       string
 	keys       []string // key files under data
 	pgData     []string // PostgreSQL data dirs (fake, and the real cluster's when known)
 	pgSockets  []string // PostgreSQL unix sockets
 	pgTCP      []string // PostgreSQL TCP addresses
 	loopback   string   // a 127.0.0.1 listener the test opened
+	udpLo      string   // a 127.0.0.1 UDP echo the test opened
 	abstract   string   // an abstract unix socket the test listens on ("@…")
 	otherWork  string   // another execution's work dir
 	probeDir   string   // work dir holding ./escape
@@ -193,6 +205,19 @@ func setupEscape(t *testing.T, cfg Config) *escapeBundle {
 	cfg.BaseDir = filepath.Join(b.data, "sandbox")
 	cfg.HiddenPaths = append(cfg.HiddenPaths, hidden...)
 	b.s = newSandbox(t, cfg)
+	b.udpLo = "127.0.0.1:" + strconv.Itoa(udpEcho(t, "127.0.0.1:0"))
+	// The same sandbox with the host's loopback listeners and PostgreSQL
+	// allowed by port: only the network namespace keeps runs from them.
+	wide := cfg
+	wide.NetworkPorts = slices.Clone(cfg.NetworkPorts)
+	if len(wide.NetworkPorts) == 0 {
+		wide.NetworkPorts = slices.Clone(DefaultNetworkPorts)
+	}
+	wide.NetworkPorts = append(wide.NetworkPorts, addrPort(t, b.loopback), addrPort(t, b.udpLo))
+	for _, a := range b.pgTCP {
+		wide.NetworkPorts = append(wide.NetworkPorts, addrPort(t, a))
+	}
+	b.wide = newSandbox(t, wide)
 
 	other := run(t, b.s, core.ExecRequest{Argv: []string{"sh", "-c", "echo " + canary + " > out"}})
 	if other.ExitCode != 0 {
@@ -352,10 +377,27 @@ func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
 	}
 }
 
+// addrPort is the port of a "host:port" address.
+func addrPort(t *testing.T, addr string) uint16 {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint16(n)
+}
+
 type escapeCase struct {
 	name    string
 	argv    []string
 	network bool
+	// wide: run in the sandbox that allows the loopback listeners' and
+	// PostgreSQL's ports (network on).
+	wide bool
 	// want: the combined output contains one of these (the specific
 	// failure, not just a non-zero exit).
 	want []string
@@ -426,6 +468,13 @@ func TestEscape(t *testing.T) {
 		escapeCase{name: "loopback listener", argv: []string{probe, "connect-tcp", b.loopback}, want: []string{eacces, unreach}},
 		escapeCase{name: "loopback listener from a shell", argv: []string{"bash", "-c", "echo > /dev/tcp/" + strings.Replace(b.loopback, ":", "/", 1)}, want: []string{"Permission denied", "Network is unreachable"}},
 		escapeCase{name: "loopback listener with network", argv: []string{probe, "connect-tcp", b.loopback}, network: true, want: []string{eacces}},
+		// Network on, the port allowed: the run's own network namespace
+		// has its own loopback; pasta maps none of the host's into it.
+		escapeCase{name: "host loopback on an allowed port with network", argv: []string{probe, "connect-tcp", b.loopback}, network: true, wide: true, want: []string{"connection refused"}},
+		escapeCase{name: "host loopback UDP on an allowed port with network", argv: []string{probe, "send-udp", b.udpLo}, network: true, wide: true, want: []string{"connection refused"}},
+		// UDP out to a port that is not allowed: the namespace's filter
+		// (Landlock has no UDP rules).
+		escapeCase{name: "UDP out to a disallowed port with network", argv: []string{probe, "send-udp", udpOutsideTarget(t)}, network: true, want: []string{eperm}},
 		escapeCase{name: "no capabilities, no_new_privs, seccomp", argv: []string{"grep", "-E", "^(CapEff|CapPrm|CapBnd|CapAmb|NoNewPrivs|Seccomp):", "/proc/self/status"},
 			exitZero: true, want: []string{"CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2"}},
 		escapeCase{name: "own PID namespace", argv: []string{"sh", "-c", "ls /proc | grep -c '^[0-9]'"}, exitZero: true, want: []string{"3\n", "4\n"}},
@@ -446,10 +495,11 @@ func TestEscape(t *testing.T) {
 		limitCase("data size", DefaultMaxMemory, DefaultMaxMemory, "bytes"),
 		escapeCase{name: "nice 10", argv: []string{"nice"}, exitZero: true, want: []string{"10\n"}},
 		escapeCase{name: "own namespaces", argv: append([]string{"readlink"}, nsLinks...), exitZero: true, want: []string{"ipc:["}, notWant: hostNamespaces(t)},
-		// The host's abstract unix sockets: another network namespace
-		// without network, Landlock's scope with it.
+		// The host's abstract unix sockets: another network namespace,
+		// with network too (abstract names are per namespace), and
+		// Landlock's scope (EPERM) under it.
 		escapeCase{name: "abstract unix socket", argv: []string{probe, "connect-unix", b.abstract}, want: []string{"connection refused"}},
-		escapeCase{name: "abstract unix socket with network", argv: []string{probe, "connect-unix", b.abstract}, network: true, want: []string{eperm}},
+		escapeCase{name: "abstract unix socket with network", argv: []string{probe, "connect-unix", b.abstract}, network: true, want: []string{"connection refused", eperm}},
 	)
 	for _, d := range b.pgData {
 		cases = append(cases, escapeCase{name: "PostgreSQL data dir " + d, argv: []string{"ls", d}, want: []string{shENOENT}})
@@ -461,6 +511,7 @@ func TestEscape(t *testing.T) {
 		cases = append(cases,
 			escapeCase{name: "PostgreSQL TCP " + a, argv: []string{probe, "connect-tcp", a}, want: []string{eacces, unreach}},
 			escapeCase{name: "PostgreSQL TCP with network " + a, argv: []string{probe, "connect-tcp", a}, network: true, want: []string{eacces}},
+			escapeCase{name: "PostgreSQL TCP with network, its port allowed " + a, argv: []string{probe, "connect-tcp", a}, network: true, wide: true, want: []string{"connection refused"}},
 		)
 	}
 	if b.hiddenDir != "" {
@@ -489,7 +540,14 @@ func TestEscape(t *testing.T) {
 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			res := run(t, b.s, core.ExecRequest{Argv: tc.argv, Dir: b.probeDir, Network: tc.network, Timeout: 20 * time.Second})
+			s := b.s
+			if tc.wide {
+				s = b.wide
+			}
+			if tc.network {
+				needPasta(t)
+			}
+			res := run(t, s, core.ExecRequest{Argv: tc.argv, Dir: b.probeDir, Network: tc.network, Timeout: 20 * time.Second})
 			out := string(res.Stdout) + string(res.Stderr)
 			if strings.Contains(out, canary) {
 				t.Fatalf("the canary leaked:\n%s", out)
@@ -510,6 +568,19 @@ func TestEscape(t *testing.T) {
 			t.Fatalf("output does not show the expected failure %q:\n%s", tc.want, out)
 		})
 	}
+}
+
+// udpOutsideTarget is where the escape suite sends UDP to a port that is
+// not allowed: a UDP echo on the outside address when there is one, or a
+// TEST-NET-2 address (never routed) otherwise. Either way only the
+// namespace's filter refuses the datagram (EPERM); without it the echo
+// answers, or the read times out.
+func udpOutsideTarget(t *testing.T) string {
+	t.Helper()
+	if o := outsideAddr(t); o != "" {
+		return net.JoinHostPort(o, strconv.Itoa(udpEcho(t, o+":0")))
+	}
+	return "198.51.100.1:9"
 }
 
 // allowCoreDumps lets this process (and so the sandbox's init, which
@@ -775,9 +846,12 @@ func TestEscapeAsOrdinaryUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(bin, "-test.run", "^(TestEscape|TestEscapeHiddenPathAppearsLater|TestEscapeResources|TestRunResults|TestNetworkIsolation|TestWorkDirBounded|TestKeptWorkBounded|TestWorkDirKeptAfterTimeout)$", "-test.v", "-test.count=1")
+	cmd := exec.Command(bin, "-test.run", "^(TestEscape|TestEscapeHiddenPathAppearsLater|TestEscapeResources|TestRunResults|TestNetworkIsolation|TestNetworkNamespace|TestWorkDirBounded|TestKeptWorkBounded|TestWorkDirKeptAfterTimeout)$", "-test.v", "-test.count=1")
 	cmd.Dir = tmp
 	cmd.Env = []string{"PATH=" + MinimalPath, "TMPDIR=" + tmp, "HOME=" + tmp, envNonRoot + "=1", envHelper + "=" + helper, envSysDir + "=" + sys}
+	if o := outsideAddr(t); o != "" {
+		cmd.Env = append(cmd.Env, envOutside+"="+o)
+	}
 	cmd.SysProcAttr = sysProcAttrAs(65534, 65534)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -64,7 +64,7 @@ type initSpec struct {
 	Env     []string `json:"-"`
 	HostDir string   `json:"-"`
 	CPU     uint64   `json:"-"`
-	// WorkMount is the work dir as a detached mount (open_tree), -1 when
+	// WorkMount is the work dir as a detached mount (fsmount), -1 when
 	// it is bound from HostDir.
 	WorkMount int `json:"-"`
 	// StageWork: the init itself runs the program on a tmpfs of WorkSize
@@ -156,6 +156,9 @@ func sandboxInit() int {
 	// Phase 1, ahead of the run: the whole filesystem but the work dir.
 	hidden, err := setupFS(&spec)
 	if err != nil {
+		return fail(statusSetupErr, err)
+	}
+	if err := setupNetwork(&spec); err != nil { // netfilter_linux.go
 		return fail(statusSetupErr, err)
 	}
 	if err := unix.Sethostname([]byte("silas-sandbox")); err != nil {

@@ -58,6 +58,8 @@ type Subprocess struct {
 	ports          []uint16
 	cgroups        *cgroups // nil: rlimits only
 	landlock       int      // Landlock ABI, 0 when unavailable
+	pasta          string   // network-on runs' network stack (netns_linux.go)
+	netErr         error    // why network-on runs are refused; nil when pasta is there
 	unavailable    error    // why isolated runs are refused; nil when the probe passed
 	log            *slog.Logger
 
@@ -67,14 +69,13 @@ type Subprocess struct {
 	closed bool
 	seq    atomic.Int64 // cgroup names
 
-	// workTmpfs: each fresh work dir is a tmpfs of limits.work bytes (a
-	// root gateway whose kernel has open_tree), handed to the init as a
-	// mount; otherwise work dirs are plain directories bound by path.
+	// workTmpfs: the gateway stages each run's work dir in a tmpfs of
+	// limits.work bytes it hands to the init (root, a kernel with
+	// fsmount); otherwise the init stages it itself (workdir_linux.go).
 	workTmpfs   bool
 	keepWorkFor time.Duration // < 0: remove at release
 	maxKept     int64
-	workMu      sync.Mutex     // serialises Release and pruning
-	stages      sync.WaitGroup // stages being removed
+	workMu      sync.Mutex // serialises Release and pruning
 }
 
 type limits struct {
@@ -202,7 +203,8 @@ func New(cfg Config) (*Subprocess, error) {
 		}
 	}
 	s.landlock = landlockABI()
-	s.workTmpfs = s.root && openTreeWorks(base)
+	s.pasta, s.netErr = findPasta(cfg.pasta)
+	s.workTmpfs = s.root && s.stagesWork()
 	// Work dirs a previous process released (or left behind) are pruned
 	// now, then whenever a run is released.
 	s.pruneWork(time.Now(), true)
@@ -262,7 +264,7 @@ func (s *Subprocess) Isolation() []string {
 		fmt.Sprintf("runs as uid %d, gid %d, no supplementary groups, no capabilities, no_new_privs", s.uid, s.gid),
 		"mount namespace (read-only /usr /etc /bin /lib…, private /tmp and /dev, work dir writable; data dir invisible)",
 		"PID namespace (own /proc; everything is killed when the program ends)",
-		"network namespace when the action has no network; Landlock TCP ports " + portList(s.ports) + " when it has",
+		s.networkIsolation(),
 		"IPC, UTS and cgroup namespaces",
 		"seccomp filter (mount, setns, unshare, ptrace, bpf, kexec, keyctl, modules… denied)",
 	}
@@ -415,27 +417,33 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	if rel, err := filepath.Rel(dir, prog); err == nil && isBelow(dir, prog) {
 		inside = filepath.Join(SandboxWorkDir, rel)
 	}
-	var stg *stage
+	w, err := s.take(req.Network)
+	if err != nil {
+		return fail(err)
+	}
+	defer s.refill(req.Network)
+	defer w.release()
+
+	// The program works on a bounded copy of its work dir
+	// (workdir_linux.go): the stage the warm init came with, sent to it
+	// with the run. Without one (an ordinary user) the init stages the
+	// work dir itself.
+	stg := w.stage
+	w.stage = nil
+	stageInInit := stg == nil && isBelow(s.baseDir, dir)
 	mountFD := -1
-	// Without open_tree or privilege (an ordinary user) the init stages
-	// the work dir itself.
-	stageInInit := !s.workTmpfs && isBelow(s.baseDir, dir)
-	if s.workTmpfs && isBelow(s.baseDir, dir) {
-		// The program works on a bounded copy (workdir_linux.go), handed
-		// to the init as a mount: the warm init's namespace was made
-		// before the stage was mounted.
-		if stg, err = s.stageWork(dir); err != nil {
-			return fail(err)
+	if stg != nil {
+		defer stg.remove()
+		if !isBelow(s.baseDir, dir) {
+			stg = nil // a caller's own dir is bound as it is
+		} else if !fresh {
+			if err := stg.fill(dir, s.limits.work, int(s.uid), int(s.gid)); err != nil {
+				w.discard()
+				return fail(err)
+			}
 		}
-		// Unmounting waits for the kernel's grace period (milliseconds
-		// on a busy host): not on the way to the result. Close waits.
-		defer func() {
-			s.stages.Add(1)
-			go func() {
-				defer s.stages.Done()
-				stg.remove()
-			}()
-		}()
+	}
+	if stg != nil {
 		mountFD = stg.fd
 	}
 	runJSON, err := json.Marshal(runSpec{
@@ -443,15 +451,9 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 		CPU: uint64(timeout/time.Second) + 1, WorkMount: mountFD >= 0, StageWork: stageInInit,
 	})
 	if err != nil {
+		w.discard()
 		return fail(fmt.Errorf("sandbox: spec: %w", err))
 	}
-
-	w, err := s.take(req.Network)
-	if err != nil {
-		return fail(err)
-	}
-	defer s.refill(req.Network)
-	defer w.release()
 	w.stdout.setLimit(limit)
 	w.stderr.setLimit(limit)
 
@@ -575,7 +577,9 @@ type warmInit struct {
 	runW           *os.File
 	stdout, stderr *capWriter
 	cg             *runCgroup
-	warm           bool // came from the pool
+	stage          *stage     // the run's work dir stage (root), nil when the init stages it
+	net            *netAttach // pasta, for a network-on init
+	warm           bool       // came from the pool
 }
 
 // release frees what the init held once it has been waited for.
@@ -585,6 +589,7 @@ func (w *warmInit) release() {
 	if w.cg != nil {
 		w.cg.remove()
 	}
+	w.net.stop()
 }
 
 // discard kills an unused init and waits for it.
@@ -592,6 +597,10 @@ func (w *warmInit) discard() {
 	_ = w.cmd.Process.Kill()
 	_ = w.cmd.Wait()
 	w.release()
+	if w.stage != nil {
+		w.stage.remove()
+		w.stage = nil
+	}
 }
 
 // poolSize is how many warm inits are kept per network mode: enough for a
@@ -615,7 +624,7 @@ func (s *Subprocess) take(network bool) (*warmInit, error) {
 func (s *Subprocess) refill(network bool) {
 	s.poolMu.Lock()
 	defer s.poolMu.Unlock()
-	if s.closed || s.unavailable != nil {
+	if s.closed || s.unavailable != nil || (network && s.netErr != nil) {
 		return
 	}
 	s.poolWG.Add(1)
@@ -647,7 +656,6 @@ func (s *Subprocess) Close() error {
 	s.closed = true
 	s.poolMu.Unlock()
 	s.poolWG.Wait()
-	defer s.stages.Wait()
 	for _, pool := range s.pools {
 		for {
 			select {
@@ -664,6 +672,9 @@ func (s *Subprocess) Close() error {
 
 // spawn starts an init that builds the sandbox and waits for its run.
 func (s *Subprocess) spawn(network bool) (*warmInit, error) {
+	if network && s.netErr != nil {
+		return nil, s.netErr // fail closed: never the host's network
+	}
 	prep := initSpec{
 		Network: network, Hide: s.hidden,
 		NProc: uint64(s.limits.procs), Data: uint64(s.limits.memory), FSize: uint64(s.limits.fileSize),
@@ -748,6 +759,20 @@ func (s *Subprocess) spawn(network bool) (*warmInit, error) {
 			return nil, err
 		}
 	}
+	if network {
+		if w.net, err = s.attachNet(cmd.Process.Pid); err != nil {
+			return nil, w.discardAfter(err)
+		}
+	}
+	if s.workTmpfs {
+		// Made ahead with the init (after the network, whose failure
+		// discards the init without a stage): not on the way from a tap to the
+		// program's start.
+		if w.stage, err = s.newStage(); err != nil {
+			w.discard()
+			return nil, err
+		}
+	}
 	return w, nil
 }
 
@@ -765,7 +790,7 @@ func (s *Subprocess) isolationTag(network bool) string {
 		parts = append([]string{"userns"}, parts...)
 	}
 	if network {
-		parts = append(parts, "net:tcp-"+portList(s.ports))
+		parts = append(parts, s.networkTag())
 	} else {
 		parts = append(parts, "netns")
 	}
@@ -858,17 +883,16 @@ func isBelow(base, p string) bool {
 }
 
 // sysProcAttr starts the init in its own mount, PID, IPC, UTS, cgroup and
-// (without network) network namespaces. A root gateway starts it as root:
+// network namespaces. A root gateway starts it as root:
 // it builds the sandbox, then switches to the program's uid before starting
 // it. Otherwise the init gets its own user namespace (its uid mapped to
 // itself) with just the capabilities needed to build the sandbox —
 // CAP_SYS_ADMIN for mounts, CAP_SETPCAP to empty the bounding set — valid in
-// that namespace only.
+// that namespace only (and CAP_NET_ADMIN with network, for its netfilter
+// rules).
 func (s *Subprocess) sysProcAttr(network bool) *syscall.SysProcAttr {
-	flags := uintptr(syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | unix.CLONE_NEWCGROUP)
-	if !network {
-		flags |= syscall.CLONE_NEWNET
-	}
+	// Network-on runs too: pasta connects their namespace (netns_linux.go).
+	flags := uintptr(syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | unix.CLONE_NEWCGROUP | syscall.CLONE_NEWNET)
 	attr := &syscall.SysProcAttr{
 		Cloneflags: flags,
 		Pdeathsig:  syscall.SIGKILL, // the whole run dies with the gateway
@@ -881,6 +905,9 @@ func (s *Subprocess) sysProcAttr(network bool) *syscall.SysProcAttr {
 	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: int(s.gid), HostID: int(s.gid), Size: 1}}
 	attr.Credential = &syscall.Credential{Uid: s.uid, Gid: s.gid, NoSetGroups: true}
 	attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
+	if network {
+		attr.AmbientCaps = append(attr.AmbientCaps, unix.CAP_NET_ADMIN) // its netfilter rules
+	}
 	return attr
 }
 

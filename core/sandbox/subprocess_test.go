@@ -492,14 +492,15 @@ func TestConfigDefaultTimeout(t *testing.T) {
 	}
 }
 
-// tcpProbe listens on the host's 127.0.0.1 and returns a command that tries
-// to connect to it, plus a channel that receives once per accepted conn.
-func tcpProbe(t *testing.T) ([]string, <-chan struct{}, uint16) {
+// tcpProbe listens on host (an address of this machine) and returns a
+// command that tries to connect to it, plus a channel that receives once
+// per accepted conn.
+func tcpProbe(t *testing.T, host string) ([]string, <-chan struct{}, uint16) {
 	t.Helper()
 	if _, err := resolveProgram("bash", ""); err != nil {
 		testenv.Missing(t, "bash (for /dev/tcp) is not in %s (Debian package bash)", MinimalPath)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", host+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,37 +517,55 @@ func tcpProbe(t *testing.T) ([]string, <-chan struct{}, uint16) {
 		}
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
-	return []string{"bash", "-c", fmt.Sprintf("echo hi > /dev/tcp/127.0.0.1/%d", port)}, accepted, uint16(port)
+	return bashConnect(host, port), accepted, uint16(port)
 }
 
-func TestNetworkIsolation(t *testing.T) {
-	argv, accepted, port := tcpProbe(t)
-	s := newSandbox(t, Config{NetworkPorts: []uint16{port}})
+func bashConnect(host string, port int) []string {
+	return []string{"bash", "-c", fmt.Sprintf("echo hi > /dev/tcp/%s/%d", host, port)}
+}
 
-	// The isolated attempt goes to a listener nobody accepts on: a
-	// connection that got through would sit in its queue (the handshake
-	// completes in the kernel before bash's connect returns, so before Run
-	// does), where a non-blocking Accept finds it — no waiting to see
-	// whether something arrives.
+// quietListener listens on 127.0.0.1 and accepts nobody: a connection
+// that got through sits in its queue (the handshake completes in the
+// kernel before the client's connect returns, so before Run does), where
+// a non-blocking Accept finds it — no waiting to see whether something
+// arrives.
+func quietListener(t *testing.T) (*net.TCPListener, int) {
+	t.Helper()
 	quiet, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer quiet.Close()
-	res := run(t, s, core.ExecRequest{Argv: []string{"bash", "-c", fmt.Sprintf("echo hi > /dev/tcp/127.0.0.1/%d", quiet.Addr().(*net.TCPAddr).Port)}, Timeout: 10 * time.Second})
+	t.Cleanup(func() { quiet.Close() })
+	return quiet, quiet.Addr().(*net.TCPAddr).Port
+}
+
+// assertNoConnection fails when quiet has a connection waiting.
+func assertNoConnection(t *testing.T, quiet *net.TCPListener, who string) {
+	t.Helper()
+	if err := quiet.SetDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := quiet.Accept(); err == nil {
+		c.Close()
+		t.Fatalf("listener has a connection from %s", who)
+	}
+}
+
+func TestNetworkIsolation(t *testing.T) {
+	quiet, quietPort := quietListener(t)
+	argv, accepted, port := tcpProbe(t, "127.0.0.1")
+	// The host's loopback listeners' ports are allowed: only the network
+	// namespace keeps network-on runs from them.
+	s := newSandbox(t, Config{NetworkPorts: []uint16{port, uint16(quietPort)}})
+
+	res := run(t, s, core.ExecRequest{Argv: bashConnect("127.0.0.1", quietPort), Timeout: 10 * time.Second})
 	if !strings.Contains(res.Isolation, "netns") {
 		t.Errorf("Isolation = %q, want netns", res.Isolation)
 	}
 	if res.ExitCode == 0 {
 		t.Fatalf("isolated program reached the host's 127.0.0.1 listener")
 	}
-	if err := quiet.SetDeadline(time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if c, err := quiet.Accept(); err == nil {
-		c.Close()
-		t.Fatal("listener has a connection from an isolated program")
-	}
+	assertNoConnection(t, quiet, "an isolated program")
 
 	res = run(t, s, core.ExecRequest{Argv: []string{"cat", "/proc/net/dev"}})
 	var ifaces []string
@@ -559,11 +578,30 @@ func TestNetworkIsolation(t *testing.T) {
 		t.Errorf("interfaces in namespace = %q, want only lo", ifaces)
 	}
 
-	// Network on: the allowed port is reachable…
+	// Network on (its own namespace, pasta): the host's loopback is not
+	// reachable, even on an allowed port…
+	needPasta(t)
 	res = run(t, s, core.ExecRequest{Argv: argv, Network: true, Timeout: 10 * time.Second})
-	if strings.Contains(res.Isolation, "netns") {
-		t.Errorf("Isolation = %q, want no netns", res.Isolation)
+	if !strings.Contains(res.Isolation, "netns+pasta") {
+		t.Errorf("Isolation = %q, want netns+pasta", res.Isolation)
 	}
+	if res.ExitCode == 0 || !strings.Contains(string(res.Stderr), "Connection refused") {
+		t.Fatalf("program with Network:true reached the host's 127.0.0.1 on an allowed port: exit %d stderr %q, want Connection refused", res.ExitCode, res.Stderr)
+	}
+	res = run(t, s, core.ExecRequest{Argv: bashConnect("127.0.0.1", quietPort), Network: true, Timeout: 10 * time.Second})
+	if res.ExitCode == 0 {
+		t.Fatalf("program with Network:true reached the host's 127.0.0.1 listener")
+	}
+	assertNoConnection(t, quiet, "a program with Network:true")
+
+	// …an allowed port outside is…
+	outside := outsideAddr(t)
+	if outside == "" {
+		t.Skip("no outside address for the allowed case: making one needs root; TestEscapeAsOrdinaryUser runs this as an ordinary user")
+	}
+	argv, accepted, port = tcpProbe(t, outside)
+	s = newSandbox(t, Config{NetworkPorts: []uint16{port}})
+	res = run(t, s, core.ExecRequest{Argv: argv, Network: true, Timeout: 10 * time.Second})
 	if res.ExitCode != 0 {
 		t.Fatalf("program with Network:true could not connect to an allowed port: exit %d, stderr %q", res.ExitCode, res.Stderr)
 	}
@@ -572,7 +610,8 @@ func TestNetworkIsolation(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("listener saw no connection from a program with Network:true")
 	}
-	// …and any other port is not (Landlock), e.g. PostgreSQL's.
+	// …and any other port is not (Landlock, and the namespace's filter),
+	// e.g. PostgreSQL's.
 	closed := newSandbox(t, Config{NetworkPorts: []uint16{1}})
 	res = run(t, closed, core.ExecRequest{Argv: argv, Network: true, Timeout: 10 * time.Second})
 	if res.ExitCode == 0 || !strings.Contains(string(res.Stderr), "Permission denied") {
@@ -708,6 +747,7 @@ func TestRunAs(t *testing.T) {
 				t.Errorf("work dir mode %v, want 0700", fi.Mode().Perm())
 			}
 			// The privilege drop applies with network too.
+			needPasta(t)
 			res = run(t, s, core.ExecRequest{Argv: []string{"id", "-u"}, Network: true})
 			if strings.TrimSpace(string(res.Stdout)) != u.Uid {
 				t.Errorf("uid with Network:true = %q, want %s", res.Stdout, u.Uid)

@@ -21,12 +21,13 @@ import (
 
 // Work directories: each run gets a fresh one (exec-*) in the base dir, a
 // plain directory the gateway and verification read. A root gateway runs
-// the program on a copy of it in a tmpfs of limits.work bytes (a stage,
-// .stage-*, mounted only for the run and handed to the init as a mount),
-// and copies the result back once every process of the run is gone: what
+// the program on a copy of it in a tmpfs of limits.work bytes (a stage: a
+// detached mount made with fsmount, mounted nowhere on the host, prepared
+// with the warm init and handed to it with the run), and copies the
+// result back once every process of the run is gone: what
 // a run can write is bounded (ENOSPC past it), and the run's mountinfo
 // names no host path. A gateway that cannot (an ordinary user, or a kernel
-// without open_tree) has the init do the same inside its namespaces
+// without the new mount API) has the init do the same inside its namespaces
 // (stageIn and stageBack in init_linux.go). Once nothing will read a work dir any more (its run
 // is verified), Release removes it or keeps it for keepWorkFor, marked by
 // a file next to it (exec-*.kept, holding the bytes it uses); the kept
@@ -34,9 +35,8 @@ import (
 // when a run is released and when the sandbox starts — no loop of its own.
 
 const (
-	workPrefix  = "exec-"
-	keptSuffix  = ".kept"
-	stagePrefix = ".stage-"
+	workPrefix = "exec-"
+	keptSuffix = ".kept"
 	// orphanAge: a work dir never released (its gateway died mid-run) is
 	// removed at start once this old (or keepWorkFor, when longer); an
 	// execution left "executed" that long verifies without its files,
@@ -62,34 +62,43 @@ func (s *Subprocess) newWorkDir() (string, error) {
 	return dir, nil
 }
 
-// stage is a run's work dir while it runs: a tmpfs holding a copy of it.
+// stage is a run's work dir while it runs: a tmpfs, mounted nowhere on
+// the host (a gateway killed mid-run leaves no mount behind), reached
+// through its descriptor.
 type stage struct {
-	path string
-	fd   int // the tmpfs as a detached mount (open_tree), for the init
+	fd   int    // the tmpfs as a detached mount (fsmount); sent to the init, which attaches it at /work
+	path string // its root, for this process: /proc/self/fd/<fd>/.
 }
 
-// stageWork mounts a stage of limits.work bytes, copies dir into it and
-// clones it for the init.
-func (s *Subprocess) stageWork(dir string) (*stage, error) {
-	p, err := os.MkdirTemp(s.baseDir, stagePrefix)
+// newStage makes an empty stage of limits.work bytes.
+func (s *Subprocess) newStage() (*stage, error) {
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
 	if err != nil {
+		return nil, fmt.Errorf("sandbox: work dir stage: fsopen: %w", err)
+	}
+	defer unix.Close(fsfd)
+	for _, kv := range [][2]string{{"size", strconv.FormatInt(s.limits.work, 10)}, {"nr_inodes", strconv.FormatInt(max(1024, s.limits.work/4096), 10)},
+		{"mode", "0700"}, {"uid", strconv.Itoa(int(s.uid))}, {"gid", strconv.Itoa(int(s.gid))}} {
+		if err := unix.FsconfigSetString(fsfd, kv[0], kv[1]); err != nil {
+			return nil, fmt.Errorf("sandbox: work dir stage: %s: %w", kv[0], err)
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
 		return nil, fmt.Errorf("sandbox: work dir stage: %w", err)
 	}
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", s.limits.work, max(1024, s.limits.work/4096), s.uid, s.gid)
-	if err := unix.Mount("silas-work", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		_ = os.Remove(p)
-		return nil, fmt.Errorf("sandbox: mount the work dir's tmpfs (sandbox.max_work_bytes): %w", err)
+	fd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: work dir stage: fsmount: %w", err)
 	}
-	st := &stage{path: p, fd: -1}
-	if err := copyTree(dir, p, s.limits.work, int(s.uid), int(s.gid)); err != nil {
-		st.remove()
-		return nil, fmt.Errorf("sandbox: work dir %s does not fit sandbox.max_work_bytes (%s): %w", dir, humanBytes(s.limits.work), err)
+	return &stage{fd: fd, path: "/proc/self/fd/" + strconv.Itoa(fd) + "/."}, nil
+}
+
+// fill copies dir into the stage.
+func (st *stage) fill(dir string, limit int64, uid, gid int) error {
+	if err := copyTree(dir, st.path, limit, uid, gid); err != nil {
+		return fmt.Errorf("sandbox: work dir %s does not fit sandbox.max_work_bytes (%s): %w", dir, humanBytes(limit), err)
 	}
-	if st.fd, err = unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC); err != nil {
-		st.remove()
-		return nil, fmt.Errorf("sandbox: work dir stage: open_tree: %w", err)
-	}
-	return st, nil
+	return nil
 }
 
 // copyBack replaces dir's contents with the stage's. Every process of the
@@ -107,13 +116,12 @@ func (st *stage) copyBack(dir string, limit int64, uid, gid int) error {
 	return copyTree(st.path, dir, limit, uid, gid)
 }
 
+// remove lets the stage go (the kernel frees it with its last reference).
 func (st *stage) remove() {
 	if st.fd >= 0 {
 		unix.Close(st.fd)
 		st.fd = -1
 	}
-	_ = unix.Unmount(st.path, unix.MNT_DETACH)
-	_ = os.Remove(st.path)
 }
 
 // errTooBig: a copy would write more than its limit.
@@ -224,28 +232,19 @@ func setMtime(p string, t time.Time) error {
 	return unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// openTreeWorks reports whether work dirs can be mounts of their own: a
-// tmpfs mounted, cloned with open_tree and unmounted in dir.
-func openTreeWorks(dir string) bool {
-	d, err := os.MkdirTemp(dir, ".probe-")
+// stagesWork reports whether the gateway can make stages here (root, a
+// kernel with the new mount API).
+func (s *Subprocess) stagesWork() bool {
+	st, err := s.newStage()
 	if err != nil {
 		return false
 	}
-	defer os.Remove(d)
-	if err := unix.Mount("silas-work", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=4k"); err != nil {
-		return false
-	}
-	defer unix.Unmount(d, unix.MNT_DETACH)
-	fd, err := unix.OpenTree(unix.AT_FDCWD, d, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if err != nil {
-		return false
-	}
-	unix.Close(fd)
+	st.remove()
 	return true
 }
 
-// removeWork removes a work dir: its contents, its tmpfs when it has one,
-// the dir and its kept marker.
+// removeWork removes a work dir: its contents, the dir and its kept
+// marker.
 func removeWork(dir string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -254,11 +253,6 @@ func removeWork(dir string) error {
 	for _, e := range ents {
 		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 			return err
-		}
-	}
-	if ownTmpfs(dir) {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			return fmt.Errorf("unmount %s: %w", dir, err)
 		}
 	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -270,33 +264,18 @@ func removeWork(dir string) error {
 	return nil
 }
 
-// ownTmpfs reports whether dir is a tmpfs mounted on dir itself (not a
-// directory of a tmpfs mounted higher up, as a host's /tmp may be).
-func ownTmpfs(dir string) bool {
-	var st unix.Statfs_t
-	if unix.Statfs(dir, &st) != nil || st.Type != unix.TMPFS_MAGIC {
-		return false
-	}
-	var d, p unix.Stat_t
-	return unix.Lstat(dir, &d) == nil && unix.Stat(filepath.Dir(dir), &p) == nil && d.Dev != p.Dev
-}
-
-// workDirFull reports whether a work dir's tmpfs has no room left.
+// workDirFull reports whether a stage (a tmpfs) has no room left.
 func workDirFull(dir string) bool {
 	var st unix.Statfs_t
-	if !ownTmpfs(dir) || unix.Statfs(dir, &st) != nil {
+	if unix.Statfs(dir, &st) != nil || st.Type != unix.TMPFS_MAGIC {
 		return false
 	}
 	return st.Bavail == 0 || st.Ffree == 0
 }
 
-// workBytes is what a work dir holds: its tmpfs's used blocks, or the
-// blocks of everything in it.
+// workBytes is what a work dir holds on disk: the blocks of everything
+// in it.
 func workBytes(dir string) int64 {
-	var st unix.Statfs_t
-	if ownTmpfs(dir) && unix.Statfs(dir, &st) == nil {
-		return int64(st.Blocks-st.Bfree) * st.Bsize
-	}
 	var n int64
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -411,16 +390,6 @@ func (s *Subprocess) pruneLocked(now time.Time, orphans bool) {
 	}
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasPrefix(name, stagePrefix) {
-			// A run's stage its gateway left mid-run (the run is
-			// interrupted, its copy is not kept) — once older than any run
-			// can be: another process on this base dir (doctor while serve
-			// runs) may be running it.
-			if fi, err := e.Info(); err == nil && orphans && now.Sub(fi.ModTime()) > orphanAge+time.Hour {
-				(&stage{path: filepath.Join(s.baseDir, name), fd: -1}).remove()
-			}
-			continue
-		}
 		if !strings.HasPrefix(name, workPrefix) {
 			continue
 		}

@@ -53,6 +53,20 @@ func main() {
 			c.Close()
 		}
 		report(err)
+	case "send-udp":
+		// One datagram, then wait for the echo: "ok" only when something
+		// outside the run answered.
+		c, err := net.Dial("udp", arg(2))
+		if err != nil {
+			report(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte("silas-escape")); err != nil {
+			report(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err = c.Read(make([]byte, 64))
+		report(err)
 	case "kill":
 		pid, _ := strconv.Atoi(arg(2))
 		report(unix.Kill(pid, syscall.SIGKILL))
