@@ -78,6 +78,11 @@ func (p *conformancePlatform) Command(t testing.TB, r channeltest.Role, name, ar
 		}
 		opts = append(opts, o)
 	}
+	// Discord delivers an interaction only to a connected app and forgets
+	// it after 3 s (the person sees "the application did not respond"),
+	// unlike a message, which the catch-up fetches: wait for the session
+	// as Started does.
+	p.Started(t, nil)
 	p.srv.DispatchInteraction(p.srv.Interaction(2, p.people[r], p.channel, map[string]any{"id": "1", "name": name, "type": 1, "options": opts}, nil))
 }
 
