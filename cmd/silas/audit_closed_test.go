@@ -98,15 +98,7 @@ func TestAuditVerifyFailsClosed(t *testing.T) {
 // postmaster.pid stays after migrate.
 func TestCommandsStopTheClusterTheyStart(t *testing.T) {
 	t.Parallel() // a cluster of its own in a directory of its own
-	base := t.TempDir()
-	if os.Geteuid() == 0 {
-		for _, d := range []string{filepath.Dir(base), base} {
-			if err := os.Chmod(d, 0o711); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	dataDir := filepath.Join(base, "data")
+	dataDir := clusterDataDir(t)
 	pgDir := filepath.Join(dataDir, "pg")
 	pid := filepath.Join(pgDir, "pgdata", "postmaster.pid")
 	t.Cleanup(func() {
@@ -151,7 +143,7 @@ func TestCommandsStopTheClusterTheyStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// (No public key: serve never ran here, no checkpoint is expected.)
-	if code, out, errOut := silasIn(t, "", dataDir, "audit", "verify", "--pubkey", filepath.Join(base, "none.pub")); code != 0 {
+	if code, out, errOut := silasIn(t, "", dataDir, "audit", "verify", "--pubkey", filepath.Join(filepath.Dir(dataDir), "none.pub")); code != 0 {
 		t.Fatalf("verify on a running cluster: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	if _, err := os.Stat(pid); err != nil {

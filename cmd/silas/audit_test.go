@@ -288,21 +288,28 @@ func TestServeSignsCheckpointAtStop(t *testing.T) {
 	}
 }
 
-// `make run`: without DATABASE_URL, serve starts the local cluster with
-// password authentication, migrates as silas_owner and runs as silas_app,
-// which doctor then finds unable to change the audit log.
-func TestLocalClusterLeastPrivilege(t *testing.T) {
-	t.Parallel() // a cluster of its own in a directory of its own
+// clusterDataDir is a fresh data_dir for a test that starts a local
+// cluster of its own: as root the cluster runs as the postgres user, which
+// must reach it.
+func clusterDataDir(t *testing.T) string {
+	t.Helper()
 	base := t.TempDir()
 	if os.Geteuid() == 0 {
-		// The cluster runs as the postgres user, which must reach data_dir.
 		for _, d := range []string{filepath.Dir(base), base} {
 			if err := os.Chmod(d, 0o711); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	dataDir := filepath.Join(base, "data")
+	return filepath.Join(base, "data")
+}
+
+// `make run`: without DATABASE_URL, serve starts the local cluster with
+// password authentication, migrates as silas_owner and runs as silas_app,
+// which doctor then finds unable to change the audit log.
+func TestLocalClusterLeastPrivilege(t *testing.T) {
+	t.Parallel() // a cluster of its own in a directory of its own
+	dataDir := clusterDataDir(t)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -196,7 +196,7 @@ func doctorAdapters(ctx context.Context, env *cliEnv, cfg *config.Config) int {
 	deps := spec.Deps{Logger: log, Database: func(ctx context.Context) (spec.Database, error) {
 		if db == nil {
 			var err error
-			if db, err = openDatabase(ctx, cfg, log, true, store.Options{}); err != nil {
+			if db, err = openDatabase(ctx, cfg, log, store.Options{}); err != nil {
 				return spec.Database{}, err
 			}
 		}

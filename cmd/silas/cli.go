@@ -202,8 +202,8 @@ func (d *database) Close(ctx context.Context) {
 // throwaway cluster under data_dir/pg. Close stops a cluster this process
 // started: a command that starts the cluster for itself leaves none
 // running behind it (issue 22); one found running (serve's) is left
-// alone. The bool, once "stop on close", is ignored: every caller stops.
-func openDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, _ bool, opt store.Options) (*database, error) {
+// alone.
+func openDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, opt store.Options) (*database, error) {
 	d := &database{}
 	dsn := cfg.Database.URL
 	if dsn == "" {

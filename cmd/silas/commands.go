@@ -32,7 +32,7 @@ func cmdMigrate(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	log := newLogger(cfg, env.stderr)
-	db, err := openDatabase(ctx, cfg, log, false, store.Options{})
+	db, err := openDatabase(ctx, cfg, log, store.Options{})
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func cmdPair(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	log := newLogger(cfg, env.stderr)
-	db, err := openDatabase(ctx, cfg, log, false, store.Options{})
+	db, err := openDatabase(ctx, cfg, log, store.Options{})
 	if err != nil {
 		return err
 	}
@@ -160,7 +160,7 @@ func withStore(ctx context.Context, env *cliEnv, f func(*store.Store) error) err
 		return err
 	}
 	log := newLogger(cfg, env.stderr)
-	db, err := openDatabase(ctx, cfg, log, false, store.Options{})
+	db, err := openDatabase(ctx, cfg, log, store.Options{})
 	if err != nil {
 		return err
 	}

@@ -43,7 +43,7 @@ func doctorRole(ctx context.Context, cfg *config.Config) []doctor.Finding {
 		}
 	}
 	log := slog.New(slog.DiscardHandler)
-	db, err := openDatabase(ctx, cfg, log, false, store.Options{})
+	db, err := openDatabase(ctx, cfg, log, store.Options{})
 	if err != nil {
 		out.Add(doctor.Error, "database", "%v", err)
 		return out

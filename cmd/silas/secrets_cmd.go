@@ -143,7 +143,7 @@ func cmdSecretsWeb(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	log := newLogger(cfg, env.stderr)
 	slog.SetDefault(log)
-	db, err := openDatabase(ctx, cfg, log, true, store.Options{MaxConns: 4})
+	db, err := openDatabase(ctx, cfg, log, store.Options{MaxConns: 4})
 	if err != nil {
 		return err
 	}

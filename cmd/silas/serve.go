@@ -210,7 +210,7 @@ func ignoreClosed(err error) error {
 // openServeDatabase opens the database, brings the schema up to date (or
 // refuses one that is behind) and takes the instance lock.
 func openServeDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger) (*database, func(), error) {
-	db, err := openDatabase(ctx, cfg, log, true, store.Options{MaxConns: 16})
+	db, err := openDatabase(ctx, cfg, log, store.Options{MaxConns: 16})
 	if err != nil {
 		return nil, nil, err
 	}

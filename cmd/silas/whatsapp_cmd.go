@@ -113,7 +113,7 @@ func withDeviceStore(ctx context.Context, env *cliEnv, f func(*config.Config, *w
 		return err
 	}
 	log := newLogger(cfg, env.stderr)
-	db, err := openDatabase(ctx, cfg, log, true, store.Options{})
+	db, err := openDatabase(ctx, cfg, log, store.Options{})
 	if err != nil {
 		return err
 	}
