@@ -146,9 +146,10 @@ func cmdMCPServe(ctx context.Context, env *cliEnv, args []string) error {
 	fs := flags(env, "mcp serve", "mcp serve [--url URL]",
 		"Serve Silas's MCP tools on standard input/output, for an agent on this machine (its MCP config\n"+
 			"starts this command). It forwards every call to the running gateway's /mcp endpoint with the\n"+
-			"bearer token in $SILAS_MCP_TOKEN (`silas mcp token add NAME`), so calls are proposals from\n"+
-			"mcp:NAME exactly as over HTTP; `silas serve` must be running. Logs go to standard error.")
-	url := fs.String("url", "", "the gateway's MCP endpoint (default http://<http.listen>/mcp, loopback for a wildcard address)")
+			"bearer token mcp.token (SILAS_MCP_TOKEN, or file:/path; `silas mcp token add NAME`), so calls\n"+
+			"are proposals from mcp:NAME exactly as over HTTP; `silas serve` must be running. Logs go to\n"+
+			"standard error.")
+	url := fs.String("url", "", "the gateway's MCP endpoint (default mcp.url, else http://<http.listen>/mcp)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -157,11 +158,21 @@ func cmdMCPServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	log := newLogger(cfg, env.stderr)
-	token := strings.TrimSpace(os.Getenv("SILAS_MCP_TOKEN"))
-	if token == "" {
-		return &exitError{code: 2, msg: "SILAS_MCP_TOKEN is not set: mint one with `silas mcp token add NAME` and put it in the agent's MCP config (docs/mcp.md)"}
+	token := cfg.MCP.Token
+	if path, ok := strings.CutPrefix(token, "file:"); ok {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("mcp.token: %w", err)
+		}
+		token = string(b)
+	}
+	if token = strings.TrimSpace(token); token == "" {
+		return &exitError{code: 2, msg: "mcp.token is not set (SILAS_MCP_TOKEN): mint one with `silas mcp token add NAME` and put it in the agent's MCP config (docs/mcp.md)"}
 	}
 	endpoint := *url
+	if endpoint == "" {
+		endpoint = cfg.MCP.URL
+	}
 	if endpoint == "" {
 		endpoint = localEndpoint(cfg.HTTP.Listen) + mcpadapter.Path
 	}

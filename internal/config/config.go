@@ -213,6 +213,9 @@ type Config struct {
 	// Agent and LLM choose and configure the agent (llm.go).
 	Agent Agent `yaml:"agent"`
 	LLM   LLM   `yaml:"llm"`
+	// MCP configures `silas mcp serve`, the stdio bridge to the gateway's
+	// MCP endpoint (docs/mcp.md).
+	MCP MCP `yaml:"mcp"`
 
 	// ignoredEnv are Kubernetes service-link variables Load skipped.
 	ignoredEnv []string
