@@ -385,6 +385,19 @@ func TestAskAndRequestApproval(t *testing.T) {
 	if n := w.count(`SELECT count(*) FROM executions`); n != 0 {
 		t.Fatalf("request_approval ran something: %d executions", n)
 	}
+
+	// Nobody answers: the call ends with an error and the card expires.
+	ch = a.start(t.Context(), "ask", map[string]any{"question": "Still there?", "choices": []string{"yes"}})
+	cd = w.phone.card(t, "unanswered", func(c *cards.Card) bool { return strings.Contains(c.Intent, "Still there?") && c.Status == cards.StatusPending })
+	w.clock.off.Add(int64(time.Hour))
+	if res := wait(t, ch); !res.IsError || !strings.Contains(text(res), "expired") {
+		t.Fatalf("unanswered ask = %v %q", res.IsError, text(res))
+	}
+	w.phone.card(t, "expired", func(c *cards.Card) bool { return c.ID == cd.ID && c.Status == cards.StatusExpired })
+	w.tap(cd.ID, "c1") // too late: changes nothing
+	if n := w.count(`SELECT count(*) FROM mcp_questions WHERE id = $1 AND status = 'expired' AND choice IS NULL`, cd.ID); n != 1 {
+		t.Fatal("a tap after expiry answered the question")
+	}
 }
 
 func jsonKey(s string) ([]byte, error) {
