@@ -62,6 +62,12 @@ func udpEcho(t testing.TB, addr string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return echoOn(t, pc, nil)
+}
+
+// echoOn answers every datagram on pc with the same bytes, sending each
+// also to seen (when not nil, and not full), and returns pc's port.
+func echoOn(t testing.TB, pc net.PacketConn, seen chan<- string) int {
 	t.Cleanup(func() { pc.Close() })
 	go func() {
 		buf := make([]byte, 512)
@@ -69,6 +75,10 @@ func udpEcho(t testing.TB, addr string) int {
 			n, from, err := pc.ReadFrom(buf)
 			if err != nil {
 				return
+			}
+			select {
+			case seen <- string(buf[:n]):
+			default:
 			}
 			_, _ = pc.WriteTo(buf[:n], from)
 		}
@@ -203,19 +213,8 @@ func TestNetworkDNSUpstream(t *testing.T) {
 	if err != nil {
 		t.Skipf("cannot listen on %s:53: %v", outside, err)
 	}
-	defer pc.Close()
 	got := make(chan string, 8)
-	go func() {
-		buf := make([]byte, 512)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			got <- string(buf[:n])
-			_, _ = pc.WriteTo(buf[:n], from)
-		}
-	}()
+	echoOn(t, pc, got)
 	s := newSandbox(t, Config{NetworkPorts: []uint16{1}, NetworkDNS: outside})
 	dir, err := s.newWorkDir()
 	if err != nil {
