@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"reflect"
 	"regexp"
@@ -148,6 +149,10 @@ type Config struct {
 		// NetworkPorts are the TCP ports an action granted network may
 		// connect to.
 		NetworkPorts []uint16 `yaml:"network_ports"`
+		// NetworkDNS is the resolver (IPv4 address) network-on actions'
+		// DNS queries are forwarded to; "" means the host's first
+		// nameserver in /etc/resolv.conf.
+		NetworkDNS string `yaml:"network_dns"`
 	} `yaml:"sandbox"`
 	// Output decides how much of an execution's output goes into chat.
 	Output struct {
@@ -682,6 +687,11 @@ func (c *Config) checkSandbox() error {
 	for _, p := range c.Sandbox.NetworkPorts {
 		if p == 0 {
 			return bad("sandbox.network_ports", "port 0 is not a port")
+		}
+	}
+	if d := c.Sandbox.NetworkDNS; d != "" {
+		if ip, err := netip.ParseAddr(d); err != nil || !ip.Is4() {
+			return bad("sandbox.network_dns", "%q is not an IPv4 address (a resolver network-on actions' DNS is forwarded to; empty for the host's)", d)
 		}
 	}
 	if c.Output.InlineMaxChars < 100 {
