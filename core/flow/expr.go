@@ -189,6 +189,8 @@ var jsonValueType = reflect.TypeOf(&structpb.Value{})
 // compares and prints as the integer it was.
 func normalize(v any) any {
 	switch t := v.(type) {
+	case int:
+		return int64(t)
 	case float64:
 		if t == math.Trunc(t) && math.Abs(t) < 1<<53 {
 			return int64(t)
