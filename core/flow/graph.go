@@ -234,4 +234,3 @@ func (f *Flow) loopScope(id string, up map[string]bool) map[string]bool {
 	}
 	return m
 }
-

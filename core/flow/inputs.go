@@ -142,4 +142,3 @@ func (f *Flow) ParseArgs(args []string) (map[string]any, error) {
 	}
 	return f.BindInputs(given)
 }
-

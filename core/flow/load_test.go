@@ -57,7 +57,7 @@ func TestLoadErrors(t *testing.T) {
 	head := "name: x\nversion: \"1\"\n"
 	for _, tc := range []struct {
 		name, src, want string
-		opts        Options
+		opts            Options
 	}{
 		{name: "unknown type", src: head + "nodes:\n  - id: a\n    type: control.iff\n", want: `f.yaml:5: nodes.a.type: unknown node type "control.iff"`},
 		{name: "dangling edge", src: head + "nodes:\n  - {id: a, type: control.noop}\nedges:\n  - {from: a, to: b}\n", want: `f.yaml:6: edges[0].to: no node "b" (dangling edge)`},

@@ -17,7 +17,7 @@ func TestMachine(t *testing.T) {
 		script      map[string][]outcome
 		maxParallel int
 		cancelAt    int
-		want        string   // node statuses in flow order
+		want        string // node statuses in flow order
 		run         RunStatus
 		trace       []string // lines the trace must contain
 		notTrace    []string

@@ -20,7 +20,7 @@ type outcome struct {
 	perm bool
 }
 
-func ok(out string) outcome  { return outcome{out: out} }
+func ok(out string) outcome   { return outcome{out: out} }
 func bad(code string) outcome { return outcome{fail: code} }
 
 var hang = outcome{hang: true}
@@ -29,19 +29,19 @@ var hang = outcome{hang: true}
 // command's scripted outcome, delivers timers in time order on a fake
 // clock, and records a trace. It checks the invariants as it goes.
 type sim struct {
-	t       *testing.T
-	m       *Machine
-	f       *Flow
-	r       *Run
-	script  map[string][]outcome // node → outcome per attempt (last repeats)
-	now     time.Time
-	trace   []string
-	queue   []Event
-	timers  []Event
-	started map[string]bool // node/iteration/attempt
-	starts  map[string]int  // node → starts so far
-	running int
-	maxRun  int
+	t        *testing.T
+	m        *Machine
+	f        *Flow
+	r        *Run
+	script   map[string][]outcome // node → outcome per attempt (last repeats)
+	now      time.Time
+	trace    []string
+	queue    []Event
+	timers   []Event
+	started  map[string]bool // node/iteration/attempt
+	starts   map[string]int  // node → starts so far
+	running  int
+	maxRun   int
 	cancelAt int // cancel the run after this many transitions (0: never)
 }
 
