@@ -125,8 +125,10 @@ func gateCheck(c *cfgCheck, cfg map[string]*yaml.Node) {
 func httpCheck(c *cfgCheck, cfg map[string]*yaml.Node) {
 	raw, _ := c.node.Config["url"].(string)
 	if t := c.node.Templates["url"]; t != nil && len(t.exprs) > 0 {
-		if !strings.HasPrefix(raw, "http://") && !strings.HasPrefix(raw, "https://") {
-			c.l.errf(cfg["url"], c.field+".url", "must start with http:// or https:// (placeholders may follow)")
+		// The rendered URL is checked when the node runs; here only a
+		// literal start can be wrong.
+		if lit := t.lits[0]; lit != "" && !strings.HasPrefix(lit, "http://") && !strings.HasPrefix(lit, "https://") {
+			c.l.errf(cfg["url"], c.field+".url", "must start with http:// or https:// (or a placeholder)")
 		}
 		return
 	}
