@@ -29,13 +29,13 @@ import (
 // variable, so scenarios over it run one at a time.
 var realConfMu sync.Mutex
 
-// TestConformanceRealClient runs the conformance suite through the real
+// TestRealClientConformance runs the conformance suite through the real
 // engine AND the real whatsmeow client (NewClient, as serve builds it) on
 // the fake server: every message is Signal-encrypted between a phone and
 // the device, cards arrive as text plus a poll, votes are encrypted with
 // the poll's secret by whatsmeow on the phone's side and decrypted by the
 // adapter with DecryptPollVote, results are edits.
-func TestConformanceRealClient(t *testing.T) {
+func TestRealClientConformance(t *testing.T) {
 	channeltest.Run(t, func(t *testing.T, o channeltest.Options) (channeltest.Platform, string) {
 		switch {
 		case o.Shared:

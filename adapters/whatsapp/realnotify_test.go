@@ -25,7 +25,7 @@ import (
 	"github.com/silas-gateway/silas/internal/storetest"
 )
 
-// TestLoggedOutOwnerNotifiedViaWebChat: the gateway as `silas serve`
+// TestRealClientLoggedOutOwnerNotifiedViaWebChat: the gateway as `silas serve`
 // wires it — real engine on PostgreSQL, the web chat and the WhatsApp
 // channel (real whatsmeow client on the fake server), the adapter's Notify
 // connected to gateway.NotifyOwners. The owner has used the web chat. The
@@ -33,7 +33,7 @@ import (
 // is removed on the phone): the owner finds a notice in the web chat
 // saying what happened and what to do; WhatsApp does not retry; a restart
 // that finds the device still missing does not repeat the notice.
-func TestLoggedOutOwnerNotifiedViaWebChat(t *testing.T) {
+func TestRealClientLoggedOutOwnerNotifiedViaWebChat(t *testing.T) {
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
 	dsn := storetest.NewDatabase(t)

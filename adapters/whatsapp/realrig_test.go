@@ -2,6 +2,10 @@
 
 // Not built with -race: see realclient_test.go (a data race inside
 // whatsmeow's FrameSocket on every Disconnect).
+//
+// Every test in a !race file is named TestRealClient…: `make test` runs
+// this package's non-race pass with -run '^TestRealClient' (the other
+// tests already ran with -race), so a test named otherwise never runs.
 
 package whatsapp
 

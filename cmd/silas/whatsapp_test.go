@@ -55,7 +55,7 @@ func silasEnv(t *testing.T, dsn string, env []string, args ...string) (code int,
 // device store, says what to do, and records it for `silas whatsapp
 // status` / doctor. (With a device, TestServeWhatsAppThroughFake runs a
 // test build of the binary against the fake server, and adapters/whatsapp's
-// TestConformanceRealClient the channel through the real whatsmeow client.)
+// TestRealClientConformance the channel through the real whatsmeow client.)
 func TestServeWhatsAppWithoutDevice(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.NewDatabase(t)
