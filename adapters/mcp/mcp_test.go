@@ -111,6 +111,14 @@ type world struct {
 // httptest server, and the owner's direct conversation (one message).
 func newWorld(t *testing.T) *world {
 	t.Helper()
+	w := newWorldAway(t)
+	w.deliver(core.Turn{Text: "/whoami"})
+	return w
+}
+
+// newWorldAway is newWorld before the owner ever wrote to Silas.
+func newWorldAway(t *testing.T) *world {
+	t.Helper()
 	ctx := t.Context()
 	w := &world{t: t, phone: &phone{cards: map[cards.ID]*cards.Card{}}, clock: &clock{}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -152,7 +160,6 @@ func newWorld(t *testing.T) *world {
 	srv := httptest.NewServer(mcpadapter.Handler(w.eng.Calls(), log))
 	t.Cleanup(srv.Close)
 	w.url = srv.URL
-	w.deliver(core.Turn{Text: "/whoami"})
 	return w
 }
 
@@ -498,5 +505,23 @@ func TestSecretRunOutputWithheld(t *testing.T) {
 	b, _ := json.Marshal(res)
 	if strings.Contains(string(b), value) {
 		t.Fatal("the secret's value reached the caller")
+	}
+}
+
+// With no owner conversation to put a card in, a call fails with a reason
+// the client shows, and nothing is proposed.
+func TestNoOwnerToAsk(t *testing.T) {
+	t.Parallel()
+	w := newWorldAway(t)
+	a, err := w.connect(w.token("early"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := wait(t, a.start(t.Context(), "run_command", map[string]any{"argv": []string{"echo", "x"}}))
+	if !res.IsError || !strings.Contains(text(res), "No owner has talked to Silas yet") {
+		t.Fatalf("call = %v %q", res.IsError, text(res))
+	}
+	if n := w.count(`SELECT count(*) FROM approvals`); n != 0 {
+		t.Fatalf("approvals = %d", n)
 	}
 }
