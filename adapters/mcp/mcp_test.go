@@ -525,3 +525,31 @@ func TestNoOwnerToAsk(t *testing.T) {
 		t.Fatalf("approvals = %d", n)
 	}
 }
+
+// One caller cannot bury the owner in cards: past five waiting, a call is
+// refused before anything is stored.
+func TestOpenCallsBounded(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	a, err := w.connect(w.token("loop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for i := range 5 {
+		q := fmt.Sprintf("Question %d?", i)
+		a.start(ctx, "ask", map[string]any{"question": q, "choices": []string{"ok"}})
+		w.phone.card(t, q, func(c *cards.Card) bool { return strings.Contains(c.Intent, q) })
+	}
+	res := wait(t, a.start(ctx, "ask", map[string]any{"question": "One more?", "choices": []string{"ok"}}))
+	if !res.IsError || !strings.Contains(text(res), "5 cards waiting") {
+		t.Fatalf("sixth call = %v %q", res.IsError, text(res))
+	}
+	if n := w.count(`SELECT count(*) FROM mcp_questions`); n != 5 {
+		t.Fatalf("questions = %d, want 5", n)
+	}
+	// The five end at their expiry at the latest, whether or not the
+	// client's cancellation reached the server.
+	w.clock.off.Add(int64(time.Hour))
+}
