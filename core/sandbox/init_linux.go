@@ -543,6 +543,9 @@ func remount(dst string, flags uintptr) error {
 // bound from the host as it was, the hidden one an empty placeholder (a
 // directory of mode 0000, an empty read-only file) — and mountinfo shows
 // the parent, which the program can list anyway, and its other entries.
+// The rebuilt parent lists the entries it had when the sandbox was built
+// (its subdirectories and files are the host's, live): a hidden path made
+// later in it is not there at all.
 // Only a hidden path directly under / (a system dir itself, whose name
 // says nothing of the host) is covered by a mount of its own.
 func hideAll(root, host string, hs []string, done map[string]bool) error {
@@ -563,10 +566,14 @@ func hideAll(root, host string, hs []string, done map[string]bool) error {
 			done[h] = ok
 			continue
 		}
-		if byParent[p] == nil {
-			byParent[p] = map[string]bool{}
+		byParent[p] = map[string]bool{}
+	}
+	// A parent rebuilt leaves out every hidden name it has, covered before
+	// or not.
+	for _, h := range hs {
+		if names := byParent[filepath.Dir(h)]; names != nil {
+			names[filepath.Base(h)] = true
 		}
-		byParent[p][filepath.Base(h)] = true
 	}
 	parents := slices.Collect(maps.Keys(byParent))
 	// Outer parents first: an inner one is rebuilt on top of the bind its
