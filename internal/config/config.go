@@ -218,6 +218,11 @@ type Config struct {
 	// Agent and LLM choose and configure the agent (llm.go).
 	Agent Agent `yaml:"agent"`
 	LLM   LLM   `yaml:"llm"`
+	// Flows are the runbooks (flows.*).
+	Flows Flows `yaml:"flows"`
+	// MCP configures `silas mcp serve`, the stdio bridge to the gateway's
+	// MCP endpoint (docs/mcp.md).
+	MCP MCP `yaml:"mcp"`
 
 	// ignoredEnv are Kubernetes service-link variables Load skipped.
 	ignoredEnv []string
@@ -281,6 +286,7 @@ func Default() *Config {
 		p.SetDefaults()
 	}
 	c.setLLMDefaults()
+	c.Flows.MaxParallel = 4
 	return c
 }
 
@@ -540,7 +546,7 @@ func (c *Config) Adapters() []spec.Spec {
 // Validate checks every key and names the first bad one: the gateway's own
 // sections, then each adapter's (Adapters), the agent's and the policy.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb} {
+	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows} {
 		if err := check(); err != nil {
 			return err
 		}
