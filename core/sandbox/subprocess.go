@@ -60,6 +60,7 @@ type Subprocess struct {
 	landlock       int      // Landlock ABI, 0 when unavailable
 	pasta          string   // network-on runs' network stack (netns_linux.go)
 	netErr         error    // why network-on runs are refused; nil when pasta is there
+	dns            netDNS   // where network-on runs' DNS queries go (sandbox.network_dns; netns_linux.go)
 	unavailable    error    // why isolated runs are refused; nil when the probe passed
 	log            *slog.Logger
 
@@ -203,6 +204,9 @@ func New(cfg Config) (*Subprocess, error) {
 	}
 	s.landlock = landlockABI()
 	s.pasta, s.netErr = findPasta(cfg.pasta)
+	if err := s.configureDNS(cfg.NetworkDNS); err != nil {
+		return nil, err
+	}
 	s.workTmpfs = s.root && s.stagesWork()
 	// Work dirs a previous process released (or left behind) are pruned
 	// now, then whenever a run is released.
