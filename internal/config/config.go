@@ -220,6 +220,9 @@ type Config struct {
 	LLM   LLM   `yaml:"llm"`
 	// Flows are the runbooks (flows.*).
 	Flows Flows `yaml:"flows"`
+	// MCP configures `silas mcp serve`, the stdio bridge to the gateway's
+	// MCP endpoint (docs/mcp.md).
+	MCP MCP `yaml:"mcp"`
 
 	// ignoredEnv are Kubernetes service-link variables Load skipped.
 	ignoredEnv []string
