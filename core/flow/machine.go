@@ -237,6 +237,14 @@ func (s *step) fail(n *Node, e *NodeError, out json.RawMessage) {
 	}
 	st.Status, st.Error = NodeFailed, e
 	outs := s.m.f.out[s.m.f.index[n.ID]]
+	if ls := s.m.f.loops[s.m.f.index[n.ID]]; ls != nil {
+		// A failed loop starts no further iteration: its body, pending
+		// whenever a loop can fail, is skipped; only its exits remain.
+		for _, ei := range ls.enter {
+			s.r.Edges[ei] = EdgeSkipped
+		}
+		outs = ls.exit
+	}
 	if n.Policy.ContinueOnError {
 		st.Handled = true
 		marker := map[string]any{"failed": true, "error": map[string]any{"code": e.Code, "message": e.Message}}
@@ -244,13 +252,14 @@ func (s *step) fail(n *Node, e *NodeError, out json.RawMessage) {
 			marker["output"] = v
 		}
 		s.setOutput(n.ID, marker)
-		if e.Code == CodeExpression {
-			return // decide already ran; its good edges stand
+		// Edges a failing when already decided keep their decision.
+		var pending []int
+		for _, ei := range outs {
+			if s.r.Edges[ei] == EdgePending {
+				pending = append(pending, ei)
+			}
 		}
-		if ls := s.m.f.loops[s.m.f.index[n.ID]]; ls != nil {
-			outs = ls.exit
-		}
-		s.decide(n, outs)
+		s.decide(n, pending)
 		return
 	}
 	st.Output = out
