@@ -3,6 +3,7 @@ package flow
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -190,4 +191,24 @@ func checkRandomFlow(t *testing.T, data []byte) {
 			t.Fatalf("two runs differ:\n%v\n%v", traces[0], traces[1])
 		}
 	}
+}
+
+// FuzzParse: no input makes the loader panic, and what loads can start.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(okFlow))
+	for _, name := range []string{"restart-web", "disk-cleanup", "wait-healthy"} {
+		if b, err := os.ReadFile("../../configs/flows/" + name + ".yaml"); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte("name: x\nversion: \"1\"\nnodes:\n  - {id: a, type: control.loop, config: {while: \"true\", max_iterations: 2}}\n  - {id: b, type: control.noop}\nedges:\n  - {from: a, to: b}\n  - {from: b, to: a}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fl, err := Parse("f.yaml", data, Options{Model: true})
+		if err != nil {
+			return
+		}
+		if _, _, err := NewMachine(fl).Start(nil, 2); err != nil && !strings.Contains(err.Error(), "required") {
+			t.Fatalf("loaded flow does not start: %v", err)
+		}
+	})
 }

@@ -441,7 +441,8 @@ func (s *step) doSwitch(n *Node, sc Scope) {
 			return
 		}
 		if ok {
-			route, _ = c.(map[string]any)["route"].(string)
+			cm, _ := c.(map[string]any)
+			route, _ = cm["route"].(string)
 			break
 		}
 	}
