@@ -37,10 +37,14 @@ func TestFlowCommands(t *testing.T) {
 		{"show as text", []string{"flow", "show", "restart-web"}, 0, []string{"restart-web (version 1)", "health → rollback  when has(nodes.health.failed)"}},
 		{"show as mermaid", []string{"flow", "show", "--format", "mermaid", "mine"}, 0, []string{"flowchart TD", `hello["hello<br/>system.log"]`}},
 		{"show unknown", []string{"flow", "show", "nope"}, 1, []string{`no flow named "nope"`}},
+		{"config check bounds flows.max_parallel", []string{"config", "check"}, 1, []string{"flows.max_parallel: 0 is outside 1…64"}},
 		{"run is not built yet", []string{"flow", "run", "mine"}, 1, []string{"not built yet"}},
 		{"agent.run needs a model", []string{"flow", "validate", writeFlow(t, "name: ag\nversion: \"1\"\nnodes:\n  - {id: a, type: agent.run, config: {goal: fix}}\n")}, 1, []string{"agent.run needs a model"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.args[0] == "config" {
+				t.Setenv("SILAS_FLOWS_MAX_PARALLEL", "0")
+			}
 			var out, errOut bytes.Buffer
 			code := run(context.Background(), tc.args, &out, &errOut)
 			all := out.String() + errOut.String()
