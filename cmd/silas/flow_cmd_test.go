@@ -35,7 +35,7 @@ func TestFlowCommands(t *testing.T) {
 		{"validate without files", []string{"flow", "validate"}, 2, []string{"Usage: silas flow validate"}},
 		{"list shows examples and flows.dir", []string{"flow", "list"}, 0, []string{"restart-web", "disk-cleanup", "wait-healthy", "mine          2        1", "my own"}},
 		{"show as text", []string{"flow", "show", "restart-web"}, 0, []string{"restart-web (version 1)", "health → rollback  when has(nodes.health.failed)"}},
-		{"show as mermaid", []string{"flow", "show", "--format", "mermaid", "mine"}, 0, []string{"flowchart TD", `hello["hello<br/>system.log"]`}},
+		{"show as mermaid", []string{"flow", "show", "--format", "mermaid", "mine"}, 0, []string{"flowchart TD", `n_hello["hello<br/>system.log"]`}},
 		{"show unknown", []string{"flow", "show", "nope"}, 1, []string{`no flow named "nope"`}},
 		{"config check bounds flows.max_parallel", []string{"config", "check"}, 1, []string{"flows.max_parallel: 0 is outside 1…64"}},
 		{"run is not built yet", []string{"flow", "run", "mine"}, 1, []string{"not built yet"}},
