@@ -51,10 +51,26 @@ func (m *Machine) Step(r *Run, ev Event) (*Run, Transition, error) {
 	if r.FlowHash != m.f.Hash {
 		return nil, Transition{}, errors.New("flow: the run was started with another version of the flow (it is pinned by hash)")
 	}
-	if ev.Kind != EvCancel {
+	switch ev.Kind {
+	case EvCancel:
+	case EvStarted, EvSucceeded, EvFailed, EvTimer:
 		if _, ok := r.Nodes[ev.Node]; !ok || m.f.Node(ev.Node) == nil {
 			return nil, Transition{}, fmt.Errorf("flow: event about unknown node %q", ev.Node)
 		}
+	default:
+		return nil, Transition{}, fmt.Errorf("flow: unknown event kind %q", ev.Kind)
+	}
+	if ev.Kind == EvTimer && ev.Timer != TimerTimeout && ev.Timer != TimerBackoff {
+		return nil, Transition{}, fmt.Errorf("flow: unknown timer kind %q", ev.Timer)
+	}
+	// The output is stored as it is: it must be JSON, or the run could no
+	// longer be stored.
+	if len(ev.Output) > 0 && !json.Valid(ev.Output) {
+		return nil, Transition{}, fmt.Errorf("flow: %s's output is not JSON", ev.Node)
+	}
+	if ev.Error != nil {
+		e := *ev.Error
+		ev.Error = &e
 	}
 	s := &step{m: m, r: r.clone(), ev: ev}
 	s.r.Seq++
@@ -124,8 +140,6 @@ func (s *step) apply() {
 		// any failure while attempts remain.
 		s.cmds = append(s.cmds, Command{Kind: CmdStop, Node: n.ID, Iteration: st.Iteration, Attempt: st.Attempt, Reason: CodeTimeout})
 		s.fail(n, &NodeError{Code: CodeTimeout, Message: fmt.Sprintf("attempt %d ran longer than %s", st.Attempt, n.Policy.Timeout)}, nil)
-	default:
-		s.ignored = "unknown event kind " + string(ev.Kind)
 	}
 }
 

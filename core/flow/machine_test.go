@@ -502,6 +502,18 @@ func TestPrecedence(t *testing.T) {
 			t.Fatalf("run changed: %+v", r.Nodes["a"])
 		}
 	})
+	t.Run("events that cannot belong to the run are errors", func(t *testing.T) {
+		for _, ev := range []Event{
+			{Kind: "exploded", Node: "a", Attempt: 1},
+			{Kind: EvSucceeded, Node: "ghost", Attempt: 1},
+			{Kind: EvTimer, Node: "a", Attempt: 1},
+			{Kind: EvSucceeded, Node: "a", Attempt: 1, Output: []byte("{not json")},
+		} {
+			if _, _, err := m.Step(r, ev); err == nil {
+				t.Errorf("%+v accepted", ev)
+			}
+		}
+	})
 	t.Run("another flow version is refused", func(t *testing.T) {
 		other := *r
 		other.FlowHash = "x"
