@@ -33,11 +33,8 @@ func WriteText(w io.Writer, f *Flow) error {
 	}
 	b.WriteString("\nnodes:\n")
 	for _, n := range f.Nodes {
-		fmt.Fprintf(&b, "  %-16s %-20s", n.ID, n.Type)
-		if p := policyText(n.Policy); p != "" {
-			fmt.Fprintf(&b, " %s", p)
-		}
-		b.WriteString("\n")
+		line := fmt.Sprintf("  %-16s %-20s %s", n.ID, n.Type, policyText(n.Policy))
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
 	}
 	if len(f.Edges) > 0 {
 		b.WriteString("\nedges:\n")
