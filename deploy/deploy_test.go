@@ -4,10 +4,14 @@
 package deploy
 
 import (
+	"encoding/json"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 )
 
 // runtimeStage is the Dockerfile's last stage: what the image ships.
@@ -57,6 +61,79 @@ func TestGuideLinks(t *testing.T) {
 		}
 		if _, err := os.Stat("../docs/" + m[1]); err != nil {
 			t.Errorf("docs/deploy.md links %s: %v", m[1], err)
+		}
+	}
+}
+
+// TestComposeSandboxSettings: what compose.yaml grants the gateway is what
+// the sandbox needs and no more (docs/deploy.md#docker-and-compose; the
+// container test, make test-deploy, runs an action under it): no
+// capability, no privilege, no new privileges, an unmasked /proc, the
+// shipped seccomp profile, /dev/net/tun for pasta, a read-only root. And
+// the profile denies none of the system calls the sandbox's init, the
+// gateway or pasta make.
+func TestComposeSandboxSettings(t *testing.T) {
+	b, err := os.ReadFile("compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Services map[string]struct {
+			Privileged  bool     `yaml:"privileged"`
+			User        string   `yaml:"user"`
+			CapAdd      []string `yaml:"cap_add"`
+			CapDrop     []string `yaml:"cap_drop"`
+			SecurityOpt []string `yaml:"security_opt"`
+			Devices     []string `yaml:"devices"`
+			ReadOnly    bool     `yaml:"read_only"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatalf("compose.yaml: %v", err)
+	}
+	s := f.Services["silas"]
+	if s.Privileged || s.User != "" || len(s.CapAdd) > 0 || len(s.CapDrop) != 1 || s.CapDrop[0] != "ALL" || !s.ReadOnly {
+		t.Errorf("silas service = %+v: want the image's user, every capability dropped, none added, not privileged, a read-only root", s)
+	}
+	opts := strings.Join(s.SecurityOpt, " ")
+	for _, want := range []string{"no-new-privileges:true", "seccomp=./seccomp.json", "systempaths=unconfined", "apparmor=unconfined"} {
+		if !strings.Contains(" "+opts+" ", " "+want+" ") {
+			t.Errorf("security_opt %v lacks %s", s.SecurityOpt, want)
+		}
+	}
+	if len(s.Devices) != 1 || s.Devices[0] != "/dev/net/tun" {
+		t.Errorf("devices = %v, want /dev/net/tun (pasta)", s.Devices)
+	}
+
+	pb, err := os.ReadFile("seccomp.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prof struct {
+		DefaultAction string `json:"defaultAction"`
+		Syscalls      []struct {
+			Names  []string `json:"names"`
+			Action string   `json:"action"`
+		} `json:"syscalls"`
+	}
+	if err := json.Unmarshal(pb, &prof); err != nil {
+		t.Fatalf("seccomp.json: %v", err)
+	}
+	if prof.DefaultAction != "SCMP_ACT_ALLOW" {
+		t.Fatalf("seccomp.json defaultAction = %s: the needed calls below are checked against a deny list", prof.DefaultAction)
+	}
+	needed := []string{"mount", "umount2", "pivot_root", "unshare", "setns", "clone", "clone3",
+		"open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "mount_setattr",
+		"landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self", "seccomp", "prctl", "capset",
+		"sethostname", "setrlimit", "prlimit64", "execve", "execveat"}
+	for _, r := range prof.Syscalls {
+		if r.Action == "SCMP_ACT_ALLOW" {
+			continue
+		}
+		for _, n := range r.Names {
+			if slices.Contains(needed, n) {
+				t.Errorf("seccomp.json denies %s, which the sandbox needs", n)
+			}
 		}
 	}
 }
