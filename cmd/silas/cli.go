@@ -29,7 +29,7 @@ type command struct {
 var commands = []command{
 	{"serve", "run the gateway (web chat, turn pipeline, outbox)", cmdServe},
 	{"migrate", "apply database migrations", cmdMigrate},
-	{"keys", "manage the gateway signing key (keys init)", cmdKeys},
+	{"keys", "manage the gateway signing key (keys init) and the keys the database recorded (keys forget)", cmdKeys},
 	{"pair", "print a one-time code that binds a platform identity to the owner", cmdPair},
 	{"audit", "check or show the audit log (audit verify, audit tail)", cmdAudit},
 	{"secrets", "list or delete stored secrets by name, never values (secrets list, secrets delete)", cmdSecrets},
