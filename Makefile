@@ -5,7 +5,7 @@ BIN := bin/silas
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: run build test test-short test-deploy check lint fuzz bench vet fmt clean
+.PHONY: run build test test-race test-short test-deploy check lint fuzz bench vet fmt clean
 
 ## run: start the gateway with the local web chat (a local PostgreSQL under ./.data when DATABASE_URL is unset)
 run: build
@@ -30,9 +30,16 @@ export GORACE ?= atexit_sleep_ms=0
 ## WhatsApp's real-client tests are built only without -race (whatsmeow races on
 ## Disconnect; realclient_test.go): they run once more without it (only they: the
 ## package's other tests ran with -race; the real-client tests are all TestRealClient…).
-test: vet lint
-	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -vet=off -count=1 $(TEST_FLAGS) -timeout 15m $(TEST_PKGS)
+## Lint runs beside the race pass rather than before it: the race pass leaves a core
+## idle much of the time (tests waiting on servers and subprocesses), which
+## staticcheck fills (BENCHMARKS.md, "make test").
+test: vet
+	@$(MAKE) --no-print-directory -j2 lint test-race
 	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -vet=off -count=1 $(TEST_FLAGS) -timeout 10m -run '^TestRealClient' ./adapters/whatsapp
+
+# test-race: the race pass of `make test` alone (no vet, lint or non-race pass)
+test-race:
+	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -vet=off -count=1 $(TEST_FLAGS) -timeout 15m $(TEST_PKGS)
 
 ## test-deploy: the shipped container setup runs an approved action (deploy/container_test.go): builds the
 ## image's runtime stage from its Debian packages (mmdebstrap, cached) and runs it under compose.yaml's settings.

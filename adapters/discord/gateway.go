@@ -59,6 +59,14 @@ func (a *Adapter) runGateway(ctx context.Context) {
 			}
 		}
 		gs := s.gs
+		// discordgo emits a Disconnect on every Close, also the Close after
+		// a failed Open, when nothing was connected: such a signal is stale
+		// and must not end the connection about to open (it would be
+		// dropped at once, and the next Open would find it still open).
+		select {
+		case <-s.down:
+		default:
+		}
 		err := gs.Open()
 		if err != nil {
 			a.log.Warn("discord: gateway connection failed; retrying", slog.Any("err", kit.RedactURL(mapError("gateway", err))))

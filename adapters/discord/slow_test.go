@@ -226,3 +226,43 @@ func TestClientCloseCode(t *testing.T) {
 		})
 	}
 }
+
+// TestNoReconnectChurnAfterOutage: a failed Open is followed by Close,
+// which makes discordgo emit a Disconnect although nothing was connected.
+// That signal must not end the next, healthy connection: after Discord
+// comes back the adapter connects and identifies once, and stays.
+// Checked to fail: without draining the stale signal before Open, the
+// fresh connection is dropped at once and a second session identifies
+// after an ErrWSAlreadyOpen (seen as ~30 s of silence under load).
+func TestNoReconnectChurnAfterOutage(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.NewServer(t)
+	srv.Outage(true)
+	a, err := New(Config{Token: discordtest.Token, ApplicationID: discordtest.AppID, BaseURL: srv.BaseURL,
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx, &slowInbox{release: make(chan struct{})}) }()
+	defer func() { cancel(); <-done }()
+	// Several refused attempts (each a failed Open and a Close).
+	for deadline := time.Now().Add(10 * time.Second); srv.OutageHits() < 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no gateway attempts during the outage (%d)", srv.OutageHits())
+		}
+	}
+	srv.Outage(false)
+	for deadline := time.Now().Add(10 * time.Second); !srv.Connected(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no gateway session after the outage: %+v", srv.Gateway())
+		}
+	}
+	// With the reconnect backoff at 20–50 ms, churn would show within a
+	// few backoffs; a second is many of them.
+	time.Sleep(time.Second)
+	if g := srv.Gateway(); g.Connects != 1 || g.Identifies != 1 || !srv.Connected() {
+		t.Errorf("after the outage: %+v, connected %v; want one connect, one IDENTIFY, still connected", g, srv.Connected())
+	}
+}

@@ -31,9 +31,15 @@ type Config struct {
 	// webchat.session_ttl.
 	SessionTTL time.Duration `yaml:"session_ttl"`
 
-	// State, when set, is where `silas webchat revoke` records that every
-	// session must end (key "sessions_revoked_at"); Run checks it every
-	// RevokePoll (default 2s).
+	// Sessions, when set, keeps the login secrets and sessions in the
+	// database (serve: *store.Store): a session is valid on every instance
+	// and survives a restart, and `silas webchat revoke` revokes the rows.
+	// Without it they live in this process's memory.
+	Sessions SessionStore `yaml:"-"`
+	// State, when set without Sessions, is where `silas webchat revoke`
+	// records that every session must end (key "sessions_revoked_at").
+	// Run checks it, and the open sockets' sessions, every RevokePoll
+	// (default 2s).
 	State      core.StateStore `yaml:"-"`
 	RevokePoll time.Duration   `yaml:"-"`
 	// LoginLimit and FrameLimit rate-limit POST /login per client address

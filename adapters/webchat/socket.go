@@ -166,9 +166,8 @@ func (a *Adapter) endSession(c *client) {
 }
 
 func (a *Adapter) serveWS(w http.ResponseWriter, r *http.Request) {
-	session, expires, ok := a.session(r)
+	session, expires, ok := a.authorize(w, r)
 	if !ok {
-		httpError(w, http.StatusUnauthorized, "not logged in")
 		return
 	}
 	a.mu.Lock()
@@ -321,7 +320,13 @@ func (a *Adapter) frameTurn(f ClientFrame) core.Turn {
 }
 
 func (a *Adapter) handleFrame(ctx context.Context, in core.Inbox, c *client, data []byte) {
-	if _, ok := a.sessionExpiry(c.session); !ok {
+	// Every frame reads the session (one primary-key read; a revoke or a
+	// logout on any instance counts from the next frame on).
+	if _, ok, err := a.sess.session(ctx, c.session, a.now()); err != nil {
+		a.log.Error("web chat: could not read the session", slog.Any("err", err))
+		a.sendFrame(c, errorFrame{Type: "error", Code: "internal", Message: "the gateway could not check the session; retry"})
+		return
+	} else if !ok {
 		a.endSession(c)
 		return
 	}

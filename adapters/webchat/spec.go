@@ -20,8 +20,9 @@ func (c *Config) Spec() spec.Spec {
 }
 
 // build makes the channel. Serve's state store is the core's storage,
-// which also keeps the conversation and the long outputs the page reads
-// (HistoryReader, OutputSource); without them (tests) the adapter keeps
+// which also keeps the conversation, the long outputs the page reads and
+// the logins and sessions (HistoryReader, OutputSource, SessionStore);
+// without them (tests) the adapter keeps
 // its history in memory. The page and its socket are served at "/", the
 // least specific pattern, behind the loopback Host check.
 func (c *Config) build(_ context.Context, d spec.Deps) (spec.Built, error) {
@@ -32,6 +33,9 @@ func (c *Config) build(_ context.Context, d spec.Deps) (spec.Built, error) {
 	}
 	if o, ok := d.State.(OutputSource); ok {
 		cfg.Outputs = o
+	}
+	if ss, ok := d.State.(SessionStore); ok {
+		cfg.Sessions = ss
 	}
 	a, err := New(cfg)
 	if err != nil {

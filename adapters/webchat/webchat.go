@@ -18,7 +18,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"embed"
 	"encoding/base64"
 	"encoding/json"
@@ -70,15 +69,16 @@ type Adapter struct {
 	now    func() time.Time
 	conv   core.ConversationID
 	static http.Handler
+	// sess keeps logins and sessions: the database under serve
+	// (Config.Sessions), else this process's memory.
+	sess keeper
 
-	mu       sync.Mutex
-	inbox    core.Inbox
-	secrets  map[[32]byte]time.Time // login secret hash → expiry (one-time)
-	sessions map[[32]byte]time.Time // session token hash → expiry
-	clients  map[*client]struct{}
-	history  []*entry
-	byID     map[string]*entry
-	ctx      context.Context
+	mu      sync.Mutex
+	inbox   core.Inbox
+	clients map[*client]struct{}
+	history []*entry
+	byID    map[string]*entry
+	ctx     context.Context
 
 	loginLim, frameLim *httpserve.RateLimiter
 
@@ -139,14 +139,17 @@ func New(cfg Config) (*Adapter, error) {
 		return nil, err
 	}
 	_, user, _ := strings.Cut(string(cfg.Identity), ":")
+	var sess keeper = newMemKeeper()
+	if cfg.Sessions != nil {
+		sess = dbKeeper{st: cfg.Sessions, ch: cfg.Name}
+	}
 	return &Adapter{
 		cfg: cfg, log: cfg.Logger.With(slog.String("channel", string(cfg.Name))), now: cfg.Now,
-		conv:     core.ConversationID(string(cfg.Name) + ":" + user),
-		static:   http.FileServerFS(sub),
-		secrets:  map[[32]byte]time.Time{},
-		sessions: map[[32]byte]time.Time{},
-		clients:  map[*client]struct{}{},
-		byID:     map[string]*entry{},
+		conv:    core.ConversationID(string(cfg.Name) + ":" + user),
+		static:  http.FileServerFS(sub),
+		sess:    sess,
+		clients: map[*client]struct{}{},
+		byID:    map[string]*entry{},
 
 		queueSlack: queueSlack,
 		loginLim:   &httpserve.RateLimiter{Burst: cfg.LoginLimit.Burst, Every: cfg.LoginLimit.Every, MaxKeys: 10000},
@@ -170,12 +173,16 @@ func (a *Adapter) Name() core.ChannelName { return a.cfg.Name }
 func (a *Adapter) Conversation() core.ConversationID { return a.conv }
 
 // NewLoginSecret mints a one-time login secret valid for ttl. Only its hash
-// is kept; print it once and forget it.
+// is kept (with Config.Sessions, in the database: the link then works on
+// every instance, once); print it once and forget it. A secret that could
+// not be stored is logged and refused at login.
 func (a *Adapter) NewLoginSecret(ttl time.Duration) string {
 	s := randomToken()
-	a.mu.Lock()
-	a.secrets[sha256.Sum256([]byte(s))] = a.now().Add(ttl)
-	a.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.sess.addLogin(ctx, sha256.Sum256([]byte(s)), a.now().Add(ttl)); err != nil {
+		a.log.Error("web chat: could not store the login secret; the printed link will not work (restart for a new one)", slog.Any("err", err))
+	}
 	return s
 }
 
@@ -332,8 +339,7 @@ func (a *Adapter) serveSession(w http.ResponseWriter, r *http.Request) {
 		methodNotAllowed(w, "GET, HEAD")
 		return
 	}
-	if _, _, ok := a.session(r); !ok {
-		httpError(w, http.StatusUnauthorized, "not logged in")
+	if _, _, ok := a.authorize(w, r); !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"identity": string(a.cfg.Identity), "conversation": string(a.conv)})
@@ -383,27 +389,14 @@ func (a *Adapter) serveLogin(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, "body must be {\"secret\": \"…\"}")
 		return
 	}
-	h := sha256.Sum256([]byte(body.Secret))
 	now := a.now()
-	a.mu.Lock()
-	var ok bool
-	for k, exp := range a.secrets {
-		if subtle.ConstantTimeCompare(k[:], h[:]) == 1 && now.Before(exp) {
-			ok = true
-		}
-		if !now.Before(exp) {
-			delete(a.secrets, k)
-		}
+	token := randomToken()
+	ok, err := a.sess.login(r.Context(), sha256.Sum256([]byte(body.Secret)), sha256.Sum256([]byte(token)), now, now.Add(a.cfg.SessionTTL))
+	if err != nil {
+		a.log.Error("web chat login: could not store the session", slog.Any("err", err))
+		httpError(w, http.StatusServiceUnavailable, "the gateway could not store the session; retry")
+		return
 	}
-	if ok {
-		delete(a.secrets, h) // one-time
-	}
-	var token string
-	if ok {
-		token = randomToken()
-		a.sessions[sha256.Sum256([]byte(token))] = now.Add(a.cfg.SessionTTL)
-	}
-	a.mu.Unlock()
 	if !ok {
 		a.log.Warn("web chat login refused", slog.String("remote", r.RemoteAddr))
 		httpError(w, http.StatusUnauthorized, "unknown, used or expired login secret")
@@ -416,28 +409,26 @@ func (a *Adapter) serveLogin(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// session returns the hash and expiry of r's valid session cookie.
-func (a *Adapter) session(r *http.Request) (hash [32]byte, exp time.Time, ok bool) {
+// authorize returns the hash and expiry of r's valid session cookie, or
+// answers 401 (no valid session) or 503 (the sessions cannot be read now:
+// the page retries rather than asking to sign in again) and returns false.
+func (a *Adapter) authorize(w http.ResponseWriter, r *http.Request) (hash [32]byte, exp time.Time, ok bool) {
 	c, err := r.Cookie(cookieName)
 	if err != nil || c.Value == "" {
+		httpError(w, http.StatusUnauthorized, "not logged in")
 		return hash, exp, false
 	}
 	hash = sha256.Sum256([]byte(c.Value))
-	exp, ok = a.sessionExpiry(hash)
-	return hash, exp, ok
-}
-
-// sessionExpiry returns when the session with this token hash ends, and
-// whether it is valid now. Expired sessions are forgotten.
-func (a *Adapter) sessionExpiry(hash [32]byte) (time.Time, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	exp, ok := a.sessions[hash]
-	if ok && !a.now().Before(exp) {
-		delete(a.sessions, hash)
-		return exp, false
+	exp, ok, err = a.sess.session(r.Context(), hash, a.now())
+	if err != nil {
+		a.log.Error("web chat: could not read the session", slog.Any("err", err))
+		httpError(w, http.StatusServiceUnavailable, "the gateway could not check the session; retry")
+		return hash, exp, false
 	}
-	return exp, ok
+	if !ok {
+		httpError(w, http.StatusUnauthorized, "not logged in")
+	}
+	return hash, exp, ok
 }
 
 func (a *Adapter) serveOutput(w http.ResponseWriter, r *http.Request) {
@@ -447,8 +438,7 @@ func (a *Adapter) serveOutput(w http.ResponseWriter, r *http.Request) {
 		methodNotAllowed(w, "GET, HEAD")
 		return
 	}
-	if _, _, ok := a.session(r); !ok {
-		httpError(w, http.StatusUnauthorized, "not logged in")
+	if _, _, ok := a.authorize(w, r); !ok {
 		return
 	}
 	ref := strings.TrimPrefix(r.URL.Path, "/outputs/")

@@ -79,13 +79,13 @@ func TestCrashCardsReachFinalState(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(seed, 1))
 	// serve refuses SILAS_* variables that name no configuration key, and
-	// the servers inherit this environment.
+	// every test's servers inherit this environment: unset them for good
+	// (restoring them would break the servers of tests still running),
+	// before the parallel tests start.
 	for _, k := range []string{"SILAS_CRASH_TRIALS", "SILAS_CRASH_SEED"} {
-		if v, ok := os.LookupEnv(k); ok {
-			os.Unsetenv(k)
-			t.Cleanup(func() { os.Setenv(k, v) })
-		}
+		os.Unsetenv(k)
 	}
+	t.Parallel() // servers of its own on a database of its own
 
 	dsn := pgtest.NewDatabase(t)
 	data := t.TempDir()

@@ -445,8 +445,10 @@ func TestExternalIdentityCannotRun(t *testing.T) {
 // execution, and after execution before the reply; after each restart the
 // action has run exactly once and the result reaches the chat.
 func TestCrashExactlyOnce(t *testing.T) {
+	t.Parallel() // servers of their own on databases of their own
 	for _, fp := range []string{"after-approve", "after-execute"} {
 		t.Run(fp, func(t *testing.T) {
+			t.Parallel()
 			dsn := pgtest.NewDatabase(t)
 			data := t.TempDir()
 			// The sandbox lets the action write only in its own work dir;

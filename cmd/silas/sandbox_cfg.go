@@ -71,6 +71,7 @@ func sandboxConfig(cfg *config.Config, configPath string, log *slog.Logger) (san
 		KeepWorkFor:    keepWorkFor(cfg.Sandbox.KeepWorkFor.Duration, cfg.Sandbox.MaxKeptWorkBytes),
 		MaxKeptWork:    cfg.Sandbox.MaxKeptWorkBytes,
 		NetworkPorts:   cfg.Sandbox.NetworkPorts,
+		NetworkDNS:     cfg.Sandbox.NetworkDNS,
 		Logger:         log,
 	}, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	mcpadapter "github.com/silas-gateway/silas/adapters/mcp"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/gateway"
@@ -99,7 +100,10 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 	}
-	srv := httpserve.NewServer(chans.handler(opsMux(eng, db.store, reg), ln.Addr().String(), cfg.HTTP.AllowedHosts), limits)
+	ops := opsMux(eng, db.store, reg)
+	// Silas as an MCP server (docs/mcp.md): bearer tokens only.
+	ops.Handle(mcpadapter.Path, mcpadapter.Handler(eng.Calls(), log))
+	srv := httpserve.NewServer(chans.handler(ops, ln.Addr().String(), cfg.HTTP.AllowedHosts), limits)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -92,3 +92,18 @@ const (
 	// task back (read_output).
 	KindTaskRehydrated Kind = "task.rehydrated"
 )
+
+// MCP callers (core/callgate, docs/mcp.md): outside agents whose calls
+// become proposals from "mcp:<token name>". Token entries name the token,
+// never its value.
+const (
+	KindMCPTokenAdded   Kind = "mcp.token_added"
+	KindMCPTokenRevoked Kind = "mcp.token_revoked"
+	// KindMCPCall: a caller's tool call reached the core (tool, and the
+	// approval or question it became).
+	KindMCPCall Kind = "mcp.call"
+	// KindMCPAsked: a caller's question was put to the owner;
+	// KindMCPAnswered: the owner answered it (the choice), or it expired.
+	KindMCPAsked    Kind = "mcp.asked"
+	KindMCPAnswered Kind = "mcp.answered"
+)

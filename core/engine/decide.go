@@ -64,6 +64,20 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		o.toast = rv.Toast
 		return nil
 	}
+	if q := e.cfg.Questions; q != nil {
+		// A card an outside agent's question put to the owner.
+		qt, err := q.Tap(ctx, tx, o.st, o.trust, tap, o)
+		if err != nil {
+			return err
+		}
+		if qt.Refused != "" {
+			return refuse(qt.Refused, qt.Toast)
+		}
+		if qt.Handled {
+			o.toast = qt.Toast
+			return nil
+		}
+	}
 	tp, err := e.taskTap(ctx, tx, o, tap)
 	if err != nil {
 		return err

@@ -55,6 +55,9 @@ type Config struct {
 	// Tasks is the task runtime (nil: a task request is answered "not
 	// enabled").
 	Tasks Tasks
+	// Questions answers taps on the cards of outside agents' questions
+	// (core/callgate; nil: there are none).
+	Questions Questions
 	// Count counts policy decisions and approval taps (nil: not counted).
 	Count propose.Counter
 	// MaxTextLen rejects longer inbound text; Workers bounds
@@ -76,6 +79,13 @@ type Runs interface {
 	RefuseUnready(ctx context.Context, tx execute.Tx, a core.ApprovalRequest, approver core.IdentityID) (*execute.Unready, error)
 	ResumeAll(ctx context.Context) error
 	Close(grace context.Context)
+}
+
+// Questions is the callers gate as a tap on one of its question cards
+// reaches it, inside the tap turn's transaction; Handled=false: not its
+// card.
+type Questions interface {
+	Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, tap core.Tap, out core.TaskOut) (core.TaskTap, error)
 }
 
 // Hooks are called synchronously at points the load driver measures. They

@@ -303,7 +303,7 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 	}
 	if err != nil {
 		if errors.Is(err, core.ErrIsolationUnavailable) {
-			refuse("the sandbox cannot provide the isolation this action requires (network off); nothing was run")
+			refuse(isolationRefusal(act, err))
 			return
 		}
 		if ctx.Err() != nil {

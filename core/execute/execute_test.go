@@ -45,7 +45,14 @@ type fakeSandbox struct {
 	untilCancelled bool
 	// released are the work dirs handed back (Release).
 	released []string
+	// unavailable and netUnavailable are what Available and
+	// NetworkAvailable report (execute.Readiness).
+	unavailable, netUnavailable error
 }
+
+func (f *fakeSandbox) Available() error { return f.unavailable }
+
+func (f *fakeSandbox) NetworkAvailable() error { return f.netUnavailable }
 
 func (f *fakeSandbox) Release(dir string) error {
 	f.mu.Lock()
@@ -176,7 +183,12 @@ func (b *bundle) decided(t *testing.T, argv []string, checks ...verify.Check) co
 	if len(checks) == 0 {
 		checks = []verify.Check{verify.ExitCodeZero()}
 	}
-	act := core.Action{Tool: "shell", Argv: argv, Verify: checks}
+	return b.decidedAction(t, core.Action{Tool: "shell", Argv: argv, Verify: checks})
+}
+
+// decidedAction is decided for a whole action.
+func (b *bundle) decidedAction(t *testing.T, act core.Action) core.ApprovalID {
+	t.Helper()
 	canonical, _ := act.Canonical()
 	hash, _ := act.Hash()
 	now := time.Now().UTC().Truncate(time.Microsecond)

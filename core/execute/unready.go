@@ -15,10 +15,53 @@ import (
 )
 
 // A card never shows a state that did not happen (issue 22 point 8): an
-// approved action that declares a secret which is not stored cannot start,
-// and that is known in the transaction that approves it. It is refused
-// there, so its card goes from confirming straight to refused, never
-// through "running…" (which the decision's card says of a queued run).
+// approved action that cannot start for a reason known in the transaction
+// that approves it — no executor for its tool, a sandbox that cannot give
+// it the isolation it needs (network off or on), a declared secret that
+// is not stored — is refused there, so its card goes from confirming
+// straight to refused, never through "running…" (which the decision's card
+// says of a queued run).
+
+// Readiness is what a sandbox knows before any run: nil when it can give
+// runs their isolation, or why every run (network-on runs) would be
+// refused. *sandbox.Subprocess implements it; a sandbox that does not
+// leaves such runs to be refused when they start.
+type Readiness interface {
+	Available() error
+	NetworkAvailable() error
+}
+
+// isolationRefusal is the reason an action is refused when the sandbox
+// cannot isolate it as it asks. For network-on the sandbox's reason names
+// the missing tool and its package; for network off it says only what
+// (the namespace details are for doctor and the log).
+func isolationRefusal(act core.Action, err error) string {
+	if act.Network {
+		why := strings.TrimPrefix(err.Error(), "sandbox: ")
+		return "the sandbox cannot provide the isolation this action requires (network on: " + render.Clip(why, 300) + "); nothing was run"
+	}
+	return "the sandbox cannot provide the isolation this action requires (network off); nothing was run"
+}
+
+// ready is why act cannot start at all, whatever its secrets: "" when it
+// may.
+func (x *Executor) ready(act core.Action) string {
+	if act.Tool != "shell" {
+		return fmt.Sprintf("no executor for tool %q", act.Tool)
+	}
+	r, ok := x.cfg.Sandbox.(Readiness)
+	if !ok {
+		return ""
+	}
+	err := r.Available()
+	if err == nil && act.Network {
+		err = r.NetworkAvailable()
+	}
+	if err != nil {
+		return isolationRefusal(act, err)
+	}
+	return ""
+}
 
 // Presence tells which declared secrets are not stored, without opening
 // any (Sealed implements it). An Executor whose Secrets does not leaves
@@ -74,17 +117,19 @@ type Unready struct {
 
 // RefuseUnready refuses, in tx, the execution of request a that was just
 // approved and queued there (a as the decider carried it: the row is not
-// read again), when it declares a secret that is not stored (or secrets
-// are not enabled). nil: nothing to refuse (it runs).
+// read again), when it cannot start: no executor for its tool, isolation
+// the sandbox says it cannot give, or a declared secret that is not
+// stored (or secrets are not enabled). nil: nothing to refuse (it runs).
 func (x *Executor) RefuseUnready(ctx context.Context, tx Tx, a core.ApprovalRequest, approver core.IdentityID) (*Unready, error) {
 	id := a.ID
 	var act core.Action
-	if err := json.Unmarshal(a.ActionCanonical, &act); err != nil || len(act.Secrets) == 0 {
+	if err := json.Unmarshal(a.ActionCanonical, &act); err != nil {
 		return nil, nil // the gate judges a request that does not decode
 	}
-	var reason string
+	reason := x.ready(act)
 	var ask []string
 	switch p, ok := x.cfg.Secrets.(Presence); {
+	case reason != "", len(act.Secrets) == 0:
 	case x.cfg.Secrets == nil, ok && !p.Enabled():
 		reason = "secrets are not enabled on this gateway"
 	case !ok:
@@ -100,6 +145,9 @@ func (x *Executor) RefuseUnready(ctx context.Context, tx Tx, a core.ApprovalRequ
 			reason = fmt.Sprintf("secret %s is not stored; a secure-form link to store it was sent — approve the command again once it is stored",
 				strings.Join(missing, ", "))
 		}
+	}
+	if reason == "" {
+		return nil, nil
 	}
 	u := core.ExecUpdate{Reason: reason, Done: true}
 	ok, err := tx.TransitionExecution(ctx, id, core.ExecQueued, core.ExecRefused, u)

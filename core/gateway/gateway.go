@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,7 @@ import (
 	"github.com/silas-gateway/silas/core/access"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/background"
+	"github.com/silas-gateway/silas/core/callgate"
 	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/engine"
@@ -169,6 +171,7 @@ type Gateway struct {
 	access *access.Access
 	secure *secureinput.Requests
 	tasks  engine.Tasks // nil: tasks not enabled
+	calls  *callgate.Gate
 }
 
 // New validates cfg and builds every room and the engine on them.
@@ -229,6 +232,15 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 	}
+	// Outside agents' calls (MCP): proposals on the same proposer and
+	// executor as /run, from callers that never have owner trust.
+	if g.calls, err = callgate.New(callgate.Config{Store: cfg.Store,
+		Actions: propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m},
+		Owners:  func(ctx context.Context) []core.IdentityID { return slices.Concat(cfg.Owners, book.OwnersBound(ctx)) },
+		Key:     cfg.Key, TTL: cfg.ApprovalTTL, Kick: func(c core.ConversationID) { g.out.Kick(c, 1) }, Logger: cfg.Logger, Now: cfg.Now,
+	}); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	var cmdTasks commands.Tasks // a nil interface, not a nil runtime
 	if g.tasks != nil {
 		cmdTasks = g.tasks
@@ -240,7 +252,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.Engine, err = engine.New(engine.Config{
 		Store: cfg.Store, Channels: channels, Agent: cfg.Agent, Trust: book, Handles: handles, Outbox: g.out, Access: g.access,
-		Decider: decider, Proposer: proposer, Runs: exec, Commands: cmds, Tasks: g.tasks, Count: m,
+		Decider: decider, Proposer: proposer, Runs: exec, Commands: cmds, Tasks: g.tasks, Questions: g.calls, Count: m,
 		MaxTextLen: cfg.MaxTextLen, Workers: cfg.Workers, Registry: cfg.Registry, Logger: cfg.Logger, Now: cfg.Now, Hooks: cfg.Hooks,
 	})
 	if err != nil {
@@ -253,6 +265,10 @@ func New(cfg Config) (*Gateway, error) {
 // (secrets-web) answers through, and where its link builder is set once
 // the form is built (SecureInput().SetLink, before Run).
 func (g *Gateway) SecureInput() *secureinput.Requests { return g.secure }
+
+// Calls is the callers gate: outside agents' calls (the MCP endpoint,
+// adapters/mcp) as proposals from "mcp:<token name>".
+func (g *Gateway) Calls() *callgate.Gate { return g.calls }
 
 // NotifyOwners tells the owners through the other channels (core/access):
 // for a channel that cannot reach them itself any more.

@@ -50,6 +50,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Finding is one detected credential: text[Start:End].
@@ -149,34 +150,47 @@ func longestAlnumRun(s string) int {
 // later: every detector's left-boundary check rejects a match starting
 // inside another token, so no match is lost that way, and Scan stays linear
 // in the length of the text.
-var detectors = []detector{
-	// Left of the digits anything but a digit ("…/bot123456789:AA…" is the
-	// Bot API URL form); the secret part must mix character classes.
-	{kind: KindTelegramBotToken, hints: []string{":"}, re: regexp.MustCompile(`[0-9]{8,10}:[A-Za-z0-9_-]{35}`),
-		ok: func(text string, s, e int) bool {
-			if s > 0 && isDigit(text[s-1]) || e < len(text) && isTokenChar(text[e]) {
-				return false
-			}
-			return classes(text[e-35:e]) >= 2
-		}},
-	{kind: KindSlackToken, hints: []string{"xox", "xapp-"}, re: regexp.MustCompile(`(?:xox[abposr]|xoxe\.xox[bp]|xoxe|xapp)-[0-9A-Za-z-]{10,512}`),
-		ok: func(text string, s, e int) bool { return leftClear(isTokenChar)(text, s, e) && hasDigit(text[s+5:e]) }},
-	{kind: KindGitHubToken, hints: []string{"gh", "github_pat_"}, re: regexp.MustCompile(`(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})`),
-		ok: leftClear(isTokenChar)},
-	{kind: KindGitLabToken, hints: []string{"glpat-"}, re: regexp.MustCompile(`glpat-[0-9A-Za-z_-]{20,255}`), ok: leftClear(isTokenChar)},
-	{kind: KindNPMToken, hints: []string{"npm_"}, re: regexp.MustCompile(`npm_[A-Za-z0-9]{36}`), ok: bothClear(isAlnum)},
-	{kind: KindHuggingFaceToken, hints: []string{"hf_"}, re: regexp.MustCompile(`hf_[A-Za-z0-9]{34,255}`), ok: leftClear(isTokenChar)},
-	{kind: KindStripeKey, hints: []string{"k_live_", "k_test_"}, re: regexp.MustCompile(`[rs]k_(?:live|test)_[0-9A-Za-z]{16,255}`), ok: leftClear(isTokenChar)},
-	{kind: KindGoogleAPIKey, hints: []string{"AIza"}, re: regexp.MustCompile(`AIza[0-9A-Za-z_-]{35}`), ok: bothClear(isTokenChar)},
-	{kind: KindAWSAccessKeyID, hints: []string{"AKIA", "ASIA"}, re: regexp.MustCompile(`(?:AKIA|ASIA)[A-Z0-9]{16}`), ok: bothClear(isAlnum)},
-	{kind: KindAPIKey, hints: []string{"sk-"}, re: regexp.MustCompile(`sk-(?:proj-|ant-|svcacct-|admin-)?[A-Za-z0-9_-]{20,512}`),
-		ok: func(text string, s, e int) bool {
-			body := text[s+3 : e]
-			return leftClear(isTokenChar)(text, s, e) && hasDigit(body) && strings.IndexFunc(body, isLetter) >= 0 && longestAlnumRun(body) >= 16
-		}},
-	{kind: KindJWT, hints: []string{"eyJ"}, re: regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*`),
-		ok: leftClear(func(c byte) bool { return isTokenChar(c) || c == '.' })},
-	{kind: KindURLPassword, hints: []string{"://"}, re: regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s/?#@:]*:([^\s/?#@\[\]]+)@`), group: 1},
+//
+// The patterns are compiled on first use, not at package init: every
+// process that links this package runs its init, the sandbox's init (the
+// gateway re-executed for each run) too, and compiling them there cost
+// ~6 ms of CPU per run (their counted repetitions expand to thousands of
+// instructions).
+var detectors = sync.OnceValue(func() []detector {
+	return []detector{
+		// Left of the digits anything but a digit ("…/bot123456789:AA…" is the
+		// Bot API URL form); the secret part must mix character classes.
+		{kind: KindTelegramBotToken, hints: []string{":"}, re: regexp.MustCompile(`[0-9]{8,10}:[A-Za-z0-9_-]{35}`),
+			ok: func(text string, s, e int) bool {
+				if s > 0 && isDigit(text[s-1]) || e < len(text) && isTokenChar(text[e]) {
+					return false
+				}
+				return classes(text[e-35:e]) >= 2
+			}},
+		{kind: KindSlackToken, hints: []string{"xox", "xapp-"}, re: regexp.MustCompile(`(?:xox[abposr]|xoxe\.xox[bp]|xoxe|xapp)-[0-9A-Za-z-]{10,512}`),
+			ok: func(text string, s, e int) bool { return leftClear(isTokenChar)(text, s, e) && hasDigit(text[s+5:e]) }},
+		{kind: KindGitHubToken, hints: []string{"gh", "github_pat_"}, re: regexp.MustCompile(`(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})`),
+			ok: leftClear(isTokenChar)},
+		{kind: KindGitLabToken, hints: []string{"glpat-"}, re: regexp.MustCompile(`glpat-[0-9A-Za-z_-]{20,255}`), ok: leftClear(isTokenChar)},
+		{kind: KindNPMToken, hints: []string{"npm_"}, re: regexp.MustCompile(`npm_[A-Za-z0-9]{36}`), ok: bothClear(isAlnum)},
+		{kind: KindHuggingFaceToken, hints: []string{"hf_"}, re: regexp.MustCompile(`hf_[A-Za-z0-9]{34,255}`), ok: leftClear(isTokenChar)},
+		{kind: KindStripeKey, hints: []string{"k_live_", "k_test_"}, re: regexp.MustCompile(`[rs]k_(?:live|test)_[0-9A-Za-z]{16,255}`), ok: leftClear(isTokenChar)},
+		{kind: KindGoogleAPIKey, hints: []string{"AIza"}, re: regexp.MustCompile(`AIza[0-9A-Za-z_-]{35}`), ok: bothClear(isTokenChar)},
+		{kind: KindAWSAccessKeyID, hints: []string{"AKIA", "ASIA"}, re: regexp.MustCompile(`(?:AKIA|ASIA)[A-Z0-9]{16}`), ok: bothClear(isAlnum)},
+		{kind: KindAPIKey, hints: []string{"sk-"}, re: regexp.MustCompile(`sk-(?:proj-|ant-|svcacct-|admin-)?[A-Za-z0-9_-]{20,512}`),
+			ok: func(text string, s, e int) bool {
+				body := text[s+3 : e]
+				return leftClear(isTokenChar)(text, s, e) && hasDigit(body) && strings.IndexFunc(body, isLetter) >= 0 && longestAlnumRun(body) >= 16
+			}},
+		{kind: KindJWT, hints: []string{"eyJ"}, re: regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*`),
+			ok: leftClear(func(c byte) bool { return isTokenChar(c) || c == '.' })},
+		{kind: KindURLPassword, hints: []string{"://"}, re: regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s/?#@:]*:([^\s/?#@\[\]]+)@`), group: 1},
+	}
+})
+
+// lazyRegexp compiles expr on first use (see detectors).
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
 }
 
 // The password rule: a key that names a credential, ":" or "=", and a
@@ -186,9 +200,9 @@ var detectors = []detector{
 // "********", "required") do not count.
 var (
 	// assignKey runs on asciiLower(text), which keeps every byte offset.
-	assignKey = regexp.MustCompile("(?:password|passwd|passphrase|secret_key|client_secret|api_key|apikey|api-key|" +
+	assignKey = lazyRegexp("(?:password|passwd|passphrase|secret_key|client_secret|api_key|apikey|api-key|" +
 		"access_token|auth_token|refresh_token|private_key|secret_access_key)[\"']?[ \t]*[:=][ \t]*")
-	assignValue = regexp.MustCompile("^(?:\"([^\"\n]{6,200})\"|'([^'\n]{6,200})'|([^\\s\"'`,;]{6,1000}))")
+	assignValue = lazyRegexp("^(?:\"([^\"\n]{6,200})\"|'([^'\n]{6,200})'|([^\\s\"'`,;]{6,1000}))")
 )
 
 // asciiLower lower-cases ASCII letters only, byte by byte, so offsets stay
@@ -211,7 +225,7 @@ func scanAssignments(text string, fs []Finding, w *meter) []Finding {
 	}
 	skipTo := 0
 	w.add(len(text)) // one pass finds every key
-	for _, k := range assignKey.FindAllStringIndex(low, -1) {
+	for _, k := range assignKey().FindAllStringIndex(low, -1) {
 		if k[0] < skipTo || k[0] > 0 && isAlnum(text[k[0]-1]) || k[1] == len(text) {
 			continue
 		}
@@ -227,7 +241,7 @@ func scanAssignments(text string, fs []Finding, w *meter) []Finding {
 		// A value is at most 1,000 bytes (plus quotes): bound the input so
 		// the match costs that, not the rest of the text.
 		bounded := text[k[1]:min(len(text), k[1]+1002)]
-		m := assignValue.FindStringSubmatchIndex(bounded)
+		m := assignValue().FindStringSubmatchIndex(bounded)
 		if m == nil {
 			w.add(len(bounded))
 			continue
@@ -253,8 +267,8 @@ var placeholder = map[string]bool{"required": true, "optional": true, "string": 
 func isLetter(r rune) bool { return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' }
 
 var (
-	pemBegin = regexp.MustCompile(`-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----`)
-	pemEnd   = regexp.MustCompile(`-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----`)
+	pemBegin = lazyRegexp(`-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----`)
+	pemEnd   = lazyRegexp(`-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----`)
 )
 
 // Scan returns the credentials found in text, sorted by position and
@@ -287,7 +301,7 @@ func (m *meter) search(rest string, loc []int) {
 func scan(text string, w *meter) []Finding {
 	var fs []Finding
 	fs = scanPEM(text, fs, w)
-	for _, d := range detectors {
+	for _, d := range detectors() {
 		fs = scanDetector(text, d, fs, w)
 	}
 	fs = scanAssignments(text, fs, w)
@@ -299,14 +313,14 @@ func scan(text string, w *meter) []Finding {
 func scanPEM(text string, fs []Finding, w *meter) []Finding {
 	pos := 0
 	for pos < len(text) {
-		b := pemBegin.FindStringIndex(text[pos:])
+		b := pemBegin().FindStringIndex(text[pos:])
 		w.search(text[pos:], b)
 		if b == nil {
 			break
 		}
 		start := pos + b[0]
 		end := len(text) // an unterminated block is redacted to the end
-		e := pemEnd.FindStringIndex(text[pos+b[1]:])
+		e := pemEnd().FindStringIndex(text[pos+b[1]:])
 		w.search(text[pos+b[1]:], e)
 		if e != nil {
 			end = pos + b[1] + e[1]

@@ -94,6 +94,11 @@ type Config struct {
 	// ExecRequest.Network may reach (nftables in its network namespace,
 	// Landlock for TCP); empty means DefaultNetworkPorts.
 	NetworkPorts []uint16
+	// NetworkDNS is the resolver (an IPv4 address) a network-on run's DNS
+	// queries go to: pasta forwards what the run sends to the one resolver
+	// its /etc/resolv.conf names there. Empty means the first nameserver of
+	// the host's /etc/resolv.conf, as pasta picks it.
+	NetworkDNS string
 	// Logger receives debug records (program name, duration, exit code);
 	// never arguments, environment values or output. Nil discards.
 	Logger *slog.Logger

@@ -534,6 +534,12 @@ func TestEscape(t *testing.T) {
 	// gateway's.
 	cases = append(cases, escapeCase{name: "mountinfo names no host path", argv: []string{"cat", "/proc/self/mountinfo"}, exitZero: true,
 		want: []string{" / /work rw,"}, notWant: []string{b.data, b.probeDir, b.hostTmpDir}})
+	if b.hiddenDir != "" {
+		// Nor a hidden path inside a system dir: no mount is made on it
+		// (its parent is rebuilt without it), so mountinfo never names it.
+		cases = append(cases, escapeCase{name: "mountinfo names no hidden path", argv: []string{"cat", "/proc/self/mountinfo"}, exitZero: true,
+			want: []string{" " + b.visibleSys + " ro,"}, notWant: []string{b.hiddenDir, b.hiddenFile}})
+	}
 	if os.Geteuid() == 0 {
 		cases = append(cases, escapeCase{name: "setuid-root binary", argv: []string{"./suid-id"}, exitZero: true, want: []string{"uid=65534(nobody) gid=65534(nogroup) groups=65534(nogroup)\n"}})
 	}

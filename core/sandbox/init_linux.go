@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -409,12 +411,8 @@ func setupFS(spec *initSpec) (map[string]bool, error) {
 		}
 	}
 	hidden := map[string]bool{}
-	for _, h := range spec.Hide {
-		done, err := hide(root, h)
-		if err != nil {
-			return nil, err
-		}
-		hidden[h] = done
+	if err := hideAll(root, "", spec.Hide, hidden); err != nil {
+		return nil, err
 	}
 	// /tmp.
 	if err := os.MkdirAll(root+"/tmp", 0o755); err != nil {
@@ -455,13 +453,8 @@ func setupFS(spec *initSpec) (map[string]bool, error) {
 // program learns nothing of the host's layout, the data dir's path
 // included), detaches the host's root and makes the new root read-only.
 func finishFS(spec *initSpec, hidden map[string]bool) error {
-	for _, h := range spec.Hide {
-		if hidden[h] {
-			continue
-		}
-		if _, err := hide("", h); err != nil {
-			return err
-		}
+	if err := hideAll("", oldRoot, spec.Hide, hidden); err != nil {
+		return err
 	}
 	if spec.HostDir == "" || !filepath.IsAbs(spec.HostDir) {
 		return fmt.Errorf("init: bad work dir %q", spec.HostDir)
@@ -539,9 +532,139 @@ func remount(dst string, flags uintptr) error {
 	return nil
 }
 
+// hideAll covers the paths of hs a system dir makes visible inside the new
+// root and records each one covered in done (paths not yet there are left
+// for a later call). root is the new root's path, host the host's tree's
+// ("" and the root before pivot_root, oldRoot and "" after).
+//
+// A mount over a hidden path would name it in /proc/self/mountinfo (issue
+// 22 point 8), so the hidden path is never a mount point: its parent's
+// contents are rebuilt on a read-only tmpfs instead — every other entry
+// bound from the host as it was, the hidden one an empty placeholder (a
+// directory of mode 0000, an empty read-only file) — and mountinfo shows
+// the parent, which the program can list anyway, and its other entries.
+// Only a hidden path directly under / (a system dir itself, whose name
+// says nothing of the host) is covered by a mount of its own.
+func hideAll(root, host string, hs []string, done map[string]bool) error {
+	byParent := map[string]map[string]bool{}
+	for _, h := range hs {
+		if done[h] {
+			continue
+		}
+		if _, err := os.Lstat(root + h); err != nil {
+			continue // not visible (yet)
+		}
+		p := filepath.Dir(h)
+		if p == "/" {
+			ok, err := hide(root, h)
+			if err != nil {
+				return err
+			}
+			done[h] = ok
+			continue
+		}
+		if byParent[p] == nil {
+			byParent[p] = map[string]bool{}
+		}
+		byParent[p][filepath.Base(h)] = true
+	}
+	parents := slices.Collect(maps.Keys(byParent))
+	// Outer parents first: an inner one is rebuilt on top of the bind its
+	// outer one made of it.
+	slices.SortFunc(parents, func(a, b string) int { return strings.Count(a, "/") - strings.Count(b, "/") })
+	for _, p := range parents {
+		if inside(p, done) {
+			// Below a path already hidden: nothing of it is reachable.
+			for name := range byParent[p] {
+				done[filepath.Join(p, name)] = true
+			}
+			continue
+		}
+		if err := rebuildWithout(root, host, p, byParent[p]); err != nil {
+			return err
+		}
+		for name := range byParent[p] {
+			done[filepath.Join(p, name)] = true
+		}
+	}
+	return nil
+}
+
+// inside reports whether p is a hidden path of done or below one.
+func inside(p string, done map[string]bool) bool {
+	for h, ok := range done {
+		if ok && (p == h || strings.HasPrefix(p, h+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// rebuildWithout mounts a tmpfs over directory p of the new root holding
+// p's entries as the host has them (directories and files bound
+// read-only, symbolic links copied) but for the names in hidden, which are
+// empty placeholders of the same kind; then makes it read-only. Entries
+// that are neither (sockets, FIFOs, devices) are left out: the system dirs
+// are for programs and their data.
+func rebuildWithout(root, host, p string, hidden map[string]bool) error {
+	src, dst := host+p, root+p
+	fi, err := os.Stat(src)
+	if err != nil {
+		return fmt.Errorf("init: hide under %s: %w", p, err)
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return fmt.Errorf("init: hide under %s: %w", p, err)
+	}
+	opts := fmt.Sprintf("mode=%04o,size=64k", fi.Mode().Perm())
+	if err := unix.Mount("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("init: hide under %s: %w", p, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		s, d := src+"/"+name, dst+"/"+name
+		switch t := e.Type(); {
+		case hidden[name] && t.IsDir():
+			err = os.Mkdir(d, 0)
+		case hidden[name]:
+			err = emptyFile(d, 0o444)
+		case t&os.ModeSymlink != 0:
+			var target string
+			if target, err = os.Readlink(s); err == nil {
+				err = os.Symlink(target, d)
+			}
+		case t.IsDir():
+			err = bindReadOnly(s, d)
+		case t.IsRegular():
+			if err = emptyFile(d, 0o444); err == nil {
+				err = unix.Mount(s, d, "", unix.MS_BIND, "")
+			}
+			if err == nil {
+				err = remount(d, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("init: hide under %s: %s: %w", p, name, err)
+		}
+	}
+	if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("init: hide under %s: read-only: %w", p, err)
+	}
+	return nil
+}
+
+func emptyFile(path string, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
 // hide covers h inside the new root (root is its path before pivot_root,
 // "" after) when a system dir makes it visible: an empty read-only tmpfs
 // over a directory, /dev/null over a file. It reports whether h was there.
+// hideAll uses it only for a path directly under /.
 func hide(root, h string) (bool, error) {
 	dst := root + h
 	fi, err := os.Lstat(dst)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,7 +37,7 @@ import (
 // inside the namespace (netfilter_linux.go): TCP and UDP only to
 // sandbox.network_ports, plus UDP 53 to pasta's DNS forwarder (the only
 // resolver resolv.conf names), which pasta sends on to the host's
-// configured resolver; Landlock still allows TCP connect only to those
+// configured resolver or to sandbox.network_dns (netDNS); Landlock still allows TCP connect only to those
 // ports.
 
 // pastaTool is the user-space network stack network-on runs need, and the
@@ -128,7 +129,7 @@ func (s *Subprocess) ProbeNetwork() error {
 // the top of this file). pasta's stderr is kept for the error message when
 // it fails.
 func (s *Subprocess) pastaArgs(readyPath string) []string {
-	return []string{
+	return append([]string{
 		"--foreground", "--quiet",
 		"--config-net",
 		"--tcp-ports", "none", "--udp-ports", "none", // nothing forwarded into the run
@@ -138,7 +139,53 @@ func (s *Subprocess) pastaArgs(readyPath string) []string {
 		"--no-dhcp", "--no-dhcpv6", "--no-ra", // --config-net configured it
 		"--dns-forward", dnsForwardAddr, // the run's only resolver
 		"--pid", readyPath, // written once the namespace is configured
+	}, s.dns.args...)
+}
+
+// netDNS is where a network-on run's DNS queries go: pasta forwards what
+// the run sends to its resolver (dnsForwardAddr, the only one its
+// resolv.conf names) to the first nameserver of the host's
+// /etc/resolv.conf, or to Config.NetworkDNS when set.
+type netDNS struct {
+	// args are pasta's options for it (--dns-host, where pasta has it).
+	args []string
+	// resolvConf, when set, is the upstream the root helper names in a
+	// resolv.conf of its own, bound over /etc/resolv.conf in its private
+	// mount namespace before pasta reads it (a pasta without --dns-host
+	// takes the upstream from that file only).
+	resolvConf string
+}
+
+// configureDNS sets where network-on runs' DNS goes (Config.NetworkDNS;
+// "" leaves pasta's default). An upstream that is not an IPv4 address is
+// an error: the run's forwarder address is IPv4, and pasta forwards only to
+// a resolver of the same version. Where the upstream cannot be set (a
+// pasta without --dns-host, Silas not root), network-on runs are refused
+// with the reason rather than sent to another resolver.
+func (s *Subprocess) configureDNS(upstream string) error {
+	if upstream == "" {
+		return nil
 	}
+	ip, err := netip.ParseAddr(upstream)
+	if err != nil || !ip.Is4() {
+		return fmt.Errorf("sandbox: network DNS upstream %q is not an IPv4 address", upstream)
+	}
+	if s.netErr != nil {
+		return nil // network-on runs are refused anyway
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	help, _ := exec.CommandContext(ctx, s.pasta, "--help").CombinedOutput()
+	switch {
+	case bytes.Contains(help, []byte("--dns-host")):
+		s.dns.args = []string{"--dns-host", ip.String()}
+	case s.root:
+		s.dns.resolvConf = ip.String()
+	default:
+		s.netErr = fmt.Errorf("sandbox: sandbox.network_dns needs a %s with --dns-host (a newer %s) when Silas does not run as root; network-on actions are refused until then: %w",
+			pastaTool, pastaPackage, core.ErrIsolationUnavailable)
+	}
+	return nil
 }
 
 // netAttach is pasta serving one init's network namespace.
@@ -187,7 +234,8 @@ func (s *Subprocess) attachNet(pid int) (*netAttach, error) {
 	n := &netAttach{stderr: &capWriter{limit: 4096}, exited: make(chan struct{})}
 	var cmd *exec.Cmd
 	if s.root {
-		spec, err := json.Marshal(netHelperSpec{PID: pid, Pasta: s.pasta, Args: s.pastaArgs(ready), Mount: filepath.Join(s.baseDir, rootMountPoint)})
+		spec, err := json.Marshal(netHelperSpec{PID: pid, Pasta: s.pasta, Args: s.pastaArgs(ready), Mount: filepath.Join(s.baseDir, rootMountPoint),
+			DNS: s.dns.resolvConf})
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: network: spec: %w", err)
 		}
@@ -295,6 +343,9 @@ type netHelperSpec struct {
 	Pasta string   `json:"pasta"` // pasta's path
 	Args  []string `json:"args"`  // pasta's options (pastaArgs)
 	Mount string   `json:"mount"` // an empty directory to mount a tmpfs on (private)
+	// DNS, when set, is the upstream resolver pasta is to read from
+	// /etc/resolv.conf (netDNS.resolvConf).
+	DNS string `json:"dns,omitempty"`
 }
 
 func init() {
@@ -329,6 +380,16 @@ func netHelper(arg string) error {
 	}
 	if err := unix.Mount(fmt.Sprintf("/proc/%d/ns/net", spec.PID), nsFile, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind the init's network namespace: %w", err)
+	}
+	if spec.DNS != "" {
+		// Only this helper's mount namespace (and pasta's) sees it.
+		conf := filepath.Join(spec.Mount, "resolv.conf")
+		if err := os.WriteFile(conf, []byte("nameserver "+spec.DNS+"\n"), 0o644); err != nil {
+			return err
+		}
+		if err := unix.Mount(conf, "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind the DNS upstream's resolv.conf (sandbox.network_dns): %w", err)
+		}
 	}
 	argv := append([]string{pastaTool}, spec.Args...)
 	argv = append(argv, "--runas", "0", "--netns", nsFile, "--netns-only")

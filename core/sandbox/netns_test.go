@@ -62,6 +62,12 @@ func udpEcho(t testing.TB, addr string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return echoOn(t, pc, nil)
+}
+
+// echoOn answers every datagram on pc with the same bytes, sending each
+// also to seen (when not nil, and not full), and returns pc's port.
+func echoOn(t testing.TB, pc net.PacketConn, seen chan<- string) int {
 	t.Cleanup(func() { pc.Close() })
 	go func() {
 		buf := make([]byte, 512)
@@ -69,6 +75,10 @@ func udpEcho(t testing.TB, addr string) int {
 			n, from, err := pc.ReadFrom(buf)
 			if err != nil {
 				return
+			}
+			select {
+			case seen <- string(buf[:n]):
+			default:
 			}
 			_, _ = pc.WriteTo(buf[:n], from)
 		}
@@ -183,5 +193,44 @@ func TestNetworkDNSOnlyViaForwarder(t *testing.T) {
 	res := run(t, s, core.ExecRequest{Argv: []string{"./escape", "send-udp", "198.51.100.1:53"}, Dir: dir, Network: true, Timeout: 20 * time.Second})
 	if out := string(res.Stdout) + string(res.Stderr); !strings.Contains(out, "operation not permitted") {
 		t.Fatalf("UDP to a resolver of the program's choosing (port 53 not allowed): exit %d, want operation not permitted:\n%s", res.ExitCode, out)
+	}
+}
+
+// TestNetworkDNSUpstream: with sandbox.network_dns set, the DNS queries a
+// network-on run sends to its resolver (pasta's forwarder, the only one
+// its resolv.conf names) reach that upstream and its answers come back —
+// not the host's configured resolver. A bad upstream is refused at New.
+func TestNetworkDNSUpstream(t *testing.T) {
+	needPasta(t)
+	if _, err := New(Config{BaseDir: t.TempDir(), NetworkDNS: "::1"}); err == nil || !strings.Contains(err.Error(), "not an IPv4 address") {
+		t.Fatalf("New with an IPv6 DNS upstream: %v, want an error", err)
+	}
+	outside := outsideAddr(t)
+	if outside == "" {
+		t.Skip("no outside address (needs root)")
+	}
+	pc, err := net.ListenPacket("udp4", net.JoinHostPort(outside, "53"))
+	if err != nil {
+		t.Skipf("cannot listen on %s:53: %v", outside, err)
+	}
+	got := make(chan string, 8)
+	echoOn(t, pc, got)
+	s := newSandbox(t, Config{NetworkPorts: []uint16{1}, NetworkDNS: outside})
+	dir, err := s.newWorkDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, probeBinary(t), dir+"/escape", 0o755)
+	res := run(t, s, core.ExecRequest{Argv: []string{"./escape", "send-udp", dnsForwardAddr + ":53"}, Dir: dir, Network: true, Timeout: 20 * time.Second})
+	if out := string(res.Stdout) + string(res.Stderr); !strings.Contains(out, "send-udp: ok") {
+		t.Fatalf("a query to the run's resolver got no answer from the configured upstream: exit %d:\n%s", res.ExitCode, out)
+	}
+	select {
+	case q := <-got:
+		if q != "silas-escape" {
+			t.Fatalf("the upstream got %q", q)
+		}
+	default:
+		t.Fatal("the configured upstream saw no query")
 	}
 }

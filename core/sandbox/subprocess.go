@@ -60,6 +60,7 @@ type Subprocess struct {
 	landlock       int      // Landlock ABI, 0 when unavailable
 	pasta          string   // network-on runs' network stack (netns_linux.go)
 	netErr         error    // why network-on runs are refused; nil when pasta is there
+	dns            netDNS   // where network-on runs' DNS queries go (sandbox.network_dns; netns_linux.go)
 	unavailable    error    // why isolated runs are refused; nil when the probe passed
 	log            *slog.Logger
 
@@ -204,6 +205,9 @@ func New(cfg Config) (*Subprocess, error) {
 	}
 	s.landlock = landlockABI()
 	s.pasta, s.netErr = findPasta(cfg.pasta)
+	if err := s.configureDNS(cfg.NetworkDNS); err != nil {
+		return nil, err
+	}
 	s.workTmpfs = s.root && s.stagesWork()
 	// Work dirs a previous process released (or left behind) are pruned
 	// now, then whenever a run is released.
@@ -738,7 +742,7 @@ func (s *Subprocess) spawn(network bool) (*warmInit, error) {
 	}
 	cmd := exec.Command("/proc/self/exe", initSpecArg)
 	cmd.Args[0] = initArg0
-	cmd.Env = []string{} // nothing of the gateway's environment, not even for the init
+	cmd.Env = initEnv // nothing of the gateway's environment, not even for the init
 	cmd.Dir = "/"
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout = w.stdout
@@ -1029,3 +1033,9 @@ func (w *capWriter) Write(p []byte) (int, error) {
 	w.buf = append(w.buf, p...)
 	return n, nil
 }
+
+// initEnv is the init's whole environment (nothing of the gateway's; the
+// program gets only its own, see buildEnv). One P: the init runs one
+// goroutine at a time, and a Go process starts and exits cheaper with one
+// (fewer threads, per-P caches and GC workers to set up).
+var initEnv = []string{"GOMAXPROCS=1"}

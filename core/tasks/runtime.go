@@ -273,6 +273,9 @@ type taskWrite struct {
 	action   *core.ProposedAction
 	proposed func(o *shown, p Proposal) core.TaskCall
 	calls    []core.TaskCall
+	// dropped are the further tool calls of the executor's reply, stored
+	// after the call taken (whatever became of it) as answered "not run".
+	dropped  []core.TaskCall
 	finished []finishedCall
 	spend    []spendRow
 	outputs  [][2]string // pointer, content
@@ -435,6 +438,7 @@ func (r *Runtime) commitTask(ctx context.Context, w *taskWrite) (bool, error) {
 			o.Audit(prop.Audit...)
 			calls = append(calls, w.proposed(o, prop))
 		}
+		calls = append(calls, w.dropped...)
 		if err := r.writeTaskRows(ctx, tx, o, w, calls); err != nil {
 			return nil, err
 		}
@@ -775,6 +779,8 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 		tc.ID = "call_" + core.NewID()[:12]
 	}
 	call := core.TaskCall{TaskID: s.k.ID, PlanNo: s.k.PlanNo, Step: s.m.Step, Attempt: s.m.Attempt, CallID: tc.ID, Tool: tc.Name, Arguments: tc.Arguments, Status: "done"}
+	label := fmt.Sprintf("Step %d of %d — %s", s.m.Step+1, len(s.pl.Steps), s.pl.Title)
+	notRun(w, call, out.Dropped, label)
 	done := func(status, text string) (bool, error) {
 		raw, _ := json.Marshal(task.Result{Status: status, Output: text, SizeChars: len([]rune(text)), RehydrationAllowed: true})
 		call.Result = raw
@@ -804,7 +810,6 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 		// plan_task is not offered here; nothing else gets this far.
 		return done("failed", c.Name+" is not available while a task runs.")
 	}
-	label := fmt.Sprintf("Step %d of %d — %s", s.m.Step+1, len(s.pl.Steps), s.pl.Title)
 	pa.Intent = label + ": " + pa.Intent
 	w.action = &pa
 	w.proposed = func(o *shown, p Proposal) core.TaskCall {
@@ -828,10 +833,48 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 	return applied || err == nil, err
 }
 
+// statusNotRun is the result of a tool call the executor made beside the
+// one taken from its reply: answered, never run.
+const statusNotRun = "not_run"
+
+// notRun answers the executor's further calls of one reply (dropped; taken
+// is the first, the one the step goes on with): each is stored after the
+// taken call, done, with a result that says it was not run — which the
+// model reads in the history of its next request, call by call — and the
+// person is told how many were not run. One call per move keeps each
+// action one proposal, one card, one decision.
+func notRun(w *taskWrite, taken core.TaskCall, dropped []llm.ToolCall, label string) {
+	if len(dropped) == 0 {
+		return
+	}
+	for i, d := range dropped {
+		c := taken
+		c.CallID, c.Tool, c.Arguments = d.ID, d.Name, d.Arguments
+		if c.CallID == "" || c.CallID == taken.CallID {
+			c.CallID = fmt.Sprintf("%s_notrun%d", taken.CallID, i+1)
+		}
+		why := fmt.Sprintf("Not run: one tool call per step. Your reply had %d tool calls; only the first (%s) was taken, and this call (%s) was not run. Call it again, on its own, if it is still needed.",
+			len(dropped)+1, oneLineName(taken.Tool), oneLineName(d.Name))
+		raw, _ := json.Marshal(task.Result{Status: statusNotRun, Output: why, SizeChars: len([]rune(why)), RehydrationAllowed: true})
+		c.Result = raw
+		w.dropped = append(w.dropped, c)
+		w.note(audit.KindTaskCallProposed, map[string]any{"tool": oneLineName(d.Name), "step": w.s.m.Step + 1, "outcome": statusNotRun})
+	}
+	w.fx.Reply("%s — the assistant asked for %d tool calls at once; only the first was taken. The other %d were not run, and the assistant was told.",
+		label, len(dropped)+1, len(dropped))
+}
+
+// oneLineName is a tool name the model wrote, bounded for a message or an
+// audit entry.
+func oneLineName(name string) string { return clipText(strings.Join(strings.Fields(name), " "), 40) }
+
 // lastAction is the attempt's last call that was to act (not ask_user or
-// read_output).
+// read_output, nor a call answered as not run).
 func lastAction(calls []core.TaskCall) (core.TaskCall, bool) {
 	for i := len(calls) - 1; i >= 0; i-- {
+		if resultStatus(calls[i].Result) == statusNotRun {
+			continue
+		}
 		if t := calls[i].Tool; t != llm.ToolAskUser && t != llm.ToolReadOutput {
 			return calls[i], true
 		}

@@ -361,6 +361,68 @@ func TestStepProposesThroughThePortAndReadsTheOutcome(t *testing.T) {
 	}
 }
 
+// An executor reply with several tool calls: the first goes on as the
+// step's one proposal (one card); each further call is stored as not run,
+// the person is told, and the model reads "not run" for each in its next
+// request — nothing is dropped silently, nothing else is proposed.
+func TestSeveralToolCallsInOneReplyAreAnsweredNotRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	marker := filepath.Join(b.dir, "marker")
+	if err := os.WriteFile(marker, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	three := llmtest.Reply{ToolCalls: []llmtest.ToolCall{
+		{ID: "c1", Name: "shell", Arguments: `{"argv":["echo","hi"],"intent":"Say hello"}`},
+		{ID: "c2", Name: "shell", Arguments: `{"argv":["rm","-rf","/srv"],"intent":"Clean up"}`},
+		{ID: "c3", Name: "read_file", Arguments: `{"path":"/etc/hostname","intent":"Read the name"}`},
+	}}
+	b.fake.Script(planReply("title: Say hi\nsteps: [Say hi]\nverify:\n  - name: marker exists\n    expect: { file_exists: "+marker+" }\n"),
+		three, llmtest.Reply{Content: "STEP DONE: said hi"})
+	id := b.start(t, "say hi")
+	b.settle(t, id)
+
+	if len(b.actions.proposed) != 1 || strings.Join(b.actions.proposed[0].Action.Argv, " ") != "echo hi" {
+		t.Fatalf("proposed %+v, want only the first call", b.actions.proposed)
+	}
+	calls, err := b.st.TaskCalls(context.Background(), id)
+	if err != nil || len(calls) != 3 {
+		t.Fatalf("calls = %+v, %v; want the taken call and two answered as not run", calls, err)
+	}
+	if calls[0].CallID != "c1" || calls[0].Status != "waiting" || calls[0].Approval == "" {
+		t.Fatalf("first stored call = %+v", calls[0])
+	}
+	for i, want := range []string{"c2", "c3"} {
+		c := calls[i+1]
+		if c.CallID != want || c.Status != "done" || c.Approval != "" || resultStatus(c.Result) != statusNotRun {
+			t.Fatalf("call %d = %+v, want %s answered as not run", i+1, c, want)
+		}
+	}
+	if !hasText(b.queued(t), "Step 1 of 1 — Say hi — the assistant asked for 3 tool calls at once; only the first was taken. The other 2 were not run, and the assistant was told.") {
+		t.Fatal("the person was not told that two calls were not run")
+	}
+
+	b.ranAndVerified(t, calls[0].Approval, "hi\n")
+	b.settle(t, id)
+	reqs := b.fake.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d model calls, want 3", len(reqs))
+	}
+	var notRun []string
+	for _, m := range reqs[2].Messages {
+		if m.Role == "tool" && strings.Contains(m.Text(), "Not run: one tool call per step") {
+			notRun = append(notRun, m.ToolCallID)
+		}
+	}
+	if strings.Join(notRun, ",") != "c2,c3" {
+		t.Fatalf("the model was told %v were not run, want c2,c3", notRun)
+	}
+	// The step's claim rests on the call that ran, not on the ones not run.
+	if k := b.task(t, id); k.State != string(task.Done) {
+		t.Fatalf("task state = %s (%s)", k.State, k.Reason)
+	}
+}
+
 // A proposal the core refuses is recorded as a blocked call: the person is
 // told what was not run and why, and the model gets the reason as data.
 func TestRefusedProposalIsToldToPersonAndModel(t *testing.T) {

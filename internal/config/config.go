@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"reflect"
 	"regexp"
@@ -148,6 +149,10 @@ type Config struct {
 		// NetworkPorts are the TCP ports an action granted network may
 		// connect to.
 		NetworkPorts []uint16 `yaml:"network_ports"`
+		// NetworkDNS is the resolver (IPv4 address) network-on actions'
+		// DNS queries are forwarded to; "" means the host's first
+		// nameserver in /etc/resolv.conf.
+		NetworkDNS string `yaml:"network_dns"`
 	} `yaml:"sandbox"`
 	// Output decides how much of an execution's output goes into chat.
 	Output struct {
@@ -213,6 +218,11 @@ type Config struct {
 	// Agent and LLM choose and configure the agent (llm.go).
 	Agent Agent `yaml:"agent"`
 	LLM   LLM   `yaml:"llm"`
+	// Flows are the runbooks (flows.*).
+	Flows Flows `yaml:"flows"`
+	// MCP configures `silas mcp serve`, the stdio bridge to the gateway's
+	// MCP endpoint (docs/mcp.md).
+	MCP MCP `yaml:"mcp"`
 
 	// ignoredEnv are Kubernetes service-link variables Load skipped.
 	ignoredEnv []string
@@ -276,6 +286,7 @@ func Default() *Config {
 		p.SetDefaults()
 	}
 	c.setLLMDefaults()
+	c.Flows.MaxParallel = 4
 	return c
 }
 
@@ -535,7 +546,7 @@ func (c *Config) Adapters() []spec.Spec {
 // Validate checks every key and names the first bad one: the gateway's own
 // sections, then each adapter's (Adapters), the agent's and the policy.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb} {
+	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -682,6 +693,11 @@ func (c *Config) checkSandbox() error {
 	for _, p := range c.Sandbox.NetworkPorts {
 		if p == 0 {
 			return bad("sandbox.network_ports", "port 0 is not a port")
+		}
+	}
+	if d := c.Sandbox.NetworkDNS; d != "" {
+		if ip, err := netip.ParseAddr(d); err != nil || !ip.Is4() {
+			return bad("sandbox.network_dns", "%q is not an IPv4 address (a resolver network-on actions' DNS is forwarded to; empty for the host's)", d)
 		}
 	}
 	if c.Output.InlineMaxChars < 100 {

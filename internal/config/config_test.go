@@ -61,6 +61,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"work dir too small", "sandbox:\n  max_work_bytes: 1000\n", nil, "sandbox.max_work_bytes"},
 		{"keep work negative", "sandbox:\n  keep_work_for: -1h\n", nil, "sandbox.keep_work_for"},
 		{"kept work negative", "sandbox:\n  max_kept_work_bytes: -1\n", nil, "sandbox.max_kept_work_bytes"},
+		{"network DNS not an address", "sandbox:\n  network_dns: resolver.lan\n", nil, "sandbox.network_dns"},
+		{"network DNS IPv6", "", []string{"SILAS_SANDBOX_NETWORK_DNS=::1"}, "sandbox.network_dns"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -227,6 +227,11 @@ type ExecOutcome struct {
 	// Invalid is set when the call's arguments were refused, also after
 	// the repair round-trip; Text holds the error.
 	Invalid bool
+	// Dropped are the further tool calls of the reply that made Call, as
+	// the model wrote them: one call is taken per move, and the runtime
+	// answers each of these as not run (to the model, in the history it
+	// replays) and tells the person — never silently.
+	Dropped []ToolCall
 }
 
 // Executor proposes tool calls for one step.
@@ -287,7 +292,7 @@ func (e Executor) Next(ctx context.Context, b Briefing) (ExecOutcome, error) {
 		out.ToolCall = res.ToolCalls[0]
 		c, err := DecodeArgs(out.ToolCall, opts)
 		if err == nil {
-			out.Call = &c
+			out.Call, out.Dropped = &c, res.ToolCalls[1:]
 			return out, nil
 		}
 		out.Invalid, out.Text = true, err.Error()

@@ -1,0 +1,432 @@
+package mcp_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	mcpadapter "github.com/silas-gateway/silas/adapters/mcp"
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/agent"
+	"github.com/silas-gateway/silas/core/callgate"
+	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/gateway"
+	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/sandbox"
+	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/verify"
+	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+const (
+	owner = core.IdentityID("test:owner")
+	dm    = core.ConversationID("test:dm")
+)
+
+// phone is the owner's channel: it keeps each card's newest state.
+type phone struct {
+	mu    sync.Mutex
+	cards map[cards.ID]*cards.Card
+	n     int
+}
+
+func (p *phone) Name() core.ChannelName                     { return "test" }
+func (p *phone) Run(ctx context.Context, _ core.Inbox) error { <-ctx.Done(); return nil }
+func (p *phone) Send(_ context.Context, m core.OutMessage) (core.MessageRef, error) {
+	p.keep(m)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n++
+	return core.MessageRef(fmt.Sprint(p.n)), nil
+}
+func (p *phone) Update(_ context.Context, _ core.MessageRef, m core.OutMessage) error { p.keep(m); return nil }
+func (p *phone) keep(m core.OutMessage) {
+	if m.Card == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := *m.Card
+	p.cards[c.ID] = &c
+}
+
+// card waits for a card that pred accepts.
+func (p *phone) card(t *testing.T, what string, pred func(*cards.Card) bool) *cards.Card {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		p.mu.Lock()
+		for _, c := range p.cards {
+			if pred(c) {
+				p.mu.Unlock()
+				return c
+			}
+		}
+		p.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no card %s on the owner's phone", what)
+	return nil
+}
+
+// clock is the gateway's time: the test moves it past a card's expiry.
+type clock struct{ off atomic.Int64 }
+
+func (c *clock) now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
+
+type world struct {
+	t     *testing.T
+	st    *store.Store
+	eng   *gateway.Gateway
+	phone *phone
+	clock *clock
+	url   string
+	n     int
+}
+
+// newWorld runs a gateway as serve wires it, with the MCP endpoint on an
+// httptest server, and the owner's direct conversation (one message).
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	ctx := t.Context()
+	w := &world{t: t, phone: &phone{cards: map[cards.ID]*cards.Card{}}, clock: &clock{}}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{MaxConns: 8, Now: w.clock.now, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	w.st = st
+	dir := t.TempDir()
+	sb, err := sandbox.New(sandbox.Config{BaseDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	pol, err := policy.Build(policy.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	w.eng, err = gateway.New(gateway.Config{Store: st, Channels: []core.Channel{w.phone}, Agent: agent.Command{}, Sandbox: sb,
+		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{dir}},
+		Policy:   pol, Key: key, Owners: []core.IdentityID{owner}, Logger: log, Now: w.clock.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.eng.Run(runCtx, 10*time.Second) }()
+	t.Cleanup(func() { stop(); <-done })
+	<-w.eng.Ready()
+	srv := httptest.NewServer(mcpadapter.Handler(w.eng.Calls(), log))
+	t.Cleanup(srv.Close)
+	w.url = srv.URL
+	w.deliver(core.Turn{Text: "/whoami"})
+	return w
+}
+
+// deliver hands the core a turn from the owner in their direct chat.
+func (w *world) deliver(t core.Turn) {
+	w.t.Helper()
+	w.n++
+	t.Channel, t.Conversation, t.Sender, t.ChatKind = "test", dm, owner, core.ChatDirect
+	t.EventID, t.At = fmt.Sprintf("e%d", w.n), w.clock.now()
+	t.Evidence = core.Evidence{Authenticated: true, Method: "test"}
+	if _, err := w.eng.Deliver(w.t.Context(), t); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *world) tap(id cards.ID, choice string) {
+	w.deliver(core.Turn{Tap: &core.Tap{Card: id, Choice: choice}})
+}
+
+func (w *world) token(name string) string {
+	w.t.Helper()
+	tok, hash := callgate.NewToken()
+	if err := w.st.AddMCPToken(w.t.Context(), name, hash, "operator"); err != nil {
+		w.t.Fatal(err)
+	}
+	return tok
+}
+
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if b.token != "" {
+		r.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// agentClient is an agent's MCP client (the SDK's), with the progress
+// notifications it received.
+type agentClient struct {
+	cs       *sdk.ClientSession
+	progress atomic.Int32
+}
+
+func (w *world) connect(token string) (*agentClient, error) {
+	a := &agentClient{}
+	c := sdk.NewClient(&sdk.Implementation{Name: "test-agent", Version: "1"}, &sdk.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *sdk.ProgressNotificationClientRequest) { a.progress.Add(1) },
+	})
+	cs, err := c.Connect(w.t.Context(), &sdk.StreamableClientTransport{Endpoint: w.url, HTTPClient: &http.Client{Transport: bearer{token}}, MaxRetries: -1}, nil)
+	if err != nil {
+		return nil, err
+	}
+	w.t.Cleanup(func() { cs.Close() })
+	a.cs = cs
+	return a, nil
+}
+
+type call struct {
+	res *sdk.CallToolResult
+	err error
+}
+
+// start calls tool in the background, asking for progress.
+func (a *agentClient) start(ctx context.Context, tool string, args any) chan call {
+	ch := make(chan call, 1)
+	go func() {
+		p := &sdk.CallToolParams{Name: tool, Arguments: args}
+		p.SetProgressToken("p1")
+		res, err := a.cs.CallTool(ctx, p)
+		ch <- call{res, err}
+	}()
+	return ch
+}
+
+func wait(t *testing.T, ch chan call) *sdk.CallToolResult {
+	t.Helper()
+	select {
+	case c := <-ch:
+		if c.err != nil {
+			t.Fatalf("call: %v", c.err)
+		}
+		return c.res
+	case <-time.After(60 * time.Second):
+		t.Fatal("the call did not return")
+	}
+	return nil
+}
+
+func text(r *sdk.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func structured(t *testing.T, r *sdk.CallToolResult, v any) {
+	t.Helper()
+	b, _ := json.Marshal(r.StructuredContent)
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("structured content %s: %v", b, err)
+	}
+}
+
+func (w *world) count(q string, args ...any) int {
+	w.t.Helper()
+	var n int
+	if err := w.st.Pool().QueryRow(w.t.Context(), q, args...).Scan(&n); err != nil {
+		w.t.Fatal(err)
+	}
+	return n
+}
+
+// An agent's run_command becomes a card on the owner's phone; the tap runs
+// it in the sandbox and the agent gets the verified outcome, with
+// progress notifications while it waited.
+func TestRunCommandApproved(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	a, err := w.connect(w.token("claude"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := a.start(t.Context(), "run_command", map[string]any{"argv": []string{"echo", "hello-mcp"}, "why": "to greet"})
+	cd := w.phone.card(t, "echo hello-mcp pending", func(c *cards.Card) bool { return c.Command == "echo hello-mcp" && c.Status == cards.StatusPending })
+	if !strings.Contains(cd.Rationale, "mcp:claude") {
+		t.Errorf("card rationale %q does not name the caller", cd.Rationale)
+	}
+	w.tap(cd.ID, "approve")
+	res := wait(t, ch)
+	if res.IsError {
+		t.Fatalf("result is an error: %s", text(res))
+	}
+	var out callgate.RunResult
+	structured(t, res, &out)
+	if !out.Verified || out.Status != core.ExecVerified || !strings.Contains(out.Stdout, "hello-mcp") || out.DecidedBy != owner {
+		t.Fatalf("result = %+v", out)
+	}
+	if a.progress.Load() == 0 {
+		t.Error("no progress notification while waiting")
+	}
+	w.phone.card(t, "done", func(c *cards.Card) bool { return c.ID == cd.ID && c.Status == cards.StatusDone })
+	if n := w.count(`SELECT count(*) FROM approvals WHERE requester = 'mcp:claude'`); n != 1 {
+		t.Errorf("approvals from mcp:claude = %d, want 1", n)
+	}
+	if n := w.count(`SELECT count(*) FROM audit_log WHERE kind = 'mcp.call' AND actor = 'mcp:claude'`); n != 1 {
+		t.Errorf("mcp.call entries = %d, want 1", n)
+	}
+	if _, err := w.st.VerifyAudit(t.Context()); err != nil {
+		t.Errorf("audit chain: %v", err)
+	}
+}
+
+// A decline and an expiry end the call with an error the client shows;
+// nothing runs.
+func TestRunCommandDeclinedOrExpired(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	a, err := w.connect(w.token("codex"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := a.start(t.Context(), "run_command", map[string]any{"argv": []string{"echo", "no"}})
+	cd := w.phone.card(t, "echo no", func(c *cards.Card) bool { return c.Command == "echo no" && c.Status == cards.StatusPending })
+	w.tap(cd.ID, "decline")
+	res := wait(t, ch)
+	if !res.IsError || !strings.Contains(text(res), "Declined by test:owner") {
+		t.Fatalf("declined call = %v %q", res.IsError, text(res))
+	}
+
+	ch = a.start(t.Context(), "run_command", map[string]any{"argv": []string{"echo", "late"}})
+	cd = w.phone.card(t, "echo late", func(c *cards.Card) bool { return c.Command == "echo late" && c.Status == cards.StatusPending })
+	w.clock.off.Add(int64(time.Hour))
+	res = wait(t, ch)
+	if !res.IsError || !strings.Contains(text(res), "expired") {
+		t.Fatalf("expired call = %v %q", res.IsError, text(res))
+	}
+	w.tap(cd.ID, "approve") // too late: refused by the decider
+	if n := w.count(`SELECT count(*) FROM executions`); n != 0 {
+		t.Fatalf("executions = %d, want 0", n)
+	}
+}
+
+// ask returns the tapped choice; request_approval a decision signed with
+// the gateway's key.
+func TestAskAndRequestApproval(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	a, err := w.connect(w.token("bot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := a.start(t.Context(), "ask", map[string]any{"question": "Which branch?", "choices": []string{"main", "dev"}})
+	cd := w.phone.card(t, "question", func(c *cards.Card) bool { return strings.Contains(c.Intent, "Which branch?") && c.Status == cards.StatusPending })
+	if len(cd.Choices) != 2 || cd.Choices[1].Label != "dev" {
+		t.Fatalf("question card = %+v", cd)
+	}
+	w.tap(cd.ID, cd.Choices[1].ID)
+	res := wait(t, ch)
+	var ans callgate.Answer
+	structured(t, res, &ans)
+	if res.IsError || ans.Choice != "dev" || ans.By != owner {
+		t.Fatalf("ask = %q %+v", text(res), ans)
+	}
+	w.tap(cd.ID, cd.Choices[0].ID) // a second tap changes nothing
+	w.phone.card(t, "answered", func(c *cards.Card) bool { return c.ID == cd.ID && c.Status == cards.StatusDone && strings.Contains(c.Outcome, "dev") })
+
+	ch = a.start(t.Context(), "request_approval", map[string]any{"action": "git push --force origin main"})
+	cd = w.phone.card(t, "approval", func(c *cards.Card) bool { return strings.Contains(c.Intent, "git push") && c.Status == cards.StatusPending })
+	w.tap(cd.ID, "approve")
+	res = wait(t, ch)
+	var d callgate.Decision
+	structured(t, res, &d)
+	pub, _ := jsonKey(d.PublicKey)
+	sig, _ := jsonKey(d.Signature)
+	if !d.Approved || !ed25519.Verify(pub, append([]byte(callgate.DecisionContext), d.Payload...), sig) ||
+		!strings.Contains(d.Payload, `"decision":"approved"`) || !strings.Contains(d.Payload, "git push --force") {
+		t.Fatalf("decision = %+v", d)
+	}
+	if n := w.count(`SELECT count(*) FROM executions`); n != 0 {
+		t.Fatalf("request_approval ran something: %d executions", n)
+	}
+}
+
+func jsonKey(s string) ([]byte, error) {
+	var b []byte
+	err := json.Unmarshal([]byte(`"`+s+`"`), &b)
+	return b, err
+}
+
+// Without a valid, unrevoked bearer token nothing reaches the core: the
+// HTTP request is refused (401) and no approval or question exists.
+func TestBearerRequired(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	tok := w.token("gone")
+	if _, err := w.st.RevokeMCPToken(t.Context(), "gone", "operator"); err != nil {
+		t.Fatal(err)
+	}
+	for name, token := range map[string]string{"missing": "", "bad": "silas_mcp_notatoken", "other scheme": "", "revoked": tok} {
+		if _, err := w.connect(token); err == nil {
+			t.Errorf("%s token: connected", name)
+		}
+	}
+	for _, h := range []string{"", "Basic abc", "Bearer " + tok, "Bearer silas_mcp_x"} {
+		req, _ := http.NewRequest("POST", w.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_command","arguments":{"argv":["echo","x"]}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if h != "" {
+			req.Header.Set("Authorization", h)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("Authorization %q: status %d, want 401", h, resp.StatusCode)
+		}
+	}
+	if n := w.count(`SELECT count(*) FROM approvals`) + w.count(`SELECT count(*) FROM mcp_questions`); n != 0 {
+		t.Fatalf("an unauthenticated call reached the core: %d rows", n)
+	}
+}
+
+// A token revoked while its client is connected is refused on the next
+// call.
+func TestRevokedMidSession(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	a, err := w.connect(w.token("temp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.st.RevokeMCPToken(t.Context(), "temp", "operator"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_command", Arguments: map[string]any{"argv": []string{"echo", "x"}}})
+	if err == nil && !res.IsError {
+		t.Fatalf("a revoked token's call succeeded: %q", text(res))
+	}
+	if n := w.count(`SELECT count(*) FROM approvals`); n != 0 {
+		t.Fatalf("a revoked token's call reached the core")
+	}
+}

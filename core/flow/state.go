@@ -1,0 +1,238 @@
+package flow
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// StateVersion is the version of Run's JSON form. The runtime stores it
+// with every transition; a change of meaning bumps it, and a stored run of
+// another version is refused rather than misread.
+const StateVersion = 1
+
+// RunStatus is where a run is.
+type RunStatus string
+
+// Run statuses.
+const (
+	RunRunning   RunStatus = "running"
+	RunSucceeded RunStatus = "succeeded"
+	RunFailed    RunStatus = "failed"
+	RunCancelled RunStatus = "cancelled"
+)
+
+// NodeStatus is where a node is; the last four are final.
+type NodeStatus string
+
+// Node statuses.
+const (
+	// NodePending waits for its incoming edges to be decided.
+	NodePending NodeStatus = "pending"
+	// NodeReady may run and waits for a parallel slot.
+	NodeReady NodeStatus = "ready"
+	// NodeRunning has an attempt ordered (a start command).
+	NodeRunning NodeStatus = "running"
+	// NodeBackoff failed an attempt and waits for its retry timer.
+	NodeBackoff NodeStatus = "backoff"
+	// NodeLooping is a control.loop whose body is running.
+	NodeLooping   NodeStatus = "looping"
+	NodeSucceeded NodeStatus = "succeeded"
+	NodeFailed    NodeStatus = "failed"
+	NodeSkipped   NodeStatus = "skipped"
+	NodeCancelled NodeStatus = "cancelled"
+)
+
+// Final says the node will not change again (in this loop iteration).
+func (s NodeStatus) Final() bool {
+	switch s {
+	case NodeSucceeded, NodeFailed, NodeSkipped, NodeCancelled:
+		return true
+	}
+	return false
+}
+
+// EdgeStatus is an edge's decision.
+type EdgeStatus string
+
+// Edge statuses.
+const (
+	EdgePending EdgeStatus = "pending"
+	EdgeFired   EdgeStatus = "fired"
+	EdgeSkipped EdgeStatus = "skipped"
+)
+
+// Error codes the machine itself gives; the runtime adds its own (for
+// example "declined", "verification").
+const (
+	CodeTimeout    = "timeout"    // an attempt outlived policy.timeout
+	CodeExpression = "expression" // a when or a control expression failed
+	CodeFail       = "fail"       // a control.fail node
+	CodeBound      = "bound"      // foreach over more than max_items
+	CodeBodyFailed = "body_failed"
+	CodeCancelled  = "cancelled"
+)
+
+// NodeError is why a node failed.
+type NodeError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Permanent says retrying cannot help (an approval was declined, an
+	// expression is wrong): the machine does not retry it.
+	Permanent bool `json:"permanent,omitempty"`
+}
+
+func (e *NodeError) Error() string { return e.Code + ": " + e.Message }
+
+// NodeState is one node's part of a run.
+type NodeState struct {
+	Status NodeStatus `json:"status"`
+	// Attempt is the current or last attempt, from 1.
+	Attempt int `json:"attempt,omitempty"`
+	// Iteration is, for a control.loop, the iterations begun; for a node
+	// in a loop's body, the iteration it belongs to; else 0.
+	Iteration int `json:"iteration,omitempty"`
+	// Output is the node's output (JSON); for a failure continued on
+	// error, the marker {failed: true, error: {code, message}, output?}.
+	Output json.RawMessage `json:"output,omitempty"`
+	Error  *NodeError      `json:"error,omitempty"`
+	// Handled marks a failure continued on error.
+	Handled bool `json:"handled,omitempty"`
+	// Input is what a start command carries (a foreach's items).
+	Input json.RawMessage `json:"input,omitempty"`
+}
+
+// Run is the whole state of one run: JSON-serialisable and all the
+// machine needs, so the runtime can store it with each transition and
+// resume from the last stored one.
+type Run struct {
+	V        int            `json:"v"`
+	Flow     string         `json:"flow"`
+	FlowHash string         `json:"flow_hash"`
+	Inputs   map[string]any `json:"inputs"`
+	Status   RunStatus      `json:"status"`
+	// Failed records that an unhandled failure happened (the run ends
+	// failed even when fail_fast is off and other branches go on).
+	Failed bool `json:"failed,omitempty"`
+	// Reason says why a run stopped early (cancel, fail_fast).
+	Reason string `json:"reason,omitempty"`
+	// MaxParallel bounds running attempts (0: no bound); pinned at start
+	// from flows.max_parallel.
+	MaxParallel int `json:"max_parallel"`
+	// Seq counts transitions; the runtime's unique (run, seq) makes a
+	// replayed transition a no-op.
+	Seq   int64                 `json:"seq"`
+	Nodes map[string]*NodeState `json:"nodes"`
+	Edges []EdgeStatus          `json:"edges"`
+}
+
+// DecodeRun reads a stored run.
+func DecodeRun(b []byte) (*Run, error) {
+	var r Run
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("flow: stored run: %w", err)
+	}
+	if r.V != StateVersion {
+		return nil, fmt.Errorf("flow: stored run has state version %d, this build reads %d", r.V, StateVersion)
+	}
+	for k, v := range r.Inputs {
+		r.Inputs[k] = normalize(v)
+	}
+	return &r, nil
+}
+
+func (r *Run) clone() *Run {
+	c := *r
+	c.Inputs = r.Inputs // never mutated after Start
+	c.Nodes = make(map[string]*NodeState, len(r.Nodes))
+	for k, v := range r.Nodes {
+		n := *v
+		if v.Error != nil {
+			e := *v.Error
+			n.Error = &e
+		}
+		c.Nodes[k] = &n
+	}
+	c.Edges = append([]EdgeStatus(nil), r.Edges...)
+	return &c
+}
+
+// EventKind names what happened.
+type EventKind string
+
+// Event kinds.
+const (
+	// EvStarted: the runtime began an attempt (arms its timeout).
+	EvStarted EventKind = "attempt_started"
+	// EvSucceeded: an attempt finished with Output.
+	EvSucceeded EventKind = "succeeded"
+	// EvFailed: an attempt failed with Error (and maybe Output).
+	EvFailed EventKind = "failed"
+	// EvTimer: a timer the machine asked for fired.
+	EvTimer EventKind = "timer"
+	// EvCancel: someone stopped the run (/flow stop).
+	EvCancel EventKind = "cancel"
+)
+
+// TimerKind says what a timer is for.
+type TimerKind string
+
+// Timer kinds.
+const (
+	TimerTimeout TimerKind = "timeout"
+	TimerBackoff TimerKind = "backoff"
+)
+
+// Event is one input to the machine. Node, Iteration and Attempt name the
+// attempt it is about; an event about any other attempt than the node's
+// current one is stale and ignored (recorded, not an error).
+type Event struct {
+	Kind      EventKind       `json:"kind"`
+	Node      string          `json:"node,omitempty"`
+	Iteration int             `json:"iteration,omitempty"`
+	Attempt   int             `json:"attempt,omitempty"`
+	At        time.Time       `json:"at"`
+	Output    json.RawMessage `json:"output,omitempty"`
+	Error     *NodeError      `json:"error,omitempty"`
+	Timer     TimerKind       `json:"timer,omitempty"`
+	Reason    string          `json:"reason,omitempty"`
+}
+
+// CommandKind names what the runtime must do.
+type CommandKind string
+
+// Command kinds.
+const (
+	// CmdStart: run an attempt of a work node (a River job).
+	CmdStart CommandKind = "start"
+	// CmdStop: stop a running attempt (fail_fast, cancel, timeout) and
+	// report what it had done.
+	CmdStop CommandKind = "stop"
+	// CmdTimer: deliver an EvTimer at At (a scheduled River job).
+	CmdTimer CommandKind = "timer"
+	// CmdFinish: the run ended with Status.
+	CmdFinish CommandKind = "finish"
+)
+
+// Command is one output of the machine.
+type Command struct {
+	Kind      CommandKind     `json:"kind"`
+	Node      string          `json:"node,omitempty"`
+	Iteration int             `json:"iteration,omitempty"`
+	Attempt   int             `json:"attempt,omitempty"`
+	At        time.Time       `json:"at,omitzero"`
+	Timer     TimerKind       `json:"timer,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	Reason    string          `json:"reason,omitempty"`
+	Status    RunStatus       `json:"status,omitempty"`
+}
+
+// Transition is what one event did: the runtime stores it (with the new
+// Run) before executing its commands.
+type Transition struct {
+	Seq      int64     `json:"seq"`
+	Event    Event     `json:"event"`
+	Commands []Command `json:"commands"`
+	// Ignored says why the event changed nothing (stale attempt, run over).
+	Ignored string `json:"ignored,omitempty"`
+}
