@@ -395,7 +395,9 @@ func TestAskAndRequestApproval(t *testing.T) {
 
 	// Nobody answers: the call ends with an error and the card expires.
 	ch = a.start(t.Context(), "ask", map[string]any{"question": "Still there?", "choices": []string{"yes"}})
-	cd = w.phone.card(t, "unanswered", func(c *cards.Card) bool { return strings.Contains(c.Intent, "Still there?") && c.Status == cards.StatusPending })
+	cd = w.phone.card(t, "unanswered", func(c *cards.Card) bool {
+		return strings.Contains(c.Intent, "Still there?") && c.Status == cards.StatusPending
+	})
 	w.clock.off.Add(int64(time.Hour))
 	if res := wait(t, ch); !res.IsError || !strings.Contains(text(res), "expired") {
 		t.Fatalf("unanswered ask = %v %q", res.IsError, text(res))
