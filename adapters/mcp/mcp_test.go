@@ -392,6 +392,20 @@ func TestAskAndRequestApproval(t *testing.T) {
 	if n := w.count(`SELECT count(*) FROM executions`); n != 0 {
 		t.Fatalf("request_approval ran something: %d executions", n)
 	}
+	// A decline is a decision too, signed the same way.
+	ch = a.start(t.Context(), "request_approval", map[string]any{"action": "rm -rf build/"})
+	cd = w.phone.card(t, "approval 2", func(c *cards.Card) bool {
+		return strings.Contains(c.Intent, "rm -rf build/") && c.Status == cards.StatusPending
+	})
+	w.tap(cd.ID, "decline")
+	res = wait(t, ch)
+	d = callgate.Decision{}
+	structured(t, res, &d)
+	sig, _ = jsonKey(d.Signature)
+	if d.Approved || !strings.Contains(text(res), "DECLINED") || !ed25519.Verify(pub, append([]byte(callgate.DecisionContext), d.Payload...), sig) ||
+		!strings.Contains(d.Payload, `"decision":"declined"`) {
+		t.Fatalf("declined decision = %q %+v", text(res), d)
+	}
 
 	// Nobody answers: the call ends with an error and the card expires.
 	ch = a.start(t.Context(), "ask", map[string]any{"question": "Still there?", "choices": []string{"yes"}})
