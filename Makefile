@@ -45,7 +45,7 @@ test-race:
 ## image's runtime stage from its Debian packages (mmdebstrap, cached) and runs it under compose.yaml's settings.
 ## Needs root, docker.io and mmdebstrap (.ci/run installs them and runs this after make test); minutes the first time.
 test-deploy:
-	$(GO) test -tags deploytest -count=1 -timeout 20m -run '^TestComposeRunsApprovedAction$$' ./deploy
+	$(GO) test -tags deploytest -count=1 -timeout 30m -run '^TestComposeRunsApprovedAction$$' ./deploy
 
 ## test-short: every test with -short (tests that check testing.Short skip their long cases), no race detector, one throwaway cluster
 test-short:
@@ -89,6 +89,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzFrameIntake$$' -fuzztime $(FUZZTIME) ./adapters/webchat
 	$(GO) test -run '^$$' -fuzz '^FuzzWebhookIntake$$' -fuzztime $(FUZZTIME) ./adapters/telegram/e2e
 	$(GO) test -run '^$$' -fuzz '^FuzzHistoryMessage$$' -fuzztime $(FUZZTIME) ./core/agent/llm
+	$(GO) test -run '^$$' -fuzz '^FuzzMachine$$' -fuzztime $(FUZZTIME) ./core/flow
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./core/flow
 
 ## bench: Go benchmarks plus the load driver, on real PostgreSQL (figures go in BENCHMARKS.md); the
 ## LLM task runtime's per-step overhead runs STEPS steps (enough for a p99)
