@@ -416,6 +416,8 @@ func runArgs(t *testing.T, d docker, svc map[string]any, secrets, name string) [
 				t.Cleanup(func() { d.cmd("volume", "rm", "-f", vname).Run() })
 				args = append(args, "--mount", "type=volume,src="+vname+",dst="+dst)
 			}
+		case "restart":
+			args = append(args, "--restart", fmt.Sprint(v))
 		case "stop_grace_period":
 			dur, err := time.ParseDuration(fmt.Sprint(v))
 			if err != nil {
