@@ -7,6 +7,7 @@ import (
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/verify"
 )
 
 var lim = Limits{TTL: time.Hour, MaxTTL: 24 * time.Hour, MaxUses: 3}
@@ -138,5 +139,23 @@ func TestForActionBoundsTTL(t *testing.T) {
 	}
 	if _, err := ForAction("c2", core.Action{Tool: "shell", Argv: []string{"bash"}}, cards.RiskLow, "w", "o", now, 0, lim); err == nil {
 		t.Fatal("a shell was covered")
+	}
+}
+
+// Checks stored as jsonb come back re-spaced and re-ordered; the consent
+// still covers the action and its signature still verifies.
+func TestChecksSurviveJSONB(t *testing.T) {
+	pub, key, _ := ed25519.GenerateKey(nil)
+	now := time.Now()
+	a := core.Action{Tool: "shell", Argv: []string{"echo", "hi"}, Verify: []verify.Check{verify.ExitCodeZero()}}
+	c := minted(t, key, a, now)
+	c.Verify = []byte(`[{"expect": {"exit_code": 0},   "name": "exit code"}]`)
+	if got := c.Check(pub, a, cards.RiskLow, "web:1", now); got != "" {
+		t.Fatalf("Check = %q after a jsonb round trip", got)
+	}
+	other := a
+	other.Verify = nil
+	if got := c.Check(pub, other, cards.RiskLow, "web:1", now); got != Required {
+		t.Fatalf("Check = %q for other checks, want %q", got, Required)
 	}
 }
