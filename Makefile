@@ -89,6 +89,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzFrameIntake$$' -fuzztime $(FUZZTIME) ./adapters/webchat
 	$(GO) test -run '^$$' -fuzz '^FuzzWebhookIntake$$' -fuzztime $(FUZZTIME) ./adapters/telegram/e2e
 	$(GO) test -run '^$$' -fuzz '^FuzzHistoryMessage$$' -fuzztime $(FUZZTIME) ./core/agent/llm
+	$(GO) test -run '^$$' -fuzz '^FuzzMachine$$' -fuzztime $(FUZZTIME) ./core/flow
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./core/flow
 
 ## bench: Go benchmarks plus the load driver, on real PostgreSQL (figures go in BENCHMARKS.md); the
 ## LLM task runtime's per-step overhead runs STEPS steps (enough for a p99)

@@ -29,7 +29,7 @@ type command struct {
 var commands = []command{
 	{"serve", "run the gateway (web chat, turn pipeline, outbox)", cmdServe},
 	{"migrate", "apply database migrations", cmdMigrate},
-	{"keys", "manage the gateway signing key (keys init)", cmdKeys},
+	{"keys", "manage the gateway signing key (keys init) and the keys the database recorded (keys forget)", cmdKeys},
 	{"pair", "print a one-time code that binds a platform identity to the owner", cmdPair},
 	{"audit", "check or show the audit log (audit verify, audit tail)", cmdAudit},
 	{"secrets", "list or delete stored secrets by name, never values (secrets list, secrets delete)", cmdSecrets},
@@ -38,6 +38,7 @@ var commands = []command{
 	{"consents", "list or revoke standing approvals (consents list, consents revoke ID)", cmdConsents},
 	{"mcp", "Silas as an MCP server for other agents: bearer tokens (mcp token add|list|revoke), the stdio bridge (mcp serve)", cmdMCP},
 	{"whatsapp", "link Silas as a WhatsApp device, show or remove the link (whatsapp link|status|unlink)", cmdWhatsApp},
+	{"flow", "check and draw runbooks (flow validate FILE…, flow list, flow show NAME)", cmdFlow},
 	{"doctor", "check the database role, the audit key, the sandbox's isolation, quarantined events and platform settings (Telegram token and webhook, Slack tokens and scopes) and report problems in plain words", cmdDoctor},
 	{"config", "print the example configuration (config example) or check one (config check)", cmdConfig},
 	{"version", "print the version", cmdVersion},

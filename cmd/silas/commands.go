@@ -46,10 +46,15 @@ func cmdMigrate(ctx context.Context, env *cliEnv, args []string) error {
 	return nil
 }
 
-func cmdKeys(_ context.Context, env *cliEnv, args []string) error {
+func cmdKeys(ctx context.Context, env *cliEnv, args []string) error {
 	sub, rest := subcommand(args)
+	if sub == "forget" {
+		return cmdKeysForget(ctx, env, rest)
+	}
 	if sub != "init" {
-		fs := flags(env, "keys", "keys init", "keys init  create the gateway's Ed25519 signing key (data_dir/keys/gateway.key, mode 0600).\n\nserve creates it on first start too. It refuses to overwrite an existing key: a new key\ninvalidates every approval token and identity binding the old one signed.")
+		fs := flags(env, "keys", "keys init|forget", "keys init    create the gateway's Ed25519 signing key (data_dir/keys/gateway.key, mode 0600).\n"+
+			"keys forget  forget the fingerprint of a key the database recorded (after replacing it on every instance).\n\n"+
+			"serve creates the key on first start too. It refuses to overwrite an existing key: a new key\ninvalidates every approval token and identity binding the old one signed.")
 		if err := parse(fs, rest); err != nil {
 			return err
 		}

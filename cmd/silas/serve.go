@@ -77,6 +77,9 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkClusterKeys(ctx, cfg, db.store, key, log); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -356,15 +359,21 @@ func printServing(out io.Writer, cfg *config.Config, addr string, form *secretsw
 // openSealer loads (or creates) the secrets data key: secrets.key, else
 // secrets.key_file, else data_dir/keys/secrets.key.
 func openSealer(cfg *config.Config, log *slog.Logger) (*secrets.Sealer, error) {
+	key, err := secretsKey(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	return secrets.NewSealer(key)
+}
+
+// secretsKey loads (or creates) the secrets data key openSealer uses.
+func secretsKey(cfg *config.Config, log *slog.Logger) (secrets.Key, error) {
 	var key secrets.Key
 	var err error
 	if cfg.Secrets.Key != "" {
 		key, err = secrets.ParseKeyValue(cfg.Secrets.Key)
 	} else {
-		path := cfg.Secrets.KeyFile
-		if path == "" {
-			path = filepath.Join(cfg.DataDir, "keys", "secrets.key")
-		}
+		path := secretsKeyPath(cfg)
 		var created bool
 		key, created, err = secrets.LoadOrCreateKey(path)
 		if err == nil && created {
@@ -372,9 +381,17 @@ func openSealer(cfg *config.Config, log *slog.Logger) (*secrets.Sealer, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("secrets key: %w", err)
+		return key, fmt.Errorf("secrets key: %w", err)
 	}
-	return secrets.NewSealer(key)
+	return key, nil
+}
+
+// secretsKeyPath is secrets.key_file, else data_dir/keys/secrets.key.
+func secretsKeyPath(cfg *config.Config) string {
+	if cfg.Secrets.KeyFile != "" {
+		return cfg.Secrets.KeyFile
+	}
+	return filepath.Join(cfg.DataDir, "keys", "secrets.key")
 }
 
 // httpLimits are the http.* limits every listener applies.

@@ -136,13 +136,10 @@ func httpCheck(c *cfgCheck, cfg map[string]*yaml.Node) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		c.l.errf(cfg["url"], c.field+".url", "%q is not an http(s) URL", raw)
 	}
-	for k, v := range c.node.Config {
-		if k == "headers" {
-			for h, hv := range v.(map[string]any) {
-				if _, ok := hv.(string); !ok {
-					c.l.errf(cfg["headers"], c.field+".headers."+h, "must be a string")
-				}
-			}
+	headers, _ := c.node.Config["headers"].(map[string]any)
+	for h, hv := range headers {
+		if _, ok := hv.(string); !ok {
+			c.l.errf(cfg["headers"], c.field+".headers."+h, "must be a string")
 		}
 	}
 }

@@ -3,6 +3,7 @@ package flow
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -90,6 +91,35 @@ func genFlow(data []byte) (string, map[string][]outcome, int) {
 			edges = append(edges, fmt.Sprintf("  - {from: n%d, to: n%d%s}\n", i, j, when))
 		}
 	}
+	if next()%2 == 0 {
+		// A loop: lp → lb → lc → lp (and maybe lb → lp), entered from a
+		// random node or as a root, left through lx.
+		whiles := []string{"true", "inputs.flag", "has(nodes.lb.v) && nodes.lb.v == 1", "nodes.lb.nope == 1"}
+		fmt.Fprintf(&b, "  - {id: lp, type: control.loop, config: {while: %q, max_iterations: %d}}\n", whiles[next()%4], 1+next()%3)
+		fmt.Fprintf(&b, "  - {id: lb, type: action.shell, config: {command: x}}\n")
+		fmt.Fprintf(&b, "  - {id: lc, type: control.noop, policy: {merge: %s}}\n", []string{"all", "any"}[next()%2])
+		b.WriteString("  - {id: lx, type: system.log, config: {message: x}}\n")
+		for k := 0; k < 3; k++ {
+			if next()%3 == 0 {
+				script["lb"] = append(script["lb"], bad("exit"))
+			} else {
+				script["lb"] = append(script["lb"], ok(fmt.Sprintf(`{"v": %d}`, next()%2)))
+			}
+		}
+		if e := next() % (n + 1); e < n {
+			edges = append(edges, fmt.Sprintf("  - {from: n%d, to: lp}\n", e))
+		}
+		edges = append(edges, "  - {from: lp, to: lb}\n", "  - {from: lc, to: lp}\n")
+		switch next() % 3 {
+		case 0:
+			edges = append(edges, "  - {from: lb, to: lc}\n")
+		case 1:
+			edges = append(edges, "  - {from: lb, to: lc, when: \"has(nodes.lb.v) && nodes.lb.v == 0\"}\n", "  - {from: lb, to: lp}\n")
+		default:
+			edges = append(edges, "  - {from: lb, to: lc, when: \"nodes.lb.v == 0\"}\n")
+		}
+		edges = append(edges, []string{"  - {from: lp, to: lx}\n", "  - {from: lp, to: lx, when: \"nodes.lp.exhausted\"}\n"}[next()%2])
+	}
 	if len(edges) > 0 {
 		b.WriteString("edges:\n" + strings.Join(edges, ""))
 	}
@@ -141,7 +171,8 @@ func checkRandomFlow(t *testing.T, data []byte) {
 				if !st.Status.Final() {
 					t.Fatalf("%s ends %s\n%s\n%s", n.ID, st.Status, src, s.dump())
 				}
-				if st.Status == NodeSkipped && s.starts[n.ID] > 0 {
+				inLoop := strings.HasPrefix(n.ID, "l") // ends in its last iteration's state
+				if st.Status == NodeSkipped && s.starts[n.ID] > 0 && !inLoop {
 					t.Fatalf("%s ran and is skipped\n%s", n.ID, s.dump())
 				}
 				if st.Status == NodeSucceeded && !Inline(n.Type) && s.starts[n.ID] == 0 {
@@ -160,4 +191,24 @@ func checkRandomFlow(t *testing.T, data []byte) {
 			t.Fatalf("two runs differ:\n%v\n%v", traces[0], traces[1])
 		}
 	}
+}
+
+// FuzzParse: no input makes the loader panic, and what loads can start.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(okFlow))
+	for _, name := range []string{"restart-web", "disk-cleanup", "wait-healthy"} {
+		if b, err := os.ReadFile("../../configs/flows/" + name + ".yaml"); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte("name: x\nversion: \"1\"\nnodes:\n  - {id: a, type: control.loop, config: {while: \"true\", max_iterations: 2}}\n  - {id: b, type: control.noop}\nedges:\n  - {from: a, to: b}\n  - {from: b, to: a}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fl, err := Parse("f.yaml", data, Options{Model: true})
+		if err != nil {
+			return
+		}
+		if _, _, err := NewMachine(fl).Start(nil, 2); err != nil && !strings.Contains(err.Error(), "required") {
+			t.Fatalf("loaded flow does not start: %v", err)
+		}
+	})
 }

@@ -60,8 +60,8 @@ func TestRender(t *testing.T) {
 			t.Errorf("text lacks %q:\n%s", want, text.String())
 		}
 	}
-	for _, want := range []string{"flowchart TD", `check{"check<br/>control.if"}`, `restart[["restart<br/>action.shell"]]`,
-		`check -->|"!nodes.check.condition"| rollback`, "restart --> check"} {
+	for _, want := range []string{"flowchart TD", `n_check{"check<br/>control.if"}`, `n_restart[["restart<br/>action.shell"]]`,
+		`n_check -->|"!nodes.check.condition"| n_rollback`, "n_restart --> n_check"} {
 		if !strings.Contains(mm.String(), want) {
 			t.Errorf("mermaid lacks %q:\n%s", want, mm.String())
 		}

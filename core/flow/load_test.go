@@ -81,6 +81,8 @@ func TestLoadErrors(t *testing.T) {
 		{name: "bad id", src: head + "nodes:\n  - {id: my-step, type: control.noop}\n", want: `nodes[0].id: "my-step"`},
 		{name: "gate unanswerable", src: head + "nodes:\n  - {id: g, type: control.gate, config: {prompt: proceed}}\n", want: "a gate needs choices or allow_text"},
 		{name: "http url", src: head + "nodes:\n  - {id: h, type: action.http, config: {url: \"ftp://x\"}}\n", want: `nodes.h.config.url: "ftp://x" is not an http(s) URL`},
+		{name: "http headers not a mapping", src: head + "nodes:\n  - {id: h, type: action.http, config: {url: \"https://x\", headers: [a]}}\n", want: "nodes.h.config.headers: must be a mapping"},
+		{name: "http header not a string", src: head + "nodes:\n  - {id: h, type: action.http, config: {url: \"https://x\", headers: {a: [1]}}}\n", want: "nodes.h.config.headers.a: must be a string"},
 		{name: "template unclosed", src: head + "nodes:\n  - {id: a, type: system.log, config: {message: \"${{ inputs\"}}\n", want: "not closed"},
 		{name: "not yaml", src: "name: [\n", want: "f.yaml: not YAML"},
 		{name: "unknown top key", src: head + "steps: []\nnodes:\n  - {id: a, type: control.noop}\n", want: "f.yaml:3: steps: unknown key"},

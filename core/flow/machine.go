@@ -51,10 +51,26 @@ func (m *Machine) Step(r *Run, ev Event) (*Run, Transition, error) {
 	if r.FlowHash != m.f.Hash {
 		return nil, Transition{}, errors.New("flow: the run was started with another version of the flow (it is pinned by hash)")
 	}
-	if ev.Kind != EvCancel {
+	switch ev.Kind {
+	case EvCancel:
+	case EvStarted, EvSucceeded, EvFailed, EvTimer:
 		if _, ok := r.Nodes[ev.Node]; !ok || m.f.Node(ev.Node) == nil {
 			return nil, Transition{}, fmt.Errorf("flow: event about unknown node %q", ev.Node)
 		}
+	default:
+		return nil, Transition{}, fmt.Errorf("flow: unknown event kind %q", ev.Kind)
+	}
+	if ev.Kind == EvTimer && ev.Timer != TimerTimeout && ev.Timer != TimerBackoff {
+		return nil, Transition{}, fmt.Errorf("flow: unknown timer kind %q", ev.Timer)
+	}
+	// The output is stored as it is: it must be JSON, or the run could no
+	// longer be stored.
+	if len(ev.Output) > 0 && !json.Valid(ev.Output) {
+		return nil, Transition{}, fmt.Errorf("flow: %s's output is not JSON", ev.Node)
+	}
+	if ev.Error != nil {
+		e := *ev.Error
+		ev.Error = &e
 	}
 	s := &step{m: m, r: r.clone(), ev: ev}
 	s.r.Seq++
@@ -124,8 +140,6 @@ func (s *step) apply() {
 		// any failure while attempts remain.
 		s.cmds = append(s.cmds, Command{Kind: CmdStop, Node: n.ID, Iteration: st.Iteration, Attempt: st.Attempt, Reason: CodeTimeout})
 		s.fail(n, &NodeError{Code: CodeTimeout, Message: fmt.Sprintf("attempt %d ran longer than %s", st.Attempt, n.Policy.Timeout)}, nil)
-	default:
-		s.ignored = "unknown event kind " + string(ev.Kind)
 	}
 }
 
@@ -237,6 +251,14 @@ func (s *step) fail(n *Node, e *NodeError, out json.RawMessage) {
 	}
 	st.Status, st.Error = NodeFailed, e
 	outs := s.m.f.out[s.m.f.index[n.ID]]
+	if ls := s.m.f.loops[s.m.f.index[n.ID]]; ls != nil {
+		// A failed loop starts no further iteration: its body, pending
+		// whenever a loop can fail, is skipped; only its exits remain.
+		for _, ei := range ls.enter {
+			s.r.Edges[ei] = EdgeSkipped
+		}
+		outs = ls.exit
+	}
 	if n.Policy.ContinueOnError {
 		st.Handled = true
 		marker := map[string]any{"failed": true, "error": map[string]any{"code": e.Code, "message": e.Message}}
@@ -244,13 +266,14 @@ func (s *step) fail(n *Node, e *NodeError, out json.RawMessage) {
 			marker["output"] = v
 		}
 		s.setOutput(n.ID, marker)
-		if e.Code == CodeExpression {
-			return // decide already ran; its good edges stand
+		// Edges a failing when already decided keep their decision.
+		var pending []int
+		for _, ei := range outs {
+			if s.r.Edges[ei] == EdgePending {
+				pending = append(pending, ei)
+			}
 		}
-		if ls := s.m.f.loops[s.m.f.index[n.ID]]; ls != nil {
-			outs = ls.exit
-		}
-		s.decide(n, outs)
+		s.decide(n, pending)
 		return
 	}
 	st.Output = out
@@ -432,7 +455,8 @@ func (s *step) doSwitch(n *Node, sc Scope) {
 			return
 		}
 		if ok {
-			route, _ = c.(map[string]any)["route"].(string)
+			cm, _ := c.(map[string]any)
+			route, _ = cm["route"].(string)
 			break
 		}
 	}

@@ -2,6 +2,7 @@ package flow
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -317,6 +318,41 @@ edges:
 			want:   "again=failed probe=failed after=skipped", run: RunFailed,
 		},
 		{
+			name: "a loop whose body edge fails continues on error through its exits",
+			src: hdr + `nodes:
+  - {id: again, type: control.loop, config: {while: "true", max_iterations: 3}, policy: {continue_on_error: true}}
+  - {id: probe, type: action.shell, config: {command: curl}}
+  - {id: after, type: system.log, config: {message: "${{ nodes.again.error.code }}"}}
+edges:
+  - {from: again, to: probe, when: "nodes.again.nope == 1"}
+  - {from: probe, to: again}
+  - {from: again, to: after, when: "nodes.again.failed"}
+`,
+			want: "again=failed probe=skipped after=succeeded", run: RunSucceeded,
+			notTrace: []string{"start probe#1"},
+		},
+		{
+			name: "merge any starts on the first branch without waiting for the other",
+			src: hdr + `nodes:
+  - {id: a, type: system.log, config: {message: hi}}
+  - {id: fast, type: system.log, config: {message: hi}}
+  - {id: slow, type: action.shell, config: {command: x}, policy: {timeout: 5s, continue_on_error: true}}
+  - {id: next, type: system.log, config: {message: hi}, policy: {merge: any}}
+edges:
+  - {from: a, to: fast}
+  - {from: a, to: slow}
+  - {from: fast, to: next}
+  - {from: slow, to: next}
+`,
+			script: map[string][]outcome{"slow": {hang}},
+			want:   "a=succeeded fast=succeeded slow=failed next=succeeded", run: RunSucceeded,
+			check: func(t *testing.T, s *sim) {
+				if i, j := slices.Index(s.trace, "start next#1"), slices.Index(s.trace, "stop slow#1 (timeout)"); i < 0 || j < 0 || i > j || s.starts["next"] != 1 {
+					t.Fatalf("next must start once, before slow times out:\n%s", strings.Join(s.trace, "\n"))
+				}
+			},
+		},
+		{
 			name: "foreach within its bound starts with the items",
 			src: hdr + `inputs: {hosts: {type: list, default: [web1, web2]}}
 nodes:
@@ -464,6 +500,18 @@ func TestPrecedence(t *testing.T) {
 	t.Run("the input run is never changed", func(t *testing.T) {
 		if r.Nodes["a"].Status != NodeRunning || r.Seq != 2 {
 			t.Fatalf("run changed: %+v", r.Nodes["a"])
+		}
+	})
+	t.Run("events that cannot belong to the run are errors", func(t *testing.T) {
+		for _, ev := range []Event{
+			{Kind: "exploded", Node: "a", Attempt: 1},
+			{Kind: EvSucceeded, Node: "ghost", Attempt: 1},
+			{Kind: EvTimer, Node: "a", Attempt: 1},
+			{Kind: EvSucceeded, Node: "a", Attempt: 1, Output: []byte("{not json")},
+		} {
+			if _, _, err := m.Step(r, ev); err == nil {
+				t.Errorf("%+v accepted", ev)
+			}
 		}
 	})
 	t.Run("another flow version is refused", func(t *testing.T) {

@@ -33,11 +33,8 @@ func WriteText(w io.Writer, f *Flow) error {
 	}
 	b.WriteString("\nnodes:\n")
 	for _, n := range f.Nodes {
-		fmt.Fprintf(&b, "  %-16s %-20s", n.ID, n.Type)
-		if p := policyText(n.Policy); p != "" {
-			fmt.Fprintf(&b, " %s", p)
-		}
-		b.WriteString("\n")
+		line := fmt.Sprintf("  %-16s %-20s %s", n.ID, n.Type, policyText(n.Policy))
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
 	}
 	if len(f.Edges) > 0 {
 		b.WriteString("\nedges:\n")
@@ -85,26 +82,29 @@ func policyText(p Policy) string {
 func WriteMermaid(w io.Writer, f *Flow) error {
 	var b strings.Builder
 	b.WriteString("flowchart TD\n")
+	// Mermaid ids get a prefix: a node called end or graph would
+	// otherwise be read as a keyword.
 	for _, n := range f.Nodes {
 		label := mermaidText(n.ID + "\n" + n.Type)
+		id := "n_" + n.ID
 		switch {
 		case n.Type == "control.if" || n.Type == "control.switch":
-			fmt.Fprintf(&b, "  %s{\"%s\"}\n", n.ID, label)
+			fmt.Fprintf(&b, "  %s{\"%s\"}\n", id, label)
 		case n.Type == "control.gate":
-			fmt.Fprintf(&b, "  %s[/\"%s\"/]\n", n.ID, label)
+			fmt.Fprintf(&b, "  %s[/\"%s\"/]\n", id, label)
 		case n.Type == "control.loop" || n.Type == "control.foreach":
-			fmt.Fprintf(&b, "  %s([\"%s\"])\n", n.ID, label)
+			fmt.Fprintf(&b, "  %s([\"%s\"])\n", id, label)
 		case strings.HasPrefix(n.Type, "action.") || n.Type == "agent.run":
-			fmt.Fprintf(&b, "  %s[[\"%s\"]]\n", n.ID, label)
+			fmt.Fprintf(&b, "  %s[[\"%s\"]]\n", id, label)
 		default:
-			fmt.Fprintf(&b, "  %s[\"%s\"]\n", n.ID, label)
+			fmt.Fprintf(&b, "  %s[\"%s\"]\n", id, label)
 		}
 	}
 	for _, e := range f.Edges {
 		if e.When != nil {
-			fmt.Fprintf(&b, "  %s -->|\"%s\"| %s\n", e.From, mermaidText(e.When.Src), e.To)
+			fmt.Fprintf(&b, "  n_%s -->|\"%s\"| n_%s\n", e.From, mermaidText(e.When.Src), e.To)
 		} else {
-			fmt.Fprintf(&b, "  %s --> %s\n", e.From, e.To)
+			fmt.Fprintf(&b, "  n_%s --> n_%s\n", e.From, e.To)
 		}
 	}
 	_, err := io.WriteString(w, b.String())

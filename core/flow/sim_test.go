@@ -91,6 +91,7 @@ func (s *sim) run(inputs map[string]any, maxParallel int) *Run {
 			s.t.Fatal(err)
 		}
 		s.roundTrip(r)
+		s.transitionTrip(tr)
 		s.r = r
 		if ev.Kind == EvSucceeded || ev.Kind == EvFailed {
 			if tr.Ignored == "" {
@@ -114,6 +115,22 @@ func (s *sim) roundTrip(r *Run) {
 	b2, _ := json.Marshal(back)
 	if string(b) != string(b2) {
 		s.t.Fatalf("run changes across JSON:\n%s\n%s", b, b2)
+	}
+}
+
+// transitionTrip checks a transition survives JSON unchanged.
+func (s *sim) transitionTrip(tr Transition) {
+	b, err := json.Marshal(tr)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var back Transition
+	if err := json.Unmarshal(b, &back); err != nil {
+		s.t.Fatal(err)
+	}
+	b2, _ := json.Marshal(back)
+	if string(b) != string(b2) {
+		s.t.Fatalf("transition changes across JSON:\n%s\n%s", b, b2)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -24,7 +25,16 @@ type cgroups struct {
 	v2     bool
 	pids   string // parent dir for per-run pids cgroups (v1), or the unified parent (v2)
 	memory string // parent dir for per-run memory cgroups (v1); empty in v2
+
+	mu     sync.Mutex
+	free   []*runCgroup // empty run cgroups, kept for the next runs (see put)
+	closed bool         // drained: nothing more is kept
+	made   int64        // run cgroups made (their names)
 }
+
+// maxFreeCgroups bounds the empty run cgroups kept for reuse: the warm
+// inits of both network modes and a few runs at once.
+const maxFreeCgroups = 2*poolSize + 4
 
 // detectCgroups prepares the parent cgroups; nil when unusable.
 func detectCgroups() (*cgroups, error) {
@@ -84,12 +94,30 @@ func ownCgroups() (map[string]string, error) {
 	return m, sc.Err()
 }
 
-// runCgroup is one run's cgroup directories.
-type runCgroup struct{ dirs []string }
+// runCgroup is one run's cgroup directories (the pids one, or the
+// unified one, first).
+type runCgroup struct {
+	dirs      []string
+	owner     *cgroups
+	maxProcs  int
+	maxMemory int64
+}
 
-// create makes the run's cgroups with their limits.
-func (c *cgroups) create(name string, maxProcs int, maxMemory int64) (*runCgroup, error) {
-	rc := &runCgroup{}
+// create returns cgroups with these limits for a run: empty ones a
+// finished run handed back (put), or new ones.
+func (c *cgroups) create(maxProcs int, maxMemory int64) (*runCgroup, error) {
+	c.mu.Lock()
+	for i, rc := range c.free {
+		if rc.maxProcs == maxProcs && rc.maxMemory == maxMemory {
+			c.free = append(c.free[:i], c.free[i+1:]...)
+			c.mu.Unlock()
+			return rc, nil
+		}
+	}
+	c.made++
+	name := strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatInt(c.made, 10)
+	c.mu.Unlock()
+	rc := &runCgroup{owner: c, maxProcs: maxProcs, maxMemory: maxMemory}
 	// files are written in order; optional ones are skipped when the
 	// kernel does not have them.
 	type file struct {
@@ -141,6 +169,56 @@ func (rc *runCgroup) add(pid int) error {
 		}
 	}
 	return nil
+}
+
+// put hands a run's cgroups back once its init has been waited for: they
+// are kept for a later run when no task is left in them (every process
+// of the run is gone, and released: pids.current is 0), else removed.
+// Making and removing a cgroup pair (a memory cgroup above all) on every
+// run cost more CPU than the run's own pids and memory accounting; a kept
+// one carries its limits, and nothing of the run but reclaimable page
+// cache charged to it.
+func (rc *runCgroup) put() {
+	c := rc.owner
+	if rc.empty() {
+		c.mu.Lock()
+		if !c.closed && len(c.free) < maxFreeCgroups {
+			c.free = append(c.free, rc)
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+	}
+	rc.remove()
+}
+
+// empty reports whether no task is in the run's cgroups or still counted
+// in its pids cgroup (an exited task is counted until it is released).
+func (rc *runCgroup) empty() bool {
+	for i, d := range rc.dirs {
+		if i == 0 {
+			b, err := os.ReadFile(filepath.Join(d, "pids.current"))
+			if err != nil || strings.TrimSpace(string(b)) != "0" {
+				return false
+			}
+		}
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil || len(strings.TrimSpace(string(b))) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// drain removes the kept cgroups and keeps no more (the sandbox closes).
+func (c *cgroups) drain() {
+	c.mu.Lock()
+	free := c.free
+	c.free, c.closed = nil, true
+	c.mu.Unlock()
+	for _, rc := range free {
+		rc.remove()
+	}
 }
 
 // remove deletes the run's cgroups; the PID namespace is gone by then, so

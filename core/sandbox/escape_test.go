@@ -192,6 +192,7 @@ func setupEscape(t *testing.T, cfg Config) *escapeBundle {
 		writeReadable(t, filepath.Join(b.hiddenDir, "token"), canary+" hidden dir")
 		writeReadable(t, b.hiddenFile, canary+" hidden file")
 		writeReadable(t, b.visibleSys, "visible to the program")
+		writeReadable(t, filepath.Join(d, "sub", "visible"), "visible to the program")
 		hidden = append(hidden, b.hiddenDir, b.hiddenFile)
 	}
 	// A descriptor of a key file the gateway leaks to its children (opened
@@ -538,7 +539,12 @@ func TestEscape(t *testing.T) {
 		// Nor a hidden path inside a system dir: no mount is made on it
 		// (its parent is rebuilt without it), so mountinfo never names it.
 		cases = append(cases, escapeCase{name: "mountinfo names no hidden path", argv: []string{"cat", "/proc/self/mountinfo"}, exitZero: true,
-			want: []string{" " + b.visibleSys + " ro,"}, notWant: []string{b.hiddenDir, b.hiddenFile}})
+			want: []string{" " + b.visibleSys + " ro,"}, notWant: []string{b.hiddenDir, b.hiddenFile}},
+			// The rebuilt parent's other entries are the host's, read-only.
+			escapeCase{name: "mountinfo: a dir next to a hidden path is read-only", argv: []string{"cat", "/proc/self/mountinfo"}, exitZero: true,
+				want: []string{" " + filepath.Join(filepath.Dir(b.visibleSys), "sub") + " ro,"}},
+			escapeCase{name: "a file in a dir next to a hidden path", argv: []string{"cat", filepath.Join(filepath.Dir(b.visibleSys), "sub", "visible")}, exitZero: true,
+				want: []string{"visible to the program"}})
 	}
 	if os.Geteuid() == 0 {
 		cases = append(cases, escapeCase{name: "setuid-root binary", argv: []string{"./suid-id"}, exitZero: true, want: []string{"uid=65534(nobody) gid=65534(nogroup) groups=65534(nogroup)\n"}})

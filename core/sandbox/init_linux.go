@@ -411,7 +411,7 @@ func setupFS(spec *initSpec) (map[string]bool, error) {
 		}
 	}
 	hidden := map[string]bool{}
-	if err := hideAll(root, "", spec.Hide, hidden); err != nil {
+	if err := hideAll(root, spec.Hide, hidden); err != nil {
 		return nil, err
 	}
 	// /tmp.
@@ -453,7 +453,7 @@ func setupFS(spec *initSpec) (map[string]bool, error) {
 // program learns nothing of the host's layout, the data dir's path
 // included), detaches the host's root and makes the new root read-only.
 func finishFS(spec *initSpec, hidden map[string]bool) error {
-	if err := hideAll("", oldRoot, spec.Hide, hidden); err != nil {
+	if err := hideAll("", spec.Hide, hidden); err != nil {
 		return err
 	}
 	if spec.HostDir == "" || !filepath.IsAbs(spec.HostDir) {
@@ -534,8 +534,8 @@ func remount(dst string, flags uintptr) error {
 
 // hideAll covers the paths of hs a system dir makes visible inside the new
 // root and records each one covered in done (paths not yet there are left
-// for a later call). root is the new root's path, host the host's tree's
-// ("" and the root before pivot_root, oldRoot and "" after).
+// for a later call). root is the new root's path before pivot_root, ""
+// after.
 //
 // A mount over a hidden path would name it in /proc/self/mountinfo (issue
 // 22 point 8), so the hidden path is never a mount point: its parent's
@@ -543,9 +543,12 @@ func remount(dst string, flags uintptr) error {
 // bound from the host as it was, the hidden one an empty placeholder (a
 // directory of mode 0000, an empty read-only file) — and mountinfo shows
 // the parent, which the program can list anyway, and its other entries.
+// The rebuilt parent lists the entries it had when the sandbox was built
+// (its subdirectories and files are the host's, live): a hidden path made
+// later in it is not there at all.
 // Only a hidden path directly under / (a system dir itself, whose name
 // says nothing of the host) is covered by a mount of its own.
-func hideAll(root, host string, hs []string, done map[string]bool) error {
+func hideAll(root string, hs []string, done map[string]bool) error {
 	byParent := map[string]map[string]bool{}
 	for _, h := range hs {
 		if done[h] {
@@ -563,10 +566,14 @@ func hideAll(root, host string, hs []string, done map[string]bool) error {
 			done[h] = ok
 			continue
 		}
-		if byParent[p] == nil {
-			byParent[p] = map[string]bool{}
+		byParent[p] = map[string]bool{}
+	}
+	// A parent rebuilt leaves out every hidden name it has, covered before
+	// or not.
+	for _, h := range hs {
+		if names := byParent[filepath.Dir(h)]; names != nil {
+			names[filepath.Base(h)] = true
 		}
-		byParent[p][filepath.Base(h)] = true
 	}
 	parents := slices.Collect(maps.Keys(byParent))
 	// Outer parents first: an inner one is rebuilt on top of the bind its
@@ -580,7 +587,7 @@ func hideAll(root, host string, hs []string, done map[string]bool) error {
 			}
 			continue
 		}
-		if err := rebuildWithout(root, host, p, byParent[p]); err != nil {
+		if err := rebuildWithout(root, p, byParent[p]); err != nil {
 			return err
 		}
 		for name := range byParent[p] {
@@ -600,29 +607,40 @@ func inside(p string, done map[string]bool) bool {
 	return false
 }
 
-// rebuildWithout mounts a tmpfs over directory p of the new root holding
-// p's entries as the host has them (directories and files bound
-// read-only, symbolic links copied) but for the names in hidden, which are
-// empty placeholders of the same kind; then makes it read-only. Entries
-// that are neither (sockets, FIFOs, devices) are left out: the system dirs
-// are for programs and their data.
-func rebuildWithout(root, host, p string, hidden map[string]bool) error {
-	src, dst := host+p, root+p
+// hideStage is where rebuildWithout builds a directory before moving it in
+// place: in the new root's own tmpfs, empty again once the build is moved.
+const hideStage = "/.silas-hide"
+
+// rebuildWithout covers directory p of the new root (root is its path
+// before pivot_root, "" after) with a read-only tmpfs holding p's entries
+// as the sandbox sees them — directories and files bound from its
+// read-only view of them (a bind keeps the source mount's read-only,
+// nosuid and nodev flags: no remount each), symbolic links copied — but
+// for the names in hidden, which are empty placeholders of the same kind.
+// It is built on a stage and moved over p in one step. Entries that are
+// neither (sockets, FIFOs, devices) are left out: the system dirs are for
+// programs and their data.
+func rebuildWithout(root, p string, hidden map[string]bool) error {
+	src, stage := root+p, root+hideStage
+	fail := func(err error) error { return fmt.Errorf("init: hide under %s: %w", p, err) }
 	fi, err := os.Stat(src)
 	if err != nil {
-		return fmt.Errorf("init: hide under %s: %w", p, err)
+		return fail(err)
 	}
 	entries, err := os.ReadDir(src)
 	if err != nil {
-		return fmt.Errorf("init: hide under %s: %w", p, err)
+		return fail(err)
+	}
+	if err := os.Mkdir(stage, 0o700); err != nil {
+		return fail(err)
 	}
 	opts := fmt.Sprintf("mode=%04o,size=64k", fi.Mode().Perm())
-	if err := unix.Mount("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
-		return fmt.Errorf("init: hide under %s: %w", p, err)
+	if err := unix.Mount("tmpfs", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fail(err)
 	}
 	for _, e := range entries {
 		name := e.Name()
-		s, d := src+"/"+name, dst+"/"+name
+		s, d := src+"/"+name, stage+"/"+name
 		switch t := e.Type(); {
 		case hidden[name] && t.IsDir():
 			err = os.Mkdir(d, 0)
@@ -634,21 +652,26 @@ func rebuildWithout(root, host, p string, hidden map[string]bool) error {
 				err = os.Symlink(target, d)
 			}
 		case t.IsDir():
-			err = bindReadOnly(s, d)
+			if err = os.Mkdir(d, 0o755); err == nil {
+				err = unix.Mount(s, d, "", unix.MS_BIND|unix.MS_REC, "")
+			}
 		case t.IsRegular():
 			if err = emptyFile(d, 0o444); err == nil {
 				err = unix.Mount(s, d, "", unix.MS_BIND, "")
 			}
-			if err == nil {
-				err = remount(d, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV)
-			}
 		}
 		if err != nil {
-			return fmt.Errorf("init: hide under %s: %s: %w", p, name, err)
+			return fail(fmt.Errorf("%s: %w", name, err))
 		}
 	}
-	if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
-		return fmt.Errorf("init: hide under %s: read-only: %w", p, err)
+	if err := unix.Mount("", stage, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fail(fmt.Errorf("read-only: %w", err))
+	}
+	if err := unix.Mount(stage, src, "", unix.MS_MOVE, ""); err != nil {
+		return fail(fmt.Errorf("move in place: %w", err))
+	}
+	if err := unix.Rmdir(stage); err != nil {
+		return fail(err)
 	}
 	return nil
 }

@@ -68,7 +68,6 @@ type Subprocess struct {
 	poolMu sync.Mutex              // guards closed; held while starting refills
 	poolWG sync.WaitGroup          // refills in progress
 	closed bool
-	seq    atomic.Int64 // cgroup names
 
 	// workTmpfs: the gateway stages each run's work dir in a tmpfs of
 	// limits.work bytes it hands to the init (root, a kernel with
@@ -591,7 +590,7 @@ func (w *warmInit) release() {
 	w.statusR.Close()
 	w.runW.Close()
 	if w.cg != nil {
-		w.cg.remove()
+		w.cg.put()
 	}
 	w.net.stop()
 }
@@ -671,6 +670,9 @@ func (s *Subprocess) Close() error {
 			break
 		}
 	}
+	if s.cgroups != nil {
+		s.cgroups.drain()
+	}
 	return nil
 }
 
@@ -734,7 +736,7 @@ func (s *Subprocess) spawn(network bool) (*warmInit, error) {
 		return nil, fmt.Errorf("sandbox: write the init's spec: %w", err)
 	}
 	if s.cgroups != nil {
-		if w.cg, err = s.cgroups.create(strconv.FormatInt(time.Now().UnixNano(), 36)+"-"+strconv.Itoa(int(s.seq.Add(1))), s.limits.procs, s.limits.memory); err != nil {
+		if w.cg, err = s.cgroups.create(s.limits.procs, s.limits.memory); err != nil {
 			closeChildEnds()
 			w.release()
 			return nil, err

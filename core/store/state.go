@@ -27,10 +27,12 @@ func (s *Store) GetState(ctx context.Context, ch core.ChannelName, key string) (
 
 // SetState writes an adapter's durable value (committed when it returns).
 func (s *Store) SetState(ctx context.Context, ch core.ChannelName, key, value string) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO channel_state (channel, key, value, updated_at) VALUES ($1, $2, $3, now())
-		ON CONFLICT (channel, key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`, ch, key, value)
+	_, err := s.pool.Exec(ctx, upsertState, ch, key, value)
 	if err != nil {
 		return fmt.Errorf("store: set state %s/%s: %w", ch, key, err)
 	}
 	return nil
 }
+
+const upsertState = `INSERT INTO channel_state (channel, key, value, updated_at) VALUES ($1, $2, $3, now())
+	ON CONFLICT (channel, key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`
