@@ -30,9 +30,12 @@ func StandingLabel(ttl time.Duration) string {
 // consents last ttl (0: not offered): a low-risk card while pending, a
 // medium one once it asks for confirmation (the tap that runs it), and
 // only for an action a consent may cover (never high or irreversible,
-// never a shell, interpreter or wrapper).
+// never a shell, interpreter or wrapper). Only a request proposed in a
+// person's turn (TurnSeq set: /run, the agent's reply) offers it — the path
+// that honours consents; a task's step or an outside agent's call does not
+// yet, so its card does not promise what would not happen.
 func Standing(a core.ApprovalRequest, ttl time.Duration) bool {
-	if ttl <= 0 {
+	if ttl <= 0 || a.TurnSeq <= 0 {
 		return false
 	}
 	switch {
