@@ -45,7 +45,7 @@ test-race:
 ## image's runtime stage from its Debian packages (mmdebstrap, cached) and runs it under compose.yaml's settings.
 ## Needs root, docker.io and mmdebstrap (.ci/run installs them and runs this after make test); minutes the first time.
 test-deploy:
-	$(GO) test -tags deploytest -count=1 -timeout 20m -run '^TestComposeRunsApprovedAction$$' ./deploy
+	$(GO) test -tags deploytest -count=1 -timeout 30m -run '^TestComposeRunsApprovedAction$$' ./deploy
 
 ## test-short: every test with -short (tests that check testing.Short skip their long cases), no race detector, one throwaway cluster
 test-short:

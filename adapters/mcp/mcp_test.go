@@ -28,6 +28,7 @@ import (
 	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
+	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
@@ -48,7 +49,7 @@ type phone struct {
 	n     int
 }
 
-func (p *phone) Name() core.ChannelName                     { return "test" }
+func (p *phone) Name() core.ChannelName                      { return "test" }
 func (p *phone) Run(ctx context.Context, _ core.Inbox) error { <-ctx.Done(); return nil }
 func (p *phone) Send(_ context.Context, m core.OutMessage) (core.MessageRef, error) {
 	p.keep(m)
@@ -57,7 +58,10 @@ func (p *phone) Send(_ context.Context, m core.OutMessage) (core.MessageRef, err
 	p.n++
 	return core.MessageRef(fmt.Sprint(p.n)), nil
 }
-func (p *phone) Update(_ context.Context, _ core.MessageRef, m core.OutMessage) error { p.keep(m); return nil }
+func (p *phone) Update(_ context.Context, _ core.MessageRef, m core.OutMessage) error {
+	p.keep(m)
+	return nil
+}
 func (p *phone) keep(m core.OutMessage) {
 	if m.Card == nil {
 		return
@@ -93,18 +97,27 @@ type clock struct{ off atomic.Int64 }
 func (c *clock) now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
 
 type world struct {
-	t     *testing.T
-	st    *store.Store
-	eng   *gateway.Gateway
-	phone *phone
-	clock *clock
-	url   string
-	n     int
+	t      *testing.T
+	st     *store.Store
+	eng    *gateway.Gateway
+	phone  *phone
+	clock  *clock
+	url    string
+	n      int
+	sealer *secrets.Sealer
 }
 
 // newWorld runs a gateway as serve wires it, with the MCP endpoint on an
 // httptest server, and the owner's direct conversation (one message).
 func newWorld(t *testing.T) *world {
+	t.Helper()
+	w := newWorldAway(t)
+	w.deliver(core.Turn{Text: "/whoami"})
+	return w
+}
+
+// newWorldAway is newWorld before the owner ever wrote to Silas.
+func newWorldAway(t *testing.T) *world {
 	t.Helper()
 	ctx := t.Context()
 	w := &world{t: t, phone: &phone{cards: map[cards.ID]*cards.Card{}}, clock: &clock{}}
@@ -126,9 +139,16 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	sk, err := secrets.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.sealer, err = secrets.NewSealer(sk); err != nil {
+		t.Fatal(err)
+	}
 	w.eng, err = gateway.New(gateway.Config{Store: st, Channels: []core.Channel{w.phone}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{dir}},
-		Policy:   pol, Key: key, Owners: []core.IdentityID{owner}, Logger: log, Now: w.clock.now})
+		Policy:   pol, Key: key, Owners: []core.IdentityID{owner}, Logger: log, Now: w.clock.now, Sealer: w.sealer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +160,6 @@ func newWorld(t *testing.T) *world {
 	srv := httptest.NewServer(mcpadapter.Handler(w.eng.Calls(), log))
 	t.Cleanup(srv.Close)
 	w.url = srv.URL
-	w.deliver(core.Turn{Text: "/whoami"})
 	return w
 }
 
@@ -338,7 +357,9 @@ func TestAskAndRequestApproval(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := a.start(t.Context(), "ask", map[string]any{"question": "Which branch?", "choices": []string{"main", "dev"}})
-	cd := w.phone.card(t, "question", func(c *cards.Card) bool { return strings.Contains(c.Intent, "Which branch?") && c.Status == cards.StatusPending })
+	cd := w.phone.card(t, "question", func(c *cards.Card) bool {
+		return strings.Contains(c.Intent, "Which branch?") && c.Status == cards.StatusPending
+	})
 	if len(cd.Choices) != 2 || cd.Choices[1].Label != "dev" {
 		t.Fatalf("question card = %+v", cd)
 	}
@@ -350,10 +371,14 @@ func TestAskAndRequestApproval(t *testing.T) {
 		t.Fatalf("ask = %q %+v", text(res), ans)
 	}
 	w.tap(cd.ID, cd.Choices[0].ID) // a second tap changes nothing
-	w.phone.card(t, "answered", func(c *cards.Card) bool { return c.ID == cd.ID && c.Status == cards.StatusDone && strings.Contains(c.Outcome, "dev") })
+	w.phone.card(t, "answered", func(c *cards.Card) bool {
+		return c.ID == cd.ID && c.Status == cards.StatusDone && strings.Contains(c.Outcome, "dev")
+	})
 
 	ch = a.start(t.Context(), "request_approval", map[string]any{"action": "git push --force origin main"})
-	cd = w.phone.card(t, "approval", func(c *cards.Card) bool { return strings.Contains(c.Intent, "git push") && c.Status == cards.StatusPending })
+	cd = w.phone.card(t, "approval", func(c *cards.Card) bool {
+		return strings.Contains(c.Intent, "git push") && c.Status == cards.StatusPending
+	})
 	w.tap(cd.ID, "approve")
 	res = wait(t, ch)
 	var d callgate.Decision
@@ -366,6 +391,19 @@ func TestAskAndRequestApproval(t *testing.T) {
 	}
 	if n := w.count(`SELECT count(*) FROM executions`); n != 0 {
 		t.Fatalf("request_approval ran something: %d executions", n)
+	}
+
+	// Nobody answers: the call ends with an error and the card expires.
+	ch = a.start(t.Context(), "ask", map[string]any{"question": "Still there?", "choices": []string{"yes"}})
+	cd = w.phone.card(t, "unanswered", func(c *cards.Card) bool { return strings.Contains(c.Intent, "Still there?") && c.Status == cards.StatusPending })
+	w.clock.off.Add(int64(time.Hour))
+	if res := wait(t, ch); !res.IsError || !strings.Contains(text(res), "expired") {
+		t.Fatalf("unanswered ask = %v %q", res.IsError, text(res))
+	}
+	w.phone.card(t, "expired", func(c *cards.Card) bool { return c.ID == cd.ID && c.Status == cards.StatusExpired })
+	w.tap(cd.ID, "c1") // too late: changes nothing
+	if n := w.count(`SELECT count(*) FROM mcp_questions WHERE id = $1 AND status = 'expired' AND choice IS NULL`, cd.ID); n != 1 {
+		t.Fatal("a tap after expiry answered the question")
 	}
 }
 
@@ -428,5 +466,62 @@ func TestRevokedMidSession(t *testing.T) {
 	}
 	if n := w.count(`SELECT count(*) FROM approvals`); n != 0 {
 		t.Fatalf("a revoked token's call reached the core")
+	}
+}
+
+// The output of a command that received a secret never reaches the
+// caller (a model): the result says withheld, with the verified outcome.
+func TestSecretRunOutputWithheld(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	const value = "s3cr3t-value-for-mcp"
+	sealed, err := w.sealer.Seal("API_TOKEN", []byte(value))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.st.Pool().Exec(t.Context(), `INSERT INTO secrets (name, ciphertext, created_at, updated_at) VALUES ('API_TOKEN', $1, now(), now())`, sealed); err != nil {
+		t.Fatal(err)
+	}
+	a, err := w.connect(w.token("leaky"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := a.start(t.Context(), "run_command", map[string]any{"argv": []string{"printenv", "API_TOKEN"}, "secrets": []string{"API_TOKEN"}})
+	cd := w.phone.card(t, "printenv", func(c *cards.Card) bool { return c.Command == "printenv API_TOKEN" && c.Status == cards.StatusPending })
+	for c := cd; c.Status != cards.StatusRunning && c.Status != cards.StatusDone; {
+		w.tap(cd.ID, c.Choices[0].ID) // approve, and confirm when the risk asks for it
+		prev := c.Status
+		c = w.phone.card(t, "next state", func(n *cards.Card) bool { return n.ID == cd.ID && n.Status != prev })
+		if c.Status != cards.StatusConfirming && c.Status != cards.StatusRunning && c.Status != cards.StatusDone {
+			t.Fatalf("card went to %s: %+v", c.Status, c)
+		}
+	}
+	res := wait(t, ch)
+	var out callgate.RunResult
+	structured(t, res, &out)
+	if !out.Withheld || out.Stdout != "" || !out.Verified {
+		t.Fatalf("result = %+v", out)
+	}
+	b, _ := json.Marshal(res)
+	if strings.Contains(string(b), value) {
+		t.Fatal("the secret's value reached the caller")
+	}
+}
+
+// With no owner conversation to put a card in, a call fails with a reason
+// the client shows, and nothing is proposed.
+func TestNoOwnerToAsk(t *testing.T) {
+	t.Parallel()
+	w := newWorldAway(t)
+	a, err := w.connect(w.token("early"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := wait(t, a.start(t.Context(), "run_command", map[string]any{"argv": []string{"echo", "x"}}))
+	if !res.IsError || !strings.Contains(text(res), "No owner has talked to Silas yet") {
+		t.Fatalf("call = %v %q", res.IsError, text(res))
+	}
+	if n := w.count(`SELECT count(*) FROM approvals`); n != 0 {
+		t.Fatalf("approvals = %d", n)
 	}
 }

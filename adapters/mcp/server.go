@@ -167,8 +167,7 @@ func toolError(log *slog.Logger, tool string, err error) error {
 		return err
 	}
 	log.Error("mcp: a tool call failed", slog.String("tool", tool), slog.Any("err", err))
-	//lint:ignore ST1005 the caller shows it as a sentence; Silas is a name
-	return errors.New("Silas could not complete the call (see its log); nothing was approved on your behalf")
+	return errors.New("silas could not complete the call (see its log); nothing was approved on your behalf")
 }
 
 // progress sends an MCP progress notification for each wait message,

@@ -90,8 +90,9 @@ func TestMCPEndToEnd(t *testing.T) {
 	t.Parallel() // a server of its own on a database of its own
 	dsn := pgtest.NewDatabase(t)
 	s := startServer(t, dsn, t.TempDir())
+	// The owner has not written yet: the card goes to the web chat's own
+	// conversation (its identity is the configured owner).
 	c := s.connect(t)
-	c.say("/whoami") // the owner's conversation, where agents' cards go
 
 	token := s.silasCLI(t, "mcp", "token", "add", "e2e")
 	if !strings.HasPrefix(token, "silas_mcp_") {

@@ -71,6 +71,10 @@ type Config struct {
 	// Owners lists the owners (configured and bound): whose newest direct
 	// conversation gets the cards.
 	Owners func(ctx context.Context) []core.IdentityID
+	// Channels are the running channels, in order: for an owner who never
+	// wrote to Silas, the first whose core.DirectMessenger names a
+	// conversation with them gets the card (the web chat's own, say).
+	Channels []core.Channel
 	// Key signs request_approval's decisions.
 	Key ed25519.PrivateKey
 	// TTL is how long a question's card can be answered (the approval
@@ -171,12 +175,19 @@ func (Trust) Of(_ context.Context, t core.Turn) (core.Trust, string) {
 }
 
 // origin is the turn a caller's proposal is made in: the owner's newest
-// direct conversation, the caller as sender.
+// direct conversation (else one a channel names for an owner), the
+// caller as sender.
 func (g *Gate) origin(ctx context.Context, c Caller) (core.Turn, error) {
 	if c.id == "" {
 		return core.Turn{}, ErrUnauthorized
 	}
-	d, err := g.cfg.Store.OwnerConversation(ctx, g.cfg.Owners(ctx))
+	owners := g.cfg.Owners(ctx)
+	d, err := g.cfg.Store.OwnerConversation(ctx, owners)
+	if errors.Is(err, core.ErrNotFound) {
+		if dd, ok := g.direct(owners); ok {
+			d, err = dd, nil
+		}
+	}
 	if errors.Is(err, core.ErrNotFound) {
 		return core.Turn{}, &Refusal{Reason: "no_owner", Message: "No owner has talked to Silas yet, so there is nobody to ask: " +
 			"the owner must send Silas a message once (the web chat, or a direct message on a platform) before agents can ask them."}
@@ -186,6 +197,22 @@ func (g *Gate) origin(ctx context.Context, c Caller) (core.Turn, error) {
 	}
 	return core.Turn{Channel: d.Channel, Conversation: d.Conversation, Sender: c.id, ChatKind: core.ChatDirect,
 		Evidence: core.Evidence{Authenticated: true, Method: EvidenceMethod}, At: g.cfg.Now()}, nil
+}
+
+// direct is the first conversation a channel names with one of owners.
+func (g *Gate) direct(owners []core.IdentityID) (core.DirectConversation, bool) {
+	for _, ch := range g.cfg.Channels {
+		dm, ok := ch.(core.DirectMessenger)
+		if !ok {
+			continue
+		}
+		for _, o := range owners {
+			if conv, found := dm.DirectConversation(o); found {
+				return core.DirectConversation{Channel: ch.Name(), Identity: o, Conversation: conv}, true
+			}
+		}
+	}
+	return core.DirectConversation{}, false
 }
 
 func (g *Gate) kick(conv core.ConversationID) {

@@ -240,9 +240,10 @@ func New(cfg Config) (*Gateway, error) {
 	// Outside agents' calls (MCP): proposals on the same proposer and
 	// executor as /run, from callers that never have owner trust.
 	if g.calls, err = callgate.New(callgate.Config{Store: cfg.Store,
-		Actions: propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m},
-		Owners:  func(ctx context.Context) []core.IdentityID { return slices.Concat(cfg.Owners, book.OwnersBound(ctx)) },
-		Key:     cfg.Key, TTL: cfg.ApprovalTTL, Kick: func(c core.ConversationID) { g.out.Kick(c, 1) }, Logger: cfg.Logger, Now: cfg.Now,
+		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m},
+		Owners:   func(ctx context.Context) []core.IdentityID { return slices.Concat(cfg.Owners, book.OwnersBound(ctx)) },
+		Channels: cfg.Channels,
+		Key:      cfg.Key, TTL: cfg.ApprovalTTL, Kick: func(c core.ConversationID) { g.out.Kick(c, 1) }, Logger: cfg.Logger, Now: cfg.Now,
 	}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
