@@ -141,7 +141,6 @@ func WorkDirFull(dir string) bool {
 	return st.Bavail == 0 || st.Ffree == 0
 }
 
-
 // walk calls fn for every entry below src (not src itself), each
 // directory before its entries, in lexical order, never following a
 // symlink (a symlinked src has no entries): what filepath.WalkDir does,
