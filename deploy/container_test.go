@@ -208,6 +208,7 @@ func startDocker(t *testing.T) docker {
 			cmd.Process.Kill()
 			<-exited
 		}
+		unmountUnder(run) // dockerd leaves its exec root's netns/default mounted
 		os.RemoveAll(run)
 	})
 	d.env = append(d.env, "DOCKER_HOST=unix://"+sock)
@@ -223,6 +224,24 @@ func startDocker(t *testing.T) docker {
 		if time.Now().After(deadline) {
 			t.Fatalf("dockerd did not answer within a minute:\n%s", logs.String())
 		}
+	}
+}
+
+// unmountUnder detaches every mount below dir, deepest first.
+func unmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
+			points = append(points, f[1])
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	for _, p := range points {
+		syscall.Unmount(p, syscall.MNT_DETACH)
 	}
 }
 
@@ -416,6 +435,8 @@ func runArgs(t *testing.T, d docker, svc map[string]any, secrets, name string) [
 				t.Cleanup(func() { d.cmd("volume", "rm", "-f", vname).Run() })
 				args = append(args, "--mount", "type=volume,src="+vname+",dst="+dst)
 			}
+		case "restart":
+			args = append(args, "--restart", fmt.Sprint(v))
 		case "stop_grace_period":
 			dur, err := time.ParseDuration(fmt.Sprint(v))
 			if err != nil {

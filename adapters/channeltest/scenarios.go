@@ -417,17 +417,18 @@ func restartMidExecution(w *world) {
 // whose answer is known and names the command's own handler (none needs a
 // task, a stored secret or a pairing code to exist).
 var commandInvocations = map[string]struct{ arg, answer string }{
-	"help":    {"", "Commands:"},
-	"whoami":  {"", "You are "},
-	"pending": {"", "No open approvals here."},
-	"tasks":   {"", "No tasks here yet."},
-	"stop":    {"", "No running task here to stop."},
-	"audit":   {"0", "Usage: /audit"},
-	"output":  {"out-none", "No stored output out-none in this chat."},
-	"secret":  {"delete NO_SUCH_SECRET", "There is no secret named"},
-	"secrets": {"", "No secrets stored."},
-	"pair":    {"000000", "That pairing code is unknown, used or expired."},
-	"run":     {"echo commands-everywhere", ""}, // a card
+	"help":     {"", "Commands:"},
+	"whoami":   {"", "You are "},
+	"pending":  {"", "No open approvals here."},
+	"consents": {"", "No standing approvals here."},
+	"tasks":    {"", "No tasks here yet."},
+	"stop":     {"", "No running task here to stop."},
+	"audit":    {"0", "Usage: /audit"},
+	"output":   {"out-none", "No stored output out-none in this chat."},
+	"secret":   {"delete NO_SUCH_SECRET", "There is no secret named"},
+	"secrets":  {"", "No secrets stored."},
+	"pair":     {"000000", "That pairing code is unknown, used or expired."},
+	"run":      {"echo commands-everywhere", ""}, // a card
 }
 
 // commandsEverywhere: every command of the one catalog is offered and

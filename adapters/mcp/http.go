@@ -21,15 +21,17 @@ const callerKey = "silas_caller"
 // Handler is the streamable-HTTP endpoint: every request must carry
 // "Authorization: Bearer <token>" with a stored, unrevoked token, checked
 // on each request (a token revoked mid-session is refused on its next
-// call); anything else is answered 401 before the core sees a call. It is
-// stateless (no session kept in this process), so any `silas serve` on the
-// database can answer any request.
+// call); anything else is answered 401 before the core sees a call.
+// Sessions are the SDK's, in this process's memory (so that a client's
+// cancellation reaches the call it cancels); what a call waits on is in
+// the database, so behind several `silas serve` a session needs a sticky
+// route, nothing more.
 func Handler(gate Gate, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
 	srv := NewServer(gate, httpCaller, log)
-	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, &sdk.StreamableHTTPOptions{Stateless: true, Logger: log})
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, &sdk.StreamableHTTPOptions{Logger: log})
 	verify := func(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 		c, err := gate.Authenticate(ctx, token)
 		if errors.Is(err, callgate.ErrUnauthorized) {

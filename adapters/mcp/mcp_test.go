@@ -392,10 +392,26 @@ func TestAskAndRequestApproval(t *testing.T) {
 	if n := w.count(`SELECT count(*) FROM executions`); n != 0 {
 		t.Fatalf("request_approval ran something: %d executions", n)
 	}
+	// A decline is a decision too, signed the same way.
+	ch = a.start(t.Context(), "request_approval", map[string]any{"action": "rm -rf build/"})
+	cd = w.phone.card(t, "approval 2", func(c *cards.Card) bool {
+		return strings.Contains(c.Intent, "rm -rf build/") && c.Status == cards.StatusPending
+	})
+	w.tap(cd.ID, "decline")
+	res = wait(t, ch)
+	d = callgate.Decision{}
+	structured(t, res, &d)
+	sig, _ = jsonKey(d.Signature)
+	if d.Approved || !strings.Contains(text(res), "DECLINED") || !ed25519.Verify(pub, append([]byte(callgate.DecisionContext), d.Payload...), sig) ||
+		!strings.Contains(d.Payload, `"decision":"declined"`) {
+		t.Fatalf("declined decision = %q %+v", text(res), d)
+	}
 
 	// Nobody answers: the call ends with an error and the card expires.
 	ch = a.start(t.Context(), "ask", map[string]any{"question": "Still there?", "choices": []string{"yes"}})
-	cd = w.phone.card(t, "unanswered", func(c *cards.Card) bool { return strings.Contains(c.Intent, "Still there?") && c.Status == cards.StatusPending })
+	cd = w.phone.card(t, "unanswered", func(c *cards.Card) bool {
+		return strings.Contains(c.Intent, "Still there?") && c.Status == cards.StatusPending
+	})
 	w.clock.off.Add(int64(time.Hour))
 	if res := wait(t, ch); !res.IsError || !strings.Contains(text(res), "expired") {
 		t.Fatalf("unanswered ask = %v %q", res.IsError, text(res))
@@ -524,4 +540,32 @@ func TestNoOwnerToAsk(t *testing.T) {
 	if n := w.count(`SELECT count(*) FROM approvals`); n != 0 {
 		t.Fatalf("approvals = %d", n)
 	}
+}
+
+// One caller cannot bury the owner in cards: past five waiting, a call is
+// refused before anything is stored.
+func TestOpenCallsBounded(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	a, err := w.connect(w.token("loop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for i := range 5 {
+		q := fmt.Sprintf("Question %d?", i)
+		a.start(ctx, "ask", map[string]any{"question": q, "choices": []string{"ok"}})
+		w.phone.card(t, q, func(c *cards.Card) bool { return strings.Contains(c.Intent, q) })
+	}
+	res := wait(t, a.start(ctx, "ask", map[string]any{"question": "One more?", "choices": []string{"ok"}}))
+	if !res.IsError || !strings.Contains(text(res), "5 cards waiting") {
+		t.Fatalf("sixth call = %v %q", res.IsError, text(res))
+	}
+	if n := w.count(`SELECT count(*) FROM mcp_questions`); n != 5 {
+		t.Fatalf("questions = %d, want 5", n)
+	}
+	// The five end at their expiry at the latest, whether or not the
+	// client's cancellation reached the server.
+	w.clock.off.Add(int64(time.Hour))
 }

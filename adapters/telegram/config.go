@@ -104,6 +104,11 @@ type Config struct {
 	// Without it the offset lives in memory only and a restart relies on
 	// the core's idempotent intake.
 	State core.StateStore `yaml:"-"`
+	// Leases, when set, puts polling under the lease "telegram/<name>"
+	// (lease.go): only its holder polls, and the offset is written fenced
+	// by its epoch. LeaseTTL is the lease's lifetime (lease.DefaultTTL).
+	Leases   LeaseStore    `yaml:"-"`
+	LeaseTTL time.Duration `yaml:"-"`
 	// HTTPClient replaces the HTTP client (tests); its Timeout is ignored in
 	// favour of HTTPTimeout and PollTimeout.
 	HTTPClient *http.Client `yaml:"-"`

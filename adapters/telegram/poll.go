@@ -17,6 +17,7 @@ import (
 
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/lease"
 )
 
 // Long polling with acknowledge-after-store.
@@ -100,18 +101,26 @@ func (a *Adapter) loadOffset(ctx context.Context) int64 {
 	}
 }
 
-func (a *Adapter) saveOffset(ctx context.Context, id int64) {
-	if err := a.setState(ctx, stateOffset, strconv.FormatInt(id, 10)); err != nil {
+// saveOffset stores the handled update id; false means a newer holder of
+// the polling lease exists (held: this process's holding, nil without a
+// lease), and this poll must stop without asking for more.
+func (a *Adapter) saveOffset(ctx context.Context, held *lease.Held, id int64) bool {
+	if err := a.setOffsetState(ctx, held, stateOffset, strconv.FormatInt(id, 10)); err != nil {
+		if errors.Is(err, core.ErrFenced) {
+			a.log.Warn("telegram: another instance polls now; this one stops", slog.Int64("update_id", id), slog.Any("err", err))
+			return false
+		}
 		// The turn is stored; after a restart the update comes again and is
 		// a duplicate. Nothing is lost.
 		a.log.Warn("telegram: could not store the polling offset", slog.Int64("update_id", id), slog.Any("err", err))
-		return
+		return true
 	}
-	_ = a.setState(ctx, stateOffsetAt, a.now().UTC().Format(time.RFC3339))
+	_ = a.setOffsetState(ctx, held, stateOffsetAt, a.now().UTC().Format(time.RFC3339))
+	return true
 }
 
-// poll runs the getUpdates loop until ctx ends.
-func (a *Adapter) poll(ctx context.Context, in core.Inbox) {
+// poll runs the getUpdates loop until ctx ends (held: see saveOffset).
+func (a *Adapter) poll(ctx context.Context, in core.Inbox, held *lease.Held) {
 	a.removeWebhook(ctx)
 	next := a.loadOffset(ctx)
 	lastProgress := a.now()
@@ -161,7 +170,9 @@ func (a *Adapter) poll(ctx context.Context, in core.Inbox) {
 			} else if !a.deliverRetrying(ctx, in, raw, u) {
 				return // ctx ended; this update was not acknowledged
 			}
-			a.saveOffset(ctx, id)
+			if !a.saveOffset(ctx, held, id) {
+				return
+			}
 			next = id + 1
 			lastProgress = a.now()
 		}

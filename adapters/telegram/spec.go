@@ -22,6 +22,9 @@ func (c *Config) Spec() spec.Spec {
 func (c *Config) build(_ context.Context, d spec.Deps) (spec.Built, error) {
 	cfg := *c
 	cfg.State, cfg.Logger = d.State, d.Logger
+	if ls, ok := d.State.(LeaseStore); ok {
+		cfg.Leases = ls
+	}
 	a, err := New(cfg)
 	if err != nil {
 		return spec.Built{}, err

@@ -59,6 +59,8 @@ type Adapter struct {
 	username string
 	moved    kit.Moves         // edits of a gone message go to its replacement (its own lock)
 	memState map[string]string // offset when no StateStore is configured
+	// instance names this process as a lease holder (unique per start).
+	instance string
 	// groupSends are each group's send times of the last minute, as stored
 	// (grouplimit.go); a group is in the map once seeded.
 	groupSends map[int64][]time.Time
@@ -91,6 +93,7 @@ func New(cfg Config) (*Adapter, error) {
 		username:   r.BotUsername,
 		splits:     kit.NewSplits(r.Now),
 		memState:   map[string]string{},
+		instance:   core.NewID(),
 		groupSends: map[int64][]time.Time{},
 		method:     MethodPolling,
 	}
@@ -174,7 +177,7 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 		<-ctx.Done()
 		return nil
 	}
-	a.poll(ctx, in)
+	a.pollLeased(ctx, in)
 	return nil
 }
 

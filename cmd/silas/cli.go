@@ -35,6 +35,7 @@ var commands = []command{
 	{"secrets", "list or delete stored secrets by name, never values (secrets list, secrets delete)", cmdSecrets},
 	{"secrets-web", "serve only the secure HTTPS form for credentials (without the gateway)", cmdSecretsWeb},
 	{"webchat", "end every web chat session (webchat revoke)", cmdWebchat},
+	{"consents", "list or revoke standing approvals (consents list, consents revoke ID)", cmdConsents},
 	{"mcp", "Silas as an MCP server for other agents: bearer tokens (mcp token add|list|revoke), the stdio bridge (mcp serve)", cmdMCP},
 	{"whatsapp", "link Silas as a WhatsApp device, show or remove the link (whatsapp link|status|unlink)", cmdWhatsApp},
 	{"flow", "check and draw runbooks (flow validate FILE…, flow list, flow show NAME)", cmdFlow},

@@ -107,3 +107,18 @@ const (
 	KindMCPAsked    Kind = "mcp.asked"
 	KindMCPAnswered Kind = "mcp.answered"
 )
+
+// Standing consents (core/consent, docs/approvals.md): a person's decision
+// to let one action (or argv prefix) run without a card for a while.
+const (
+	// KindConsentMinted: a consent was minted by a tap (or the CLI).
+	KindConsentMinted Kind = "consent.minted"
+	// KindConsentUsed: an action ran under a consent (its approval, the
+	// use count and units after this use).
+	KindConsentUsed Kind = "consent.used"
+	// KindConsentRefused: a consent could have applied and did not (its
+	// named refusal code); the action got a card instead.
+	KindConsentRefused Kind = "consent.refused"
+	// KindConsentRevoked: a consent was revoked.
+	KindConsentRevoked Kind = "consent.revoked"
+)

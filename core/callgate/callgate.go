@@ -83,6 +83,10 @@ type Config struct {
 	// Kick tells this process's outbox a conversation has new messages
 	// (optional: without it the outbox's scan finds them within a second).
 	Kick func(conv core.ConversationID)
+	// MaxOpen bounds the cards one caller may have waiting for the owner
+	// at once (default 5): an agent in a loop cannot bury the owner's
+	// chat in cards. A call over it is refused before anything is stored.
+	MaxOpen int
 	// Poll is how often a waiting call reads its row (default 250 ms);
 	// Progress how often it reports that it still waits (default 5 s).
 	Poll, Progress time.Duration
@@ -100,6 +104,9 @@ func New(cfg Config) (*Gate, error) {
 	}
 	if cfg.TTL <= 0 {
 		cfg.TTL = 5 * time.Minute
+	}
+	if cfg.MaxOpen <= 0 {
+		cfg.MaxOpen = 5
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 250 * time.Millisecond
@@ -180,6 +187,15 @@ func (Trust) Of(_ context.Context, t core.Turn) (core.Trust, string) {
 func (g *Gate) origin(ctx context.Context, c Caller) (core.Turn, error) {
 	if c.id == "" {
 		return core.Turn{}, ErrUnauthorized
+	}
+	// Counted before this call's card exists; two calls racing past the
+	// bound add one card each at most, which the bound tolerates.
+	open, err := g.cfg.Store.OpenCalls(ctx, c.id)
+	if err != nil {
+		return core.Turn{}, fmt.Errorf("callgate: %w", err)
+	}
+	if open >= g.cfg.MaxOpen {
+		return core.Turn{}, &Refusal{Reason: "busy", Message: fmt.Sprintf("%s already has %d cards waiting for the owner: wait for an answer before asking again.", c.id, open)}
 	}
 	owners := g.cfg.Owners(ctx)
 	d, err := g.cfg.Store.OwnerConversation(ctx, owners)

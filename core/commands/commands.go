@@ -120,18 +120,19 @@ type command struct {
 // table lists every command. A command not in it is answered "Unknown
 // command" (from memory, so inline).
 var table = map[string]command{
-	"/help":    {inline: true, run: (*Table).help},
-	"/start":   {inline: true, run: (*Table).help},
-	"/whoami":  {inline: true, run: (*Table).whoami},
-	"/run":     {}, // the agent proposes the action
-	"/pending": {run: (*Table).pending},
-	"/audit":   {run: (*Table).audit},
-	"/output":  {run: (*Table).output},
-	"/secret":  {run: (*Table).secret},
-	"/secrets": {run: (*Table).secrets},
-	"/tasks":   {run: (*Table).tasks},
-	"/stop":    {run: (*Table).stop},
-	"/pair":    {stranger: true, run: (*Table).pair},
+	"/help":     {inline: true, run: (*Table).help},
+	"/start":    {inline: true, run: (*Table).help},
+	"/whoami":   {inline: true, run: (*Table).whoami},
+	"/run":      {}, // the agent proposes the action
+	"/pending":  {run: (*Table).pending},
+	"/consents": {run: (*Table).consents},
+	"/audit":    {run: (*Table).audit},
+	"/output":   {run: (*Table).output},
+	"/secret":   {run: (*Table).secret},
+	"/secrets":  {run: (*Table).secrets},
+	"/tasks":    {run: (*Table).tasks},
+	"/stop":     {run: (*Table).stop},
+	"/pair":     {stranger: true, run: (*Table).pair},
 }
 
 // Parsed is what the table knows about a message before answering it.
@@ -198,6 +199,7 @@ const helpText = `Commands:
 /run <command> — propose a command; it runs in a sandbox after you approve it on a card
 /run --secret <name> <command> — the same, with a stored secret as $NAME in its environment
 /pending — open approvals in this chat
+/consents — standing approvals in this chat, each with a Revoke button
 /audit [n] — recent activity (default 10)
 /output <ref> — an execution's stored output (redacted), for outputs a card does not show in full
 /tasks — running and recent multi-step tasks, with their state and spend

@@ -15,6 +15,7 @@ package decide
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/approval"
 	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/consent"
 	"github.com/silas-gateway/silas/core/render"
 )
 
@@ -60,6 +62,9 @@ type Config struct {
 	Preview int
 	// Executions is read only for a tap on an already approved card.
 	Executions Executions
+	// Standing bounds the standing consents an owner may give from a card
+	// ("Allow this for 1 h"); a zero TTL: the choice is not offered.
+	Standing consent.Limits
 }
 
 // Decider turns taps on approval cards into decisions.
@@ -106,6 +111,9 @@ type Result struct {
 	Approved core.ApprovalRequest
 	// Declined names the approval that was declined.
 	Declined core.ApprovalID
+	// Consent is the standing consent the tap minted (signed), for the
+	// caller to store in the same transaction; nil: none.
+	Consent *consent.Consent
 }
 
 // Outcome labels the result for metrics: approved, declined or
@@ -226,6 +234,8 @@ func (d *Decider) Tap(ctx context.Context, tx Tx, t core.Turn, trust core.Trust)
 			return Refusal(tap, "bad_choice", "There is nothing to confirm on this card yet.", d.open(a)), nil
 		}
 		return d.approve(ctx, tx, a, t.Sender)
+	case render.StandingChoice:
+		return d.standing(ctx, tx, a, t.Sender, trust, tap)
 	default:
 		return Refusal(tap, "bad_choice", "Unknown choice: nothing was changed.", d.open(a)), nil
 	}
@@ -306,7 +316,44 @@ func (d *Decider) currentCard(ctx context.Context, a core.ApprovalRequest) (*car
 }
 
 func (d *Decider) card(a core.ApprovalRequest, ex *core.Execution) *cards.Card {
-	return render.Approval(a, ex, d.cfg.Preview)
+	return render.OfferStanding(render.Approval(a, ex, d.cfg.Preview), a, d.cfg.Standing.TTL)
+}
+
+// standing is the tap on "Allow this for 1 h": the action is approved as
+// "approve" (low risk) or "confirm" (medium) would approve it, and a
+// consent for that exact action in this conversation is minted, signed,
+// for the caller to store with the decision. Only an owner gives one, and
+// only where the card offers it (render.Standing): never for high or
+// irreversible risk, never for a shell, interpreter or wrapper.
+func (d *Decider) standing(ctx context.Context, tx Tx, a core.ApprovalRequest, by core.IdentityID, trust core.Trust, tap core.Tap) (Result, error) {
+	if !render.Standing(a, d.cfg.Standing.TTL) {
+		return Refusal(tap, "bad_choice", "A standing approval is not offered for this action: nothing was changed.", d.open(a)), nil
+	}
+	if trust != core.TrustOwner {
+		return Refusal(tap, "not_owner", "Only the owner can give a standing approval; nothing was changed.", d.open(a)), nil
+	}
+	var act core.Action
+	if err := json.Unmarshal(a.ActionCanonical, &act); err != nil {
+		return Result{}, fmt.Errorf("decide: standing approval of %s: %w", a.ID, err)
+	}
+	c, err := consent.ForAction(core.NewID(), act, a.Risk, string(a.Conversation), string(by), tx.Now(), d.cfg.Standing.TTL, d.cfg.Standing)
+	if err != nil {
+		return Result{}, fmt.Errorf("decide: standing approval of %s: %w", a.ID, err)
+	}
+	if err := consent.Sign(d.cfg.Key, &c); err != nil {
+		return Result{}, err
+	}
+	r, err := d.approve(ctx, tx, a, by)
+	if err != nil || r.Queued == "" {
+		return r, err
+	}
+	r.Consent = &c
+	r.Toast = fmt.Sprintf("Approved: running it now. The same command runs without a card here until %s (up to %d times); /consents to revoke.",
+		c.ExpiresAt.UTC().Format("15:04 MST"), c.MaxUses)
+	r.note(audit.KindConsentMinted, map[string]any{"consent": c.ID, "approval": string(a.ID), "scope": string(c.Scope),
+		"argv": (core.Action{Argv: c.Argv}).CommandLine(), "max_risk": string(c.MaxRisk), "lanes": c.Lanes, "max_uses": c.MaxUses,
+		"cost_cap": c.CostCap, "expires_at": c.ExpiresAt.Format(time.RFC3339)})
+	return r, nil
 }
 
 // MayDecide reports whether who, with trust, may decide a: the identity is
@@ -339,4 +386,52 @@ func (d *Decider) Intact(a core.ApprovalRequest) error { return RequestIntact(d.
 // MayDecide is MayDecide, as the command table asks the decider.
 func (d *Decider) MayDecide(a core.ApprovalRequest, who core.IdentityID, trust core.Trust) bool {
 	return MayDecide(a, who, trust)
+}
+
+// StandingTx is the part of the caller's transaction a use of a standing
+// consent is decided in.
+type StandingTx interface {
+	Tx
+	consent.Tx
+}
+
+// Standing reports whether standing consents are on.
+func (d *Decider) Standing() bool { return d.cfg.Standing.TTL > 0 }
+
+// ApproveStanding approves a — a request the policy sends to a person,
+// read (or inserted) in tx — on behalf of a standing consent that covers
+// it, if one does: the consent's use is counted and the action gets its
+// own single-use token, both in tx, the token's audit entries naming the
+// consent. Otherwise it changes nothing and returns the refusal code (the
+// request keeps its card).
+func (d *Decider) ApproveStanding(ctx context.Context, tx StandingTx, a core.ApprovalRequest) (Result, consent.Consent, consent.Code, error) {
+	if !d.Standing() {
+		return Result{}, consent.Consent{}, consent.Required, nil
+	}
+	if err := RequestIntact(d.pub, a); err != nil {
+		return Result{}, consent.Consent{}, "", fmt.Errorf("decide: approve %s under a consent: %w", a.ID, err)
+	}
+	var act core.Action
+	if err := json.Unmarshal(a.ActionCanonical, &act); err != nil {
+		return Result{}, consent.Consent{}, "", fmt.Errorf("decide: approve %s under a consent: %w", a.ID, err)
+	}
+	c, code, err := consent.Use(ctx, tx, d.pub, act, a.Risk, a.Conversation)
+	if err != nil || code != "" {
+		return Result{}, consent.Consent{}, code, err
+	}
+	r, err := d.approve(ctx, tx, a, core.IdentityID("consent:"+c.ID))
+	if err != nil {
+		return Result{}, consent.Consent{}, "", err
+	}
+	if r.Queued == "" {
+		// Counted above in this transaction: fail it rather than commit a
+		// use that ran nothing.
+		return Result{}, consent.Consent{}, "", fmt.Errorf("decide: approve %s under consent %s: the request was no longer open", a.ID, c.ID)
+	}
+	for _, n := range r.Notes {
+		n.Data["consent"] = c.ID
+	}
+	r.note(audit.KindConsentUsed, map[string]any{"consent": c.ID, "approval": string(a.ID), "uses": c.Uses, "max_uses": c.MaxUses,
+		"units": c.Units, "cost_cap": c.CostCap})
+	return r, c, "", nil
 }

@@ -42,8 +42,14 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 				o.after = append(o.after, u.After)
 			}
 		}
+		if err := storeConsent(ctx, tx, &r); err != nil {
+			return err
+		}
 		e.applyDecision(o, r)
 		return nil
+	}
+	if handled, err := e.revokeTap(ctx, tx, o, tap); handled || err != nil {
+		return err
 	}
 	ar, err := tx.GetAccessRequest(ctx, string(tap.Card))
 	if err == nil {

@@ -279,6 +279,9 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) propose.Proposal {
 	o.appr = append(o.appr, *p.Request)
 	o.cards = append(o.cards, p.Card)
 	if p.Auto == "" {
+		if e.decider.Standing() {
+			e.standing(o, p)
+		}
 		return p
 	}
 	prev := o.inTx

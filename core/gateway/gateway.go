@@ -31,6 +31,7 @@ import (
 	"github.com/silas-gateway/silas/core/background"
 	"github.com/silas-gateway/silas/core/callgate"
 	"github.com/silas-gateway/silas/core/commands"
+	"github.com/silas-gateway/silas/core/consent"
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
@@ -64,6 +65,9 @@ type Config struct {
 	ApprovalTTL time.Duration
 	// TokenTTL bounds the gap between approval and execution (default 10m).
 	TokenTTL time.Duration
+	// Consents bounds the standing approvals an owner may give from a
+	// card (core/consent); a zero TTL: none are offered or used.
+	Consents consent.Limits
 	// ExecTimeout is the default execution timeout (default 60s).
 	ExecTimeout time.Duration
 	// OutputInlineMax is the longest output pasted into chat (default
@@ -204,9 +208,10 @@ func New(cfg Config) (*Gateway, error) {
 		TTL: cfg.SecretTTL, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	decider := decide.New(decide.Config{Key: cfg.Key, TokenTTL: cfg.TokenTTL, Preview: cfg.OutputPreview, Executions: cfg.Store})
+	decider := decide.New(decide.Config{Key: cfg.Key, TokenTTL: cfg.TokenTTL, Preview: cfg.OutputPreview, Executions: cfg.Store,
+		Standing: cfg.Consents})
 	proposer, err := propose.New(propose.Config{Key: cfg.Key, Policy: cfg.Policy, Approver: decider, ApprovalTTL: cfg.ApprovalTTL,
-		Preview: cfg.OutputPreview, Now: cfg.Now})
+		Preview: cfg.OutputPreview, StandingTTL: cfg.Consents.TTL, Now: cfg.Now})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}

@@ -44,7 +44,10 @@ type Config struct {
 	ApprovalTTL time.Duration
 	// Preview is how much of a long output a card shows.
 	Preview int
-	Now     func() time.Time
+	// StandingTTL is how long a standing approval given from a card lasts
+	// (its "Allow this for 1 h" choice, core/decide); 0: not offered.
+	StandingTTL time.Duration
+	Now         func() time.Time
 }
 
 // Proposer turns proposed actions into approval requests.
@@ -168,6 +171,7 @@ func (pr *Proposer) Propose(st core.StoredTurn, trust core.Trust, pa core.Propos
 		p.note(audit.KindApprovalRequested, map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk), "auto": true})
 		return p
 	}
+	p.Card = render.OfferStanding(p.Card, req, pr.cfg.StandingTTL)
 	p.note(audit.KindApprovalRequested, map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk),
 		"approvers": req.Approvers, "expires_at": req.ExpiresAt.UTC().Format(time.RFC3339)})
 	return p

@@ -171,3 +171,15 @@ func (t *Tx) SettleQuestion(ctx context.Context, id string, status core.Question
 	}
 	return tag.RowsAffected() == 1, nil
 }
+
+// OpenCalls counts what caller still waits on: its open approval requests
+// and pending questions.
+func (s *Store) OpenCalls(ctx context.Context, caller core.IdentityID) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM approvals WHERE requester = $1 AND status IN ('pending', 'confirming'))
+		+ (SELECT count(*) FROM mcp_questions WHERE caller = $1 AND status = 'pending')`, string(caller)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("store: open calls of %s: %w", caller, err)
+	}
+	return n, nil
+}

@@ -220,6 +220,8 @@ type Config struct {
 	LLM   LLM   `yaml:"llm"`
 	// Flows are the runbooks (flows.*).
 	Flows Flows `yaml:"flows"`
+	// Consents configures standing approvals (consents.*).
+	Consents Consents `yaml:"consents"`
 	// MCP configures `silas mcp serve`, the stdio bridge to the gateway's
 	// MCP endpoint (docs/mcp.md).
 	MCP MCP `yaml:"mcp"`
@@ -287,6 +289,7 @@ func Default() *Config {
 	}
 	c.setLLMDefaults()
 	c.Flows.MaxParallel = 4
+	c.setConsentDefaults()
 	return c
 }
 
@@ -546,7 +549,7 @@ func (c *Config) Adapters() []spec.Spec {
 // Validate checks every key and names the first bad one: the gateway's own
 // sections, then each adapter's (Adapters), the agent's and the policy.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows} {
+	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows, c.checkConsents} {
 		if err := check(); err != nil {
 			return err
 		}

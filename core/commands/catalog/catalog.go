@@ -44,6 +44,7 @@ var all = []Command{
 	{Name: "run", Description: "Propose a command; it runs in a sandbox after you approve it", Menu: true, bareWords: -1,
 		Args: []Arg{{Name: "command", Description: "the exact command line", Required: true}}},
 	{Name: "pending", Description: "Open approvals in this chat", Menu: true},
+	{Name: "consents", Description: "Standing approvals in this chat, each with a Revoke button", Menu: true},
 	{Name: "tasks", Description: "Running and recent multi-step tasks, with their state and spend", Menu: true},
 	{Name: "stop", Description: "Stop the running task: its open cards close, nothing further runs", Menu: true, bareWords: 1,
 		Args: []Arg{{Name: "task", Description: "the task's id (default: the running task here)"}}},

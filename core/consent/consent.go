@@ -1,0 +1,363 @@
+// Package consent is the standing consent: a person's decision, given once
+// by a tap, to let one action (an exact argv, or an argv prefix) run
+// without a card for a while — in one conversation now, in one flow run
+// later — bounded by a risk ceiling (never above medium), lanes (sandbox
+// network modes), a use limit, a cost cap in units and an expiry, and
+// revocable. A consent is Ed25519-signed at mint over its canonical bytes,
+// so a row edited in the database (a wider prefix, a higher cap, a later
+// expiry) no longer verifies and is refused.
+//
+// consent never stands in for an approval token: an action run under a
+// consent still gets its own single-use token bound to its exact canonical
+// action (core/decide). It never overrides the policy (policy ∩ consent:
+// it applies only to actions the policy sends to a person, at low or
+// medium risk), never covers a shell, an interpreter or a wrapper
+// (core/policy's Opaque), and never writes anything: the store counts uses
+// in the caller's transaction. This package is pure.
+package consent
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/canon"
+	"github.com/silas-gateway/silas/core/policy"
+)
+
+// Scope says what a consent is bound to.
+type Scope string
+
+const (
+	// ScopeConversation: a standing approval outside flows, valid in one
+	// conversation.
+	ScopeConversation Scope = "conversation"
+	// ScopeRun: a consent for one flow run (its flow, pinned version and
+	// nodes). Reserved: flows' runtime does not mint these yet.
+	ScopeRun Scope = "run"
+)
+
+// Lanes: the sandbox network modes an action runs in.
+const (
+	LaneOffline = "offline"
+	LaneNetwork = "network"
+)
+
+// LaneOf is the lane an action runs in.
+func LaneOf(a core.Action) string {
+	if a.Network {
+		return LaneNetwork
+	}
+	return LaneOffline
+}
+
+// Code names why a consent did not apply. Each is audited
+// (consent.refused) and shown in plain words (Words).
+type Code string
+
+const (
+	// PolicyForbids: the policy blocks the action, or its risk is above
+	// what any consent covers (high, irreversible): it always asks.
+	PolicyForbids Code = "execution_forbidden_by_policy"
+	// Required: no consent covers the action.
+	Required Code = "consent_required"
+	// Expired: the covering consent's time is up.
+	Expired Code = "consent_expired"
+	// Revoked: the covering consent was revoked.
+	Revoked Code = "consent_revoked"
+	// UsesExhausted: the covering consent's uses are all spent.
+	UsesExhausted Code = "uses_exhausted"
+	// CostCapped: one more use would pass the consent's cost cap.
+	CostCapped Code = "cost_capped"
+	// LaneDenied: the action runs in a lane (network mode) the consent
+	// does not allow.
+	LaneDenied Code = "lane_denied"
+	// BadSignature: the stored consent is not the one minted (edited in
+	// the database since).
+	BadSignature Code = "bad_signature"
+	// RunMismatch: a run consent used outside its run. Reserved for flows.
+	RunMismatch Code = "consent_run_mismatch"
+)
+
+// Words is the refusal in plain words, for the person.
+func (c Code) Words() string {
+	switch c {
+	case PolicyForbids:
+		return "the policy does not let a standing approval cover it"
+	case Required:
+		return "no standing approval covers it"
+	case Expired:
+		return "your standing approval has expired"
+	case Revoked:
+		return "your standing approval was revoked"
+	case UsesExhausted:
+		return "your standing approval has no uses left"
+	case CostCapped:
+		return "your standing approval's cost cap is reached"
+	case LaneDenied:
+		return "your standing approval does not cover this network mode"
+	case BadSignature:
+		return "your standing approval was altered after it was given and no longer verifies"
+	case RunMismatch:
+		return "the consent belongs to another run"
+	}
+	return string(c)
+}
+
+// Consent is one standing consent as stored. The fields up to Signature
+// are signed at mint; Uses, Units and RevokedAt change afterwards and are
+// not.
+type Consent struct {
+	ID    string `json:"id"`
+	Scope Scope  `json:"scope"`
+	// Conversation binds a ScopeConversation consent (and names where a
+	// run's was given).
+	Conversation string `json:"conversation"`
+	// Run, Flow, FlowVersion and Nodes bind a ScopeRun consent ("" now).
+	Run         string   `json:"run"`
+	Flow        string   `json:"flow"`
+	FlowVersion string   `json:"flow_version"`
+	Nodes       []string `json:"nodes"`
+	// Tool and Argv are what it covers: Argv exactly, or (Prefix) any argv
+	// that starts with it.
+	Tool   string   `json:"tool"`
+	Argv   []string `json:"argv"`
+	Prefix bool     `json:"prefix"`
+	// Secrets are the secret names a covered action receives (exactly).
+	Secrets []string `json:"secrets"`
+	// Verify is the canonical JSON of the covered action's checks
+	// (exactly: the checks run outside the sandbox).
+	Verify json.RawMessage `json:"verify"`
+	// MaxRisk is the highest risk covered: low or medium.
+	MaxRisk cards.Risk `json:"max_risk"`
+	// Lanes are the sandbox network modes allowed (LaneOffline,
+	// LaneNetwork).
+	Lanes []string `json:"lanes"`
+	// MaxUses bounds the uses; CostCap the units (one per action).
+	MaxUses int `json:"max_uses"`
+	CostCap int `json:"cost_cap"`
+	// CreatedBy is the identity whose tap minted it.
+	CreatedBy string    `json:"created_by"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+
+	Signature []byte    `json:"-"`
+	Uses      int       `json:"-"`
+	Units     int       `json:"-"`
+	RevokedAt time.Time `json:"-"`
+}
+
+// UnitsPerAction is the cost of one action run under a consent.
+const UnitsPerAction = 1
+
+// signContext prefixes the signed bytes, so a consent's signature can never
+// be taken for a token's or a request's (same key, other messages).
+const signContext = "silas consent v1\n"
+
+// SigningBytes is what is signed: a context line, then RFC 8785 JSON of
+// the signed fields. Times are cut to microseconds in UTC and nil lists are
+// empty, as PostgreSQL gives them back.
+func (c Consent) SigningBytes() ([]byte, error) {
+	c.CreatedAt = c.CreatedAt.UTC().Truncate(time.Microsecond)
+	c.ExpiresAt = c.ExpiresAt.UTC().Truncate(time.Microsecond)
+	for _, l := range []*[]string{&c.Nodes, &c.Argv, &c.Secrets, &c.Lanes} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	if len(c.Verify) == 0 {
+		c.Verify = json.RawMessage("[]")
+	}
+	raw, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("consent: marshal: %w", err)
+	}
+	b, err := canon.Transform(raw)
+	if err != nil {
+		return nil, fmt.Errorf("consent: canonicalise: %w", err)
+	}
+	return append([]byte(signContext), b...), nil
+}
+
+// Sign signs c as minted.
+func Sign(key ed25519.PrivateKey, c *Consent) error {
+	b, err := c.SigningBytes()
+	if err != nil {
+		return err
+	}
+	c.Signature = ed25519.Sign(key, b)
+	return nil
+}
+
+// Verify reports whether c is the consent that was signed.
+func Verify(pub ed25519.PublicKey, c Consent) bool {
+	b, err := c.SigningBytes()
+	return err == nil && len(c.Signature) == ed25519.SignatureSize && ed25519.Verify(pub, b, c.Signature)
+}
+
+// Limits bound what a mint may ask for (config consents.*).
+type Limits struct {
+	// TTL is how long a consent lasts when the card does not say.
+	TTL time.Duration
+	// MaxTTL is the longest a consent may last (24 h at most).
+	MaxTTL time.Duration
+	// MaxUses is the number of uses a consent allows.
+	MaxUses int
+}
+
+// ErrNotCoverable: the action is of a kind no consent may cover.
+var ErrNotCoverable = errors.New("consent: this action cannot be covered by a standing approval")
+
+// Coverable reports whether a standing approval may be offered for a at
+// risk: low or medium, a known tool, and a program whose arguments say
+// what it runs (never a shell, an interpreter or a wrapper).
+func Coverable(a core.Action, risk cards.Risk) bool {
+	if risk != cards.RiskLow && risk != cards.RiskMedium {
+		return false
+	}
+	return a.Tool != "" && len(a.Argv) > 0 && !policy.Opaque(a.Argv[0])
+}
+
+// ForAction builds the consent for exactly a, in conversation conv, given
+// by who at now for ttl (bounded by lim), at the action's risk. The caller
+// signs it (Sign) and stores it.
+func ForAction(id string, a core.Action, risk cards.Risk, conv, who string, now time.Time, ttl time.Duration, lim Limits) (Consent, error) {
+	if !Coverable(a, risk) {
+		return Consent{}, ErrNotCoverable
+	}
+	if ttl <= 0 {
+		ttl = lim.TTL
+	}
+	if ttl > lim.MaxTTL {
+		ttl = lim.MaxTTL
+	}
+	verify, err := canonicalVerify(a)
+	if err != nil {
+		return Consent{}, err
+	}
+	return Consent{
+		ID: id, Scope: ScopeConversation, Conversation: conv, Tool: a.Tool, Argv: slices.Clone(a.Argv),
+		Secrets: slices.Clone(a.Secrets), Verify: verify, MaxRisk: risk, Lanes: []string{LaneOf(a)},
+		MaxUses: lim.MaxUses, CostCap: lim.MaxUses * UnitsPerAction, CreatedBy: who,
+		CreatedAt: now.UTC().Truncate(time.Microsecond), ExpiresAt: now.Add(ttl).UTC().Truncate(time.Microsecond),
+	}, nil
+}
+
+func canonicalVerify(a core.Action) (json.RawMessage, error) {
+	if len(a.Verify) == 0 {
+		return json.RawMessage("[]"), nil
+	}
+	raw, err := json.Marshal(a.Verify)
+	if err != nil {
+		return nil, fmt.Errorf("consent: marshal checks: %w", err)
+	}
+	b, err := canon.Transform(raw)
+	if err != nil {
+		return nil, fmt.Errorf("consent: canonicalise checks: %w", err)
+	}
+	return b, nil
+}
+
+// Matches reports whether c's shape covers a (tool, argv, secrets, checks)
+// — whatever its state. A consent whose program is opaque never matches,
+// even if one was stored.
+func (c Consent) Matches(a core.Action) bool {
+	if a.Tool != c.Tool || len(a.Argv) == 0 || len(c.Argv) == 0 || policy.Opaque(a.Argv[0]) || policy.Opaque(c.Argv[0]) {
+		return false
+	}
+	if c.Prefix {
+		if len(a.Argv) < len(c.Argv) || !slices.Equal(a.Argv[:len(c.Argv)], c.Argv) {
+			return false
+		}
+	} else if !slices.Equal(a.Argv, c.Argv) {
+		return false
+	}
+	if !slices.Equal(sorted(a.Secrets), sorted(c.Secrets)) {
+		return false
+	}
+	v, err := canonicalVerify(a)
+	if err != nil {
+		return false
+	}
+	// Stored as jsonb, the checks come back re-spaced: compare canonically.
+	stored, err := canon.Transform(orEmpty(c.Verify))
+	return err == nil && string(v) == string(stored)
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+func orEmpty(v json.RawMessage) json.RawMessage {
+	if len(v) == 0 {
+		return json.RawMessage("[]")
+	}
+	return v
+}
+
+// Check says whether c lets a (whose policy risk is risk) run now in conv
+// without a card: "" when it does, else the refusal code. The order puts
+// the most telling reason first: a revoked consent is "revoked" even once
+// expired.
+func (c Consent) Check(pub ed25519.PublicKey, a core.Action, risk cards.Risk, conv string, now time.Time) Code {
+	switch {
+	case risk != cards.RiskLow && risk != cards.RiskMedium:
+		return PolicyForbids
+	case !c.Matches(a):
+		return Required
+	case !Verify(pub, c):
+		return BadSignature
+	case c.Scope != ScopeConversation:
+		return RunMismatch
+	case c.Conversation != conv:
+		return Required
+	case !c.RevokedAt.IsZero():
+		return Revoked
+	case !now.Before(c.ExpiresAt):
+		return Expired
+	case risk.Rank() > c.MaxRisk.Rank() || c.MaxRisk.Rank() > cards.RiskMedium.Rank():
+		return PolicyForbids
+	case !slices.Contains(c.Lanes, LaneOf(a)):
+		return LaneDenied
+	case c.Uses >= c.MaxUses:
+		return UsesExhausted
+	case c.Units+UnitsPerAction > c.CostCap:
+		return CostCapped
+	}
+	return ""
+}
+
+// Pick returns the first of cs that lets a run now (ok), or the refusal
+// that tells the most: the code of a consent that covers a's shape, if
+// any, else Required.
+func Pick(pub ed25519.PublicKey, cs []Consent, a core.Action, risk cards.Risk, conv string, now time.Time) (Consent, Code) {
+	why := Required
+	if risk != cards.RiskLow && risk != cards.RiskMedium {
+		why = PolicyForbids
+	}
+	for _, c := range cs {
+		code := c.Check(pub, a, risk, conv, now)
+		if code == "" {
+			return c, ""
+		}
+		if code != Required && why == Required {
+			why = code
+		}
+	}
+	return Consent{}, why
+}
+
+// Short is the consent's id as shown in chat: its first 8 characters.
+func (c Consent) Short() string {
+	if len(c.ID) > 8 {
+		return c.ID[:8]
+	}
+	return c.ID
+}

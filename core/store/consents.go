@@ -1,0 +1,164 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/consent"
+)
+
+// Standing consents (core/consent). The store keeps them as minted and
+// counts their uses; it never decides whether one applies (the signature
+// and the limits are core/consent's), and it never re-signs one.
+
+const consentSelect = `SELECT id, scope, conversation, run_id, flow, flow_version, nodes, tool, argv, prefix, secrets, verify::text,
+	max_risk, lanes, max_uses, uses, cost_cap, units, created_by, created_at, expires_at, revoked_at, signature FROM consents`
+
+func scanConsent(row pgx.Row) (consent.Consent, error) {
+	var c consent.Consent
+	var scope, risk, verify string
+	var revoked *time.Time
+	err := row.Scan(&c.ID, &scope, &c.Conversation, &c.Run, &c.Flow, &c.FlowVersion, &c.Nodes, &c.Tool, &c.Argv, &c.Prefix, &c.Secrets, &verify,
+		&risk, &c.Lanes, &c.MaxUses, &c.Uses, &c.CostCap, &c.Units, &c.CreatedBy, &c.CreatedAt, &c.ExpiresAt, &revoked, &c.Signature)
+	if err != nil {
+		return c, notFound(err)
+	}
+	c.Scope, c.MaxRisk, c.Verify = consent.Scope(scope), cards.Risk(risk), []byte(verify)
+	if revoked != nil {
+		c.RevokedAt = *revoked
+	}
+	return c, nil
+}
+
+func rowToConsent(row pgx.CollectableRow) (consent.Consent, error) { return scanConsent(row) }
+
+// InsertConsent stores a minted (signed) consent. The verify checks are
+// stored as jsonb, which may reorder keys: they are compared canonically.
+func (t *Tx) InsertConsent(ctx context.Context, c consent.Consent) error {
+	_, err := t.exec(ctx, `INSERT INTO consents (id, scope, conversation, run_id, flow, flow_version, nodes, tool, argv, prefix, secrets, verify,
+		max_risk, lanes, max_uses, cost_cap, created_by, created_at, expires_at, signature)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12::jsonb,$13,$14,$15,$16,$17,$18,$19,$20)`,
+		c.ID, string(c.Scope), c.Conversation, c.Run, c.Flow, c.FlowVersion, nonNil(c.Nodes), c.Tool, c.Argv, c.Prefix, nonNil(c.Secrets),
+		string(orJSONList(c.Verify)), string(c.MaxRisk), nonNil(c.Lanes), c.MaxUses, c.CostCap, c.CreatedBy, c.CreatedAt, c.ExpiresAt, c.Signature)
+	if err != nil {
+		return fmt.Errorf("store: insert consent %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func orJSONList(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte("[]")
+	}
+	return b
+}
+
+// ConsentsFor reads, locked, the conversation's consents of tool that
+// were not revoked before since (revoked and expired ones included, so a
+// refusal can say why), newest first. Locking serialises two uses of one
+// consent.
+func (t *Tx) ConsentsFor(ctx context.Context, conv core.ConversationID, tool string, since time.Time) ([]consent.Consent, error) {
+	rows, err := t.query(ctx, consentSelect+` WHERE conversation = $1 AND tool = $2 AND scope = 'conversation'
+		AND expires_at > $3::timestamptz - interval '1 day' ORDER BY created_at DESC LIMIT 64 FOR UPDATE`, conv, tool, since)
+	if err != nil {
+		return nil, fmt.Errorf("store: consents of %s: %w", conv, err)
+	}
+	out, err := pgx.CollectRows(rows, rowToConsent)
+	if err != nil {
+		return nil, fmt.Errorf("store: consents of %s: %w", conv, err)
+	}
+	return out, nil
+}
+
+// UseConsent counts one use of consent id costing units, by
+// compare-and-swap on its limits: ok=false when it is revoked, expired,
+// exhausted or capped by now (the caller read it locked, so this is a
+// last check, not the decision). It returns the counts after this use.
+func (t *Tx) UseConsent(ctx context.Context, id string, units int) (uses, total int, ok bool, err error) {
+	err = t.queryRow(ctx, `UPDATE consents SET uses = uses + 1, units = units + $2
+		WHERE id = $1 AND revoked_at IS NULL AND expires_at > $3 AND uses < max_uses AND units + $2 <= cost_cap
+		RETURNING uses, units`, id, units, t.now()).Scan(&uses, &total)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("store: use consent %s: %w", id, err)
+	}
+	return uses, total, true, nil
+}
+
+// GetConsent reads one consent.
+func (s *Store) GetConsent(ctx context.Context, id string) (consent.Consent, error) {
+	c, err := scanConsent(s.pool.QueryRow(ctx, consentSelect+" WHERE id = $1", id))
+	if err != nil && !errors.Is(err, core.ErrNotFound) {
+		return c, fmt.Errorf("store: get consent: %w", err)
+	}
+	return c, err
+}
+
+// ActiveConsents lists consents neither revoked nor expired at now, in
+// conversation conv (all when conv is ""), oldest first.
+func (s *Store) ActiveConsents(ctx context.Context, conv core.ConversationID, now time.Time) ([]consent.Consent, error) {
+	rows, err := s.pool.Query(ctx, consentSelect+` WHERE revoked_at IS NULL AND expires_at > $1 AND ($2 = '' OR conversation = $2)
+		ORDER BY created_at`, now, conv)
+	if err != nil {
+		return nil, fmt.Errorf("store: active consents: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, rowToConsent)
+	if err != nil {
+		return nil, fmt.Errorf("store: active consents: %w", err)
+	}
+	return out, nil
+}
+
+// RevokeConsent revokes consent id (in conversation conv, unless conv is
+// ""), audited (consent.revoked, by actor); false when there is no such
+// consent not yet revoked. The id may be given by its first 8 or more
+// characters when that names one consent.
+func (t *Tx) RevokeConsent(ctx context.Context, id string, conv core.ConversationID, actor core.IdentityID) (string, bool, error) {
+	if len(id) < 8 {
+		return "", false, nil
+	}
+	var full string
+	err := t.queryRow(ctx, `UPDATE consents SET revoked_at = $3, revoked_by = $4
+		WHERE id = (SELECT id FROM consents WHERE starts_with(id, $1) AND ($2 = '' OR conversation = $2) AND revoked_at IS NULL
+			ORDER BY created_at DESC LIMIT 1)
+		RETURNING id`, id, conv, t.now(), actor).Scan(&full)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("store: revoke consent %s: %w", id, err)
+	}
+	return full, true, nil
+}
+
+// RevokeConsent revokes consent id in its own transaction, audited
+// (consent.revoked by actor): the CLI's `silas consents revoke`.
+func (s *Store) RevokeConsent(ctx context.Context, id string, actor core.IdentityID) (string, bool, error) {
+	var full string
+	var ok bool
+	err := s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+		var err error
+		full, ok, err = tx.RevokeConsent(ctx, id, "", actor)
+		if err != nil || !ok {
+			return nil, err
+		}
+		return []audit.Entry{{Kind: audit.KindConsentRevoked, Actor: string(actor), Data: map[string]any{"consent": full}}}, nil
+	})
+	return full, ok, err
+}
