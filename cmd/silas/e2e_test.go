@@ -490,3 +490,18 @@ func TestCrashExactlyOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestLoginLinkForWildcardListen: on a wildcard listen address (as in a
+// container) the printed login link names the loopback address, which a
+// browser can open, and it logs in. Checked to fail: the link was
+// http://0.0.0.0:… (http://[::]:… for "[::]").
+func TestLoginLinkForWildcardListen(t *testing.T) {
+	t.Parallel() // a server of its own on a database of its own
+	s := startServer(t, pgtest.NewDatabase(t), t.TempDir(), "SILAS_HTTP_LISTEN=0.0.0.0:0")
+	if !strings.HasPrefix(s.base, "http://127.0.0.1:") {
+		t.Fatalf("login link base %q; want http://127.0.0.1:<port>", s.base)
+	}
+	c := s.connect(t)
+	c.say("/whoami")
+	c.textContaining("webchat:local")
+}

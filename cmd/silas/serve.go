@@ -139,7 +139,10 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	addr := "http://" + ln.Addr().String()
 	log.Info("silas is serving", slog.String("address", addr), slog.String("version", version))
-	printServing(env.stdout, cfg, addr, form, chans.banners)
+	// The terminal's links name a loopback address for a wildcard listener
+	// ("[::]" opens nothing in a browser; in a container the published
+	// port is on the host's loopback).
+	printServing(env.stdout, cfg, localEndpoint(ln.Addr().String()), form, chans.banners)
 
 	var runErr error
 	select {

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"log/slog"
 	"time"
+
+	"github.com/silas-gateway/silas/core/sandbox/sandboxinit"
 )
 
 // Defaults applied by [New] when the corresponding Config field is zero.
@@ -45,7 +47,7 @@ var DefaultNetworkPorts = []uint16{53, 80, 443}
 
 // SandboxWorkDir is where a run's work directory appears inside the sandbox:
 // its cwd and HOME. Programs never learn the host path.
-const SandboxWorkDir = "/work"
+const SandboxWorkDir = sandboxinit.WorkDir
 
 // MinimalPath is the PATH programs see (unless the request sets its own) and
 // the only place argv[0] is looked up when it contains no slash.

@@ -4,7 +4,7 @@
 //
 // [Subprocess] (Linux) runs each program in a sandbox that is a boundary:
 // the gateway re-executes its own binary as the sandbox's init (argv[0]
-// "silas-sandbox-init", see init_linux.go) in new mount, PID, IPC, UTS,
+// "silas-sandbox-init", package sandboxinit) in new mount, PID, IPC, UTS,
 // cgroup and network namespaces (plus a user namespace when the gateway is
 // not root); pasta connects a network-on run's namespace to the outside,
 // TCP and UDP only to the allowed ports (netns_linux.go,

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/silas-gateway/silas/core/sandbox/sandboxinit"
 )
 
 // Work directories: each run gets a fresh one (exec-*) in the base dir, a
@@ -28,7 +29,7 @@ import (
 // a run can write is bounded (ENOSPC past it), and the run's mountinfo
 // names no host path. A gateway that cannot (an ordinary user, or a kernel
 // without the new mount API) has the init do the same inside its namespaces
-// (stageIn and stageBack in init_linux.go). Once nothing will read a work dir any more (its run
+// (stageIn and stageBack in sandboxinit). Once nothing will read a work dir any more (its run
 // is verified), Release removes it or keeps it for keepWorkFor, marked by
 // a file next to it (exec-*.kept, holding the bytes it uses); the kept
 // ones together stay within maxKept, oldest removed first. Pruning happens
@@ -104,16 +105,7 @@ func (st *stage) fill(dir string, limit int64, uid, gid int) error {
 // copyBack replaces dir's contents with the stage's. Every process of the
 // run is gone by then: nothing changes either tree while it copies.
 func (st *stage) copyBack(dir string, limit int64, uid, gid int) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			return err
-		}
-	}
-	return copyTree(st.path, dir, limit, uid, gid)
+	return sandboxinit.CopyBack(st.path, dir, limit, uid, gid)
 }
 
 // remove lets the stage go (the kernel frees it with its last reference).
@@ -122,114 +114,6 @@ func (st *stage) remove() {
 		unix.Close(st.fd)
 		st.fd = -1
 	}
-}
-
-// errTooBig: a copy would write more than its limit.
-var errTooBig = fmt.Errorf("more bytes than the limit: %w", unix.ENOSPC)
-
-// copyTree copies the contents of src into the existing dir dst, as uid
-// and gid: directories, regular files (at most limit bytes in all, a
-// sparse file counted at its full length) and symlinks (as links, never
-// followed); other files are left out, and so are set-id bits. Neither
-// tree may change while it copies (the caller's guarantee).
-func copyTree(src, dst string, limit int64, uid, gid int) error {
-	var used int64
-	type dirMode struct {
-		path  string
-		mode  fs.FileMode
-		mtime time.Time
-	}
-	var dirs []dirMode
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		switch {
-		case fi.IsDir():
-			if err := os.Mkdir(target, 0o700); err != nil {
-				return err
-			}
-			if err := os.Lchown(target, uid, gid); err != nil {
-				return err
-			}
-			dirs = append(dirs, dirMode{target, fi.Mode().Perm(), fi.ModTime()})
-			return nil
-		case fi.Mode()&fs.ModeSymlink != 0:
-			l, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(l, target); err != nil {
-				return err
-			}
-			if err := os.Lchown(target, uid, gid); err != nil {
-				return err
-			}
-		case fi.Mode().IsRegular():
-			if fi.Size() > limit-used {
-				return fmt.Errorf("%s: %w", rel, errTooBig)
-			}
-			if err := copyWorkFile(p, target, fi, uid, gid); err != nil {
-				return err
-			}
-			used += fi.Size()
-		default:
-			return nil // fifos, sockets, devices: not work
-		}
-		return setMtime(target, fi.ModTime())
-	})
-	if err != nil {
-		return err
-	}
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := os.Chmod(dirs[i].path, dirs[i].mode); err != nil {
-			return err
-		}
-		if err := setMtime(dirs[i].path, dirs[i].mtime); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func copyWorkFile(src, dst string, fi fs.FileInfo, uid, gid int) error {
-	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = io.CopyN(out, in, fi.Size())
-	if err == io.EOF {
-		err = nil // shorter than it said: nothing changes it, so it cannot be
-	}
-	if err == nil {
-		err = out.Chown(uid, gid)
-	}
-	if err == nil {
-		err = out.Chmod(fi.Mode().Perm())
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func setMtime(p string, t time.Time) error {
-	ts := []unix.Timespec{unix.NsecToTimespec(t.UnixNano()), unix.NsecToTimespec(t.UnixNano())}
-	return unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // stagesWork reports whether the gateway can make stages here (root, a
@@ -262,15 +146,6 @@ func removeWork(dir string) error {
 		return err
 	}
 	return nil
-}
-
-// workDirFull reports whether a stage (a tmpfs) has no room left.
-func workDirFull(dir string) bool {
-	var st unix.Statfs_t
-	if unix.Statfs(dir, &st) != nil || st.Type != unix.TMPFS_MAGIC {
-		return false
-	}
-	return st.Bavail == 0 || st.Ffree == 0
 }
 
 // workBytes is what a work dir holds on disk: the blocks of everything

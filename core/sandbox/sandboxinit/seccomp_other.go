@@ -1,6 +1,6 @@
 //go:build linux && !amd64 && !arm64
 
-package sandbox
+package sandboxinit
 
 // No filter table for this architecture: installSeccomp fails and the
 // sandbox refuses to run (fail closed).

@@ -1,6 +1,6 @@
 //go:build linux
 
-package sandbox
+package sandboxinit
 
 import (
 	"fmt"
@@ -25,9 +25,9 @@ const (
 	llFileRights = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_READ_FILE | llTruncate | llIoctlDev
 )
 
-// landlockABI returns the kernel's Landlock ABI version, 0 when Landlock is
+// LandlockABI returns the kernel's Landlock ABI version, 0 when Landlock is
 // unavailable (not built in, not enabled at boot, or blocked).
-func landlockABI() int {
+func LandlockABI() int {
 	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if errno != 0 {
 		return 0
@@ -54,8 +54,8 @@ func llHandledFS(abi int) uint64 {
 // the work dir, /tmp, /dev/shm and the /dev data files; TCP only to the
 // allowed ports when the run has network, none otherwise; no signals to and
 // no abstract unix sockets of processes outside the sandbox.
-func restrictLandlock(spec *initSpec) error {
-	abi := landlockABI()
+func restrictLandlock(spec *Spec) error {
+	abi := LandlockABI()
 	if abi == 0 {
 		if spec.Landlock {
 			return fmt.Errorf("init: Landlock is not available on this kernel")
@@ -88,7 +88,7 @@ func restrictLandlock(spec *initSpec) error {
 		access uint64
 	}{
 		{"/", llRead},
-		{SandboxWorkDir, fs},
+		{WorkDir, fs},
 		{"/tmp", fs},
 		{"/dev/shm", fs},
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package sandbox
+package sandboxinit
 
 import "golang.org/x/sys/unix"
 
