@@ -71,8 +71,9 @@ type Config struct {
 	// (zero fields: 10s header, 30s read, 30s write, 60s idle, 16 KiB of
 	// headers, 512 connections).
 	Limits httpserve.Limits
-	// AllowedHosts are extra Host values a loopback listener serves
-	// besides its own address and PublicURL's host (DNS rebinding).
+	// AllowedHosts are extra Host values a loopback listener (or a
+	// self-signed one on a wildcard address, TLSConfig.SelfSignedListenAny)
+	// serves besides loopback names and PublicURL's host (DNS rebinding).
 	AllowedHosts []string
 }
 
