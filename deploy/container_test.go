@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -47,12 +48,17 @@ import (
 // `docker run`; an unknown key fails the test), with migrations as the
 // owner role and the gateway as the app role; the web chat's /run uname -a
 // is approved and ends "exit code 0 ✓"; `silas doctor` in the container
-// lists the sandbox's isolation; the image's healthcheck passes.
+// lists the sandbox's isolation; the image's healthcheck passes; the
+// secure form, configured as compose configures it (wildcard listen with
+// secrets_web.tls.self_signed_listen_any), prints its fingerprint, and
+// /secret's link opens the form from the host with that certificate.
 //
 // What differs from `docker compose up`, and why it does not matter to
 // what is tested: the container shares the host's network namespace (the
 // PostgreSQL is the test's throwaway cluster on 127.0.0.1, and the web chat
-// listens on a free loopback port instead of the published 8080), and the
+// listens on a free loopback port instead of the published 8080, the
+// secure form on a free port instead of 8443, so Docker's loopback-only
+// port publishing itself is not exercised), and the
 // Go binary is built on the host rather than in the golang build stage
 // (base images cannot be pulled here).
 func TestComposeRunsApprovedAction(t *testing.T) {
@@ -81,14 +87,18 @@ func TestComposeRunsApprovedAction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	port := freePort(t)
+	port, formPort := freePort(t), strconv.Itoa(freePort(t))
 	name := "silas-deploytest-" + strconv.Itoa(os.Getpid())
 	args := append([]string{"run", "-d", "--name", name, "--network", "host",
-		"-e", "SILAS_HTTP_LISTEN=127.0.0.1:" + strconv.Itoa(port),
-		// The secure form's default is a loopback self-signed listener on a
-		// fixed port; host networking would share it with the host.
-		"-e", "SILAS_SECRETS_WEB_ENABLED=false"},
+		"-e", "SILAS_HTTP_LISTEN=127.0.0.1:" + strconv.Itoa(port)},
 		runArgs(t, d, svc, secrets, name)...)
+	// The secure form as compose serves it (wildcard listen, self-signed,
+	// the opt-in), on a free port: host networking shares ports with the
+	// host.
+	args = overrideEnv(t, args, map[string]string{
+		"SILAS_SECRETS_WEB_LISTEN":     "0.0.0.0:" + formPort,
+		"SILAS_SECRETS_WEB_PUBLIC_URL": "https://127.0.0.1:" + formPort,
+	})
 	args = append(args, image)
 	d.run(t, args...)
 	t.Cleanup(func() {
@@ -114,6 +124,8 @@ func TestComposeRunsApprovedAction(t *testing.T) {
 	if done.Status != "done" || !strings.Contains(done.Outcome, "exit code 0 ✓") || !strings.Contains(done.Output, "Linux") {
 		t.Fatalf("done card = %+v", done)
 	}
+
+	checkSecureForm(t, d, name, c, "https://127.0.0.1:"+formPort)
 
 	// The isolation is in force, as doctor lists it inside the container.
 	out, _ := d.cmd("exec", name, "silas", "doctor").CombinedOutput()
@@ -142,6 +154,74 @@ func TestComposeRunsApprovedAction(t *testing.T) {
 	}
 	if out, err := d.cmd(append([]string{"exec", name}, hc[1:]...)...).CombinedOutput(); err != nil {
 		t.Errorf("the image's healthcheck fails: %v\n%s", err, out)
+	}
+}
+
+// overrideEnv replaces the values of the -e variables named in env (each
+// must be set by compose.yaml: the test changes a port, not a setting).
+func overrideEnv(t *testing.T, args []string, env map[string]string) []string {
+	t.Helper()
+	out := slices.Clone(args)
+	for k, v := range env {
+		i := slices.IndexFunc(out, func(a string) bool { return strings.HasPrefix(a, k+"=") })
+		if i < 1 || out[i-1] != "-e" {
+			t.Fatalf("compose.yaml's silas service does not set %s", k)
+		}
+		out[i] = k + "=" + v
+	}
+	return out
+}
+
+var formRe = regexp.MustCompile(`Secure form for credentials: (https://\S+) \(self-signed certificate, SHA-256 fingerprint ([0-9A-F:]+)\)`)
+
+// checkSecureForm: the container prints the secure form's URL with its
+// certificate's fingerprint (the certificate made in the data volume under
+// a read-only root), /secret's card links to it, the page behind the link
+// is served to a client that pins that fingerprint, and a foreign Host is
+// refused (421) although the form listens on every address.
+func checkSecureForm(t *testing.T, d docker, name string, c *chat, base string) {
+	t.Helper()
+	m := formRe.FindStringSubmatch(d.output(t, "logs", name))
+	if m == nil || m[1] != base {
+		t.Fatalf("the container did not print the secure form at %s with a fingerprint (got %q)", base, m)
+	}
+	hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		InsecureSkipVerify: true, //nolint:gosec // pinned to the printed fingerprint, as the docs tell users to check it
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			sum := sha256.Sum256(cs.PeerCertificates[0].Raw)
+			if got := strings.ToUpper(hex.EncodeToString(sum[:])); got != strings.ReplaceAll(m[2], ":", "") {
+				return fmt.Errorf("served certificate %s, printed %s", got, m[2])
+			}
+			return nil
+		}}}}
+	c.say("/secret deploytest_key")
+	linkRe := regexp.MustCompile(regexp.QuoteMeta(base) + `/secrets/[A-Za-z0-9_-]+\?t=[A-Za-z0-9_%-]+`)
+	var link string
+	c.expect("secure-input card with a link to the form", func(f frame) bool {
+		b, _ := json.Marshal(f)
+		link = linkRe.FindString(string(b))
+		return link != ""
+	})
+	get := func(host string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, link, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("the secure form from the host: %v", err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	u, _ := url.Parse(base)
+	if status, body := get(u.Host); status != http.StatusOK || !strings.Contains(body, "<form") {
+		t.Fatalf("GET the form's link: %d\n%s", status, body)
+	}
+	if status, _ := get("silas.example"); status != http.StatusMisdirectedRequest {
+		t.Fatalf("GET with a foreign Host: %d, want 421", status)
 	}
 }
 

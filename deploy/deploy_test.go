@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/silas-gateway/silas/internal/config"
 )
 
 // runtimeStage is the Dockerfile's last stage: what the image ships.
@@ -135,5 +137,50 @@ func TestComposeSandboxSettings(t *testing.T) {
 				t.Errorf("seccomp.json denies %s, which the sandbox needs", n)
 			}
 		}
+	}
+}
+
+// TestComposePublishesOnLoopback: compose publishes every port of the
+// gateway on the host's loopback only. The secure form's self-signed
+// certificate listens on the container's every address
+// (secrets_web.tls.self_signed_listen_any), which is safe only so
+// (docs/secrets.md#self-signed-in-a-container-self_signed_listen_any), and
+// its settings are ones serve accepts.
+func TestComposePublishesOnLoopback(t *testing.T) {
+	b, err := os.ReadFile("compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Services map[string]struct {
+			Ports       []string          `yaml:"ports"`
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatalf("compose.yaml: %v", err)
+	}
+	s := f.Services["silas"]
+	for _, p := range s.Ports {
+		if !strings.HasPrefix(p, "127.0.0.1:") {
+			t.Errorf("compose publishes %q: the gateway's ports belong on the host's loopback only", p)
+		}
+	}
+	if !slices.Contains(s.Ports, "127.0.0.1:8443:8443") {
+		t.Errorf("ports %v: the secure form (8443) is not published on the host's loopback", s.Ports)
+	}
+	var env []string
+	for k, v := range s.Environment {
+		if strings.HasPrefix(k, "SILAS_SECRETS_WEB_") {
+			env = append(env, k+"="+v)
+		}
+	}
+	c, err := config.Load("", env)
+	if err != nil {
+		t.Fatalf("compose's secure-form settings %v: %v", env, err)
+	}
+	if sw := c.SecretsWeb; !sw.Enabled || sw.TLS.Mode != "self-signed" || !sw.TLS.SelfSignedListenAny ||
+		sw.Listen != "0.0.0.0:8443" || sw.PublicURL != "https://127.0.0.1:8443" {
+		t.Errorf("compose's secure form = %+v, want self-signed on 0.0.0.0:8443 with the opt-in, reached at https://127.0.0.1:8443", sw)
 	}
 }

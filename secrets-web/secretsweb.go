@@ -71,8 +71,9 @@ type Config struct {
 	// (zero fields: 10s header, 30s read, 30s write, 60s idle, 16 KiB of
 	// headers, 512 connections).
 	Limits httpserve.Limits
-	// AllowedHosts are extra Host values a loopback listener serves
-	// besides its own address and PublicURL's host (DNS rebinding).
+	// AllowedHosts are extra Host values a loopback listener (or a
+	// self-signed one on a wildcard address, TLSConfig.SelfSignedListenAny)
+	// serves besides loopback names and PublicURL's host (DNS rebinding).
 	AllowedHosts []string
 }
 
@@ -240,7 +241,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// A loopback listener answers only Host names of this machine and of
 	// the public URL (DNS rebinding).
 	hosts := append([]string{s.base.Host, s.base.Hostname()}, s.cfg.AllowedHosts...)
-	srv := httpserve.NewServer(httpserve.HostCheck(s.handler, ln.Addr().String(), hosts...), l)
+	srv := httpserve.NewServer(httpserve.HostCheck(s.handler, s.hostCheckAddr(ln.Addr()), hosts...), l)
 	srv.TLSConfig = tc
 	// Handshake failures and the like, without request data.
 	srv.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
@@ -269,6 +270,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		err = fmt.Errorf("secretsweb: shutdown: %w", serr)
 	}
 	return err
+}
+
+// hostCheckAddr is the listen address the Host check is built for. A
+// self-signed listener on a wildcard address (SelfSignedListenAny) is
+// reached through the host's loopback, so it is checked as the loopback
+// listener on its port it stands in for: Host must be a loopback name or
+// PublicURL's host, never a name that merely resolves to this machine.
+func (s *Server) hostCheckAddr(addr net.Addr) string {
+	a := addr.String()
+	h, port, err := net.SplitHostPort(a)
+	if s.cfg.TLS.Mode == TLSSelfSigned && (err != nil || !isLoopbackHost(h)) {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return a
 }
 
 // ListenAndServe listens on Config.Listen and calls Serve.

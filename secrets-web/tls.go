@@ -49,6 +49,15 @@ type TLSConfig struct {
 	// Hosts are extra DNS names or IPs for the self-signed certificate;
 	// PublicURL's host, localhost, 127.0.0.1 and ::1 are always included.
 	Hosts []string
+	// SelfSignedListenAny lets mode "self-signed" listen on a wildcard
+	// address (0.0.0.0:port or [::]:port) instead of loopback only. It is
+	// for a container whose port is published on the host's loopback
+	// (compose's "127.0.0.1:8443:8443"): loopback inside the container is
+	// not the host's. PublicURL must still be a loopback URL, and every
+	// request's Host must be PublicURL's host or a loopback name, as on a
+	// loopback listener. Publishing the port on any other address would
+	// offer a certificate nobody can check to the network: do not.
+	SelfSignedListenAny bool
 }
 
 // CertificateSource supplies certificates per handshake. In ACME mode it
@@ -101,8 +110,8 @@ func (s *Server) setupTLS(src CertificateSource) error {
 		if !isLoopbackHost(host) {
 			return fmt.Errorf("secretsweb: tls mode \"self-signed\" is for loopback development only; public_url host %q is not loopback (use \"acme\" or \"files\")", host)
 		}
-		if h, _, err := net.SplitHostPort(s.cfg.Listen); err != nil || !isLoopbackHost(h) {
-			return fmt.Errorf("secretsweb: tls mode \"self-signed\" must listen on a loopback address, not %q", s.cfg.Listen)
+		if err := selfSignedListen(s.cfg.Listen, s.cfg.TLS.SelfSignedListenAny); err != nil {
+			return err
 		}
 		if s.cfg.TLS.Dir == "" {
 			return errors.New("secretsweb: tls.dir is required in mode \"self-signed\"")
@@ -119,6 +128,33 @@ func (s *Server) setupTLS(src CertificateSource) error {
 	}
 	s.tlsConfig = base
 	return nil
+}
+
+// selfSignedListen says whether mode "self-signed" may listen on listen:
+// a loopback address, or with listenAny also a wildcard address (never a
+// particular non-loopback one: that is a network the form would face).
+func selfSignedListen(listen string, listenAny bool) error {
+	h, _, err := net.SplitHostPort(listen)
+	switch {
+	case err == nil && isLoopbackHost(h):
+		return nil
+	case err == nil && listenAny && isWildcardHost(h):
+		return nil
+	case listenAny:
+		return fmt.Errorf("secretsweb: tls mode \"self-signed\" with self_signed_listen_any must listen on loopback or a wildcard address (0.0.0.0:port or [::]:port), not %q", listen)
+	}
+	return fmt.Errorf("secretsweb: tls mode \"self-signed\" must listen on a loopback address, not %q "+
+		"(in a container whose port is published on the host's loopback only, set secrets_web.tls.self_signed_listen_any)", listen)
+}
+
+// isWildcardHost reports whether h is an unspecified address ("", 0.0.0.0
+// or ::): a listener on every interface.
+func isWildcardHost(h string) bool {
+	if h == "" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsUnspecified()
 }
 
 // privateFile refuses a key file that group or others can access.

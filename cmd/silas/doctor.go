@@ -50,6 +50,9 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	} {
 		problems += doctor.Block(env.stdout, b.title, b.run)
 	}
+	if f := doctorSecureForm(cfg); f != nil {
+		problems += doctor.Block(env.stdout, "Secure form", func() []doctor.Finding { return f })
+	}
 	problems += doctorLLM(ctx, cfg, env.stdout, *timeout)
 	// The --telegram-* flags override the telegram.* keys, so that a token
 	// can be checked before it goes into the config.
@@ -68,6 +71,21 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 		return &exitError{code: 1, msg: fmt.Sprintf("silas doctor: %d problem(s) found", problems)}
 	}
 	return nil
+}
+
+// doctorSecureForm warns when the self-signed secure form may listen on a
+// wildcard address (secrets_web.tls.self_signed_listen_any): that is safe
+// only while its port is published on the host's loopback alone, which
+// doctor cannot see from inside a container. Nil when the opt-in is off.
+func doctorSecureForm(cfg *config.Config) []doctor.Finding {
+	sw := cfg.SecretsWeb
+	if !sw.Enabled || sw.TLS.Mode != "self-signed" || !sw.TLS.SelfSignedListenAny {
+		return nil
+	}
+	return []doctor.Finding{{Severity: doctor.Warn, Check: "listen", Message: fmt.Sprintf(
+		"self-signed form listens on %s (secrets_web.tls.self_signed_listen_any): publish its port on the host's loopback only "+
+			"(compose: \"127.0.0.1:8443:8443\"), never on a network address; public_url %s must be how the host reaches it",
+		sw.Listen, sw.PublicURL)}}
 }
 
 // doctorDeadLetters lists the inbound events quarantined at intake (the

@@ -55,3 +55,19 @@ func TestDoctorSandboxChecks(t *testing.T) { // not parallel: it changes sandbox
 		t.Fatalf("findings: %+v", fs)
 	}
 }
+
+// TestDoctorSecureFormListenAny: doctor warns (without failing) when the
+// self-signed form may listen on a wildcard address, and says nothing
+// otherwise.
+func TestDoctorSecureFormListenAny(t *testing.T) {
+	t.Parallel()
+	cfg := config.Default()
+	if f := doctorSecureForm(cfg); f != nil {
+		t.Fatalf("default config: %+v", f)
+	}
+	cfg.SecretsWeb.Listen, cfg.SecretsWeb.TLS.SelfSignedListenAny = "0.0.0.0:8443", true
+	f := doctorSecureForm(cfg)
+	if len(f) != 1 || f[0].Severity != doctor.Warn || !strings.Contains(f[0].Message, "127.0.0.1:8443:8443") {
+		t.Fatalf("listen any: %+v", f)
+	}
+}

@@ -204,6 +204,7 @@ func newSecretsWebForm(cfg *config.Config, requests secretsweb.RequestStore, sea
 	return secretsweb.New(secretsweb.Config{
 		Listen: sw.Listen, PublicURL: sw.PublicURL, MaxValueBytes: sw.MaxValueBytes,
 		Limits: httpLimits(cfg), AllowedHosts: cfg.HTTP.AllowedHosts,
-		TLS: secretsweb.TLSConfig{Mode: sw.TLS.Mode, CertFile: sw.TLS.CertFile, KeyFile: sw.TLS.KeyFile, Dir: dir},
+		TLS: secretsweb.TLSConfig{Mode: sw.TLS.Mode, CertFile: sw.TLS.CertFile, KeyFile: sw.TLS.KeyFile, Dir: dir,
+			SelfSignedListenAny: sw.TLS.SelfSignedListenAny},
 	}, deps)
 }

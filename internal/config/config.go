@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"reflect"
 	"regexp"
@@ -27,6 +28,7 @@ import (
 	"github.com/silas-gateway/silas/adapters/webchat"
 	"github.com/silas-gateway/silas/adapters/whatsapp"
 	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/internal/httpserve"
 )
 
 // Duration is a time.Duration written as "5m", "20s" in YAML.
@@ -197,6 +199,11 @@ type Config struct {
 			Dir string `yaml:"dir"`
 			// ACMEEmail is the contact address given to the ACME CA.
 			ACMEEmail string `yaml:"acme_email"`
+			// SelfSignedListenAny lets self-signed mode listen on a wildcard
+			// address (0.0.0.0:8443, [::]:8443): for a container whose port
+			// is published on the host's loopback only (deploy/compose.yaml).
+			// public_url must still be a loopback URL.
+			SelfSignedListenAny bool `yaml:"self_signed_listen_any"`
 		} `yaml:"tls"`
 	} `yaml:"secrets_web"`
 	// The platform channels: each section is decoded straight into its
@@ -729,6 +736,17 @@ func (c *Config) checkWeb() error {
 		}
 		if !strings.HasPrefix(c.SecretsWeb.PublicURL, "https://") {
 			return bad("secrets_web.public_url", "%q must be an https:// URL: the form is served over HTTPS only", c.SecretsWeb.PublicURL)
+		}
+		if c.SecretsWeb.TLS.SelfSignedListenAny && c.SecretsWeb.TLS.Mode != "self-signed" {
+			return bad("secrets_web.tls.self_signed_listen_any", "applies to tls.mode self-signed only, not %q (files and acme may listen anywhere)", c.SecretsWeb.TLS.Mode)
+		}
+		if c.SecretsWeb.TLS.SelfSignedListenAny {
+			// The opt-in widens where the form listens, never who it is for:
+			// browsers still reach it through a loopback URL.
+			u, err := url.Parse(c.SecretsWeb.PublicURL)
+			if err != nil || !httpserve.IsLoopback(u.Hostname()) {
+				return bad("secrets_web.public_url", "%q must be a loopback URL (https://127.0.0.1:8443) with tls.self_signed_listen_any", c.SecretsWeb.PublicURL)
+			}
 		}
 		if c.SecretsWeb.MaxValueBytes < 64 || c.SecretsWeb.MaxValueBytes > 1<<20 {
 			return bad("secrets_web.max_value_bytes", "%d must be between 64 and 1048576", c.SecretsWeb.MaxValueBytes)

@@ -39,6 +39,18 @@ func TestEnvOverrides(t *testing.T) {
 	}
 }
 
+// TestSecretsWebListenAny: the compose setting of the secure form loads
+// from the environment (deploy/compose.yaml sets it so).
+func TestSecretsWebListenAny(t *testing.T) {
+	c, err := Load("", []string{"SILAS_SECRETS_WEB_LISTEN=0.0.0.0:8443", "SILAS_SECRETS_WEB_TLS_SELF_SIGNED_LISTEN_ANY=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.SecretsWeb.TLS.SelfSignedListenAny || c.SecretsWeb.Listen != "0.0.0.0:8443" || Default().SecretsWeb.TLS.SelfSignedListenAny {
+		t.Fatalf("secrets_web = %+v", c.SecretsWeb)
+	}
+}
+
 func TestErrorsNameTheKey(t *testing.T) {
 	tests := []struct {
 		name string
@@ -63,6 +75,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"kept work negative", "sandbox:\n  max_kept_work_bytes: -1\n", nil, "sandbox.max_kept_work_bytes"},
 		{"network DNS not an address", "sandbox:\n  network_dns: resolver.lan\n", nil, "sandbox.network_dns"},
 		{"network DNS IPv6", "", []string{"SILAS_SANDBOX_NETWORK_DNS=::1"}, "sandbox.network_dns"},
+		{"listen any outside self-signed", "secrets_web:\n  tls:\n    mode: acme\n    self_signed_listen_any: true\n", nil, "secrets_web.tls.self_signed_listen_any"},
+		{"listen any for a public url", "", []string{"SILAS_SECRETS_WEB_TLS_SELF_SIGNED_LISTEN_ANY=true", "SILAS_SECRETS_WEB_PUBLIC_URL=https://secrets.example.com"}, "secrets_web.public_url"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
