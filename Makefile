@@ -5,7 +5,7 @@ BIN := bin/silas
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: run build test test-race test-short test-deploy check lint fuzz bench vet fmt clean
+.PHONY: run build test test-race test-realclient test-short test-deploy check lint fuzz bench vet fmt clean
 
 ## run: start the gateway with the local web chat (a local PostgreSQL under ./.data when DATABASE_URL is unset)
 run: build
@@ -16,13 +16,14 @@ build:
 
 ## test: every test, PostgreSQL-backed ones included (one throwaway cluster for the whole run when no TEST_DATABASE_URL/DATABASE_URL)
 ## Many tests wait on PostgreSQL, sockets and subprocesses rather than the CPU, so
-## twice as many run at once as go test's default (GOMAXPROCS). More (-p 4 -parallel 8)
-## is ~30 s faster on 2 cores but starves timing-sensitive tests (BENCHMARKS.md).
+## three packages run at once (go test's default is GOMAXPROCS, 2 here) and twice as
+## many tests of a package as its default: 4m33s instead of 5m17s on this 2-core machine.
+## More (-p 4 -parallel 8) starves timing-sensitive tests (BENCHMARKS.md).
 ## go test's own vet pass is off because `go vet ./...` just ran every analyzer it
 ## would. A race-enabled binary sleeps 1 s at exit by default (GORACE atexit_sleep_ms)
 ## so that late reports can print; tests are over by then, and 40 binaries × 1 s is
 ## wall time for nothing.
-TEST_FLAGS ?= -parallel 4
+TEST_FLAGS ?= -p 3 -parallel 4
 ## The longest-running packages first, so that the run does not end with one of them
 ## alone on a core (go test starts packages in the order given; ./... adds the rest once).
 TEST_PKGS ?= ./cmd/silas ./core/sandbox ./adapters/telegram/e2e ./core/store ./adapters/slack/e2e ./...
@@ -30,11 +31,14 @@ export GORACE ?= atexit_sleep_ms=0
 ## WhatsApp's real-client tests are built only without -race (whatsmeow races on
 ## Disconnect; realclient_test.go): they run once more without it (only they: the
 ## package's other tests ran with -race; the real-client tests are all TestRealClient…).
-## Lint runs beside the race pass rather than before it: the race pass leaves a core
-## idle much of the time (tests waiting on servers and subprocesses), which
-## staticcheck fills (BENCHMARKS.md, "make test").
+## Lint and the real-client pass run beside the race pass rather than before or after
+## it: the race pass leaves a core idle much of the time (tests waiting on servers and
+## subprocesses), which they fill (BENCHMARKS.md, "make test").
 test: vet
-	@$(MAKE) --no-print-directory -j2 lint test-race
+	@$(MAKE) --no-print-directory -j3 lint test-race test-realclient
+
+# test-realclient: WhatsApp's real-client tests, without -race (above)
+test-realclient:
 	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -vet=off -count=1 $(TEST_FLAGS) -timeout 10m -run '^TestRealClient' ./adapters/whatsapp
 
 # test-race: the race pass of `make test` alone (no vet, lint or non-race pass)
