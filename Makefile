@@ -28,6 +28,10 @@ TEST_FLAGS ?= -p 3 -parallel 4
 ## alone on a core (go test starts packages in the order given; ./... adds the rest once).
 TEST_PKGS ?= ./cmd/silas ./core/sandbox ./adapters/telegram/e2e ./core/store ./adapters/slack/e2e ./...
 export GORACE ?= atexit_sleep_ms=0
+## -trimpath keeps the checkout's directory out of compiled packages, so a fresh clone
+## (CI's, or a newcomer's second one) reuses the build cache instead of recompiling
+## every package under -race.
+export GOFLAGS ?= -trimpath
 ## WhatsApp's real-client tests are built only without -race (whatsmeow races on
 ## Disconnect; realclient_test.go): they run once more without it (only they: the
 ## package's other tests ran with -race; the real-client tests are all TestRealClient…).
