@@ -239,6 +239,12 @@ func (g *Gate) kick(conv core.ConversationID) {
 
 // wait calls check every Poll until it says done, reporting every
 // Progress that it still waits (progress may be nil).
+//
+// Not background work (so not a River job): it is the caller's own
+// request, held open until the owner decides, and ends with it. It reads
+// the rows rather than waiting on memory so that a decision made by
+// another `silas serve` on the same database is seen too; a notification
+// (LISTEN/NOTIFY) would end the wait sooner and is the next step.
 func (g *Gate) wait(ctx context.Context, progress func(msg string), check func() (done bool, status string, err error)) error {
 	tick := time.NewTicker(g.cfg.Poll)
 	defer tick.Stop()
