@@ -162,7 +162,8 @@ func (r Request) lane() string {
 	return LaneOf(r.Action)
 }
 
-func (r Request) cost() int {
+// Units is what the step costs: Cost, or UnitsPerAction when unset.
+func (r Request) Units() int {
 	if r.Cost == 0 {
 		return UnitsPerAction
 	}
@@ -247,7 +248,7 @@ func (c Consent) CheckRun(pub ed25519.PublicKey, r Request, run RunFacts, now ti
 	case !c.CoversStep(r.Node, r.Action):
 		return Required
 	}
-	return c.limits(r.Risk, r.lane(), r.cost(), now)
+	return c.limits(r.Risk, r.lane(), r.Units(), now)
 }
 
 // CoversStep reports whether run consent c's shape covers node running a:
