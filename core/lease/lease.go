@@ -33,6 +33,15 @@ type Store interface {
 	ReleaseLease(ctx context.Context, l core.Lease) error
 }
 
+// StateStore is a Store that also writes channel state fenced by a
+// lease's epoch (*store.Store): what the adapters holding a lease need.
+type StateStore interface {
+	Store
+	// SetStateFenced writes a channel state value unless a newer epoch
+	// of the lease exists (then core.ErrFenced).
+	SetStateFenced(ctx context.Context, ch core.ChannelName, key, value, lease string, epoch int64) error
+}
+
 // ErrLost is the cause of a held context's cancellation when the lease was
 // lost: a renewal found it expired or taken, or this process's clock ran
 // past the TTL without a successful renewal (a pause, a partition).

@@ -1,0 +1,165 @@
+package discord
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/silas-gateway/silas/adapters/discord/discordtest"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/lease"
+	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/internal/storetest"
+)
+
+var _ lease.StateStore = (*store.Store)(nil)
+
+// cutOff is a lease store this process can lose contact with (a partition,
+// a database that stops answering): the lease's acquire and renew fail
+// while cut.
+type cutOff struct {
+	lease.StateStore
+	cut atomic.Bool
+}
+
+var errCut = errors.New("test: cut off from the database")
+
+func (c *cutOff) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (core.Lease, bool, error) {
+	if c.cut.Load() {
+		return core.Lease{}, false, errCut
+	}
+	return c.StateStore.AcquireLease(ctx, name, holder, ttl)
+}
+
+func (c *cutOff) RenewLease(ctx context.Context, l core.Lease, ttl time.Duration) (core.Lease, bool, error) {
+	if c.cut.Load() {
+		return l, false, errCut
+	}
+	return c.StateStore.RenewLease(ctx, l, ttl)
+}
+
+// recInbox records the turns delivered to it.
+type recInbox struct {
+	mu    sync.Mutex
+	turns []core.Turn
+}
+
+func (r *recInbox) Deliver(_ context.Context, t core.Turn) (core.DeliverResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.turns = append(r.turns, t)
+	return core.DeliverResult{}, nil
+}
+
+func (r *recInbox) has(event string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range r.turns {
+		if t.EventID == event {
+			return true
+		}
+	}
+	return false
+}
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *lockedBuf) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// Two instances on one database and one bot (the fake Discord): only the
+// holder of the gateway lease connects; when it is cut off past its lease
+// it disconnects, the other takes over (a newer epoch, one more IDENTIFY)
+// and receives; the cut-off one's stale writes are refused and, healed, it
+// does not connect while the other holds the lease.
+func TestGatewayUnderTheLeaseHasOneHolder(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(t.Context(), storetest.NewDatabase(t), store.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	srv := discordtest.NewServer(t)
+	user := discordtest.User{ID: "1300000000000000001", Username: "olive"}
+	dm := srv.DM(user.ID)
+	const ttl = time.Second
+	start := func(ls lease.StateStore, id string) (*Adapter, *recInbox, *lockedBuf) {
+		logs := &lockedBuf{}
+		a, err := New(Config{Token: discordtest.Token, ApplicationID: discordtest.AppID, BaseURL: srv.BaseURL, State: st,
+			Leases: ls, LeaseTTL: ttl, Instance: id, HTTPTimeout: 5 * time.Second, ReconnectMin: 50 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := &recInbox{}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = a.Run(ctx, in) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return a, in, logs
+	}
+
+	pa := &cutOff{StateStore: st}
+	a, inA, logsA := start(pa, "A")
+	waitUntil(t, "A's gateway session", srv.Connected)
+	first := srv.SendMessage(user, dm, "one", false)
+	waitUntil(t, "A delivers the first message", func() bool { return inA.has("m" + first) })
+
+	_, inB, logsB := start(st, "B")
+	// B tries for the lease every TTL/5 meanwhile; A renews it.
+	time.Sleep(2 * ttl)
+	if g := srv.Gateway(); g.Identifies != 1 || g.Connects != 1 || strings.Contains(logsB.String(), "connecting under the gateway lease") {
+		t.Fatalf("a second instance connected while the first held the lease: %+v\n%s", g, logsB.String())
+	}
+
+	// A loses the database past its lease: it disconnects; B takes over.
+	epochA := a.convs.fence.Load().epoch
+	pa.cut.Store(true)
+	waitUntil(t, "B's gateway session", func() bool { return srv.Gateway().Identifies == 2 && srv.Connected() })
+	second := srv.SendMessage(user, dm, "two", false)
+	waitUntil(t, "B delivers the second message", func() bool { return inB.has("m" + second) })
+	if inA.has("m"+second) || inB.has("m"+first) {
+		t.Fatal("a message was delivered by the instance that did not hold the lease")
+	}
+	if !strings.Contains(logsA.String(), "lease lost") {
+		t.Fatalf("A did not report losing the lease:\n%s", logsA.String())
+	}
+	ls, err := st.Leases(t.Context())
+	if err != nil || len(ls) != 1 || ls[0].Name != "discord/discord" || ls[0].Holder != "B" || ls[0].Epoch != epochA+1 {
+		t.Fatalf("leases %+v, %v", ls, err)
+	}
+
+	// A's writes under its old epoch are refused; B's cursor stands.
+	if err := a.convs.advance(t.Context(), dm, "", user.ID, "9"+second, time.Now()); !errors.Is(err, core.ErrFenced) {
+		t.Fatalf("the stale holder's cursor write: %v", err)
+	}
+	waitUntil(t, "B's cursor", func() bool {
+		v, _, _ := st.GetState(t.Context(), "discord", stateKey)
+		return strings.Contains(v, `"last":"`+second+`"`)
+	})
+
+	// Healed, A waits for the lease instead of connecting again.
+	pa.cut.Store(false)
+	time.Sleep(2 * ttl)
+	if g := srv.Gateway(); g.Identifies != 2 || g.CleanCloses != 0 {
+		t.Fatalf("after A healed: %+v", g)
+	}
+}
