@@ -7,42 +7,18 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/silas-gateway/silas/adapters/discord/discordtest"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/lease"
+	"github.com/silas-gateway/silas/core/lease/leasetest"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 var _ lease.StateStore = (*store.Store)(nil)
-
-// cutOff is a lease store this process can lose contact with (a partition,
-// a database that stops answering): the lease's acquire and renew fail
-// while cut.
-type cutOff struct {
-	lease.StateStore
-	cut atomic.Bool
-}
-
-var errCut = errors.New("test: cut off from the database")
-
-func (c *cutOff) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (core.Lease, bool, error) {
-	if c.cut.Load() {
-		return core.Lease{}, false, errCut
-	}
-	return c.StateStore.AcquireLease(ctx, name, holder, ttl)
-}
-
-func (c *cutOff) RenewLease(ctx context.Context, l core.Lease, ttl time.Duration) (core.Lease, bool, error) {
-	if c.cut.Load() {
-		return l, false, errCut
-	}
-	return c.StateStore.RenewLease(ctx, l, ttl)
-}
 
 // recInbox records the turns delivered to it.
 type recInbox struct {
@@ -117,7 +93,7 @@ func TestGatewayUnderTheLeaseHasOneHolder(t *testing.T) {
 		return a, in, logs
 	}
 
-	pa := &cutOff{StateStore: st}
+	pa := &leasetest.CutOff{StateStore: st}
 	a, inA, logsA := start(pa, "A")
 	waitUntil(t, "A's gateway session", srv.Connected)
 	first := srv.SendMessage(user, dm, "one", false)
@@ -132,7 +108,7 @@ func TestGatewayUnderTheLeaseHasOneHolder(t *testing.T) {
 
 	// A loses the database past its lease: it disconnects; B takes over.
 	epochA := a.convs.fence.Load().epoch
-	pa.cut.Store(true)
+	pa.Cut.Store(true)
 	waitUntil(t, "B's gateway session", func() bool { return srv.Gateway().Identifies == 2 && srv.Connected() })
 	second := srv.SendMessage(user, dm, "two", false)
 	waitUntil(t, "B delivers the second message", func() bool { return inB.has("m" + second) })
@@ -157,7 +133,7 @@ func TestGatewayUnderTheLeaseHasOneHolder(t *testing.T) {
 	})
 
 	// Healed, A waits for the lease instead of connecting again.
-	pa.cut.Store(false)
+	pa.Cut.Store(false)
 	time.Sleep(2 * ttl)
 	if g := srv.Gateway(); g.Identifies != 2 || g.CleanCloses != 0 {
 		t.Fatalf("after A healed: %+v", g)
