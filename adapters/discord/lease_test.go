@@ -2,7 +2,6 @@ package discord
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -15,34 +14,9 @@ import (
 	"github.com/silas-gateway/silas/core/lease"
 	"github.com/silas-gateway/silas/core/lease/leasetest"
 	"github.com/silas-gateway/silas/core/store"
-	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 var _ lease.StateStore = (*store.Store)(nil)
-
-// recInbox records the turns delivered to it.
-type recInbox struct {
-	mu    sync.Mutex
-	turns []core.Turn
-}
-
-func (r *recInbox) Deliver(_ context.Context, t core.Turn) (core.DeliverResult, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.turns = append(r.turns, t)
-	return core.DeliverResult{}, nil
-}
-
-func (r *recInbox) has(event string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, t := range r.turns {
-		if t.EventID == event {
-			return true
-		}
-	}
-	return false
-}
 
 type lockedBuf struct {
 	mu sync.Mutex
@@ -52,15 +26,6 @@ type lockedBuf struct {
 func (l *lockedBuf) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
 func (l *lockedBuf) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // Two instances on one database and one bot (the fake Discord): only the
 // holder of the gateway lease connects; when it is cut off past its lease
 // it disconnects, the other takes over (a newer epoch, one more IDENTIFY)
@@ -68,16 +33,12 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // does not connect while the other holds the lease.
 func TestGatewayUnderTheLeaseHasOneHolder(t *testing.T) {
 	t.Parallel()
-	st, err := store.Open(t.Context(), storetest.NewDatabase(t), store.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := leasetest.Store(t)
 	srv := discordtest.NewServer(t)
 	user := discordtest.User{ID: "1300000000000000001", Username: "olive"}
 	dm := srv.DM(user.ID)
 	const ttl = time.Second
-	start := func(ls lease.StateStore, id string) (*Adapter, *recInbox, *lockedBuf) {
+	start := func(ls lease.StateStore, id string) (*Adapter, *leasetest.Inbox, *lockedBuf) {
 		logs := &lockedBuf{}
 		a, err := New(Config{Token: discordtest.Token, ApplicationID: discordtest.AppID, BaseURL: srv.BaseURL, State: st,
 			Leases: ls, LeaseTTL: ttl, Instance: id, HTTPTimeout: 5 * time.Second, ReconnectMin: 50 * time.Millisecond,
@@ -85,19 +46,16 @@ func TestGatewayUnderTheLeaseHasOneHolder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := &recInbox{}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = a.Run(ctx, in) }()
-		t.Cleanup(func() { cancel(); <-done })
+		in := &leasetest.Inbox{}
+		leasetest.Run(t, a, in)
 		return a, in, logs
 	}
 
 	pa := &leasetest.CutOff{StateStore: st}
 	a, inA, logsA := start(pa, "A")
-	waitUntil(t, "A's gateway session", srv.Connected)
+	leasetest.Wait(t, "A's gateway session", srv.Connected)
 	first := srv.SendMessage(user, dm, "one", false)
-	waitUntil(t, "A delivers the first message", func() bool { return inA.has("m" + first) })
+	leasetest.Wait(t, "A delivers the first message", func() bool { return inA.Has("m" + first) })
 
 	_, inB, logsB := start(st, "B")
 	// B tries for the lease every TTL/5 meanwhile; A renews it.
@@ -109,10 +67,10 @@ func TestGatewayUnderTheLeaseHasOneHolder(t *testing.T) {
 	// A loses the database past its lease: it disconnects; B takes over.
 	epochA := a.convs.fence.Load().epoch
 	pa.Cut.Store(true)
-	waitUntil(t, "B's gateway session", func() bool { return srv.Gateway().Identifies == 2 && srv.Connected() })
+	leasetest.Wait(t, "B's gateway session", func() bool { return srv.Gateway().Identifies == 2 && srv.Connected() })
 	second := srv.SendMessage(user, dm, "two", false)
-	waitUntil(t, "B delivers the second message", func() bool { return inB.has("m" + second) })
-	if inA.has("m"+second) || inB.has("m"+first) {
+	leasetest.Wait(t, "B delivers the second message", func() bool { return inB.Has("m" + second) })
+	if inA.Has("m"+second) || inB.Has("m"+first) {
 		t.Fatal("a message was delivered by the instance that did not hold the lease")
 	}
 	if !strings.Contains(logsA.String(), "lease lost") {
@@ -127,7 +85,7 @@ func TestGatewayUnderTheLeaseHasOneHolder(t *testing.T) {
 	if err := a.convs.advance(t.Context(), dm, "", user.ID, "9"+second, time.Now()); !errors.Is(err, core.ErrFenced) {
 		t.Fatalf("the stale holder's cursor write: %v", err)
 	}
-	waitUntil(t, "B's cursor", func() bool {
+	leasetest.Wait(t, "B's cursor", func() bool {
 		v, _, _ := st.GetState(t.Context(), "discord", stateKey)
 		return strings.Contains(v, `"last":"`+second+`"`)
 	})

@@ -14,7 +14,6 @@ import (
 	"github.com/silas-gateway/silas/core/lease"
 	"github.com/silas-gateway/silas/core/lease/leasetest"
 	silasstore "github.com/silas-gateway/silas/core/store"
-	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 var _ lease.StateStore = (*silasstore.Store)(nil)
@@ -67,11 +66,7 @@ func (f *fakeWA) connectCount() int { f.mu.Lock(); defer f.mu.Unlock(); return f
 // StreamReplaced it may get is not reported as a problem.
 func TestDeviceUnderTheLeaseHasOneHolder(t *testing.T) {
 	t.Parallel()
-	st, err := silasstore.Open(t.Context(), storetest.NewDatabase(t), silasstore.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := leasetest.Store(t)
 	dev := &device{}
 	const ttl = time.Second
 	var mu sync.Mutex
@@ -85,10 +80,7 @@ func TestDeviceUnderTheLeaseHasOneHolder(t *testing.T) {
 			t.Fatal(err)
 		}
 		in := &recInbox{}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = a.Run(ctx, in) }()
-		t.Cleanup(func() { cancel(); <-done })
+		leasetest.Run(t, a, in)
 		return a, c, in
 	}
 	pa := &leasetest.CutOff{StateStore: st}
@@ -106,15 +98,7 @@ func TestDeviceUnderTheLeaseHasOneHolder(t *testing.T) {
 
 	// A is cut off from the database past its lease: B takes over.
 	pa.Cut.Store(true)
-	waitLong := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
-	waitLong("B connected", func() bool { return dev.connected() == cb })
+	leasetest.Wait(t, "B connected", func() bool { return dev.connected() == cb })
 	if !cb.emit(textEvent("W2", owner, owner, "two", nil)) || len(inB.all()) != 1 {
 		t.Fatal("the new holder did not store and acknowledge a message")
 	}
