@@ -205,6 +205,9 @@ func (w *writer) commit(batch []*request) (err error) {
 			tx.rollback()
 		}
 		conn.Release()
+		if committed {
+			w.s.fannedOut(tx.fanned)
+		}
 	}()
 	var entries []audit.Entry
 	for _, r := range batch {
