@@ -1,10 +1,14 @@
 package telemetry
 
 import (
+	"context"
 	"net/http"
+	"strings"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // Handler wraps h in otelhttp's server instrumentation, one span per
@@ -33,4 +37,30 @@ func (t *Tracing) Handler(h http.Handler, operation string) http.Handler {
 			}
 			return "HTTP " + r.Method
 		}))
+}
+
+// scrubPaths keeps a request span's url.path to its first segment
+// ("/login", "/telegram/…"): a path may carry an id or a webhook secret,
+// and the first segment is what an operator filters on.
+type scrubPaths struct{}
+
+func (scrubPaths) OnStart(_ context.Context, s sdktrace.ReadWriteSpan) {
+	for _, kv := range s.Attributes() {
+		if kv.Key == "url.path" {
+			s.SetAttributes(attribute.String("url.path", firstSegment(kv.Value.AsString())))
+			return
+		}
+	}
+}
+
+func (scrubPaths) OnEnd(sdktrace.ReadOnlySpan)      {}
+func (scrubPaths) Shutdown(context.Context) error   { return nil }
+func (scrubPaths) ForceFlush(context.Context) error { return nil }
+
+func firstSegment(p string) string {
+	rest := strings.TrimPrefix(p, "/")
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		return "/" + rest[:i] + "/…"
+	}
+	return "/" + rest
 }

@@ -132,7 +132,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Tracing, error) 
 	if err != nil && res == nil {
 		return nil, fmt.Errorf("telemetry: resource: %w", err)
 	}
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSpanProcessor(scrubPaths{})}
 	if cfg.Syncer {
 		opts = append(opts, sdktrace.WithSyncer(rec))
 	} else {
