@@ -54,12 +54,11 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	log := newLogger(cfg, env.stderr)
 	slog.SetDefault(log)
 	logIgnoredEnv(cfg, log)
-	db, release, err := openServeDatabase(ctx, cfg, log)
+	db, err := openServeDatabase(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer db.Close(context.Background())
-	defer release()
 	key, err := signingKey(cfg, log)
 	if err != nil {
 		return err
@@ -80,16 +79,22 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err := checkClusterKeys(ctx, cfg, db.store, key, log); err != nil {
 		return err
 	}
+	// Any number of instances may serve one database (cluster.go).
+	inst, peers, err := joinCluster(ctx, db.store, log)
+	if err != nil {
+		return err
+	}
+	defer leaveCluster(inst, log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	late := &lateHooks{out: env.stdout, log: log}
-	chans, err := buildChannels(ctx, cfg, db, log, reg, late)
+	chans, err := buildChannels(ctx, cfg, db, log, reg, late, peers)
 	if err != nil {
 		return err
 	}
 	defer chans.Close()
-	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log)
+	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log, inst)
 	if err != nil {
 		return err
 	}
@@ -112,6 +117,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	defer cancel()
 	w := &workers{errc: make(chan error, 3)}
 	w.start("http", func() error { return ignoreClosed(srv.Serve(ln)) })
+	w.start("", func() error { peers.Run(runCtx, make(chan struct{})); return nil })
 	w.start("", func() error { return eng.Run(runCtx, cfg.HTTP.ShutdownGrace.Duration) })
 	select {
 	case <-eng.Ready():
@@ -217,16 +223,17 @@ func ignoreClosed(err error) error {
 	return err
 }
 
-// openServeDatabase opens the database, brings the schema up to date (or
-// refuses one that is behind) and takes the instance lock.
-func openServeDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger) (*database, func(), error) {
+// openServeDatabase opens the database and brings the schema up to date
+// (or refuses one that is behind). Several instances may do this at once:
+// migrations run under their own advisory lock (store.Migrate).
+func openServeDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger) (*database, error) {
 	db, err := openDatabase(ctx, cfg, log, store.Options{MaxConns: 16})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	fail := func(err error) (*database, func(), error) {
+	fail := func(err error) (*database, error) {
 		db.Close(context.Background())
-		return nil, nil, err
+		return nil, err
 	}
 	if cfg.Database.AutoMigrate {
 		n, err := db.migrate(ctx, log)
@@ -239,11 +246,7 @@ func openServeDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger
 	} else if err := requireSchema(ctx, db.store); err != nil {
 		return fail(err)
 	}
-	release, err := db.store.AcquireInstance(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	return db, release, nil
+	return db, nil
 }
 
 // signingKey loads the gateway's signing key, creating it on first start.
@@ -291,7 +294,7 @@ func newSandbox(cfg *config.Config, configPath string, log *slog.Logger) (*sandb
 // newEngine builds the agent and the engine over the channels (with the
 // task runtime when the LLM agent is configured).
 func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandbox.Subprocess, sbDir string, pol *policy.Policy,
-	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger) (*gateway.Gateway, error) {
+	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger, inst gateway.Cluster) (*gateway.Gateway, error) {
 	ids := func(list []string) []core.IdentityID {
 		out := make([]core.IdentityID, len(list))
 		for i, o := range list {
@@ -317,6 +320,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
 		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg),
+		Cluster: inst,
 	})
 }
 
