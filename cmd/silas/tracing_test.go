@@ -14,7 +14,6 @@ import (
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/internal/pgtest"
-	"time"
 )
 
 // otlpSink is a fake OTLP/HTTP collector: it keeps the body of every
@@ -150,14 +149,3 @@ func TestTracingOffByDefault(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds (30 s at most).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
