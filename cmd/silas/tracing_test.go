@@ -148,4 +148,3 @@ func TestTracingOffByDefault(t *testing.T) {
 		t.Errorf("doctor on tracing off:\n%s", out)
 	}
 }
-
