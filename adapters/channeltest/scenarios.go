@@ -423,6 +423,8 @@ var commandInvocations = map[string]struct{ arg, answer string }{
 	"consents": {"", "No standing approvals here."},
 	"tasks":    {"", "No tasks here yet."},
 	"stop":     {"", "No running task here to stop."},
+	"flows":    {"", "Flows are not enabled on this gateway."},
+	"flow":     {"status", "Flows are not enabled on this gateway."},
 	"audit":    {"0", "Usage: /audit"},
 	"output":   {"out-none", "No stored output out-none in this chat."},
 	"secret":   {"delete NO_SUCH_SECRET", "There is no secret named"},
