@@ -28,6 +28,11 @@ TEST_FLAGS ?= -p 3 -parallel 4
 ## alone on a core (go test starts packages in the order given; ./... adds the rest once).
 TEST_PKGS ?= ./cmd/silas ./core/sandbox ./adapters/telegram/e2e ./core/store ./adapters/slack/e2e ./...
 export GORACE ?= atexit_sleep_ms=0
+## Test binaries are linked without DWARF (-w): nothing in a test run reads it (stack
+## traces and race reports symbolise from the binary's own tables), and linking ~40
+## race-enabled test binaries is a tenth of the run's CPU; -w makes each link about a
+## quarter cheaper (BENCHMARKS.md, "make test"). A debugger needs `go test -c` without it.
+TEST_LDFLAGS ?= -ldflags=-w
 ## -trimpath keeps the checkout's directory out of compiled packages, so a fresh clone
 ## (CI's, or a newcomer's second one) reuses the build cache instead of recompiling
 ## every package under -race.
@@ -51,14 +56,14 @@ NORACE_PKGS := ./core/redact ./core/flow
 
 # test-norace: the non-race pass of `make test` (above): WhatsApp's real-client tests and NORACE_TESTS
 test-norace:
-	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -vet=off -count=1 $(TEST_FLAGS) -timeout 10m -run '^TestRealClient|$(NORACE_TESTS)' ./adapters/whatsapp $(NORACE_PKGS)
+	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -vet=off -count=1 $(TEST_FLAGS) $(TEST_LDFLAGS) -timeout 10m -run '^TestRealClient|$(NORACE_TESTS)' ./adapters/whatsapp $(NORACE_PKGS)
 
 # test-realclient: the non-race pass's old name
 test-realclient: test-norace
 
 # test-race: the race pass of `make test` alone (no vet, lint or non-race pass)
 test-race:
-	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -vet=off -count=1 $(TEST_FLAGS) -timeout 15m -skip '$(NORACE_TESTS)' $(TEST_PKGS)
+	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -vet=off -count=1 $(TEST_FLAGS) $(TEST_LDFLAGS) -timeout 15m -skip '$(NORACE_TESTS)' $(TEST_PKGS)
 
 ## test-deploy: the shipped container setup runs an approved action (deploy/container_test.go): builds the
 ## image's runtime stage from its Debian packages (mmdebstrap, cached) and runs it under compose.yaml's settings.
