@@ -557,3 +557,46 @@ func TestStop(t *testing.T) {
 		t.Fatalf("replies = %q", out.replies)
 	}
 }
+
+const sayFlow = `name: say
+version: "1"
+nodes:
+  - id: why
+    type: control.gate
+    config: {prompt: "Why?", allow_text: true}
+  - id: pick
+    type: control.gate
+    config: {prompt: "Which?", choices: [a, b]}
+  - id: log
+    type: system.log
+    config: {message: "because ${{ nodes.why.response.content }}"}
+edges:
+  - {from: why, to: pick}
+  - {from: pick, to: log}
+`
+
+// Message injection: /flow say reaches a gate that takes text; a gate
+// with only buttons says so.
+func TestSayAnswersATextGate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]string{"say.yaml": sayFlow})
+	run := b.start(t, "say")
+	st := core.StoredTurn{Seq: 4, Turn: origin()}
+	say := func(text string) *shown {
+		return b.inTurn(t, func(ctx context.Context, tx *store.Tx, o core.TaskOut) error {
+			return b.rt.Say(ctx, tx, st, core.TrustOwner, ShortID(run)+" "+text, o)
+		})
+	}
+	say("the disk is full")
+	if got := b.statuses(t, run); got != "why=succeeded pick=running log=pending" {
+		t.Fatalf("after say: %s", got)
+	}
+	out := say("b please")
+	if len(out.replies) != 1 || !strings.Contains(out.replies[0], "takes only its buttons") {
+		t.Fatalf("replies = %q", out.replies)
+	}
+	b.gate(t, 1)
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE kind = 'flow.log' AND data->>'message' = 'because the disk is full'`); n != 1 {
+		t.Fatalf("the text did not reach the run (%d)", n)
+	}
+}
