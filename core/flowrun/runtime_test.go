@@ -95,7 +95,7 @@ type bundle struct {
 	dir     string
 }
 
-func setup(t *testing.T, files map[string]string) *bundle {
+func setup(t testing.TB, files map[string]string) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{Logger: slog.New(slog.DiscardHandler)})
