@@ -600,3 +600,26 @@ func TestSayAnswersATextGate(t *testing.T) {
 		t.Fatalf("the text did not reach the run (%d)", n)
 	}
 }
+
+// A card that expires queues no step job: the sweep finds the run and the
+// expired approval fails its node; a run waiting on a card is not swept.
+func TestSweepFindsAnExpiredCard(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]string{"pin.yaml": pinFlow})
+	run := b.start(t, "pin")
+	list, err := b.st.FlowRunsToSweep(b.ctx)
+	if err != nil || len(list) != 0 {
+		t.Fatalf("a run waiting on a card is swept: %d, %v", len(list), err)
+	}
+	id := b.open(t)["echo one"]
+	if _, err := b.st.Pool().Exec(b.ctx, `UPDATE approvals SET status = 'expired' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.rt.Resume(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	row, fr := b.run(t, run)
+	if row.Status != "failed" || fr.Nodes["step"].Error == nil || fr.Nodes["step"].Error.Code != CodeDeclined {
+		t.Fatalf("run %s, step %+v", row.Status, fr.Nodes["step"])
+	}
+}
