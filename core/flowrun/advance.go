@@ -284,6 +284,7 @@ func (r *Runtime) commitJob(ctx context.Context, id string, events func(w *write
 		if err != nil {
 			return err
 		}
+		r.failpoint("flow-after-step")
 		r.committed(w, s.after)
 		if n := s.messages() + w.messages; n > 0 {
 			r.out.Kick(row.Conversation, n)

@@ -27,9 +27,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"path"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/silas-gateway/silas/core"
@@ -159,6 +161,11 @@ type Config struct {
 	Sweep  time.Duration
 	Logger *slog.Logger
 	Now    func() time.Time
+	// Failpoint, for crash tests only: "flow-after-step" makes the process
+	// SIGKILL itself right after a step job's transaction committed,
+	// before anything after it (an approved action's start, the outbox's
+	// kick).
+	Failpoint string
 }
 
 // Runtime advances flow runs.
@@ -230,4 +237,13 @@ func (r *Runtime) machine(run core.FlowRun) (*pinned, error) {
 // Sources is the shipped examples then dir, for Dirs.
 func Sources(shipped fs.FS, dir string, dirFS fs.FS) []flow.Source {
 	return []flow.Source{{Label: "configs/flows", FS: shipped}, {Label: dir, FS: dirFS}}
+}
+
+// failpoint kills the process at the named point (crash tests).
+func (r *Runtime) failpoint(name string) {
+	if r.cfg.Failpoint == name {
+		r.log.Warn("failpoint: killing the process", slog.String("failpoint", name))
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
 }
