@@ -138,3 +138,66 @@ func TestFlowRunFromTheCommandLine(t *testing.T) {
 		t.Fatalf("cancelled runs = %d", n)
 	}
 }
+
+const stepFlow = `name: stepper
+version: "1"
+description: one action, then a log line
+nodes:
+  - id: write
+    type: action.shell
+    config:
+      command: "sh -c 'echo ran > ran'"
+  - id: done
+    type: system.log
+    config:
+      message: "wrote it"
+edges:
+  - {from: write, to: done}
+`
+
+// SIGKILL right after a step job's transaction committed (the run
+// started, its action proposed and its card queued), before anything
+// after it ran: the restarted process delivers the card from the outbox,
+// and the run goes on from its stored transition.
+func TestFlowSurvivesSIGKILLAfterAStep(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewDatabase(t)
+	data, flows := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(flows, "stepper.yaml"), []byte(stepFlow), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, dsn, data, "SILAS_FAILPOINT=flow-after-step", "SILAS_FLOWS_DIR="+flows)
+	c := s.connect(t)
+	c.say("/whoami")
+	c.textContaining("owner trust")
+	var conv, who string
+	if err := testPool(t, dsn).QueryRow(t.Context(), `SELECT conversation, sender FROM turns ORDER BY seq DESC LIMIT 1`).Scan(&conv, &who); err != nil {
+		t.Fatal(err)
+	}
+	// Started from the command line: the serving process's step job
+	// starts the run — and the failpoint kills it after that commit.
+	s.silasCLI(t, "flow", "run", "--conversation", conv, "--as", who, "stepper")
+	s.waitExit(t)
+	if n := dbCount(t, dsn, `SELECT count(*) FROM flow_transitions`); n < 1 {
+		t.Fatalf("no transition stored before the kill")
+	}
+
+	s2 := startServer(t, dsn, data, "SILAS_FLOWS_DIR="+flows)
+	c2 := s2.connect(t)
+	cd := c2.cardFor("sh -c 'echo ran > ran'", cards.StatusPending)
+	c2.tap(string(cd.ID), "approve")
+	c2.cardStatus(cd.ID, cards.StatusConfirming)
+	c2.tap(string(cd.ID), "confirm")
+	c2.cardStatus(cd.ID, cards.StatusDone)
+	c2.textContaining("Flow stepper (run ")
+	if n := dbCount(t, dsn, `SELECT count(*) FROM flow_runs WHERE status = 'succeeded'`); n != 1 {
+		t.Fatalf("succeeded runs = %d", n)
+	}
+	if n := dbCount(t, dsn, `SELECT count(*) FROM approvals`); n != 1 {
+		t.Fatalf("approvals = %d, want 1 (the step was proposed once)", n)
+	}
+	runs, _ := filepath.Glob(filepath.Join(data, "sandbox", "exec-*", "ran"))
+	if len(runs) != 1 {
+		t.Fatalf("the action ran %d times, want exactly 1", len(runs))
+	}
+}

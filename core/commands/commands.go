@@ -75,6 +75,7 @@ type Flows interface {
 	Status(ctx context.Context, conv core.ConversationID, arg string) (string, error)
 	Run(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out core.TaskOut) error
 	Stop(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out core.TaskOut) error
+	Say(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out core.TaskOut) error
 }
 
 // Trust is the trust book's cache, forgotten once a pairing committed.
@@ -217,7 +218,7 @@ const helpText = `Commands:
 /tasks — running and recent multi-step tasks, with their state and spend
 /stop [task] — stop the running task: its open cards close, nothing further runs
 /flows — the flows (runbooks) you can start, and recent runs here
-/flow run <name> [key=value…] — start a flow; /flow status [run], /flow stop <run>
+/flow run <name> [key=value…] — start a flow; /flow status [run], /flow stop <run>, /flow say <run> <text>
 /whoami — your identity and trust
 /secret <name> — give Silas a credential through the secure HTTPS form (never in chat)
 /secrets — stored secret names; /secret delete <name> removes one

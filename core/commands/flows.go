@@ -21,8 +21,8 @@ func (c *Table) flows(ctx context.Context, t Turn, _ string, out Out) error {
 	return nil
 }
 
-// flow answers /flow run|status|stop; run and stop write inside the
-// turn's transaction.
+// flow answers /flow run|status|stop|say; run, stop and say write inside
+// the turn's transaction.
 func (c *Table) flow(ctx context.Context, t Turn, arg string, out Out) error {
 	if c.cfg.Flows == nil {
 		out.Reply("Flows are not enabled on this gateway.")
@@ -39,6 +39,10 @@ func (c *Table) flow(ctx context.Context, t Turn, arg string, out Out) error {
 		out.Write(func(ctx context.Context, tx *store.Tx, out Out) error {
 			return c.cfg.Flows.Stop(ctx, tx, t.StoredTurn, t.Trust, rest, out)
 		})
+	case "say":
+		out.Write(func(ctx context.Context, tx *store.Tx, out Out) error {
+			return c.cfg.Flows.Say(ctx, tx, t.StoredTurn, t.Trust, rest, out)
+		})
 	case "status":
 		text, err := c.cfg.Flows.Status(ctx, t.Turn.Conversation, rest)
 		if err != nil {
@@ -46,7 +50,7 @@ func (c *Table) flow(ctx context.Context, t Turn, arg string, out Out) error {
 		}
 		out.Reply("%s", text)
 	default:
-		out.Reply("Usage: /flow run <name> [key=value…] | /flow status [run] | /flow stop <run>. /flows lists the flows.")
+		out.Reply("Usage: /flow run <name> [key=value…] | /flow status [run] | /flow stop <run> | /flow say <run> <text>. /flows lists the flows.")
 	}
 	return nil
 }

@@ -207,10 +207,9 @@ func (r *Runtime) ended(tx *store.Tx, w *write, ev flow.Event) {
 	case ev.Kind == flow.EvFailed:
 		a.Status, a.Output = "failed", ev.Output
 		a.Error, _ = json.Marshal(ev.Error)
-	case ev.Kind == flow.EvTimer && ev.Timer == flow.TimerTimeout:
-		a.Status = "failed"
-		a.Error, _ = json.Marshal(flow.NodeError{Code: flow.CodeTimeout, Message: "the attempt timed out"})
 	default:
+		// A timeout ends its attempt through the stop command the machine
+		// orders with it (its open card declined, its run killed).
 		return
 	}
 	tx.QueueFlowAttemptEnd(a)
@@ -285,6 +284,7 @@ func (r *Runtime) commitJob(ctx context.Context, id string, events func(w *write
 		if err != nil {
 			return err
 		}
+		r.failpoint("flow-after-step")
 		r.committed(w, s.after)
 		if n := s.messages() + w.messages; n > 0 {
 			r.out.Kick(row.Conversation, n)

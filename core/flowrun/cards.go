@@ -85,7 +85,7 @@ func gateCard(w *write, n *flow.Node, id, prompt string, s gateShown) *cards.Car
 	c := &cards.Card{ID: cards.ID(id), Kind: cards.KindInfo,
 		Intent: render.Clip(cards.ShowInvisible("Flow "+w.row.Flow+" asks: "+first), cards.MaxIntent),
 		Rationale: render.Clip("The flow's author wrote this question and its choices. The run ("+ShortID(w.row.ID)+", node "+n.ID+
-			") waits for the answer; only "+string(w.row.Requester)+" or an owner can answer it.", cards.MaxRationale),
+			") waits for the answer; only "+string(w.row.Requester)+" or an owner can answer it."+sayHint(w, n), cards.MaxRationale),
 		Details: cards.ShowInvisible(prompt),
 	}
 	switch {
@@ -146,4 +146,11 @@ func summary(w *write) string {
 		b.WriteString("\n✗ " + f)
 	}
 	return b.String()
+}
+
+func sayHint(w *write, n *flow.Node) string {
+	if ok, _ := n.Config["allow_text"].(bool); ok {
+		return " Answer in your own words with /flow say " + ShortID(w.row.ID) + " <text>."
+	}
+	return ""
 }

@@ -278,15 +278,78 @@ func (r *Runtime) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, tru
 		return refuse("bad_choice", "Unknown choice: nothing was changed.")
 	}
 	choice := choices[idx]
-	outp, _ := json.Marshal(map[string]any{"response": map[string]any{"choice": choice, "content": choice, "by": string(st.Turn.Sender)}})
-	w.out = out
-	prompt, _ := n.Templates["prompt"].Render(w.p.m.Scope(w.fr))
-	out.Update(gateCard(w, n, a.Card, prompt, gateShown{by: string(st.Turn.Sender), answer: choice}))
-	out.Audit(audit.Entry{Kind: audit.KindFlowGateAnswered, Actor: string(st.Turn.Sender), Conversation: string(run.Conversation),
-		Data: map[string]any{"run": run.ID, "flow": run.Flow, "node": a.Node, "choice": render.Clip(choice, 64)}})
-	w.queue = []flow.Event{{Kind: flow.EvSucceeded, Node: a.Node, Iteration: a.Iteration, Attempt: a.Attempt, Output: outp}}
-	if err := r.commitTurn(ctx, tx, w, out); err != nil {
+	if err := r.answer(ctx, tx, w, a, n, choice, choice, st.Turn.Sender, out); err != nil {
 		return core.TaskTap{Handled: true}, err
 	}
 	return core.TaskTap{Handled: true, Toast: "Answered: " + render.Clip(choice, 64)}, nil
+}
+
+// answer makes a gate's answer its node's output, inside the turn's
+// transaction: the card shows who answered, the run moves on.
+func (r *Runtime) answer(ctx context.Context, tx *store.Tx, w *write, a core.FlowAttempt, n *flow.Node, choice, content string, by core.IdentityID, out core.TaskOut) error {
+	outp, err := json.Marshal(map[string]any{"response": map[string]any{"choice": choice, "content": content, "by": string(by)}})
+	if err != nil {
+		return err
+	}
+	w.out = out
+	prompt, _ := n.Templates["prompt"].Render(w.p.m.Scope(w.fr))
+	out.Update(gateCard(w, n, a.Card, prompt, gateShown{by: string(by), answer: content}))
+	out.Audit(audit.Entry{Kind: audit.KindFlowGateAnswered, Actor: string(by), Conversation: string(w.row.Conversation),
+		Data: map[string]any{"run": w.row.ID, "flow": w.row.Flow, "node": a.Node, "choice": render.Clip(choice, 64), "text": choice == ""}})
+	w.queue = []flow.Event{{Kind: flow.EvSucceeded, Node: a.Node, Iteration: a.Iteration, Attempt: a.Attempt, Output: outp}}
+	return r.commitTurn(ctx, tx, w, out)
+}
+
+// maxSay bounds a text answer to a gate.
+const maxSay = 2000
+
+// Say answers /flow say <run> <text>, inside the turn's transaction: the
+// text reaches the run's waiting gate when it takes text (allow_text) —
+// its output is {response: {content: text, choice: ""}}.
+func (r *Runtime) Say(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out core.TaskOut) error {
+	id, text, _ := strings.Cut(strings.TrimSpace(arg), " ")
+	text = strings.TrimSpace(text)
+	if id == "" || text == "" {
+		out.Reply("Usage: /flow say <run> <text> — answers the run's waiting question in your own words.")
+		return nil
+	}
+	found, err := r.st.FindFlowRun(ctx, st.Turn.Conversation, id)
+	if errors.Is(err, core.ErrNotFound) {
+		out.Reply("No flow run here with that id (/flows lists recent runs).")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	run, err := tx.LockFlowRun(ctx, found.ID)
+	if err != nil {
+		return err
+	}
+	if !mayCommand(run, st.Turn.Sender, trust) {
+		out.Reply("Only %s or an owner can answer that run.", run.Requester)
+		return nil
+	}
+	w, err := r.decode(run)
+	if err != nil {
+		return err
+	}
+	if !run.Final() {
+		for _, n := range w.p.f.Nodes {
+			ns := w.fr.Nodes[n.ID]
+			if n.Type != "control.gate" || ns == nil || ns.Status != flow.NodeRunning {
+				continue
+			}
+			if ok, _ := n.Config["allow_text"].(bool); !ok {
+				out.Reply("The question of %s (%s) takes only its buttons.", n.ID, ShortID(run.ID))
+				return nil
+			}
+			a, err := tx.FlowAttempt(ctx, run.ID, n.ID, ns.Iteration, ns.Attempt)
+			if err != nil {
+				return err
+			}
+			return r.answer(ctx, tx, w, a, n, "", render.Clip(text, maxSay), st.Turn.Sender, out)
+		}
+	}
+	out.Reply("Run %s is not waiting for an answer.", ShortID(run.ID))
+	return nil
 }

@@ -27,9 +27,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"path"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/silas-gateway/silas/core"
@@ -52,6 +54,10 @@ type ActionRequest struct {
 	Run, Flow, Version, FlowHash string
 	Node                         string
 	Iteration, Attempt           int
+	// Step names this attempt uniquely within the run
+	// ("node/iteration/attempt"): the key of in-flight idempotency for a
+	// step run under a consent (run, step, consent).
+	Step string
 	// Owner is what the approval request carries (core.FlowOwner+Run): its
 	// decision and execution wake the run.
 	Owner  string
@@ -66,8 +72,13 @@ type ActionRequest struct {
 // card and waits for a tap. A flow-run consent (core/consent, issue 24)
 // plugs in here: an Approver that approves on a consent's behalf — still
 // through policy, with its own single-use token — and falls back to Ask.
+//
+// It gets the step's whole transaction (the store's Tx: a consent's use is
+// counted and its in-flight row written in it) and returns what became of
+// the proposal; Approved says it was approved in tx (the runtime starts it
+// after commit through the proposing port's Proposed).
 type Approver interface {
-	Propose(ctx context.Context, tx propose.Tx, req ActionRequest) (propose.Step, error)
+	Propose(ctx context.Context, tx *store.Tx, req ActionRequest) (propose.Step, error)
 }
 
 // Ask is the default Approver: always the ordinary proposal, a card
@@ -75,7 +86,7 @@ type Approver interface {
 type Ask struct{ Actions Actions }
 
 // Propose implements Approver.
-func (a Ask) Propose(ctx context.Context, tx propose.Tx, req ActionRequest) (propose.Step, error) {
+func (a Ask) Propose(ctx context.Context, tx *store.Tx, req ActionRequest) (propose.Step, error) {
 	return a.Actions.Propose(ctx, tx, req.Owner, req.Origin, req.Action)
 }
 
@@ -150,6 +161,11 @@ type Config struct {
 	Sweep  time.Duration
 	Logger *slog.Logger
 	Now    func() time.Time
+	// Failpoint, for crash tests only: "flow-after-step" makes the process
+	// SIGKILL itself right after a step job's transaction committed,
+	// before anything after it (an approved action's start, the outbox's
+	// kick).
+	Failpoint string
 }
 
 // Runtime advances flow runs.
@@ -221,4 +237,13 @@ func (r *Runtime) machine(run core.FlowRun) (*pinned, error) {
 // Sources is the shipped examples then dir, for Dirs.
 func Sources(shipped fs.FS, dir string, dirFS fs.FS) []flow.Source {
 	return []flow.Source{{Label: "configs/flows", FS: shipped}, {Label: dir, FS: dirFS}}
+}
+
+// failpoint kills the process at the named point (crash tests).
+func (r *Runtime) failpoint(name string) {
+	if r.cfg.Failpoint == name {
+		r.log.Warn("failpoint: killing the process", slog.String("failpoint", name))
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
 }

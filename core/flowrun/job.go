@@ -161,10 +161,12 @@ func (r *Runtime) actionOutcome(ctx context.Context, a core.FlowAttempt) (flow.E
 	return flow.Event{Kind: flow.EvSucceeded, Node: a.Node, Iteration: a.Iteration, Attempt: a.Attempt, Output: b}, true, nil
 }
 
-// Resume advances every running run (at start and as the sweep): a
-// wake-up lost between a commit and River's fetch is only late.
+// Resume advances the running runs that may have news nobody woke them
+// for (at start and as the sweep): an action whose card expired, a step
+// job that gave up. Runs waiting on a tap, a gate or a timer are left
+// alone: they cost nothing while they wait.
 func (r *Runtime) Resume(ctx context.Context) error {
-	list, err := r.st.ActiveFlowRuns(ctx)
+	list, err := r.st.FlowRunsToSweep(ctx)
 	if err != nil {
 		return fmt.Errorf("flowrun: resume: %w", err)
 	}

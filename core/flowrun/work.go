@@ -64,7 +64,7 @@ func (r *Runtime) start(ctx context.Context, tx *store.Tx, w *write, c flow.Comm
 			return nil
 		}
 		p, err := r.cfg.Approver.Propose(ctx, tx, ActionRequest{Run: w.row.ID, Flow: w.row.Flow, Version: w.row.Version, FlowHash: w.row.FlowHash,
-			Node: n.ID, Iteration: c.Iteration, Attempt: c.Attempt, Owner: core.FlowOwner + w.row.ID, Origin: w.origin, Action: pa})
+			Node: n.ID, Iteration: c.Iteration, Attempt: c.Attempt, Step: fmt.Sprintf("%s/%d/%d", n.ID, c.Iteration, c.Attempt), Owner: core.FlowOwner + w.row.ID, Origin: w.origin, Action: pa})
 		if err != nil {
 			return err
 		}

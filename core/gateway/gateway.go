@@ -135,7 +135,8 @@ type Config struct {
 	// their conversation while others exist.
 	Cluster Cluster
 	// Failpoint, for crash tests only: "after-approve" or "after-execute"
-	// makes the process SIGKILL itself at that point.
+	// (the executor's) or "flow-after-step" (the flow runtime's) makes the
+	// process SIGKILL itself at that point.
 	Failpoint string
 	// HoldExecution and BeforeExecute are for tests only (execute.Config's
 	// Hold and BeforeRun): keep a freshly approved execution queued, as if
@@ -313,6 +314,9 @@ func New(cfg Config) (*Gateway, error) {
 		}
 		if fc.Now == nil {
 			fc.Now = cfg.Now
+		}
+		if fc.Failpoint == "" {
+			fc.Failpoint = cfg.Failpoint
 		}
 		if g.flows, err = flowrun.New(fc, propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}, g.out); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)

@@ -109,6 +109,22 @@ func (s *Store) ActiveFlowRuns(ctx context.Context) ([]core.FlowRun, error) {
 	return out, nil
 }
 
+// FlowRunsToSweep lists the running runs the sweep must advance: not
+// started yet, or with a running action attempt whose approval is no
+// longer open (settled by a path that queues no step job: a card's
+// expiry, or a job that gave up). A run waiting on a tap, a gate or a
+// timer is not listed, so waiting runs cost one query per sweep in all.
+func (s *Store) FlowRunsToSweep(ctx context.Context) ([]core.FlowRun, error) {
+	out, err := collectFlowRuns(s.pool.Query(ctx, flowRunSelect+` r WHERE r.status = 'running' AND (r.seq = 0 OR EXISTS (
+		SELECT 1 FROM flow_attempts fa JOIN approvals a ON a.id = fa.approval_id
+		WHERE fa.run_id = r.id AND fa.status = 'running' AND a.status NOT IN ('pending', 'confirming')))
+		ORDER BY r.created_at`))
+	if err != nil {
+		return nil, fmt.Errorf("store: flow runs to sweep: %w", err)
+	}
+	return out, nil
+}
+
 // ConversationFlowRuns lists a conversation's newest runs, newest first.
 func (s *Store) ConversationFlowRuns(ctx context.Context, conv core.ConversationID, n int) ([]core.FlowRun, error) {
 	out, err := collectFlowRuns(s.pool.Query(ctx, flowRunSelect+` WHERE conversation = $1 ORDER BY created_at DESC LIMIT $2`, conv, n))
