@@ -231,7 +231,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.Tasks != nil {
 		// Built once, on the rooms it proposes through: no second step.
-		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}, Outbox: g.out,
+		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m, Standing: decider}, Outbox: g.out,
 			Store: cfg.Store, Policy: cfg.Policy, Verifier: cfg.Verifier, Logger: cfg.Logger, Now: cfg.Now}
 		if g.tasks, err = cfg.Tasks(ports); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -240,10 +240,10 @@ func New(cfg Config) (*Gateway, error) {
 	// Outside agents' calls (MCP): proposals on the same proposer and
 	// executor as /run, from callers that never have owner trust.
 	if g.calls, err = callgate.New(callgate.Config{Store: cfg.Store,
-		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m},
+		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m, Standing: decider},
 		Owners:   func(ctx context.Context) []core.IdentityID { return slices.Concat(cfg.Owners, book.OwnersBound(ctx)) },
 		Channels: cfg.Channels,
-		Key:      cfg.Key, TTL: cfg.ApprovalTTL, Kick: func(c core.ConversationID) { g.out.Kick(c, 1) }, Logger: cfg.Logger, Now: cfg.Now,
+		Key:      cfg.Key, TTL: cfg.ApprovalTTL, Kick: func(c core.ConversationID, n int) { g.out.Kick(c, n) }, Logger: cfg.Logger, Now: cfg.Now,
 	}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}

@@ -6,7 +6,9 @@ import (
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/consent"
 	"github.com/silas-gateway/silas/core/decide"
+	"github.com/silas-gateway/silas/core/render"
 )
 
 // The proposing port of a task's steps (core/tasks' Actions): each tool
@@ -49,6 +51,13 @@ type Counter interface {
 	Decision(outcome string)
 }
 
+// Standing approves a request under a standing consent of its
+// conversation (core/decide's Decider), as /run's turn does.
+type Standing interface {
+	Standing() bool
+	ApproveStanding(ctx context.Context, tx decide.StandingTx, a core.ApprovalRequest) (decide.Result, consent.Consent, consent.Code, error)
+}
+
 // Steps is the proposing port of a task's steps.
 type Steps struct {
 	Proposer *Proposer
@@ -56,6 +65,11 @@ type Steps struct {
 	Runs     Runs
 	// Count is optional.
 	Count Counter
+	// Standing, when set and on, lets a step's action that needs a tap run
+	// under the conversation's standing consent instead: the identical
+	// command the owner allowed for a while, with a line instead of a
+	// card. The step's transaction must then be a decide.StandingTx.
+	Standing Standing
 }
 
 // Step is what became of an action a task's step proposed, in its
@@ -101,7 +115,9 @@ func (s Steps) Propose(ctx context.Context, tx Tx, task string, origin core.Turn
 	p.Request.Task = task
 	tx.QueueApproval(*p.Request)
 	var updates []*cards.Card
-	if p.Auto != "" {
+	var line string
+	switch {
+	case p.Auto != "":
 		r, err := s.Proposer.Approve(ctx, tx, p)
 		if err != nil {
 			return Step{}, err
@@ -111,6 +127,37 @@ func (s Steps) Propose(ctx context.Context, tx Tx, task string, origin core.Turn
 		if l := r.Outcome(); s.Count != nil && l != "" {
 			s.Count.Decision(l)
 		}
+	case s.Standing != nil && s.Standing.Standing():
+		st, ok := tx.(decide.StandingTx)
+		if !ok {
+			break
+		}
+		a, err := tx.GetApproval(ctx, p.Request.ID)
+		if err != nil {
+			return Step{}, err
+		}
+		r, c, code, err := s.Standing.ApproveStanding(ctx, st, a)
+		if err != nil {
+			return Step{}, err
+		}
+		if code != "" {
+			note([]decide.Note{{Kind: audit.KindConsentRefused, Data: map[string]any{"approval": string(a.ID), "code": string(code)}}})
+			break
+		}
+		note(r.Notes)
+		out.Approved = true
+		if l := r.Outcome(); s.Count != nil && l != "" {
+			s.Count.Decision(l)
+		}
+		// The card is sent already decided (no buttons): the line says why.
+		for _, u := range r.Updates {
+			if u.ID == p.Card.ID {
+				p.Card = u
+			} else {
+				updates = append(updates, u)
+			}
+		}
+		line = render.StandingLine(p.Card.Command, c, nil)
 	}
 	// The card first, then what the policy's decision made of it.
 	send := func(op core.OutboxOp, c *cards.Card) error {
@@ -125,6 +172,12 @@ func (s Steps) Propose(ctx context.Context, tx Tx, task string, origin core.Turn
 		}
 	}
 	out.Approval, out.Messages = p.Request.ID, 1+len(updates)
+	if line != "" {
+		if err := tx.QueueMessage(origin.Channel, core.OpSend, "r-"+core.NewID(), core.OutMessage{Conversation: origin.Conversation, Text: line}); err != nil {
+			return Step{}, err
+		}
+		out.Messages++
+	}
 	return out, nil
 }
 
