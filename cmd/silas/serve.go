@@ -20,6 +20,7 @@ import (
 
 	mcpadapter "github.com/silas-gateway/silas/adapters/mcp"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/consent"
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/keys"
@@ -332,7 +333,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
 		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg), MCP: mcp,
-		Flows: flowsConfig(cfg),
+		Flows: flowsConfig(cfg), FlowConsents: consent.Switches{RunWrites: cfg.Flows.RunWrites, Automatable: cfg.Flows.AutomatableExecution},
 	})
 }
 

@@ -35,6 +35,7 @@ import (
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/flowconsent"
 	"github.com/silas-gateway/silas/core/flowrun"
 	"github.com/silas-gateway/silas/core/mcptools"
 	"github.com/silas-gateway/silas/core/outbox"
@@ -113,6 +114,10 @@ type Config struct {
 	// Now default to the gateway's; its action nodes propose through the
 	// same proposer, trust book and executor as /run.
 	Flows *flowrun.Config
+	// FlowConsents are flows.run_writes and flows.automatable_execution:
+	// with both on, an action node runs under one of its run's consents
+	// (core/flowconsent) where the policy would show a card.
+	FlowConsents consent.Switches
 	// MCP are the tools of the configured MCP servers (core/mcptools):
 	// their calls run through the executor as tool "mcp", their pin cards
 	// go to the owner and are answered through the engine (nil: none).
@@ -290,7 +295,11 @@ func New(cfg Config) (*Gateway, error) {
 		if fc.Now == nil {
 			fc.Now = cfg.Now
 		}
-		if g.flows, err = flowrun.New(fc, propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}, g.out); err != nil {
+		flowSteps := propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}
+		if fc.Approver == nil && cfg.FlowConsents.Offered() {
+			fc.Approver = flowconsent.Approver{Steps: flowSteps, Decider: decider, Switches: cfg.FlowConsents}
+		}
+		if g.flows, err = flowrun.New(fc, flowSteps, g.out); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 		cmdFlows, flowTaps = g.flows, g.flows

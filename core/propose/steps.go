@@ -2,6 +2,7 @@ package propose
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
@@ -95,6 +96,46 @@ type Step struct {
 // its execution queue the task's step), its card queued to origin's
 // conversation and — when policy allows the action — its approval.
 func (s Steps) Propose(ctx context.Context, tx Tx, task string, origin core.Turn, pa core.ProposedAction) (Step, error) {
+	return s.ProposeUnder(ctx, tx, task, origin, pa, s.standing())
+}
+
+// Under approves, in tx, request a — one the policy sends to a person —
+// on behalf of a consent that covers it: the decision and the line the
+// person sees instead of the card; refused (the audited refusal) when no
+// consent applies, and the card asks as always.
+type Under func(ctx context.Context, tx Tx, a core.ApprovalRequest) (r decide.Result, line string, refused *decide.Note, err error)
+
+// standing is Under for the conversation's standing consents (nil when
+// off, or when the transaction cannot read them).
+func (s Steps) standing() Under {
+	if s.Standing == nil || !s.Standing.Standing() {
+		return nil
+	}
+	return func(ctx context.Context, tx Tx, a core.ApprovalRequest) (decide.Result, string, *decide.Note, error) {
+		st, ok := tx.(decide.StandingTx)
+		if !ok {
+			return decide.Result{}, "", &decide.Note{Kind: audit.KindConsentRefused, Data: map[string]any{"approval": string(a.ID), "code": string(consent.Required)}}, nil
+		}
+		r, c, code, err := s.Standing.ApproveStanding(ctx, st, a)
+		if err != nil || code != "" {
+			return decide.Result{}, "", &decide.Note{Kind: audit.KindConsentRefused, Data: map[string]any{"approval": string(a.ID), "code": string(code)}}, err
+		}
+		return r, render.StandingLine(commandOf(a), c, nil), nil, nil
+	}
+}
+
+// commandOf is a request's command line, as its card shows it.
+func commandOf(a core.ApprovalRequest) string {
+	var act core.Action
+	if json.Unmarshal(a.ActionCanonical, &act) != nil {
+		return a.Intent
+	}
+	return act.CommandLine()
+}
+
+// ProposeUnder is Propose with under, when not nil, approving on a
+// consent's behalf what the policy sends to a person.
+func (s Steps) ProposeUnder(ctx context.Context, tx Tx, task string, origin core.Turn, pa core.ProposedAction, under Under) (Step, error) {
 	trust, _ := s.Trust.Of(ctx, origin)
 	p := s.Proposer.Propose(core.StoredTurn{Turn: origin}, trust, pa)
 	if s.Count != nil && p.Decision != "" {
@@ -127,25 +168,21 @@ func (s Steps) Propose(ctx context.Context, tx Tx, task string, origin core.Turn
 		if l := r.Outcome(); s.Count != nil && l != "" {
 			s.Count.Decision(l)
 		}
-	case s.Standing != nil && s.Standing.Standing():
-		st, ok := tx.(decide.StandingTx)
-		if !ok {
-			break
-		}
+	case under != nil:
 		a, err := tx.GetApproval(ctx, p.Request.ID)
 		if err != nil {
 			return Step{}, err
 		}
-		r, c, code, err := s.Standing.ApproveStanding(ctx, st, a)
+		r, l, refused, err := under(ctx, tx, a)
 		if err != nil {
 			return Step{}, err
 		}
-		if code != "" {
-			note([]decide.Note{{Kind: audit.KindConsentRefused, Data: map[string]any{"approval": string(a.ID), "code": string(code)}}})
+		if refused != nil {
+			note([]decide.Note{*refused})
 			break
 		}
 		note(r.Notes)
-		out.Approved = true
+		out.Approved, line = r.Queued != "", l
 		if l := r.Outcome(); s.Count != nil && l != "" {
 			s.Count.Decision(l)
 		}
@@ -157,7 +194,6 @@ func (s Steps) Propose(ctx context.Context, tx Tx, task string, origin core.Turn
 				updates = append(updates, u)
 			}
 		}
-		line = render.StandingLine(p.Card.Command, c, nil)
 	}
 	// The card first, then what the policy's decision made of it.
 	send := func(op core.OutboxOp, c *cards.Card) error {
