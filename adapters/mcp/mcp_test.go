@@ -24,9 +24,11 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/callgate"
+	"github.com/silas-gateway/silas/core/consent"
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
@@ -46,6 +48,9 @@ const (
 type phone struct {
 	mu    sync.Mutex
 	cards map[cards.ID]*cards.Card
+	texts []string
+	// asked are the cards ever shown open (with buttons).
+	asked map[cards.ID]bool
 	n     int
 }
 
@@ -63,13 +68,20 @@ func (p *phone) Update(_ context.Context, _ core.MessageRef, m core.OutMessage) 
 	return nil
 }
 func (p *phone) keep(m core.OutMessage) {
-	if m.Card == nil {
-		return
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if m.Card == nil {
+		p.texts = append(p.texts, m.Text)
+		return
+	}
 	c := *m.Card
 	p.cards[c.ID] = &c
+	if c.Status.Open() {
+		if p.asked == nil {
+			p.asked = map[cards.ID]bool{}
+		}
+		p.asked[c.ID] = true
+	}
 }
 
 // card waits for a card that pred accepts.
@@ -117,7 +129,7 @@ func newWorld(t *testing.T) *world {
 }
 
 // newWorldAway is newWorld before the owner ever wrote to Silas.
-func newWorldAway(t *testing.T) *world {
+func newWorldAway(t *testing.T, opts ...func(*gateway.Config)) *world {
 	t.Helper()
 	ctx := t.Context()
 	w := &world{t: t, phone: &phone{cards: map[cards.ID]*cards.Card{}}, clock: &clock{}}
@@ -146,9 +158,13 @@ func newWorldAway(t *testing.T) *world {
 	if w.sealer, err = secrets.NewSealer(sk); err != nil {
 		t.Fatal(err)
 	}
-	w.eng, err = gateway.New(gateway.Config{Store: st, Channels: []core.Channel{w.phone}, Agent: agent.Command{}, Sandbox: sb,
+	cfg := gateway.Config{Store: st, Channels: []core.Channel{w.phone}, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{dir}},
-		Policy:   pol, Key: key, Owners: []core.IdentityID{owner}, Logger: log, Now: w.clock.now, Sealer: w.sealer})
+		Policy:   pol, Key: key, Owners: []core.IdentityID{owner}, Logger: log, Now: w.clock.now, Sealer: w.sealer}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	w.eng, err = gateway.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -568,4 +584,79 @@ func TestOpenCallsBounded(t *testing.T) {
 	// The five end at their expiry at the latest, whether or not the
 	// client's cancellation reached the server.
 	w.clock.off.Add(int64(time.Hour))
+}
+
+// The owner's standing approval of a command in their chat ("Allow this
+// for 1 h" on its /run card) covers an agent's identical run_command: it
+// runs with a line instead of a card, under its own token, the use
+// counted. Revoked, the next identical call asks with a card again.
+func TestRunCommandUnderStandingConsent(t *testing.T) {
+	t.Parallel()
+	w := newWorldAway(t, func(c *gateway.Config) {
+		c.Consents = consent.Limits{TTL: time.Hour, MaxTTL: 24 * time.Hour, MaxUses: 5}
+	})
+	w.deliver(core.Turn{Text: "/run echo standing-mcp"})
+	first := w.phone.card(t, "the /run card", func(c *cards.Card) bool { return c.Command == "echo standing-mcp" && c.Status == cards.StatusPending })
+	w.tap(first.ID, render.StandingChoice)
+	w.phone.card(t, "the /run card done", func(c *cards.Card) bool { return c.ID == first.ID && c.Status == cards.StatusDone })
+
+	a, err := w.connect(w.token("claude"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := wait(t, a.start(t.Context(), "run_command", map[string]any{"argv": []string{"echo", "standing-mcp"}}))
+	if res.IsError {
+		t.Fatalf("result is an error: %s", text(res))
+	}
+	var out callgate.RunResult
+	structured(t, res, &out)
+	if !out.Verified || !strings.HasPrefix(string(out.DecidedBy), "consent:") {
+		t.Fatalf("result = %+v, want verified under the consent", out)
+	}
+	w.phone.card(t, "the call's card, done", func(c *cards.Card) bool { return c.ID == cards.ID(out.Approval) && c.Status == cards.StatusDone })
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		w.phone.mu.Lock()
+		texts := strings.Join(w.phone.texts, "\n")
+		w.phone.mu.Unlock()
+		if strings.Contains(texts, "under your standing approval") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no standing line; texts %q", texts)
+		}
+	}
+	w.phone.mu.Lock()
+	asked := w.phone.asked[cards.ID(out.Approval)]
+	w.phone.mu.Unlock()
+	if asked {
+		t.Fatal("the call was shown as a card asking for a tap")
+	}
+	if n := w.count(`SELECT uses FROM consents`); n != 1 {
+		t.Fatalf("uses = %d, want 1", n)
+	}
+
+	// Revoked: the next identical call asks before it runs.
+	if _, ok, err := w.st.RevokeConsent(t.Context(), w.consentID(), owner); err != nil || !ok {
+		t.Fatalf("revoke: %v %v", ok, err)
+	}
+	ch := a.start(t.Context(), "run_command", map[string]any{"argv": []string{"echo", "standing-mcp"}})
+	cd := w.phone.card(t, "a card again", func(c *cards.Card) bool {
+		return c.Command == "echo standing-mcp" && c.Status == cards.StatusPending && c.ID != first.ID
+	})
+	w.tap(cd.ID, "decline")
+	if res := wait(t, ch); !res.IsError {
+		t.Fatalf("declined call ran: %s", text(res))
+	}
+	if n := w.count(`SELECT count(*) FROM audit_log WHERE kind = 'consent.refused' AND data->>'code' = 'consent_revoked'`); n != 1 {
+		t.Fatalf("revoked refusals audited = %d, want 1", n)
+	}
+}
+
+func (w *world) consentID() string {
+	w.t.Helper()
+	var id string
+	if err := w.st.Pool().QueryRow(w.t.Context(), `SELECT id FROM consents`).Scan(&id); err != nil {
+		w.t.Fatal(err)
+	}
+	return id
 }

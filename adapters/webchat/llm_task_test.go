@@ -45,7 +45,7 @@ type llmWeb struct {
 }
 
 // newLLMWeb starts one; limits zero means the defaults of these tests.
-func newLLMWeb(t *testing.T, limits task.Limits) *llmWeb {
+func newLLMWeb(t *testing.T, limits task.Limits, opts ...func(*coregateway.Config)) *llmWeb {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{})
@@ -84,10 +84,14 @@ func newLLMWeb(t *testing.T, limits task.Limits) *llmWeb {
 	if limits == (task.Limits{}) {
 		limits = task.Limits{Tokens: 100000, ModelCalls: 20, ToolCalls: 5, WallTime: time.Hour}
 	}
-	eng, err := coregateway.New(coregateway.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
+	cfg := coregateway.Config{Store: st, Channels: []core.Channel{ch}, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{dir}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{web.Identity(channeltest.Approver)}, Logger: log,
-		Tasks: taskwire.Runtime(tasks.Config{Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client}, Limits: limits})})
+		Tasks: taskwire.Runtime(tasks.Config{Planner: llm.Planner{Client: client}, Executor: llm.Executor{Client: client}, Limits: limits})}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	eng, err := coregateway.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	mcpadapter "github.com/silas-gateway/silas/adapters/mcp"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/consent"
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/keys"
@@ -344,6 +345,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
 		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg), MCP: mcp,
 		Flows: flowsConfig(cfg), Cluster: inst,
+		FlowConsents: consent.Switches{RunWrites: cfg.Flows.RunWrites, Automatable: cfg.Flows.AutomatableExecution},
 	})
 }
 

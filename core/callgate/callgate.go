@@ -80,9 +80,9 @@ type Config struct {
 	// TTL is how long a question's card can be answered (the approval
 	// TTL; default 5 minutes). A command's card expires with its request.
 	TTL time.Duration
-	// Kick tells this process's outbox a conversation has new messages
+	// Kick tells this process's outbox a conversation has n new messages
 	// (optional: without it the outbox's scan finds them within a second).
-	Kick func(conv core.ConversationID)
+	Kick func(conv core.ConversationID, n int)
 	// MaxOpen bounds the cards one caller may have waiting for the owner
 	// at once (default 5): an agent in a loop cannot bury the owner's
 	// chat in cards. A call over it is refused before anything is stored.
@@ -231,9 +231,9 @@ func (g *Gate) direct(owners []core.IdentityID) (core.DirectConversation, bool) 
 	return core.DirectConversation{}, false
 }
 
-func (g *Gate) kick(conv core.ConversationID) {
+func (g *Gate) kick(conv core.ConversationID, n int) {
 	if g.cfg.Kick != nil {
-		g.cfg.Kick(conv)
+		g.cfg.Kick(conv, n)
 	}
 }
 

@@ -124,7 +124,7 @@ func (g *Gate) askOwner(ctx context.Context, c Caller, q core.Question, progress
 	if err != nil {
 		return core.Question{}, fmt.Errorf("callgate: ask: %w", err)
 	}
-	g.kick(q.Conversation)
+	g.kick(q.Conversation, 1)
 	var got core.Question
 	err = g.wait(ctx, progress, func() (bool, string, error) {
 		cur, err := g.cfg.Store.GetQuestion(ctx, q.ID)
@@ -177,7 +177,7 @@ func (g *Gate) expire(ctx context.Context, id string) error {
 		return fmt.Errorf("callgate: expire question: %w", err)
 	}
 	if conv != "" {
-		g.kick(conv)
+		g.kick(conv, 1)
 	}
 	return nil
 }

@@ -88,7 +88,9 @@ func (g *Gate) Run(ctx context.Context, c Caller, r RunRequest, progress func(st
 	}
 	// After commit: an action policy allows starts now.
 	g.cfg.Actions.Proposed(step)
-	g.kick(origin.Conversation)
+	// Every message the commit queued (the card, policy's or a standing
+	// consent's update, the consent's line): the lane reads that many.
+	g.kick(origin.Conversation, step.Messages)
 	id, refused := step.Approval, step.Refused
 	if id == "" {
 		return RunResult{}, &Refusal{Reason: "refused", Message: "Not proposed: " + refused}

@@ -239,3 +239,17 @@ func FuzzGate(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkGate is the gate's own CPU per step (the signature check
+// dominates): what a step under consent adds before the database's part.
+func BenchmarkGate(b *testing.B) {
+	pub, key, _ := ed25519.GenerateKey(nil)
+	now := time.Date(2026, 11, 26, 19, 0, 0, 0, time.UTC)
+	cs := []Consent{runConsent(b, key, now)}
+	sw, r, f := Switches{RunWrites: true, Automatable: true}, okRequest(), okRun()
+	for b.Loop() {
+		if _, code := Gate(sw, pub, r, f, cs, now); code != "" {
+			b.Fatal(code)
+		}
+	}
+}

@@ -64,7 +64,7 @@ func (b *bundle) propose(t *testing.T, risk cards.Risk, argv ...string) core.App
 
 // signedRequest is a signed request for argv with risk, proposed at now
 // in conv by the owner, as the engine builds one.
-func signedRequest(t *testing.T, key ed25519.PrivateKey, now time.Time, risk cards.Risk, argv ...string) core.ApprovalRequest {
+func signedRequest(t testing.TB, key ed25519.PrivateKey, now time.Time, risk cards.Risk, argv ...string) core.ApprovalRequest {
 	t.Helper()
 	act := core.Action{Tool: "shell", Argv: argv, Verify: []verify.Check{verify.ExitCodeZero()}}
 	canonical, _ := act.Canonical()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,7 +34,7 @@ type runBundle struct {
 	clock atomic.Pointer[time.Time]
 }
 
-func setupRun(t *testing.T) *runBundle {
+func setupRun(t testing.TB) *runBundle {
 	t.Helper()
 	b := &runBundle{ctx: context.Background()}
 	now := time.Now()
@@ -56,7 +57,7 @@ func (b *runBundle) advance(d time.Duration) {
 }
 
 // mint stores the owner's run consent for run over nodes, running echo.
-func (b *runBundle) mint(t *testing.T, run string, uses int, nodes ...string) consent.Consent {
+func (b *runBundle) mint(t testing.TB, run string, uses int, nodes ...string) consent.Consent {
 	t.Helper()
 	var c consent.Consent
 	err := b.st.Do(b.ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
@@ -337,5 +338,56 @@ func TestMintRunNotOffered(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BenchmarkFlowStep is one flow step's decision in its own transaction:
+// the request stored and approved on the policy's behalf ("policy", what a
+// step without a consent costs once its tap arrives) or under a run
+// consent ("consent": the consents read locked, the in-flight check, the
+// gate, the use counted, the in-flight row). The difference is what a
+// step under consent adds to the transition; p99 is reported.
+func BenchmarkFlowStep(b *testing.B) {
+	for _, mode := range []string{"policy", "consent"} {
+		b.Run(mode, func(b *testing.B) {
+			rb := setupRun(b)
+			rb.mint(b, "run-bench", b.N+1, "n")
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				start := time.Now()
+				err := rb.st.Do(rb.ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+					a := signedRequest(b, rb.key, tx.Now(), cards.RiskLow, "echo", "n")
+					tx.QueueApproval(a)
+					var r decide.Result
+					var err error
+					if mode == "policy" {
+						r, err = rb.d.Approve(ctx, tx, a, "policy:bench")
+					} else {
+						var code consent.Code
+						r, _, code, err = rb.d.ApproveInRun(ctx, tx, flowsOn, consent.Request{Run: "run-bench", Node: "n", Step: fmt.Sprintf("n/0/%d", i)}, facts(), a)
+						if err == nil && code != "" {
+							err = fmt.Errorf("refused: %s", code)
+						}
+					}
+					if err != nil {
+						return nil, err
+					}
+					var entries []audit.Entry
+					for _, n := range r.Notes {
+						entries = append(entries, audit.Entry{Kind: n.Kind, Actor: "bench", Conversation: string(conv), Data: n.Data})
+					}
+					return entries, nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+		})
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/flowconsent"
 	"github.com/silas-gateway/silas/core/flowrun"
 	"github.com/silas-gateway/silas/core/mcptools"
 	"github.com/silas-gateway/silas/core/outbox"
@@ -123,6 +124,10 @@ type Config struct {
 	// Now default to the gateway's; its action nodes propose through the
 	// same proposer, trust book and executor as /run.
 	Flows *flowrun.Config
+	// FlowConsents are flows.run_writes and flows.automatable_execution:
+	// with both on, an action node runs under one of its run's consents
+	// (core/flowconsent) where the policy would show a card.
+	FlowConsents consent.Switches
 	// MCP are the tools of the configured MCP servers (core/mcptools):
 	// their calls run through the executor as tool "mcp", their pin cards
 	// go to the owner and are answered through the engine (nil: none).
@@ -278,7 +283,7 @@ func New(cfg Config) (*Gateway, error) {
 	g.exec = exec
 	if cfg.Tasks != nil {
 		// Built once, on the rooms it proposes through: no second step.
-		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}, Outbox: g.out,
+		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m, Standing: decider}, Outbox: g.out,
 			Store: cfg.Store, Policy: cfg.Policy, Verifier: cfg.Verifier, Logger: cfg.Logger, Now: cfg.Now}
 		if g.tasks, err = cfg.Tasks(ports); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -287,10 +292,10 @@ func New(cfg Config) (*Gateway, error) {
 	// Outside agents' calls (MCP): proposals on the same proposer and
 	// executor as /run, from callers that never have owner trust.
 	if g.calls, err = callgate.New(callgate.Config{Store: cfg.Store,
-		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m},
+		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m, Standing: decider},
 		Owners:   owners,
 		Channels: cfg.Channels,
-		Key:      cfg.Key, TTL: cfg.ApprovalTTL, Kick: func(c core.ConversationID) { g.out.Kick(c, 1) }, Logger: cfg.Logger, Now: cfg.Now,
+		Key:      cfg.Key, TTL: cfg.ApprovalTTL, Kick: func(c core.ConversationID, n int) { g.out.Kick(c, n) }, Logger: cfg.Logger, Now: cfg.Now,
 	}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -318,7 +323,11 @@ func New(cfg Config) (*Gateway, error) {
 		if fc.Failpoint == "" {
 			fc.Failpoint = cfg.Failpoint
 		}
-		if g.flows, err = flowrun.New(fc, propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}, g.out); err != nil {
+		flowSteps := propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}
+		if fc.Approver == nil && cfg.FlowConsents.Offered() {
+			fc.Approver = flowconsent.Approver{Steps: flowSteps, Decider: decider, Switches: cfg.FlowConsents}
+		}
+		if g.flows, err = flowrun.New(fc, flowSteps, g.out); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 		cmdFlows, flowTaps = g.flows, g.flows

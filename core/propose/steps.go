@@ -2,11 +2,14 @@ package propose
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/consent"
 	"github.com/silas-gateway/silas/core/decide"
+	"github.com/silas-gateway/silas/core/render"
 )
 
 // The proposing port of a task's steps (core/tasks' Actions): each tool
@@ -49,6 +52,13 @@ type Counter interface {
 	Decision(outcome string)
 }
 
+// Standing approves a request under a standing consent of its
+// conversation (core/decide's Decider), as /run's turn does.
+type Standing interface {
+	Standing() bool
+	ApproveStanding(ctx context.Context, tx decide.StandingTx, a core.ApprovalRequest) (decide.Result, consent.Consent, consent.Code, error)
+}
+
 // Steps is the proposing port of a task's steps.
 type Steps struct {
 	Proposer *Proposer
@@ -56,6 +66,11 @@ type Steps struct {
 	Runs     Runs
 	// Count is optional.
 	Count Counter
+	// Standing, when set and on, lets a step's action that needs a tap run
+	// under the conversation's standing consent instead: the identical
+	// command the owner allowed for a while, with a line instead of a
+	// card. The step's transaction must then be a decide.StandingTx.
+	Standing Standing
 }
 
 // Step is what became of an action a task's step proposed, in its
@@ -81,6 +96,46 @@ type Step struct {
 // its execution queue the task's step), its card queued to origin's
 // conversation and — when policy allows the action — its approval.
 func (s Steps) Propose(ctx context.Context, tx Tx, task string, origin core.Turn, pa core.ProposedAction) (Step, error) {
+	return s.ProposeUnder(ctx, tx, task, origin, pa, s.standing())
+}
+
+// Under approves, in tx, request a — one the policy sends to a person —
+// on behalf of a consent that covers it: the decision and the line the
+// person sees instead of the card; refused (the audited refusal) when no
+// consent applies, and the card asks as always.
+type Under func(ctx context.Context, tx Tx, a core.ApprovalRequest) (r decide.Result, line string, refused *decide.Note, err error)
+
+// standing is Under for the conversation's standing consents (nil when
+// off, or when the transaction cannot read them).
+func (s Steps) standing() Under {
+	if s.Standing == nil || !s.Standing.Standing() {
+		return nil
+	}
+	return func(ctx context.Context, tx Tx, a core.ApprovalRequest) (decide.Result, string, *decide.Note, error) {
+		st, ok := tx.(decide.StandingTx)
+		if !ok {
+			return decide.Result{}, "", &decide.Note{Kind: audit.KindConsentRefused, Data: map[string]any{"approval": string(a.ID), "code": string(consent.Required)}}, nil
+		}
+		r, c, code, err := s.Standing.ApproveStanding(ctx, st, a)
+		if err != nil || code != "" {
+			return decide.Result{}, "", &decide.Note{Kind: audit.KindConsentRefused, Data: map[string]any{"approval": string(a.ID), "code": string(code)}}, err
+		}
+		return r, render.StandingLine(commandOf(a), c, nil), nil, nil
+	}
+}
+
+// commandOf is a request's command line, as its card shows it.
+func commandOf(a core.ApprovalRequest) string {
+	var act core.Action
+	if json.Unmarshal(a.ActionCanonical, &act) != nil {
+		return a.Intent
+	}
+	return act.CommandLine()
+}
+
+// ProposeUnder is Propose with under, when not nil, approving on a
+// consent's behalf what the policy sends to a person.
+func (s Steps) ProposeUnder(ctx context.Context, tx Tx, task string, origin core.Turn, pa core.ProposedAction, under Under) (Step, error) {
 	trust, _ := s.Trust.Of(ctx, origin)
 	p := s.Proposer.Propose(core.StoredTurn{Turn: origin}, trust, pa)
 	if s.Count != nil && p.Decision != "" {
@@ -101,7 +156,9 @@ func (s Steps) Propose(ctx context.Context, tx Tx, task string, origin core.Turn
 	p.Request.Task = task
 	tx.QueueApproval(*p.Request)
 	var updates []*cards.Card
-	if p.Auto != "" {
+	var line string
+	switch {
+	case p.Auto != "":
 		r, err := s.Proposer.Approve(ctx, tx, p)
 		if err != nil {
 			return Step{}, err
@@ -110,6 +167,32 @@ func (s Steps) Propose(ctx context.Context, tx Tx, task string, origin core.Turn
 		updates, out.Approved = r.Updates, r.Queued != ""
 		if l := r.Outcome(); s.Count != nil && l != "" {
 			s.Count.Decision(l)
+		}
+	case under != nil:
+		a, err := tx.GetApproval(ctx, p.Request.ID)
+		if err != nil {
+			return Step{}, err
+		}
+		r, l, refused, err := under(ctx, tx, a)
+		if err != nil {
+			return Step{}, err
+		}
+		if refused != nil {
+			note([]decide.Note{*refused})
+			break
+		}
+		note(r.Notes)
+		out.Approved, line = r.Queued != "", l
+		if l := r.Outcome(); s.Count != nil && l != "" {
+			s.Count.Decision(l)
+		}
+		// The card is sent already decided (no buttons): the line says why.
+		for _, u := range r.Updates {
+			if u.ID == p.Card.ID {
+				p.Card = u
+			} else {
+				updates = append(updates, u)
+			}
 		}
 	}
 	// The card first, then what the policy's decision made of it.
@@ -125,6 +208,12 @@ func (s Steps) Propose(ctx context.Context, tx Tx, task string, origin core.Turn
 		}
 	}
 	out.Approval, out.Messages = p.Request.ID, 1+len(updates)
+	if line != "" {
+		if err := tx.QueueMessage(origin.Channel, core.OpSend, "r-"+core.NewID(), core.OutMessage{Conversation: origin.Conversation, Text: line}); err != nil {
+			return Step{}, err
+		}
+		out.Messages++
+	}
 	return out, nil
 }
 

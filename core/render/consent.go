@@ -32,9 +32,10 @@ func StandingLabel(ttl time.Duration) string {
 // medium one once it asks for confirmation (the tap that runs it), and
 // only for an action a consent may cover (never high or irreversible,
 // never a shell, interpreter or wrapper). Only a request proposed in a
-// person's turn (TurnSeq set: /run, the agent's reply) offers it — the path
-// that honours consents; a task's step or an outside agent's call does not
-// yet, so its card does not promise what would not happen.
+// person's turn (TurnSeq set: /run, the agent's reply) offers it. A task's
+// step and an outside agent's call honour a consent the owner gave (a line
+// instead of the card, core/propose's Steps) but never offer one: the
+// owner gives it on a command they asked for themselves.
 func Standing(a core.ApprovalRequest, ttl time.Duration) bool {
 	if ttl <= 0 || a.TurnSeq <= 0 {
 		return false
