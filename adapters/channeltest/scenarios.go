@@ -419,6 +419,7 @@ func restartMidExecution(w *world) {
 var commandInvocations = map[string]struct{ arg, answer string }{
 	"help":     {"", "Commands:"},
 	"whoami":   {"", "You are "},
+	"status":   {"", "Channels:"},
 	"pending":  {"", "No open approvals here."},
 	"consents": {"", "No standing approvals here."},
 	"tasks":    {"", "No tasks here yet."},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -80,7 +81,10 @@ type Config struct {
 	SecureInput SecureInput
 	// Tasks nil: tasks are not enabled here.
 	Tasks Tasks
-	Trust Trust
+	// Status describes each channel's health for /status (core/health);
+	// nil: /status says it is not available.
+	Status func(ctx context.Context) (string, error)
+	Trust  Trust
 	// Key signs the identity bindings /pair creates.
 	Key ed25519.PrivateKey
 	// OutputInlineMax is the longest output /output pastes into chat.
@@ -133,6 +137,7 @@ var table = map[string]command{
 	"/tasks":    {run: (*Table).tasks},
 	"/stop":     {run: (*Table).stop},
 	"/pair":     {stranger: true, run: (*Table).pair},
+	"/status":   {run: (*Table).status},
 }
 
 // Parsed is what the table knows about a message before answering it.
@@ -205,6 +210,7 @@ const helpText = `Commands:
 /tasks — running and recent multi-step tasks, with their state and spend
 /stop [task] — stop the running task: its open cards close, nothing further runs
 /whoami — your identity and trust
+/status — each channel's health: connected, last heard from, deaf
 /secret <name> — give Silas a credential through the secure HTTPS form (never in chat)
 /secrets — stored secret names; /secret delete <name> removes one
 /pair <code> — bind this identity using a code from ` + "`silas pair`" + `
@@ -212,6 +218,20 @@ const helpText = `Commands:
 
 func (c *Table) help(_ context.Context, _ Turn, _ string, out Out) error {
 	out.Reply("%s", helpText)
+	return nil
+}
+
+// status answers /status: each channel's health (core/health).
+func (c *Table) status(ctx context.Context, _ Turn, _ string, out Out) error {
+	if c.cfg.Status == nil {
+		out.Reply("Channel health is not available here.")
+		return nil
+	}
+	text, err := c.cfg.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("commands: /status: %w", err)
+	}
+	out.Reply("%s", text)
 	return nil
 }
 

@@ -37,6 +37,7 @@ import (
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/health"
 	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/propose"
@@ -75,6 +76,12 @@ type Config struct {
 	// NoSelfApproval lists the risks for which a requester may not decide
 	// their own request, even as an owner (approvals.self_approval: false).
 	NoSelfApproval []cards.Risk
+	// DeafAfter is how long a channel may hear nothing from its platform
+	// before the owners are told on another channel (health.deaf_after,
+	// core/health; 0: never).
+	DeafAfter time.Duration
+	// Instance names this process in the gateway's heartbeat.
+	Instance string
 	// Consents bounds the standing approvals an owner may give from a
 	// card (core/consent); a zero TTL: none are offered or used.
 	Consents consent.Limits
@@ -186,6 +193,7 @@ type Gateway struct {
 	secure *secureinput.Requests
 	tasks  engine.Tasks // nil: tasks not enabled
 	calls  *callgate.Gate
+	health *health.Monitor
 }
 
 // New validates cfg and builds every room and the engine on them.
@@ -265,11 +273,15 @@ func New(cfg Config) (*Gateway, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	if g.health, err = health.New(health.Config{Store: cfg.Store, Channels: cfg.Channels, Notify: g.access.NotifyOwners,
+		DeafAfter: cfg.DeafAfter, Instance: cfg.Instance, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	var cmdTasks commands.Tasks // a nil interface, not a nil runtime
 	if g.tasks != nil {
 		cmdTasks = g.tasks
 	}
-	cmds, err := commands.New(commands.Config{Reads: cfg.Store, Decider: decider, SecureInput: g.secure, Tasks: cmdTasks,
+	cmds, err := commands.New(commands.Config{Reads: cfg.Store, Decider: decider, SecureInput: g.secure, Tasks: cmdTasks, Status: g.health.Text,
 		Trust: book, Key: cfg.Key, OutputInlineMax: cfg.OutputInlineMax, Now: cfg.Now})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -300,6 +312,10 @@ func (g *Gateway) NotifyOwners(ctx context.Context, from core.ChannelName, text 
 	return g.access.NotifyOwners(ctx, from, text)
 }
 
+// Health is the channel-health monitor (core/health): serve reports an
+// unclean previous stop at start and records a clean one; doctor reads it.
+func (g *Gateway) Health() *health.Monitor { return g.health }
+
 // Maintenance is the rooms' periodic work, for the background room
 // (core/background) to run: card expiry, the outbox's recovery scan and,
 // with a task runtime, the task sweep. Each is safe to run on any process
@@ -313,6 +329,16 @@ func (g *Gateway) Maintenance() []background.Periodic {
 		jobs = append(jobs, background.Periodic{Name: "task_sweep", Every: g.tasks.SweepEvery(), Run: g.tasks.Resume})
 	}
 	return jobs
+}
+
+// HealthJobs is the channel-health monitor's periodic work (core/health),
+// for the background room beside Maintenance: the gateway's heartbeat and
+// the deaf-channel check.
+func (g *Gateway) HealthJobs() []background.Periodic {
+	return []background.Periodic{
+		{Name: "heartbeat", Every: health.BeatEvery, Run: g.health.Beat},
+		{Name: "channel_health", Every: g.health.CheckEvery(), Run: g.health.Check},
+	}
 }
 
 // Jobs registers the rooms' job workers (task steps) on workers and
