@@ -62,6 +62,9 @@ type Config struct {
 	// Router plans where an approval card goes when the requesting
 	// conversation cannot decide it (core/route; nil: always there).
 	Router *route.Router
+	// Flows answers taps on flow gates' cards (core/flowrun; nil: flows
+	// are not enabled).
+	Flows Questions
 	// Count counts policy decisions and approval taps (nil: not counted).
 	Count propose.Counter
 	// MaxTextLen rejects longer inbound text; Workers bounds
