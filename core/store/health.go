@@ -118,3 +118,23 @@ func (s *Store) CountPendingTurns(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// LastTurns maps each channel that ever received a turn to when its newest
+// one was received.
+func (s *Store) LastTurns(ctx context.Context) (map[core.ChannelName]time.Time, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (channel) channel, received_at FROM turns ORDER BY channel, seq DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("store: last turns: %w", err)
+	}
+	defer rows.Close()
+	out := map[core.ChannelName]time.Time{}
+	for rows.Next() {
+		var ch core.ChannelName
+		var at time.Time
+		if err := rows.Scan(&ch, &at); err != nil {
+			return nil, fmt.Errorf("store: last turns: %w", err)
+		}
+		out[ch] = at
+	}
+	return out, rows.Err()
+}
