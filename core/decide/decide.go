@@ -27,6 +27,7 @@ import (
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/consent"
 	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/core/tracing"
 )
 
 // Tx is the part of the caller's transaction a decision writes in.
@@ -276,6 +277,8 @@ func (d *Decider) tap(ctx context.Context, tx Tx, t core.Turn, trust core.Trust,
 		}
 		return Refusal(tap, "altered", "This request was altered after it was proposed and no longer matches what the card showed: nothing was run.", nil), nil
 	}
+	// The decision links to the proposal's trace; the wait is a span there.
+	tracing.Tapped(ctx, string(a.ID), a.Traceparent, a.CreatedAt)
 	switch tap.Choice {
 	case "decline":
 		ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}, core.ApprovalDeclined, t.Sender, nil)

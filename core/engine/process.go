@@ -7,12 +7,16 @@ import (
 	"log/slog"
 	"strings"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/tracing"
 )
 
 type auditEntry = audit.Entry
@@ -116,6 +120,12 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64, dup bool, err error) {
 	start := e.now()
 	t := st.Turn
+	ctx, span := e.startTurn(ctx, st)
+	defer span.End()
+	turnCtx := ctx
+	// A request proposed now carries this span: the tap, the execution and
+	// the card updates join its trace.
+	traceparent := tracing.Traceparent(ctx)
 	trust, why := e.trust.Of(ctx, t)
 	base := outcome{st: st, trust: trust}
 	base.note(audit.KindTrustDecided, map[string]any{"seq": st.Seq, "trust": string(trust), "basis": why})
@@ -158,6 +168,7 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 		// Approval requests first: inTx may decide one of them at once (an
 		// action policy allows).
 		for _, a := range o.appr {
+			a.Traceparent = traceparent
 			tx.QueueApproval(a)
 		}
 		if err := tx.QueueApprovalRoutes(o.routes); err != nil {
@@ -204,6 +215,7 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 			}
 		}
 		tx.QueueFinishTurn(o.st.Seq, core.TurnDone, "")
+		rememberCards(turnCtx, &o)
 		final = o
 		return o.audit, nil
 	})
@@ -257,8 +269,16 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 	if handled, err := e.taskAnswer(ctx, o); handled || err != nil {
 		return err
 	}
-	p, err := e.cfg.Agent.Respond(ctx, core.AgentInput{Conversation: t.Conversation, Sender: t.Sender, Trust: o.trust, Text: t.Text,
+	actx, span := tracing.Start(ctx, tracing.SpanAgent)
+	p, err := e.cfg.Agent.Respond(actx, core.AgentInput{Conversation: t.Conversation, Sender: t.Sender, Trust: o.trust, Text: t.Text,
 		Channel: t.Channel, Seq: o.st.Seq})
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrActions.Int(len(p.Actions)))
+		if err != nil {
+			span.SetStatus(codes.Error, "agent failed")
+		}
+	}
+	span.End()
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -281,7 +301,15 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 // in the turn's transaction and, when policy allows the action, its
 // approval on the policy's behalf in that same transaction.
 func (e *Engine) propose(ctx context.Context, o *outcome, pa core.ProposedAction) (propose.Proposal, error) {
+	_, span := tracing.Start(ctx, tracing.SpanPolicy)
 	p := e.proposer.Propose(o.st, o.trust, pa)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrDecision.String(string(p.Decision)))
+		if p.Request != nil {
+			span.SetAttributes(tracing.AttrApprovalID.String(string(p.Request.ID)), tracing.AttrRisk.String(string(p.Request.Risk)))
+		}
+	}
+	span.End()
 	if p.Decision != "" {
 		e.count.Policy(p.Decision)
 	}
@@ -324,4 +352,34 @@ func (e *Engine) propose(ctx context.Context, o *outcome, pa core.ProposedAction
 		return nil
 	}
 	return p, nil
+}
+
+// startTurn starts the span of one turn's answer: a child of its intake
+// span when this process took the turn in (the trace of a /run goes
+// intake → turn → policy → card), a trace of its own otherwise (a turn
+// resumed after a restart).
+func (e *Engine) startTurn(ctx context.Context, st core.StoredTurn) (context.Context, trace.Span) {
+	if !tracing.On() {
+		return tracing.Start(ctx, tracing.SpanTurn)
+	}
+	if v, ok := e.intake.LoadAndDelete(st.Seq); ok && st.Seq != 0 {
+		ctx = trace.ContextWithSpanContext(ctx, v.(trace.SpanContext))
+	}
+	ctx, span := tracing.Start(ctx, tracing.SpanTurn)
+	span.SetAttributes(tracing.AttrChannel.String(string(st.Turn.Channel)), tracing.AttrTap.Bool(st.Turn.Tap != nil))
+	return ctx, span
+}
+
+// rememberCards notes the span whose transaction wrote each card (sent or
+// edited), so that the outbox's delivery joins its trace.
+func rememberCards(ctx context.Context, o *outcome) {
+	if !tracing.On() {
+		return
+	}
+	for _, c := range o.cards {
+		tracing.Remember(ctx, string(c.ID))
+	}
+	for _, c := range o.updates {
+		tracing.Remember(ctx, string(c.ID))
+	}
 }

@@ -254,6 +254,8 @@ type Config struct {
 	// MCP configures `silas mcp serve`, the stdio bridge to the gateway's
 	// MCP endpoint (docs/mcp.md).
 	MCP MCP `yaml:"mcp"`
+	// Telemetry configures OpenTelemetry traces (telemetry.tracing.*).
+	Telemetry Telemetry `yaml:"telemetry"`
 
 	// ignoredEnv are Kubernetes service-link variables Load skipped.
 	ignoredEnv []string
@@ -579,7 +581,7 @@ func (c *Config) Adapters() []spec.Spec {
 // Validate checks every key and names the first bad one: the gateway's own
 // sections, then each adapter's (Adapters), the agent's and the policy.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows, c.checkConsents, c.checkMCP} {
+	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows, c.checkConsents, c.checkMCP, c.checkTelemetry} {
 		if err := check(); err != nil {
 			return err
 		}
