@@ -213,6 +213,10 @@ type world struct {
 	clock  *Clock
 	logs   *SyncBuffer
 	node   *node
+	// routed: the gateway also runs the elsewhere channel (elsewhere.go),
+	// whose owner is an owner, and the Other person is allowed (auth).
+	routed    bool
+	elsewhere *elsewhere
 }
 
 type node struct {
@@ -304,10 +308,18 @@ func (w *world) startAway(grace time.Duration) *node {
 		t.Fatal(err)
 	}
 	ch := w.p.NewChannel(t, st, log)
+	chans, owners := []core.Channel{ch}, []core.IdentityID{w.p.Identity(Approver)}
+	var allowed []core.IdentityID
+	if w.routed {
+		if w.elsewhere == nil {
+			w.elsewhere = &elsewhere{}
+		}
+		chans, owners, allowed = append(chans, w.elsewhere), append(owners, elsewhereOwner), []core.IdentityID{w.p.Identity(Other)}
+	}
 	eng, err := gateway.New(gateway.Config{
-		Store: st, Channels: []core.Channel{ch}, Agent: agent.Command{}, Sandbox: sb,
+		Store: st, Channels: chans, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{w.sbDir}},
-		Policy:   pol, Key: w.key, Owners: []core.IdentityID{w.p.Identity(Approver)},
+		Policy:   pol, Key: w.key, Owners: owners, Allowed: allowed,
 		OutboxMaxBackoff: 2 * time.Second, Logger: log, Now: w.clock.Now,
 		Sealer: w.sealer, SecretLink: func(ref, token string) string { return secretBase + ref + "#" + token },
 	})

@@ -35,6 +35,8 @@ var scenarios = []scenario{
 	{name: "oversized_reply", run: oversizedReply},
 	{name: "restart_mid_execution", run: restartMidExecution},
 	{name: "commands", run: commandsEverywhere},
+	{name: "approver_elsewhere", shared: true, run: approverElsewhere},
+	{name: "no_approver_reachable", shared: true, run: noApproverReachable},
 }
 
 // Scenarios lists the names of the suite's scenarios (for a Factory that
@@ -419,6 +421,7 @@ func restartMidExecution(w *world) {
 var commandInvocations = map[string]struct{ arg, answer string }{
 	"help":     {"", "Commands:"},
 	"whoami":   {"", "You are "},
+	"status":   {"", "Channels:"},
 	"pending":  {"", "No open approvals here."},
 	"consents": {"", "No standing approvals here."},
 	"tasks":    {"", "No tasks here yet."},

@@ -135,6 +135,7 @@ func (a *Adapter) poll(ctx context.Context, in core.Inbox, held *lease.Held) {
 			if ctx.Err() != nil {
 				return
 			}
+			a.live.Lost("getUpdates failing")
 			wait := errs.Next()
 			var rl *core.RateLimitedError
 			if errors.As(err, &rl) {
@@ -155,6 +156,9 @@ func (a *Adapter) poll(ctx context.Context, in core.Inbox, held *lease.Held) {
 			continue
 		}
 		errs.Reset()
+		// A round trip is a sign of life even when it brought nothing: a
+		// long poll that never returns is what deaf looks like here.
+		a.live.Heard(a.now(), "polling")
 		for _, raw := range batch {
 			id, u, derr := decodeUpdate(raw)
 			if derr != nil && id == 0 {
@@ -297,4 +301,15 @@ func (a *Adapter) removeWebhook(ctx context.Context) {
 	if _, err := a.bot.DeleteWebhook(cctx, &bot.DeleteWebhookParams{}); err != nil {
 		a.log.Error("telegram: could not remove the webhook", slog.Any("err", mapError("deleteWebhook", err)))
 	}
+}
+
+// Health reports the inbound liveness (core.HealthReporter): in polling
+// mode the last getUpdates round trip; a webhook has no liveness of its own
+// to report (a quiet chat and a deaf webhook look the same), so it is not
+// judged deaf.
+func (a *Adapter) Health() core.ChannelHealth {
+	if a.cfg.Mode == ModeWebhook {
+		return core.ChannelHealth{Connected: true, State: "webhook"}
+	}
+	return a.live.Health()
 }

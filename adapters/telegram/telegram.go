@@ -70,11 +70,15 @@ type Adapter struct {
 
 	// splits is the progress of texts sent in several parts.
 	splits *kit.Splits
+	// live is the inbound liveness (Health): getUpdates round trips in
+	// polling mode.
+	live kit.Liveness
 }
 
 var (
 	_ core.Channel            = (*Adapter)(nil)
 	_ core.TapAnswerer        = (*Adapter)(nil)
+	_ core.HealthReporter     = (*Adapter)(nil)
 	_ core.DirectMessenger    = (*Adapter)(nil)
 	_ core.MessageDeleter     = (*Adapter)(nil)
 	_ core.CapabilityReporter = (*Adapter)(nil)

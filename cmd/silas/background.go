@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -31,7 +32,7 @@ func startBackground(ctx context.Context, st *store.Store, eng *gateway.Gateway,
 	if !ok {
 		return nil, errors.New("the database lacks River's tables (background jobs): run `silas migrate`")
 	}
-	jobs := append(eng.Maintenance(), background.Periodic{
+	jobs := append(slices.Concat(eng.Maintenance(), eng.HealthJobs()), background.Periodic{
 		Name: "audit_checkpoint", Every: cp.MinInterval(),
 		Run: func(ctx context.Context) error { _, err := cp.RunOnce(ctx); return err },
 	}, eng.Takeover(func(ctx context.Context) error { _, err := st.SweepInstances(ctx, time.Minute); return err }))

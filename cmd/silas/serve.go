@@ -144,6 +144,11 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		w.wg.Wait()
 		return err
 	}
+	// A previous stop without a clean shutdown is reported to the owners
+	// (core/health), before the heartbeat job beats again.
+	if _, err := eng.Health().Started(ctx); err != nil {
+		log.Warn("could not check how the previous run stopped", slog.Any("err", err))
+	}
 	// Background work: one room, started once the engine is ready.
 	room, err := startBackground(ctx, db.store, eng, checkpoints, log, tr.RiverMiddleware())
 	if err != nil {
@@ -189,6 +194,9 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	// then it signs the newest entry, so that deleting rows from the end
 	// of the log is caught too.
 	stopBackground(room, log)
+	if err := eng.Health().Stopped(context.Background()); err != nil {
+		log.Warn("could not record the clean stop", slog.Any("err", err))
+	}
 	log.Info("stopped")
 	return runErr
 }
@@ -341,12 +349,19 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 		Policy:   pol, Key: key, Owners: ids(cfg.Identities.Owners), Allowed: ids(cfg.Identities.Allowed), Access: chans.access,
 		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration,
 		RouteTo: cfg.Approvals.RouteTo, NoSelfApproval: cfg.NoSelfApproval(), ExecTimeout: cfg.Sandbox.Timeout.Duration,
+		DeafAfter: cfg.Health.DeafAfter.Duration, Instance: instanceName(),
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
 		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg), MCP: mcp,
 		Flows: flowsConfig(cfg), Cluster: inst,
 		FlowConsents: consent.Switches{RunWrites: cfg.Flows.RunWrites, Automatable: cfg.Flows.AutomatableExecution},
 	})
+}
+
+// instanceName names this process in the gateway's heartbeat.
+func instanceName() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
 }
 
 // opsMux serves /healthz, /readyz and /metrics; the channels add theirs.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -89,6 +90,9 @@ type Config struct {
 	SecureInput SecureInput
 	// Tasks nil: tasks are not enabled here.
 	Tasks Tasks
+	// Status describes each channel's health for /status (core/health);
+	// nil: /status says it is not available.
+	Status func(ctx context.Context) (string, error)
 	// Flows nil: flows are not enabled here.
 	Flows Flows
 	Trust Trust
@@ -144,6 +148,7 @@ var table = map[string]command{
 	"/tasks":    {run: (*Table).tasks},
 	"/stop":     {run: (*Table).stop},
 	"/pair":     {stranger: true, run: (*Table).pair},
+	"/status":   {run: (*Table).status},
 	"/flows":    {run: (*Table).flows},
 	"/flow":     {run: (*Table).flow},
 }
@@ -220,6 +225,7 @@ const helpText = `Commands:
 /flows — the flows (runbooks) you can start, and recent runs here
 /flow run <name> [key=value…] — start a flow; /flow status [run], /flow stop <run>, /flow say <run> <text>
 /whoami — your identity and trust
+/status — each channel's health: connected, last heard from, deaf
 /secret <name> — give Silas a credential through the secure HTTPS form (never in chat)
 /secrets — stored secret names; /secret delete <name> removes one
 /pair <code> — bind this identity using a code from ` + "`silas pair`" + `
@@ -227,6 +233,20 @@ const helpText = `Commands:
 
 func (c *Table) help(_ context.Context, _ Turn, _ string, out Out) error {
 	out.Reply("%s", helpText)
+	return nil
+}
+
+// status answers /status: each channel's health (core/health).
+func (c *Table) status(ctx context.Context, _ Turn, _ string, out Out) error {
+	if c.cfg.Status == nil {
+		out.Reply("Channel health is not available here.")
+		return nil
+	}
+	text, err := c.cfg.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("commands: /status: %w", err)
+	}
+	out.Reply("%s", text)
 	return nil
 }
 

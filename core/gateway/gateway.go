@@ -39,6 +39,7 @@ import (
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/flowconsent"
 	"github.com/silas-gateway/silas/core/flowrun"
+	"github.com/silas-gateway/silas/core/health"
 	"github.com/silas-gateway/silas/core/mcptools"
 	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/policy"
@@ -78,6 +79,12 @@ type Config struct {
 	// NoSelfApproval lists the risks for which a requester may not decide
 	// their own request, even as an owner (approvals.self_approval: false).
 	NoSelfApproval []cards.Risk
+	// DeafAfter is how long a channel may hear nothing from its platform
+	// before the owners are told on another channel (health.deaf_after,
+	// core/health; 0: never).
+	DeafAfter time.Duration
+	// Instance names this process in the gateway's heartbeat.
+	Instance string
 	// Consents bounds the standing approvals an owner may give from a
 	// card (core/consent); a zero TTL: none are offered or used.
 	Consents consent.Limits
@@ -210,6 +217,7 @@ type Gateway struct {
 	tasks  engine.Tasks     // nil: tasks not enabled
 	flows  *flowrun.Runtime // nil: flows not enabled
 	calls  *callgate.Gate
+	health *health.Monitor
 }
 
 // New validates cfg and builds every room and the engine on them.
@@ -303,6 +311,10 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.MCP != nil {
 		questions = tapChain{g.calls, cfg.MCP} // a caller's question card, else an MCP pin card
 	}
+	if g.health, err = health.New(health.Config{Store: cfg.Store, Channels: cfg.Channels, Notify: g.access.NotifyOwners,
+		DeafAfter: cfg.DeafAfter, Instance: cfg.Instance, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	var cmdTasks commands.Tasks // a nil interface, not a nil runtime
 	if g.tasks != nil {
 		cmdTasks = g.tasks
@@ -332,7 +344,7 @@ func New(cfg Config) (*Gateway, error) {
 		}
 		cmdFlows, flowTaps = g.flows, g.flows
 	}
-	cmds, err := commands.New(commands.Config{Reads: cfg.Store, Decider: decider, SecureInput: g.secure, Tasks: cmdTasks, Flows: cmdFlows,
+	cmds, err := commands.New(commands.Config{Reads: cfg.Store, Decider: decider, SecureInput: g.secure, Tasks: cmdTasks, Flows: cmdFlows, Status: g.health.Text,
 		Trust: book, Key: cfg.Key, OutputInlineMax: cfg.OutputInlineMax, Now: cfg.Now})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -364,6 +376,10 @@ func (g *Gateway) NotifyOwners(ctx context.Context, from core.ChannelName, text 
 	return g.access.NotifyOwners(ctx, from, text)
 }
 
+// Health is the channel-health monitor (core/health): serve reports an
+// unclean previous stop at start and records a clean one; doctor reads it.
+func (g *Gateway) Health() *health.Monitor { return g.health }
+
 // Maintenance is the rooms' periodic work, for the background room
 // (core/background) to run: card expiry, the outbox's recovery scan and,
 // with a task runtime, the task sweep. Each is safe to run on any process
@@ -380,6 +396,16 @@ func (g *Gateway) Maintenance() []background.Periodic {
 		jobs = append(jobs, background.Periodic{Name: "flow_sweep", Every: g.flows.SweepEvery(), Run: g.flows.Resume})
 	}
 	return jobs
+}
+
+// HealthJobs is the channel-health monitor's periodic work (core/health),
+// for the background room beside Maintenance: the gateway's heartbeat and
+// the deaf-channel check.
+func (g *Gateway) HealthJobs() []background.Periodic {
+	return []background.Periodic{
+		{Name: "heartbeat", Every: health.BeatEvery, Run: g.health.Beat},
+		{Name: "channel_health", Every: g.health.CheckEvery(), Run: g.health.Check},
+	}
 }
 
 // Flows is the flow runtime (nil: flows are not enabled).

@@ -132,6 +132,13 @@ type Config struct {
 		// (default every risk).
 		SelfApprovalRisks []string `yaml:"self_approval_risks"`
 	} `yaml:"approvals"`
+	// Health watches the channels (docs/operations.md "Channel health").
+	Health struct {
+		// DeafAfter is how long a channel may hear nothing from its
+		// platform (no event, poll round trip or keepalive) before the
+		// owners are told on another channel; 0 turns it off (0 or 30s-24h).
+		DeafAfter Duration `yaml:"deaf_after"`
+	} `yaml:"health"`
 	// Sandbox configures every execution's isolation and limits
 	// (docs/sandbox.md).
 	Sandbox struct {
@@ -290,6 +297,7 @@ func Default() *Config {
 	c.Identities.Owners = []string{"webchat:local"}
 	c.Approvals.TTL = Duration{5 * time.Minute}
 	c.Approvals.TokenTTL = Duration{10 * time.Minute}
+	c.Health.DeafAfter = Duration{10 * time.Minute}
 	c.Sandbox.Timeout = Duration{60 * time.Second}
 	c.Sandbox.MaxOutputBytes = 1 << 20
 	c.Sandbox.MaxProcesses = 256
@@ -684,6 +692,9 @@ func (c *Config) checkTrust() error {
 		if to == "" || ok && (p == "" || u == "") {
 			return bad(fmt.Sprintf("approvals.route_to[%d]", i), "%q must be an identity (platform:id) or a channel name", to)
 		}
+	}
+	if d := c.Health.DeafAfter.Duration; d != 0 && (d < 30*time.Second || d > 24*time.Hour) {
+		return bad("health.deaf_after", "%s must be 0 (off) or between 30s and 24h", d)
 	}
 	for i, r := range c.Approvals.SelfApprovalRisks {
 		if !cards.Risk(r).Valid() {

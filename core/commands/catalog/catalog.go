@@ -59,6 +59,7 @@ var all = []Command{
 		Args: []Arg{{Name: "name", Description: "the secret's name, e.g. GITHUB_TOKEN (or: delete NAME)", Required: true}}},
 	{Name: "secrets", Description: "Stored secret names (never values)", Menu: true},
 	{Name: "whoami", Description: "Your identity and trust", Menu: true},
+	{Name: "status", Description: "Each channel's health: connected, last heard from, deaf", Menu: true},
 	{Name: "pair", Description: "Bind your identity with a code from `silas pair`", Menu: true, bareWords: 1,
 		Args: []Arg{{Name: "code", Description: "the pairing code", Required: true}}},
 	{Name: "help", Description: "What Silas can do", Menu: true},

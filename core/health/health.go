@@ -1,0 +1,300 @@
+// Package health makes silence visible: it judges each channel's inbound
+// liveness (core.HealthReporter: the last sign of life from the platform
+// and the connection state), tells the owners on another channel when one
+// has been deaf past health.deaf_after — once per incident, and again when
+// it recovers —, beats the gateway's heartbeat so the next start after an
+// unclean stop reports the gap, and describes every channel's health for
+// /status and doctor.
+//
+// Its periodic work (Check, Beat) runs as River periodic jobs of the
+// background room, never on a timer of its own; "once per incident" is a
+// compare-and-swap in SQL (an incident row opened once), so several
+// processes checking at once tell the owners once. It never decides
+// anything about a message, runs no SQL itself and imports no adapter.
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/store"
+)
+
+const (
+	// BeatEvery is how often the heartbeat is written.
+	BeatEvery = 15 * time.Second
+	// downAfter is how old the last beat must be, without a clean stop,
+	// for a start to report the gateway was down: another instance alive
+	// would have beaten within it.
+	downAfter = 3 * BeatEvery
+)
+
+// Store is what health reads and writes.
+type Store interface {
+	Do(ctx context.Context, op store.Op) error
+	Beat(ctx context.Context, instance string, now time.Time) error
+	MarkStopped(ctx context.Context, now time.Time) error
+	LastBeat(ctx context.Context) (store.Heartbeat, error)
+	CountPendingTurns(ctx context.Context) (int, error)
+	LastTurnAt(ctx context.Context, ch core.ChannelName) (time.Time, error)
+	OpenIncidents(ctx context.Context) (map[core.ChannelName]time.Time, error)
+}
+
+// Notify tells the owners through the channels other than from (""
+// for every channel): core/access NotifyOwners.
+type Notify func(ctx context.Context, from core.ChannelName, text string) (int, error)
+
+// Config wires a Monitor.
+type Config struct {
+	Store    Store
+	Channels []core.Channel
+	Notify   Notify
+	// DeafAfter is how long a channel may hear nothing from its platform
+	// before the owners are told (health.deaf_after); 0: never.
+	DeafAfter time.Duration
+	// Instance names this process in the heartbeat.
+	Instance string
+	Now      func() time.Time
+	Logger   *slog.Logger
+}
+
+// Monitor watches the channels and the gateway's heartbeat.
+type Monitor struct{ cfg Config }
+
+// New builds a Monitor.
+func New(cfg Config) (*Monitor, error) {
+	if cfg.Store == nil || cfg.Notify == nil {
+		return nil, errors.New("health: Store and Notify are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Monitor{cfg: cfg}, nil
+}
+
+// CheckEvery is how often Check should run: a quarter of the threshold,
+// between 1 s and a minute.
+func (m *Monitor) CheckEvery() time.Duration {
+	return min(max(m.cfg.DeafAfter/4, time.Second), time.Minute)
+}
+
+// Check judges each channel that reports its health: deaf past the
+// threshold opens an incident and tells the owners elsewhere; hearing
+// again closes it and tells them it recovered.
+func (m *Monitor) Check(ctx context.Context) error {
+	if m.cfg.DeafAfter <= 0 {
+		return nil
+	}
+	now := m.cfg.Now()
+	for _, ch := range m.cfg.Channels {
+		hr, ok := ch.(core.HealthReporter)
+		if !ok {
+			continue
+		}
+		h := hr.Health()
+		if h.LastEvent.IsZero() {
+			continue // not started yet: nothing to judge
+		}
+		if now.Sub(h.LastEvent) > m.cfg.DeafAfter {
+			if err := m.deaf(ctx, ch.Name(), h); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := m.heard(ctx, ch.Name(), h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Monitor) deaf(ctx context.Context, ch core.ChannelName, h core.ChannelHealth) error {
+	opened := false
+	err := m.cfg.Store.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		ok, err := tx.OpenIncident(ctx, ch, h.LastEvent)
+		if err != nil || !ok {
+			return nil, err
+		}
+		opened = true
+		return []audit.Entry{{Kind: audit.KindChannelDeaf, Actor: "silas", Data: map[string]any{"channel": string(ch),
+			"since": h.LastEvent.UTC().Format(time.RFC3339), "state": h.State}}}, nil
+	})
+	if err != nil || !opened {
+		return err
+	}
+	text := fmt.Sprintf("Silas: the %s channel has heard nothing from its platform since %s (%s; %s). Messages sent to me there may not arrive. I will tell you when it hears again.",
+		ch, clock(h.LastEvent), state(h), fmt.Sprintf("threshold %s", m.cfg.DeafAfter))
+	m.tell(ctx, ch, text)
+	return nil
+}
+
+func (m *Monitor) heard(ctx context.Context, ch core.ChannelName, h core.ChannelHealth) error {
+	var since time.Time
+	closed := false
+	err := m.cfg.Store.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		s, ok, err := tx.CloseIncident(ctx, ch)
+		if err != nil || !ok {
+			return nil, err
+		}
+		since, closed = s, true
+		return []audit.Entry{{Kind: audit.KindChannelRecovered, Actor: "silas", Data: map[string]any{"channel": string(ch),
+			"since": s.UTC().Format(time.RFC3339)}}}, nil
+	})
+	if err != nil || !closed {
+		return err
+	}
+	m.tell(ctx, ch, fmt.Sprintf("Silas: the %s channel hears again (it was deaf from %s to %s).", ch, clock(since), clock(h.LastEvent)))
+	return nil
+}
+
+func (m *Monitor) tell(ctx context.Context, from core.ChannelName, text string) {
+	n, err := m.cfg.Notify(ctx, from, text)
+	switch {
+	case err != nil:
+		m.cfg.Logger.Error("health: could not tell the owners", slog.String("channel", string(from)), slog.Any("err", err))
+	case n == 0:
+		m.cfg.Logger.Warn("health: no owner can be told on another channel", slog.String("channel", string(from)), slog.String("notice", text))
+	}
+}
+
+// Beat writes the heartbeat.
+func (m *Monitor) Beat(ctx context.Context) error {
+	return m.cfg.Store.Beat(ctx, m.cfg.Instance, m.cfg.Now())
+}
+
+// Stopped records a clean shutdown (serve, after the engine stopped).
+func (m *Monitor) Stopped(ctx context.Context) error {
+	return m.cfg.Store.MarkStopped(ctx, m.cfg.Now())
+}
+
+// Started reports, once at start, a previous stop without a clean
+// shutdown: the owners are told on every channel and it is audited. It
+// returns the notice ("" when there was nothing to report) and then beats.
+func (m *Monitor) Started(ctx context.Context) (string, error) {
+	now := m.cfg.Now()
+	hb, err := m.cfg.Store.LastBeat(ctx)
+	if err != nil && !errors.Is(err, core.ErrNotFound) {
+		return "", err
+	}
+	var text string
+	if err == nil && hb.StoppedAt == nil && now.Sub(hb.BeatAt) > downAfter {
+		pending, err := m.cfg.Store.CountPendingTurns(ctx)
+		if err != nil {
+			return "", err
+		}
+		text = fmt.Sprintf("Silas: the gateway was down from about %s to %s (it stopped without a clean shutdown).", clock(hb.BeatAt), clock(now))
+		if pending > 0 {
+			text += fmt.Sprintf(" %d message(s) it had not answered are being answered now;", pending)
+		}
+		text += " messages sent meanwhile are answered as the platforms deliver them."
+		err = m.cfg.Store.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			return []audit.Entry{{Kind: audit.KindGatewayDown, Actor: "silas", Data: map[string]any{"from": hb.BeatAt.UTC().Format(time.RFC3339),
+				"to": now.UTC().Format(time.RFC3339), "pending": pending}}}, nil
+		})
+		if err != nil {
+			return "", err
+		}
+		m.tell(ctx, "", text)
+	}
+	return text, m.Beat(ctx)
+}
+
+// Line is one channel's health as /status and doctor show it.
+type Line struct {
+	Channel core.ChannelName
+	// Reported: the channel reports its liveness (Health below).
+	Reported bool
+	Health   core.ChannelHealth
+	// LastMessage is when the newest message on it was received (zero:
+	// none yet).
+	LastMessage time.Time
+	// DeafSince is when an open incident says it went deaf (zero: none).
+	DeafSince time.Time
+}
+
+// Status describes each channel's health now.
+func (m *Monitor) Status(ctx context.Context) ([]Line, error) {
+	open, err := m.cfg.Store.OpenIncidents(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Line
+	for _, ch := range m.cfg.Channels {
+		l := Line{Channel: ch.Name(), DeafSince: open[ch.Name()]}
+		if hr, ok := ch.(core.HealthReporter); ok {
+			l.Reported, l.Health = true, hr.Health()
+		}
+		if l.LastMessage, err = m.cfg.Store.LastTurnAt(ctx, ch.Name()); err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// Text is Status as one chat message.
+func (m *Monitor) Text(ctx context.Context) (string, error) {
+	lines, err := m.Status(ctx)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("Channels:")
+	for _, l := range lines {
+		fmt.Fprintf(&b, "\n• %s: %s", l.Channel, Describe(l, m.cfg.Now()))
+	}
+	return b.String(), nil
+}
+
+// Describe says one channel's health in a line.
+func Describe(l Line, now time.Time) string {
+	var parts []string
+	switch {
+	case !l.DeafSince.IsZero():
+		parts = append(parts, "DEAF since "+clock(l.DeafSince))
+	case l.Reported && l.Health.Connected:
+		parts = append(parts, "ok")
+	case l.Reported:
+		parts = append(parts, "not connected")
+	}
+	if l.Reported {
+		parts = append(parts, state(l.Health))
+		if !l.Health.LastEvent.IsZero() {
+			parts = append(parts, "last heard "+ago(now, l.Health.LastEvent))
+		}
+		if l.Health.Probe != "" {
+			parts = append(parts, l.Health.Probe)
+		}
+	}
+	if l.LastMessage.IsZero() {
+		parts = append(parts, "no message yet")
+	} else {
+		parts = append(parts, "last message "+ago(now, l.LastMessage))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func state(h core.ChannelHealth) string {
+	if h.State != "" {
+		return h.State
+	}
+	if h.Connected {
+		return "connected"
+	}
+	return "disconnected"
+}
+
+func clock(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
+
+func ago(now, t time.Time) string {
+	return now.Sub(t).Round(time.Second).String() + " ago"
+}

@@ -1,0 +1,150 @@
+package health_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/health"
+	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// deafable is a channel whose liveness the test sets.
+type deafable struct {
+	name core.ChannelName
+	mu   sync.Mutex
+	h    core.ChannelHealth
+}
+
+func (d *deafable) Name() core.ChannelName                      { return d.name }
+func (d *deafable) Run(ctx context.Context, _ core.Inbox) error { <-ctx.Done(); return nil }
+func (d *deafable) Send(context.Context, core.OutMessage) (core.MessageRef, error) {
+	return "", nil
+}
+func (d *deafable) Update(context.Context, core.MessageRef, core.OutMessage) error { return nil }
+func (d *deafable) Health() core.ChannelHealth {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.h
+}
+func (d *deafable) set(h core.ChannelHealth) { d.mu.Lock(); d.h = h; d.mu.Unlock() }
+
+type told struct {
+	mu   sync.Mutex
+	from []core.ChannelName
+	text []string
+}
+
+func (t *told) notify(_ context.Context, from core.ChannelName, text string) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.from, t.text = append(t.from, from), append(t.text, text)
+	return 1, nil
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func setup(t *testing.T, chans ...core.Channel) (*health.Monitor, *told, *clock, *store.Store) {
+	t.Helper()
+	clk := &clock{t: time.Now()}
+	st, err := store.Open(context.Background(), storetest.NewDatabase(t), store.Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	tl := &told{}
+	m, err := health.New(health.Config{Store: st, Channels: chans, Notify: tl.notify, DeafAfter: time.Minute, Instance: "test", Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, tl, clk, st
+}
+
+// TestDeafChannelToldOncePerIncident: a channel that hears nothing past the
+// threshold while its connection stays open is reported once on the other
+// channels, checked as often as it may be; hearing again is reported once.
+func TestDeafChannelToldOncePerIncident(t *testing.T) {
+	t.Parallel()
+	slack := &deafable{name: "slack"}
+	m, tl, clk, st := setup(t, slack)
+	ctx := context.Background()
+	slack.set(core.ChannelHealth{Connected: true, State: "socket open", LastEvent: clk.Now()})
+	if err := m.Check(ctx); err != nil || len(tl.text) != 0 {
+		t.Fatalf("a live channel was reported: %v %q", err, tl.text)
+	}
+	clk.add(2 * time.Minute)
+	for range 3 {
+		if err := m.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(tl.text) != 1 || tl.from[0] != "slack" || !strings.Contains(tl.text[0], "the slack channel has heard nothing") ||
+		!strings.Contains(tl.text[0], "socket open") {
+		t.Fatalf("told %q from %v; want one deaf notice from slack", tl.text, tl.from)
+	}
+	text, err := m.Text(ctx)
+	if err != nil || !strings.Contains(text, "slack: DEAF since") {
+		t.Fatalf("/status: %q, %v", text, err)
+	}
+	slack.set(core.ChannelHealth{Connected: true, State: "socket open", LastEvent: clk.Now()})
+	for range 2 {
+		if err := m.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(tl.text) != 2 || !strings.Contains(tl.text[1], "hears again") {
+		t.Fatalf("told %q; want the recovery once", tl.text)
+	}
+	var kinds []string
+	rows, _ := st.Pool().Query(ctx, `SELECT kind FROM audit_log WHERE kind LIKE 'channel.%' ORDER BY seq`)
+	for rows.Next() {
+		var k string
+		_ = rows.Scan(&k)
+		kinds = append(kinds, k)
+	}
+	if strings.Join(kinds, ",") != "channel.deaf,channel.recovered" {
+		t.Fatalf("audit: %v", kinds)
+	}
+}
+
+// TestStartedReportsUncleanStop: a start after a stop without a clean
+// shutdown tells the owners when the gateway was down; one after a clean
+// stop, or the first start, says nothing.
+func TestStartedReportsUncleanStop(t *testing.T) {
+	t.Parallel()
+	m, tl, clk, _ := setup(t)
+	ctx := context.Background()
+	if text, err := m.Started(ctx); err != nil || text != "" {
+		t.Fatalf("first start: %q, %v", text, err)
+	}
+	clk.add(10 * time.Minute) // killed: no clean stop, no beat since
+	text, err := m.Started(ctx)
+	if err != nil || !strings.Contains(text, "the gateway was down from about") || len(tl.text) != 1 || tl.from[0] != "" {
+		t.Fatalf("after a kill: %q, %v; told %q", text, err, tl.text)
+	}
+	if err := m.Stopped(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(10 * time.Minute)
+	if text, err := m.Started(ctx); err != nil || text != "" {
+		t.Fatalf("after a clean stop: %q, %v", text, err)
+	}
+}

@@ -1,0 +1,140 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/silas-gateway/silas/core"
+)
+
+// Beat records that the gateway is alive now (core/health's heartbeat).
+func (s *Store) Beat(ctx context.Context, instance string, now time.Time) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO gateway_heartbeat (id, instance, beat_at) VALUES (true, $1, $2)
+		ON CONFLICT (id) DO UPDATE SET instance = $1, beat_at = GREATEST(gateway_heartbeat.beat_at, $2), stopped_at = NULL`, instance, now)
+	if err != nil {
+		return fmt.Errorf("store: heartbeat: %w", err)
+	}
+	return nil
+}
+
+// MarkStopped records a clean shutdown.
+func (s *Store) MarkStopped(ctx context.Context, now time.Time) error {
+	_, err := s.pool.Exec(ctx, `UPDATE gateway_heartbeat SET stopped_at = $1`, now)
+	if err != nil {
+		return fmt.Errorf("store: mark stopped: %w", err)
+	}
+	return nil
+}
+
+// Heartbeat is the gateway's last heartbeat.
+type Heartbeat struct {
+	Instance string
+	BeatAt   time.Time
+	// StoppedAt is the clean shutdown after it; nil: none.
+	StoppedAt *time.Time
+}
+
+// LastBeat reads the heartbeat; core.ErrNotFound before the first.
+func (s *Store) LastBeat(ctx context.Context) (Heartbeat, error) {
+	var h Heartbeat
+	err := s.pool.QueryRow(ctx, `SELECT instance, beat_at, stopped_at FROM gateway_heartbeat`).Scan(&h.Instance, &h.BeatAt, &h.StoppedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return h, core.ErrNotFound
+	}
+	if err != nil {
+		return h, fmt.Errorf("store: last heartbeat: %w", err)
+	}
+	return h, nil
+}
+
+// LastTurnAt is when the newest turn of channel ch was received; zero
+// when none was.
+func (s *Store) LastTurnAt(ctx context.Context, ch core.ChannelName) (time.Time, error) {
+	var at *time.Time
+	err := s.pool.QueryRow(ctx, `SELECT received_at FROM turns WHERE channel = $1 ORDER BY seq DESC LIMIT 1`, ch).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && at == nil {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("store: last turn of %s: %w", ch, err)
+	}
+	return *at, nil
+}
+
+// OpenIncident opens a deaf-channel incident for ch in the transaction;
+// false: one is open already (the owners were told).
+func (t *Tx) OpenIncident(ctx context.Context, ch core.ChannelName, since time.Time) (bool, error) {
+	tag, err := t.exec(ctx, `INSERT INTO channel_incidents (channel, deaf_since, opened_at) VALUES ($1, $2, $3)
+		ON CONFLICT (channel) WHERE closed_at IS NULL DO NOTHING`, ch, since, t.now())
+	if err != nil {
+		return false, fmt.Errorf("store: open incident of %s: %w", ch, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// CloseIncident closes ch's open incident in the transaction and returns
+// since when it was deaf; false: none was open.
+func (t *Tx) CloseIncident(ctx context.Context, ch core.ChannelName) (time.Time, bool, error) {
+	var since time.Time
+	err := t.queryRow(ctx, `UPDATE channel_incidents SET closed_at = $2 WHERE channel = $1 AND closed_at IS NULL RETURNING deaf_since`, ch, t.now()).Scan(&since)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return since, false, nil
+	}
+	if err != nil {
+		return since, false, fmt.Errorf("store: close incident of %s: %w", ch, err)
+	}
+	return since, true, nil
+}
+
+// OpenIncidents maps each channel with an open deaf incident to since
+// when it is deaf.
+func (s *Store) OpenIncidents(ctx context.Context) (map[core.ChannelName]time.Time, error) {
+	rows, err := s.pool.Query(ctx, `SELECT channel, deaf_since FROM channel_incidents WHERE closed_at IS NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("store: open incidents: %w", err)
+	}
+	defer rows.Close()
+	out := map[core.ChannelName]time.Time{}
+	for rows.Next() {
+		var ch core.ChannelName
+		var since time.Time
+		if err := rows.Scan(&ch, &since); err != nil {
+			return nil, fmt.Errorf("store: open incidents: %w", err)
+		}
+		out[ch] = since
+	}
+	return out, rows.Err()
+}
+
+// CountPendingTurns counts the turns stored but not answered yet.
+func (s *Store) CountPendingTurns(ctx context.Context) (int, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM turns WHERE status = 'pending'`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: pending turns: %w", err)
+	}
+	return n, nil
+}
+
+// LastTurns maps each channel that ever received a turn to when its newest
+// one was received.
+func (s *Store) LastTurns(ctx context.Context) (map[core.ChannelName]time.Time, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (channel) channel, received_at FROM turns ORDER BY channel, seq DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("store: last turns: %w", err)
+	}
+	defer rows.Close()
+	out := map[core.ChannelName]time.Time{}
+	for rows.Next() {
+		var ch core.ChannelName
+		var at time.Time
+		if err := rows.Scan(&ch, &at); err != nil {
+			return nil, fmt.Errorf("store: last turns: %w", err)
+		}
+		out[ch] = at
+	}
+	return out, rows.Err()
+}
