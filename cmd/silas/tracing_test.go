@@ -132,15 +132,33 @@ func TestTracingExporterDown(t *testing.T) {
 }
 
 // TestTracingOffByDefault: without an exporter serve starts no SDK and
-// doctor says tracing is off.
+// doctor says tracing is off; /metrics carries the series the Grafana
+// dashboard reads.
 func TestTracingOffByDefault(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.NewDatabase(t)
 	dataDir := t.TempDir()
 	s := startServer(t, dsn, dataDir)
 	c := s.connect(t)
-	c.say("/help")
-	c.textContaining("/run")
+	c.say("/run echo untraced")
+	cd := card(c.expectNew("card for echo untraced", func(f map[string]any) bool {
+		cd := card(f)
+		return cd != nil && cd.Command == "echo untraced" && cd.Status == cards.StatusPending
+	}))
+	c.tap(string(cd.ID), "approve")
+	c.cardStatus(cd.ID, cards.StatusDone)
+	// The dashboard's series (deploy/grafana): tap → result and the backlog.
+	resp, err := http.Get(s.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`silas_tap_to_result_seconds_count{status="verified"} 1`, "silas_outbox_backlog "} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
 	if strings.Contains(s.logs.String(), "tracing:") {
 		t.Errorf("serve mentions tracing with none configured:\n%s", s.logs.String())
 	}
