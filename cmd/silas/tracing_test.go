@@ -3,18 +3,22 @@ package main
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/internal/pgtest"
-	"time"
 )
 
 // otlpSink is a fake OTLP/HTTP collector: it keeps the body of every
@@ -157,6 +161,18 @@ func TestTracingOffByDefault(t *testing.T) {
 	for _, want := range []string{`silas_tap_to_result_seconds_count{status="verified"} 1`, "silas_outbox_backlog "} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	// Every series the dashboard reads is one serve exports (lease series
+	// exist once a lease does: another test's business).
+	dash, err := os.ReadFile(filepath.Join("..", "..", "deploy", "grafana", "silas-dashboard.json"))
+	if err != nil || !json.Valid(dash) {
+		t.Fatalf("deploy/grafana/silas-dashboard.json: %v (valid JSON: %v)", err, json.Valid(dash))
+	}
+	for _, m := range regexp.MustCompile(`silas_[a-z_]+`).FindAllString(string(dash), -1) {
+		name := strings.TrimSuffix(m, "_bucket")
+		if !strings.HasPrefix(name, "silas_lease_") && !strings.Contains(string(body), "\n"+name) {
+			t.Errorf("the dashboard reads %s, which /metrics does not export", m)
 		}
 	}
 	if strings.Contains(s.logs.String(), "tracing:") {
