@@ -122,12 +122,18 @@ func (e *Engine) applyDecision(o *outcome, r decide.Result) {
 	o.updates = append(o.updates, r.Updates...)
 	for _, n := range r.Notes {
 		o.note(n.Kind, n.Data)
+		if n.Conversation != "" {
+			o.audit[len(o.audit)-1].Conversation = string(n.Conversation)
+		}
 	}
 	if r.Toast != "" {
 		o.toast = r.Toast
 	}
 	if r.Refused != "" {
 		o.refused = r.Refused
+	}
+	if r.Key != "" {
+		o.answerKey = r.Key
 	}
 	if l := r.Outcome(); l != "" {
 		e.count.Decision(l)

@@ -31,6 +31,7 @@ import (
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/propose"
+	"github.com/silas-gateway/silas/core/route"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/tapseal"
 	"github.com/silas-gateway/silas/core/tracing"
@@ -64,6 +65,9 @@ type Config struct {
 	// Flows answers taps on flow gates' cards (core/flowrun; nil: flows
 	// are not enabled).
 	Flows Questions
+	// Router plans where an approval card goes when the requesting
+	// conversation cannot decide it (core/route; nil: always there).
+	Router *route.Router
 	// Count counts policy decisions and approval taps (nil: not counted).
 	Count propose.Counter
 	// MaxTextLen rejects longer inbound text; Workers bounds

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -33,11 +34,17 @@ type outcome struct {
 	// updates are edits of cards sent earlier, enqueued after the sends.
 	updates []*cards.Card
 	appr    []core.ApprovalRequest
-	audit   []auditEntry
+	// routes are where appr's cards were routed (route.go), stored with
+	// them.
+	routes []core.ApprovalRoute
+	audit  []auditEntry
 	// toast is the notice of a tap's answer (core.TapAnswer.Text).
 	toast string
 	// refused is why the tap changed nothing ("" when it took effect).
 	refused string
+	// answerKey is the tapped card's message key when it is not the
+	// card's id (a routed copy, core/decide Result.Key).
+	answerKey string
 	// sends go to other conversations of the same channel.
 	sends []pendingSend
 	// inTx runs inside the transaction (tap decisions, pairing) and may add
@@ -79,11 +86,16 @@ func (o *outcome) answerTap(tx *store.Tx) ([]*cards.Card, error) {
 	key := "tap-" + core.NewID()
 	if a.Card != nil {
 		key = string(a.Card.ID)
+		if o.answerKey != "" {
+			key = o.answerKey
+		}
 	}
 	return rest, tx.QueueTapAnswer(t.Channel, key, a)
 }
 
 type pendingSend struct {
+	// ch is the conversation's channel; "" for the turn's.
+	ch   core.ChannelName
 	conv core.ConversationID
 	key  string
 	msg  core.OutMessage
@@ -140,6 +152,7 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 		o.secretReplies = append([]string(nil), base.secretReplies...)
 		o.cards = append([]*cards.Card(nil), base.cards...)
 		o.appr = append([]core.ApprovalRequest(nil), base.appr...)
+		o.routes = append([]core.ApprovalRoute(nil), base.routes...)
 		o.updates = append([]*cards.Card(nil), base.updates...)
 		o.sends = append([]pendingSend(nil), base.sends...)
 		o.audit = append([]auditEntry(nil), base.audit...)
@@ -157,6 +170,9 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 		for _, a := range o.appr {
 			a.Traceparent = traceparent
 			tx.QueueApproval(a)
+		}
+		if err := tx.QueueApprovalRoutes(o.routes); err != nil {
+			return nil, err
 		}
 		if o.inTx != nil {
 			if err := o.inTx(ctx, tx, &o); err != nil {
@@ -194,7 +210,7 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 			}
 		}
 		for _, ps := range o.sends {
-			if err := tx.QueueMessage(t.Channel, core.OpSend, ps.key, ps.msg); err != nil {
+			if err := tx.QueueMessage(cmp.Or(ps.ch, t.Channel), core.OpSend, ps.key, ps.msg); err != nil {
 				return nil, err
 			}
 		}
@@ -270,7 +286,9 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 		o.reply("%s", p.Reply)
 	}
 	for _, pa := range p.Actions {
-		e.propose(ctx, o, pa)
+		if _, err := e.propose(ctx, o, pa); err != nil {
+			return err
+		}
 	}
 	if p.Task != nil {
 		e.startTask(o, *p.Task)
@@ -282,7 +300,7 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 // and adds what it produced to the turn's outcome: the request and its card
 // in the turn's transaction and, when policy allows the action, its
 // approval on the policy's behalf in that same transaction.
-func (e *Engine) propose(ctx context.Context, o *outcome, pa core.ProposedAction) propose.Proposal {
+func (e *Engine) propose(ctx context.Context, o *outcome, pa core.ProposedAction) (propose.Proposal, error) {
 	_, span := tracing.Start(ctx, tracing.SpanPolicy)
 	p := e.proposer.Propose(o.st, o.trust, pa)
 	if span.IsRecording() {
@@ -302,15 +320,22 @@ func (e *Engine) propose(ctx context.Context, o *outcome, pa core.ProposedAction
 		o.reply("%s", p.Reply)
 	}
 	if p.Request == nil {
-		return p
+		return p, nil
+	}
+	if p.Auto == "" {
+		// A person decides it: where its card goes (route.go).
+		if ok, err := e.route(ctx, o, p); err != nil || !ok {
+			return p, err
+		}
+	} else {
+		o.cards = append(o.cards, p.Card)
 	}
 	o.appr = append(o.appr, *p.Request)
-	o.cards = append(o.cards, p.Card)
 	if p.Auto == "" {
 		if e.decider.Standing() {
 			e.standing(o, p)
 		}
-		return p
+		return p, nil
 	}
 	prev := o.inTx
 	o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error {
@@ -326,7 +351,7 @@ func (e *Engine) propose(ctx context.Context, o *outcome, pa core.ProposedAction
 		e.applyDecision(o, r)
 		return nil
 	}
-	return p
+	return p, nil
 }
 
 // startTurn starts the span of one turn's answer: a child of its intake

@@ -24,6 +24,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,6 +82,8 @@ type Store struct {
 	entryKeyFile string
 	entryKeyMu   sync.Mutex
 	entryKey     *audit.EntryKey
+	// fanOut: see OnFanOut.
+	fanOut atomic.Pointer[func(core.ConversationID)]
 }
 
 // Open connects and starts the writer. It does not migrate.

@@ -209,6 +209,9 @@ func (w *writer) commit(batch []*request) (err error) {
 			tx.rollback()
 		}
 		conn.Release()
+		if committed {
+			w.s.fannedOut(tx.fanned)
+		}
 	}()
 	var entries []audit.Entry
 	if batch[0].span.IsValid() {
