@@ -183,15 +183,3 @@ func TestTracingOffByDefault(t *testing.T) {
 		t.Errorf("doctor on tracing off:\n%s", out)
 	}
 }
-
-// waitFor polls cond until it holds (30 s at most).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
