@@ -69,6 +69,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
@@ -80,6 +82,7 @@ import (
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgcluster"
+	"github.com/silas-gateway/silas/internal/telemetry"
 )
 
 const (
@@ -109,6 +112,9 @@ type options struct {
 	timeout      time.Duration
 	drainTimeout time.Duration
 	verbose      bool
+	// sampling > 0 turns tracing on as serve would (SDK, batch processor,
+	// pgx tracer) with spans exported nowhere: the cost of tracing itself.
+	sampling int
 }
 
 func main() { os.Exit(run()) }
@@ -134,6 +140,7 @@ func run() int {
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "how long to wait for unfinished turns or executions at the end of a phase before failing")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 5*time.Second, "how long to wait for the outbox to deliver its backlog after a phase (not draining is reported, not an error)")
 	fs.BoolVar(&o.verbose, "v", false, "log engine warnings and progress")
+	fs.IntVar(&o.sampling, "trace-sampling", 0, "tracing on with this sampling_rate_per_million, spans exported nowhere (0 = off, as by default)")
 	fs.SetOutput(os.Stderr)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -582,7 +589,15 @@ func load(ctx context.Context, o options) error {
 		return errors.New("--nosync applies to the throwaway cluster only; unset DATABASE_URL")
 	}
 
-	st, err := store.Open(ctx, dsn, store.Options{Logger: logger, MaxConns: int32(o.maxConns), MaxBatch: o.maxBatch, Writers: o.writers})
+	var tr *telemetry.Tracing
+	if o.sampling > 0 {
+		if tr, err = telemetry.Start(ctx, telemetry.Config{SamplingRatePerMillion: o.sampling, Exporter: tracetest.NewNoopExporter()}, logger); err != nil {
+			return err
+		}
+		defer func() { _ = tr.Shutdown(context.Background()) }()
+	}
+	st, err := store.Open(ctx, dsn, store.Options{Logger: logger, MaxConns: int32(o.maxConns), MaxBatch: o.maxBatch, Writers: o.writers,
+		QueryTracer: tr.QueryTracer()})
 	if err != nil {
 		return err
 	}

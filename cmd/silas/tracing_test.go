@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -131,15 +135,45 @@ func TestTracingExporterDown(t *testing.T) {
 }
 
 // TestTracingOffByDefault: without an exporter serve starts no SDK and
-// doctor says tracing is off.
+// doctor says tracing is off; /metrics carries the series the Grafana
+// dashboard reads.
 func TestTracingOffByDefault(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.NewDatabase(t)
 	dataDir := t.TempDir()
 	s := startServer(t, dsn, dataDir)
 	c := s.connect(t)
-	c.say("/help")
-	c.textContaining("/run")
+	c.say("/run echo untraced")
+	cd := card(c.expectNew("card for echo untraced", func(f map[string]any) bool {
+		cd := card(f)
+		return cd != nil && cd.Command == "echo untraced" && cd.Status == cards.StatusPending
+	}))
+	c.tap(string(cd.ID), "approve")
+	c.cardStatus(cd.ID, cards.StatusDone)
+	// The dashboard's series (deploy/grafana): tap → result and the backlog.
+	resp, err := http.Get(s.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`silas_tap_to_result_seconds_count{status="verified"} 1`, "silas_outbox_backlog "} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	// Every series the dashboard reads is one serve exports (lease series
+	// exist once a lease does: another test's business).
+	dash, err := os.ReadFile(filepath.Join("..", "..", "deploy", "grafana", "silas-dashboard.json"))
+	if err != nil || !json.Valid(dash) {
+		t.Fatalf("deploy/grafana/silas-dashboard.json: %v (valid JSON: %v)", err, json.Valid(dash))
+	}
+	for _, m := range regexp.MustCompile(`silas_[a-z_]+`).FindAllString(string(dash), -1) {
+		name := strings.TrimSuffix(m, "_bucket")
+		if !strings.HasPrefix(name, "silas_lease_") && !strings.Contains(string(body), "\n"+name) {
+			t.Errorf("the dashboard reads %s, which /metrics does not export", m)
+		}
+	}
 	if strings.Contains(s.logs.String(), "tracing:") {
 		t.Errorf("serve mentions tracing with none configured:\n%s", s.logs.String())
 	}

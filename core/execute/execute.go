@@ -281,7 +281,7 @@ func (x *Executor) claim(ctx context.Context, id core.ApprovalID) *execution {
 // follows.
 func (x *Executor) run(ctx context.Context, r *execution) {
 	refuse := func(reason string) {
-		r.log.Warn("execution refused", slog.String("reason", reason))
+		r.log.WarnContext(ctx, "execution refused", slog.String("reason", reason))
 		x.record(ctx, r, core.ExecRefused, core.ExecUpdate{Reason: reason, Done: true},
 			note{kind: audit.KindExecutionRefused, data: map[string]any{}, reason: true})
 	}

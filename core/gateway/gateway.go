@@ -235,7 +235,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	pub := cfg.Key.Public().(ed25519.PublicKey)
 	book := trust.NewBook(cfg.Store, pub, cfg.Owners, cfg.Allowed, cfg.Now)
-	m := newMetrics(cfg.Registry)
+	m := newMetrics(cfg.Registry, cfg.Store)
 	handles, err := tapseal.New(cfg.Key)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -282,6 +282,11 @@ func New(cfg Config) (*Gateway, error) {
 		Claimed: cfg.Hooks.ExecutionStarted,
 		Recorded: func(a core.ApprovalRequest, to core.ExecStatus) {
 			m.executions.WithLabelValues(string(to)).Inc()
+			now := time.Now
+			if cfg.Now != nil {
+				now = cfg.Now
+			}
+			m.settled(a, to, now())
 			g.out.Kick(a.Conversation, 1)
 		},
 	})

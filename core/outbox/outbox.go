@@ -457,7 +457,7 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 				Data: map[string]any{"job": j.ID, "key": j.MessageKey, "status": string(status)}}}, nil
 		})
 		if derr != nil {
-			ob.jobLog(j).Error("outbox: delivered but could not record it; it may be delivered again", slog.Any("err", derr))
+			ob.jobLog(j).ErrorContext(ctx, "outbox: delivered but could not record it; it may be delivered again", slog.Any("err", derr))
 		}
 		ob.results.WithLabelValues(string(status)).Inc()
 		return derr == nil
@@ -468,23 +468,23 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 	switch {
 	case errors.As(err, &rl):
 		wait := max(rl.RetryAfter, 100*time.Millisecond)
-		log.Warn("outbox: rate limited", slog.Duration("retry_after", wait))
+		log.WarnContext(ctx, "outbox: rate limited", slog.Duration("retry_after", wait))
 		ob.outboxRetry(ctx, j, ob.now().Add(wait), err)
 		ob.results.WithLabelValues("rate_limited").Inc()
 		return false
 	case errors.As(err, &perm):
-		log.Error("outbox: permanent delivery failure", slog.Any("err", err))
+		log.ErrorContext(ctx, "outbox: permanent delivery failure", slog.Any("err", err))
 		ob.outboxFail(ctx, j, err.Error())
 		ob.forgetSplit(j.ID)
 		return true
 	case ob.now().Sub(j.CreatedAt) > giveUp:
-		log.Error("outbox: giving up after retrying for a day", slog.Any("err", err))
+		log.ErrorContext(ctx, "outbox: giving up after retrying for a day", slog.Any("err", err))
 		ob.outboxFail(ctx, j, err.Error())
 		ob.forgetSplit(j.ID)
 		return true
 	default:
 		backoff := min(time.Second<<min(j.Attempts, 16), ob.maxBackoff)
-		log.Warn("outbox: delivery failed; will retry", slog.Any("err", err), slog.Duration("backoff", backoff), slog.Int("attempt", j.Attempts+1))
+		log.WarnContext(ctx, "outbox: delivery failed; will retry", slog.Any("err", err), slog.Duration("backoff", backoff), slog.Int("attempt", j.Attempts+1))
 		ob.outboxRetry(ctx, j, ob.now().Add(backoff), err)
 		ob.results.WithLabelValues("retry").Inc()
 		return false
