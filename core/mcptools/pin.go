@@ -69,6 +69,7 @@ func (t *Tools) see(ctx context.Context, server string, defs []Def) ([]core.MCPT
 		}
 		var entries []audit.Entry
 		var ask []core.MCPTool
+		open := map[string]bool{}
 		for _, s := range list {
 			m, known := byName[s.name]
 			next := core.MCPTool{Server: server, Name: s.name, Definition: s.def, Hash: s.hash, PinnedHash: m.PinnedHash, Card: m.Card,
@@ -85,7 +86,7 @@ func (t *Tools) see(ctx context.Context, server string, defs []Def) ([]core.MCPT
 			default:
 				next.Status = core.MCPToolPending
 			}
-			if next.Status != core.MCPToolPinned && (m.Card == "" || m.Hash != s.hash) {
+			if next.Status != core.MCPToolPinned && !(m.Hash == s.hash && cardOpen(ctx, tx, m.Card, open)) {
 				next.Card = "" // the open card (if any) showed another definition
 				ask = append(ask, next)
 			}
@@ -132,6 +133,22 @@ func (t *Tools) see(ctx context.Context, server string, defs []Def) ([]core.MCPT
 		t.cfg.Kick(kick)
 	}
 	return out, nil
+}
+
+// cardOpen: the pin card id can still be tapped (pending, unexpired); a
+// tool on a decided or expired card is asked about again. Answers are
+// kept in seen (several tools share a card).
+func cardOpen(ctx context.Context, tx *store.Tx, id string, seen map[string]bool) bool {
+	if id == "" {
+		return false
+	}
+	if ok, known := seen[id]; known {
+		return ok
+	}
+	c, err := tx.GetMCPPinCard(ctx, id)
+	ok := err == nil && c.Status == "pending" && tx.Now().Before(c.ExpiresAt)
+	seen[id] = ok
+	return ok
 }
 
 // pinCard draws the card asking the owner to pin tools: each tool's name,
@@ -225,7 +242,7 @@ func (t *Tools) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust
 		if ok, err := tx.SettleMCPPinCard(ctx, c.ID, "declined", turn.Sender); err != nil || !ok {
 			return core.TaskTap{Handled: true, Refused: core.RefusedAlreadyDecided, Toast: "Already decided."}, err
 		}
-		out.Update(settledCard(c, cards.StatusDeclined, "Not pinned: calls to these tools stay refused. Silas asks again when the server's tools change."))
+		out.Update(settledCard(c, cards.StatusDeclined, "Not pinned: calls to these tools stay refused. Silas asks again at its next look at the server's tools (a restart, or the server announcing a change)."))
 		return core.TaskTap{Handled: true, Toast: "Not pinned."}, nil
 	}
 	if ok, err := tx.SettleMCPPinCard(ctx, c.ID, "pinned", turn.Sender); err != nil || !ok {
