@@ -24,6 +24,7 @@ import (
 	"github.com/silas-gateway/silas/core/mcptools"
 	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/keys"
+	"github.com/silas-gateway/silas/core/lease"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
@@ -83,6 +84,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(lease.NewCollector(db.store, lease.InstanceID())) // who holds which lease (docs/operations.md)
 
 	late := &lateHooks{out: env.stdout, log: log}
 	chans, err := buildChannels(ctx, cfg, db, log, reg, late)
@@ -329,7 +331,8 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration, ExecTimeout: cfg.Sandbox.Timeout.Duration,
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
-		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg), MCP: mcp,
+		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg),
+		Flows: flowsConfig(cfg), MCP: mcp,
 	})
 }
 

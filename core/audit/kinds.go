@@ -136,3 +136,18 @@ const (
 	// KindConsentRevoked: a consent was revoked.
 	KindConsentRevoked Kind = "consent.revoked"
 )
+
+// Flow runs (core/flowrun, docs/flows.md): each run's and each node
+// attempt's start and end; data carries the run, the flow and the node.
+const (
+	KindFlowRunStarted   Kind = "flow.run_started"
+	KindFlowRunFinished  Kind = "flow.run_finished"
+	KindFlowNodeStarted  Kind = "flow.node_started"
+	KindFlowNodeFinished Kind = "flow.node_finished"
+	// KindFlowGateAnswered: a gate's card was answered (the choice).
+	KindFlowGateAnswered Kind = "flow.gate_answered"
+	// KindFlowLog: a system.log node's line.
+	KindFlowLog Kind = "flow.log"
+	// KindFlowStopRequested: someone stopped a run (/flow stop).
+	KindFlowStopRequested Kind = "flow.stop_requested"
+)

@@ -35,6 +35,7 @@ import (
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/flowrun"
 	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/mcptools"
@@ -111,6 +112,11 @@ type Config struct {
 	// their calls run through the executor as tool "mcp", their pin cards
 	// go to the owner and are answered through the engine (nil: none).
 	MCP *mcptools.Tools
+	// Flows enables the flow runtime (core/flowrun) with this config (nil:
+	// /flows answers that flows are not enabled). Its Store, Logger and
+	// Now default to the gateway's; its action nodes propose through the
+	// same proposer, trust book and executor as /run.
+	Flows *flowrun.Config
 	// Hooks observe progress (benchmarks and tests); nil fields are skipped.
 	Hooks engine.Hooks
 	// Failpoint, for crash tests only: "after-approve" or "after-execute"
@@ -179,7 +185,8 @@ type Gateway struct {
 	out    *outbox.Outbox
 	access *access.Access
 	secure *secureinput.Requests
-	tasks  engine.Tasks // nil: tasks not enabled
+	tasks  engine.Tasks     // nil: tasks not enabled
+	flows  *flowrun.Runtime // nil: flows not enabled
 	calls  *callgate.Gate
 }
 
@@ -268,14 +275,32 @@ func New(cfg Config) (*Gateway, error) {
 	if g.tasks != nil {
 		cmdTasks = g.tasks
 	}
-	cmds, err := commands.New(commands.Config{Reads: cfg.Store, Decider: decider, SecureInput: g.secure, Tasks: cmdTasks,
+	var cmdFlows commands.Flows
+	var flowTaps engine.Questions
+	if cfg.Flows != nil {
+		fc := *cfg.Flows
+		if fc.Store == nil {
+			fc.Store = cfg.Store
+		}
+		if fc.Logger == nil {
+			fc.Logger = cfg.Logger
+		}
+		if fc.Now == nil {
+			fc.Now = cfg.Now
+		}
+		if g.flows, err = flowrun.New(fc, propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}, g.out); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		cmdFlows, flowTaps = g.flows, g.flows
+	}
+	cmds, err := commands.New(commands.Config{Reads: cfg.Store, Decider: decider, SecureInput: g.secure, Tasks: cmdTasks, Flows: cmdFlows,
 		Trust: book, Key: cfg.Key, OutputInlineMax: cfg.OutputInlineMax, Now: cfg.Now})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.Engine, err = engine.New(engine.Config{
 		Store: cfg.Store, Channels: channels, Agent: cfg.Agent, Trust: book, Handles: handles, Outbox: g.out, Access: g.access,
-		Decider: decider, Proposer: proposer, Runs: exec, Commands: cmds, Tasks: g.tasks, Questions: questions, Count: m,
+		Decider: decider, Proposer: proposer, Runs: exec, Commands: cmds, Tasks: g.tasks, Questions: questions, Flows: flowTaps, Count: m,
 		MaxTextLen: cfg.MaxTextLen, Workers: cfg.Workers, Registry: cfg.Registry, Logger: cfg.Logger, Now: cfg.Now, Hooks: cfg.Hooks,
 	})
 	if err != nil {
@@ -311,16 +336,31 @@ func (g *Gateway) Maintenance() []background.Periodic {
 	if g.tasks != nil {
 		jobs = append(jobs, background.Periodic{Name: "task_sweep", Every: g.tasks.SweepEvery(), Run: g.tasks.Resume})
 	}
+	if g.flows != nil {
+		jobs = append(jobs, background.Periodic{Name: "flow_sweep", Every: g.flows.SweepEvery(), Run: g.flows.Resume})
+	}
 	return jobs
 }
+
+// Flows is the flow runtime (nil: flows are not enabled).
+func (g *Gateway) Flows() *flowrun.Runtime { return g.flows }
 
 // Jobs registers the rooms' job workers (task steps) on workers and
 // returns their queues, for the background room (background.Config).
 func (g *Gateway) Jobs(workers *river.Workers) map[string]river.QueueConfig {
-	if g.tasks == nil {
-		return nil
+	var queues map[string]river.QueueConfig
+	if g.tasks != nil {
+		queues = g.tasks.Jobs(workers)
 	}
-	return g.tasks.Jobs(workers)
+	if g.flows != nil {
+		if queues == nil {
+			queues = map[string]river.QueueConfig{}
+		}
+		for q, c := range g.flows.Jobs(workers) {
+			queues[q] = c
+		}
+	}
+	return queues
 }
 
 // tapChain offers a tap to each handler in turn until one handles it.
