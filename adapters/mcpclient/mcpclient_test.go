@@ -74,6 +74,10 @@ func (p *phone) keep(m core.OutMessage) {
 		return
 	}
 	c := *m.Card
+	if err := c.Validate(); err != nil {
+		// What a real channel refuses to show: kept as a failure.
+		c.Status, c.Outcome = "invalid", err.Error()
+	}
 	p.cards[c.ID] = &c
 }
 

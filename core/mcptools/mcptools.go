@@ -77,6 +77,8 @@ type Config struct {
 	// MaxResult bounds the characters of a result kept (default 64 KiB);
 	// the rest is cut and the result marked truncated.
 	MaxResult int
+	// Servers names the configured servers (SyncAll).
+	Servers []string
 	// CardTTL is how long a pin card can be tapped (default 24 h); a later
 	// sync asks again.
 	CardTTL time.Duration

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
@@ -33,6 +34,23 @@ func (t *Tools) Sync(ctx context.Context, server string) ([]core.MCPTool, error)
 		return nil, fmt.Errorf("mcptools: list the tools of %q: %w", server, err)
 	}
 	return t.see(ctx, server, defs)
+}
+
+// SyncEvery is how often every server's tools are listed again (the
+// background room's mcp_sync job), besides at start and on
+// tools/list_changed.
+const SyncEvery = 10 * time.Minute
+
+// SyncAll syncs every configured server; a server that does not answer
+// is reported and the others are still synced.
+func (t *Tools) SyncAll(ctx context.Context) error {
+	var errs []error
+	for _, s := range t.cfg.Servers {
+		if _, err := t.Sync(ctx, s); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // see records defs as the server's tools now (Sync).
@@ -280,6 +298,7 @@ func settledCard(c core.MCPPinCard, status cards.Status, outcome string) *cards.
 		names = append(names, p.Name)
 	}
 	return &cards.Card{ID: cards.ID(c.ID), Kind: cards.KindApproval, Risk: cards.RiskHigh, Status: status,
-		Intent:  render.Clip(cards.ShowInvisible(fmt.Sprintf("Pin %d tool(s) of MCP server %s: %s", len(c.Tools), c.Server, strings.Join(names, ", "))), cards.MaxIntent),
-		Outcome: render.Clip(cards.ShowInvisible(outcome), cards.MaxIntent)}
+		Intent:    render.Clip(cards.ShowInvisible(fmt.Sprintf("Pin %d tool(s) of MCP server %s: %s", len(c.Tools), c.Server, strings.Join(names, ", "))), cards.MaxIntent),
+		Rationale: "Silas calls a tool of this server only with a definition you pinned; each call still gets its own card.",
+		Outcome:   render.Clip(cards.ShowInvisible(outcome), cards.MaxIntent)}
 }
