@@ -19,12 +19,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 
+	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/access"
 	"github.com/silas-gateway/silas/core/audit"
@@ -36,10 +38,11 @@ import (
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/flowrun"
+	"github.com/silas-gateway/silas/core/mcptools"
 	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/policy"
-	"github.com/silas-gateway/silas/core/mcptools"
 	"github.com/silas-gateway/silas/core/propose"
+	"github.com/silas-gateway/silas/core/route"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/secureinput"
 	"github.com/silas-gateway/silas/core/store"
@@ -67,6 +70,13 @@ type Config struct {
 	ApprovalTTL time.Duration
 	// TokenTTL bounds the gap between approval and execution (default 10m).
 	TokenTTL time.Duration
+	// RouteTo is approvals.route_to: the identities and channels an
+	// approval card goes to when the requesting conversation cannot
+	// decide it (core/route; empty: every owner's direct conversations).
+	RouteTo []string
+	// NoSelfApproval lists the risks for which a requester may not decide
+	// their own request, even as an owner (approvals.self_approval: false).
+	NoSelfApproval []cards.Risk
 	// Consents bounds the standing approvals an owner may give from a
 	// card (core/consent); a zero TTL: none are offered or used.
 	Consents consent.Limits
@@ -108,17 +118,22 @@ type Config struct {
 	// answered "not enabled"). The ports carry the gateway's Store, Policy,
 	// Verifier, Logger and Now for the runtime's defaults.
 	Tasks func(TaskPorts) (engine.Tasks, error)
-	// MCP are the tools of the configured MCP servers (core/mcptools):
-	// their calls run through the executor as tool "mcp", their pin cards
-	// go to the owner and are answered through the engine (nil: none).
-	MCP *mcptools.Tools
 	// Flows enables the flow runtime (core/flowrun) with this config (nil:
 	// /flows answers that flows are not enabled). Its Store, Logger and
 	// Now default to the gateway's; its action nodes propose through the
 	// same proposer, trust book and executor as /run.
 	Flows *flowrun.Config
+	// MCP are the tools of the configured MCP servers (core/mcptools):
+	// their calls run through the executor as tool "mcp", their pin cards
+	// go to the owner and are answered through the engine (nil: none).
+	MCP *mcptools.Tools
 	// Hooks observe progress (benchmarks and tests); nil fields are skipped.
 	Hooks engine.Hooks
+	// Cluster is this process's membership of the instances sharing the
+	// database (*cluster.Instance; nil: alone, as in tests): turns wait
+	// for earlier ones another instance holds and outbox lanes claim
+	// their conversation while others exist.
+	Cluster Cluster
 	// Failpoint, for crash tests only: "after-approve" or "after-execute"
 	// makes the process SIGKILL itself at that point.
 	Failpoint string
@@ -182,6 +197,7 @@ type TaskPorts struct {
 // Gateway is the turn pipeline on the rooms New built.
 type Gateway struct {
 	*engine.Engine
+	exec   *execute.Executor
 	out    *outbox.Outbox
 	access *access.Access
 	secure *secureinput.Requests
@@ -212,7 +228,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: channels, Logger: cfg.Logger, Now: cfg.Now, After: cfg.OutboxAfter,
-		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: m.outbox, Handles: handles})
+		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: m.outbox, Handles: handles, Cluster: outboxCluster(cfg.Cluster)})
 	if g.access, err = access.New(access.Config{Policies: cfg.Access, Owners: cfg.Owners, Book: book, Channels: channels, Key: cfg.Key,
 		Store: cfg.Store, Outbox: g.out, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -222,13 +238,20 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	decider := decide.New(decide.Config{Key: cfg.Key, TokenTTL: cfg.TokenTTL, Preview: cfg.OutputPreview, Executions: cfg.Store,
-		Standing: cfg.Consents})
+		Standing: cfg.Consents, NoSelfApproval: cfg.NoSelfApproval})
+	owners := func(ctx context.Context) []core.IdentityID { return slices.Concat(cfg.Owners, book.OwnersBound(ctx)) }
+	router, err := route.New(route.Config{Store: cfg.Store, Owners: owners, Channels: slices.Collect(maps.Keys(channels)), To: cfg.RouteTo,
+		NoSelfApproval: cfg.NoSelfApproval})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	// An edit of a routed card reaches its copies' conversations at once.
+	cfg.Store.OnFanOut(func(c core.ConversationID) { g.out.Kick(c, -1) })
 	proposer, err := propose.New(propose.Config{Key: cfg.Key, Policy: cfg.Policy, Approver: decider, ApprovalTTL: cfg.ApprovalTTL,
 		Preview: cfg.OutputPreview, StandingTTL: cfg.Consents.TTL, Now: cfg.Now})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	owners := func(ctx context.Context) []core.IdentityID { return slices.Concat(cfg.Owners, book.OwnersBound(ctx)) }
 	var tools map[string]execute.ToolRunner
 	var questions engine.Questions
 	if cfg.MCP != nil {
@@ -251,6 +274,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	g.exec = exec
 	if cfg.Tasks != nil {
 		// Built once, on the rooms it proposes through: no second step.
 		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}, Outbox: g.out,
@@ -302,8 +326,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.Engine, err = engine.New(engine.Config{
 		Store: cfg.Store, Channels: channels, Agent: cfg.Agent, Trust: book, Handles: handles, Outbox: g.out, Access: g.access,
-		Decider: decider, Proposer: proposer, Runs: exec, Commands: cmds, Tasks: g.tasks, Questions: questions, Flows: flowTaps, Count: m,
+		Decider: decider, Proposer: proposer, Runs: exec, Commands: cmds, Tasks: g.tasks, Questions: questions, Flows: flowTaps, Count: m, Router: router,
 		MaxTextLen: cfg.MaxTextLen, Workers: cfg.Workers, Registry: cfg.Registry, Logger: cfg.Logger, Now: cfg.Now, Hooks: cfg.Hooks,
+		Cluster: engineCluster(cfg.Cluster),
 	})
 	if err != nil {
 		return nil, err
