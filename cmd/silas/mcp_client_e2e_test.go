@@ -76,6 +76,14 @@ func TestMCPClientThroughTheBinary(t *testing.T) {
 	if n := dbCount(t, dsn, `SELECT count(*) FROM audit_log WHERE kind = 'mcp.pinned'`); n != 2 {
 		t.Fatalf("mcp.pinned entries = %d, want 2", n)
 	}
+	// doctor connects to the server (in a sandbox of its own) and compares
+	// its tools with the pins; its exit status counts other checks too.
+	doc := exec.Command(silasBin, "doctor")
+	doc.Env = append(s.env, "SILAS_AGENT_KIND=command") // the scripted model answers the test only
+	out, _ := doc.CombinedOutput()
+	if !strings.Contains(string(out), "files: 2 tools, each as pinned") {
+		t.Fatalf("silas doctor does not report the MCP server:\n%s", out)
+	}
 	list := s.silasCLI(t, "mcp", "list")
 	for _, want := range []string{"files", "delete", "read", "pinned", "stdio (sandbox)"} {
 		if !strings.Contains(list, want) {
