@@ -255,7 +255,9 @@ func New(cfg Config) (*Gateway, error) {
 	var tools map[string]execute.ToolRunner
 	var questions engine.Questions
 	if cfg.MCP != nil {
-		cfg.MCP.Bind(func(ctx context.Context) (core.DirectConversation, error) { return ownerConversation(ctx, cfg, owners(ctx)) },
+		cfg.MCP.Bind(func(ctx context.Context) (core.DirectConversation, error) {
+			return ownerConversation(ctx, cfg, owners(ctx))
+		},
 			func(c core.ConversationID) { g.out.Kick(c, 1) })
 		tools = map[string]execute.ToolRunner{core.ToolMCP: cfg.MCP}
 		g.mcp = cfg.MCP
