@@ -145,8 +145,14 @@ func (c *Client) CallTool(ctx context.Context, server, name string, args json.Ra
 	if len(args) > 0 {
 		a = args
 	}
-	res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: a})
+	cctx, cancel := context.WithTimeout(ctx, c.servers[server].Timeout)
+	defer cancel()
+	res, err := s.cs.CallTool(cctx, &mcp.CallToolParams{Name: name, Arguments: a})
 	if err != nil {
+		if cctx.Err() != nil && ctx.Err() == nil {
+			// The server's own bound (mcp.servers[].timeout).
+			return mcptools.Result{}, fmt.Errorf("tools/call: no answer within %s: %w", c.servers[server].Timeout, context.DeadlineExceeded)
+		}
 		if ctx.Err() == nil {
 			c.drop(server)
 		}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/silas-gateway/silas/adapters/mcpclient"
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
@@ -72,6 +74,10 @@ func (p *phone) keep(m core.OutMessage) {
 		return
 	}
 	c := *m.Card
+	if err := c.Validate(); err != nil {
+		// What a real channel refuses to show: kept as a failure.
+		c.Status, c.Outcome = "invalid", err.Error()
+	}
 	p.cards[c.ID] = &c
 }
 
@@ -410,5 +416,85 @@ func TestThreeReconnects(t *testing.T) {
 	}
 	if n := w.fake.conns.Load(); n != 4 {
 		t.Fatalf("%d connections for 4 sessions", n)
+	}
+}
+
+// "Not now" leaves the tools unpinned (calls refused); the next look at
+// the server asks again, on a new card. A second sync while a card is
+// open sends no second card.
+func TestNotNowAsksAgainLater(t *testing.T) {
+	w := newWorld(t, mcpclient.Server{Name: "files", Command: "fake"})
+	ctx := t.Context()
+	if _, err := w.tools.Sync(ctx, "files"); err != nil {
+		t.Fatal(err)
+	}
+	first := w.phone.card(t, "asking to pin", func(c *cards.Card) bool { return strings.HasPrefix(string(c.ID), "mcppin-") })
+	if _, err := w.tools.Sync(ctx, "files"); err != nil {
+		t.Fatal(err)
+	}
+	w.tap(first.ID, "notnow")
+	w.phone.card(t, "declined", func(x *cards.Card) bool { return x.ID == first.ID && x.Status == cards.StatusDeclined })
+	pending := 0
+	w.phone.mu.Lock()
+	for _, c := range w.phone.cards {
+		if strings.HasPrefix(string(c.ID), "mcppin-") && c.Status == cards.StatusPending {
+			pending++
+		}
+	}
+	w.phone.mu.Unlock()
+	if pending != 0 {
+		t.Fatalf("%d open pin cards after two syncs and a decline, want 0 (one card per open question)", pending)
+	}
+	if _, err := w.tools.Sync(ctx, "files"); err != nil {
+		t.Fatal(err)
+	}
+	w.phone.card(t, "asking again", func(c *cards.Card) bool {
+		return strings.HasPrefix(string(c.ID), "mcppin-") && c.ID != first.ID && c.Status == cards.StatusPending
+	})
+	m, err := w.st.MCPTool(ctx, "files", "delete")
+	if err != nil || m.Status != core.MCPToolPending {
+		t.Fatalf("delete is %s (%v), want pending", m.Status, err)
+	}
+}
+
+// A tool error is a failed call, a server that does not answer in time a
+// timed-out one, a credential in a result is redacted before the card
+// shows it: each a clear outcome on the card, never a crash.
+func TestResultsAndFailures(t *testing.T) {
+	w := newWorld(t, mcpclient.Server{Name: "files", Command: "fake", Timeout: 2 * time.Second})
+	token := "ghp_" + strings.Repeat("A1b2C3d4", 5)
+	w.fake.srv.AddTool(&sdk.Tool{Name: "leak", Description: "Returns a credential.", InputSchema: schema()},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "token=" + token + " done"}}}, nil
+		})
+	w.fake.srv.AddTool(&sdk.Tool{Name: "fail", Description: "Always fails.", InputSchema: schema()},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			r := &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "disk on fire"}}}
+			r.IsError = true
+			return r, nil
+		})
+	w.fake.srv.AddTool(&sdk.Tool{Name: "hang", Description: "Never answers.", InputSchema: schema()},
+		func(ctx context.Context, _ *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+	w.pin()
+	for _, tt := range []struct {
+		tool   string
+		status cards.Status
+		want   string
+		never  string
+	}{
+		{"leak", cards.StatusDone, "[redacted", token},
+		{"fail", cards.StatusFailed, "disk on fire", ""},
+		{"hang", cards.StatusFailed, "did not answer in time", ""},
+	} {
+		c := w.callCard(tt.tool, `{}`)
+		w.approve(c)
+		d := w.phone.card(t, "settled", settled(c.ID))
+		shown := d.Output + d.Outcome
+		if d.Status != tt.status || !strings.Contains(shown, tt.want) || (tt.never != "" && strings.Contains(shown, tt.never)) {
+			t.Errorf("%s: card %s %q, want %s showing %q", tt.tool, d.Status, shown, tt.status, tt.want)
+		}
 	}
 }

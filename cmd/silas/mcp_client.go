@@ -43,10 +43,12 @@ func newMCPTools(cfg *config.Config, st *store.Store, sb core.Sandbox, sealer *s
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}
 	trusted := map[string]bool{}
+	var names []string
 	for _, s := range cfg.MCP.Servers {
 		trusted[s.Name] = s.Trusted
+		names = append(names, s.Name)
 	}
-	tools, err = mcptools.New(mcptools.Config{Store: st, Client: client, Trusted: func(s string) bool { return trusted[s] },
+	tools, err = mcptools.New(mcptools.Config{Store: st, Client: client, Trusted: func(s string) bool { return trusted[s] }, Servers: names,
 		MaxResult: cfg.MCP.MaxResultChars, Logger: log})
 	if err != nil {
 		client.Close()

@@ -218,6 +218,7 @@ type Gateway struct {
 	flows  *flowrun.Runtime // nil: flows not enabled
 	calls  *callgate.Gate
 	health *health.Monitor
+	mcp    *mcptools.Tools // nil: no mcp.servers
 }
 
 // New validates cfg and builds every room and the engine on them.
@@ -269,10 +270,11 @@ func New(cfg Config) (*Gateway, error) {
 	var questions engine.Questions
 	if cfg.MCP != nil {
 		cfg.MCP.Bind(func(ctx context.Context) (core.DirectConversation, error) {
-			return cfg.Store.OwnerConversation(ctx, owners(ctx))
+			return ownerConversation(ctx, cfg, owners(ctx))
 		},
 			func(c core.ConversationID) { g.out.Kick(c, 1) })
 		tools = map[string]execute.ToolRunner{core.ToolMCP: cfg.MCP}
+		g.mcp = cfg.MCP
 	}
 	exec, err := execute.New(execute.Config{
 		Store: execStore{cfg.Store}, Key: pub, Sandbox: cfg.Sandbox, Verifier: cfg.Verifier, Tools: tools,
@@ -400,6 +402,11 @@ func (g *Gateway) Maintenance() []background.Periodic {
 	if g.flows != nil {
 		jobs = append(jobs, background.Periodic{Name: "flow_sweep", Every: g.flows.SweepEvery(), Run: g.flows.Resume})
 	}
+	if g.mcp != nil {
+		// A server that changes a tool without tools/list_changed is caught
+		// here at the latest (and before any call to it, always).
+		jobs = append(jobs, background.Periodic{Name: "mcp_sync", Every: mcptools.SyncEvery, Run: g.mcp.SyncAll, Timeout: 5 * time.Minute})
+	}
 	return jobs
 }
 
@@ -432,6 +439,26 @@ func (g *Gateway) Jobs(workers *river.Workers) map[string]river.QueueConfig {
 		}
 	}
 	return queues
+}
+
+// ownerConversation is where a card for the owner goes: their newest
+// direct conversation, else the first a channel names with an owner (the
+// web chat's own, for an owner who never wrote).
+func ownerConversation(ctx context.Context, cfg Config, owners []core.IdentityID) (core.DirectConversation, error) {
+	d, err := cfg.Store.OwnerConversation(ctx, owners)
+	if !errors.Is(err, core.ErrNotFound) {
+		return d, err
+	}
+	for _, ch := range cfg.Channels {
+		if dm, ok := ch.(core.DirectMessenger); ok {
+			for _, o := range owners {
+				if conv, found := dm.DirectConversation(o); found {
+					return core.DirectConversation{Channel: ch.Name(), Identity: o, Conversation: conv}, nil
+				}
+			}
+		}
+	}
+	return d, err
 }
 
 // tapChain offers a tap to each handler in turn until one handles it.

@@ -77,6 +77,8 @@ type Config struct {
 	// MaxResult bounds the characters of a result kept (default 64 KiB);
 	// the rest is cut and the result marked truncated.
 	MaxResult int
+	// Servers names the configured servers (SyncAll).
+	Servers []string
 	// CardTTL is how long a pin card can be tapped (default 24 h); a later
 	// sync asks again.
 	CardTTL time.Duration
@@ -257,9 +259,9 @@ func (t *Tools) Run(ctx context.Context, act core.Action, timeout time.Duration)
 	res, err := t.cfg.Client.CallTool(callCtx, act.Server, act.Name, act.Arguments)
 	out := core.ExecResult{Duration: t.cfg.Now().Sub(start), Isolation: "mcp:" + act.Server}
 	switch {
-	case err != nil && callCtx.Err() != nil && ctx.Err() == nil:
+	case err != nil && ctx.Err() == nil && (callCtx.Err() != nil || errors.Is(err, context.DeadlineExceeded)):
 		out.ExitCode, out.TimedOut = -1, true
-		out.Stderr = fmt.Appendf(nil, "%s did not answer within %s", tool, timeout)
+		out.Stderr = fmt.Appendf(nil, "%s did not answer in time: %s", tool, redactText(err.Error()))
 	case err != nil:
 		// Sent, or maybe sent: a failed call, never a crash.
 		out.ExitCode = 1

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
@@ -33,6 +34,23 @@ func (t *Tools) Sync(ctx context.Context, server string) ([]core.MCPTool, error)
 		return nil, fmt.Errorf("mcptools: list the tools of %q: %w", server, err)
 	}
 	return t.see(ctx, server, defs)
+}
+
+// SyncEvery is how often every server's tools are listed again (the
+// background room's mcp_sync job), besides at start and on
+// tools/list_changed.
+const SyncEvery = 10 * time.Minute
+
+// SyncAll syncs every configured server; a server that does not answer
+// is reported and the others are still synced.
+func (t *Tools) SyncAll(ctx context.Context) error {
+	var errs []error
+	for _, s := range t.cfg.Servers {
+		if _, err := t.Sync(ctx, s); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // see records defs as the server's tools now (Sync).
@@ -69,6 +87,7 @@ func (t *Tools) see(ctx context.Context, server string, defs []Def) ([]core.MCPT
 		}
 		var entries []audit.Entry
 		var ask []core.MCPTool
+		open := map[string]bool{}
 		for _, s := range list {
 			m, known := byName[s.name]
 			next := core.MCPTool{Server: server, Name: s.name, Definition: s.def, Hash: s.hash, PinnedHash: m.PinnedHash, Card: m.Card,
@@ -85,7 +104,7 @@ func (t *Tools) see(ctx context.Context, server string, defs []Def) ([]core.MCPT
 			default:
 				next.Status = core.MCPToolPending
 			}
-			if next.Status != core.MCPToolPinned && (m.Card == "" || m.Hash != s.hash) {
+			if next.Status != core.MCPToolPinned && !(m.Hash == s.hash && cardOpen(ctx, tx, m.Card, open)) {
 				next.Card = "" // the open card (if any) showed another definition
 				ask = append(ask, next)
 			}
@@ -132,6 +151,22 @@ func (t *Tools) see(ctx context.Context, server string, defs []Def) ([]core.MCPT
 		t.cfg.Kick(kick)
 	}
 	return out, nil
+}
+
+// cardOpen: the pin card id can still be tapped (pending, unexpired); a
+// tool on a decided or expired card is asked about again. Answers are
+// kept in seen (several tools share a card).
+func cardOpen(ctx context.Context, tx *store.Tx, id string, seen map[string]bool) bool {
+	if id == "" {
+		return false
+	}
+	if ok, known := seen[id]; known {
+		return ok
+	}
+	c, err := tx.GetMCPPinCard(ctx, id)
+	ok := err == nil && c.Status == "pending" && tx.Now().Before(c.ExpiresAt)
+	seen[id] = ok
+	return ok
 }
 
 // pinCard draws the card asking the owner to pin tools: each tool's name,
@@ -225,7 +260,7 @@ func (t *Tools) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust
 		if ok, err := tx.SettleMCPPinCard(ctx, c.ID, "declined", turn.Sender); err != nil || !ok {
 			return core.TaskTap{Handled: true, Refused: core.RefusedAlreadyDecided, Toast: "Already decided."}, err
 		}
-		out.Update(settledCard(c, cards.StatusDeclined, "Not pinned: calls to these tools stay refused. Silas asks again when the server's tools change."))
+		out.Update(settledCard(c, cards.StatusDeclined, "Not pinned: calls to these tools stay refused. Silas asks again at its next look at the server's tools (a restart, or the server announcing a change)."))
 		return core.TaskTap{Handled: true, Toast: "Not pinned."}, nil
 	}
 	if ok, err := tx.SettleMCPPinCard(ctx, c.ID, "pinned", turn.Sender); err != nil || !ok {
@@ -263,6 +298,7 @@ func settledCard(c core.MCPPinCard, status cards.Status, outcome string) *cards.
 		names = append(names, p.Name)
 	}
 	return &cards.Card{ID: cards.ID(c.ID), Kind: cards.KindApproval, Risk: cards.RiskHigh, Status: status,
-		Intent:  render.Clip(cards.ShowInvisible(fmt.Sprintf("Pin %d tool(s) of MCP server %s: %s", len(c.Tools), c.Server, strings.Join(names, ", "))), cards.MaxIntent),
-		Outcome: render.Clip(cards.ShowInvisible(outcome), cards.MaxIntent)}
+		Intent:    render.Clip(cards.ShowInvisible(fmt.Sprintf("Pin %d tool(s) of MCP server %s: %s", len(c.Tools), c.Server, strings.Join(names, ", "))), cards.MaxIntent),
+		Rationale: "Silas calls a tool of this server only with a definition you pinned; each call still gets its own card.",
+		Outcome:   render.Clip(cards.ShowInvisible(outcome), cards.MaxIntent)}
 }
