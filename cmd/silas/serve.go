@@ -24,6 +24,7 @@ import (
 	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/keys"
 	"github.com/silas-gateway/silas/core/lease"
+	"github.com/silas-gateway/silas/core/mcptools"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
@@ -91,7 +92,14 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer chans.Close()
-	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log)
+	mcpc, mcpTools, err := newMCPTools(cfg, db.store, sb, sealer, log)
+	if err != nil {
+		return err
+	}
+	if mcpc != nil {
+		defer mcpc.Close()
+	}
+	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log, mcpTools)
 	if err != nil {
 		return err
 	}
@@ -128,6 +136,10 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		cancel()
 		w.wg.Wait()
 		return err
+	}
+	if mcpTools != nil {
+		// New tools get their pin card, changed ones are quarantined.
+		go syncMCP(runCtx, mcpTools, cfg.MCP.Servers, log)
 	}
 	if form != nil {
 		w.start("secrets_web", func() error { return form.ListenAndServe(runCtx) })
@@ -293,7 +305,7 @@ func newSandbox(cfg *config.Config, configPath string, log *slog.Logger) (*sandb
 // newEngine builds the agent and the engine over the channels (with the
 // task runtime when the LLM agent is configured).
 func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandbox.Subprocess, sbDir string, pol *policy.Policy,
-	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger) (*gateway.Gateway, error) {
+	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger, mcp *mcptools.Tools) (*gateway.Gateway, error) {
 	ids := func(list []string) []core.IdentityID {
 		out := make([]core.IdentityID, len(list))
 		for i, o := range list {
@@ -307,6 +319,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 	}
 	withHistory(ag, st)
 	withSecretNames(ag, st.ListSecrets)
+	withMCPTools(ag, mcp)
 	tasks, err := newTasks(cfg, log)
 	if err != nil {
 		return nil, err
@@ -318,7 +331,8 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration, ExecTimeout: cfg.Sandbox.Timeout.Duration,
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
-		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg),
+		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg), MCP: mcp,
+		Flows: flowsConfig(cfg),
 	})
 }
 

@@ -70,8 +70,12 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		o.toast = rv.Toast
 		return nil
 	}
-	if q := e.cfg.Questions; q != nil {
-		// A card an outside agent's question put to the owner.
+	for _, q := range []Questions{e.cfg.Questions, e.cfg.Flows} {
+		if q == nil {
+			continue
+		}
+		// A card an outside agent's question put to the owner, or a
+		// flow gate's.
 		qt, err := q.Tap(ctx, tx, o.st, o.trust, tap, o)
 		if err != nil {
 			return err

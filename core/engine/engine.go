@@ -58,6 +58,9 @@ type Config struct {
 	// Questions answers taps on the cards of outside agents' questions
 	// (core/callgate; nil: there are none).
 	Questions Questions
+	// Flows answers taps on flow gates' cards (core/flowrun; nil: flows
+	// are not enabled).
+	Flows Questions
 	// Count counts policy decisions and approval taps (nil: not counted).
 	Count propose.Counter
 	// MaxTextLen rejects longer inbound text; Workers bounds

@@ -98,6 +98,9 @@ type Config struct {
 	Key      ed25519.PublicKey
 	Sandbox  core.Sandbox
 	Verifier *verify.Runner
+	// Tools runs the actions of tools other than "shell", by tool name;
+	// an action of a tool in neither is refused.
+	Tools map[string]ToolRunner
 	// Secrets opens declared secrets (nil: an action that declares one is
 	// refused).
 	Secrets Secrets
@@ -128,6 +131,17 @@ type Config struct {
 	// row: after the claim the executor runs the row it checked, carried as
 	// a value, so a later edit of the row changes nothing.
 	BeforeRun func(id core.ApprovalID)
+}
+
+// ToolRunner runs the approved actions of one tool other than "shell"
+// (core/mcptools runs "mcp"), through the same gate, claim, verification
+// and records as a program: only the run itself differs. It is called
+// once per execution, after the claim committed.
+type ToolRunner interface {
+	// Run performs act within timeout. A result is what happened (a
+	// failed call is a non-zero exit code, its message on stderr); an error
+	// means nothing was sent, and the execution is refused with its text.
+	Run(ctx context.Context, act core.Action, timeout time.Duration) (core.ExecResult, error)
 }
 
 // Executor runs approved actions, one Run per execution.
@@ -264,7 +278,8 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 	// row — so nothing written to the database after the claim can change
 	// what runs.
 	act := r.act
-	if act.Tool != "shell" {
+	tool, byTool := x.cfg.Tools[act.Tool]
+	if act.Tool != "shell" && !byTool {
 		refuse(fmt.Sprintf("no executor for tool %q", act.Tool))
 		return
 	}
@@ -284,7 +299,14 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 		return
 	}
 	runCtx, stopped, runDone := x.runs.track(ctx, r.a.ID)
-	res, err := x.cfg.Sandbox.Run(runCtx, core.ExecRequest{Argv: act.Argv, Env: env, Timeout: timeout, Network: act.Network})
+	var res core.ExecResult
+	if byTool {
+		// Past the gate and the claim, like a program: the tool's call
+		// leaves the gateway only now.
+		res, err = tool.Run(runCtx, act, timeout)
+	} else {
+		res, err = x.cfg.Sandbox.Run(runCtx, core.ExecRequest{Argv: act.Argv, Env: env, Timeout: timeout, Network: act.Network})
+	}
 	runDone()
 	if stopped() {
 		// Killed because its task was stopped: whatever it did so far
@@ -309,6 +331,10 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 		if ctx.Err() != nil {
 			// Shutting down mid-run: leave it "running"; the next start marks
 			// it interrupted rather than running it twice.
+			return
+		}
+		if byTool {
+			refuse(err.Error())
 			return
 		}
 		refuse("could not start: " + err.Error())

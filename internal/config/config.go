@@ -556,7 +556,7 @@ func (c *Config) Adapters() []spec.Spec {
 // Validate checks every key and names the first bad one: the gateway's own
 // sections, then each adapter's (Adapters), the agent's and the policy.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows, c.checkConsents} {
+	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows, c.checkConsents, c.checkMCP} {
 		if err := check(); err != nil {
 			return err
 		}
