@@ -47,6 +47,7 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 		{"Database and audit", func() []doctor.Finding { return doctorDatabase(ctx, cfg) }},
 		{"Sandbox", func() []doctor.Finding { return doctorSandbox(cfg, env.configPath) }},
 		{"Intake", func() []doctor.Finding { return doctorDeadLetters(ctx, env, cfg) }},
+		{"Tracing", func() []doctor.Finding { return doctorTracing(ctx, env, cfg) }},
 	} {
 		problems += doctor.Block(env.stdout, b.title, b.run)
 	}

@@ -54,13 +54,20 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	log := newLogger(cfg, env.stderr)
+	tr, err := startTracing(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing(tr, log)
+	log = slog.New(tr.LogHandler(log.Handler()))
 	slog.SetDefault(log)
 	logIgnoredEnv(cfg, log)
-	db, release, err := openServeDatabase(ctx, cfg, log)
+	db, release, err := openServeDatabase(ctx, cfg, log, tr)
 	if err != nil {
 		return err
 	}
 	defer db.Close(context.Background())
+	tr.Record(db.store)
 	defer release()
 	key, err := signingKey(cfg, log)
 	if err != nil {
@@ -116,7 +123,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	ops := opsMux(eng, db.store, reg)
 	// Silas as an MCP server (docs/mcp.md): bearer tokens only.
 	ops.Handle(mcpadapter.Path, mcpadapter.Handler(eng.Calls(), log))
-	srv := httpserve.NewServer(chans.handler(ops, ln.Addr().String(), cfg.HTTP.AllowedHosts), limits)
+	srv := httpserve.NewServer(tr.Handler(chans.handler(ops, ln.Addr().String(), cfg.HTTP.AllowedHosts), "silas"), limits)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -131,7 +138,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	// Background work: one room, started once the engine is ready.
-	room, err := startBackground(ctx, db.store, eng, checkpoints, log)
+	room, err := startBackground(ctx, db.store, eng, checkpoints, log, tr.RiverMiddleware())
 	if err != nil {
 		cancel()
 		w.wg.Wait()
@@ -233,8 +240,8 @@ func ignoreClosed(err error) error {
 
 // openServeDatabase opens the database, brings the schema up to date (or
 // refuses one that is behind) and takes the instance lock.
-func openServeDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger) (*database, func(), error) {
-	db, err := openDatabase(ctx, cfg, log, store.Options{MaxConns: 16})
+func openServeDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, tr *tracer) (*database, func(), error) {
+	db, err := openDatabase(ctx, cfg, log, store.Options{MaxConns: 16, QueryTracer: tr.QueryTracer(), RiverMiddleware: tr.RiverMiddleware()})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -328,7 +335,8 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 		Store: st, Channels: chans.channels, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{sbDir}},
 		Policy:   pol, Key: key, Owners: ids(cfg.Identities.Owners), Allowed: ids(cfg.Identities.Allowed), Access: chans.access,
-		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration, ExecTimeout: cfg.Sandbox.Timeout.Duration,
+		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration,
+		RouteTo: cfg.Approvals.RouteTo, NoSelfApproval: cfg.NoSelfApproval(), ExecTimeout: cfg.Sandbox.Timeout.Duration,
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
 		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg), MCP: mcp,

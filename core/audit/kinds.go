@@ -39,6 +39,19 @@ const (
 	KindApprovalRefused          Kind = "approval.refused"
 	KindTokenMinted              Kind = "token.minted"
 	KindTokenConsumed            Kind = "token.consumed"
+	// KindApprovalRouted: the request's card went to approvers elsewhere
+	// (core/route), a status card stayed in the requesting conversation.
+	KindApprovalRouted Kind = "approval.routed"
+	// KindApprovalUnroutable: no approver could receive the card; the
+	// request was refused at once, nothing waits.
+	KindApprovalUnroutable Kind = "approval.unroutable"
+)
+
+// Channel health (core/health).
+const (
+	KindChannelDeaf      Kind = "channel.deaf"
+	KindChannelRecovered Kind = "channel.recovered"
+	KindGatewayDown      Kind = "gateway.down"
 )
 
 // Executions and their verification.

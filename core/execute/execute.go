@@ -29,10 +29,13 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/redact"
 	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/core/tracing"
 	"github.com/silas-gateway/silas/core/verify"
 )
 
@@ -211,6 +214,15 @@ func (x *Executor) Run(ctx context.Context, id core.ApprovalID) {
 	if x.cfg.Claimed != nil {
 		x.cfg.Claimed(id)
 	}
+	// The run continues the proposal's trace (its traceparent is on the
+	// approval row), and its card updates are delivered in it.
+	ctx, span := tracing.StartFrom(ctx, tracing.SpanExecute, r.a.Traceparent)
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrApprovalID.String(string(id)))
+		tracing.Remember(ctx, string(id))
+		defer func() { span.SetAttributes(tracing.AttrStatus.String(string(r.ex.Status))) }()
+	}
 	x.run(ctx, r)
 }
 
@@ -299,6 +311,7 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 		return
 	}
 	runCtx, stopped, runDone := x.runs.track(ctx, r.a.ID)
+	runCtx, span := tracing.Start(runCtx, tracing.SpanSandbox)
 	var res core.ExecResult
 	if byTool {
 		// Past the gate and the claim, like a program: the tool's call
@@ -307,6 +320,14 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 	} else {
 		res, err = x.cfg.Sandbox.Run(runCtx, core.ExecRequest{Argv: act.Argv, Env: env, Timeout: timeout, Network: act.Network})
 	}
+	if span.IsRecording() {
+		// How it ended, never the argv or the output.
+		span.SetAttributes(tracing.AttrExitCode.Int(res.ExitCode), tracing.AttrTimedOut.Bool(res.TimedOut), tracing.AttrIsolation.String(res.Isolation))
+		if err != nil {
+			span.SetStatus(codes.Error, "sandbox run failed")
+		}
+	}
+	span.End()
 	runDone()
 	if stopped() {
 		// Killed because its task was stopped: whatever it did so far
@@ -400,9 +421,14 @@ func (x *Executor) verify(ctx context.Context, r *execution) {
 // verdict runs the checks on a recorded result: the status it leads to,
 // the update that records it and its audit entry.
 func (x *Executor) verdict(ctx context.Context, act core.Action, rec *core.ExecRecord) (core.ExecStatus, core.ExecUpdate, note) {
+	ctx, span := tracing.Start(ctx, tracing.SpanVerify)
 	report := x.cfg.Verifier.Run(ctx, act.Verify, verify.Evidence{
 		ExitCode: rec.ExitCode, Stdout: []byte(rec.Stdout), TimedOut: rec.TimedOut, Dir: rec.Dir,
 	})
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrVerified.Bool(report.AllPassed))
+	}
+	span.End()
 	raw, _ := json.Marshal(report)
 	to, kind := core.ExecVerified, audit.KindVerificationPassed
 	summary := report.Summary()

@@ -198,8 +198,8 @@ type jobInserter interface {
 // newJobInserter is an insert-only River client on the store's pool: it
 // starts nothing and needs no workers (the background room works the jobs,
 // in this process or another).
-func (s *Store) newJobInserter() (jobInserter, error) {
-	c, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{Logger: s.log})
+func (s *Store) newJobInserter(mw []rivertype.Middleware) (jobInserter, error) {
+	c, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{Logger: s.log, Middleware: mw})
 	if err != nil {
 		return nil, fmt.Errorf("store: river insert client: %w", err)
 	}
