@@ -34,7 +34,7 @@ func startBackground(ctx context.Context, st *store.Store, eng *gateway.Gateway,
 	jobs := append(eng.Maintenance(), background.Periodic{
 		Name: "audit_checkpoint", Every: cp.MinInterval(),
 		Run: func(ctx context.Context) error { _, err := cp.RunOnce(ctx); return err },
-	})
+	}, eng.Takeover(func(ctx context.Context) error { _, err := st.SweepInstances(ctx, time.Minute); return err }))
 	workers := river.NewWorkers()
 	room, err := background.New(background.Config{
 		Pool: st.Pool(), Periodic: jobs, Workers: workers, Queues: eng.Jobs(workers), Logger: log, Middleware: mw,

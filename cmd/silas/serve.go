@@ -62,13 +62,12 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	log = slog.New(tr.LogHandler(log.Handler()))
 	slog.SetDefault(log)
 	logIgnoredEnv(cfg, log)
-	db, release, err := openServeDatabase(ctx, cfg, log, tr)
+	db, err := openServeDatabase(ctx, cfg, log, tr)
 	if err != nil {
 		return err
 	}
 	defer db.Close(context.Background())
 	tr.Record(db.store)
-	defer release()
 	key, err := signingKey(cfg, log)
 	if err != nil {
 		return err
@@ -89,12 +88,18 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err := checkClusterKeys(ctx, cfg, db.store, key, log); err != nil {
 		return err
 	}
+	// Any number of instances may serve one database (cluster.go).
+	inst, peers, err := joinCluster(ctx, db.store, log)
+	if err != nil {
+		return err
+	}
+	defer leaveCluster(inst, log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(lease.NewCollector(db.store, lease.HolderFor(db.store))) // who holds which lease (docs/operations.md)
 
 	late := &lateHooks{out: env.stdout, log: log}
-	chans, err := buildChannels(ctx, cfg, db, log, reg, late)
+	chans, err := buildChannels(ctx, cfg, db, log, reg, late, peers)
 	if err != nil {
 		return err
 	}
@@ -106,7 +111,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if mcpc != nil {
 		defer mcpc.Close()
 	}
-	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log, mcpTools)
+	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log, mcpTools, inst)
 	if err != nil {
 		return err
 	}
@@ -129,6 +134,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	defer cancel()
 	w := &workers{errc: make(chan error, 3)}
 	w.start("http", func() error { return ignoreClosed(srv.Serve(ln)) })
+	w.start("", func() error { peers.Run(runCtx, make(chan struct{})); return nil })
 	w.start("", func() error { return eng.Run(runCtx, cfg.HTTP.ShutdownGrace.Duration) })
 	select {
 	case <-eng.Ready():
@@ -238,16 +244,17 @@ func ignoreClosed(err error) error {
 	return err
 }
 
-// openServeDatabase opens the database, brings the schema up to date (or
-// refuses one that is behind) and takes the instance lock.
-func openServeDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, tr *tracer) (*database, func(), error) {
+// openServeDatabase opens the database and brings the schema up to date
+// (or refuses one that is behind). Several instances may do this at once:
+// migrations run under their own advisory lock (store.Migrate).
+func openServeDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, tr *tracer) (*database, error) {
 	db, err := openDatabase(ctx, cfg, log, store.Options{MaxConns: 16, QueryTracer: tr.QueryTracer(), RiverMiddleware: tr.RiverMiddleware()})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	fail := func(err error) (*database, func(), error) {
+	fail := func(err error) (*database, error) {
 		db.Close(context.Background())
-		return nil, nil, err
+		return nil, err
 	}
 	if cfg.Database.AutoMigrate {
 		n, err := db.migrate(ctx, log)
@@ -260,11 +267,7 @@ func openServeDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger
 	} else if err := requireSchema(ctx, db.store); err != nil {
 		return fail(err)
 	}
-	release, err := db.store.AcquireInstance(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	return db, release, nil
+	return db, nil
 }
 
 // signingKey loads the gateway's signing key, creating it on first start.
@@ -312,7 +315,7 @@ func newSandbox(cfg *config.Config, configPath string, log *slog.Logger) (*sandb
 // newEngine builds the agent and the engine over the channels (with the
 // task runtime when the LLM agent is configured).
 func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandbox.Subprocess, sbDir string, pol *policy.Policy,
-	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger, mcp *mcptools.Tools) (*gateway.Gateway, error) {
+	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger, mcp *mcptools.Tools, inst gateway.Cluster) (*gateway.Gateway, error) {
 	ids := func(list []string) []core.IdentityID {
 		out := make([]core.IdentityID, len(list))
 		for i, o := range list {
@@ -340,7 +343,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
 		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg), MCP: mcp,
-		Flows: flowsConfig(cfg),
+		Flows: flowsConfig(cfg), Cluster: inst,
 	})
 }
 

@@ -80,6 +80,10 @@ type Config struct {
 	Now      func() time.Time
 	// Hooks observe progress (benchmarks and tests); nil fields are skipped.
 	Hooks Hooks
+	// Cluster says whether other instances share the database (nil: this
+	// process is alone, as in tests): then a conversation's turns wait
+	// for earlier ones another instance holds (cluster.go).
+	Cluster Cluster
 }
 
 // Runs is the executor as the engine starts, resumes and awaits its runs,
@@ -184,7 +188,9 @@ func (e *Engine) Ready() <-chan struct{} { return e.ready }
 // in-flight turns and executions (the executor's, core/execute) have
 // finished or, if grace ran out, were left resumable.
 func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
-	turns, err := e.st.PendingTurns(ctx)
+	// What no live instance processes (a previous process's, a dead
+	// instance's): adopted by this one, so no other instance runs it too.
+	turns, err := e.st.AdoptTurns(ctx, "", 0)
 	if err != nil {
 		return fmt.Errorf("engine: resume turns: %w", err)
 	}
@@ -401,6 +407,9 @@ func (e *Engine) worker(conv core.ConversationID, q *convQueue) {
 		st := q.items[0]
 		q.items = q.items[1:]
 		e.mu.Unlock()
+		if !e.solo() && !e.awaitEarlier(q, st) {
+			continue // an earlier turn of the conversation goes first
+		}
 		e.processWithRetry(st)
 	}
 }
@@ -416,6 +425,13 @@ func (e *Engine) processWithRetry(st core.StoredTurn) {
 		}
 		if e.workCtx.Err() != nil {
 			return // shutting down: the turn stays pending and resumes at start
+		}
+		if errors.Is(err, core.ErrFenced) {
+			// Another instance adopted the turn while this one was taken
+			// for dead (a pause): it answers it; nothing of this run
+			// committed.
+			e.log.Warn("turn taken over by another instance; dropping this run of it", slog.Int64("seq", st.Seq))
+			return
 		}
 		var perm *core.PermanentError
 		if errors.As(err, &perm) {

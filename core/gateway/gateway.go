@@ -129,6 +129,11 @@ type Config struct {
 	MCP *mcptools.Tools
 	// Hooks observe progress (benchmarks and tests); nil fields are skipped.
 	Hooks engine.Hooks
+	// Cluster is this process's membership of the instances sharing the
+	// database (*cluster.Instance; nil: alone, as in tests): turns wait
+	// for earlier ones another instance holds and outbox lanes claim
+	// their conversation while others exist.
+	Cluster Cluster
 	// Failpoint, for crash tests only: "after-approve" or "after-execute"
 	// makes the process SIGKILL itself at that point.
 	Failpoint string
@@ -192,6 +197,7 @@ type TaskPorts struct {
 // Gateway is the turn pipeline on the rooms New built.
 type Gateway struct {
 	*engine.Engine
+	exec   *execute.Executor
 	out    *outbox.Outbox
 	access *access.Access
 	secure *secureinput.Requests
@@ -221,7 +227,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: channels, Logger: cfg.Logger, Now: cfg.Now, After: cfg.OutboxAfter,
-		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: m.outbox, Handles: handles})
+		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: m.outbox, Handles: handles, Cluster: outboxCluster(cfg.Cluster)})
 	if g.access, err = access.New(access.Config{Policies: cfg.Access, Owners: cfg.Owners, Book: book, Channels: channels, Key: cfg.Key,
 		Store: cfg.Store, Outbox: g.out, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -268,6 +274,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	g.exec = exec
 	if cfg.Tasks != nil {
 		// Built once, on the rooms it proposes through: no second step.
 		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}, Outbox: g.out,
@@ -321,6 +328,7 @@ func New(cfg Config) (*Gateway, error) {
 		Store: cfg.Store, Channels: channels, Agent: cfg.Agent, Trust: book, Handles: handles, Outbox: g.out, Access: g.access,
 		Decider: decider, Proposer: proposer, Runs: exec, Commands: cmds, Tasks: g.tasks, Questions: questions, Flows: flowTaps, Count: m, Router: router,
 		MaxTextLen: cfg.MaxTextLen, Workers: cfg.Workers, Registry: cfg.Registry, Logger: cfg.Logger, Now: cfg.Now, Hooks: cfg.Hooks,
+		Cluster: engineCluster(cfg.Cluster),
 	})
 	if err != nil {
 		return nil, err

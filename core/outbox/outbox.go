@@ -58,6 +58,11 @@ type Config struct {
 	// Handles opens the sealed tap handles of answer jobs (the engine
 	// seals them at intake); nil: handles are stored as given.
 	Handles *tapseal.Sealer
+	// Cluster says whether other instances share the database and
+	// whether this one may still act (nil: alone, as in tests); with
+	// others, a lane delivers only while it holds its conversation's
+	// claim (lanes.go).
+	Cluster Cluster
 }
 
 // Outbox runs the delivery lanes and the expiry sweep.
@@ -70,6 +75,7 @@ type Outbox struct {
 	maxBackoff time.Duration
 	results    *prometheus.CounterVec
 	handles    *tapseal.Sealer
+	cluster    Cluster
 
 	mu         sync.Mutex // guards lanes, lanesCtx and missed
 	lanes      map[core.ConversationID]*lane
@@ -94,7 +100,7 @@ func New(cfg Config) *Outbox {
 	}
 	return &Outbox{
 		after: cfg.After, st: cfg.Store, channels: cfg.Channels, log: cfg.Logger, now: cfg.Now, maxBackoff: cfg.MaxBackoff,
-		results: cfg.Deliveries, handles: cfg.Handles, lanes: map[core.ConversationID]*lane{}, splits: map[int64]splitProgress{}, missed: map[core.ConversationID]bool{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
+		results: cfg.Deliveries, handles: cfg.Handles, cluster: cfg.Cluster, lanes: map[core.ConversationID]*lane{}, splits: map[int64]splitProgress{}, missed: map[core.ConversationID]bool{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
 	}
 }
 
@@ -150,6 +156,10 @@ func (ob *Outbox) startLaneLocked(conv core.ConversationID, jobs []core.OutboxJo
 // read. A delivery that fails (its retry time is in the database) puts the
 // lane back to reading.
 type lane struct {
+	// claimed: this lane holds its conversation's claim, made under
+	// heartbeat generation gen (lanes.go); only with other instances.
+	claimed bool
+	gen     uint64
 	kicked  chan struct{}
 	expect  int  // jobs known to be pending that are not in mem
 	unknown bool // pending count unknown: read until empty
@@ -228,6 +238,15 @@ func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane
 		if done {
 			return
 		}
+		if fromMem && !ob.solo() {
+			// Another instance may have queued for this conversation:
+			// the database says what is oldest.
+			ob.mu.Lock()
+			l.mem = slices.Insert(l.mem, 0, j)
+			l.unknown = true
+			ob.mu.Unlock()
+			continue
+		}
 		var superseded bool
 		var ref core.MessageRef
 		if !fromMem {
@@ -248,6 +267,21 @@ func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane
 				if len(l.mem) > 0 {
 					ob.mu.Unlock()
 					continue
+				}
+				if l.claimed {
+					ob.mu.Unlock()
+					more := ob.releaseLane(ctx, conv, l)
+					ob.mu.Lock()
+					select {
+					case <-kicked:
+						more = true
+					default:
+					}
+					if more || len(l.mem) > 0 {
+						l.unknown = true
+						ob.mu.Unlock()
+						continue
+					}
 				}
 				delete(ob.lanes, conv)
 				ob.mu.Unlock()
@@ -272,6 +306,23 @@ func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane
 				}
 				continue
 			}
+		}
+		switch ob.mayDeliver(ctx, conv, l) {
+		case laneWait:
+			if !ob.sleep(ctx, kicked, laneRecheck) {
+				ob.endLane(conv)
+				return
+			}
+			ob.mu.Lock()
+			if fromMem {
+				l.mem = slices.Insert(l.mem, 0, j)
+			}
+			l.unknown = true
+			ob.mu.Unlock()
+			continue
+		case laneLost:
+			ob.endLane(conv)
+			return
 		}
 		// Deliveries use a context of their own so that shutdown lets an
 		// in-flight send finish (bounded by the adapter's timeouts).

@@ -84,6 +84,8 @@ type Store struct {
 	entryKey     *audit.EntryKey
 	// fanOut: see OnFanOut.
 	fanOut atomic.Pointer[func(core.ConversationID)]
+	// instance is this process's instance id (SetInstance, instances.go).
+	instance string
 }
 
 // Open connects and starts the writer. It does not migrate.

@@ -202,7 +202,7 @@ func (w *writer) commit(batch []*request) (err error) {
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
-	tx := &Tx{conn: conn, now: w.s.now, river: w.s.jobs}
+	tx := &Tx{conn: conn, now: w.s.now, river: w.s.jobs, instance: w.s.instanceArg()}
 	committed := false
 	defer func() {
 		if !committed {
