@@ -46,7 +46,7 @@ func TestLeaseOnMetricsAndDoctor(t *testing.T) {
 		}
 	}
 	_, out, _ := silasIn(t, dsn, dataDir, "doctor")
-	if !strings.Contains(out, "1 alive holding leases") || !strings.Contains(out, "telegram/telegram: held by ") ||
+	if !strings.Contains(out, "1 alive: ") || !strings.Contains(out, "telegram/telegram: held by ") ||
 		!strings.Contains(out, ", epoch 1, for ") {
 		t.Fatalf("doctor's leases:\n%s", out)
 	}
