@@ -24,7 +24,7 @@ func (c *Config) build(_ context.Context, d spec.Deps) (spec.Built, error) {
 	cfg := *c
 	cfg.State, cfg.Logger = d.State, d.Logger
 	if ls, ok := d.State.(LeaseStore); ok {
-		cfg.Leases, cfg.Instance = ls, lease.InstanceID()
+		cfg.Leases, cfg.Instance = ls, lease.HolderFor(d.State)
 	}
 	a, err := New(cfg)
 	if err != nil {

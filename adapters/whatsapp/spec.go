@@ -72,7 +72,7 @@ func (c *Config) build(ctx context.Context, d spec.Deps) (spec.Built, error) {
 	cfg.NeverEdit = cfg.EditWindow == 0
 	cfg.Logger, cfg.State, cfg.Notify = d.Logger, d.State, d.Notify
 	if ls, ok := d.State.(lease.StateStore); ok {
-		cfg.Leases, cfg.Instance = ls, lease.InstanceID()
+		cfg.Leases, cfg.Instance = ls, lease.HolderFor(d.State)
 	}
 	cfg.Client = NewClient(dev, d.Logger)
 	if dev.ID == nil && d.Terminal != nil {

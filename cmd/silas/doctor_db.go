@@ -74,7 +74,8 @@ func doctorRole(ctx context.Context, cfg *config.Config) []doctor.Finding {
 	if ok {
 		out.Add(doctor.OK, "database", "the gateway's role %s can only read and append the audit log", r.User)
 	}
-	return append(out, doctorRiver(ctx, db.store)...)
+	out = append(out, doctorRiver(ctx, db.store)...)
+	return append(out, doctorLeaseStore(ctx, db.store)...)
 }
 
 // doctorAuditKey checks that the audit key can be read and that verify

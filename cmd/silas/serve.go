@@ -97,7 +97,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	defer leaveCluster(inst, log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(lease.NewCollector(db.store, lease.InstanceID())) // who holds which lease (docs/operations.md)
+	reg.MustRegister(lease.NewCollector(db.store, lease.HolderFor(db.store))) // who holds which lease (docs/operations.md)
 
 	late := &lateHooks{out: env.stdout, log: log}
 	chans, err := buildChannels(ctx, cfg, db, log, reg, late, peers)

@@ -55,6 +55,17 @@ func InstanceID() string {
 	return instanceID
 }
 
+// HolderFor is the holder name for the leases of a process whose store is
+// st: the instance id the store writes its rows under when it has one
+// (several instances on one database register themselves), so leases and
+// instances name a process alike; else InstanceID.
+func HolderFor(st any) string {
+	if s, ok := st.(interface{ Instance() string }); ok && s.Instance() != "" {
+		return s.Instance()
+	}
+	return InstanceID()
+}
+
 // Lister lists every lease (*store.Store).
 type Lister interface {
 	Leases(ctx context.Context) ([]core.Lease, error)
