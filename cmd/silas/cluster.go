@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/cluster"
+	"github.com/silas-gateway/silas/core/lease"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -17,7 +17,8 @@ import (
 // waits until each has seen this one (one heartbeat), so none of them
 // still believes itself alone when this one starts taking turns.
 func joinCluster(ctx context.Context, st *store.Store, log *slog.Logger) (*cluster.Instance, *cluster.Listener, error) {
-	st.SetInstance(core.NewID())
+	// The same id names this process as a lease holder (doctor, /metrics).
+	st.SetInstance(lease.InstanceID())
 	inst, err := cluster.Start(ctx, st, cluster.Config{Logger: log})
 	if err != nil {
 		return nil, nil, err

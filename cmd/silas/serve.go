@@ -23,6 +23,8 @@ import (
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/keys"
+	"github.com/silas-gateway/silas/core/lease"
+	"github.com/silas-gateway/silas/core/mcptools"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
@@ -52,13 +54,20 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	log := newLogger(cfg, env.stderr)
+	tr, err := startTracing(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing(tr, log)
+	log = slog.New(tr.LogHandler(log.Handler()))
 	slog.SetDefault(log)
 	logIgnoredEnv(cfg, log)
-	db, err := openServeDatabase(ctx, cfg, log)
+	db, err := openServeDatabase(ctx, cfg, log, tr)
 	if err != nil {
 		return err
 	}
 	defer db.Close(context.Background())
+	tr.Record(db.store)
 	key, err := signingKey(cfg, log)
 	if err != nil {
 		return err
@@ -87,6 +96,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	defer leaveCluster(inst, log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(lease.NewCollector(db.store, lease.InstanceID())) // who holds which lease (docs/operations.md)
 
 	late := &lateHooks{out: env.stdout, log: log}
 	chans, err := buildChannels(ctx, cfg, db, log, reg, late, peers)
@@ -94,7 +104,14 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer chans.Close()
-	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log, inst)
+	mcpc, mcpTools, err := newMCPTools(cfg, db.store, sb, sealer, log)
+	if err != nil {
+		return err
+	}
+	if mcpc != nil {
+		defer mcpc.Close()
+	}
+	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log, mcpTools, inst)
 	if err != nil {
 		return err
 	}
@@ -111,7 +128,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	ops := opsMux(eng, db.store, reg)
 	// Silas as an MCP server (docs/mcp.md): bearer tokens only.
 	ops.Handle(mcpadapter.Path, mcpadapter.Handler(eng.Calls(), log))
-	srv := httpserve.NewServer(chans.handler(ops, ln.Addr().String(), cfg.HTTP.AllowedHosts), limits)
+	srv := httpserve.NewServer(tr.Handler(chans.handler(ops, ln.Addr().String(), cfg.HTTP.AllowedHosts), "silas"), limits)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -127,11 +144,15 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	// Background work: one room, started once the engine is ready.
-	room, err := startBackground(ctx, db.store, eng, checkpoints, log)
+	room, err := startBackground(ctx, db.store, eng, checkpoints, log, tr.RiverMiddleware())
 	if err != nil {
 		cancel()
 		w.wg.Wait()
 		return err
+	}
+	if mcpTools != nil {
+		// New tools get their pin card, changed ones are quarantined.
+		go syncMCP(runCtx, mcpTools, cfg.MCP.Servers, log)
 	}
 	if form != nil {
 		w.start("secrets_web", func() error { return form.ListenAndServe(runCtx) })
@@ -226,8 +247,8 @@ func ignoreClosed(err error) error {
 // openServeDatabase opens the database and brings the schema up to date
 // (or refuses one that is behind). Several instances may do this at once:
 // migrations run under their own advisory lock (store.Migrate).
-func openServeDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger) (*database, error) {
-	db, err := openDatabase(ctx, cfg, log, store.Options{MaxConns: 16})
+func openServeDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, tr *tracer) (*database, error) {
+	db, err := openDatabase(ctx, cfg, log, store.Options{MaxConns: 16, QueryTracer: tr.QueryTracer(), RiverMiddleware: tr.RiverMiddleware()})
 	if err != nil {
 		return nil, err
 	}
@@ -294,7 +315,7 @@ func newSandbox(cfg *config.Config, configPath string, log *slog.Logger) (*sandb
 // newEngine builds the agent and the engine over the channels (with the
 // task runtime when the LLM agent is configured).
 func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandbox.Subprocess, sbDir string, pol *policy.Policy,
-	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger, inst gateway.Cluster) (*gateway.Gateway, error) {
+	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger, mcp *mcptools.Tools, inst gateway.Cluster) (*gateway.Gateway, error) {
 	ids := func(list []string) []core.IdentityID {
 		out := make([]core.IdentityID, len(list))
 		for i, o := range list {
@@ -308,6 +329,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 	}
 	withHistory(ag, st)
 	withSecretNames(ag, st.ListSecrets)
+	withMCPTools(ag, mcp)
 	tasks, err := newTasks(cfg, log)
 	if err != nil {
 		return nil, err
@@ -316,11 +338,12 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 		Store: st, Channels: chans.channels, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{sbDir}},
 		Policy:   pol, Key: key, Owners: ids(cfg.Identities.Owners), Allowed: ids(cfg.Identities.Allowed), Access: chans.access,
-		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration, ExecTimeout: cfg.Sandbox.Timeout.Duration,
+		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration,
+		RouteTo: cfg.Approvals.RouteTo, NoSelfApproval: cfg.NoSelfApproval(), ExecTimeout: cfg.Sandbox.Timeout.Duration,
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
-		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg),
-		Cluster: inst,
+		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg), MCP: mcp,
+		Flows: flowsConfig(cfg), Cluster: inst,
 	})
 }
 

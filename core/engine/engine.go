@@ -20,6 +20,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/access"
@@ -29,8 +31,10 @@ import (
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/propose"
+	"github.com/silas-gateway/silas/core/route"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/tapseal"
+	"github.com/silas-gateway/silas/core/tracing"
 	"github.com/silas-gateway/silas/core/trust"
 )
 
@@ -58,6 +62,12 @@ type Config struct {
 	// Questions answers taps on the cards of outside agents' questions
 	// (core/callgate; nil: there are none).
 	Questions Questions
+	// Flows answers taps on flow gates' cards (core/flowrun; nil: flows
+	// are not enabled).
+	Flows Questions
+	// Router plans where an approval card goes when the requesting
+	// conversation cannot decide it (core/route; nil: always there).
+	Router *route.Router
 	// Count counts policy decisions and approval taps (nil: not counted).
 	Count propose.Counter
 	// MaxTextLen rejects longer inbound text; Workers bounds
@@ -103,6 +113,9 @@ type Hooks struct {
 
 // Engine is the turn pipeline.
 type Engine struct {
+	// intake holds, while tracing is on, the intake span of each stored
+	// turn until its worker takes it (seq → trace.SpanContext).
+	intake   sync.Map
 	cfg      Config
 	st       *store.Store
 	log      *slog.Logger
@@ -239,7 +252,11 @@ const storeWait = 15 * time.Second
 var errShuttingDown = errors.New("engine: shutting down")
 
 // Deliver implements core.Inbox: validate, store durably, then queue.
-func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, error) {
+func (e *Engine) Deliver(ctx context.Context, t core.Turn) (res core.DeliverResult, err error) {
+	ctx, span := tracing.Start(ctx, tracing.SpanIntake)
+	if span.IsRecording() {
+		defer func() { endIntake(span, t, res, err) }()
+	}
 	// Text PostgreSQL cannot store is replaced (and noted on the turn)
 	// before anything else looks at it.
 	t.Sanitize()
@@ -269,8 +286,25 @@ func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, 
 	if err != nil || dup {
 		return core.DeliverResult{Seq: seq, Duplicate: dup}, err
 	}
+	if span.IsRecording() {
+		// The worker's turn span links back to this intake.
+		e.intake.Store(seq, span.SpanContext())
+	}
 	e.enqueue(core.StoredTurn{Seq: seq, Turn: t})
 	return core.DeliverResult{Seq: seq}, nil
+}
+
+// endIntake ends the intake span: the channel, whether it was a tap and
+// what became of it — never the text.
+func endIntake(span trace.Span, t core.Turn, res core.DeliverResult, err error) {
+	span.SetAttributes(tracing.AttrChannel.String(string(t.Channel)), tracing.AttrTap.Bool(t.Tap != nil), tracing.AttrDuplicate.Bool(res.Duplicate))
+	if t.Tap != nil {
+		span.SetAttributes(tracing.AttrApprovalID.String(string(t.Tap.Card)))
+	}
+	if err != nil {
+		span.SetStatus(codes.Error, "turn not taken")
+	}
+	span.End()
 }
 
 // storeTurn stores t with its turn.received audit entry, in status

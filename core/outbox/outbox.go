@@ -19,11 +19,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/tapseal"
+	"github.com/silas-gateway/silas/core/tracing"
 )
 
 const (
@@ -410,7 +414,12 @@ func (ob *Outbox) Scan(ctx context.Context) error {
 
 // deliver hands one job to its channel and records the result; it reports
 // whether the job left the queue (delivered, superseded or given up).
-func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool, prev core.MessageRef) bool {
+func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool, prev core.MessageRef) (left bool) {
+	// The delivery joins the trace the card's state was written in.
+	ctx, span := tracing.Start(tracing.Recall(ctx, j.MessageKey), tracing.SpanDeliver)
+	if span.IsRecording() {
+		defer func() { endDelivery(span, j, left) }()
+	}
 	ch, ok := ob.channels[j.Channel]
 	if !ok {
 		ob.outboxFail(ctx, j, "channel "+string(j.Channel)+" is not configured")
@@ -526,4 +535,20 @@ func sendJob(ctx context.Context, ch core.Channel, j core.OutboxJob) (core.Messa
 		return ks.SendKeyed(ctx, j.MessageKey, j.Message)
 	}
 	return ch.Send(ctx, j.Message)
+}
+
+// endDelivery ends a delivery's span: channel, operation, the card (and
+// so the approval) it carried, and whether it left the queue.
+func endDelivery(span trace.Span, j core.OutboxJob, left bool) {
+	span.SetAttributes(tracing.AttrChannel.String(string(j.Channel)), tracing.AttrOp.String(string(j.Op)), tracing.AttrDelivered.Bool(left))
+	if c := j.Message.Card; c != nil {
+		span.SetAttributes(tracing.AttrCardID.String(string(c.ID)))
+		if c.Kind == cards.KindApproval {
+			span.SetAttributes(tracing.AttrApprovalID.String(string(c.ID)))
+		}
+	}
+	if !left {
+		span.SetStatus(codes.Error, "not delivered yet")
+	}
+	span.End()
 }

@@ -67,6 +67,9 @@ type Tx struct {
 	approvals map[core.ApprovalID]bool
 	// finally runs after the batch's statements were sent (see Finally).
 	finally []func() ([]audit.Entry, error)
+	// fanned are the conversations an edit of a routed card was fanned
+	// out to (routes.go), told to the store's FanOut hook once committed.
+	fanned []core.ConversationID
 }
 
 type queuedTurn struct {
@@ -195,7 +198,7 @@ func (t *Tx) send(ctx context.Context, extras []extra) error {
 		labels = append(labels, "insert turns")
 	}
 	if len(t.enqueues) > 0 {
-		queueJobs(b, t.enqueues, t.now())
+		t.queueJobs(b, t.enqueues, t.now())
 		labels = append(labels, "enqueue")
 		t.enqueues = nil
 	}
