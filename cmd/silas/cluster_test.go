@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -393,5 +394,58 @@ func TestClusterWebChat(t *testing.T) {
 	}
 	if n := dbCount(t, dsn, `SELECT count(*) FROM executions WHERE status = 'verified'`); n != 2 {
 		t.Errorf("verified executions = %d, want 2", n)
+	}
+}
+
+// TestClusterFailoverTimings measures failover, not part of `make test`
+// (set SILAS_FAILOVER_TRIALS, e.g. 20): two instances poll the fake
+// Telegram under the lease; each trial SIGKILLs (or SIGSTOPs) the holder,
+// sends a message at once and times the reply, then brings the cluster
+// back to two live instances. The figures are in BENCHMARKS.md.
+func TestClusterFailoverTimings(t *testing.T) {
+	trials, _ := strconv.Atoi(os.Getenv("SILAS_FAILOVER_TRIALS"))
+	if trials <= 0 {
+		t.Skip("set SILAS_FAILOVER_TRIALS to measure failover")
+	}
+	for _, mode := range []string{"SIGKILL", "SIGSTOP"} {
+		srv := telegramtest.NewServer(t, telegramtest.Options{})
+		dsn := pgtest.NewDatabase(t)
+		servers := startCluster(t, dsn, 2, pollingEnv(srv)...)
+		u := telegramtest.User{ID: 9001, FirstName: "F"}
+		var took []time.Duration
+		seen := map[*server]int{}
+		for trial := range trials {
+			var holder *server
+			waitFor(t, "a lease holder", func() bool { holder = pollingNow(servers, seen); return holder != nil })
+			seen = leaseLines(servers)
+			before := len(srv.Messages(u.ID))
+			start := time.Now()
+			sig := syscall.SIGKILL
+			if mode == "SIGSTOP" {
+				sig = syscall.SIGSTOP
+			}
+			if err := holder.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			srv.SendMessage(telegramtest.Msg{Chat: telegramtest.Private(u), From: u, Text: fmt.Sprintf("/m%d", trial)})
+			waitForOr(t, "the reply after "+mode, func() { dumpCluster(t, dsn, servers) }, func() bool { return len(srv.Messages(u.ID)) > before })
+			took = append(took, time.Since(start))
+			// Back to two live instances.
+			for i, s := range servers {
+				if s != holder {
+					continue
+				}
+				if mode == "SIGSTOP" {
+					s.cmd.Process.Signal(syscall.SIGCONT)
+				} else {
+					s.waitExit(t)
+					servers[i] = startServer(t, dsn, s.dataDir, pollingEnv(srv)...)
+				}
+			}
+		}
+		slices.Sort(took)
+		p := func(q float64) time.Duration { return took[min(len(took)-1, int(q*float64(len(took))))] }
+		t.Logf("%s failover over %d trials (kill → reply): p50 %s, p99 %s, max %s", mode, trials, p(0.50).Round(10*time.Millisecond),
+			p(0.99).Round(10*time.Millisecond), took[len(took)-1].Round(10*time.Millisecond))
 	}
 }
