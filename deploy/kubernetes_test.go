@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -27,10 +29,18 @@ type k8sObject struct {
 	} `yaml:"metadata"`
 	Spec struct {
 		Replicas *int `yaml:"replicas"`
+		Strategy struct {
+			Type          string `yaml:"type"`
+			RollingUpdate struct {
+				MaxUnavailable *int `yaml:"maxUnavailable"`
+			} `yaml:"rollingUpdate"`
+		} `yaml:"strategy"`
 		Selector struct {
 			MatchLabels map[string]string `yaml:"matchLabels"`
 		} `yaml:"selector"`
-		Template struct {
+		// PodDisruptionBudget
+		MinAvailable *int `yaml:"minAvailable"`
+		Template     struct {
 			Metadata struct {
 				Labels map[string]string `yaml:"labels"`
 			} `yaml:"metadata"`
@@ -41,15 +51,14 @@ type k8sObject struct {
 			Port       int    `yaml:"port"`
 			TargetPort string `yaml:"targetPort"`
 		} `yaml:"ports"`
-		// PersistentVolumeClaim
-		AccessModes []string `yaml:"accessModes"`
 	} `yaml:"spec"`
 }
 
 type podSpec struct {
-	EnableServiceLinks *bool `yaml:"enableServiceLinks"`
-	HostUsers          *bool `yaml:"hostUsers"`
-	SecurityContext    struct {
+	EnableServiceLinks            *bool `yaml:"enableServiceLinks"`
+	TerminationGracePeriodSeconds *int  `yaml:"terminationGracePeriodSeconds"`
+	HostUsers                     *bool `yaml:"hostUsers"`
+	SecurityContext               struct {
 		RunAsNonRoot   bool           `yaml:"runAsNonRoot"`
 		RunAsUser      int            `yaml:"runAsUser"`
 		RunAsGroup     int            `yaml:"runAsGroup"`
@@ -59,13 +68,15 @@ type podSpec struct {
 	InitContainers []container `yaml:"initContainers"`
 	Containers     []container `yaml:"containers"`
 	Volumes        []struct {
-		Name string `yaml:"name"`
-		PVC  *struct {
+		Name     string    `yaml:"name"`
+		EmptyDir *struct{} `yaml:"emptyDir"`
+		PVC      *struct {
 			ClaimName string `yaml:"claimName"`
 		} `yaml:"persistentVolumeClaim"`
 		Secret *struct {
 			SecretName  string `yaml:"secretName"`
 			DefaultMode int    `yaml:"defaultMode"`
+			Optional    bool   `yaml:"optional"`
 		} `yaml:"secret"`
 		HostPath *struct{ Path, Type string } `yaml:"hostPath"`
 	} `yaml:"volumes"`
@@ -96,7 +107,14 @@ type container struct {
 	} `yaml:"ports"`
 	ReadinessProbe *probe `yaml:"readinessProbe"`
 	LivenessProbe  *probe `yaml:"livenessProbe"`
-	Resources      struct {
+	Lifecycle      struct {
+		PreStop *struct {
+			Sleep *struct {
+				Seconds int `yaml:"seconds"`
+			} `yaml:"sleep"`
+		} `yaml:"preStop"`
+	} `yaml:"lifecycle"`
+	Resources struct {
 		Requests map[string]string `yaml:"requests"`
 	} `yaml:"resources"`
 	SecurityContext struct {
@@ -115,6 +133,14 @@ type container struct {
 		MountPath string `yaml:"mountPath"`
 		ReadOnly  bool   `yaml:"readOnly"`
 	} `yaml:"volumeMounts"`
+}
+
+// show prints an optional number of the manifest.
+func show(n *int) string {
+	if n == nil {
+		return "unset"
+	}
+	return strconv.Itoa(*n)
 }
 
 func loadManifest(t *testing.T) map[string]k8sObject {
@@ -159,9 +185,21 @@ func dockerfileEnv(t *testing.T) map[string]string {
 // unmasked /proc, the shipped seccomp profile, the keys from a Secret.
 func TestKubernetesManifest(t *testing.T) {
 	objs := loadManifest(t)
-	dep, svc, pvc := objs["Deployment"], objs["Service"], objs["PersistentVolumeClaim"]
-	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 1 {
-		t.Errorf("replicas = %v, want 1 (serve's advisory lock admits one instance per database)", dep.Spec.Replicas)
+	dep, svc, pdb := objs["Deployment"], objs["Service"], objs["PodDisruptionBudget"]
+	// Several instances (issue 25): two replicas, a rolling update that
+	// starts a new pod before stopping an old one, and a disruption budget
+	// that keeps one running through a node drain.
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
+		t.Errorf("replicas = %s, want 2", show(dep.Spec.Replicas))
+	}
+	if st := dep.Spec.Strategy; st.Type != "RollingUpdate" || st.RollingUpdate.MaxUnavailable == nil || *st.RollingUpdate.MaxUnavailable != 0 {
+		t.Errorf("strategy = %+v, want RollingUpdate with maxUnavailable 0", st)
+	}
+	if pdb.Spec.MinAvailable == nil || *pdb.Spec.MinAvailable < 1 || dep.Spec.Replicas != nil && *pdb.Spec.MinAvailable >= *dep.Spec.Replicas {
+		t.Errorf("PodDisruptionBudget minAvailable = %v, want at least 1 and fewer than the replicas (else a drain never ends)", show(pdb.Spec.MinAvailable))
+	}
+	if !maps.Equal(pdb.Spec.Selector.MatchLabels, dep.Spec.Selector.MatchLabels) || len(pdb.Spec.Selector.MatchLabels) == 0 {
+		t.Errorf("PodDisruptionBudget selects %v, the Deployment %v", pdb.Spec.Selector.MatchLabels, dep.Spec.Selector.MatchLabels)
 	}
 	pod := dep.Spec.Template.Spec
 	if pod.EnableServiceLinks == nil || *pod.EnableServiceLinks {
@@ -270,14 +308,24 @@ func TestKubernetesManifest(t *testing.T) {
 		t.Errorf("Service ports = %+v, want targetPort http", svc.Spec.Ports)
 	}
 
-	// The data volume is the claim, mounted at data_dir.
+	// Draining: preStop sleeps while the endpoints update, then SIGTERM
+	// gives serve http.shutdown_grace for work in flight; the grace period
+	// covers both.
+	ps := c.Lifecycle.PreStop
+	if ps == nil || ps.Sleep == nil || ps.Sleep.Seconds < 1 {
+		t.Errorf("preStop = %+v, want a sleep before SIGTERM", ps)
+	} else if g := pod.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= time.Duration(ps.Sleep.Seconds)*time.Second+cfg.HTTP.ShutdownGrace.Duration {
+		t.Errorf("terminationGracePeriodSeconds = %s, want more than preStop's %d s + http.shutdown_grace %s", show(g), ps.Sleep.Seconds, cfg.HTTP.ShutdownGrace.Duration)
+	}
+
+	// data_dir is each pod's own scratch: not a claim several replicas
+	// would share (a ReadWriteOnce claim holds one node only).
 	mounts := map[string]string{}
 	for _, m := range c.VolumeMounts {
 		mounts[m.MountPath] = m.Name
 	}
-	dv := pod.Volumes[volumes[mounts[cfg.DataDir]]]
-	if dv.PVC == nil || dv.PVC.ClaimName != pvc.Metadata.Name || pvc.Metadata.Name == "" {
-		t.Errorf("data_dir %s is not the volume claim %q", cfg.DataDir, pvc.Metadata.Name)
+	if name, ok := mounts[cfg.DataDir]; !ok || pod.Volumes[volumes[name]].EmptyDir == nil {
+		t.Errorf("data_dir %s is not an emptyDir volume of the pod", cfg.DataDir)
 	}
 	if mounts["/tmp"] == "" {
 		t.Error("no writable /tmp under a read-only root")
@@ -292,6 +340,10 @@ func TestKubernetesManifest(t *testing.T) {
 	kv := pod.Volumes[volumes["keys"]]
 	if kv.Secret == nil || kv.Secret.SecretName != "silas-keys" {
 		t.Fatalf("volume keys = %+v, want Secret silas-keys", kv)
+	}
+	// Replicas share one identity: a pod without the keys would make its own.
+	if kv.Secret.Optional {
+		t.Error("the keys Secret is optional: every replica must start with the cluster's keys")
 	}
 	for _, m := range c.VolumeMounts {
 		if m.Name == "keys" {

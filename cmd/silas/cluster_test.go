@@ -318,6 +318,12 @@ func TestClusterSIGSTOPFencing(t *testing.T) {
 	checkClusterBurst(t, dsn, srv, users, perChat, 1)
 }
 
+// waitFor polls ok until it holds (60 s at most).
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	waitForOr(t, what, func() {}, ok)
+}
+
 // waitForOr is waitFor, calling dump before it gives up.
 func waitForOr(t *testing.T, what string, dump func(), ok func() bool) {
 	t.Helper()

@@ -14,7 +14,6 @@ import (
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/internal/pgtest"
-	"time"
 )
 
 // otlpSink is a fake OTLP/HTTP collector: it keeps the body of every
@@ -147,17 +146,5 @@ func TestTracingOffByDefault(t *testing.T) {
 	_, out, _ := silasIn(t, dsn, dataDir, "doctor")
 	if !strings.Contains(out, "off (telemetry.tracing.exporter_url and OTEL_EXPORTER_OTLP_ENDPOINT unset)") {
 		t.Errorf("doctor on tracing off:\n%s", out)
-	}
-}
-
-// waitFor polls cond until it holds (30 s at most).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

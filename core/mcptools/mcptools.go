@@ -159,7 +159,7 @@ func (t *Tools) ReadOnlyHint(m core.MCPTool) bool {
 // Offered is a pinned tool as the LLM agent offers it to the model.
 type Offered struct {
 	Server, Name, Description string
-	InputSchema                json.RawMessage
+	InputSchema               json.RawMessage
 	// Hash is the pinned definition's hash, ReadOnlyHint as ReadOnlyHint:
 	// both go into the action the agent proposes.
 	Hash         string

@@ -82,10 +82,10 @@ type Store struct {
 	entryKeyFile string
 	entryKeyMu   sync.Mutex
 	entryKey     *audit.EntryKey
-	// instance is this process's instance id (SetInstance, instances.go).
-	instance string
 	// fanOut: see OnFanOut.
 	fanOut atomic.Pointer[func(core.ConversationID)]
+	// instance is this process's instance id (SetInstance, instances.go).
+	instance string
 }
 
 // Open connects and starts the writer. It does not migrate.

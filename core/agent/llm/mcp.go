@@ -17,7 +17,7 @@ import (
 // definition's hash; the core refuses it if the pin no longer holds.
 type MCPTool struct {
 	Server, Name, Description string
-	InputSchema                json.RawMessage
+	InputSchema               json.RawMessage
 	// Hash and ReadOnlyHint come from the pin (core/mcptools), never from
 	// the model.
 	Hash         string
