@@ -5,8 +5,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/cluster"
+	"github.com/silas-gateway/silas/core/gateway"
+	"github.com/silas-gateway/silas/core/lease"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -17,7 +18,8 @@ import (
 // waits until each has seen this one (one heartbeat), so none of them
 // still believes itself alone when this one starts taking turns.
 func joinCluster(ctx context.Context, st *store.Store, log *slog.Logger) (*cluster.Instance, *cluster.Listener, error) {
-	st.SetInstance(core.NewID())
+	// The same id names this process as a lease holder (doctor, /metrics).
+	st.SetInstance(lease.InstanceID())
 	inst, err := cluster.Start(ctx, st, cluster.Config{Logger: log})
 	if err != nil {
 		return nil, nil, err
@@ -39,4 +41,25 @@ func leaveCluster(inst *cluster.Instance, log *slog.Logger) {
 	defer cancel()
 	inst.Stop(ctx)
 	log.Debug("left the instances on this database", slog.String("instance", inst.ID()))
+}
+
+// takeOver runs the takeover (gateway.TakeOver) every TakeoverEvery while
+// other instances exist, until ctx ends: a dead instance's work must not
+// wait for River to elect a new leader when the dead one was it.
+func takeOver(ctx context.Context, inst *cluster.Instance, eng *gateway.Gateway, log *slog.Logger) {
+	t := time.NewTicker(gateway.TakeoverEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if inst.Solo() {
+			continue
+		}
+		if err := eng.TakeOver(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("taking over a stopped instance's work failed; trying again", slog.Any("err", err))
+		}
+	}
 }

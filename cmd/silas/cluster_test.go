@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -255,10 +256,18 @@ func TestClusterSIGSTOPFencing(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	before := leaseLines(servers)
-	send(0, 2)
+	// Paused mid-burst: some turns stored and not yet answered, some
+	// replies queued and not yet sent.
+	var burst sync.WaitGroup
+	burst.Add(1)
+	go func() { defer burst.Done(); send(0, 2) }()
+	waitFor(t, "a third of the first rounds", func() bool {
+		return dbCount(t, dsn, `SELECT count(*) FROM turns WHERE channel = 'telegram'`) >= chats*2/3
+	})
 	if err := holder.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	burst.Wait()
 	stopped := true
 	defer func() {
 		if stopped {
@@ -273,7 +282,7 @@ func TestClusterSIGSTOPFencing(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("no other instance took the polling over")
+			t.Fatalf("no other instance took the polling over\n%s", servers[1].logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -286,7 +295,7 @@ func TestClusterSIGSTOPFencing(t *testing.T) {
 	}
 	stopped = false
 	send(4, perChat)
-	waitFor(t, "every reply", func() bool {
+	waitForOr(t, "every reply", func() { dumpCluster(t, dsn, servers) }, func() bool {
 		got := 0
 		for _, u := range users {
 			got += len(srv.Messages(u.ID))
@@ -309,22 +318,48 @@ func TestClusterSIGSTOPFencing(t *testing.T) {
 	checkClusterBurst(t, dsn, srv, users, perChat, 1)
 }
 
+// waitFor polls ok until it holds (60 s at most).
 func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	waitForOr(t, what, func() {}, ok)
+}
+
+// waitForOr is waitFor, calling dump before it gives up.
+func waitForOr(t *testing.T, what string, dump func(), ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for !ok() {
 		if time.Now().After(deadline) {
+			dump()
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
+// dumpCluster logs what a stuck cluster test needs: the instances, lanes,
+// pending turns and jobs, and each instance's log.
+func dumpCluster(t *testing.T, dsn string, servers []*server) {
+	t.Helper()
+	for _, q := range []string{
+		`SELECT string_agg(id || ' alive=' || (expires_at > now())::text, '; ') FROM instances`,
+		`SELECT string_agg(conversation || '@' || instance, '; ') FROM outbox_lanes`,
+		`SELECT string_agg(seq::text || ' ' || conversation || '@' || COALESCE(instance, '-'), '; ') FROM turns WHERE status = 'pending'`,
+		`SELECT string_agg(id::text || ' ' || conversation || ' attempts=' || attempts, '; ') FROM outbox WHERE status = 'pending'`,
+	} {
+		t.Logf("%s\n  → %s", q, dbString(t, dsn, `SELECT COALESCE((`+q+`), '')`))
+	}
+	for i, s := range servers {
+		t.Logf("instance %d log:\n%s", i, s.logs.String())
+	}
+}
+
 // TestClusterWebChat connects a page to each of two instances: a card
 // proposed through one instance reaches the page on the other (LISTEN/
 // NOTIFY), a tap on that other page decides it, and both pages see the
-// result. Then a card proposed on the first instance is tapped on the
-// second after the first was SIGKILLed: it runs once, on the survivor.
+// result. Then the first instance is SIGKILLed with an execution running
+// and a card waiting: the survivor reports the execution interrupted (not
+// run again), and a tap on the waiting card runs it once, on the survivor.
 func TestClusterWebChat(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.NewDatabase(t)
@@ -338,6 +373,15 @@ func TestClusterWebChat(t *testing.T) {
 	cb.cardStatus(cd.ID, cards.StatusDone)
 	ca.cardStatus(cd.ID, cards.StatusDone)
 
+	// An execution running on an instance that dies is reported
+	// interrupted by the survivor (its heartbeat expires; the takeover
+	// job settles it), never run again.
+	ca.say("/run sleep 60")
+	long := ca.cardFor("sleep 60", cards.StatusPending)
+	ca.tap(string(long.ID), "approve")
+	waitFor(t, "the sleep to run", func() bool {
+		return dbCount(t, dsn, `SELECT count(*) FROM executions WHERE approval_id = $1 AND status = 'running'`, string(long.ID)) == 1
+	})
 	ca.say("/run touch cluster-marker")
 	cd = ca.cardFor("touch cluster-marker", cards.StatusPending)
 	cb.cardFor("touch cluster-marker", cards.StatusPending)
@@ -346,11 +390,73 @@ func TestClusterWebChat(t *testing.T) {
 	cb.cardStatus(cd.ID, cards.StatusConfirming)
 	cb.tap(string(cd.ID), "confirm")
 	cb.cardStatus(cd.ID, cards.StatusDone)
+	cb.cardStatus(long.ID, cards.StatusInterrupted)
 	waitQuiet(t, dsn)
+	if n := dbCount(t, dsn, `SELECT count(*) FROM executions WHERE approval_id = $1 AND started_at IS NOT NULL`, string(long.ID)); n != 1 {
+		t.Errorf("the interrupted execution has %d starts", n)
+	}
 	if n := countRuns(t, a.dataDir, "cluster-marker") + countRuns(t, b.dataDir, "cluster-marker"); n != 1 {
 		t.Errorf("the action ran %d times, want once", n)
 	}
 	if n := dbCount(t, dsn, `SELECT count(*) FROM executions WHERE status = 'verified'`); n != 2 {
 		t.Errorf("verified executions = %d, want 2", n)
+	}
+}
+
+// TestClusterFailoverTimings measures failover, not part of `make test`
+// (set FAILOVER_TRIALS, e.g. 20): two instances poll the fake
+// Telegram under the lease; each trial SIGKILLs (or SIGSTOPs) the holder,
+// sends a message at once and times the reply, then brings the cluster
+// back to two live instances. The figures are in BENCHMARKS.md.
+func TestClusterFailoverTimings(t *testing.T) {
+	trials, _ := strconv.Atoi(os.Getenv("FAILOVER_TRIALS"))
+	if trials <= 0 {
+		t.Skip("set FAILOVER_TRIALS to measure failover")
+	}
+	modes := []string{"SIGKILL", "SIGSTOP"}
+	if m := os.Getenv("FAILOVER_MODE"); m != "" {
+		modes = []string{m}
+	}
+	for _, mode := range modes {
+		srv := telegramtest.NewServer(t, telegramtest.Options{})
+		dsn := pgtest.NewDatabase(t)
+		servers := startCluster(t, dsn, 2, pollingEnv(srv)...)
+		u := telegramtest.User{ID: 9001, FirstName: "F"}
+		var took []time.Duration
+		seen := map[*server]int{}
+		for trial := range trials {
+			var holder *server
+			waitFor(t, "a lease holder", func() bool { holder = pollingNow(servers, seen); return holder != nil })
+			seen = leaseLines(servers)
+			before := len(srv.Messages(u.ID))
+			start := time.Now()
+			sig := syscall.SIGKILL
+			if mode == "SIGSTOP" {
+				sig = syscall.SIGSTOP
+			}
+			if err := holder.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			srv.SendMessage(telegramtest.Msg{Chat: telegramtest.Private(u), From: u, Text: fmt.Sprintf("/m%d", trial)})
+			waitForOr(t, "the reply after "+mode, func() { dumpCluster(t, dsn, servers) }, func() bool { return len(srv.Messages(u.ID)) > before })
+			took = append(took, time.Since(start))
+			// Back to two live instances.
+			for i, s := range servers {
+				if s != holder {
+					continue
+				}
+				// A paused one is replaced too (its waking is
+				// TestClusterSIGSTOPFencing's), so each trial starts alike.
+				if mode == "SIGSTOP" {
+					s.cmd.Process.Kill()
+				}
+				s.waitExit(t)
+				servers[i] = startServer(t, dsn, s.dataDir, pollingEnv(srv)...)
+			}
+		}
+		slices.Sort(took)
+		p := func(q float64) time.Duration { return took[min(len(took)-1, int(q*float64(len(took))))] }
+		t.Logf("%s failover over %d trials (kill → reply): p50 %s, p99 %s, max %s", mode, trials, p(0.50).Round(10*time.Millisecond),
+			p(0.99).Round(10*time.Millisecond), took[len(took)-1].Round(10*time.Millisecond))
 	}
 }

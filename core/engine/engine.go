@@ -243,6 +243,10 @@ func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	return nil
 }
 
+// storeWait bounds how long storing a turn may take past its caller's
+// context (see storeTurn).
+const storeWait = 15 * time.Second
+
 // errShuttingDown is returned by Deliver during shutdown; adapters must not
 // acknowledge the platform, so the event is redelivered after restart.
 var errShuttingDown = errors.New("engine: shutting down")
@@ -312,7 +316,13 @@ func (e *Engine) storeTurn(ctx context.Context, t core.Turn, status core.TurnSta
 	// ctx ends, Do may return while the writer is still running the op.
 	var opSeq int64
 	var opDup bool
-	err = e.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
+	// Once handed to the writer, the turn may commit even if the caller
+	// gives up (a poll cancelled when its lease was lost): wait for the
+	// outcome anyway, so a committed pending turn is always queued here
+	// and never left to an instance that is alive but does not know it.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeWait)
+	defer cancel()
+	err = e.st.Do(dctx, func(ctx context.Context, tx *store.Tx) ([]auditEntry, error) {
 		opSeq, opDup = 0, false
 		if err := tx.QueueTurn(t, status, func(s int64, d bool) { opSeq, opDup = s, d }); err != nil {
 			return nil, err

@@ -37,16 +37,25 @@ func outboxCluster(c Cluster) outbox.Cluster {
 // TakeoverEvery is how often the takeover sweep runs.
 const TakeoverEvery = time.Second
 
-// Takeover is the periodic job that takes over what dead instances left
-// (once across the cluster, River's leader inserts it; any instance runs
-// it): their pending turns are adopted and processed here, in order; their
-// executions settled as at a restart (a running one reported interrupted,
-// never run again; a queued one run, through its compare-and-swap claim;
-// an executed one verified). Their outbox lanes are free already (a lane
-// held by a dead instance is claimable) and the outbox's recovery scan
-// starts them. sweep deletes what nothing references any more.
+// TakeOver takes over what dead instances left: their pending turns are
+// adopted and processed here, in order; their executions settled as at a
+// restart (a running one reported interrupted, never run again; a queued
+// one run, through its compare-and-swap claim; an executed one verified).
+// Their outbox lanes are free already (a lane held by a dead instance is
+// claimable) and the outbox's recovery scan starts them. Every step is a
+// compare-and-swap, so instances may run it at once: each instance does,
+// every TakeoverEvery while others exist (cmd/silas), because River's
+// periodic jobs stop for up to its leader TTL (15 s) when the instance
+// that died was River's leader.
+func (g *Gateway) TakeOver(ctx context.Context) error {
+	return errors.Join(g.Adopt(ctx), g.exec.ResumeAll(ctx))
+}
+
+// Takeover is the periodic job (once across the cluster) that runs
+// TakeOver and then sweep, which deletes what nothing references any
+// more.
 func (g *Gateway) Takeover(sweep func(ctx context.Context) error) background.Periodic {
 	return background.Periodic{Name: "cluster_takeover", Every: TakeoverEvery, Run: func(ctx context.Context) error {
-		return errors.Join(g.Adopt(ctx), g.exec.ResumeAll(ctx), sweep(ctx))
+		return errors.Join(g.TakeOver(ctx), sweep(ctx))
 	}}
 }

@@ -66,6 +66,7 @@ func (ob *Outbox) mayDeliver(ctx context.Context, conv core.ConversationID, l *l
 		return laneWait
 	}
 	if !claimed {
+		l.claimed = false
 		ob.log.Debug("outbox: another instance delivers this conversation", slog.String("conversation", string(conv)))
 		return laneLost
 	}
@@ -85,4 +86,16 @@ func (ob *Outbox) releaseLane(ctx context.Context, conv core.ConversationID, l *
 	}
 	pending, err := ob.st.HasPendingOutbox(ctx, conv)
 	return err == nil && pending
+}
+
+// leaveLane runs when l's goroutine ends, however it ends: a claim still
+// held is given up (else no other instance could deliver the conversation
+// while this one lives), and work that arrived meanwhile gets a lane.
+func (ob *Outbox) leaveLane(ctx context.Context, conv core.ConversationID, l *lane) {
+	if !l.claimed {
+		return
+	}
+	if ob.releaseLane(context.WithoutCancel(ctx), conv, l) && ctx.Err() == nil {
+		ob.Kick(conv, -1)
+	}
 }

@@ -232,6 +232,7 @@ func (ob *Outbox) nextFromMemory(conv core.ConversationID, l *lane) (j core.Outb
 
 func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane) {
 	defer ob.laneWG.Done()
+	defer ob.leaveLane(ctx, conv, l)
 	kicked := l.kicked
 	for {
 		j, fromMem, done := ob.nextFromMemory(conv, l)

@@ -47,9 +47,13 @@ func (s *Store) GetExecution(ctx context.Context, id core.ApprovalID) (core.Exec
 // executed but unverified) or settle (running when the process died): with
 // several instances, those no live instance owns (a dead one's, or one
 // without an owner), so a survivor never settles a run another instance
-// is still running.
+// is still running. It adopts them (their instance becomes this store's)
+// in the same statement, so each is settled by one instance, once.
 func (s *Store) UnfinishedExecutions(ctx context.Context) ([]core.Execution, error) {
-	rows, err := s.pool.Query(ctx, execSelect+` e WHERE status IN ('queued', 'running', 'executed') AND `+fmt.Sprintf(notLive, "e.instance")+` ORDER BY created_at`)
+	rows, err := s.pool.Query(ctx, `WITH a AS (UPDATE executions e SET instance = $1
+			WHERE status IN ('queued', 'running', 'executed') AND (e.instance IS DISTINCT FROM $1 OR $1 IS NULL) AND `+fmt.Sprintf(notLive, "e.instance")+`
+			RETURNING approval_id)
+		`+execSelect+` WHERE approval_id IN (SELECT approval_id FROM a) ORDER BY created_at`, s.instanceArg())
 	if err != nil {
 		return nil, fmt.Errorf("store: unfinished executions: %w", err)
 	}

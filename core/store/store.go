@@ -97,6 +97,15 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 	if opt.MaxConns > 0 {
 		cfg.MaxConns = opt.MaxConns
 	}
+	// A process paused mid-transaction (a frozen VM, SIGSTOP) must not
+	// hold its locks — the audit chain's among them — for the other
+	// instances on the database: PostgreSQL ends such a session after a
+	// few seconds idle in a transaction, well inside the heartbeat's TTL
+	// after which the others take over its work. The gateway's
+	// transactions never wait on anything but the database.
+	if _, set := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "5000"
+	}
 	if opt.QueryTracer != nil {
 		cfg.ConnConfig.Tracer = opt.QueryTracer
 	}

@@ -1,0 +1,92 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+)
+
+// TestTurnTakeoverFenced: instance A stores a pending turn and is taken
+// for dead (its row expired); instance B adopts the turn. A, waking, can
+// no longer finish it — its whole transaction fails with core.ErrFenced,
+// so the reply it queued never commits — while B finishes it. Also:
+// nothing of a live instance is adopted, and its lane cannot be claimed.
+func TestTurnTakeoverFenced(t *testing.T) {
+	t.Parallel()
+	a, ctx, dsn := setupDSN(t, Options{})
+	b := openStore(t, dsn, Options{})
+	a.SetInstance("instance-a")
+	b.SetInstance("instance-b")
+	for _, s := range []*Store{a, b} {
+		if err := s.RegisterInstance(ctx, "host", 1, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seq int64
+	if err := a.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+		var err error
+		seq, _, err = tx.InsertTurn(ctx, testTurn("webchat", "fence-1"))
+		return nil, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	conv := testTurn("webchat", "fence-1").Conversation
+
+	// A is alive: nothing to adopt, its lane not claimable by B.
+	if got, err := b.AdoptTurns(ctx, "", 0); err != nil || len(got) != 0 {
+		t.Fatalf("adopted from a live instance: %v %v", got, err)
+	}
+	if ok, err := a.ClaimLane(ctx, conv); err != nil || !ok {
+		t.Fatalf("A claims its lane: %v %v", ok, err)
+	}
+	if ok, err := b.ClaimLane(ctx, conv); err != nil || ok {
+		t.Fatalf("B claimed a live instance's lane: %v %v", ok, err)
+	}
+	if owner, alive, err := b.EarlierTurnOwner(ctx, conv, seq+1); err != nil || owner != "instance-a" || !alive {
+		t.Fatalf("earlier turn owner = %q alive=%v err=%v", owner, alive, err)
+	}
+
+	// A is taken for dead: B adopts the turn and the lane.
+	if err := a.StopInstance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.AdoptTurns(ctx, "", 0)
+	if err != nil || len(got) != 1 || got[0].Seq != seq {
+		t.Fatalf("adopted = %v, %v; want turn %d", got, err, seq)
+	}
+	if ok, err := b.ClaimLane(ctx, conv); err != nil || !ok {
+		t.Fatalf("B claims the dead instance's lane: %v %v", ok, err)
+	}
+
+	finish := func(s *Store) error {
+		return s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			tx.QueueFinishTurn(seq, core.TurnDone, "")
+			return nil, tx.QueueMessage("webchat", core.OpSend, "r-"+core.NewID(), core.OutMessage{Conversation: conv, Text: "reply"})
+		})
+	}
+	if err := finish(a); !errors.Is(err, core.ErrFenced) {
+		t.Fatalf("the stale instance's finish = %v, want core.ErrFenced", err)
+	}
+	if n := count(t, a, `SELECT count(*) FROM outbox`); n != 0 {
+		t.Fatalf("the fenced transaction left %d outbox rows", n)
+	}
+	if err := finish(b); err != nil {
+		t.Fatalf("the adopting instance's finish: %v", err)
+	}
+	if n := count(t, a, `SELECT count(*) FROM turns WHERE status = 'done'`); n != 1 {
+		t.Fatalf("turns done = %d", n)
+	}
+}
+
+func count(t *testing.T, s *Store, q string) int {
+	t.Helper()
+	var n int
+	if err := s.pool.QueryRow(t.Context(), q).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
