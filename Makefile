@@ -5,7 +5,7 @@ BIN := bin/silas
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: run build test test-race test-realclient test-short test-deploy check lint fuzz bench vet fmt clean
+.PHONY: run build test test-race test-norace test-realclient test-short test-deploy check lint fuzz bench vet fmt clean
 
 ## run: start the gateway with the local web chat (a local PostgreSQL under ./.data when DATABASE_URL is unset)
 run: build
@@ -28,6 +28,11 @@ TEST_FLAGS ?= -p 3 -parallel 4
 ## alone on a core (go test starts packages in the order given; ./... adds the rest once).
 TEST_PKGS ?= ./cmd/silas ./core/sandbox ./adapters/telegram/e2e ./core/store ./adapters/slack/e2e ./...
 export GORACE ?= atexit_sleep_ms=0
+## Test binaries are linked without DWARF (-w): nothing in a test run reads it (stack
+## traces and race reports symbolise from the binary's own tables), and linking ~40
+## race-enabled test binaries is a tenth of the run's CPU; -w makes each link about a
+## quarter cheaper (BENCHMARKS.md, "make test"). A debugger needs `go test -c` without it.
+TEST_LDFLAGS ?= -ldflags=-w
 ## -trimpath keeps the checkout's directory out of compiled packages, so a fresh clone
 ## (CI's, or a newcomer's second one) reuses the build cache instead of recompiling
 ## every package under -race.
@@ -39,15 +44,26 @@ export GOFLAGS ?= -trimpath
 ## it: the race pass leaves a core idle much of the time (tests waiting on servers and
 ## subprocesses), which they fill (BENCHMARKS.md, "make test").
 test: vet
-	@$(MAKE) --no-print-directory -j3 lint test-race test-realclient
+	@$(MAKE) --no-print-directory -j3 lint test-race test-norace
 
-# test-realclient: WhatsApp's real-client tests, without -race (above)
-test-realclient:
-	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -vet=off -count=1 $(TEST_FLAGS) -timeout 10m -run '^TestRealClient' ./adapters/whatsapp
+## Long single-goroutine computations, which the race detector slows five- to tenfold
+## and has nothing to check in (no goroutine shares their data): a property over
+## 256 KiB of random tool output, the secret scanner's linear-work check, the
+## decompression budget, 150 random flow graphs. The race pass skips exactly these
+## names and the non-race pass runs them (about 20 CPU-seconds less; BENCHMARKS.md).
+NORACE_TESTS := ^(TestRedactValuesRandomOutputUntouched|TestScanLinear|TestRedactValuesInflateBudget|TestRandomGraphs)$$
+NORACE_PKGS := ./core/redact ./core/flow
+
+# test-norace: the non-race pass of `make test` (above): WhatsApp's real-client tests and NORACE_TESTS
+test-norace:
+	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -vet=off -count=1 $(TEST_FLAGS) $(TEST_LDFLAGS) -timeout 10m -run '^TestRealClient|$(NORACE_TESTS)' ./adapters/whatsapp $(NORACE_PKGS)
+
+# test-realclient: the non-race pass's old name
+test-realclient: test-norace
 
 # test-race: the race pass of `make test` alone (no vet, lint or non-race pass)
 test-race:
-	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -vet=off -count=1 $(TEST_FLAGS) -timeout 15m $(TEST_PKGS)
+	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -vet=off -count=1 $(TEST_FLAGS) $(TEST_LDFLAGS) -timeout 15m -skip '$(NORACE_TESTS)' $(TEST_PKGS)
 
 ## test-deploy: the shipped deployment files, run (docs/deploy.md): `docker compose up` on deploy/compose.yaml
 ## runs an approved action (deploy/container_test.go; the image's runtime stage built from its Debian packages with

@@ -27,11 +27,44 @@ type Action struct {
 	Secrets []string `json:"secrets,omitempty"`
 	// Verify lists the checks that decide whether the work is done.
 	Verify []verify.Check `json:"verify"`
+
+	// The fields of a call to another MCP server's tool (Tool "mcp",
+	// core/mcptools); empty, and absent from the canonical form, for every
+	// other tool, so the hash of a shell action is what it always was.
+
+	// Server names the configured MCP server (mcp.servers[].name).
+	Server string `json:"server,omitempty"`
+	// Name is the tool's name on that server.
+	Name string `json:"name,omitempty"`
+	// Arguments is the tools/call arguments object, sent as approved.
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// DefinitionHash is the hex sha256 of the RFC 8785 form of the tool's
+	// definition the owner pinned: the call runs only while the server
+	// still offers exactly that definition.
+	DefinitionHash string `json:"definition_hash,omitempty"`
+	// ReadOnlyHint: the pinned definition says readOnlyHint and the owner
+	// marked the server trusted — the only case an MCP tool's annotation
+	// may lower its risk (checked again before the call).
+	ReadOnlyHint bool `json:"read_only_hint,omitempty"`
 }
+
+// ToolMCP is the tool of a call to another MCP server's tool.
+const ToolMCP = "mcp"
+
+// MCPTool is how policy rules and people name an MCP server's tool:
+// "mcp:<server>/<tool>".
+func (a Action) MCPTool() string { return "mcp:" + a.Server + "/" + a.Name }
 
 // CommandLine renders Argv for display, quoting arguments that need it. It is
 // for people, never for execution.
 func (a Action) CommandLine() string {
+	if a.Tool == ToolMCP {
+		line := a.MCPTool()
+		if len(a.Arguments) > 0 {
+			line += " " + string(a.Arguments)
+		}
+		return line
+	}
 	parts := make([]string, len(a.Argv))
 	for i, s := range a.Argv {
 		if s == "" || strings.IndexFunc(s, unsafeShellRune) >= 0 {

@@ -15,10 +15,17 @@ type Lease struct {
 	Holder string
 	// Epoch fences writes that depend on holding the lease: such a write
 	// carries it and is refused once a newer epoch exists (ErrFenced).
-	Epoch     int64
-	ExpiresAt time.Time
+	Epoch int64
+	// AcquiredAt is when the current holder acquired it (its age).
+	AcquiredAt time.Time
+	ExpiresAt  time.Time
 	// RenewedAt is the last acquisition or renewal.
 	RenewedAt time.Time
+	// Previous is set by an acquisition only: the holder whose expired,
+	// never released holding it replaced (a takeover after a crash, a
+	// pause or a partition); "" when the lease was free (released, or
+	// never held).
+	Previous string
 }
 
 // ErrFenced is returned for a write carrying a lease epoch older than the

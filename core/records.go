@@ -60,6 +60,10 @@ type ApprovalRequest struct {
 	// signed: it only says whose step a decline or a settled execution
 	// wakes (the step reads what became of its call itself).
 	Task string
+	// Traceparent is the W3C traceparent of the span that proposed it
+	// ("" when tracing was off): the tap, the execution and its card
+	// updates join that trace (core/tracing). Not signed, not hashed.
+	Traceparent string
 }
 
 // ExecStatus is where an execution stands. Transitions are compare-and-swap:
@@ -223,4 +227,31 @@ type DirectConversation struct {
 	Channel      ChannelName
 	Identity     IdentityID
 	Conversation ConversationID
+}
+
+// Route kinds (ApprovalRoute.Kind).
+const (
+	// RouteStatus is the requesting conversation's status card: the
+	// request without buttons, saying where it was sent.
+	RouteStatus = "status"
+	// RouteCopy is a copy of the approval card in an approver's own
+	// direct conversation.
+	RouteCopy = "copy"
+)
+
+// ApprovalRoute is one conversation an approval request's card was routed
+// to (core/route): the requesting conversation's status card, or a copy
+// in an approver's direct conversation. Every edit of one is shown on the
+// others; a tap on a copy decides the one request.
+type ApprovalRoute struct {
+	Approval     ApprovalID
+	Channel      ChannelName
+	Conversation ConversationID
+	// MessageKey names the card's message there (the outbox's message
+	// key): the approval's id for the status card, a key of its own for a
+	// copy.
+	MessageKey string
+	Kind       string
+	// Identity is the approver a copy was sent to ("" for the status).
+	Identity IdentityID
 }

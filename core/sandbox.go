@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"io"
 	"time"
 )
 
@@ -23,6 +24,13 @@ type ExecRequest struct {
 	// Network allows network access. When false the sandbox must isolate the
 	// process from the network or fail with ErrIsolationUnavailable.
 	Network bool
+	// Stdin, when set, is the program's standard input (else /dev/null);
+	// Stdout, when set, receives its standard output as it is written,
+	// and nothing of it is kept in the result. For a long-lived program
+	// spoken to over its pipes (a stdio MCP server), under the same
+	// isolation as any run.
+	Stdin  io.Reader
+	Stdout io.Writer
 }
 
 // ExecResult is what happened. A program that ran and failed is a result,

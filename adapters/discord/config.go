@@ -13,6 +13,7 @@ import (
 
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/lease"
 )
 
 // Receiving modes (Config.Mode).
@@ -75,6 +76,14 @@ type Config struct {
 	// State keeps the catch-up cursors and the gateway session durably
 	// (core/store implements it). Without it they live in memory only.
 	State core.StateStore `yaml:"-"`
+	// Leases, when set, holds the gateway session under the lease
+	// "discord/<name>" (lease.go): only its holder connects, and the
+	// cursors and session it stores are fenced by its epoch. LeaseTTL is
+	// the lease's lifetime (lease.DefaultTTL); Instance names this process
+	// as its holder (serve: lease.InstanceID(); default a fresh id).
+	Leases   lease.StateStore `yaml:"-"`
+	LeaseTTL time.Duration    `yaml:"-"`
+	Instance string           `yaml:"-"`
 	// HTTPClient replaces the HTTP client's transport (tests).
 	HTTPClient *http.Client `yaml:"-"`
 	// HTTPTimeout bounds every REST request (default 20s).

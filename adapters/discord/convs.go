@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/lease"
 )
 
 // conversations are the conversations Silas is part of (DM channels and
@@ -20,6 +22,10 @@ import (
 type conversations struct {
 	state core.StateStore
 	ch    core.ChannelName
+	// fence, once the gateway runs under a lease, is the holding whose
+	// epoch every write carries (lease.go); it stays after a loss, so a
+	// write of the lost holding is refused.
+	fence atomic.Pointer[fence]
 
 	// wmu orders the writes: each stores a snapshot taken under mu, and
 	// an older snapshot must not land after a newer one.
@@ -136,10 +142,26 @@ func (c *conversations) advance(ctx context.Context, channel, guild, user, msgID
 	if err != nil || c.state == nil {
 		return err
 	}
-	if err := c.state.SetState(ctx, c.ch, stateKey, string(raw)); err != nil {
+	if err := c.set(ctx, stateKey, string(raw)); err != nil {
 		return fmt.Errorf("discord: storing the catch-up cursor: %w", err)
 	}
 	return nil
+}
+
+// fence is one holding of the gateway lease.
+type fence struct {
+	st    lease.StateStore
+	name  string
+	epoch int64
+}
+
+// set writes a state key, fenced by the lease's epoch while the gateway
+// runs under one (core.ErrFenced once a newer holder exists).
+func (c *conversations) set(ctx context.Context, key, value string) error {
+	if f := c.fence.Load(); f != nil {
+		return f.st.SetStateFenced(ctx, c.ch, key, value, f.name, f.epoch)
+	}
+	return c.state.SetState(ctx, c.ch, key, value)
 }
 
 func (c *conversations) evictLocked() {

@@ -60,6 +60,10 @@ type Adapter struct {
 	// queue carries gateway messages and catch-up requests to the one
 	// worker that delivers them, in order.
 	queue chan work
+	// instance names this process as the gateway lease's holder; hold is
+	// the current holding (lease.go).
+	instance string
+	hold     holding
 	// answerBy is when an unanswered interaction is acknowledged with a
 	// deferred response. Discord allows 3 s including the network; a busy
 	// host's timers can fire half a second late, so a full second is kept.
@@ -88,6 +92,7 @@ func New(cfg Config) (*Adapter, error) {
 		splits:   kit.NewSplits(r.Now),
 		queue:    make(chan work, 4096),
 		answerBy: 2 * time.Second,
+		instance: instanceOf(cfg),
 	}
 	a.ixs = newInteractions()
 	a.convs = newConversations(r.State, r.Name)
@@ -253,11 +258,6 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 		<-ctx.Done()
 		return nil
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		a.worker(ctx, in)
-	}()
-	a.runGateway(ctx)
+	a.runLeased(ctx, in)
 	return nil
 }

@@ -47,7 +47,10 @@ func (a *Adapter) enqueue(ctx context.Context, w work) {
 	}
 }
 
-func (a *Adapter) runGateway(ctx context.Context) {
+// runGateway keeps a session connected until ctx ends; shutdown is the
+// process's context (its end, unlike the loss of the lease, ends the
+// session with a clean close).
+func (a *Adapter) runGateway(ctx, shutdown context.Context) {
 	b := kit.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
 	var s *gwSession
 	for ctx.Err() == nil {
@@ -82,9 +85,11 @@ func (a *Adapter) runGateway(ctx context.Context) {
 		connected := time.Now()
 		clean := a.watch(ctx, s)
 		if ctx.Err() != nil {
-			// A clean close: Discord ends the session (we do not resume
-			// across a restart; the catch-up covers it).
-			s.guard.clean.Store(true)
+			// At shutdown a clean close: Discord ends the session (we do
+			// not resume across a restart; the catch-up covers it). After
+			// the lease was lost, 4000 (the guard rewrites discordgo's
+			// 1000): see lease.go.
+			s.guard.clean.Store(shutdown.Err() != nil)
 			_ = gs.Close()
 			return
 		}
@@ -213,8 +218,8 @@ func (a *Adapter) saveSession(ctx context.Context, id string) {
 	if a.cfg.State == nil || id == "" {
 		return
 	}
-	if err := a.cfg.State.SetState(ctx, a.cfg.Name, "gateway_session", id); err != nil {
-		a.log.Warn("discord: could not store the gateway session", slog.Any("err", err))
+	if err := a.convs.set(ctx, "gateway_session", id); err != nil {
+		a.stateWriteFailed(a.log, "gateway session", err)
 	}
 }
 
@@ -295,7 +300,7 @@ func (a *Adapter) handleMessage(ctx context.Context, in core.Inbox, m *discordgo
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := a.convs.advance(sctx, m.ChannelID, guild, user, m.ID, a.now()); err != nil {
-		log.Warn("discord: could not store the catch-up cursor", slog.Any("err", err))
+		a.stateWriteFailed(log, "catch-up cursor", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/silas-gateway/silas/adapters/spec"
+	"github.com/silas-gateway/silas/core/lease"
 	"github.com/silas-gateway/silas/internal/doctor"
 )
 
@@ -21,6 +22,9 @@ func (c *Config) Spec() spec.Spec {
 func (c *Config) build(_ context.Context, d spec.Deps) (spec.Built, error) {
 	cfg := *c
 	cfg.State, cfg.Logger = d.State, d.Logger
+	if ls, ok := d.State.(lease.StateStore); ok {
+		cfg.Leases, cfg.Instance = ls, lease.InstanceID()
+	}
 	a, err := New(cfg)
 	if err != nil {
 		return spec.Built{}, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/lease"
 )
 
 // Receiving modes (Config.Mode).
@@ -110,6 +111,14 @@ type Config struct {
 	// that replies there need no mention after a restart either (core/store
 	// implements it); nil keeps them in memory only.
 	State core.StateStore `yaml:"-"`
+	// Leases, when set, holds the Socket Mode connection under the lease
+	// "slack/<name>" (lease.go): only its holder opens a socket. LeaseTTL
+	// is the lease's lifetime (lease.DefaultTTL); Instance names this
+	// process as its holder (serve: lease.InstanceID(); default a fresh
+	// id).
+	Leases   lease.Store   `yaml:"-"`
+	LeaseTTL time.Duration `yaml:"-"`
+	Instance string        `yaml:"-"`
 
 	// HTTPClient replaces the HTTP client (tests); its Timeout is ignored in
 	// favour of HTTPTimeout.
@@ -186,6 +195,9 @@ func (c *Config) Check() error {
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = "slack"
+	}
+	if c.Instance == "" {
+		c.Instance = core.NewID()
 	}
 	if c.Mode == "" {
 		c.Mode = ModeSocket

@@ -196,7 +196,7 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 		<-ctx.Done()
 		return nil
 	}
-	a.runSocket(ctx, in)
+	a.runSocketLeased(ctx, in)
 	return nil
 }
 

@@ -195,6 +195,11 @@ func (a *Adapter) serveConn(ctx context.Context, in core.Inbox, url string) (str
 			// Not stored: no ack, so Slack delivers it again.
 			return "", fmt.Errorf("slack: envelope %s not stored", env.EnvelopeID)
 		}
+		if ctx.Err() != nil {
+			// The lease was lost (or shutdown began) while delivering:
+			// not acknowledged, Slack redelivers it to the holder's socket.
+			return "", ctx.Err()
+		}
 		ack, _ := json.Marshal(map[string]string{"envelope_id": env.EnvelopeID})
 		_ = conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
 		if err := conn.WriteMessage(websocket.TextMessage, ack); err != nil {

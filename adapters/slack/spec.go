@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/silas-gateway/silas/adapters/spec"
+	"github.com/silas-gateway/silas/core/lease"
 	"github.com/silas-gateway/silas/internal/doctor"
 )
 
@@ -23,6 +24,9 @@ func (c *Config) Spec() spec.Spec {
 func (c *Config) build(_ context.Context, d spec.Deps) (spec.Built, error) {
 	cfg := *c
 	cfg.State, cfg.Logger = d.State, d.Logger // threads the bot started survive a restart
+	if ls, ok := d.State.(lease.Store); ok {
+		cfg.Leases, cfg.Instance = ls, lease.InstanceID()
+	}
 	a, err := New(cfg)
 	if err != nil {
 		return spec.Built{}, err

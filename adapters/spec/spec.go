@@ -72,6 +72,16 @@ type Deps struct {
 	// QRPage shows QR codes on a one-time page of the secure form as well,
 	// prints its address and returns a closer; nil without the form.
 	QRPage func(title, steps string) (QRPage, func(), error)
+	// Peers carries frames between the instances on one database
+	// (serve: PostgreSQL LISTEN/NOTIFY, core/cluster); nil: none.
+	Peers Peers
+}
+
+// Peers fans what an adapter pushes to its own connections (the web
+// chat's sockets) out to the other instances', and theirs back.
+type Peers interface {
+	Publish(ch core.ChannelName, frame []byte)
+	Subscribe(ch core.ChannelName, f func(frame []byte))
 }
 
 // Database is what an adapter with tables of its own needs to reach them.

@@ -109,6 +109,9 @@ type Config struct {
 	// by its epoch. LeaseTTL is the lease's lifetime (lease.DefaultTTL).
 	Leases   LeaseStore    `yaml:"-"`
 	LeaseTTL time.Duration `yaml:"-"`
+	// Instance names this process as the lease's holder (serve:
+	// lease.InstanceID(); default a fresh id per adapter).
+	Instance string `yaml:"-"`
 	// HTTPClient replaces the HTTP client (tests); its Timeout is ignored in
 	// favour of HTTPTimeout and PollTimeout.
 	HTTPClient *http.Client `yaml:"-"`

@@ -35,20 +35,25 @@ func (a *Adapter) leaseName() string { return "telegram/" + string(a.cfg.Name) }
 // pollLeased polls while holding the lease, until ctx ends; without a
 // LeaseStore it polls as before.
 func (a *Adapter) pollLeased(ctx context.Context, in core.Inbox) {
-	if a.cfg.Leases == nil {
-		a.poll(ctx, in, nil)
-		return
-	}
-	h, err := lease.New(a.cfg.Leases, lease.Config{Name: a.leaseName(), Holder: a.instance, TTL: a.cfg.LeaseTTL, Logger: a.log})
+	cfg := lease.Config{Name: a.leaseName(), Holder: a.instance, TTL: a.cfg.LeaseTTL, Logger: a.log}
+	err := lease.Hold(ctx, leaseStore(a.cfg.Leases), cfg, func(lctx context.Context, held *lease.Held) {
+		if held != nil {
+			a.log.Info("telegram: polling under the lease", slog.String("lease", a.leaseName()), slog.Int64("epoch", held.Epoch()))
+		}
+		a.poll(lctx, in, held)
+	})
 	if err != nil {
 		a.log.Error("telegram: cannot poll under a lease", slog.Any("err", err))
-		return
 	}
-	_ = h.Run(ctx, func(lctx context.Context, held *lease.Held) error {
-		a.log.Info("telegram: polling under the lease", slog.String("lease", a.leaseName()), slog.Int64("epoch", held.Epoch()))
-		a.poll(lctx, in, held)
+}
+
+// leaseStore is ls as a lease.Store, nil when there is none (a nil
+// LeaseStore must not become a non-nil interface holding nothing).
+func leaseStore(ls LeaseStore) lease.Store {
+	if ls == nil {
 		return nil
-	})
+	}
+	return ls
 }
 
 // setOffsetState writes an offset key: fenced by the lease's epoch while

@@ -5,6 +5,7 @@ import (
 	"net/url"
 
 	"github.com/silas-gateway/silas/adapters/spec"
+	"github.com/silas-gateway/silas/core/lease"
 	"github.com/silas-gateway/silas/internal/doctor"
 )
 
@@ -23,7 +24,7 @@ func (c *Config) build(_ context.Context, d spec.Deps) (spec.Built, error) {
 	cfg := *c
 	cfg.State, cfg.Logger = d.State, d.Logger
 	if ls, ok := d.State.(LeaseStore); ok {
-		cfg.Leases = ls
+		cfg.Leases, cfg.Instance = ls, lease.InstanceID()
 	}
 	a, err := New(cfg)
 	if err != nil {

@@ -23,6 +23,7 @@
 package telegram
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -93,7 +94,7 @@ func New(cfg Config) (*Adapter, error) {
 		username:   r.BotUsername,
 		splits:     kit.NewSplits(r.Now),
 		memState:   map[string]string{},
-		instance:   core.NewID(),
+		instance:   cmp.Or(r.Instance, core.NewID()),
 		groupSends: map[int64][]time.Time{},
 		method:     MethodPolling,
 	}

@@ -55,10 +55,22 @@ type Config struct {
 	// and Send/Update only push to connected browsers (what they push is
 	// already durable). Without it (tests) the adapter keeps the last
 	// History bot messages in memory, lost on restart.
-	Transcript HistoryReader    `yaml:"-"`
-	Outputs    OutputSource     `yaml:"-"`
-	Logger     *slog.Logger     `yaml:"-"`
-	Now        func() time.Time `yaml:"-"`
+	Transcript HistoryReader `yaml:"-"`
+	Outputs    OutputSource  `yaml:"-"`
+	// Peers, when set, carries what this instance pushes to its sockets
+	// to the sockets of the other instances on the database, and theirs
+	// to this one's (serve: PostgreSQL LISTEN/NOTIFY, core/cluster), so a
+	// card updated on one instance reaches a page connected to another.
+	Peers  Peers            `yaml:"-"`
+	Logger *slog.Logger     `yaml:"-"`
+	Now    func() time.Time `yaml:"-"`
+}
+
+// Peers fans frames out to the other instances serving the same web chat
+// (spec.Peers).
+type Peers interface {
+	Publish(ch core.ChannelName, frame []byte)
+	Subscribe(ch core.ChannelName, f func(frame []byte))
 }
 
 // DefaultSessionTTL is how long a web chat login lasts unless configured

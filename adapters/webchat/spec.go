@@ -37,6 +37,9 @@ func (c *Config) build(_ context.Context, d spec.Deps) (spec.Built, error) {
 	if ss, ok := d.State.(SessionStore); ok {
 		cfg.Sessions = ss
 	}
+	if d.Peers != nil {
+		cfg.Peers = d.Peers
+	}
 	a, err := New(cfg)
 	if err != nil {
 		return spec.Built{}, err

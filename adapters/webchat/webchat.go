@@ -143,7 +143,7 @@ func New(cfg Config) (*Adapter, error) {
 	if cfg.Sessions != nil {
 		sess = dbKeeper{st: cfg.Sessions, ch: cfg.Name}
 	}
-	return &Adapter{
+	a := &Adapter{
 		cfg: cfg, log: cfg.Logger.With(slog.String("channel", string(cfg.Name))), now: cfg.Now,
 		conv:    core.ConversationID(string(cfg.Name) + ":" + user),
 		static:  http.FileServerFS(sub),
@@ -154,7 +154,11 @@ func New(cfg Config) (*Adapter, error) {
 		queueSlack: queueSlack,
 		loginLim:   &httpserve.RateLimiter{Burst: cfg.LoginLimit.Burst, Every: cfg.LoginLimit.Every, MaxKeys: 10000},
 		frameLim:   &httpserve.RateLimiter{Burst: cfg.FrameLimit.Burst, Every: cfg.FrameLimit.Every, MaxKeys: 10000},
-	}, nil
+	}
+	if cfg.Peers != nil {
+		cfg.Peers.Subscribe(cfg.Name, a.fromPeer)
+	}
+	return a, nil
 }
 
 // RateLimit is a token bucket: Burst at once, then one more every Every.
@@ -288,6 +292,21 @@ func (a *Adapter) broadcastLocked(f messageFrame) {
 }
 
 func (a *Adapter) broadcastBytesLocked(b []byte) {
+	for c := range a.clients {
+		c.push(b)
+	}
+	// The other instances' pages too: in order (one publisher), never
+	// blocking the delivery that produced the frame.
+	if a.cfg.Peers != nil {
+		a.cfg.Peers.Publish(a.cfg.Name, b)
+	}
+}
+
+// fromPeer pushes a frame another instance produced to this instance's
+// sockets (not published again).
+func (a *Adapter) fromPeer(b []byte) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	for c := range a.clients {
 		c.push(b)
 	}

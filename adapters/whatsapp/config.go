@@ -8,6 +8,7 @@ import (
 
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/lease"
 )
 
 // Card modes (Config.Cards).
@@ -83,6 +84,14 @@ type Config struct {
 	// state doctor shows. core/store implements it. Without it they live
 	// in memory only.
 	State core.StateStore `yaml:"-"`
+	// Leases, when set, holds the device's connection under the lease
+	// "whatsapp/<name>" (lease.go): only its holder connects, and the
+	// link state it records is fenced by its epoch. LeaseTTL is the
+	// lease's lifetime (lease.DefaultTTL); Instance names this process as
+	// its holder (serve: lease.InstanceID(); default a fresh id).
+	Leases   lease.StateStore `yaml:"-"`
+	LeaseTTL time.Duration    `yaml:"-"`
+	Instance string           `yaml:"-"`
 	// Notify tells the owner, through another channel, that WhatsApp
 	// needs them (logged out, replaced, banned, outdated). May be nil.
 	Notify func(ctx context.Context, text string) `yaml:"-"`
@@ -146,6 +155,9 @@ func (c *Config) Check() error {
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = "whatsapp"
+	}
+	if c.Instance == "" {
+		c.Instance = core.NewID()
 	}
 	if c.Cards == "" {
 		c.Cards = CardsPoll

@@ -10,6 +10,7 @@ import (
 	"go.mau.fi/whatsmeow/store"
 
 	"github.com/silas-gateway/silas/adapters/spec"
+	"github.com/silas-gateway/silas/core/lease"
 	"github.com/silas-gateway/silas/internal/doctor"
 )
 
@@ -70,6 +71,9 @@ func (c *Config) build(ctx context.Context, d spec.Deps) (spec.Built, error) {
 	cfg := *c
 	cfg.NeverEdit = cfg.EditWindow == 0
 	cfg.Logger, cfg.State, cfg.Notify = d.Logger, d.State, d.Notify
+	if ls, ok := d.State.(lease.StateStore); ok {
+		cfg.Leases, cfg.Instance = ls, lease.InstanceID()
+	}
 	cfg.Client = NewClient(dev, d.Logger)
 	if dev.ID == nil && d.Terminal != nil {
 		cfg.Link = offerLink(d, dev)

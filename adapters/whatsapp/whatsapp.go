@@ -34,6 +34,7 @@ import (
 
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/lease"
 )
 
 // Adapter is the WhatsApp channel.
@@ -65,6 +66,11 @@ type Adapter struct {
 	// a keepalive went unanswered or the server sent a stream error, so
 	// the socket may look open but carries nothing.
 	force bool
+	// offered: Config.Link was offered (once per process).
+	offered bool
+	// held is the current holding of the device lease (lease.go); nil
+	// without leases, or while another instance holds it.
+	held *lease.Held
 }
 
 var (
@@ -143,32 +149,40 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 		a.cli.Disconnect()
 	}()
 	a.log.Info("whatsapp channel running", slog.String("cards", a.cfg.Cards))
+	a.runLeased(ctx)
+	return nil
+}
+
+// connect connects and keeps the device connected until ctx ends.
+func (a *Adapter) connect(ctx context.Context) {
 	a.wake()
 	b := kit.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
-	offered := false // Config.Link, once per Run
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-a.kick:
 		}
 		if a.takeForce() {
 			a.cli.Disconnect()
 		}
 		for !a.cli.IsConnected() && a.Status().Problem == "" {
+			if !a.stillHolding(ctx) {
+				return
+			}
 			err := a.cli.Connect(ctx)
 			if err == nil {
 				break
 			}
 			if errors.Is(err, ErrNotLinked) {
-				if link := a.cfg.Link; link != nil && !offered {
-					offered = true
+				if link := a.cfg.Link; link != nil && !a.offered {
+					a.offered = true // Config.Link, once per process
 					a.log.Info("whatsapp: no device is linked; offering to link one")
 					if err = link(ctx); err == nil {
 						continue
 					}
 					if ctx.Err() != nil {
-						return nil
+						return
 					}
 					a.log.Warn("whatsapp: linking did not complete", slog.Any("err", err))
 				}
@@ -178,7 +192,7 @@ func (a *Adapter) Run(ctx context.Context, in core.Inbox) error {
 			d := b.Next()
 			a.log.Warn("whatsapp: connect failed; retrying", slog.Any("err", err), slog.Duration("in", d))
 			if kit.SleepCtx(ctx, d) != nil {
-				return nil
+				return
 			}
 		}
 		if a.cli.IsConnected() {
@@ -211,8 +225,8 @@ func (a *Adapter) handle(evt any) bool {
 	case *events.Connected:
 		a.setStatus(Status{Connected: true})
 		if a.cfg.State != nil {
-			if err := a.cfg.State.SetState(ctx, a.cfg.Name, "problem", ""); err != nil {
-				a.log.Warn("whatsapp: could not clear the recorded problem", slog.Any("err", err))
+			if err := a.setState(ctx, "problem", ""); err != nil {
+				a.stateWriteFailed("could not clear the recorded problem", err)
 			}
 		}
 		a.log.Info("whatsapp: connected")
@@ -247,6 +261,12 @@ func (a *Adapter) handle(evt any) bool {
 	case *events.LoggedOut:
 		a.fatal(ctx, "WhatsApp logged Silas's linked device out (removed from Linked devices on the phone, or the phone was offline for weeks). Link it again with `silas whatsapp link`.")
 	case *events.StreamReplaced:
+		if a.leased() && !a.holdingLive() {
+			// The instance that took the lease over connected: expected.
+			a.setConnected(false)
+			a.log.Info("whatsapp: another instance holds the device now; this one is disconnected")
+			return true
+		}
 		a.fatal(ctx, "Another program connected with Silas's WhatsApp device keys, so WhatsApp closed this connection. Make sure only one `silas serve` runs, then restart it.")
 	case *events.TemporaryBan:
 		a.fatal(ctx, fmt.Sprintf("WhatsApp temporarily banned the number (%s). Wait until it expires, then restart `silas serve`; send less (whatsapp.limits) to avoid a permanent ban.", e.String()))
@@ -295,8 +315,8 @@ func (a *Adapter) fatal(ctx context.Context, text string) {
 	if a.cfg.State != nil {
 		prev, ok, err := a.cfg.State.GetState(ctx, a.cfg.Name, "problem")
 		told = err == nil && ok && prev != ""
-		if err := a.cfg.State.SetState(ctx, a.cfg.Name, "problem", text); err != nil {
-			a.log.Warn("whatsapp: could not record the problem", slog.Any("err", err))
+		if err := a.setState(ctx, "problem", text); err != nil {
+			a.stateWriteFailed("could not record the problem", err)
 		}
 	}
 	a.setStatus(Status{Problem: text})
@@ -373,6 +393,11 @@ func (a *Adapter) deliver(ctx context.Context, t core.Turn) bool {
 	in := a.currentInbox()
 	if in == nil {
 		// Not running: leave it unacknowledged for the next start.
+		return false
+	}
+	if !a.holdingLive() {
+		// The lease is gone: the holder's connection gets it again.
+		a.log.Info("whatsapp: message left unacknowledged (another instance holds the device now)", slog.String("event_id", t.EventID))
 		return false
 	}
 	res, err := in.Deliver(ctx, t)

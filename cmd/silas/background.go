@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/background"
@@ -22,7 +23,7 @@ import (
 // periodic jobs, and the rooms' job workers (task steps). Start it once the engine is ready, and stop it (Stop)
 // after the engine has stopped: its last act is the final checkpoint, when
 // nothing appends any more.
-func startBackground(ctx context.Context, st *store.Store, eng *gateway.Gateway, cp *audit.Checkpointer, log *slog.Logger) (*background.Room, error) {
+func startBackground(ctx context.Context, st *store.Store, eng *gateway.Gateway, cp *audit.Checkpointer, log *slog.Logger, mw []rivertype.Middleware) (*background.Room, error) {
 	ok, err := st.RiverSchemaCurrent(ctx)
 	if err != nil {
 		return nil, err
@@ -33,10 +34,10 @@ func startBackground(ctx context.Context, st *store.Store, eng *gateway.Gateway,
 	jobs := append(eng.Maintenance(), background.Periodic{
 		Name: "audit_checkpoint", Every: cp.MinInterval(),
 		Run: func(ctx context.Context) error { _, err := cp.RunOnce(ctx); return err },
-	})
+	}, eng.Takeover(func(ctx context.Context) error { _, err := st.SweepInstances(ctx, time.Minute); return err }))
 	workers := river.NewWorkers()
 	room, err := background.New(background.Config{
-		Pool: st.Pool(), Periodic: jobs, Workers: workers, Queues: eng.Jobs(workers), Logger: log,
+		Pool: st.Pool(), Periodic: jobs, Workers: workers, Queues: eng.Jobs(workers), Logger: log, Middleware: mw,
 		AtStop: []func(context.Context){func(context.Context) { finalCheckpoint(cp, log) }},
 	})
 	if err != nil {

@@ -38,9 +38,9 @@ type channelSet struct {
 // buildChannels builds each enabled adapter from its spec. late carries
 // the engine and the secure form to the adapters that need them once they
 // exist (they are built after the channels).
-func buildChannels(ctx context.Context, cfg *config.Config, db *database, log *slog.Logger, reg prometheus.Registerer, late *lateHooks) (*channelSet, error) {
+func buildChannels(ctx context.Context, cfg *config.Config, db *database, log *slog.Logger, reg prometheus.Registerer, late *lateHooks, peers spec.Peers) (*channelSet, error) {
 	s := &channelSet{access: map[core.ChannelName]trust.AccessPolicy{}}
-	deps := spec.Deps{State: db.store, Logger: log, Metrics: reg, QRPage: late.qrPage,
+	deps := spec.Deps{State: db.store, Logger: log, Metrics: reg, QRPage: late.qrPage, Peers: peers,
 		Database: func(ctx context.Context) (spec.Database, error) { return serveDatabase(ctx, cfg, db) }}
 	if isTerminal(late.out) {
 		deps.Terminal = late.out

@@ -47,6 +47,7 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 		{"Database and audit", func() []doctor.Finding { return doctorDatabase(ctx, cfg) }},
 		{"Sandbox", func() []doctor.Finding { return doctorSandbox(cfg, env.configPath) }},
 		{"Intake", func() []doctor.Finding { return doctorDeadLetters(ctx, env, cfg) }},
+		{"Tracing", func() []doctor.Finding { return doctorTracing(ctx, env, cfg) }},
 	} {
 		problems += doctor.Block(env.stdout, b.title, b.run)
 	}
@@ -54,6 +55,9 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 		problems += doctor.Block(env.stdout, "Secure form", func() []doctor.Finding { return f })
 	}
 	problems += doctorLLM(ctx, cfg, env.stdout, *timeout)
+	if len(cfg.MCP.Servers) > 0 {
+		problems += doctor.Block(env.stdout, "MCP servers", func() []doctor.Finding { return doctorMCP(ctx, env, cfg, *timeout) })
+	}
 	// The --telegram-* flags override the telegram.* keys, so that a token
 	// can be checked before it goes into the config.
 	tc := &cfg.Telegram

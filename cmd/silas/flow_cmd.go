@@ -6,16 +6,20 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/silas-gateway/silas/configs"
+	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/flow"
+	"github.com/silas-gateway/silas/core/flowrun"
+	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/config"
 )
 
-// cmdFlow: `flow validate FILE…`, `flow list`, `flow show NAME`. They read
-// files only; running a flow needs the durable runtime, not built yet
-// (docs/flows.md § Not yet).
+// cmdFlow: `flow validate FILE…`, `flow list`, `flow show NAME` read files
+// only; `flow run NAME key=value…` stores a run for `silas serve` to run.
 func cmdFlow(ctx context.Context, env *cliEnv, args []string) error {
 	sub, rest := subcommand(args)
 	switch sub {
@@ -107,9 +111,40 @@ func cmdFlow(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		return flow.WriteText(env.stdout, f)
 	case "run":
-		return errors.New("running flows needs the durable runtime, which is not built yet (docs/flows.md § Not yet); `silas flow validate` and `silas flow show` work")
+		fs := flags(env, "flow run", "flow run [--conversation CONV --as IDENTITY] NAME [key=value…]",
+			"Start a run of a flow as the operator. The run is stored with the step job that starts it;\n"+
+				"the running `silas serve` picks it up and posts its progress card, gate cards and approval\n"+
+				"cards in the conversation: by default the newest direct conversation of an owner\n"+
+				"(identities.owners), in whose name the run's actions are proposed. Every action still\n"+
+				"needs its approval (a tap) unless the policy allows it.")
+		conv := fs.String("conversation", "", "the conversation the run's cards go to (with --as)")
+		as := fs.String("as", "", "the identity the run is started in the name of (with --conversation)")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		if fs.NArg() < 1 || (*conv == "") != (*as == "") {
+			fs.Usage()
+			return errUsage
+		}
+		cfg, err := loadConfig(env)
+		if err != nil {
+			return err
+		}
+		return withStore(ctx, env, func(st *store.Store) error {
+			origin, err := flowOrigin(ctx, st, cfg, core.ConversationID(*conv), core.IdentityID(*as))
+			if err != nil {
+				return err
+			}
+			row, err := flowrun.Start(ctx, st, flowDirs(cfg), fs.Arg(0), fs.Args()[1:], origin, cfg.Flows.MaxParallel)
+			if err != nil {
+				return &exitError{code: 1, msg: "silas flow run: " + err.Error()}
+			}
+			fmt.Fprintf(env.stdout, "Started flow %s v%s: run %s in %s (as %s). `silas serve` runs it; its cards appear there.\n",
+				row.Flow, row.Version, row.ID, row.Conversation, row.Requester)
+			return nil
+		})
 	default:
-		fmt.Fprintf(env.stderr, "Usage: silas flow validate FILE… | flow list | flow show [--format text|mermaid] NAME\n")
+		fmt.Fprintf(env.stderr, "Usage: silas flow validate FILE… | flow list | flow show [--format text|mermaid] NAME | flow run NAME [key=value…]\n")
 		return errUsage
 	}
 }
@@ -118,13 +153,48 @@ func flowOptions(cfg *config.Config) flow.Options {
 	return flow.Options{Model: cfg.Agent.Kind == "llm"}
 }
 
-// loadFlows reads the shipped examples, then flows.dir (whose flows
-// replace examples of the same name).
-func loadFlows(cfg *config.Config) (*flow.Library, error) {
+// flowOrigin is the turn a run started from the command line is made in:
+// the conversation and identity given, else an owner's newest direct
+// conversation (the operator acts as the owner, as `silas consents` does).
+func flowOrigin(ctx context.Context, st *store.Store, cfg *config.Config, conv core.ConversationID, as core.IdentityID) (core.Turn, error) {
+	ev := core.Evidence{Authenticated: true, Method: "cli"}
+	if conv != "" {
+		ch, _, _ := strings.Cut(string(conv), ":")
+		return core.Turn{Channel: core.ChannelName(ch), Conversation: conv, Sender: as, ChatKind: core.ChatDirect, Evidence: ev, At: time.Now()}, nil
+	}
+	var owners []core.IdentityID
+	for _, o := range cfg.Identities.Owners {
+		owners = append(owners, core.IdentityID(o))
+	}
+	d, err := st.OwnerConversation(ctx, owners)
+	if errors.Is(err, core.ErrNotFound) {
+		return core.Turn{}, &exitError{code: 1, msg: "silas flow run: no owner has talked to Silas yet; give --conversation and --as, or send Silas a message first"}
+	}
+	if err != nil {
+		return core.Turn{}, err
+	}
+	return core.Turn{Channel: d.Channel, Conversation: d.Conversation, Sender: d.Identity, ChatKind: core.ChatDirect, Evidence: ev, At: time.Now()}, nil
+}
+
+// flowDirs is the flow catalog: the shipped examples, then flows.dir
+// (whose flows replace examples of the same name).
+func flowDirs(cfg *config.Config) flowrun.Dirs {
 	shipped, err := fs.Sub(configs.Flows, "flows")
 	if err != nil {
-		return &flow.Library{Flows: map[string]*flow.Flow{}}, fmt.Errorf("flow: shipped examples: %w", err)
+		shipped = emptyFS{}
 	}
 	dir := cfg.FlowsDir()
-	return flow.LoadLibrary([]flow.Source{{Label: "configs/flows", FS: shipped}, {Label: dir, FS: os.DirFS(dir)}}, flowOptions(cfg))
+	return flowrun.Dirs{Sources: flowrun.Sources(shipped, dir, os.DirFS(dir)), Options: flowOptions(cfg)}
+}
+
+// loadFlows reads every flow of the catalog.
+func loadFlows(cfg *config.Config) (*flow.Library, error) { return flowDirs(cfg).List() }
+
+type emptyFS struct{}
+
+func (emptyFS) Open(string) (fs.File, error) { return nil, fs.ErrNotExist }
+
+// flowsConfig is the flow runtime of `serve` (gateway.Config.Flows).
+func flowsConfig(cfg *config.Config) *flowrun.Config {
+	return &flowrun.Config{Catalog: flowDirs(cfg), Options: flowOptions(cfg), MaxParallel: cfg.Flows.MaxParallel}
 }

@@ -38,7 +38,7 @@ func TestFlowCommands(t *testing.T) {
 		{"show as mermaid", []string{"flow", "show", "--format", "mermaid", "mine"}, 0, []string{"flowchart TD", `n_hello["hello<br/>system.log"]`}},
 		{"show unknown", []string{"flow", "show", "nope"}, 1, []string{`no flow named "nope"`}},
 		{"config check bounds flows.max_parallel", []string{"config", "check"}, 1, []string{"flows.max_parallel: 0 is outside 1…64"}},
-		{"run is not built yet", []string{"flow", "run", "mine"}, 1, []string{"not built yet"}},
+		{"run needs a flow name", []string{"flow", "run"}, 2, []string{"Usage: silas flow run"}},
 		{"agent.run needs a model", []string{"flow", "validate", writeFlow(t, "name: ag\nversion: \"1\"\nnodes:\n  - {id: a, type: agent.run, config: {goal: fix}}\n")}, 1, []string{"agent.run needs a model"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -25,12 +25,15 @@ func cmdMCP(ctx context.Context, env *cliEnv, args []string) error {
 		return cmdMCPToken(ctx, env, rest)
 	case "serve":
 		return cmdMCPServe(ctx, env, rest)
+	case "list":
+		return cmdMCPList(ctx, env, rest)
 	default:
-		fs := flags(env, "mcp", "mcp token add|list|revoke | mcp serve",
+		fs := flags(env, "mcp", "mcp token add|list|revoke | mcp serve | mcp list",
 			"token add NAME     mint a bearer token for an agent (printed once; stored hashed; audited)\n"+
 				"token list         list tokens by name: created, last used, revoked (never the token)\n"+
 				"token revoke NAME  revoke a token (audited); its next request is refused\n"+
-				"serve              the tools on stdio, for an agent on this machine (forwards to serve's /mcp)\n\n"+
+				"serve              the tools on stdio, for an agent on this machine (forwards to serve's /mcp)\n"+
+				"list               the MCP servers Silas calls (mcp.servers), their tools and pinned state\n\n"+
 				"`silas serve` answers MCP over streamable HTTP at /mcp; each call becomes a proposal from\n"+
 				"mcp:<token name> that the owner approves on their channels. See docs/mcp.md.")
 		if err := parse(fs, rest); err != nil {

@@ -199,6 +199,9 @@ type leakCheck struct {
 	// appear.
 	allowed map[string][]string
 	places  []place
+	// spans, when set, is the collector serve exported its traces to:
+	// they are searched too (issue 29).
+	spans *otlpSink
 }
 
 type place struct{ where, text string }
@@ -466,12 +469,27 @@ func afterStored(t *testing.T, dsn, dataDir string, formEnv []string, s1 *server
 	leaks.add("log of the restarted server", s2.logs.String())
 	leaks.add("frames after the restart", framesText(c2.seen))
 	leaks.add("log of the first server", s1.logs.String())
+	if leaks.spans != nil {
+		// Both servers stopped: each exported what it had queued. Spans
+		// carry ids, names and counts: neither the command nor the chat's
+		// text (the canary and the token are searched with the rest).
+		exported := leaks.spans.String()
+		leaks.add("exported spans", exported)
+		for _, never := range []string{secretRun, "here is my token", "DEMO_KEY"} {
+			if strings.Contains(exported, never) {
+				t.Errorf("an exported span carries %q", never)
+			}
+		}
+	}
 	leaks.addDatabase(dsn)
 	leaks.addFiles(dataDir)
 
 	// Positive controls: the search reads real content.
 	for _, want := range []struct{ where, s string }{
 		{"log of the first server", "secure form: secret stored"},
+		{"exported spans", "silas.sandbox"},
+		{"exported spans", "silas.approval_id"},
+		{"exported spans", "db.system.name"},
 		{"log of the first server", "name=" + secretName},
 		{"audit tail", "secret.stored"},
 		{"table secret_requests", secretName},
@@ -482,6 +500,9 @@ func afterStored(t *testing.T, dsn, dataDir string, formEnv []string, s1 *server
 		{"frames after the restart", "a secure-form link to store it was sent"},
 		{"file " + filepath.Join(dataDir, "secrets-web"), "CERTIFICATE"},
 	} {
+		if want.where == "exported spans" && leaks.spans == nil {
+			continue
+		}
 		if !leaks.contains(want.where, want.s) {
 			t.Errorf("control: %s does not contain %q", want.where, want.s)
 		}
@@ -505,10 +526,13 @@ func TestSecretsCanary(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	dataDir := t.TempDir()
 	formEnv, formBase := secretsWebEnv(t)
+	// Traces on, to a collector of the test's own, searched like the rest.
+	sink := newOTLPSink(t)
+	formEnv = append(formEnv, sink.env()...)
 	s := startServer(t, dsn, dataDir, formEnv...)
 	c := s.connect(t)
 	canary, ghp := newCanary(), newGitHubToken()
-	leaks := &leakCheck{t: t, values: map[string]string{"the canary": canary, "the GitHub token": ghp}, allowed: map[string][]string{}}
+	leaks := &leakCheck{t: t, values: map[string]string{"the canary": canary, "the GitHub token": ghp}, allowed: map[string][]string{}, spans: sink}
 
 	c.say("/secret " + secretName)
 	f := c.expect("secure-input card", func(f map[string]any) bool {

@@ -23,6 +23,8 @@ import (
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/keys"
+	"github.com/silas-gateway/silas/core/lease"
+	"github.com/silas-gateway/silas/core/mcptools"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
@@ -52,14 +54,20 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	log := newLogger(cfg, env.stderr)
+	tr, err := startTracing(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing(tr, log)
+	log = slog.New(tr.LogHandler(log.Handler()))
 	slog.SetDefault(log)
 	logIgnoredEnv(cfg, log)
-	db, release, err := openServeDatabase(ctx, cfg, log)
+	db, err := openServeDatabase(ctx, cfg, log, tr)
 	if err != nil {
 		return err
 	}
 	defer db.Close(context.Background())
-	defer release()
+	tr.Record(db.store)
 	key, err := signingKey(cfg, log)
 	if err != nil {
 		return err
@@ -80,16 +88,30 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err := checkClusterKeys(ctx, cfg, db.store, key, log); err != nil {
 		return err
 	}
+	// Any number of instances may serve one database (cluster.go).
+	inst, peers, err := joinCluster(ctx, db.store, log)
+	if err != nil {
+		return err
+	}
+	defer leaveCluster(inst, log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(lease.NewCollector(db.store, lease.InstanceID())) // who holds which lease (docs/operations.md)
 
 	late := &lateHooks{out: env.stdout, log: log}
-	chans, err := buildChannels(ctx, cfg, db, log, reg, late)
+	chans, err := buildChannels(ctx, cfg, db, log, reg, late, peers)
 	if err != nil {
 		return err
 	}
 	defer chans.Close()
-	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log)
+	mcpc, mcpTools, err := newMCPTools(cfg, db.store, sb, sealer, log)
+	if err != nil {
+		return err
+	}
+	if mcpc != nil {
+		defer mcpc.Close()
+	}
+	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log, mcpTools, inst)
 	if err != nil {
 		return err
 	}
@@ -106,12 +128,13 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	ops := opsMux(eng, db.store, reg)
 	// Silas as an MCP server (docs/mcp.md): bearer tokens only.
 	ops.Handle(mcpadapter.Path, mcpadapter.Handler(eng.Calls(), log))
-	srv := httpserve.NewServer(chans.handler(ops, ln.Addr().String(), cfg.HTTP.AllowedHosts), limits)
+	srv := httpserve.NewServer(tr.Handler(chans.handler(ops, ln.Addr().String(), cfg.HTTP.AllowedHosts), "silas"), limits)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := &workers{errc: make(chan error, 3)}
 	w.start("http", func() error { return ignoreClosed(srv.Serve(ln)) })
+	w.start("", func() error { peers.Run(runCtx, make(chan struct{})); return nil })
 	w.start("", func() error { return eng.Run(runCtx, cfg.HTTP.ShutdownGrace.Duration) })
 	select {
 	case <-eng.Ready():
@@ -121,11 +144,15 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	// Background work: one room, started once the engine is ready.
-	room, err := startBackground(ctx, db.store, eng, checkpoints, log)
+	room, err := startBackground(ctx, db.store, eng, checkpoints, log, tr.RiverMiddleware())
 	if err != nil {
 		cancel()
 		w.wg.Wait()
 		return err
+	}
+	if mcpTools != nil {
+		// New tools get their pin card, changed ones are quarantined.
+		go syncMCP(runCtx, mcpTools, cfg.MCP.Servers, log)
 	}
 	if form != nil {
 		w.start("secrets_web", func() error { return form.ListenAndServe(runCtx) })
@@ -217,16 +244,17 @@ func ignoreClosed(err error) error {
 	return err
 }
 
-// openServeDatabase opens the database, brings the schema up to date (or
-// refuses one that is behind) and takes the instance lock.
-func openServeDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger) (*database, func(), error) {
-	db, err := openDatabase(ctx, cfg, log, store.Options{MaxConns: 16})
+// openServeDatabase opens the database and brings the schema up to date
+// (or refuses one that is behind). Several instances may do this at once:
+// migrations run under their own advisory lock (store.Migrate).
+func openServeDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger, tr *tracer) (*database, error) {
+	db, err := openDatabase(ctx, cfg, log, store.Options{MaxConns: 16, QueryTracer: tr.QueryTracer(), RiverMiddleware: tr.RiverMiddleware()})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	fail := func(err error) (*database, func(), error) {
+	fail := func(err error) (*database, error) {
 		db.Close(context.Background())
-		return nil, nil, err
+		return nil, err
 	}
 	if cfg.Database.AutoMigrate {
 		n, err := db.migrate(ctx, log)
@@ -239,11 +267,7 @@ func openServeDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger
 	} else if err := requireSchema(ctx, db.store); err != nil {
 		return fail(err)
 	}
-	release, err := db.store.AcquireInstance(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	return db, release, nil
+	return db, nil
 }
 
 // signingKey loads the gateway's signing key, creating it on first start.
@@ -291,7 +315,7 @@ func newSandbox(cfg *config.Config, configPath string, log *slog.Logger) (*sandb
 // newEngine builds the agent and the engine over the channels (with the
 // task runtime when the LLM agent is configured).
 func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandbox.Subprocess, sbDir string, pol *policy.Policy,
-	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger) (*gateway.Gateway, error) {
+	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger, mcp *mcptools.Tools, inst gateway.Cluster) (*gateway.Gateway, error) {
 	ids := func(list []string) []core.IdentityID {
 		out := make([]core.IdentityID, len(list))
 		for i, o := range list {
@@ -305,6 +329,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 	}
 	withHistory(ag, st)
 	withSecretNames(ag, st.ListSecrets)
+	withMCPTools(ag, mcp)
 	tasks, err := newTasks(cfg, log)
 	if err != nil {
 		return nil, err
@@ -313,10 +338,12 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 		Store: st, Channels: chans.channels, Agent: ag, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{sbDir}},
 		Policy:   pol, Key: key, Owners: ids(cfg.Identities.Owners), Allowed: ids(cfg.Identities.Allowed), Access: chans.access,
-		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration, ExecTimeout: cfg.Sandbox.Timeout.Duration,
+		ApprovalTTL: cfg.Approvals.TTL.Duration, TokenTTL: cfg.Approvals.TokenTTL.Duration,
+		RouteTo: cfg.Approvals.RouteTo, NoSelfApproval: cfg.NoSelfApproval(), ExecTimeout: cfg.Sandbox.Timeout.Duration,
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
-		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg),
+		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg), MCP: mcp,
+		Flows: flowsConfig(cfg), Cluster: inst,
 	})
 }
 

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -40,10 +39,7 @@ func whatsappFakeBinary(t *testing.T) string {
 	t.Helper()
 	fakeBinOnce.Do(func() {
 		fakeBin = filepath.Join(filepath.Dir(silasBin), "silas-whatsappfake")
-		out, err := exec.Command("go", "build", "-tags", "whatsappfake", "-o", fakeBin, ".").CombinedOutput()
-		if err != nil {
-			fakeBinErr = fmt.Errorf("%v\n%s", err, out)
-		}
+		fakeBinErr = buildSilas(fakeBin, "whatsappfake")
 	})
 	if fakeBinErr != nil {
 		t.Fatalf("building silas -tags whatsappfake: %v", fakeBinErr)

@@ -39,6 +39,19 @@ const (
 	KindApprovalRefused          Kind = "approval.refused"
 	KindTokenMinted              Kind = "token.minted"
 	KindTokenConsumed            Kind = "token.consumed"
+	// KindApprovalRouted: the request's card went to approvers elsewhere
+	// (core/route), a status card stayed in the requesting conversation.
+	KindApprovalRouted Kind = "approval.routed"
+	// KindApprovalUnroutable: no approver could receive the card; the
+	// request was refused at once, nothing waits.
+	KindApprovalUnroutable Kind = "approval.unroutable"
+)
+
+// Channel health (core/health).
+const (
+	KindChannelDeaf      Kind = "channel.deaf"
+	KindChannelRecovered Kind = "channel.recovered"
+	KindGatewayDown      Kind = "gateway.down"
 )
 
 // Executions and their verification.
@@ -108,6 +121,20 @@ const (
 	KindMCPAnswered Kind = "mcp.answered"
 )
 
+// Silas as an MCP client (core/mcptools, docs/mcp.md): tools of the
+// configured servers, pinned by the owner. Entries name the server, the
+// tool and the definition's hash.
+const (
+	// KindMCPPinRequested: a card asks the owner to pin tools (new, or
+	// changed since they were pinned).
+	KindMCPPinRequested Kind = "mcp.pin_requested"
+	// KindMCPPinned: the owner pinned a tool's definition from its card.
+	KindMCPPinned Kind = "mcp.pinned"
+	// KindMCPQuarantined: a server lists a definition other than the
+	// pinned one; calls to the tool are refused until it is pinned again.
+	KindMCPQuarantined Kind = "mcp.tool_quarantined"
+)
+
 // Standing consents (core/consent, docs/approvals.md): a person's decision
 // to let one action (or argv prefix) run without a card for a while.
 const (
@@ -121,4 +148,19 @@ const (
 	KindConsentRefused Kind = "consent.refused"
 	// KindConsentRevoked: a consent was revoked.
 	KindConsentRevoked Kind = "consent.revoked"
+)
+
+// Flow runs (core/flowrun, docs/flows.md): each run's and each node
+// attempt's start and end; data carries the run, the flow and the node.
+const (
+	KindFlowRunStarted   Kind = "flow.run_started"
+	KindFlowRunFinished  Kind = "flow.run_finished"
+	KindFlowNodeStarted  Kind = "flow.node_started"
+	KindFlowNodeFinished Kind = "flow.node_finished"
+	// KindFlowGateAnswered: a gate's card was answered (the choice).
+	KindFlowGateAnswered Kind = "flow.gate_answered"
+	// KindFlowLog: a system.log node's line.
+	KindFlowLog Kind = "flow.log"
+	// KindFlowStopRequested: someone stopped a run (/flow stop).
+	KindFlowStopRequested Kind = "flow.stop_requested"
 )

@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // QueueMaintenance is the queue the periodic jobs run in.
@@ -72,6 +73,9 @@ type Config struct {
 	// services (river.Config.TestOnly). Tests only.
 	Testing bool
 	Logger  *slog.Logger
+	// Middleware wraps every job inserted and worked (internal/telemetry's
+	// otelriver); nil: none.
+	Middleware []rivertype.Middleware
 }
 
 // Room runs the background work on one River client.
@@ -134,6 +138,7 @@ func New(cfg Config) (*Room, error) {
 		DiscardedJobRetentionPeriod: 24 * time.Hour,
 		FetchPollInterval:           cfg.PollInterval,
 		TestOnly:                    cfg.Testing,
+		Middleware:                  cfg.Middleware,
 	}
 	if len(queues) == 0 {
 		// Nothing to work: an insert-only client (River refuses Workers

@@ -69,6 +69,14 @@ type Tasks interface {
 	Stop(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out core.TaskOut) error
 }
 
+// Flows is the flow runtime (core/flowrun) as /flows and /flow use it.
+type Flows interface {
+	List(ctx context.Context, conv core.ConversationID) (string, error)
+	Status(ctx context.Context, conv core.ConversationID, arg string) (string, error)
+	Run(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out core.TaskOut) error
+	Stop(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out core.TaskOut) error
+}
+
 // Trust is the trust book's cache, forgotten once a pairing committed.
 type Trust interface{ Invalidate() }
 
@@ -80,6 +88,8 @@ type Config struct {
 	SecureInput SecureInput
 	// Tasks nil: tasks are not enabled here.
 	Tasks Tasks
+	// Flows nil: flows are not enabled here.
+	Flows Flows
 	Trust Trust
 	// Key signs the identity bindings /pair creates.
 	Key ed25519.PrivateKey
@@ -133,6 +143,8 @@ var table = map[string]command{
 	"/tasks":    {run: (*Table).tasks},
 	"/stop":     {run: (*Table).stop},
 	"/pair":     {stranger: true, run: (*Table).pair},
+	"/flows":    {run: (*Table).flows},
+	"/flow":     {run: (*Table).flow},
 }
 
 // Parsed is what the table knows about a message before answering it.
@@ -204,6 +216,8 @@ const helpText = `Commands:
 /output <ref> — an execution's stored output (redacted), for outputs a card does not show in full
 /tasks — running and recent multi-step tasks, with their state and spend
 /stop [task] — stop the running task: its open cards close, nothing further runs
+/flows — the flows (runbooks) you can start, and recent runs here
+/flow run <name> [key=value…] — start a flow; /flow status [run], /flow stop <run>
 /whoami — your identity and trust
 /secret <name> — give Silas a credential through the secure HTTPS form (never in chat)
 /secrets — stored secret names; /secret delete <name> removes one

@@ -38,7 +38,7 @@ const (
 	// conversation.
 	ScopeConversation Scope = "conversation"
 	// ScopeRun: a consent for one flow run (its flow, pinned version and
-	// nodes). Reserved: flows' runtime does not mint these yet.
+	// nodes), checked by the flow execution gate (Gate).
 	ScopeRun Scope = "run"
 )
 
@@ -80,9 +80,45 @@ const (
 	// BadSignature: the stored consent is not the one minted (edited in
 	// the database since).
 	BadSignature Code = "bad_signature"
-	// RunMismatch: a run consent used outside its run. Reserved for flows.
+	// RunMismatch: a run consent used outside its run (another run, a
+	// conversation, another flow or pinned version).
 	RunMismatch Code = "consent_run_mismatch"
+
+	// The flow execution gate's own refusals (Gate).
+
+	// RunWritesDisabled: flows.run_writes is off — a flow's steps are
+	// neither run under a consent nor skipped or marked done by request.
+	RunWritesDisabled Code = "run_writes_disabled"
+	// AutomatableDisabled: flows.automatable_execution is off — every
+	// action of a flow asks with a card.
+	AutomatableDisabled Code = "automatable_execution_disabled"
+	// NotAutomatable: the step is not one a consent may run (a gate, an
+	// agent, a node whose policy says manual).
+	NotAutomatable Code = "step_not_automatable"
+	// OutOfOrder: the step is not on the run's frontier (its inputs are
+	// not all decided yet, or it already finished).
+	OutOfOrder Code = "step_out_of_order"
+	// InProgress: another attempt of the step is in progress.
+	InProgress Code = "step_in_progress"
+	// VerificationUnsatisfied: the step requires verified evidence it does
+	// not have, or its verification is a person's review, which no
+	// consent performs.
+	VerificationUnsatisfied Code = "verification_unsatisfied"
+	// RunNotInProgress: the run has finished, failed or was stopped.
+	RunNotInProgress Code = "run_not_in_progress"
+	// UnknownRun: no such run.
+	UnknownRun Code = "unknown_run"
+	// UnknownFlow: the run's flow, at its pinned version, is not there.
+	UnknownFlow Code = "unknown_flow"
+	// BadRequest: the request is malformed (an unknown step or operation,
+	// a skip without one of the bounded reasons).
+	BadRequest Code = "bad_request"
 )
+
+// Codes lists every refusal code, in the order the gate checks them.
+var Codes = []Code{RunWritesDisabled, AutomatableDisabled, BadRequest, PolicyForbids, UnknownRun, RunNotInProgress, UnknownFlow,
+	NotAutomatable, OutOfOrder, InProgress, VerificationUnsatisfied, Required, BadSignature, RunMismatch, Revoked, Expired,
+	LaneDenied, UsesExhausted, CostCapped}
 
 // Words is the refusal in plain words, for the person.
 func (c Code) Words() string {
@@ -104,7 +140,27 @@ func (c Code) Words() string {
 	case BadSignature:
 		return "your standing approval was altered after it was given and no longer verifies"
 	case RunMismatch:
-		return "the consent belongs to another run"
+		return "the consent was given for another run"
+	case RunWritesDisabled:
+		return "flow run writes are turned off (flows.run_writes), so each step asks with a card"
+	case AutomatableDisabled:
+		return "running flow steps without a tap is turned off (flows.automatable_execution), so each step asks with a card"
+	case NotAutomatable:
+		return "this step is not one a consent may run: it needs a person"
+	case OutOfOrder:
+		return "this step is not next: the steps before it have not finished"
+	case InProgress:
+		return "this step is already in progress"
+	case VerificationUnsatisfied:
+		return "this step needs verified evidence (or a person's review), which a consent cannot supply"
+	case RunNotInProgress:
+		return "the run is no longer in progress"
+	case UnknownRun:
+		return "there is no such run"
+	case UnknownFlow:
+		return "the run's flow, at the version it started with, is not available"
+	case BadRequest:
+		return "the request was malformed (a skip needs one of: policy, not_applicable, blocked_dependency)"
 	}
 	return string(c)
 }
@@ -128,6 +184,10 @@ type Consent struct {
 	Tool   string   `json:"tool"`
 	Argv   []string `json:"argv"`
 	Prefix bool     `json:"prefix"`
+	// Programs, for a run consent without an Argv rule, are the exact
+	// programs (argv[0]) its nodes may run, with any arguments. Omitted
+	// when empty, so a conversation consent signs the bytes it always did.
+	Programs []string `json:"programs,omitempty"`
 	// Secrets are the secret names a covered action receives (exactly).
 	Secrets []string `json:"secrets"`
 	// Verify is the canonical JSON of the covered action's checks
@@ -270,11 +330,7 @@ func (c Consent) Matches(a core.Action) bool {
 	if a.Tool != c.Tool || len(a.Argv) == 0 || len(c.Argv) == 0 || policy.Opaque(a.Argv[0]) || policy.Opaque(c.Argv[0]) {
 		return false
 	}
-	if c.Prefix {
-		if len(a.Argv) < len(c.Argv) || !slices.Equal(a.Argv[:len(c.Argv)], c.Argv) {
-			return false
-		}
-	} else if !slices.Equal(a.Argv, c.Argv) {
+	if !argvCovers(c.Argv, c.Prefix, a.Argv) {
 		return false
 	}
 	if !slices.Equal(sorted(a.Secrets), sorted(c.Secrets)) {
@@ -287,6 +343,15 @@ func (c Consent) Matches(a core.Action) bool {
 	// Stored as jsonb, the checks come back re-spaced: compare canonically.
 	stored, err := canon.Transform(orEmpty(c.Verify))
 	return err == nil && string(v) == string(stored)
+}
+
+// argvCovers reports whether argv is rule exactly or, with prefix, starts
+// with it.
+func argvCovers(rule []string, prefix bool, argv []string) bool {
+	if prefix {
+		return len(argv) >= len(rule) && slices.Equal(argv[:len(rule)], rule)
+	}
+	return slices.Equal(argv, rule)
 }
 
 func sorted(s []string) []string {
@@ -318,17 +383,25 @@ func (c Consent) Check(pub ed25519.PublicKey, a core.Action, risk cards.Risk, co
 		return RunMismatch
 	case c.Conversation != conv:
 		return Required
+	}
+	return c.limits(risk, LaneOf(a), UnitsPerAction, now)
+}
+
+// limits checks c's state and bounds for one use costing cost units in
+// lane, once its shape and binding hold.
+func (c Consent) limits(risk cards.Risk, lane string, cost int, now time.Time) Code {
+	switch {
 	case !c.RevokedAt.IsZero():
 		return Revoked
 	case !now.Before(c.ExpiresAt):
 		return Expired
 	case risk.Rank() > c.MaxRisk.Rank() || c.MaxRisk.Rank() > cards.RiskMedium.Rank():
 		return PolicyForbids
-	case !slices.Contains(c.Lanes, LaneOf(a)):
+	case !slices.Contains(c.Lanes, lane):
 		return LaneDenied
 	case c.Uses >= c.MaxUses:
 		return UsesExhausted
-	case c.Units+UnitsPerAction > c.CostCap:
+	case cost < 0 || c.Units+cost > c.CostCap:
 		return CostCapped
 	}
 	return ""

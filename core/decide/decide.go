@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/silas-gateway/silas/cards"
@@ -26,6 +27,7 @@ import (
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/consent"
 	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/core/tracing"
 )
 
 // Tx is the part of the caller's transaction a decision writes in.
@@ -65,6 +67,18 @@ type Config struct {
 	// Standing bounds the standing consents an owner may give from a card
 	// ("Allow this for 1 h"); a zero TTL: the choice is not offered.
 	Standing consent.Limits
+	// NoSelfApproval lists the risks for which the requester may not
+	// decide their own request, even as an owner (approvals.self_approval:
+	// false).
+	NoSelfApproval []cards.Risk
+}
+
+// Routes is an optional part of a Tx: where a request's card was routed
+// (core/route). A Tx without it knows only the requesting conversation.
+type Routes interface {
+	// ApprovalRoute is the route of request id into conv; core.ErrNotFound
+	// when its card was not routed there.
+	ApprovalRoute(ctx context.Context, id core.ApprovalID, conv core.ConversationID) (core.ApprovalRoute, error)
 }
 
 // Decider turns taps on approval cards into decisions.
@@ -88,6 +102,11 @@ var ErrNoApproval = errors.New("decide: the tapped card is not an approval reque
 type Note struct {
 	Kind audit.Kind
 	Data map[string]any
+	// Conversation, when set, is the conversation the entry belongs to
+	// when it is not the tapped one: a decision made on a routed copy is
+	// recorded in the request's own conversation, where the executor's
+	// gate looks for it.
+	Conversation core.ConversationID
 }
 
 // Result is what a decision shows, as a plain value: the caller writes the
@@ -114,6 +133,9 @@ type Result struct {
 	// Consent is the standing consent the tap minted (signed), for the
 	// caller to store in the same transaction; nil: none.
 	Consent *consent.Consent
+	// Key is the outbox message key of the tapped card in the tapper's
+	// conversation when it is not the card's id (a routed copy).
+	Key string
 }
 
 // Outcome labels the result for metrics: approved, declined or
@@ -159,12 +181,69 @@ func (d *Decider) Tap(ctx context.Context, tx Tx, t core.Turn, trust core.Trust)
 	if err != nil {
 		return Result{}, err
 	}
+	route := core.ApprovalRoute{Kind: core.RouteStatus}
 	if a.Conversation != t.Conversation {
-		// A card from another conversation is "unknown" too: do not reveal it.
-		return Refusal(tap, "unknown_card", "Unknown card: nothing was changed.", nil), nil
+		// A routed copy in an approver's own conversation decides the one
+		// request, under the same lock; any other conversation's card is
+		// "unknown" too: do not reveal it.
+		rs, ok := tx.(Routes)
+		if !ok {
+			return Refusal(tap, "unknown_card", "Unknown card: nothing was changed.", nil), nil
+		}
+		if route, err = rs.ApprovalRoute(ctx, a.ID, t.Conversation); errors.Is(err, core.ErrNotFound) {
+			return Refusal(tap, "unknown_card", "Unknown card: nothing was changed.", nil), nil
+		} else if err != nil {
+			return Result{}, err
+		}
+	} else if rs, ok := tx.(Routes); ok {
+		if r, err := rs.ApprovalRoute(ctx, a.ID, t.Conversation); err == nil {
+			route = r
+		} else if !errors.Is(err, core.ErrNotFound) {
+			return Result{}, err
+		}
 	}
+	r, err := d.tap(ctx, tx, t, trust, a)
+	if err != nil {
+		return r, err
+	}
+	if a.Conversation != t.Conversation {
+		for i := range r.Notes {
+			r.Notes[i].Conversation = a.Conversation
+			r.Notes[i].Data["via"] = string(t.Conversation)
+		}
+	}
+	if route.MessageKey != "" && route.MessageKey != string(a.ID) {
+		r.Key = route.MessageKey
+	}
+	if route.Kind == core.RouteStatus && route.MessageKey != "" {
+		// The requesting conversation of a routed request shows its status
+		// card: the state, never buttons its people cannot use.
+		for i, c := range r.Updates {
+			if c.ID == tap.Card {
+				r.Updates[i] = StatusCard(c)
+			}
+		}
+	}
+	return r, nil
+}
+
+// StatusCard is c as the requesting conversation of a routed request
+// shows it: its state without choices.
+func StatusCard(c *cards.Card) *cards.Card {
+	s := *c
+	s.Choices = nil
+	return &s
+}
+
+// tap decides a tap on a, read and locked, from a conversation it may be
+// decided in.
+func (d *Decider) tap(ctx context.Context, tx Tx, t core.Turn, trust core.Trust, a core.ApprovalRequest) (Result, error) {
+	tap := *t.Tap
 	if !MayDecide(a, t.Sender, trust) {
 		return Refusal(tap, "not_approver", fmt.Sprintf("You (%s) may not decide this card; nothing was changed.", t.Sender), d.open(a)), nil
+	}
+	if t.Sender == a.Requester && slices.Contains(d.cfg.NoSelfApproval, a.Risk) && tap.Choice != "decline" {
+		return Refusal(tap, "self_approval", fmt.Sprintf("You asked for this yourself, and %s-risk requests need another approver here (approvals.self_approval): nothing was changed. You can still decline it.", a.Risk), d.open(a)), nil
 	}
 	if !a.Status.Open() {
 		// Re-send the card's current state too: a client showing stale
@@ -198,6 +277,8 @@ func (d *Decider) Tap(ctx context.Context, tx Tx, t core.Turn, trust core.Trust)
 		}
 		return Refusal(tap, "altered", "This request was altered after it was proposed and no longer matches what the card showed: nothing was run.", nil), nil
 	}
+	// The decision links to the proposal's trace; the wait is a span there.
+	tracing.Tapped(ctx, string(a.ID), a.Traceparent, a.CreatedAt)
 	switch tap.Choice {
 	case "decline":
 		ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}, core.ApprovalDeclined, t.Sender, nil)

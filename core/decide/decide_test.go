@@ -55,17 +55,25 @@ func setup(t *testing.T) *bundle {
 // engine does when an action needs approval.
 func (b *bundle) propose(t *testing.T, risk cards.Risk, argv ...string) core.ApprovalRequest {
 	t.Helper()
+	a := signedRequest(t, b.key, time.Now(), risk, argv...)
+	if err := b.st.Do(b.ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) { tx.QueueApproval(a); return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// signedRequest is a signed request for argv with risk, proposed at now
+// in conv by the owner, as the engine builds one.
+func signedRequest(t *testing.T, key ed25519.PrivateKey, now time.Time, risk cards.Risk, argv ...string) core.ApprovalRequest {
+	t.Helper()
 	act := core.Action{Tool: "shell", Argv: argv, Verify: []verify.Check{verify.ExitCodeZero()}}
 	canonical, _ := act.Canonical()
 	hash, _ := act.Hash()
-	now := time.Now().UTC().Truncate(time.Microsecond)
+	now = now.UTC().Truncate(time.Microsecond)
 	a := core.ApprovalRequest{ID: core.ApprovalID(core.NewID()), Channel: "test", Conversation: conv, Requester: owner,
 		ActionCanonical: canonical, ActionHash: hash, Intent: "test", Rationale: "test", Risk: risk,
 		Approvers: []string{"role:owner"}, Status: core.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(5 * time.Minute)}
-	if err := decide.SignRequest(b.key, &a); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.st.Do(b.ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) { tx.QueueApproval(a); return nil, nil }); err != nil {
+	if err := decide.SignRequest(key, &a); err != nil {
 		t.Fatal(err)
 	}
 	return a

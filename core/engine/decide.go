@@ -8,6 +8,7 @@ import (
 	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/tracing"
 )
 
 // decide applies a tap inside the turn's transaction. An approval card is
@@ -15,11 +16,16 @@ import (
 // a card asking to show a secret run's output by the command table, a
 // task's question by the task runtime; anything else is unknown.
 func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.Tap) error {
+	ctx, span := tracing.Start(ctx, tracing.SpanDecide)
+	defer span.End()
 	refuse := func(reason, msg string) error {
 		e.applyDecision(o, decide.Refusal(tap, reason, msg, nil))
 		return nil
 	}
 	r, err := e.decider.Tap(ctx, tx, o.st.Turn, o.trust)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrApprovalID.String(string(tap.Card)), tracing.AttrOutcome.String(r.Outcome()))
+	}
 	if !errors.Is(err, decide.ErrNoApproval) {
 		if err != nil {
 			return err
@@ -70,8 +76,12 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 		o.toast = rv.Toast
 		return nil
 	}
-	if q := e.cfg.Questions; q != nil {
-		// A card an outside agent's question put to the owner.
+	for _, q := range []Questions{e.cfg.Questions, e.cfg.Flows} {
+		if q == nil {
+			continue
+		}
+		// A card an outside agent's question put to the owner, or a
+		// flow gate's.
 		qt, err := q.Tap(ctx, tx, o.st, o.trust, tap, o)
 		if err != nil {
 			return err
@@ -112,12 +122,18 @@ func (e *Engine) applyDecision(o *outcome, r decide.Result) {
 	o.updates = append(o.updates, r.Updates...)
 	for _, n := range r.Notes {
 		o.note(n.Kind, n.Data)
+		if n.Conversation != "" {
+			o.audit[len(o.audit)-1].Conversation = string(n.Conversation)
+		}
 	}
 	if r.Toast != "" {
 		o.toast = r.Toast
 	}
 	if r.Refused != "" {
 		o.refused = r.Refused
+	}
+	if r.Key != "" {
+		o.answerKey = r.Key
 	}
 	if l := r.Outcome(); l != "" {
 		e.count.Decision(l)

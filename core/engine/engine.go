@@ -20,6 +20,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/access"
@@ -29,8 +31,10 @@ import (
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/propose"
+	"github.com/silas-gateway/silas/core/route"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/tapseal"
+	"github.com/silas-gateway/silas/core/tracing"
 	"github.com/silas-gateway/silas/core/trust"
 )
 
@@ -58,6 +62,12 @@ type Config struct {
 	// Questions answers taps on the cards of outside agents' questions
 	// (core/callgate; nil: there are none).
 	Questions Questions
+	// Flows answers taps on flow gates' cards (core/flowrun; nil: flows
+	// are not enabled).
+	Flows Questions
+	// Router plans where an approval card goes when the requesting
+	// conversation cannot decide it (core/route; nil: always there).
+	Router *route.Router
 	// Count counts policy decisions and approval taps (nil: not counted).
 	Count propose.Counter
 	// MaxTextLen rejects longer inbound text; Workers bounds
@@ -70,6 +80,10 @@ type Config struct {
 	Now      func() time.Time
 	// Hooks observe progress (benchmarks and tests); nil fields are skipped.
 	Hooks Hooks
+	// Cluster says whether other instances share the database (nil: this
+	// process is alone, as in tests): then a conversation's turns wait
+	// for earlier ones another instance holds (cluster.go).
+	Cluster Cluster
 }
 
 // Runs is the executor as the engine starts, resumes and awaits its runs,
@@ -99,6 +113,9 @@ type Hooks struct {
 
 // Engine is the turn pipeline.
 type Engine struct {
+	// intake holds, while tracing is on, the intake span of each stored
+	// turn until its worker takes it (seq → trace.SpanContext).
+	intake   sync.Map
 	cfg      Config
 	st       *store.Store
 	log      *slog.Logger
@@ -171,7 +188,9 @@ func (e *Engine) Ready() <-chan struct{} { return e.ready }
 // in-flight turns and executions (the executor's, core/execute) have
 // finished or, if grace ran out, were left resumable.
 func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
-	turns, err := e.st.PendingTurns(ctx)
+	// What no live instance processes (a previous process's, a dead
+	// instance's): adopted by this one, so no other instance runs it too.
+	turns, err := e.st.AdoptTurns(ctx, "", 0)
 	if err != nil {
 		return fmt.Errorf("engine: resume turns: %w", err)
 	}
@@ -229,7 +248,11 @@ func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 var errShuttingDown = errors.New("engine: shutting down")
 
 // Deliver implements core.Inbox: validate, store durably, then queue.
-func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, error) {
+func (e *Engine) Deliver(ctx context.Context, t core.Turn) (res core.DeliverResult, err error) {
+	ctx, span := tracing.Start(ctx, tracing.SpanIntake)
+	if span.IsRecording() {
+		defer func() { endIntake(span, t, res, err) }()
+	}
 	// Text PostgreSQL cannot store is replaced (and noted on the turn)
 	// before anything else looks at it.
 	t.Sanitize()
@@ -259,8 +282,25 @@ func (e *Engine) Deliver(ctx context.Context, t core.Turn) (core.DeliverResult, 
 	if err != nil || dup {
 		return core.DeliverResult{Seq: seq, Duplicate: dup}, err
 	}
+	if span.IsRecording() {
+		// The worker's turn span links back to this intake.
+		e.intake.Store(seq, span.SpanContext())
+	}
 	e.enqueue(core.StoredTurn{Seq: seq, Turn: t})
 	return core.DeliverResult{Seq: seq}, nil
+}
+
+// endIntake ends the intake span: the channel, whether it was a tap and
+// what became of it — never the text.
+func endIntake(span trace.Span, t core.Turn, res core.DeliverResult, err error) {
+	span.SetAttributes(tracing.AttrChannel.String(string(t.Channel)), tracing.AttrTap.Bool(t.Tap != nil), tracing.AttrDuplicate.Bool(res.Duplicate))
+	if t.Tap != nil {
+		span.SetAttributes(tracing.AttrApprovalID.String(string(t.Tap.Card)))
+	}
+	if err != nil {
+		span.SetStatus(codes.Error, "turn not taken")
+	}
+	span.End()
 }
 
 // storeTurn stores t with its turn.received audit entry, in status
@@ -367,6 +407,9 @@ func (e *Engine) worker(conv core.ConversationID, q *convQueue) {
 		st := q.items[0]
 		q.items = q.items[1:]
 		e.mu.Unlock()
+		if !e.solo() && !e.awaitEarlier(q, st) {
+			continue // an earlier turn of the conversation goes first
+		}
 		e.processWithRetry(st)
 	}
 }
@@ -382,6 +425,13 @@ func (e *Engine) processWithRetry(st core.StoredTurn) {
 		}
 		if e.workCtx.Err() != nil {
 			return // shutting down: the turn stays pending and resumes at start
+		}
+		if errors.Is(err, core.ErrFenced) {
+			// Another instance adopted the turn while this one was taken
+			// for dead (a pause): it answers it; nothing of this run
+			// committed.
+			e.log.Warn("turn taken over by another instance; dropping this run of it", slog.Int64("seq", st.Seq))
+			return
 		}
 		var perm *core.PermanentError
 		if errors.As(err, &perm) {

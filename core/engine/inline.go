@@ -48,6 +48,11 @@ func (e *Engine) inlineCandidate(t core.Turn) bool {
 // deliverInline stores and answers t in one transaction when it can; ok
 // reports whether it took the turn (res and err are then Deliver's answer).
 func (e *Engine) deliverInline(ctx context.Context, t core.Turn) (res core.DeliverResult, ok bool, err error) {
+	if !e.solo() {
+		// Another instance may hold an earlier turn of this conversation:
+		// only the worker path waits for it (order per conversation).
+		return res, false, nil
+	}
 	if t.Tap != nil && len(t.Redacted) == 0 {
 		return e.deliverTap(t)
 	}

@@ -1,10 +1,14 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
@@ -12,6 +16,7 @@ import (
 	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/tracing"
 )
 
 type auditEntry = audit.Entry
@@ -29,11 +34,17 @@ type outcome struct {
 	// updates are edits of cards sent earlier, enqueued after the sends.
 	updates []*cards.Card
 	appr    []core.ApprovalRequest
-	audit   []auditEntry
+	// routes are where appr's cards were routed (route.go), stored with
+	// them.
+	routes []core.ApprovalRoute
+	audit  []auditEntry
 	// toast is the notice of a tap's answer (core.TapAnswer.Text).
 	toast string
 	// refused is why the tap changed nothing ("" when it took effect).
 	refused string
+	// answerKey is the tapped card's message key when it is not the
+	// card's id (a routed copy, core/decide Result.Key).
+	answerKey string
 	// sends go to other conversations of the same channel.
 	sends []pendingSend
 	// inTx runs inside the transaction (tap decisions, pairing) and may add
@@ -75,11 +86,16 @@ func (o *outcome) answerTap(tx *store.Tx) ([]*cards.Card, error) {
 	key := "tap-" + core.NewID()
 	if a.Card != nil {
 		key = string(a.Card.ID)
+		if o.answerKey != "" {
+			key = o.answerKey
+		}
 	}
 	return rest, tx.QueueTapAnswer(t.Channel, key, a)
 }
 
 type pendingSend struct {
+	// ch is the conversation's channel; "" for the turn's.
+	ch   core.ChannelName
 	conv core.ConversationID
 	key  string
 	msg  core.OutMessage
@@ -104,6 +120,12 @@ func (e *Engine) process(ctx context.Context, st core.StoredTurn) error {
 func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64, dup bool, err error) {
 	start := e.now()
 	t := st.Turn
+	ctx, span := e.startTurn(ctx, st)
+	defer span.End()
+	turnCtx := ctx
+	// A request proposed now carries this span: the tap, the execution and
+	// the card updates join its trace.
+	traceparent := tracing.Traceparent(ctx)
 	trust, why := e.trust.Of(ctx, t)
 	base := outcome{st: st, trust: trust}
 	base.note(audit.KindTrustDecided, map[string]any{"seq": st.Seq, "trust": string(trust), "basis": why})
@@ -130,6 +152,7 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 		o.secretReplies = append([]string(nil), base.secretReplies...)
 		o.cards = append([]*cards.Card(nil), base.cards...)
 		o.appr = append([]core.ApprovalRequest(nil), base.appr...)
+		o.routes = append([]core.ApprovalRoute(nil), base.routes...)
 		o.updates = append([]*cards.Card(nil), base.updates...)
 		o.sends = append([]pendingSend(nil), base.sends...)
 		o.audit = append([]auditEntry(nil), base.audit...)
@@ -145,7 +168,11 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 		// Approval requests first: inTx may decide one of them at once (an
 		// action policy allows).
 		for _, a := range o.appr {
+			a.Traceparent = traceparent
 			tx.QueueApproval(a)
+		}
+		if err := tx.QueueApprovalRoutes(o.routes); err != nil {
+			return nil, err
 		}
 		if o.inTx != nil {
 			if err := o.inTx(ctx, tx, &o); err != nil {
@@ -183,11 +210,12 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 			}
 		}
 		for _, ps := range o.sends {
-			if err := tx.QueueMessage(t.Channel, core.OpSend, ps.key, ps.msg); err != nil {
+			if err := tx.QueueMessage(cmp.Or(ps.ch, t.Channel), core.OpSend, ps.key, ps.msg); err != nil {
 				return nil, err
 			}
 		}
 		tx.QueueFinishTurn(o.st.Seq, core.TurnDone, "")
+		rememberCards(turnCtx, &o)
 		final = o
 		return o.audit, nil
 	})
@@ -241,8 +269,16 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 	if handled, err := e.taskAnswer(ctx, o); handled || err != nil {
 		return err
 	}
-	p, err := e.cfg.Agent.Respond(ctx, core.AgentInput{Conversation: t.Conversation, Sender: t.Sender, Trust: o.trust, Text: t.Text,
+	actx, span := tracing.Start(ctx, tracing.SpanAgent)
+	p, err := e.cfg.Agent.Respond(actx, core.AgentInput{Conversation: t.Conversation, Sender: t.Sender, Trust: o.trust, Text: t.Text,
 		Channel: t.Channel, Seq: o.st.Seq})
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrActions.Int(len(p.Actions)))
+		if err != nil {
+			span.SetStatus(codes.Error, "agent failed")
+		}
+	}
+	span.End()
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -250,7 +286,9 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 		o.reply("%s", p.Reply)
 	}
 	for _, pa := range p.Actions {
-		e.propose(o, pa)
+		if _, err := e.propose(ctx, o, pa); err != nil {
+			return err
+		}
 	}
 	if p.Task != nil {
 		e.startTask(o, *p.Task)
@@ -262,8 +300,16 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 // and adds what it produced to the turn's outcome: the request and its card
 // in the turn's transaction and, when policy allows the action, its
 // approval on the policy's behalf in that same transaction.
-func (e *Engine) propose(o *outcome, pa core.ProposedAction) propose.Proposal {
+func (e *Engine) propose(ctx context.Context, o *outcome, pa core.ProposedAction) (propose.Proposal, error) {
+	_, span := tracing.Start(ctx, tracing.SpanPolicy)
 	p := e.proposer.Propose(o.st, o.trust, pa)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrDecision.String(string(p.Decision)))
+		if p.Request != nil {
+			span.SetAttributes(tracing.AttrApprovalID.String(string(p.Request.ID)), tracing.AttrRisk.String(string(p.Request.Risk)))
+		}
+	}
+	span.End()
 	if p.Decision != "" {
 		e.count.Policy(p.Decision)
 	}
@@ -274,15 +320,22 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) propose.Proposal {
 		o.reply("%s", p.Reply)
 	}
 	if p.Request == nil {
-		return p
+		return p, nil
+	}
+	if p.Auto == "" {
+		// A person decides it: where its card goes (route.go).
+		if ok, err := e.route(ctx, o, p); err != nil || !ok {
+			return p, err
+		}
+	} else {
+		o.cards = append(o.cards, p.Card)
 	}
 	o.appr = append(o.appr, *p.Request)
-	o.cards = append(o.cards, p.Card)
 	if p.Auto == "" {
 		if e.decider.Standing() {
 			e.standing(o, p)
 		}
-		return p
+		return p, nil
 	}
 	prev := o.inTx
 	o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error {
@@ -298,5 +351,35 @@ func (e *Engine) propose(o *outcome, pa core.ProposedAction) propose.Proposal {
 		e.applyDecision(o, r)
 		return nil
 	}
-	return p
+	return p, nil
+}
+
+// startTurn starts the span of one turn's answer: a child of its intake
+// span when this process took the turn in (the trace of a /run goes
+// intake → turn → policy → card), a trace of its own otherwise (a turn
+// resumed after a restart).
+func (e *Engine) startTurn(ctx context.Context, st core.StoredTurn) (context.Context, trace.Span) {
+	if !tracing.On() {
+		return tracing.Start(ctx, tracing.SpanTurn)
+	}
+	if v, ok := e.intake.LoadAndDelete(st.Seq); ok && st.Seq != 0 {
+		ctx = trace.ContextWithSpanContext(ctx, v.(trace.SpanContext))
+	}
+	ctx, span := tracing.Start(ctx, tracing.SpanTurn)
+	span.SetAttributes(tracing.AttrChannel.String(string(st.Turn.Channel)), tracing.AttrTap.Bool(st.Turn.Tap != nil))
+	return ctx, span
+}
+
+// rememberCards notes the span whose transaction wrote each card (sent or
+// edited), so that the outbox's delivery joins its trace.
+func rememberCards(ctx context.Context, o *outcome) {
+	if !tracing.On() {
+		return
+	}
+	for _, c := range o.cards {
+		tracing.Remember(ctx, string(c.ID))
+	}
+	for _, c := range o.updates {
+		tracing.Remember(ctx, string(c.ID))
+	}
 }

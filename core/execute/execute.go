@@ -29,10 +29,13 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/redact"
 	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/core/tracing"
 	"github.com/silas-gateway/silas/core/verify"
 )
 
@@ -98,6 +101,9 @@ type Config struct {
 	Key      ed25519.PublicKey
 	Sandbox  core.Sandbox
 	Verifier *verify.Runner
+	// Tools runs the actions of tools other than "shell", by tool name;
+	// an action of a tool in neither is refused.
+	Tools map[string]ToolRunner
 	// Secrets opens declared secrets (nil: an action that declares one is
 	// refused).
 	Secrets Secrets
@@ -128,6 +134,17 @@ type Config struct {
 	// row: after the claim the executor runs the row it checked, carried as
 	// a value, so a later edit of the row changes nothing.
 	BeforeRun func(id core.ApprovalID)
+}
+
+// ToolRunner runs the approved actions of one tool other than "shell"
+// (core/mcptools runs "mcp"), through the same gate, claim, verification
+// and records as a program: only the run itself differs. It is called
+// once per execution, after the claim committed.
+type ToolRunner interface {
+	// Run performs act within timeout. A result is what happened (a
+	// failed call is a non-zero exit code, its message on stderr); an error
+	// means nothing was sent, and the execution is refused with its text.
+	Run(ctx context.Context, act core.Action, timeout time.Duration) (core.ExecResult, error)
 }
 
 // Executor runs approved actions, one Run per execution.
@@ -197,6 +214,15 @@ func (x *Executor) Run(ctx context.Context, id core.ApprovalID) {
 	if x.cfg.Claimed != nil {
 		x.cfg.Claimed(id)
 	}
+	// The run continues the proposal's trace (its traceparent is on the
+	// approval row), and its card updates are delivered in it.
+	ctx, span := tracing.StartFrom(ctx, tracing.SpanExecute, r.a.Traceparent)
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrApprovalID.String(string(id)))
+		tracing.Remember(ctx, string(id))
+		defer func() { span.SetAttributes(tracing.AttrStatus.String(string(r.ex.Status))) }()
+	}
 	x.run(ctx, r)
 }
 
@@ -264,7 +290,8 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 	// row — so nothing written to the database after the claim can change
 	// what runs.
 	act := r.act
-	if act.Tool != "shell" {
+	tool, byTool := x.cfg.Tools[act.Tool]
+	if act.Tool != "shell" && !byTool {
 		refuse(fmt.Sprintf("no executor for tool %q", act.Tool))
 		return
 	}
@@ -284,7 +311,23 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 		return
 	}
 	runCtx, stopped, runDone := x.runs.track(ctx, r.a.ID)
-	res, err := x.cfg.Sandbox.Run(runCtx, core.ExecRequest{Argv: act.Argv, Env: env, Timeout: timeout, Network: act.Network})
+	runCtx, span := tracing.Start(runCtx, tracing.SpanSandbox)
+	var res core.ExecResult
+	if byTool {
+		// Past the gate and the claim, like a program: the tool's call
+		// leaves the gateway only now.
+		res, err = tool.Run(runCtx, act, timeout)
+	} else {
+		res, err = x.cfg.Sandbox.Run(runCtx, core.ExecRequest{Argv: act.Argv, Env: env, Timeout: timeout, Network: act.Network})
+	}
+	if span.IsRecording() {
+		// How it ended, never the argv or the output.
+		span.SetAttributes(tracing.AttrExitCode.Int(res.ExitCode), tracing.AttrTimedOut.Bool(res.TimedOut), tracing.AttrIsolation.String(res.Isolation))
+		if err != nil {
+			span.SetStatus(codes.Error, "sandbox run failed")
+		}
+	}
+	span.End()
 	runDone()
 	if stopped() {
 		// Killed because its task was stopped: whatever it did so far
@@ -309,6 +352,10 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 		if ctx.Err() != nil {
 			// Shutting down mid-run: leave it "running"; the next start marks
 			// it interrupted rather than running it twice.
+			return
+		}
+		if byTool {
+			refuse(err.Error())
 			return
 		}
 		refuse("could not start: " + err.Error())
@@ -374,9 +421,14 @@ func (x *Executor) verify(ctx context.Context, r *execution) {
 // verdict runs the checks on a recorded result: the status it leads to,
 // the update that records it and its audit entry.
 func (x *Executor) verdict(ctx context.Context, act core.Action, rec *core.ExecRecord) (core.ExecStatus, core.ExecUpdate, note) {
+	ctx, span := tracing.Start(ctx, tracing.SpanVerify)
 	report := x.cfg.Verifier.Run(ctx, act.Verify, verify.Evidence{
 		ExitCode: rec.ExitCode, Stdout: []byte(rec.Stdout), TimedOut: rec.TimedOut, Dir: rec.Dir,
 	})
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrVerified.Bool(report.AllPassed))
+	}
+	span.End()
 	raw, _ := json.Marshal(report)
 	to, kind := core.ExecVerified, audit.KindVerificationPassed
 	summary := report.Summary()

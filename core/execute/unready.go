@@ -46,6 +46,9 @@ func isolationRefusal(act core.Action, err error) string {
 // ready is why act cannot start at all, whatever its secrets: "" when it
 // may.
 func (x *Executor) ready(act core.Action) string {
+	if _, byTool := x.cfg.Tools[act.Tool]; byTool {
+		return "" // its runner checks what it needs when it runs
+	}
 	if act.Tool != "shell" {
 		return fmt.Sprintf("no executor for tool %q", act.Tool)
 	}

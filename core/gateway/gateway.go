@@ -19,12 +19,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 
+	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/access"
 	"github.com/silas-gateway/silas/core/audit"
@@ -35,9 +37,12 @@ import (
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/flowrun"
+	"github.com/silas-gateway/silas/core/mcptools"
 	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/propose"
+	"github.com/silas-gateway/silas/core/route"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/secureinput"
 	"github.com/silas-gateway/silas/core/store"
@@ -65,6 +70,13 @@ type Config struct {
 	ApprovalTTL time.Duration
 	// TokenTTL bounds the gap between approval and execution (default 10m).
 	TokenTTL time.Duration
+	// RouteTo is approvals.route_to: the identities and channels an
+	// approval card goes to when the requesting conversation cannot
+	// decide it (core/route; empty: every owner's direct conversations).
+	RouteTo []string
+	// NoSelfApproval lists the risks for which a requester may not decide
+	// their own request, even as an owner (approvals.self_approval: false).
+	NoSelfApproval []cards.Risk
 	// Consents bounds the standing approvals an owner may give from a
 	// card (core/consent); a zero TTL: none are offered or used.
 	Consents consent.Limits
@@ -106,8 +118,22 @@ type Config struct {
 	// answered "not enabled"). The ports carry the gateway's Store, Policy,
 	// Verifier, Logger and Now for the runtime's defaults.
 	Tasks func(TaskPorts) (engine.Tasks, error)
+	// Flows enables the flow runtime (core/flowrun) with this config (nil:
+	// /flows answers that flows are not enabled). Its Store, Logger and
+	// Now default to the gateway's; its action nodes propose through the
+	// same proposer, trust book and executor as /run.
+	Flows *flowrun.Config
+	// MCP are the tools of the configured MCP servers (core/mcptools):
+	// their calls run through the executor as tool "mcp", their pin cards
+	// go to the owner and are answered through the engine (nil: none).
+	MCP *mcptools.Tools
 	// Hooks observe progress (benchmarks and tests); nil fields are skipped.
 	Hooks engine.Hooks
+	// Cluster is this process's membership of the instances sharing the
+	// database (*cluster.Instance; nil: alone, as in tests): turns wait
+	// for earlier ones another instance holds and outbox lanes claim
+	// their conversation while others exist.
+	Cluster Cluster
 	// Failpoint, for crash tests only: "after-approve" or "after-execute"
 	// makes the process SIGKILL itself at that point.
 	Failpoint string
@@ -171,10 +197,12 @@ type TaskPorts struct {
 // Gateway is the turn pipeline on the rooms New built.
 type Gateway struct {
 	*engine.Engine
+	exec   *execute.Executor
 	out    *outbox.Outbox
 	access *access.Access
 	secure *secureinput.Requests
-	tasks  engine.Tasks // nil: tasks not enabled
+	tasks  engine.Tasks     // nil: tasks not enabled
+	flows  *flowrun.Runtime // nil: flows not enabled
 	calls  *callgate.Gate
 }
 
@@ -199,7 +227,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: channels, Logger: cfg.Logger, Now: cfg.Now, After: cfg.OutboxAfter,
-		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: m.outbox, Handles: handles})
+		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: m.outbox, Handles: handles, Cluster: outboxCluster(cfg.Cluster)})
 	if g.access, err = access.New(access.Config{Policies: cfg.Access, Owners: cfg.Owners, Book: book, Channels: channels, Key: cfg.Key,
 		Store: cfg.Store, Outbox: g.out, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -209,14 +237,31 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	decider := decide.New(decide.Config{Key: cfg.Key, TokenTTL: cfg.TokenTTL, Preview: cfg.OutputPreview, Executions: cfg.Store,
-		Standing: cfg.Consents})
+		Standing: cfg.Consents, NoSelfApproval: cfg.NoSelfApproval})
+	owners := func(ctx context.Context) []core.IdentityID { return slices.Concat(cfg.Owners, book.OwnersBound(ctx)) }
+	router, err := route.New(route.Config{Store: cfg.Store, Owners: owners, Channels: slices.Collect(maps.Keys(channels)), To: cfg.RouteTo,
+		NoSelfApproval: cfg.NoSelfApproval})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	// An edit of a routed card reaches its copies' conversations at once.
+	cfg.Store.OnFanOut(func(c core.ConversationID) { g.out.Kick(c, -1) })
 	proposer, err := propose.New(propose.Config{Key: cfg.Key, Policy: cfg.Policy, Approver: decider, ApprovalTTL: cfg.ApprovalTTL,
 		Preview: cfg.OutputPreview, StandingTTL: cfg.Consents.TTL, Now: cfg.Now})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	var tools map[string]execute.ToolRunner
+	var questions engine.Questions
+	if cfg.MCP != nil {
+		cfg.MCP.Bind(func(ctx context.Context) (core.DirectConversation, error) {
+			return cfg.Store.OwnerConversation(ctx, owners(ctx))
+		},
+			func(c core.ConversationID) { g.out.Kick(c, 1) })
+		tools = map[string]execute.ToolRunner{core.ToolMCP: cfg.MCP}
+	}
 	exec, err := execute.New(execute.Config{
-		Store: execStore{cfg.Store}, Key: pub, Sandbox: cfg.Sandbox, Verifier: cfg.Verifier,
+		Store: execStore{cfg.Store}, Key: pub, Sandbox: cfg.Sandbox, Verifier: cfg.Verifier, Tools: tools,
 		Secrets:     execute.Sealed{Store: cfg.Store, Sealer: cfg.Sealer, Asker: g.secure},
 		ExecTimeout: cfg.ExecTimeout, OutputInlineMax: cfg.OutputInlineMax, OutputPreview: cfg.OutputPreview,
 		Logger: cfg.Logger, Now: cfg.Now, Failpoint: cfg.Failpoint, Hold: cfg.HoldExecution, BeforeRun: cfg.BeforeExecute,
@@ -229,6 +274,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	g.exec = exec
 	if cfg.Tasks != nil {
 		// Built once, on the rooms it proposes through: no second step.
 		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}, Outbox: g.out,
@@ -241,25 +287,48 @@ func New(cfg Config) (*Gateway, error) {
 	// executor as /run, from callers that never have owner trust.
 	if g.calls, err = callgate.New(callgate.Config{Store: cfg.Store,
 		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m},
-		Owners:   func(ctx context.Context) []core.IdentityID { return slices.Concat(cfg.Owners, book.OwnersBound(ctx)) },
+		Owners:   owners,
 		Channels: cfg.Channels,
 		Key:      cfg.Key, TTL: cfg.ApprovalTTL, Kick: func(c core.ConversationID) { g.out.Kick(c, 1) }, Logger: cfg.Logger, Now: cfg.Now,
 	}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	questions = g.calls
+	if cfg.MCP != nil {
+		questions = tapChain{g.calls, cfg.MCP} // a caller's question card, else an MCP pin card
+	}
 	var cmdTasks commands.Tasks // a nil interface, not a nil runtime
 	if g.tasks != nil {
 		cmdTasks = g.tasks
 	}
-	cmds, err := commands.New(commands.Config{Reads: cfg.Store, Decider: decider, SecureInput: g.secure, Tasks: cmdTasks,
+	var cmdFlows commands.Flows
+	var flowTaps engine.Questions
+	if cfg.Flows != nil {
+		fc := *cfg.Flows
+		if fc.Store == nil {
+			fc.Store = cfg.Store
+		}
+		if fc.Logger == nil {
+			fc.Logger = cfg.Logger
+		}
+		if fc.Now == nil {
+			fc.Now = cfg.Now
+		}
+		if g.flows, err = flowrun.New(fc, propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}, g.out); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		cmdFlows, flowTaps = g.flows, g.flows
+	}
+	cmds, err := commands.New(commands.Config{Reads: cfg.Store, Decider: decider, SecureInput: g.secure, Tasks: cmdTasks, Flows: cmdFlows,
 		Trust: book, Key: cfg.Key, OutputInlineMax: cfg.OutputInlineMax, Now: cfg.Now})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.Engine, err = engine.New(engine.Config{
 		Store: cfg.Store, Channels: channels, Agent: cfg.Agent, Trust: book, Handles: handles, Outbox: g.out, Access: g.access,
-		Decider: decider, Proposer: proposer, Runs: exec, Commands: cmds, Tasks: g.tasks, Questions: g.calls, Count: m,
+		Decider: decider, Proposer: proposer, Runs: exec, Commands: cmds, Tasks: g.tasks, Questions: questions, Flows: flowTaps, Count: m, Router: router,
 		MaxTextLen: cfg.MaxTextLen, Workers: cfg.Workers, Registry: cfg.Registry, Logger: cfg.Logger, Now: cfg.Now, Hooks: cfg.Hooks,
+		Cluster: engineCluster(cfg.Cluster),
 	})
 	if err != nil {
 		return nil, err
@@ -294,16 +363,44 @@ func (g *Gateway) Maintenance() []background.Periodic {
 	if g.tasks != nil {
 		jobs = append(jobs, background.Periodic{Name: "task_sweep", Every: g.tasks.SweepEvery(), Run: g.tasks.Resume})
 	}
+	if g.flows != nil {
+		jobs = append(jobs, background.Periodic{Name: "flow_sweep", Every: g.flows.SweepEvery(), Run: g.flows.Resume})
+	}
 	return jobs
 }
+
+// Flows is the flow runtime (nil: flows are not enabled).
+func (g *Gateway) Flows() *flowrun.Runtime { return g.flows }
 
 // Jobs registers the rooms' job workers (task steps) on workers and
 // returns their queues, for the background room (background.Config).
 func (g *Gateway) Jobs(workers *river.Workers) map[string]river.QueueConfig {
-	if g.tasks == nil {
-		return nil
+	var queues map[string]river.QueueConfig
+	if g.tasks != nil {
+		queues = g.tasks.Jobs(workers)
 	}
-	return g.tasks.Jobs(workers)
+	if g.flows != nil {
+		if queues == nil {
+			queues = map[string]river.QueueConfig{}
+		}
+		for q, c := range g.flows.Jobs(workers) {
+			queues[q] = c
+		}
+	}
+	return queues
+}
+
+// tapChain offers a tap to each handler in turn until one handles it.
+type tapChain []engine.Questions
+
+func (c tapChain) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, tap core.Tap, out core.TaskOut) (core.TaskTap, error) {
+	for _, q := range c {
+		r, err := q.Tap(ctx, tx, st, trust, tap, out)
+		if err != nil || r.Handled || r.Refused != "" {
+			return r, err
+		}
+	}
+	return core.TaskTap{}, nil
 }
 
 // execStore is the store as the executor uses it.

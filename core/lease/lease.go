@@ -33,6 +33,15 @@ type Store interface {
 	ReleaseLease(ctx context.Context, l core.Lease) error
 }
 
+// StateStore is a Store that also writes channel state fenced by a
+// lease's epoch (*store.Store): what the adapters holding a lease need.
+type StateStore interface {
+	Store
+	// SetStateFenced writes a channel state value unless a newer epoch
+	// of the lease exists (then core.ErrFenced).
+	SetStateFenced(ctx context.Context, ch core.ChannelName, key, value, lease string, epoch int64) error
+}
+
 // ErrLost is the cause of a held context's cancellation when the lease was
 // lost: a renewal found it expired or taken, or this process's clock ran
 // past the TTL without a successful renewal (a pause, a partition).
@@ -117,7 +126,12 @@ func (h *Holder) Acquire(ctx context.Context) (*Held, error) {
 			h.log.Warn("lease: cannot acquire", slog.Any("err", err))
 		}
 		if err == nil && ok {
-			h.log.Info("lease acquired", slog.Int64("epoch", l.Epoch))
+			if counted(l, h.cfg.Holder) {
+				h.log.Warn("lease taken over: its previous holder did not release it", slog.Int64("epoch", l.Epoch),
+					slog.String("previous", l.Previous))
+			} else {
+				h.log.Info("lease acquired", slog.Int64("epoch", l.Epoch))
+			}
 			return h.hold(ctx, l, start), nil
 		}
 		select {
@@ -262,4 +276,24 @@ func (h *Holder) Run(ctx context.Context, work func(ctx context.Context, held *H
 			return fmt.Errorf("lease %s: %w", h.cfg.Name, werr)
 		}
 	}
+}
+
+// Hold runs work under the lease cfg.Name whenever this process holds it,
+// until ctx ends (Run; work should return once its context ends). Without
+// a store it runs work once, directly, with a nil Held: one instance and
+// no leases, as before issue 25. It returns when ctx ends, or at once when
+// cfg is unusable (the error).
+func Hold(ctx context.Context, st Store, cfg Config, work func(ctx context.Context, held *Held)) error {
+	if st == nil {
+		work(ctx, nil)
+		return nil
+	}
+	h, err := New(st, cfg)
+	if err != nil {
+		return err
+	}
+	return h.Run(ctx, func(ctx context.Context, held *Held) error {
+		work(ctx, held)
+		return nil
+	})
 }

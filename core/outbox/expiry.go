@@ -29,16 +29,22 @@ func (ob *Outbox) Expire(ctx context.Context) error {
 		return fmt.Errorf("outbox: expiry: listing: %w", err)
 	}
 	for _, a := range list {
-		err := ob.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		// The card says who was asked and where (routed copies included).
+		routes, err := ob.st.ApprovalRoutes(ctx, a.ID)
+		if err != nil {
+			return fmt.Errorf("outbox: expiry: %w", err)
+		}
+		err = ob.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
 			ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}, core.ApprovalExpired, "", nil)
 			if err != nil || !ok {
 				return nil, err
 			}
 			a.Status = core.ApprovalExpired
-			if err := tx.QueueMessage(a.Channel, core.OpUpdate, string(a.ID), core.OutMessage{Conversation: a.Conversation, Card: render.Approval(a, nil, 0)}); err != nil {
+			if err := tx.QueueMessage(a.Channel, core.OpUpdate, string(a.ID), core.OutMessage{Conversation: a.Conversation, Card: render.Expired(a, routes)}); err != nil {
 				return nil, err
 			}
-			return []audit.Entry{{Kind: audit.KindApprovalExpired, Actor: "silas", Conversation: string(a.Conversation), Data: map[string]any{"approval": string(a.ID)}}}, nil
+			return []audit.Entry{{Kind: audit.KindApprovalExpired, Actor: "silas", Conversation: string(a.Conversation),
+				Data: map[string]any{"approval": string(a.ID), "asked": render.Asked(a, routes)}}}, nil
 		})
 		if err != nil && ctx.Err() == nil {
 			ob.log.Error("expiry: could not expire approval", slog.String("approval", string(a.ID)), slog.Any("err", err))

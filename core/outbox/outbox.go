@@ -19,11 +19,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/tapseal"
+	"github.com/silas-gateway/silas/core/tracing"
 )
 
 const (
@@ -54,6 +58,11 @@ type Config struct {
 	// Handles opens the sealed tap handles of answer jobs (the engine
 	// seals them at intake); nil: handles are stored as given.
 	Handles *tapseal.Sealer
+	// Cluster says whether other instances share the database and
+	// whether this one may still act (nil: alone, as in tests); with
+	// others, a lane delivers only while it holds its conversation's
+	// claim (lanes.go).
+	Cluster Cluster
 }
 
 // Outbox runs the delivery lanes and the expiry sweep.
@@ -66,6 +75,7 @@ type Outbox struct {
 	maxBackoff time.Duration
 	results    *prometheus.CounterVec
 	handles    *tapseal.Sealer
+	cluster    Cluster
 
 	mu         sync.Mutex // guards lanes, lanesCtx and missed
 	lanes      map[core.ConversationID]*lane
@@ -90,7 +100,7 @@ func New(cfg Config) *Outbox {
 	}
 	return &Outbox{
 		after: cfg.After, st: cfg.Store, channels: cfg.Channels, log: cfg.Logger, now: cfg.Now, maxBackoff: cfg.MaxBackoff,
-		results: cfg.Deliveries, handles: cfg.Handles, lanes: map[core.ConversationID]*lane{}, splits: map[int64]splitProgress{}, missed: map[core.ConversationID]bool{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
+		results: cfg.Deliveries, handles: cfg.Handles, cluster: cfg.Cluster, lanes: map[core.ConversationID]*lane{}, splits: map[int64]splitProgress{}, missed: map[core.ConversationID]bool{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
 	}
 }
 
@@ -146,6 +156,10 @@ func (ob *Outbox) startLaneLocked(conv core.ConversationID, jobs []core.OutboxJo
 // read. A delivery that fails (its retry time is in the database) puts the
 // lane back to reading.
 type lane struct {
+	// claimed: this lane holds its conversation's claim, made under
+	// heartbeat generation gen (lanes.go); only with other instances.
+	claimed bool
+	gen     uint64
 	kicked  chan struct{}
 	expect  int  // jobs known to be pending that are not in mem
 	unknown bool // pending count unknown: read until empty
@@ -224,6 +238,15 @@ func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane
 		if done {
 			return
 		}
+		if fromMem && !ob.solo() {
+			// Another instance may have queued for this conversation:
+			// the database says what is oldest.
+			ob.mu.Lock()
+			l.mem = slices.Insert(l.mem, 0, j)
+			l.unknown = true
+			ob.mu.Unlock()
+			continue
+		}
 		var superseded bool
 		var ref core.MessageRef
 		if !fromMem {
@@ -244,6 +267,21 @@ func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane
 				if len(l.mem) > 0 {
 					ob.mu.Unlock()
 					continue
+				}
+				if l.claimed {
+					ob.mu.Unlock()
+					more := ob.releaseLane(ctx, conv, l)
+					ob.mu.Lock()
+					select {
+					case <-kicked:
+						more = true
+					default:
+					}
+					if more || len(l.mem) > 0 {
+						l.unknown = true
+						ob.mu.Unlock()
+						continue
+					}
 				}
 				delete(ob.lanes, conv)
 				ob.mu.Unlock()
@@ -268,6 +306,23 @@ func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane
 				}
 				continue
 			}
+		}
+		switch ob.mayDeliver(ctx, conv, l) {
+		case laneWait:
+			if !ob.sleep(ctx, kicked, laneRecheck) {
+				ob.endLane(conv)
+				return
+			}
+			ob.mu.Lock()
+			if fromMem {
+				l.mem = slices.Insert(l.mem, 0, j)
+			}
+			l.unknown = true
+			ob.mu.Unlock()
+			continue
+		case laneLost:
+			ob.endLane(conv)
+			return
 		}
 		// Deliveries use a context of their own so that shutdown lets an
 		// in-flight send finish (bounded by the adapter's timeouts).
@@ -358,7 +413,12 @@ func (ob *Outbox) Scan(ctx context.Context) error {
 
 // deliver hands one job to its channel and records the result; it reports
 // whether the job left the queue (delivered, superseded or given up).
-func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool, prev core.MessageRef) bool {
+func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool, prev core.MessageRef) (left bool) {
+	// The delivery joins the trace the card's state was written in.
+	ctx, span := tracing.Start(tracing.Recall(ctx, j.MessageKey), tracing.SpanDeliver)
+	if span.IsRecording() {
+		defer func() { endDelivery(span, j, left) }()
+	}
 	ch, ok := ob.channels[j.Channel]
 	if !ok {
 		ob.outboxFail(ctx, j, "channel "+string(j.Channel)+" is not configured")
@@ -474,4 +534,20 @@ func sendJob(ctx context.Context, ch core.Channel, j core.OutboxJob) (core.Messa
 		return ks.SendKeyed(ctx, j.MessageKey, j.Message)
 	}
 	return ch.Send(ctx, j.Message)
+}
+
+// endDelivery ends a delivery's span: channel, operation, the card (and
+// so the approval) it carried, and whether it left the queue.
+func endDelivery(span trace.Span, j core.OutboxJob, left bool) {
+	span.SetAttributes(tracing.AttrChannel.String(string(j.Channel)), tracing.AttrOp.String(string(j.Op)), tracing.AttrDelivered.Bool(left))
+	if c := j.Message.Card; c != nil {
+		span.SetAttributes(tracing.AttrCardID.String(string(c.ID)))
+		if c.Kind == cards.KindApproval {
+			span.SetAttributes(tracing.AttrApprovalID.String(string(c.ID)))
+		}
+	}
+	if !left {
+		span.SetStatus(codes.Error, "not delivered yet")
+	}
+	span.End()
 }

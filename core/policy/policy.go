@@ -36,7 +36,9 @@ const RiskAuto cards.Risk = "auto"
 type Rule struct {
 	// Name is shown in audit entries and refusals.
 	Name string `yaml:"name" json:"name"`
-	// Tool the rule applies to ("shell"); "*" for any.
+	// Tool the rule applies to ("shell"); "*" for any. Calls to other MCP
+	// servers' tools are "mcp" (every one), "mcp:<server>/*" (every tool
+	// of one server) or "mcp:<server>/<tool>" (one tool).
 	Tool string `yaml:"tool" json:"tool"`
 	// Match is a regular expression (RE2) searched in the command line;
 	// empty matches everything.
@@ -91,12 +93,15 @@ type Policy struct {
 // DefaultRules make every shell command need approval at the risk the
 // built-in ladder gives it: low (one tap) only for known read-only programs
 // with read-only arguments, medium for ordinary file changes in the work
-// directory, high (owner) for everything else. Any other tool is high.
+// directory, high (owner) for everything else. A call to an MCP server's
+// tool is high unless the owner marked its server trusted and its pinned
+// definition is read-only (low). Any other tool is high.
 // The built-in blocklist is evaluated before these (and before any
 // configured rules) and cannot be overridden.
 func DefaultRules() []Rule {
 	return []Rule{
 		{Name: "shell", Tool: "shell", Decision: AuthRequired, Risk: RiskAuto},
+		{Name: "mcp", Tool: "mcp", Decision: AuthRequired, Risk: RiskAuto},
 		{Name: "default", Tool: "*", Decision: AuthRequired, Risk: cards.RiskHigh},
 	}
 }
@@ -125,6 +130,12 @@ func Build(cfg Config) (*Policy, error) {
 		}
 		if r.Tool == "" {
 			return nil, fmt.Errorf("%s.tool: required (use \"*\" for any tool)", where)
+		}
+		if rest, ok := strings.CutPrefix(r.Tool, "mcp:"); ok {
+			server, tool, found := strings.Cut(rest, "/")
+			if !found || server == "" || tool == "" || strings.Contains(tool, "/") {
+				return nil, fmt.Errorf("%s.tool: %q must be mcp:<server>/<tool> or mcp:<server>/*", where, r.Tool)
+			}
 		}
 		switch r.Decision {
 		case Allow, AuthRequired, Blocked:
@@ -160,7 +171,22 @@ func Build(cfg Config) (*Policy, error) {
 
 // MatchLine is the string rules match against.
 func MatchLine(a core.Action) string {
+	if a.Tool == core.ToolMCP {
+		// "<server>/<tool> <arguments as canonical JSON>".
+		return strings.TrimPrefix(a.CommandLine(), "mcp:")
+	}
 	return argvLine(a.Argv)
+}
+
+// toolMatches reports whether a rule's tool names the action's tool.
+func toolMatches(rule string, a core.Action) bool {
+	if rule == "*" || rule == a.Tool {
+		return true
+	}
+	if a.Tool != core.ToolMCP || !strings.HasPrefix(rule, "mcp:") {
+		return false
+	}
+	return rule == a.MCPTool() || rule == "mcp:"+a.Server+"/*"
 }
 
 func argvLine(argv []string) string {
@@ -184,14 +210,27 @@ func (p *Policy) Evaluate(a core.Action) Result {
 	}
 	line := MatchLine(a)
 	for _, r := range p.rules {
-		if r.Tool != "*" && r.Tool != a.Tool {
+		if !toolMatches(r.Tool, a) {
 			continue
 		}
 		if r.re != nil && !r.matches(line, an) {
 			continue
 		}
 		res := Result{Decision: r.Decision, Risk: r.Risk, Approvers: r.Approvers, Rule: r.Name, Reason: r.Reason}
-		if r.Risk == RiskAuto {
+		if r.Risk == RiskAuto && a.Tool == core.ToolMCP {
+			// An MCP tool's annotations are hints from its server: without
+			// them it counts as destructive and open-world. Only a read-only
+			// hint of a server the owner marked trusted (ReadOnlyHint, set
+			// from the pinned definition and checked again before the call)
+			// lowers it.
+			res.Risk, res.Rule = cards.RiskHigh, "mcp/unannotated"
+			if a.ReadOnlyHint {
+				res.Risk, res.Rule = cards.RiskLow, "mcp/read-only-trusted"
+			}
+			if r.Name != "" {
+				res.Rule = r.Name + "/" + strings.TrimPrefix(res.Rule, "mcp/")
+			}
+		} else if r.Risk == RiskAuto {
 			risk, step := classify(a.Argv, 0)
 			res.Risk = risk
 			res.Rule = step

@@ -128,7 +128,7 @@ func (pr *Proposer) Propose(st core.StoredTurn, trust core.Trust, pa core.Propos
 		p.note(audit.KindPolicyRefused, map[string]any{"seq": st.Seq, "reason": "external trust", "tool": a.Tool})
 		return pr.refuse(p, trust, a, "I can't run actions for you: your identity (%s) is not trusted here. The owner can pair it with `silas pair`.", t.Sender)
 	}
-	if len(a.Argv) == 0 || a.Tool == "" {
+	if !complete(a) {
 		return pr.refuse(p, trust, a, "That action is incomplete, so I did not propose it.")
 	}
 	for i, c := range a.Verify {
@@ -175,6 +175,16 @@ func (pr *Proposer) Propose(st core.StoredTurn, trust core.Trust, pa core.Propos
 	p.note(audit.KindApprovalRequested, map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk),
 		"approvers": req.Approvers, "expires_at": req.ExpiresAt.UTC().Format(time.RFC3339)})
 	return p
+}
+
+// complete: the action names what it runs — a program, or an MCP server's
+// tool with the pinned definition it is bound to (and nothing of a
+// program, which an MCP call never runs).
+func complete(a core.Action) bool {
+	if a.Tool == core.ToolMCP {
+		return a.Server != "" && a.Name != "" && a.DefinitionHash != "" && len(a.Argv) == 0 && len(a.Secrets) == 0 && !a.Network
+	}
+	return a.Tool != "" && len(a.Argv) > 0 && a.Server == "" && a.Name == "" && len(a.Arguments) == 0 && a.DefinitionHash == "" && !a.ReadOnlyHint
 }
 
 // Approve approves an allowed proposal (Auto set) on the policy's behalf,

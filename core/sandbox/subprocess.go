@@ -420,11 +420,18 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	if rel, err := filepath.Rel(dir, prog); err == nil && isBelow(dir, prog) {
 		inside = filepath.Join(SandboxWorkDir, rel)
 	}
-	w, err := s.take(req.Network)
+	var w *warmInit
+	if req.Stdin != nil || req.Stdout != nil {
+		// A run spoken to over its pipes gets an init of its own, started
+		// with them (a pooled one was started with /dev/null and a capture).
+		w, err = s.spawnIO(req.Network, req.Stdin, req.Stdout)
+	} else {
+		w, err = s.take(req.Network)
+		defer s.refill(req.Network)
+	}
 	if err != nil {
 		return fail(err)
 	}
-	defer s.refill(req.Network)
 	defer w.release()
 
 	// The program works on a bounded copy of its work dir
@@ -678,6 +685,12 @@ func (s *Subprocess) Close() error {
 
 // spawn starts an init that builds the sandbox and waits for its run.
 func (s *Subprocess) spawn(network bool) (*warmInit, error) {
+	return s.spawnIO(network, nil, nil)
+}
+
+// spawnIO is spawn with the program's standard input and output given
+// (nil: /dev/null and the capture).
+func (s *Subprocess) spawnIO(network bool, stdin io.Reader, stdout io.Writer) (*warmInit, error) {
 	if network && s.netErr != nil {
 		return nil, s.netErr // fail closed: never the host's network
 	}
@@ -746,8 +759,11 @@ func (s *Subprocess) spawn(network bool) (*warmInit, error) {
 	cmd.Args[0] = initArg0
 	cmd.Env = initEnv // nothing of the gateway's environment, not even for the init
 	cmd.Dir = "/"
-	cmd.Stdin = nil // /dev/null
+	cmd.Stdin = stdin // nil: /dev/null
 	cmd.Stdout = w.stdout
+	if stdout != nil {
+		cmd.Stdout = stdout
+	}
 	cmd.Stderr = w.stderr
 	cmd.ExtraFiles = []*os.File{statusW, runR, specR} // fds 3 (fdStatus), 4 (fdRun), 5 (fdSpec)
 	cmd.SysProcAttr = s.sysProcAttr(network)

@@ -18,14 +18,14 @@ import (
 // counts their uses; it never decides whether one applies (the signature
 // and the limits are core/consent's), and it never re-signs one.
 
-const consentSelect = `SELECT id, scope, conversation, run_id, flow, flow_version, nodes, tool, argv, prefix, secrets, verify::text,
+const consentSelect = `SELECT id, scope, conversation, run_id, flow, flow_version, nodes, tool, argv, prefix, programs, secrets, verify::text,
 	max_risk, lanes, max_uses, uses, cost_cap, units, created_by, created_at, expires_at, revoked_at, signature FROM consents`
 
 func scanConsent(row pgx.Row) (consent.Consent, error) {
 	var c consent.Consent
 	var scope, risk, verify string
 	var revoked *time.Time
-	err := row.Scan(&c.ID, &scope, &c.Conversation, &c.Run, &c.Flow, &c.FlowVersion, &c.Nodes, &c.Tool, &c.Argv, &c.Prefix, &c.Secrets, &verify,
+	err := row.Scan(&c.ID, &scope, &c.Conversation, &c.Run, &c.Flow, &c.FlowVersion, &c.Nodes, &c.Tool, &c.Argv, &c.Prefix, &c.Programs, &c.Secrets, &verify,
 		&risk, &c.Lanes, &c.MaxUses, &c.Uses, &c.CostCap, &c.Units, &c.CreatedBy, &c.CreatedAt, &c.ExpiresAt, &revoked, &c.Signature)
 	if err != nil {
 		return c, notFound(err)
@@ -43,10 +43,10 @@ func rowToConsent(row pgx.CollectableRow) (consent.Consent, error) { return scan
 // stored as jsonb, which may reorder keys: they are compared canonically.
 func (t *Tx) InsertConsent(ctx context.Context, c consent.Consent) error {
 	_, err := t.exec(ctx, `INSERT INTO consents (id, scope, conversation, run_id, flow, flow_version, nodes, tool, argv, prefix, secrets, verify,
-		max_risk, lanes, max_uses, cost_cap, created_by, created_at, expires_at, signature)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12::jsonb,$13,$14,$15,$16,$17,$18,$19,$20)`,
-		c.ID, string(c.Scope), c.Conversation, c.Run, c.Flow, c.FlowVersion, nonNil(c.Nodes), c.Tool, c.Argv, c.Prefix, nonNil(c.Secrets),
-		string(orJSONList(c.Verify)), string(c.MaxRisk), nonNil(c.Lanes), c.MaxUses, c.CostCap, c.CreatedBy, c.CreatedAt, c.ExpiresAt, c.Signature)
+		max_risk, lanes, max_uses, cost_cap, created_by, created_at, expires_at, signature, programs)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12::jsonb,$13,$14,$15,$16,$17,$18,$19,$20,$21)`,
+		c.ID, string(c.Scope), c.Conversation, c.Run, c.Flow, c.FlowVersion, nonNil(c.Nodes), c.Tool, nonNil(c.Argv), c.Prefix, nonNil(c.Secrets),
+		string(orJSONList(c.Verify)), string(c.MaxRisk), nonNil(c.Lanes), c.MaxUses, c.CostCap, c.CreatedBy, c.CreatedAt, c.ExpiresAt, c.Signature, nonNil(c.Programs))
 	if err != nil {
 		return fmt.Errorf("store: insert consent %s: %w", c.ID, err)
 	}
@@ -161,4 +161,50 @@ func (s *Store) RevokeConsent(ctx context.Context, id string, actor core.Identit
 		return []audit.Entry{{Kind: audit.KindConsentRevoked, Actor: string(actor), Data: map[string]any{"consent": full}}}, nil
 	})
 	return full, ok, err
+}
+
+// RunConsents reads, locked, the consents a flow step of run may use: the
+// run's own (newest first) and, when the request names one, that one
+// whatever its run — so the gate can say "another run's" rather than
+// "none". Locking serialises two steps asking at once: the second sees
+// the first's use and its in-flight row.
+func (t *Tx) RunConsents(ctx context.Context, run, named string) ([]consent.Consent, error) {
+	rows, err := t.query(ctx, consentSelect+` WHERE (run_id = $1 AND scope = 'run') OR id = $2
+		ORDER BY created_at DESC LIMIT 64 FOR UPDATE`, run, named)
+	if err != nil {
+		return nil, fmt.Errorf("store: consents of run %s: %w", run, err)
+	}
+	out, err := pgx.CollectRows(rows, rowToConsent)
+	if err != nil {
+		return nil, fmt.Errorf("store: consents of run %s: %w", run, err)
+	}
+	return out, nil
+}
+
+// InFlight returns the approval of the first execution of run's step
+// under a consent (consent "" : under any), if there is one.
+func (t *Tx) InFlight(ctx context.Context, run, step, consentID string) (core.ApprovalID, string, bool, error) {
+	var id core.ApprovalID
+	var by string
+	err := t.queryRow(ctx, `SELECT approval_id, consent_id FROM consent_inflight
+		WHERE run_id = $1 AND step = $2 AND ($3 = '' OR consent_id = $3) ORDER BY created_at LIMIT 1`, run, step, consentID).Scan(&id, &by)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", false, nil
+	}
+	if err != nil {
+		return "", "", false, fmt.Errorf("store: in-flight step %s/%s: %w", run, step, err)
+	}
+	return id, by, true, nil
+}
+
+// ClaimInFlight records approval as the first execution of (run, step,
+// consent): false when another transaction recorded one first (the unique
+// key decides; the caller rolls back and asks again, finding it).
+func (t *Tx) ClaimInFlight(ctx context.Context, run, step, consentID string, approval core.ApprovalID) (bool, error) {
+	n, err := t.exec(ctx, `INSERT INTO consent_inflight (run_id, step, consent_id, approval_id, created_at)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, run, step, consentID, approval, t.now())
+	if err != nil {
+		return false, fmt.Errorf("store: claim in-flight step %s/%s: %w", run, step, err)
+	}
+	return n.RowsAffected() == 1, nil
 }

@@ -44,9 +44,12 @@ func (s *Store) GetExecution(ctx context.Context, id core.ApprovalID) (core.Exec
 }
 
 // UnfinishedExecutions lists executions that a restart must resume (queued,
-// executed but unverified) or settle (running when the process died).
+// executed but unverified) or settle (running when the process died): with
+// several instances, those no live instance owns (a dead one's, or one
+// without an owner), so a survivor never settles a run another instance
+// is still running.
 func (s *Store) UnfinishedExecutions(ctx context.Context) ([]core.Execution, error) {
-	rows, err := s.pool.Query(ctx, execSelect+` WHERE status IN ('queued', 'running', 'executed') ORDER BY created_at`)
+	rows, err := s.pool.Query(ctx, execSelect+` e WHERE status IN ('queued', 'running', 'executed') AND `+fmt.Sprintf(notLive, "e.instance")+` ORDER BY created_at`)
 	if err != nil {
 		return nil, fmt.Errorf("store: unfinished executions: %w", err)
 	}
@@ -63,7 +66,7 @@ func (t *Tx) QueueExecution(id core.ApprovalID) error {
 	if err := t.parent("execution", id); err != nil {
 		return err
 	}
-	t.later("insert execution", `INSERT INTO executions (approval_id, status, created_at) VALUES ($1, 'queued', $2)`, id, t.now())
+	t.later("insert execution", `INSERT INTO executions (approval_id, status, created_at, instance) VALUES ($1, 'queued', $2, $3)`, id, t.now(), t.instance)
 	return nil
 }
 
@@ -90,8 +93,9 @@ func (t *Tx) TransitionExecution(ctx context.Context, id core.ApprovalID, from, 
 	}
 	tag, err := t.exec(ctx, `UPDATE executions SET status = $3,
 		result = COALESCE($4, result), report = COALESCE($5, report), reason = COALESCE(NULLIF($6, ''), reason),
-		started_at = COALESCE($7, started_at), finished_at = COALESCE($8, finished_at)
-		WHERE approval_id = $1 AND status = $2`, id, from, to, result, report, u.Reason, started, finished)
+		started_at = COALESCE($7, started_at), finished_at = COALESCE($8, finished_at),
+		instance = CASE WHEN $3 = 'running' THEN $9 ELSE instance END
+		WHERE approval_id = $1 AND status = $2`, id, from, to, result, report, u.Reason, started, finished, t.instance)
 	if err != nil {
 		return false, fmt.Errorf("store: transition execution %s: %w", id, err)
 	}

@@ -16,11 +16,11 @@ import (
 // on who holds what. A lease past expires_at is free; a renewal needs the
 // same holder, the same epoch and a lease not yet expired.
 
-const leaseCols = `name, holder, epoch, expires_at, renewed_at`
+const leaseCols = `name, holder, epoch, acquired_at, expires_at, renewed_at`
 
 func scanLease(row pgx.Row) (core.Lease, error) {
 	var l core.Lease
-	err := row.Scan(&l.Name, &l.Holder, &l.Epoch, &l.ExpiresAt, &l.RenewedAt)
+	err := row.Scan(&l.Name, &l.Holder, &l.Epoch, &l.AcquiredAt, &l.ExpiresAt, &l.RenewedAt)
 	return l, err
 }
 
@@ -33,13 +33,20 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.
 	if holder == "" || ttl <= 0 {
 		return l, false, fmt.Errorf("store: acquire lease %s: a holder and a positive ttl are needed", name)
 	}
-	l, err = scanLease(s.pool.QueryRow(ctx, `
+	// old locks the existing row (if any) so the holder it reports is the
+	// one this statement replaces, for Lease.Previous; the INSERT's source
+	// reads it so it is evaluated (once) before the row changes.
+	var prev string
+	err = s.pool.QueryRow(ctx, `
+		WITH old AS (SELECT holder FROM leases WHERE name = $1 FOR UPDATE)
 		INSERT INTO leases AS l (name, holder, epoch, acquired_at, renewed_at, expires_at)
-		VALUES ($1, $2, 1, now(), now(), now() + $3 * interval '1 microsecond')
+		SELECT $1, $2, 1, now(), now(), now() + $3 * interval '1 microsecond' FROM (SELECT 1) one LEFT JOIN old ON true
 		ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, epoch = l.epoch + 1,
 			acquired_at = EXCLUDED.acquired_at, renewed_at = EXCLUDED.renewed_at, expires_at = EXCLUDED.expires_at
 		WHERE l.expires_at <= now()
-		RETURNING `+leaseCols, name, holder, micros(ttl)))
+		RETURNING `+leaseCols+`, coalesce((SELECT holder FROM old), '')`, name, holder, micros(ttl)).
+		Scan(&l.Name, &l.Holder, &l.Epoch, &l.AcquiredAt, &l.ExpiresAt, &l.RenewedAt, &prev)
+	l.Previous = prev
 	if err == nil {
 		return l, true, nil
 	}

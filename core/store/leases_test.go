@@ -25,7 +25,7 @@ func TestLeaseContention(t *testing.T) {
 	s, ctx := setup(t)
 	const ttl = time.Hour
 	a, ok, err := s.AcquireLease(ctx, "telegram", "A", ttl)
-	if err != nil || !ok || a.Epoch != 1 || a.Holder != "A" {
+	if err != nil || !ok || a.Epoch != 1 || a.Holder != "A" || a.Previous != "" || a.AcquiredAt.IsZero() {
 		t.Fatalf("A acquires: %+v %v %v", a, ok, err)
 	}
 	b, ok, err := s.AcquireLease(ctx, "telegram", "B", ttl)
@@ -48,8 +48,8 @@ func TestLeaseContention(t *testing.T) {
 	// A stops renewing past its TTL (SIGSTOP): B takes over, newer epoch.
 	expireLease(t, s, "telegram")
 	b, ok, err = s.AcquireLease(ctx, "telegram", "B", ttl)
-	if err != nil || !ok || b.Holder != "B" || b.Epoch != 2 {
-		t.Fatalf("B after A's expiry: %+v %v %v", b, ok, err)
+	if err != nil || !ok || b.Holder != "B" || b.Epoch != 2 || b.Previous != "A" {
+		t.Fatalf("B after A's expiry (a takeover from A): %+v %v %v", b, ok, err)
 	}
 	// A wakes: its renewal fails, its fenced write is refused, and its
 	// release does not end B's lease.
@@ -77,8 +77,8 @@ func TestLeaseContention(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, ok, err = s.AcquireLease(ctx, "telegram", "A", ttl)
-	if err != nil || !ok || a.Epoch != 3 {
-		t.Fatalf("A after B's release: %+v %v %v", a, ok, err)
+	if err != nil || !ok || a.Epoch != 3 || a.Previous != "" {
+		t.Fatalf("A after B's release (no takeover): %+v %v %v", a, ok, err)
 	}
 	if err := s.SetStateFenced(ctx, "telegram", "offset", "13", "telegram", b.Epoch); !errors.Is(err, core.ErrFenced) {
 		t.Fatalf("B's write after its release: %v", err)

@@ -52,25 +52,42 @@ type answerPayload struct {
 }
 
 // queueJobs adds one INSERT for all queued outbox jobs, in queue order (ids
-// ascend in that order, which is the delivery order).
-func queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
+// ascend in that order, which is the delivery order). When a job edits a
+// card, the same statement fans the edit out to the card's other routed
+// messages (routes.go), and t records their conversations.
+func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
 	n := len(jobs)
 	chans, convs, ops, keys, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	secret := make([]bool, n)
+	edits := false
 	for i, j := range jobs {
 		chans[i], convs[i], ops[i], keys[i], payloads[i], secret[i] = string(j.ch), string(j.conv), string(j.op), j.key, j.payload, j.secret
+		edits = edits || j.op == core.OpUpdate || j.op == core.OpAnswer
 	}
-	b.Queue(`INSERT INTO outbox (channel, conversation, op, message_key, payload, secret_output, created_at, next_at)
+	insert := `INSERT INTO outbox (channel, conversation, op, message_key, payload, secret_output, created_at, next_at)
 		SELECT channel, conversation, op, message_key, payload, secret_output, $6, $6
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $7::boolean[]) WITH ORDINALITY AS u(channel, conversation, op, message_key, payload, secret_output, n)
-		ORDER BY n RETURNING id`, chans, convs, ops, keys, payloads, now, secret).Query(func(rows pgx.Rows) error {
+		ORDER BY n`
+	sql := insert + ` RETURNING id, NULL::text`
+	if edits {
+		// Sends (the hot path) never edit a card: only edits pay for the
+		// fan-out's join.
+		sql = `WITH ins AS (` + insert + ` RETURNING id, channel, conversation, op, message_key, payload, secret_output)` + fanOutSQL +
+			` SELECT id, NULL::text FROM ins UNION ALL SELECT NULL::bigint, conversation FROM fan`
+	}
+	b.Queue(sql, chans, convs, ops, keys, payloads, now, secret).Query(func(rows pgx.Rows) error {
 		ids := make([]int64, 0, n)
 		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
+			var id *int64
+			var fanned *string
+			if err := rows.Scan(&id, &fanned); err != nil {
 				return err
 			}
-			ids = append(ids, id)
+			if id != nil {
+				ids = append(ids, *id)
+			} else if fanned != nil && !slices.Contains(t.fanned, core.ConversationID(*fanned)) {
+				t.fanned = append(t.fanned, core.ConversationID(*fanned))
+			}
 		}
 		if err := rows.Err(); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -13,6 +14,8 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/flowjob"
 	"github.com/silas-gateway/silas/core/taskjob"
 )
 
@@ -108,8 +111,28 @@ func (t *Tx) QueueJob(args river.JobArgs, opts *river.InsertOpts) {
 // transaction: the state change that calls for the step (a task started,
 // stopped or answered, a task approval declined, its execution settled)
 // and the job commit or roll back together.
+//
+// An approval proposed for a flow run carries core.FlowOwner+run in the
+// same field: its step is the run's (core/flowjob), so the decider and the
+// executor wake a flow run the way they wake a task.
 func (t *Tx) QueueTaskStep(id string) {
+	if run, ok := core.FlowRunOf(id); ok {
+		t.QueueFlowStep(run)
+		return
+	}
 	t.QueueJob(taskjob.Args{Task: id}, taskjob.Opts())
+}
+
+// QueueFlowStep queues a step of flow run id (core/flowjob) in this
+// transaction, committed or rolled back with the state change calling for
+// it.
+func (t *Tx) QueueFlowStep(id string) {
+	t.QueueJob(flowjob.Args{Run: id}, flowjob.Opts())
+}
+
+// QueueFlowTimer queues a timer of flow run id, delivered at at.
+func (t *Tx) QueueFlowTimer(id string, timer flowjob.Timer, at time.Time) {
+	t.QueueJob(flowjob.Args{Run: id, Timer: &timer}, flowjob.At(at))
 }
 
 // insertJobs inserts the queued River jobs on the transaction's
@@ -175,8 +198,8 @@ type jobInserter interface {
 // newJobInserter is an insert-only River client on the store's pool: it
 // starts nothing and needs no workers (the background room works the jobs,
 // in this process or another).
-func (s *Store) newJobInserter() (jobInserter, error) {
-	c, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{Logger: s.log})
+func (s *Store) newJobInserter(mw []rivertype.Middleware) (jobInserter, error) {
+	c, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{Logger: s.log, Middleware: mw})
 	if err != nil {
 		return nil, fmt.Errorf("store: river insert client: %w", err)
 	}

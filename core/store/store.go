@@ -24,6 +24,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,6 +32,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
@@ -57,6 +59,11 @@ type Options struct {
 	// key if there is none (MACing from the head at that moment on). ""
 	// writes rows without a MAC (tests and tools that own no audit key).
 	EntryKeyFile string
+	// QueryTracer traces every query (internal/telemetry); nil: none.
+	QueryTracer pgx.QueryTracer
+	// RiverMiddleware is handed to the River client Tx.QueueJob inserts
+	// with (otelriver: the job carries its trace); nil: none.
+	RiverMiddleware []rivertype.Middleware
 }
 
 // Store is the PostgreSQL store.
@@ -75,6 +82,10 @@ type Store struct {
 	entryKeyFile string
 	entryKeyMu   sync.Mutex
 	entryKey     *audit.EntryKey
+	// fanOut: see OnFanOut.
+	fanOut atomic.Pointer[func(core.ConversationID)]
+	// instance is this process's instance id (SetInstance, instances.go).
+	instance string
 }
 
 // Open connects and starts the writer. It does not migrate.
@@ -85,6 +96,9 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 	}
 	if opt.MaxConns > 0 {
 		cfg.MaxConns = opt.MaxConns
+	}
+	if opt.QueryTracer != nil {
+		cfg.ConnConfig.Tracer = opt.QueryTracer
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -106,7 +120,7 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 		opt.MaxBatch = 256
 	}
 	s := &Store{pool: pool, log: opt.Logger, now: opt.Now, migrateLockRetry: defaultMigrateLockRetry, entryKeyFile: opt.EntryKeyFile}
-	if s.jobs, err = s.newJobInserter(); err != nil {
+	if s.jobs, err = s.newJobInserter(opt.RiverMiddleware); err != nil {
 		pool.Close()
 		return nil, err
 	}

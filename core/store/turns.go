@@ -24,7 +24,10 @@ func (t *Tx) InsertTurn(ctx context.Context, turn core.Turn) (seq int64, dup boo
 	return seq, dup, nil
 }
 
-// QueueFinishTurn marks a pending turn processed (done or failed).
+// QueueFinishTurn marks a pending turn processed (done or failed). It is
+// fenced: a turn another instance adopted (this one was taken for dead: a
+// pause past its heartbeat) is not finished, and the whole transaction
+// fails with core.ErrFenced, so nothing its processing queued commits.
 func (t *Tx) QueueFinishTurn(seq int64, status core.TurnStatus, errText string) {
 	t.finishes = append(t.finishes, queuedFinish{seq: seq, status: status, err: errText})
 }
@@ -47,7 +50,7 @@ func (t *Tx) QueueTurn(turn core.Turn, status core.TurnStatus, then func(seq int
 // queueTurns adds one INSERT for all queued turns. Each turn's then gets
 // its seq and whether the event was stored before (dup); then is set to nil
 // once called, so flush can tell that every turn was answered.
-func queueTurns(b *pgx.Batch, turns []queuedTurn, now time.Time) {
+func queueTurns(b *pgx.Batch, turns []queuedTurn, now time.Time, instance *string) {
 	n := len(turns)
 	chans, evs, convs, senders, bodies, sts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i, q := range turns {
@@ -59,11 +62,11 @@ func queueTurns(b *pgx.Batch, turns []queuedTurn, now time.Time) {
 	// with it is the one that stored it.
 	b.Queue(`WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::text[]) WITH ORDINALITY
 				AS u(channel, event_id, conversation, sender, body, status, n)),
-			ins AS (INSERT INTO turns (channel, event_id, conversation, sender, body, status, received_at, processed_at)
-				SELECT channel, event_id, conversation, sender, body, status, $7, CASE WHEN status = 'pending' THEN NULL ELSE $7::timestamptz END
+			ins AS (INSERT INTO turns (channel, event_id, conversation, sender, body, status, received_at, processed_at, instance)
+				SELECT channel, event_id, conversation, sender, body, status, $7, CASE WHEN status = 'pending' THEN NULL ELSE $7::timestamptz END, $8
 				FROM u ORDER BY n
 				ON CONFLICT (channel, event_id) DO NOTHING RETURNING channel, event_id, seq)
-		SELECT channel, event_id, seq FROM ins`, chans, evs, convs, senders, bodies, sts, now).Query(func(rows pgx.Rows) error {
+		SELECT channel, event_id, seq FROM ins`, chans, evs, convs, senders, bodies, sts, now, instance).Query(func(rows pgx.Rows) error {
 		byKey := make(map[[2]string]int64, n)
 		for rows.Next() {
 			var ch, ev string
@@ -94,6 +97,11 @@ func (s *Store) PendingTurns(ctx context.Context) ([]core.StoredTurn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: pending turns: %w", err)
 	}
+	return collectTurns(rows)
+}
+
+// collectTurns reads (seq, body) rows as stored turns.
+func collectTurns(rows pgx.Rows) ([]core.StoredTurn, error) {
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (core.StoredTurn, error) {
 		var st core.StoredTurn
 		var body []byte

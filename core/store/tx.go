@@ -43,11 +43,14 @@ import (
 // the chain lock and head; then the outbox rows, the audit rows and
 // COMMIT) instead of one per statement.
 type Tx struct {
-	conn   *pgxpool.Conn
-	begun  bool // BEGIN was sent
-	now    func() time.Time
-	queued *pgx.Batch
-	labels []string
+	conn  *pgxpool.Conn
+	begun bool // BEGIN was sent
+	// instance is the store's (SetInstance): the processor of the turns
+	// it stores, the only one that may finish them.
+	instance *string
+	now      func() time.Time
+	queued   *pgx.Batch
+	labels   []string
 
 	// Rows of the hot statements, gathered across all ops of the batch and
 	// sent as one multi-row statement each at the next flush: PostgreSQL's
@@ -64,6 +67,9 @@ type Tx struct {
 	approvals map[core.ApprovalID]bool
 	// finally runs after the batch's statements were sent (see Finally).
 	finally []func() ([]audit.Entry, error)
+	// fanned are the conversations an edit of a routed card was fanned
+	// out to (routes.go), told to the store's FanOut hook once committed.
+	fanned []core.ConversationID
 }
 
 type queuedTurn struct {
@@ -188,11 +194,11 @@ func (t *Tx) send(ctx context.Context, extras []extra) error {
 	turns := t.turns
 	t.turns = nil
 	if len(turns) > 0 {
-		queueTurns(b, turns, t.now())
+		queueTurns(b, turns, t.now(), t.instance)
 		labels = append(labels, "insert turns")
 	}
 	if len(t.enqueues) > 0 {
-		queueJobs(b, t.enqueues, t.now())
+		t.queueJobs(b, t.enqueues, t.now())
 		labels = append(labels, "enqueue")
 		t.enqueues = nil
 	}
@@ -203,9 +209,25 @@ func (t *Tx) send(ctx context.Context, extras []extra) error {
 		for i, f := range fs {
 			seqs[i], sts[i], errs[i] = f.seq, string(f.status), f.err
 		}
-		b.Queue(`UPDATE turns SET status = u.status, processed_at = $2, error = NULLIF(u.err, '')
-			FROM unnest($1::bigint[], $3::text[], $4::text[]) AS u(seq, status, err)
-			WHERE turns.seq = u.seq AND turns.status = 'pending'`, seqs, t.now(), sts, errs)
+		// Fenced: a turn is finished only by its processor (or by anyone
+		// when it has none: rows from before instances, tools). A turn
+		// not finished here was adopted by another instance, or finished
+		// already: its processing is a stale second one, and nothing it
+		// queued may commit.
+		b.Queue(`WITH f AS (UPDATE turns SET status = u.status, processed_at = $2, error = NULLIF(u.err, '')
+				FROM unnest($1::bigint[], $3::text[], $4::text[]) AS u(seq, status, err)
+				WHERE turns.seq = u.seq AND turns.status = 'pending' AND (turns.instance IS NULL OR turns.instance = $5 OR $5 IS NULL)
+				RETURNING 1)
+			SELECT count(*) FROM f`, seqs, t.now(), sts, errs, t.instance).QueryRow(func(r pgx.Row) error {
+			var n int
+			if err := r.Scan(&n); err != nil {
+				return err
+			}
+			if n != len(seqs) {
+				return fmt.Errorf("%d of %d turns are no longer this instance's to finish: %w", len(seqs)-n, len(seqs), core.ErrFenced)
+			}
+			return nil
+		})
 		labels = append(labels, "finish turns")
 	}
 	if len(t.delivered) > 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/silas-gateway/silas/core/audit"
 )
@@ -23,6 +24,9 @@ type Op func(ctx context.Context, tx *Tx) ([]audit.Entry, error)
 type request struct {
 	op   Op
 	done chan error
+	// span is the caller's span (invalid when tracing is off): the op's
+	// statements and the jobs it queues belong to the caller's trace.
+	span trace.SpanContext
 }
 
 // writer is the group-commit loop: while one transaction commits, new
@@ -82,7 +86,7 @@ func (s *Store) Do(ctx context.Context, op Op) error { return s.do(ctx, op, s.w.
 func (s *Store) DoBackground(ctx context.Context, op Op) error { return s.do(ctx, op, s.w.bg) }
 
 func (s *Store) do(ctx context.Context, op Op, q chan *request) error {
-	r := &request{op: op, done: make(chan error, 1)}
+	r := &request{op: op, done: make(chan error, 1), span: trace.SpanContextFromContext(ctx)}
 	select {
 	case <-s.w.stop:
 		return ErrClosed
@@ -198,17 +202,29 @@ func (w *writer) commit(batch []*request) (err error) {
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
-	tx := &Tx{conn: conn, now: w.s.now, river: w.s.jobs}
+	tx := &Tx{conn: conn, now: w.s.now, river: w.s.jobs, instance: w.s.instanceArg()}
 	committed := false
 	defer func() {
 		if !committed {
 			tx.rollback()
 		}
 		conn.Release()
+		if committed {
+			w.s.fannedOut(tx.fanned)
+		}
 	}()
 	var entries []audit.Entry
+	if batch[0].span.IsValid() {
+		// The batch's own statements (BEGIN, the audit rows, COMMIT) go to
+		// the first caller's trace.
+		ctx = trace.ContextWithSpanContext(ctx, batch[0].span)
+	}
 	for _, r := range batch {
-		e, err := r.op(ctx, tx)
+		opCtx := ctx
+		if r.span.IsValid() {
+			opCtx = trace.ContextWithSpanContext(ctx, r.span)
+		}
+		e, err := r.op(opCtx, tx)
 		if err != nil {
 			return err
 		}

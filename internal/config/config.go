@@ -27,6 +27,7 @@ import (
 	"github.com/silas-gateway/silas/adapters/telegram"
 	"github.com/silas-gateway/silas/adapters/webchat"
 	"github.com/silas-gateway/silas/adapters/whatsapp"
+	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/internal/httpserve"
 )
@@ -116,6 +117,20 @@ type Config struct {
 		// TokenTTL is how long an approval token stays valid between
 		// decision and execution (10s-24h).
 		TokenTTL Duration `yaml:"token_ttl"`
+		// RouteTo lists where an approval card goes when nobody in the
+		// requesting conversation may decide it: identities
+		// ("telegram:123", an owner or a listed approver) and channel
+		// names ("slack") the copies are limited to. Empty: every owner's
+		// newest direct conversation on each running channel
+		// (docs/approvals.md "Routing").
+		RouteTo []string `yaml:"route_to"`
+		// SelfApproval false: a requester may not approve their own
+		// request, even as an owner, for the risks in SelfApprovalRisks
+		// (default true: they may).
+		SelfApproval *bool `yaml:"self_approval"`
+		// SelfApprovalRisks are the risks self_approval: false applies to
+		// (default every risk).
+		SelfApprovalRisks []string `yaml:"self_approval_risks"`
 	} `yaml:"approvals"`
 	// Sandbox configures every execution's isolation and limits
 	// (docs/sandbox.md).
@@ -232,6 +247,8 @@ type Config struct {
 	// MCP configures `silas mcp serve`, the stdio bridge to the gateway's
 	// MCP endpoint (docs/mcp.md).
 	MCP MCP `yaml:"mcp"`
+	// Telemetry configures OpenTelemetry traces (telemetry.tracing.*).
+	Telemetry Telemetry `yaml:"telemetry"`
 
 	// ignoredEnv are Kubernetes service-link variables Load skipped.
 	ignoredEnv []string
@@ -556,7 +573,7 @@ func (c *Config) Adapters() []spec.Spec {
 // Validate checks every key and names the first bad one: the gateway's own
 // sections, then each adapter's (Adapters), the agent's and the policy.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows, c.checkConsents} {
+	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows, c.checkConsents, c.checkMCP, c.checkTelemetry} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -662,7 +679,34 @@ func (c *Config) checkTrust() error {
 	if c.Approvals.TokenTTL.Duration < 10*time.Second || c.Approvals.TokenTTL.Duration > 24*time.Hour {
 		return bad("approvals.token_ttl", "%s must be between 10s and 24h", c.Approvals.TokenTTL.Duration)
 	}
+	for i, to := range c.Approvals.RouteTo {
+		p, u, ok := strings.Cut(to, ":")
+		if to == "" || ok && (p == "" || u == "") {
+			return bad(fmt.Sprintf("approvals.route_to[%d]", i), "%q must be an identity (platform:id) or a channel name", to)
+		}
+	}
+	for i, r := range c.Approvals.SelfApprovalRisks {
+		if !cards.Risk(r).Valid() {
+			return bad(fmt.Sprintf("approvals.self_approval_risks[%d]", i), "%q is not low, medium, high or irreversible", r)
+		}
+	}
 	return nil
+}
+
+// NoSelfApproval lists the risks for which a requester may not approve
+// their own request (approvals.self_approval: false); nil: they may.
+func (c *Config) NoSelfApproval() []cards.Risk {
+	if c.Approvals.SelfApproval == nil || *c.Approvals.SelfApproval {
+		return nil
+	}
+	if len(c.Approvals.SelfApprovalRisks) == 0 {
+		return []cards.Risk{cards.RiskLow, cards.RiskMedium, cards.RiskHigh, cards.RiskIrreversible}
+	}
+	out := make([]cards.Risk, len(c.Approvals.SelfApprovalRisks))
+	for i, r := range c.Approvals.SelfApprovalRisks {
+		out[i] = cards.Risk(r)
+	}
+	return out
 }
 
 // checkSandbox checks the sandbox's limits and how much output reaches chat.

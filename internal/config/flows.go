@@ -10,6 +10,14 @@ type Flows struct {
 	Dir string `yaml:"dir"`
 	// MaxParallel bounds a run's attempts running at once (1–64).
 	MaxParallel int `yaml:"max_parallel"`
+	// RunWrites lets a request change a run — run a step under a consent,
+	// skip it for a bounded reason, mark it done (core/consent's Gate).
+	// Off by default: every action of a flow asks with a card.
+	RunWrites bool `yaml:"run_writes"`
+	// AutomatableExecution lets a step run under a run consent instead of
+	// a card (with RunWrites); off by default, and while off the consent
+	// card is not offered.
+	AutomatableExecution bool `yaml:"automatable_execution"`
 }
 
 // FlowsDir is flows.dir with its default applied.

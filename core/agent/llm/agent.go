@@ -44,6 +44,9 @@ type Agent struct {
 	// proxy (never their values; a missing one gets the secure-input
 	// card when a call that declares it is approved).
 	SecretNames func(context.Context) ([]string, error)
+	// MCPTools, when set, lists the pinned tools of the configured MCP
+	// servers (core/mcptools), offered to the proxy next to its own.
+	MCPTools func(context.Context) ([]MCPTool, error)
 }
 
 var _ core.Agent = (*Agent)(nil)
@@ -78,6 +81,13 @@ func (a *Agent) Respond(ctx context.Context, in core.AgentInput) (core.Proposal,
 			log.Warn("could not list the stored secrets' names; answering without them", slog.Any("err", err))
 		}
 		proxy.SecretNames = names
+	}
+	if a.MCPTools != nil {
+		list, err := a.MCPTools(ctx)
+		if err != nil {
+			log.Warn("could not list the pinned MCP tools; answering without them", slog.Any("err", err))
+		}
+		proxy.Tools.MCP = list
 	}
 	route, err := proxy.Decide(ctx, text, in.Trust == core.TrustExternal, hist...)
 	if err != nil {

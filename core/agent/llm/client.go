@@ -13,6 +13,9 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
+	"go.opentelemetry.io/otel/codes"
+
+	"github.com/silas-gateway/silas/core/tracing"
 )
 
 // Models names the model of each role. One model may serve all three.
@@ -244,9 +247,21 @@ func (c *Client) Chat(ctx context.Context, req Request) (Response, error) {
 	if err != nil {
 		return Response{}, err
 	}
+	ctx, span := tracing.Start(ctx, tracing.SpanModel)
+	defer span.End()
 	start := time.Now()
 	res, err := c.chat.New(ctx, params)
 	took := time.Since(start)
+	if span.IsRecording() {
+		// The model's name and what the call cost; never the prompt or
+		// the answer.
+		span.SetAttributes(tracing.AttrModel.String(req.Model))
+		if err == nil {
+			span.SetAttributes(tracing.AttrInputTokens.Int64(res.Usage.PromptTokens), tracing.AttrOutputTokens.Int64(res.Usage.CompletionTokens))
+		} else {
+			span.SetStatus(codes.Error, "model call failed")
+		}
+	}
 	if err != nil {
 		err = c.wrap(ctx, "chat completions", err)
 		c.log.Warn("model call failed", slog.String("model", req.Model), slog.Duration("took", took), slog.String("err", err.Error()))

@@ -63,6 +63,10 @@ type Call struct {
 	// Intent is the model's one-line description of the call: shown on the
 	// card as what the model says, never trusted for anything.
 	Intent string
+	// MCP and Arguments: a call to a pinned MCP tool, with its arguments
+	// (canonical JSON).
+	MCP       *MCPTool
+	Arguments json.RawMessage
 }
 
 // ToolOptions decide which tools are offered.
@@ -75,6 +79,9 @@ type ToolOptions struct {
 	// Task offers read_output (a task's executor, whose results may be
 	// evicted).
 	Task bool
+	// MCP are the pinned tools of the configured MCP servers, offered
+	// next to Silas's own (mcp.go).
+	MCP []MCPTool
 }
 
 // Tools returns the tool definitions offered to the model.
@@ -107,6 +114,7 @@ func Tools(o ToolOptions) []Tool {
 		ts = append(ts, Tool{Name: ToolReadOutput, Description: fmt.Sprintf("Get back an earlier tool output of this task that was evicted (shown as \"[EVICTED] Content at <pointer>\"); at most %d characters.", task.RehydrateMax),
 			Parameters: obj([]string{"pointer"}, map[string]any{"pointer": str("The pointer, e.g. taskout-….")})})
 	}
+	ts = append(ts, mcpTools(o.MCP)...)
 	if o.Planner {
 		ts = append(ts, Tool{Name: ToolPlanTask, Description: "Hand a task that needs several steps to the planner.",
 			Parameters: obj([]string{"goal"}, map[string]any{"goal": str("The outcome the user wants, in one or two sentences.")})})
@@ -138,8 +146,17 @@ func DecodeArgs(tc ToolCall, o ToolOptions) (Call, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = []byte("{}")
 	}
-	if _, err := canon.Transform(raw); err != nil {
+	canonical, err := canon.Transform(raw)
+	if err != nil {
 		return bad("arguments are not one well-formed JSON object: %v", err)
+	}
+	if t, ok := findMCP(tc.Name, o.MCP); ok {
+		// The server's tool validates its own arguments; Silas checks they
+		// are one JSON object and shows them, exactly, on the card.
+		if len(canonical) == 0 || canonical[0] != '{' {
+			return bad("arguments must be a JSON object")
+		}
+		return Call{ID: tc.ID, Name: tc.Name, MCP: &t, Arguments: canonical}, nil
 	}
 	var a struct {
 		Argv     []string `json:"argv"`
@@ -323,6 +340,9 @@ func oneLine(s string, n int) string {
 // its exit code, like /run. ask_user, read_output and plan_task are not
 // actions.
 func (c Call) Action() (core.ProposedAction, bool) {
+	if c.MCP != nil {
+		return c.mcpAction(), true
+	}
 	var a core.Action
 	var intent string
 	switch c.Name {

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/cluster"
+	"github.com/silas-gateway/silas/core/store"
+)
+
+// joinCluster registers this process as an instance of the database
+// (issue 25: any number of `silas serve` on one PostgreSQL) and makes the
+// listener that carries web chat frames between instances (PostgreSQL
+// LISTEN/NOTIFY on channel silas_cluster). When other instances exist it
+// waits until each has seen this one (one heartbeat), so none of them
+// still believes itself alone when this one starts taking turns.
+func joinCluster(ctx context.Context, st *store.Store, log *slog.Logger) (*cluster.Instance, *cluster.Listener, error) {
+	st.SetInstance(core.NewID())
+	inst, err := cluster.Start(ctx, st, cluster.Config{Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	log.Info("joined the instances on this database", slog.String("instance", inst.ID()), slog.Bool("alone", inst.Solo()))
+	if !inst.Solo() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(inst.WaitSeen()):
+		}
+	}
+	return inst, cluster.NewListener(st, inst, store.ParseFrameNotice, log), nil
+}
+
+// leaveCluster ends this instance's row: what it left is taken over by
+// the others at once.
+func leaveCluster(inst *cluster.Instance, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	inst.Stop(ctx)
+	log.Debug("left the instances on this database", slog.String("instance", inst.ID()))
+}

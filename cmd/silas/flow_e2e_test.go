@@ -1,0 +1,140 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/internal/pgtest"
+)
+
+// A flow through the real binary and the web chat, killed with SIGKILL
+// at the core's failpoints while its action node runs: after the restart
+// the run resumes (the execution's settling transaction queues the run's
+// step job), the action has run exactly once, and the progress card
+// reaches its final state. Then `silas flow run` starts a run from the
+// command line, picked up by the serving process.
+
+const crashFlow = `name: crashy
+version: "1"
+description: a gate, then one action, then a log line
+nodes:
+  - id: ask
+    type: control.gate
+    config:
+      prompt: "Write the file?"
+      choices: [yes, no]
+  - id: write
+    type: action.shell
+    config:
+      command: "sh -c 'echo ran > ran'"
+      expect:
+        - {name: wrote, file_exists: ran}
+  - id: done
+    type: system.log
+    config:
+      message: "wrote it"
+edges:
+  - {from: ask, to: write, when: "nodes.ask.response.choice == 'yes'"}
+  - {from: write, to: done}
+`
+
+func flowsDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "crashy.yaml"), []byte(crashFlow), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// runFlowToGate starts crashy in the web chat and answers its gate.
+func runFlowToGate(c *client) (progress cards.ID) {
+	c.say("/flow run crashy")
+	f := c.expect("the progress card", func(f map[string]any) bool {
+		cd := card(f)
+		return cd != nil && strings.HasPrefix(cd.Intent, "Flow crashy v1 — run ")
+	})
+	progress = card(f).ID
+	g := c.expect("the gate", func(f map[string]any) bool {
+		cd := card(f)
+		return cd != nil && cd.Intent == "Flow crashy asks: Write the file?" && cd.Status == cards.StatusPending
+	})
+	c.tap(string(card(g).ID), card(g).Choices[0].ID)
+	return progress
+}
+
+func TestFlowSurvivesSIGKILL(t *testing.T) {
+	t.Parallel() // servers of their own on databases of their own
+	for _, fp := range []string{"after-approve", "after-execute"} {
+		t.Run(fp, func(t *testing.T) {
+			t.Parallel()
+			dsn := pgtest.NewDatabase(t)
+			data, flows := t.TempDir(), flowsDir(t)
+			s := startServer(t, dsn, data, "SILAS_FAILPOINT="+fp, "SILAS_FLOWS_DIR="+flows)
+			c := s.connect(t)
+			progress := runFlowToGate(c)
+			cd := c.cardFor("sh -c 'echo ran > ran'", cards.StatusPending)
+			c.tap(string(cd.ID), "approve")
+			c.cardStatus(cd.ID, cards.StatusConfirming)
+			c.write(map[string]any{"type": "tap", "id": "t-confirm-" + fp, "card_id": string(cd.ID), "choice": "confirm"})
+			s.waitExit(t)
+
+			s2 := startServer(t, dsn, data, "SILAS_FLOWS_DIR="+flows)
+			c2 := s2.connect(t)
+			c2.cardStatus(cd.ID, cards.StatusDone)
+			final := c2.cardStatus(progress, cards.StatusDone)
+			if !strings.Contains(final.Details, "✓ write") || !strings.Contains(final.Details, "✓ done") {
+				t.Fatalf("progress card after restart:\n%s", final.Details)
+			}
+			c2.textContaining("Flow crashy (run ")
+			runs, _ := filepath.Glob(filepath.Join(data, "sandbox", "exec-*", "ran"))
+			if len(runs) != 1 {
+				t.Fatalf("the action ran %d times, want exactly 1", len(runs))
+			}
+			if n := dbCount(t, dsn, `SELECT count(*) FROM flow_runs WHERE status = 'succeeded'`); n != 1 {
+				t.Fatalf("succeeded runs = %d", n)
+			}
+			if n := dbCount(t, dsn, `SELECT count(*) FROM executions`); n != 1 {
+				t.Fatalf("executions = %d, want 1", n)
+			}
+		})
+	}
+}
+
+func TestFlowRunFromTheCommandLine(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewDatabase(t)
+	flows := flowsDir(t)
+	s := startServer(t, dsn, t.TempDir(), "SILAS_FLOWS_DIR="+flows)
+	c := s.connect(t)
+	c.say("/flows")
+	c.textContaining("• crashy v1 — a gate, then one action, then a log line")
+	var conv, who string
+	pool := testPool(t, dsn)
+	if err := pool.QueryRow(t.Context(), `SELECT conversation, sender FROM turns ORDER BY seq DESC LIMIT 1`).Scan(&conv, &who); err != nil {
+		t.Fatal(err)
+	}
+	out := s.silasCLI(t, "flow", "run", "--conversation", conv, "--as", who, "crashy")
+	if !strings.HasPrefix(out, "Started flow crashy v1: run ") {
+		t.Fatalf("flow run said %q", out)
+	}
+	c.expect("the CLI run's gate", func(f map[string]any) bool {
+		cd := card(f)
+		return cd != nil && cd.Intent == "Flow crashy asks: Write the file?" && cd.Status == cards.StatusPending
+	})
+	run := strings.Fields(strings.TrimPrefix(out, "Started flow crashy v1: run "))[0]
+	c.say("/flow stop " + run[:8])
+	c.textContaining("Flow crashy (run " + run[:8] + ") cancelled.")
+	c.expect("the gate cancelled", func(f map[string]any) bool {
+		cd := card(f)
+		return cd != nil && cd.Intent == "Flow crashy asks: Write the file?" && cd.Status == cards.StatusDeclined
+	})
+	c.say("/flow status " + run[:8])
+	c.textContaining("■ ask (control.gate) — cancelled")
+	if n := dbCount(t, dsn, `SELECT count(*) FROM flow_runs WHERE status = 'cancelled'`); n != 1 {
+		t.Fatalf("cancelled runs = %d", n)
+	}
+}

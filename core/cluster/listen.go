@@ -1,0 +1,114 @@
+package cluster
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/silas-gateway/silas/core"
+)
+
+// FrameStore is what pushing web chat frames across instances needs
+// (*store.Store): PostgreSQL LISTEN/NOTIFY on channel silas_cluster, the
+// frame itself in a row (NOTIFY payloads are limited to 8,000 bytes).
+type FrameStore interface {
+	Instance() string
+	PublishFrame(ctx context.Context, ch core.ChannelName, frame []byte) error
+	Frame(ctx context.Context, id int64) (core.ChannelName, []byte, error)
+	Listen(ctx context.Context, ready func(), f func(payload string)) error
+}
+
+// Listener pushes frames to, and receives them from, the other instances.
+// A channel's frames are published in the order given, one at a time.
+type Listener struct {
+	st    FrameStore
+	inst  *Instance
+	log   *slog.Logger
+	parse func(string) (int64, string, bool)
+
+	mu   sync.Mutex
+	subs map[core.ChannelName]func([]byte)
+	out  chan frame
+}
+
+type frame struct {
+	ch core.ChannelName
+	b  []byte
+}
+
+// NewListener makes a Listener; parse splits a notice's payload (the
+// store's ParseFrameNotice).
+func NewListener(st FrameStore, inst *Instance, parse func(string) (int64, string, bool), log *slog.Logger) *Listener {
+	return &Listener{st: st, inst: inst, parse: parse, log: log, subs: map[core.ChannelName]func([]byte){}, out: make(chan frame, 4096)}
+}
+
+// Subscribe makes f receive the frames other instances publish for ch.
+func (l *Listener) Subscribe(ch core.ChannelName, f func(frame []byte)) {
+	l.mu.Lock()
+	l.subs[ch] = f
+	l.mu.Unlock()
+}
+
+// Publish sends frame to the other instances' sockets of ch, after the
+// ones published before it; nothing when this instance is alone. It never
+// blocks: a backlog past its buffer drops the frame with a warning (the
+// pages have it on their next connect, from the transcript).
+func (l *Listener) Publish(ch core.ChannelName, b []byte) {
+	if l.inst.Solo() {
+		return
+	}
+	select {
+	case l.out <- frame{ch: ch, b: b}:
+	default:
+		l.log.Warn("cluster: frame backlog full; a page on another instance misses a frame until it reconnects", slog.String("channel", string(ch)))
+	}
+}
+
+// Run listens and publishes until ctx ends; ready is closed once LISTEN
+// took effect the first time.
+func (l *Listener) Run(ctx context.Context, ready chan<- struct{}) {
+	go l.publish(ctx)
+	var once sync.Once
+	for ctx.Err() == nil {
+		err := l.st.Listen(ctx, func() { once.Do(func() { close(ready) }) }, func(p string) { l.receive(ctx, p) })
+		if err != nil && ctx.Err() == nil {
+			l.log.Warn("cluster: listening for other instances failed; listening again", slog.Any("err", err))
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+func (l *Listener) receive(ctx context.Context, payload string) {
+	id, origin, ok := l.parse(payload)
+	if !ok || origin == l.st.Instance() {
+		return
+	}
+	ch, b, err := l.st.Frame(ctx, id)
+	if err != nil {
+		l.log.Warn("cluster: reading a published frame failed", slog.Int64("frame", id), slog.Any("err", err))
+		return
+	}
+	l.mu.Lock()
+	f := l.subs[ch]
+	l.mu.Unlock()
+	if f != nil {
+		f(b)
+	}
+}
+
+func (l *Listener) publish(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-l.out:
+			if err := l.st.PublishFrame(ctx, f.ch, f.b); err != nil && ctx.Err() == nil {
+				l.log.Warn("cluster: publishing a frame failed; pages on other instances see it on reconnect", slog.Any("err", err))
+			}
+		}
+	}
+}

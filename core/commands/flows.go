@@ -1,0 +1,52 @@
+package commands
+
+import (
+	"context"
+	"strings"
+
+	"github.com/silas-gateway/silas/core/store"
+)
+
+// flows answers /flows.
+func (c *Table) flows(ctx context.Context, t Turn, _ string, out Out) error {
+	if c.cfg.Flows == nil {
+		out.Reply("Flows are not enabled on this gateway.")
+		return nil
+	}
+	text, err := c.cfg.Flows.List(ctx, t.Turn.Conversation)
+	if err != nil {
+		return err
+	}
+	out.Reply("%s", text)
+	return nil
+}
+
+// flow answers /flow run|status|stop; run and stop write inside the
+// turn's transaction.
+func (c *Table) flow(ctx context.Context, t Turn, arg string, out Out) error {
+	if c.cfg.Flows == nil {
+		out.Reply("Flows are not enabled on this gateway.")
+		return nil
+	}
+	sub, rest, _ := strings.Cut(strings.TrimSpace(arg), " ")
+	rest = strings.TrimSpace(rest)
+	switch sub {
+	case "run":
+		out.Write(func(ctx context.Context, tx *store.Tx, out Out) error {
+			return c.cfg.Flows.Run(ctx, tx, t.StoredTurn, t.Trust, rest, out)
+		})
+	case "stop":
+		out.Write(func(ctx context.Context, tx *store.Tx, out Out) error {
+			return c.cfg.Flows.Stop(ctx, tx, t.StoredTurn, t.Trust, rest, out)
+		})
+	case "status":
+		text, err := c.cfg.Flows.Status(ctx, t.Turn.Conversation, rest)
+		if err != nil {
+			return err
+		}
+		out.Reply("%s", text)
+	default:
+		out.Reply("Usage: /flow run <name> [key=value…] | /flow status [run] | /flow stop <run>. /flows lists the flows.")
+	}
+	return nil
+}

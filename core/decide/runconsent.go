@@ -1,0 +1,159 @@
+package decide
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/consent"
+)
+
+// The port the flows runtime calls for a step under a run consent
+// (core/consent's Gate). In the transaction that moves the run:
+//
+//  1. PriorInRun: when (run, step) already ran under a consent, answer
+//     with that execution — never propose it again (a retried job, a
+//     restart after SIGKILL between the use and the run);
+//  2. otherwise propose the step's action as always (the request, its
+//     card), then ApproveInRun: the gate decides, and when it allows, the
+//     consent's use is counted, the action gets its own single-use token
+//     and the in-flight row is written — all in that transaction; when it
+//     refuses, nothing changes but the audited refusal, and the card asks.
+//
+// MintRun is the tap on a run's consent card.
+
+// RunTx is the part of the flows runtime's transaction a step under a
+// run consent is decided in (core/store's Tx).
+type RunTx interface {
+	Tx
+	// RunConsents reads, locked, the run's consents and the one named.
+	RunConsents(ctx context.Context, run, named string) ([]consent.Consent, error)
+	// UseConsent counts one use by compare-and-swap on the limits.
+	UseConsent(ctx context.Context, id string, units int) (uses, total int, ok bool, err error)
+	// InFlight finds the first execution of (run, step) under a consent.
+	InFlight(ctx context.Context, run, step, consentID string) (core.ApprovalID, string, bool, error)
+	// ClaimInFlight records it; false when another transaction did first.
+	ClaimInFlight(ctx context.Context, run, step, consentID string, approval core.ApprovalID) (bool, error)
+}
+
+// ErrInFlightRace: another transaction ran the same (run, step) under a
+// consent between PriorInRun and ApproveInRun. Roll back and ask again:
+// PriorInRun then answers with that execution.
+var ErrInFlightRace = errors.New("decide: this flow step already runs under a consent (another transaction was first); ask again")
+
+// PriorInRun returns the approval of the first execution of run's step
+// under a consent, if any.
+func (d *Decider) PriorInRun(ctx context.Context, tx RunTx, run, step string) (core.ApprovalID, bool, error) {
+	id, _, ok, err := tx.InFlight(ctx, run, step, "")
+	if err != nil {
+		return "", false, fmt.Errorf("decide: prior execution of %s/%s: %w", run, step, err)
+	}
+	return id, ok, nil
+}
+
+// ApproveInRun approves a — the request just proposed in tx for r's step
+// — under one of the run's consents, when the gate allows it (sw, the
+// run's facts): the consent's use counted, the token minted and consumed,
+// the in-flight row written, the token's entries naming the consent. The
+// request's own action and risk are what the gate checks (r's are
+// replaced), so a request never runs under a consent checked for another
+// action. On a refusal nothing changes but the Result's consent.refused
+// note, which the caller writes with the rest of the transaction's
+// entries, and the request keeps its card.
+func (d *Decider) ApproveInRun(ctx context.Context, tx RunTx, sw consent.Switches, r consent.Request, run consent.RunFacts, a core.ApprovalRequest) (Result, consent.Consent, consent.Code, error) {
+	fail := func(err error) (Result, consent.Consent, consent.Code, error) {
+		return Result{}, consent.Consent{}, "", fmt.Errorf("decide: approve %s under a run consent: %w", a.ID, err)
+	}
+	if err := RequestIntact(d.pub, a); err != nil {
+		return fail(err)
+	}
+	if err := json.Unmarshal(a.ActionCanonical, &r.Action); err != nil {
+		return fail(err)
+	}
+	r.Op, r.Risk = consent.OpRun, a.Risk
+	cs, err := tx.RunConsents(ctx, r.Run, r.Consent)
+	if err != nil {
+		return fail(err)
+	}
+	// Read after the consents' lock: a step that ran meanwhile is seen.
+	if _, _, ok, err := tx.InFlight(ctx, r.Run, r.Step, ""); err != nil || ok {
+		if err != nil {
+			return fail(err)
+		}
+		return fail(ErrInFlightRace)
+	}
+	c, code := consent.Gate(sw, d.pub, r, run, cs, tx.Now())
+	if code == "" {
+		uses, units, ok, err := tx.UseConsent(ctx, c.ID, r.Units())
+		if err != nil {
+			return fail(err)
+		}
+		if !ok {
+			// Read locked a moment ago: only the clock can have moved.
+			code = consent.Expired
+		}
+		c.Uses, c.Units = uses, units
+	}
+	if code != "" {
+		res := Result{}
+		res.note(audit.KindConsentRefused, map[string]any{"approval": string(a.ID), "run": r.Run, "node": r.Node, "step": r.Step,
+			"code": string(code), "words": code.Words()})
+		return res, consent.Consent{}, code, nil
+	}
+	res, err := d.approve(ctx, tx, a, core.IdentityID("consent:"+c.ID))
+	if err != nil {
+		return fail(err)
+	}
+	if res.Queued == "" {
+		// Counted above in this transaction: fail it rather than commit a
+		// use that ran nothing.
+		return fail(fmt.Errorf("consent %s: the request was no longer open", c.ID))
+	}
+	fresh, err := tx.ClaimInFlight(ctx, r.Run, r.Step, c.ID, a.ID)
+	if err != nil {
+		return fail(err)
+	}
+	if !fresh {
+		return fail(ErrInFlightRace)
+	}
+	for _, n := range res.Notes {
+		n.Data["consent"] = c.ID
+	}
+	res.note(audit.KindConsentUsed, map[string]any{"consent": c.ID, "approval": string(a.ID), "run": r.Run, "node": r.Node, "step": r.Step,
+		"uses": c.Uses, "max_uses": c.MaxUses, "units": c.Units, "cost_cap": c.CostCap})
+	return res, c, "", nil
+}
+
+// ErrNotOffered: run consents are off (flows.run_writes and
+// flows.automatable_execution), or the tapper is not an owner.
+var ErrNotOffered = errors.New("decide: a run consent is not offered (flows.run_writes and flows.automatable_execution are off, or the tapper is not an owner)")
+
+// MintRun is an owner's tap on a run's consent card: the consent g
+// describes, in conversation conv, signed, with its consent.minted note,
+// for the caller to store (InsertConsent) in the tap's transaction.
+func (d *Decider) MintRun(tx Tx, sw consent.Switches, g consent.RunGrant, conv core.ConversationID, by core.IdentityID, trust core.Trust) (consent.Consent, Note, error) {
+	if !sw.Offered() || trust != core.TrustOwner {
+		return consent.Consent{}, Note{}, ErrNotOffered
+	}
+	lim := d.cfg.Standing
+	if lim.TTL <= 0 {
+		// Standing approvals outside flows are off (consents.enabled):
+		// a run consent still lasts the documented default.
+		lim = consent.Limits{TTL: time.Hour, MaxTTL: 24 * time.Hour}
+	}
+	c, err := consent.ForRun(core.NewID(), g, string(conv), string(by), tx.Now(), lim)
+	if err != nil {
+		return consent.Consent{}, Note{}, fmt.Errorf("decide: run consent for %s: %w", g.Run, err)
+	}
+	if err := consent.Sign(d.cfg.Key, &c); err != nil {
+		return consent.Consent{}, Note{}, err
+	}
+	return c, Note{Kind: audit.KindConsentMinted, Data: map[string]any{"consent": c.ID, "scope": string(c.Scope), "run": c.Run,
+		"flow": c.Flow, "flow_version": c.FlowVersion, "nodes": c.Nodes, "programs": c.Programs,
+		"argv": (core.Action{Argv: c.Argv}).CommandLine(), "max_risk": string(c.MaxRisk), "lanes": c.Lanes, "max_uses": c.MaxUses,
+		"cost_cap": c.CostCap, "expires_at": c.ExpiresAt.Format(time.RFC3339)}}, nil
+}

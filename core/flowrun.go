@@ -1,0 +1,66 @@
+package core
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// FlowRun is one stored run of a flow (migration 00050). State is the pure
+// state machine's JSON (core/flow.Run) and Document the flow file's bytes
+// at start (the run is pinned to them); the store reads neither.
+type FlowRun struct {
+	ID           string
+	Flow         string
+	Version      string
+	FlowHash     string
+	Document     []byte
+	File         string
+	Channel      ChannelName
+	Conversation ConversationID
+	Requester    IdentityID
+	// Origin is the starting turn without its text.
+	Origin json.RawMessage
+	Status string
+	State  json.RawMessage
+	// Seq is the number of the last transition stored; every update
+	// compares and bumps it.
+	Seq          int64
+	ProgressCard string
+	Reason       string
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	FinishedAt   time.Time
+}
+
+// Final reports whether the run can no longer change.
+func (r FlowRun) Final() bool { return r.Status != "running" }
+
+// FlowAttempt is one attempt of a work node of a run.
+type FlowAttempt struct {
+	Run       string
+	Node      string
+	Iteration int
+	Attempt   int
+	Type      string
+	// Status: running, succeeded, failed, stopped.
+	Status string
+	// Approval is an action node's approval request; Card a gate's card.
+	Approval   ApprovalID
+	Card       string
+	Output     json.RawMessage
+	Error      json.RawMessage
+	StartedAt  time.Time
+	FinishedAt time.Time
+}
+
+// FlowOwner is what an approval request proposed for a flow run carries in
+// its Task field: the decider and the executor queue the owner's step job
+// with the transaction that settles the request (store.Tx.QueueTaskStep
+// routes it to the flow step job by this prefix).
+const FlowOwner = "flow:"
+
+// FlowRunOf returns the run an approval's Task field names, if any.
+func FlowRunOf(task string) (string, bool) {
+	return strings.CutPrefix(task, FlowOwner)
+}

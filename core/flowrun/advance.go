@@ -1,0 +1,307 @@
+package flowrun
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/flow"
+	"github.com/silas-gateway/silas/core/flowjob"
+	"github.com/silas-gateway/silas/core/propose"
+	"github.com/silas-gateway/silas/core/store"
+)
+
+// maxEvents bounds the events one transaction applies (inline work feeds
+// events back; a flow cannot loop forever without a job in between, but a
+// bound keeps a transaction small whatever the flow).
+const maxEvents = 500
+
+// sink is where a transition's messages, audit entries and after-commit
+// work go: a step job's own transaction, or a person's turn (core.TaskOut).
+type sink interface {
+	Card(c *cards.Card)
+	Update(c *cards.Card)
+	Reply(format string, a ...any)
+	Audit(entries ...audit.Entry)
+	After(f func())
+}
+
+// jobSink collects for a step job's transaction, queued at its end.
+type jobSink struct {
+	cards, updates []*cards.Card
+	replies        []string
+	audit          []audit.Entry
+	after          []func()
+}
+
+func (s *jobSink) Card(c *cards.Card)   { s.cards = append(s.cards, c) }
+func (s *jobSink) Update(c *cards.Card) { s.updates = append(s.updates, c) }
+func (s *jobSink) Reply(format string, a ...any) {
+	s.replies = append(s.replies, fmt.Sprintf(format, a...))
+}
+func (s *jobSink) Audit(entries ...audit.Entry) { s.audit = append(s.audit, entries...) }
+func (s *jobSink) After(f func())               { s.after = append(s.after, f) }
+func (s *jobSink) messages() int                { return len(s.cards) + len(s.updates) + len(s.replies) }
+
+// queue queues what s shows to the run's conversation inside tx: replies,
+// new cards, then edits (the progress card last, so it shows the end
+// state of the transaction).
+func (s *jobSink) queue(tx *store.Tx, run core.FlowRun) error {
+	for _, t := range s.replies {
+		if err := tx.QueueMessage(run.Channel, core.OpSend, "r-"+core.NewID(), core.OutMessage{Conversation: run.Conversation, Text: t}); err != nil {
+			return err
+		}
+	}
+	for _, c := range s.cards {
+		if err := tx.QueueMessage(run.Channel, core.OpSend, string(c.ID), core.OutMessage{Conversation: run.Conversation, Card: c}); err != nil {
+			return err
+		}
+	}
+	for _, c := range s.updates {
+		if err := tx.QueueMessage(run.Channel, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: run.Conversation, Card: c}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// write is one transaction's work on a run: events in, transitions stored,
+// commands carried out.
+type write struct {
+	row    core.FlowRun // as read: row.Seq is what the update compares
+	p      *pinned
+	fr     *flow.Run
+	origin core.Turn
+	queue  []flow.Event
+	out    sink
+	// proposed are proposals policy approved (started after commit).
+	proposed []propose.Step
+	// messages counts what the proposals queued (for the outbox kick).
+	messages int
+	stop     []core.ApprovalID
+	started  bool // the run's first transition (the progress card is new)
+}
+
+func (r *Runtime) decode(row core.FlowRun) (*write, error) {
+	p, err := r.machine(row)
+	if err != nil {
+		return nil, err
+	}
+	fr, err := flow.DecodeRun(row.State)
+	if err != nil {
+		return nil, fmt.Errorf("flowrun: run %s: %w", row.ID, err)
+	}
+	w := &write{row: row, p: p, fr: fr}
+	if err := json.Unmarshal(row.Origin, &w.origin); err != nil {
+		return nil, fmt.Errorf("flowrun: run %s: origin: %w", row.ID, err)
+	}
+	return w, nil
+}
+
+// entry is an audit entry of the run, in the gateway's name.
+func (w *write) entry(kind audit.Kind, data map[string]any) audit.Entry {
+	if data == nil {
+		data = map[string]any{}
+	}
+	data["run"] = w.row.ID
+	data["flow"] = w.row.Flow
+	return audit.Entry{Kind: kind, Actor: "silas", Conversation: string(w.row.Conversation), Data: data}
+}
+
+// apply runs w's queued events through the machine inside tx (starting the
+// run first when it has not started), stores each transition and carries
+// out its commands, then compare-and-swaps the run row. ok=false: another
+// writer stored a transition first; the caller's transaction must not
+// commit what was done (the error errLost rolls it back).
+func (r *Runtime) apply(ctx context.Context, tx *store.Tx, w *write) error {
+	if w.fr.Seq == 0 {
+		fr, tr, err := w.p.m.Start(w.fr.Inputs, w.fr.MaxParallel)
+		if err != nil {
+			return fmt.Errorf("flowrun: run %s: start: %w", w.row.ID, err)
+		}
+		w.fr, w.started = fr, true
+		w.out.Card(r.progressCard(w))
+		w.out.Audit(w.entry(audit.KindFlowRunStarted, map[string]any{"version": w.row.Version, "hash": w.row.FlowHash}))
+		if err := r.transition(ctx, tx, w, tr); err != nil {
+			return err
+		}
+	}
+	for n := 0; len(w.queue) > 0; n++ {
+		if n == maxEvents {
+			// The rest waits for the next step job, queued with this commit.
+			tx.QueueFlowStep(w.row.ID)
+			break
+		}
+		ev := w.queue[0]
+		w.queue = w.queue[1:]
+		if ev.At.IsZero() {
+			ev.At = tx.Now()
+		}
+		fr, tr, err := w.p.m.Step(w.fr, ev)
+		if err != nil {
+			// Cannot belong to this run: nothing is stored for it.
+			r.log.Warn("flowrun: event refused", slog.String("run", w.row.ID), slog.Any("err", err))
+			continue
+		}
+		w.fr = fr
+		if tr.Ignored == "" {
+			r.ended(tx, w, ev)
+		}
+		if err := r.transition(ctx, tx, w, tr); err != nil {
+			return err
+		}
+	}
+	state, err := json.Marshal(w.fr)
+	if err != nil {
+		return err
+	}
+	row := w.row
+	row.State, row.Seq, row.Status, row.Reason = state, w.fr.Seq, string(w.fr.Status), w.fr.Reason
+	ok, err := tx.UpdateFlowRun(ctx, row, w.row.Seq)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errLost
+	}
+	if !w.started {
+		w.out.Update(r.progressCard(w))
+	}
+	return nil
+}
+
+// errLost: another writer advanced the run first; the transaction is
+// rolled back and the run read again.
+var errLost = errors.New("flowrun: the run changed meanwhile")
+
+// transition stores tr and carries out its commands.
+func (r *Runtime) transition(ctx context.Context, tx *store.Tx, w *write, tr flow.Transition) error {
+	ev, err := json.Marshal(tr.Event)
+	if err != nil {
+		return err
+	}
+	cmds, err := json.Marshal(tr.Commands)
+	if err != nil {
+		return err
+	}
+	tx.QueueFlowTransition(w.row.ID, tr.Seq, ev, cmds, tr.Ignored)
+	for _, c := range tr.Commands {
+		if err := r.command(ctx, tx, w, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ended records how an attempt ended, for the events that end one.
+func (r *Runtime) ended(tx *store.Tx, w *write, ev flow.Event) {
+	a := core.FlowAttempt{Run: w.row.ID, Node: ev.Node, Iteration: ev.Iteration, Attempt: ev.Attempt}
+	switch {
+	case ev.Kind == flow.EvSucceeded:
+		a.Status, a.Output = "succeeded", ev.Output
+	case ev.Kind == flow.EvFailed:
+		a.Status, a.Output = "failed", ev.Output
+		a.Error, _ = json.Marshal(ev.Error)
+	case ev.Kind == flow.EvTimer && ev.Timer == flow.TimerTimeout:
+		a.Status = "failed"
+		a.Error, _ = json.Marshal(flow.NodeError{Code: flow.CodeTimeout, Message: "the attempt timed out"})
+	default:
+		return
+	}
+	tx.QueueFlowAttemptEnd(a)
+	data := map[string]any{"node": ev.Node, "iteration": ev.Iteration, "attempt": ev.Attempt, "status": a.Status}
+	if ev.Error != nil {
+		data["code"] = ev.Error.Code
+	}
+	w.out.Audit(w.entry(audit.KindFlowNodeFinished, data))
+}
+
+// command carries out one command of a transition inside tx.
+func (r *Runtime) command(ctx context.Context, tx *store.Tx, w *write, c flow.Command) error {
+	switch c.Kind {
+	case flow.CmdStart:
+		return r.start(ctx, tx, w, c)
+	case flow.CmdStop:
+		return r.stop(ctx, tx, w, c)
+	case flow.CmdTimer:
+		tx.QueueFlowTimer(w.row.ID, flowjob.Timer{Node: c.Node, Iteration: c.Iteration, Attempt: c.Attempt, Kind: string(c.Timer)}, c.At)
+	case flow.CmdFinish:
+		w.out.Reply("%s", summary(w))
+		w.out.Audit(w.entry(audit.KindFlowRunFinished, map[string]any{"status": string(c.Status), "reason": c.Reason}))
+	}
+	return nil
+}
+
+// commitJob advances a run in a transaction of its own (a step job, the
+// sweep): the events, then the compare-and-swap; on a lost race it reads
+// the run again and recomputes.
+func (r *Runtime) commitJob(ctx context.Context, id string, events func(w *write) ([]flow.Event, error)) error {
+	for range 5 {
+		row, err := r.st.GetFlowRun(ctx, id)
+		if errors.Is(err, core.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if row.Final() {
+			return nil
+		}
+		probe, err := r.decode(row)
+		if err != nil {
+			return err
+		}
+		evs, err := events(probe)
+		if err != nil {
+			return err
+		}
+		if len(evs) == 0 && probe.fr.Seq > 0 {
+			return nil
+		}
+		var s *jobSink
+		var w *write
+		err = r.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			s = &jobSink{}
+			if w, err = r.decode(row); err != nil {
+				return nil, err
+			}
+			w.queue, w.out = evs, s
+			if err := r.apply(ctx, tx, w); err != nil {
+				return nil, err
+			}
+			if err := s.queue(tx, w.row); err != nil {
+				return nil, err
+			}
+			return s.audit, nil
+		})
+		if errors.Is(err, errLost) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		r.committed(w, s.after)
+		if n := s.messages() + w.messages; n > 0 {
+			r.out.Kick(row.Conversation, n)
+		}
+		return nil
+	}
+	return fmt.Errorf("flowrun: run %s: lost the race five times", id)
+}
+
+// committed does what w's commit calls for in this process: approved
+// proposals start, stopped executions are killed.
+func (r *Runtime) committed(w *write, after []func()) {
+	for _, p := range w.proposed {
+		r.actions.Proposed(p)
+	}
+	r.actions.StopRuns(w.stop)
+	for _, f := range after {
+		f()
+	}
+}

@@ -1,0 +1,292 @@
+package flowrun
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/agent"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/flow"
+	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/core/store"
+)
+
+// The chat side: /flows, /flow run|status|stop and a tap on a gate's card,
+// each written inside the person's turn transaction (core.TaskOut), so
+// what it changes commits with the turn.
+
+// NewRun is the row of a run of f (document its pinned bytes) not started
+// yet: inputs bound (and checked), seq 0. The first advance — in the same
+// transaction for /flow run, a step job for `silas flow run` — starts it.
+func NewRun(f *flow.Flow, doc []byte, origin core.Turn, inputs map[string]any, maxParallel int) (core.FlowRun, error) {
+	bound, err := f.BindInputs(inputs)
+	if err != nil {
+		return core.FlowRun{}, err
+	}
+	state, err := json.Marshal(flow.Run{V: flow.StateVersion, Flow: f.Name, FlowHash: f.Hash, Inputs: bound, Status: flow.RunRunning,
+		MaxParallel: maxParallel, Nodes: map[string]*flow.NodeState{}})
+	if err != nil {
+		return core.FlowRun{}, err
+	}
+	origin.Text = ""
+	om, err := json.Marshal(origin)
+	if err != nil {
+		return core.FlowRun{}, err
+	}
+	id := core.NewID()
+	return core.FlowRun{ID: id, Flow: f.Name, Version: f.Version, FlowHash: f.Hash, Document: doc, File: f.File, Channel: origin.Channel,
+		Conversation: origin.Conversation, Requester: origin.Sender, Origin: om, Status: string(flow.RunRunning), State: state,
+		ProgressCard: "flow-" + id}, nil
+}
+
+// mayCommand: the run's requester or an owner may answer, stop or steer it.
+func mayCommand(run core.FlowRun, who core.IdentityID, trust core.Trust) bool {
+	return trust != core.TrustExternal && (who == run.Requester || trust == core.TrustOwner)
+}
+
+// Run answers /flow run NAME k=v…, inside the turn's transaction: the run
+// is stored and started (its first nodes proposed, its progress card sent).
+func (r *Runtime) Run(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out core.TaskOut) error {
+	t := st.Turn
+	if trust == core.TrustExternal {
+		out.Audit(audit.Entry{Kind: audit.KindPolicyRefused, Actor: string(t.Sender), Conversation: string(t.Conversation),
+			Data: map[string]any{"seq": st.Seq, "reason": "external trust", "tool": "flow"}})
+		out.Reply("I can't run flows for you: your identity (%s) is not trusted here. The owner can pair it with `silas pair`.", t.Sender)
+		return nil
+	}
+	words, err := agent.Split(arg)
+	if err != nil || len(words) == 0 {
+		out.Reply("Usage: /flow run NAME key=value… (/flows lists the flows).")
+		return nil
+	}
+	f, doc, err := r.cfg.Catalog.Lookup(words[0])
+	if err != nil {
+		out.Reply("I can't run that: %v.", err)
+		return nil
+	}
+	inputs, err := f.ParseArgs(words[1:])
+	if err != nil {
+		out.Reply("I can't run that: %v.", err)
+		return nil
+	}
+	row, err := NewRun(f, doc, t, inputs, r.cfg.MaxParallel)
+	if err != nil {
+		out.Reply("I can't run that: %v.", err)
+		return nil
+	}
+	tx.QueueInsertFlowRun(row)
+	out.Reply("Started flow %s v%s (run %s). Its progress card follows; each action asks for your approval unless the risk policy allows it. /flow stop %s stops it.",
+		f.Name, f.Version, ShortID(row.ID), ShortID(row.ID))
+	w, err := r.decode(row)
+	if err != nil {
+		return err
+	}
+	w.out = out
+	return r.commitTurn(ctx, tx, w, out)
+}
+
+// commitTurn applies w inside a turn's transaction and arranges what runs
+// after its commit.
+func (r *Runtime) commitTurn(ctx context.Context, tx *store.Tx, w *write, out core.TaskOut) error {
+	if err := r.apply(ctx, tx, w); err != nil {
+		return err
+	}
+	conv, n := w.row.Conversation, w.messages
+	out.After(func() {
+		r.committed(w, nil)
+		if n > 0 {
+			r.out.Kick(conv, n)
+		}
+	})
+	return nil
+}
+
+// Start stores a run of flow name started outside chat (`silas flow run`)
+// in its own transaction, with the step job that starts it: the serving
+// process picks the job up.
+func Start(ctx context.Context, st *store.Store, cat Catalog, name string, args []string, origin core.Turn, maxParallel int) (core.FlowRun, error) {
+	f, doc, err := cat.Lookup(name)
+	if err != nil {
+		return core.FlowRun{}, err
+	}
+	inputs, err := f.ParseArgs(args)
+	if err != nil {
+		return core.FlowRun{}, err
+	}
+	row, err := NewRun(f, doc, origin, inputs, maxParallel)
+	if err != nil {
+		return core.FlowRun{}, err
+	}
+	err = st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		tx.QueueInsertFlowRun(row)
+		tx.QueueFlowStep(row.ID)
+		return []audit.Entry{{Kind: audit.KindFlowRunStarted, Actor: string(origin.Sender), Conversation: string(origin.Conversation),
+			Data: map[string]any{"run": row.ID, "flow": f.Name, "version": f.Version, "hash": f.Hash, "from": "cli"}}}, nil
+	})
+	return row, err
+}
+
+// List answers /flows: the flows that can be run and this chat's recent
+// runs.
+func (r *Runtime) List(ctx context.Context, conv core.ConversationID) (string, error) {
+	lib, loadErr := r.cfg.Catalog.List()
+	var b strings.Builder
+	b.WriteString("Flows:")
+	for _, name := range lib.Names() {
+		f := lib.Flows[name]
+		var in []string
+		for _, i := range f.Inputs {
+			s := i.Name + ":" + string(i.Type)
+			if i.HasDefault {
+				s += fmt.Sprintf("=%v", i.Default)
+			}
+			in = append(in, s)
+		}
+		fmt.Fprintf(&b, "\n• %s v%s — %s", f.Name, f.Version, f.Description)
+		if len(in) > 0 {
+			fmt.Fprintf(&b, " (inputs: %s)", strings.Join(in, ", "))
+		}
+	}
+	if len(lib.Flows) == 0 {
+		b.WriteString(" none yet.")
+	}
+	if loadErr != nil {
+		b.WriteString("\nSome flow files have problems (`silas flow list` shows them).")
+	}
+	runs, err := r.st.ConversationFlowRuns(ctx, conv, 5)
+	if err != nil {
+		return "", err
+	}
+	if len(runs) > 0 {
+		b.WriteString("\nRecent runs here:")
+		for _, run := range runs {
+			fmt.Fprintf(&b, "\n• %s %s — %s, started %s", ShortID(run.ID), run.Flow, run.Status, run.CreatedAt.Format(time.DateTime))
+		}
+	}
+	b.WriteString("\nStart one with /flow run NAME key=value….")
+	return b.String(), nil
+}
+
+// Status answers /flow status [run]: the run's nodes and their states.
+func (r *Runtime) Status(ctx context.Context, conv core.ConversationID, arg string) (string, error) {
+	run, err := r.st.FindFlowRun(ctx, conv, strings.TrimSpace(arg))
+	if errors.Is(err, core.ErrNotFound) {
+		return "No flow run here with that id (/flows lists recent runs).", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	w, err := r.decode(run)
+	if err != nil {
+		return "", err
+	}
+	if w.fr.Seq == 0 {
+		return fmt.Sprintf("Flow %s (run %s) is about to start.", run.Flow, ShortID(run.ID)), nil
+	}
+	c := r.progressCard(w)
+	return c.Intent + "\n" + c.Details + "\n" + c.Outcome, nil
+}
+
+// Stop answers /flow stop <run>, inside the turn's transaction: the run is
+// cancelled, its open cards closed and its running actions killed (each
+// recorded interrupted, never run again).
+func (r *Runtime) Stop(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out core.TaskOut) error {
+	arg = strings.TrimSpace(arg)
+	if arg == "" {
+		out.Reply("Usage: /flow stop <run> (/flows lists recent runs).")
+		return nil
+	}
+	found, err := r.st.FindFlowRun(ctx, st.Turn.Conversation, arg)
+	if errors.Is(err, core.ErrNotFound) {
+		out.Reply("No flow run here with that id (/flows lists recent runs).")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	run, err := tx.LockFlowRun(ctx, found.ID)
+	if err != nil {
+		return err
+	}
+	if !mayCommand(run, st.Turn.Sender, trust) {
+		out.Reply("Only %s or an owner can stop that run.", run.Requester)
+		return nil
+	}
+	if run.Final() {
+		out.Reply("That run already ended (%s).", run.Status)
+		return nil
+	}
+	w, err := r.decode(run)
+	if err != nil {
+		return err
+	}
+	w.out = out
+	w.queue = []flow.Event{{Kind: flow.EvCancel, Reason: "stopped by " + string(st.Turn.Sender)}}
+	out.Audit(audit.Entry{Kind: audit.KindFlowStopRequested, Actor: string(st.Turn.Sender), Conversation: string(st.Turn.Conversation),
+		Data: map[string]any{"run": run.ID, "flow": run.Flow}})
+	return r.commitTurn(ctx, tx, w, out)
+}
+
+// Tap answers a tap on a gate's card, inside the turn's transaction: the
+// choice becomes the gate node's output. Handled=false: not a gate's card.
+func (r *Runtime) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, tap core.Tap, out core.TaskOut) (core.TaskTap, error) {
+	if !strings.HasPrefix(string(tap.Card), "fgate-") {
+		return core.TaskTap{}, nil
+	}
+	refuse := func(reason, msg string) (core.TaskTap, error) {
+		return core.TaskTap{Handled: true, Refused: reason, Toast: msg}, nil
+	}
+	a, err := tx.FlowAttemptByCard(ctx, string(tap.Card))
+	if errors.Is(err, core.ErrNotFound) {
+		return core.TaskTap{}, nil
+	}
+	if err != nil {
+		return core.TaskTap{Handled: true}, err
+	}
+	run, err := tx.LockFlowRun(ctx, a.Run)
+	if err != nil {
+		return core.TaskTap{Handled: true}, err
+	}
+	if run.Conversation != st.Turn.Conversation {
+		return core.TaskTap{}, nil // another conversation's card is unknown here
+	}
+	if !mayCommand(run, st.Turn.Sender, trust) {
+		return refuse("not_approver", fmt.Sprintf("You (%s) may not answer this card; nothing was changed.", st.Turn.Sender))
+	}
+	w, err := r.decode(run)
+	if err != nil {
+		return core.TaskTap{Handled: true}, err
+	}
+	ns := w.fr.Nodes[a.Node]
+	if a.Status != "running" || run.Final() || ns == nil || ns.Status != flow.NodeRunning || ns.Iteration != a.Iteration || ns.Attempt != a.Attempt {
+		return refuse("already_decided", "This question is no longer waiting for an answer: nothing was changed.")
+	}
+	n := w.p.f.Node(a.Node)
+	choices := gateChoices(n)
+	idx := -1
+	for i := range choices {
+		if render.QuestionChoice(i) == tap.Choice {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return refuse("bad_choice", "Unknown choice: nothing was changed.")
+	}
+	choice := choices[idx]
+	outp, _ := json.Marshal(map[string]any{"response": map[string]any{"choice": choice, "content": choice, "by": string(st.Turn.Sender)}})
+	w.out = out
+	prompt, _ := n.Templates["prompt"].Render(w.p.m.Scope(w.fr))
+	out.Update(gateCard(w, n, a.Card, prompt, gateShown{by: string(st.Turn.Sender), answer: choice}))
+	out.Audit(audit.Entry{Kind: audit.KindFlowGateAnswered, Actor: string(st.Turn.Sender), Conversation: string(run.Conversation),
+		Data: map[string]any{"run": run.ID, "flow": run.Flow, "node": a.Node, "choice": render.Clip(choice, 64)}})
+	w.queue = []flow.Event{{Kind: flow.EvSucceeded, Node: a.Node, Iteration: a.Iteration, Attempt: a.Attempt, Output: outp}}
+	if err := r.commitTurn(ctx, tx, w, out); err != nil {
+		return core.TaskTap{Handled: true}, err
+	}
+	return core.TaskTap{Handled: true, Toast: "Answered: " + render.Clip(choice, 64)}, nil
+}

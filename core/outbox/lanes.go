@@ -1,0 +1,88 @@
+package outbox
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/silas-gateway/silas/core"
+)
+
+// Lanes across instances (issue 25). With several `silas serve` on one
+// database, a conversation's messages are delivered by one instance at a
+// time: the lane claims the conversation (store.ClaimLane: free, already
+// its own, or held by a dead instance) before its first delivery, reads
+// its jobs from the database (another instance may have queued some) and
+// gives the claim up when it drained. A lane that cannot claim ends; the
+// holder's lane delivers the job too (it reads until the conversation has
+// nothing pending), and the recovery scan kicks it again if that holder
+// dies. Before each delivery the lane also asks whether this process may
+// still act (Cluster.Fresh: its heartbeat did not lapse); after a lapse
+// (a pause past the heartbeat's TTL) it claims again, so an instance that
+// wakes up after another took its lane over sends nothing more there.
+// The delivery record (outbox.status, written right after the send)
+// decides what the next owner sends: a job marked delivered is never
+// sent again. Alone on the database (Cluster.Solo) a lane claims nothing.
+
+// Cluster is this process's view of the instances on the database
+// (*cluster.Instance).
+type Cluster interface {
+	Solo() bool
+	Fresh() (gen uint64, ok bool)
+}
+
+// laneRecheck is how long a lane waits while this process may not act.
+const laneRecheck = 100 * time.Millisecond
+
+type laneVerdict int
+
+const (
+	laneGo   laneVerdict = iota // deliver
+	laneWait                    // this process may not act now: wait
+	laneLost                    // another instance delivers this conversation
+)
+
+func (ob *Outbox) solo() bool { return ob.cluster == nil || ob.cluster.Solo() }
+
+// mayDeliver says whether l may deliver its next job now, claiming the
+// conversation when other instances exist and it holds no valid claim.
+func (ob *Outbox) mayDeliver(ctx context.Context, conv core.ConversationID, l *lane) laneVerdict {
+	if ob.cluster == nil {
+		return laneGo
+	}
+	gen, ok := ob.cluster.Fresh()
+	if !ok {
+		return laneWait
+	}
+	if ob.cluster.Solo() && gen == l.gen {
+		return laneGo
+	}
+	if l.claimed && gen == l.gen {
+		return laneGo
+	}
+	claimed, err := ob.st.ClaimLane(ctx, conv)
+	if err != nil {
+		ob.log.Warn("outbox: claiming the conversation's lane failed", slog.String("conversation", string(conv)), slog.Any("err", err))
+		return laneWait
+	}
+	if !claimed {
+		ob.log.Debug("outbox: another instance delivers this conversation", slog.String("conversation", string(conv)))
+		return laneLost
+	}
+	l.claimed, l.gen = true, gen
+	return laneGo
+}
+
+// releaseLane gives l's claim up once it found nothing pending, and
+// reports whether a job arrived meanwhile (one another instance queued
+// while this lane held the claim: it left the job to this lane), so the
+// lane goes on. Only the lane's goroutine touches l.claimed.
+func (ob *Outbox) releaseLane(ctx context.Context, conv core.ConversationID, l *lane) (more bool) {
+	l.claimed = false
+	if err := ob.st.ReleaseLane(ctx, conv); err != nil {
+		ob.log.Warn("outbox: releasing the conversation's lane failed (it is taken over when this instance stops)", slog.Any("err", err))
+		return false
+	}
+	pending, err := ob.st.HasPendingOutbox(ctx, conv)
+	return err == nil && pending
+}
