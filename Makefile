@@ -72,7 +72,7 @@ test-race:
 ## .ci/run installs them and runs this after make test. Minutes the first time.
 test-deploy:
 	cd deploy/kubecheck && $(GO) test -count=1 ./...
-	$(GO) test -tags deploytest -count=1 -timeout 30m -run '^TestComposeRunsApprovedAction$$' ./deploy
+	$(GO) test -tags deploytest -count=1 -timeout 30m -run '^(TestComposeRunsApprovedAction|TestComposeScaleTwoInstances)$$' ./deploy
 
 ## test-short: every test with -short (tests that check testing.Short skip their long cases), no race detector, one throwaway cluster
 test-short:

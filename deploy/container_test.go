@@ -69,24 +69,8 @@ import (
 // override, names the silas image and adds the fake Bot API service and its
 // CA; every setting of compose.yaml stays as shipped.
 func TestComposeRunsApprovedAction(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, "the container test needs root (a Docker daemon and root-owned secret files)")
-	}
-	testenv.Tool(t, "mmdebstrap", "mmdebstrap")
-	d := startDocker(t)
-	if out, err := d.cmd("compose", "version").CombinedOutput(); err != nil {
-		testenv.Missing(t, "docker compose (the Compose v2 CLI plugin) is not installed: deploy/install-compose.sh builds it (%v: %s)", err, out)
-	} else {
-		t.Logf("%s, daemon %s", strings.TrimSpace(string(out)), d.output(t, "version", "-f", "{{.Server.Version}}"))
-	}
 	// compose.yaml publishes these on the host's loopback.
-	for _, port := range []string{"8080", "8443"} {
-		if l, err := net.Listen("tcp", "127.0.0.1:"+port); err != nil {
-			t.Fatalf("127.0.0.1:%s is in use, and compose.yaml publishes the gateway there: stop what listens (%v)", port, err)
-		} else {
-			l.Close()
-		}
-	}
+	d := composeDocker(t, "8080", "8443")
 
 	stage := runtimeStage(t)
 	base := baseImage(t, d, stage)
@@ -184,7 +168,10 @@ secrets:
 
 	checkRoles(t, dc)
 	checkHTTPS(t, dc, token)
-	waitHealthy(t, dc)
+	// Docker runs the image's HEALTHCHECK itself (its first check is 30 s
+	// after the start).
+	waitHealthyService(t, dc, "silas")
+	t.Log("the container's health: healthy")
 }
 
 // allowForward lets traffic between the containers on bridge through the
@@ -199,6 +186,30 @@ func allowForward(t *testing.T, bridge string) {
 		t.Fatalf("iptables -I %s: %v\n%s", strings.Join(rule, " "), err, out)
 	}
 	t.Cleanup(func() { exec.Command(ipt, append([]string{"-D"}, rule...)...).Run() })
+}
+
+// composeDocker checks what the compose tests need (root, mmdebstrap, the
+// Compose plugin, the host's loopback ports the project publishes free)
+// and returns the Docker daemon to use.
+func composeDocker(t *testing.T, ports ...string) docker {
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "the container test needs root (a Docker daemon and root-owned secret files)")
+	}
+	testenv.Tool(t, "mmdebstrap", "mmdebstrap")
+	d := startDocker(t)
+	out, err := d.cmd("compose", "version").CombinedOutput()
+	if err != nil {
+		testenv.Missing(t, "docker compose (the Compose v2 CLI plugin) is not installed: deploy/install-compose.sh builds it (%v: %s)", err, out)
+	}
+	t.Logf("%s, daemon %s", strings.TrimSpace(string(out)), d.output(t, "version", "-f", "{{.Server.Version}}"))
+	for _, port := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:"+port)
+		if err != nil {
+			t.Fatalf("127.0.0.1:%s is in use, and the compose project publishes a gateway there: stop what listens (%v)", port, err)
+		}
+		l.Close()
+	}
+	return d
 }
 
 // compose runs docker compose on the test's project.
@@ -321,26 +332,6 @@ func checkHTTPS(t *testing.T, dc compose, token string) {
 	fl, _ := dc.cmd("logs", "--no-color", "fake-telegram").CombinedOutput()
 	if !regexp.MustCompile(`fakebotapi: served [A-Z]+ /bot<token>/getMe`).Match(fl) {
 		t.Errorf("the fake Bot API served no getMe:\n%s", fl)
-	}
-}
-
-// waitHealthy: Docker runs the image's HEALTHCHECK itself and marks the
-// container healthy (its first check is 30 s after the start).
-func waitHealthy(t *testing.T, dc compose) {
-	t.Helper()
-	id := strings.TrimSpace(dc.run(t, "ps", "-q", "silas"))
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		st := dc.d.output(t, "inspect", "-f", "{{.State.Health.Status}}", id)
-		switch {
-		case st == "healthy":
-			t.Logf("the container's health: %s", st)
-			return
-		case st == "unhealthy" || time.Now().After(deadline):
-			log := dc.d.output(t, "inspect", "-f", "{{json .State.Health}}", id)
-			t.Fatalf("the container's health is %s, want healthy: %s", st, log)
-		}
-		time.Sleep(2 * time.Second)
 	}
 }
 
@@ -834,3 +825,69 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 }
 
 func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// TestComposeScaleTwoInstances runs compose.scale.yaml's two gateways
+// (without its nginx proxy, which cannot be pulled here): both start on the
+// one database with the keys volume they share (the second would refuse
+// to start with keys other than the cluster's), the image's healthcheck
+// turns both healthy, the second serves its own secure form on
+// 127.0.0.1:8444, and the database lists two live instances.
+func TestComposeScaleTwoInstances(t *testing.T) {
+	d := composeDocker(t, "8443", "8444")
+	stage := runtimeStage(t)
+	image := buildImage(t, d, stage, baseImage(t, d, stage))
+	postgresImage(t, d)
+	proj := composeProject(t)
+	name := "silas-deploytest-scale-" + strconv.Itoa(os.Getpid())
+	bridge := "sds" + strconv.Itoa(os.Getpid())
+	allowForward(t, bridge)
+	writeFile(t, filepath.Join(proj, "compose.test.yaml"), 0o644, fmt.Sprintf(`services:
+  silas: { image: %s }
+  silas-2: { image: %s }
+networks:
+  default:
+    driver_opts: { com.docker.network.bridge.name: %s }
+`, image, image, bridge))
+	dc := compose{d: d, dir: proj, args: []string{"-p", name, "-f", "compose.yaml", "-f", "compose.scale.yaml", "-f", "compose.test.yaml"}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := dc.cmd("logs", "--no-color").CombinedOutput()
+			t.Logf("docker compose logs:\n%s", out)
+		}
+		dc.cmd("down", "-v", "--remove-orphans", "--timeout", "30").Run()
+	})
+	// silas-2 waits for silas to be healthy (compose.scale.yaml).
+	dc.run(t, "up", "-d", "--no-build", "silas", "silas-2")
+	waitHealthyService(t, dc, "silas")
+	waitHealthyService(t, dc, "silas-2")
+	logs, _ := dc.cmd("logs", "--no-color", "--no-log-prefix", "silas-2").CombinedOutput()
+	if !strings.Contains(string(logs), "Secure form for credentials: https://127.0.0.1:8444") {
+		t.Errorf("silas-2 did not print its secure form at https://127.0.0.1:8444:\n%s", logs)
+	}
+	// Each live instance heartbeats its row (host: its container's name).
+	got := strings.TrimSpace(dc.run(t, "exec", "-T", "db", "psql", "-U", "postgres", "-d", "silas", "-XAtc",
+		`SELECT count(DISTINCT host) FROM instances WHERE expires_at > now()`))
+	if got != "2" {
+		t.Errorf("%s live instances in the database, want 2", got)
+	}
+}
+
+// waitHealthyService is waitHealthy for one service of the project.
+func waitHealthyService(t *testing.T, dc compose, service string) {
+	t.Helper()
+	id := strings.TrimSpace(dc.run(t, "ps", "-q", service))
+	if id == "" {
+		t.Fatalf("service %s has no container", service)
+	}
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		st := dc.d.output(t, "inspect", "-f", "{{.State.Health.Status}}", id)
+		if st == "healthy" {
+			return
+		}
+		if st == "unhealthy" || time.Now().After(deadline) {
+			t.Fatalf("%s's health is %s: %s", service, st, dc.d.output(t, "inspect", "-f", "{{json .State}}", id))
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
