@@ -65,11 +65,14 @@ test-realclient: test-norace
 test-race:
 	$(GO) run ./internal/pgtest/pgtestrun $(GO) test -race -vet=off -count=1 $(TEST_FLAGS) $(TEST_LDFLAGS) -timeout 15m -skip '$(NORACE_TESTS)' $(TEST_PKGS)
 
-## test-deploy: the shipped container setup runs an approved action (deploy/container_test.go): builds the
-## image's runtime stage from its Debian packages (mmdebstrap, cached) and runs it under compose.yaml's settings.
-## Needs root, docker.io and mmdebstrap (.ci/run installs them and runs this after make test); minutes the first time.
+## test-deploy: the shipped deployment files, run (docs/deploy.md): `docker compose up` on deploy/compose.yaml
+## runs an approved action (deploy/container_test.go; the image's runtime stage built from its Debian packages with
+## mmdebstrap, cached), and the Kubernetes manifest decodes strictly into Kubernetes' API types (deploy/kubecheck,
+## a module of its own). Needs root, docker.io, mmdebstrap and the compose plugin (deploy/install-compose.sh);
+## .ci/run installs them and runs this after make test. Minutes the first time.
 test-deploy:
-	$(GO) test -tags deploytest -count=1 -timeout 30m -run '^TestComposeRunsApprovedAction$$' ./deploy
+	cd deploy/kubecheck && $(GO) test -count=1 ./...
+	$(GO) test -tags deploytest -count=1 -timeout 30m -run '^(TestComposeRunsApprovedAction|TestComposeScaleTwoInstances)$$' ./deploy
 
 ## test-short: every test with -short (tests that check testing.Short skip their long cases), no race detector, one throwaway cluster
 test-short:

@@ -11,13 +11,19 @@ package deploy
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
-	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -35,82 +41,92 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"gopkg.in/yaml.v3"
 
-	"github.com/silas-gateway/silas/internal/pgcluster"
 	"github.com/silas-gateway/silas/internal/testenv"
 )
 
-// TestComposeRunsApprovedAction is issue 30's "deploy as shipped" proof: the
-// image's runtime stage, built from the Dockerfile's own package list on a
-// Debian base made by mmdebstrap, runs `silas serve` under exactly the
-// settings compose.yaml gives the silas service (translated key by key to
-// `docker run`; an unknown key fails the test), with migrations as the
-// owner role and the gateway as the app role; the web chat's /run uname -a
-// is approved and ends "exit code 0 ✓"; `silas doctor` in the container
-// lists the sandbox's isolation; the image's healthcheck passes; the
-// secure form, configured as compose configures it (wildcard listen with
-// secrets_web.tls.self_signed_listen_any), prints its fingerprint, and
-// /secret's link opens the form from the host with that certificate.
+// TestComposeRunsApprovedAction is issue 30's "deploy as shipped" proof:
+// `docker compose up` on compose.yaml as shipped (copied unchanged, with
+// make-secrets.sh and postgres-init/, into a project directory) → the web
+// chat's login link, published on the host's 127.0.0.1:8080, works → /run
+// uname -a → tap → "exit code 0 ✓"; `silas doctor` in the container lists
+// the sandbox's isolation and the gateway's role silas_app; the database
+// roles are least-privilege (checked in the database itself); the image's
+// healthcheck turns the container healthy; the secure form is reached
+// from the host at https://127.0.0.1:8443 with the printed fingerprint;
+// and an HTTPS call from inside the container (the real binary, `silas
+// doctor`'s Telegram check) reaches a fake Bot API on the compose network
+// when, and only when, the container trusts the fake's CA the documented
+// way (SSL_CERT_FILE).
 //
-// What differs from `docker compose up`, and why it does not matter to
-// what is tested: the container shares the host's network namespace (the
-// PostgreSQL is the test's throwaway cluster on 127.0.0.1, and the web chat
-// listens on a free loopback port instead of the published 8080, the
-// secure form on a free port instead of 8443, so Docker's loopback-only
-// port publishing itself is not exercised), and the
-// Go binary is built on the host rather than in the golang build stage
-// (base images cannot be pulled here).
+// What is not the shipped setup, and why: base images cannot be pulled
+// here, so (1) the silas image is the Dockerfile's runtime stage built on a
+// Debian base made by mmdebstrap from the stage's own package list, with
+// the binary built on the host instead of in the golang build stage
+// (buildImage), and compose runs it with --no-build; (2) postgres:15 is a
+// stand-in built the way the official image is (testdata/postgres) unless
+// the daemon already has a postgres:15. compose.test.yaml, the test's only
+// override, names the silas image and adds the fake Bot API service and its
+// CA; every setting of compose.yaml stays as shipped.
 func TestComposeRunsApprovedAction(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, "the container test needs root (a Docker daemon and root-owned secret files)")
-	}
-	testenv.Tool(t, "mmdebstrap", "mmdebstrap")
-	d := startDocker(t)
+	// compose.yaml publishes these on the host's loopback.
+	d := composeDocker(t, "8080", "8443")
 
 	stage := runtimeStage(t)
 	base := baseImage(t, d, stage)
 	image := buildImage(t, d, stage, base)
+	postgresImage(t, d)
+	fake := fakeBotAPIImage(t, d, base)
 
-	svc := composeService(t, "silas")
-	cluster := startPostgres(t)
-	secrets := t.TempDir()
-	if err := os.Chmod(secrets, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, val := range map[string]string{"silas_app_url": cluster.AppDSN(), "silas_owner_url": cluster.OwnerDSN()} {
-		p := filepath.Join(secrets, name)
-		if err := os.WriteFile(p, []byte(val), 0o400); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(p, imageUID, imageUID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	port, formPort := freePort(t), strconv.Itoa(freePort(t))
+	proj := composeProject(t)
 	name := "silas-deploytest-" + strconv.Itoa(os.Getpid())
-	args := append([]string{"run", "-d", "--name", name, "--network", "host",
-		"-e", "SILAS_HTTP_LISTEN=127.0.0.1:" + strconv.Itoa(port)},
-		runArgs(t, d, svc, secrets, name)...)
-	// The secure form as compose serves it (wildcard listen, self-signed,
-	// the opt-in), on a free port: host networking shares ports with the
-	// host.
-	args = overrideEnv(t, args, map[string]string{
-		"SILAS_SECRETS_WEB_LISTEN":     "0.0.0.0:" + formPort,
-		"SILAS_SECRETS_WEB_PUBLIC_URL": "https://127.0.0.1:" + formPort,
-	})
-	args = append(args, image)
-	d.run(t, args...)
+	dc := compose{d: d, dir: proj, args: []string{"-p", name, "-f", "compose.yaml", "-f", "compose.test.yaml"}}
+	const token = "123456:ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghi"
+	bridge := "sdt" + strconv.Itoa(os.Getpid())
+	allowForward(t, bridge)
+	writeFile(t, filepath.Join(proj, "compose.test.yaml"), 0o644, fmt.Sprintf(`# The test's override (deploy/container_test.go): the image the test built,
+# a fake Bot API with a certificate from the test's CA, and a name for the
+# project network's bridge (the test lets traffic between its containers
+# through the host's firewall).
+services:
+  silas:
+    image: %s
+    secrets: [fake_ca]
+  fake-telegram:
+    image: %s
+    command: ["-listen", ":443", "-cert", "/run/secrets/fake_cert", "-key", "/run/secrets/fake_key"]
+    secrets: [fake_cert, fake_key]
+networks:
+  default:
+    driver_opts: { com.docker.network.bridge.name: %s }
+secrets:
+  fake_ca: { file: ./fake/ca.pem }
+  fake_cert: { file: ./fake/cert.pem }
+  fake_key: { file: ./fake/key.pem }
+`, image, fake, bridge))
+	fakeCA(t, filepath.Join(proj, "fake"), "fake-telegram")
+	// Two instances behind a proxy: the file merges onto compose.yaml into
+	// a valid project (running it needs issue 25's multi-instance serve,
+	// and nginx, which cannot be pulled here).
+	compose{d: d, dir: proj, args: []string{"-p", name, "-f", "compose.yaml", "-f", "compose.scale.yaml"}}.run(t, "config", "-q")
+
 	t.Cleanup(func() {
 		if t.Failed() {
-			out, _ := d.cmd("logs", name).CombinedOutput()
-			t.Logf("container logs:\n%s", out)
+			out, _ := dc.cmd("logs", "--no-color").CombinedOutput()
+			t.Logf("docker compose logs:\n%s", out)
 		}
-		d.cmd("rm", "-f", "-v", name).Run()
+		if out, err := dc.cmd("down", "-v", "--remove-orphans", "--timeout", "30").CombinedOutput(); err != nil {
+			t.Logf("docker compose down: %v\n%s", err, out)
+		}
 	})
+	// docker compose up, detached so that the test can drive it.
+	dc.run(t, "up", "-d", "--no-build")
 
-	base, login := waitLogin(t, d, name)
-	c := connect(t, base, login)
+	base8080, login := waitLogin(t, dc.cmd("logs", "-f", "--no-color", "--no-log-prefix", "silas"))
+	if base8080 != "http://127.0.0.1:8080" {
+		t.Errorf("the login link is on %s, want http://127.0.0.1:8080 (the published port)", base8080)
+	}
+	c := connect(t, "http://127.0.0.1:8080", login)
 	c.say("/run uname -a")
 	card := c.expect("pending card for uname -a", func(f frame) bool {
 		return f.card().Command == "uname -a" && f.card().Status == "pending"
@@ -124,11 +140,13 @@ func TestComposeRunsApprovedAction(t *testing.T) {
 	if done.Status != "done" || !strings.Contains(done.Outcome, "exit code 0 ✓") || !strings.Contains(done.Output, "Linux") {
 		t.Fatalf("done card = %+v", done)
 	}
+	t.Logf("approved action in the compose container: %s (%s)", done.Outcome, strings.TrimSpace(done.Output))
 
-	checkSecureForm(t, d, name, c, "https://127.0.0.1:"+formPort)
+	logs, _ := dc.cmd("logs", "--no-color", "--no-log-prefix", "silas").CombinedOutput()
+	checkSecureForm(t, string(logs), c, "https://127.0.0.1:8443")
 
 	// The isolation is in force, as doctor lists it inside the container.
-	out, _ := d.cmd("exec", name, "silas", "doctor").CombinedOutput()
+	out, _ := dc.cmd("exec", "-T", "silas", "silas", "doctor").CombinedOutput()
 	for _, want := range []string{
 		"✓ runs as uid 10001",
 		"✓ mount namespace",
@@ -147,29 +165,255 @@ func TestComposeRunsApprovedAction(t *testing.T) {
 		t.Errorf("the image has passt, but network-on actions are refused:\n%s", out)
 	}
 	t.Logf("silas doctor in the container:\n%s", out)
-	// The image's own HEALTHCHECK command, run as Docker runs it.
-	var hc []string
-	if err := json.Unmarshal([]byte(d.output(t, "inspect", "-f", "{{json .Config.Healthcheck.Test}}", name)), &hc); err != nil || len(hc) < 2 || hc[0] != "CMD" {
-		t.Fatalf("image healthcheck = %q (%v)", hc, err)
+
+	checkRoles(t, dc)
+	checkHTTPS(t, dc, token)
+	// Docker runs the image's HEALTHCHECK itself (its first check is 30 s
+	// after the start).
+	waitHealthyService(t, dc, "silas")
+	t.Log("the container's health: healthy")
+}
+
+// allowForward lets traffic between the containers on bridge through the
+// host's FORWARD chain for the test's duration. The test's own dockerd adds
+// no firewall rules (--iptables=false), but with br_netfilter loaded the
+// host filters bridged traffic too, and a FORWARD policy of DROP (which an
+// ordinary dockerd sets) would cut the gateway off from its database.
+func allowForward(t *testing.T, bridge string) {
+	ipt := testenv.Tool(t, "iptables", "iptables")
+	rule := []string{"FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT"}
+	if out, err := exec.Command(ipt, append([]string{"-I"}, rule...)...).CombinedOutput(); err != nil {
+		t.Fatalf("iptables -I %s: %v\n%s", strings.Join(rule, " "), err, out)
 	}
-	if out, err := d.cmd(append([]string{"exec", name}, hc[1:]...)...).CombinedOutput(); err != nil {
-		t.Errorf("the image's healthcheck fails: %v\n%s", err, out)
+	t.Cleanup(func() { exec.Command(ipt, append([]string{"-D"}, rule...)...).Run() })
+}
+
+// composeDocker checks what the compose tests need (root, mmdebstrap, the
+// Compose plugin, the host's loopback ports the project publishes free)
+// and returns the Docker daemon to use.
+func composeDocker(t *testing.T, ports ...string) docker {
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "the container test needs root (a Docker daemon and root-owned secret files)")
+	}
+	testenv.Tool(t, "mmdebstrap", "mmdebstrap")
+	d := startDocker(t)
+	out, err := d.cmd("compose", "version").CombinedOutput()
+	if err != nil {
+		testenv.Missing(t, "docker compose (the Compose v2 CLI plugin) is not installed: deploy/install-compose.sh builds it (%v: %s)", err, out)
+	}
+	t.Logf("%s, daemon %s", strings.TrimSpace(string(out)), d.output(t, "version", "-f", "{{.Server.Version}}"))
+	for _, port := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:"+port)
+		if err != nil {
+			t.Fatalf("127.0.0.1:%s is in use, and the compose project publishes a gateway there: stop what listens (%v)", port, err)
+		}
+		l.Close()
+	}
+	return d
+}
+
+// compose runs docker compose on the test's project.
+type compose struct {
+	d    docker
+	dir  string
+	args []string
+}
+
+func (c compose) cmd(args ...string) *exec.Cmd {
+	cmd := c.d.cmd(append(append([]string{"compose"}, c.args...), args...)...)
+	cmd.Dir = c.dir
+	return cmd
+}
+
+func (c compose) run(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := c.cmd(args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker compose %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// composeProject copies the shipped compose files, unchanged, into a
+// project directory and makes its secrets with make-secrets.sh, as
+// compose.yaml's header tells a user to.
+func composeProject(t *testing.T) string {
+	proj := t.TempDir()
+	if err := os.Chmod(proj, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"compose.yaml", "compose.scale.yaml", "seccomp.json", "make-secrets.sh", "postgres-init/10-silas-roles.sh"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(proj, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(proj, f), fi.Mode().Perm(), string(b))
+	}
+	cmd := exec.Command("./make-secrets.sh")
+	cmd.Dir = proj
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make-secrets.sh: %v\n%s", err, out)
+	}
+	return proj
+}
+
+func writeFile(t *testing.T, path string, mode os.FileMode, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil { // past the umask
+		t.Fatal(err)
 	}
 }
 
-// overrideEnv replaces the values of the -e variables named in env (each
-// must be set by compose.yaml: the test changes a port, not a setting).
-func overrideEnv(t *testing.T, args []string, env map[string]string) []string {
+// checkRoles: in the database itself, neither Silas role is a superuser
+// or may create roles or databases; silas_owner owns the tables;
+// silas_app may read and append the audit log but not change or remove
+// it, and cannot create objects in the schema; and the gateway's
+// connections are silas_app's (the owner's only ran migrations).
+func checkRoles(t *testing.T, dc compose) {
 	t.Helper()
-	out := slices.Clone(args)
-	for k, v := range env {
-		i := slices.IndexFunc(out, func(a string) bool { return strings.HasPrefix(a, k+"=") })
-		if i < 1 || out[i-1] != "-e" {
-			t.Fatalf("compose.yaml's silas service does not set %s", k)
-		}
-		out[i] = k + "=" + v
+	psql := func(q string) string {
+		return strings.TrimSpace(dc.run(t, "exec", "-T", "db", "psql", "-U", "postgres", "-d", "silas", "-XAtc", q))
 	}
-	return out
+	if got := psql(`SELECT string_agg(rolname || ':' || (rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls OR rolreplication), ',' ORDER BY rolname) FROM pg_roles WHERE rolname LIKE 'silas%'`); got != "silas_app:false,silas_owner:false" {
+		t.Errorf("roles (name:superuser or createrole, createdb, bypassrls, replication) = %q, want silas_app:false,silas_owner:false", got)
+	}
+	if got := psql(`SELECT string_agg(DISTINCT tableowner, ',') FROM pg_tables WHERE schemaname = 'public'`); got != "silas_owner" {
+		t.Errorf("owners of the tables = %q, want silas_owner", got)
+	}
+	q := `SELECT ` + strings.Join([]string{
+		`has_table_privilege('silas_app', 'audit_log', 'SELECT')`,
+		`has_table_privilege('silas_app', 'audit_log', 'INSERT')`,
+		`has_table_privilege('silas_app', 'audit_log', 'UPDATE')`,
+		`has_table_privilege('silas_app', 'audit_log', 'DELETE')`,
+		`has_table_privilege('silas_app', 'audit_log', 'TRUNCATE')`,
+		`has_schema_privilege('silas_app', 'public', 'CREATE')`,
+		`has_database_privilege('silas_app', 'silas', 'CREATE')`,
+	}, ", ")
+	if got := psql(q); got != "t|t|f|f|f|f|f" {
+		t.Errorf("silas_app's privileges (audit_log select, insert, update, delete, truncate; create in public, in the database) = %s, want t|t|f|f|f|f|f", got)
+	}
+	if got := psql(`SELECT string_agg(DISTINCT usename, ',') FROM pg_stat_activity WHERE datname = 'silas' AND usename <> 'postgres'`); got != "silas_app" {
+		t.Errorf("the gateway's connections are %q's, want silas_app's only", got)
+	}
+}
+
+// checkHTTPS: `silas doctor` in the running container, its Telegram check
+// pointed at the fake Bot API on the compose network (https://fake-telegram),
+// succeeds with the fake's CA given as SSL_CERT_FILE (mounted as a compose
+// secret) and fails on the certificate without it: the image's TLS stack
+// verifies, and the documented way to add a CA works.
+func checkHTTPS(t *testing.T, dc compose, token string) {
+	t.Helper()
+	doctor := func(extra ...string) string {
+		args := []string{"exec", "-T", "-e", "SILAS_TELEGRAM_ENABLED=true", "-e", "SILAS_TELEGRAM_TOKEN=" + token,
+			"-e", "SILAS_TELEGRAM_BASE_URL=https://fake-telegram"}
+		for _, e := range extra {
+			args = append(args, "-e", e)
+		}
+		out, _ := dc.cmd(append(args, "silas", "silas", "doctor", "--timeout", "20s")...).CombinedOutput()
+		return string(out)
+	}
+	if out := doctor("SSL_CERT_FILE=/run/secrets/fake_ca"); !strings.Contains(out, "✓ token        the token belongs to @deploytest_fake_bot") {
+		t.Errorf("with SSL_CERT_FILE naming the fake's CA, the HTTPS call from the container did not succeed:\n%s", out)
+	}
+	if out := doctor(); !strings.Contains(out, "could not reach the Bot API") || !strings.Contains(out, "certificate") {
+		t.Errorf("without the fake's CA the HTTPS call did not fail on the certificate:\n%s", out)
+	}
+	fl, _ := dc.cmd("logs", "--no-color", "fake-telegram").CombinedOutput()
+	if !regexp.MustCompile(`fakebotapi: served [A-Z]+ /bot<token>/getMe`).Match(fl) {
+		t.Errorf("the fake Bot API served no getMe:\n%s", fl)
+	}
+}
+
+// fakeCA writes a CA certificate and a server certificate for host, signed
+// by it, into dir: ca.pem (readable by the gateway's uid), cert.pem and
+// key.pem.
+func fakeCA(t *testing.T, dir, host string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "silas deploytest CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "ca.pem"), 0o644, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})))
+	writeFile(t, filepath.Join(dir, "cert.pem"), 0o644, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	writeFile(t, filepath.Join(dir, "key.pem"), 0o600, string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb})))
+}
+
+// postgresImage makes sure the daemon has postgres:15, compose.yaml's
+// database image: a real one when the daemon has it, else the stand-in of
+// testdata/postgres (built on a Debian base with Debian's PostgreSQL 15, the
+// postgres user as uid 999 as in the official image).
+func postgresImage(t *testing.T, d docker) {
+	const tag = "postgres:15"
+	if d.cmd("image", "inspect", tag).Run() == nil {
+		label := d.output(t, "image", "inspect", "-f", `{{index .Config.Labels "org.silas.deploytest"}}`, tag)
+		if label != "postgres-stand-in" {
+			t.Logf("using the daemon's own %s", tag)
+			return
+		}
+	}
+	base := debImage(t, d, "bookworm", []string{"postgresql-15", "gosu", "libnss-wrapper"},
+		// The official image creates its postgres user (999:999) before it
+		// installs PostgreSQL; postgresql-common then keeps it.
+		`--essential-hook=echo postgres:x:999: >> "$1/etc/group"; echo postgres:x:999:999::/var/lib/postgresql:/bin/bash >> "$1/etc/passwd"`,
+		// ... and creates no cluster of its own (createcluster.conf).
+		`--customize-hook=rm -rf "$1/var/lib/postgresql/15" "$1/etc/postgresql/15"`)
+	d.run(t, "build", "-q", "--network", "host", "--build-arg", "BASE="+base, "-t", tag, "testdata/postgres")
+}
+
+// fakeBotAPIImage is testdata/fakebotapi on the image's base.
+func fakeBotAPIImage(t *testing.T, d docker, base string) string {
+	ctx := t.TempDir()
+	bin := exec.Command("go", "build", "-o", filepath.Join(ctx, "fakebotapi"), "./testdata/fakebotapi")
+	bin.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := bin.CombinedOutput(); err != nil {
+		t.Fatalf("go build fakebotapi: %v\n%s", err, out)
+	}
+	writeFile(t, filepath.Join(ctx, "Dockerfile"), 0o644, "FROM "+base+"\nCOPY fakebotapi /usr/local/bin/fakebotapi\nENTRYPOINT [\"/usr/local/bin/fakebotapi\"]\n")
+	tag := "silas-deploytest-fakebotapi:" + strconv.Itoa(os.Getpid())
+	d.run(t, "build", "-q", "--network", "host", "-t", tag, ctx)
+	t.Cleanup(func() { d.cmd("rmi", tag).Run() })
+	return tag
 }
 
 var formRe = regexp.MustCompile(`Secure form for credentials: (https://\S+) \(self-signed certificate, SHA-256 fingerprint ([0-9A-F:]+)\)`)
@@ -179,9 +423,9 @@ var formRe = regexp.MustCompile(`Secure form for credentials: (https://\S+) \(se
 // a read-only root), /secret's card links to it, the page behind the link
 // is served to a client that pins that fingerprint, and a foreign Host is
 // refused (421) although the form listens on every address.
-func checkSecureForm(t *testing.T, d docker, name string, c *chat, base string) {
+func checkSecureForm(t *testing.T, logs string, c *chat, base string) {
 	t.Helper()
-	m := formRe.FindStringSubmatch(d.output(t, "logs", name))
+	m := formRe.FindStringSubmatch(logs)
 	if m == nil || m[1] != base {
 		t.Fatalf("the container did not print the secure form at %s with a fingerprint (got %q)", base, m)
 	}
@@ -349,21 +593,31 @@ func packages(t *testing.T, stage string) []string {
 }
 
 // baseImage is the runtime stage's FROM (debian:<suite>-slim) with its
-// apt-get packages, made by mmdebstrap and imported; cached by suite and
-// package list.
+// apt-get packages.
 func baseImage(t *testing.T, d docker, stage string) string {
 	from := fromRe.FindStringSubmatch(stage)
 	m := regexp.MustCompile(`^debian:([a-z]+)(?:-slim)?$`).FindStringSubmatch(from[1])
 	if m == nil {
 		t.Fatalf("runtime stage FROM %s: the test builds only debian:<suite>[-slim]", from[1])
 	}
-	pkgs := packages(t, stage)
-	sum := sha256.Sum256([]byte(m[1] + " " + strings.Join(pkgs, ",")))
+	return debImage(t, d, m[1], packages(t, stage))
+}
+
+// debImage is a Debian suite's minimal base with pkgs, made by mmdebstrap
+// (hooks are further mmdebstrap options) and imported; cached in the
+// daemon by suite, package list and hooks.
+func debImage(t *testing.T, d docker, suite string, pkgs []string, hooks ...string) string {
+	key := suite + " " + strings.Join(pkgs, ",")
+	for _, h := range hooks {
+		key += "\n" + h
+	}
+	sum := sha256.Sum256([]byte(key))
 	tag := "silas-deploytest-base:" + hex.EncodeToString(sum[:6])
 	if d.cmd("image", "inspect", tag).Run() == nil {
 		return tag
 	}
-	mm := exec.Command("mmdebstrap", "--variant=minbase", "--include="+strings.Join(pkgs, ","), m[1], "-")
+	args := append([]string{"--variant=minbase", "--include=" + strings.Join(pkgs, ",")}, hooks...)
+	mm := exec.Command("mmdebstrap", append(args, suite, "-")...)
 	imp := d.cmd("import", "-", tag)
 	pipe, err := mm.StdoutPipe()
 	if err != nil {
@@ -422,151 +676,11 @@ func buildImage(t *testing.T, d docker, stage, base string) string {
 	return tag
 }
 
-// composeService is one service of compose.yaml as a generic map.
-func composeService(t *testing.T, name string) map[string]any {
-	b, err := os.ReadFile("compose.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f struct {
-		Services map[string]map[string]any `yaml:"services"`
-	}
-	if err := yaml.Unmarshal(b, &f); err != nil {
-		t.Fatalf("compose.yaml: %v", err)
-	}
-	svc, ok := f.Services[name]
-	if !ok {
-		t.Fatalf("compose.yaml has no service %s", name)
-	}
-	return svc
-}
-
-// runArgs translates the service's settings to docker run's flags, as
-// Compose does. A key the test does not know fails it: a new setting must
-// be taught here so that the test keeps running what compose ships.
-func runArgs(t *testing.T, d docker, svc map[string]any, secrets, name string) []string {
-	strs := func(key string) []string {
-		var out []string
-		v, _ := svc[key].([]any)
-		for _, x := range v {
-			out = append(out, fmt.Sprint(x))
-		}
-		return out
-	}
-	var args []string
-	for key, v := range svc {
-		switch key {
-		case "build":
-			if b, _ := v.(map[string]any); b["dockerfile"] != "deploy/Dockerfile" || b["context"] != ".." {
-				t.Fatalf("compose build = %v: the test builds deploy/Dockerfile", v)
-			}
-		case "depends_on", "ports":
-			// The database and the published port: see the test's comment.
-		case "environment":
-			env, ok := v.(map[string]any)
-			if !ok {
-				t.Fatalf("compose environment is not a map: %v", v)
-			}
-			for k, val := range env {
-				args = append(args, "-e", k+"="+fmt.Sprint(val))
-			}
-		case "secrets":
-			for _, s := range strs(key) {
-				args = append(args, "--mount", "type=bind,src="+filepath.Join(secrets, s)+",dst=/run/secrets/"+s+",readonly")
-			}
-		case "cap_drop":
-			for _, c := range strs(key) {
-				args = append(args, "--cap-drop", c)
-			}
-		case "cap_add":
-			for _, c := range strs(key) {
-				args = append(args, "--cap-add", c)
-			}
-		case "security_opt":
-			for _, o := range strs(key) {
-				// Compose reads a seccomp profile relative to the project
-				// directory (this one); docker run relative to its own.
-				if p, ok := strings.CutPrefix(o, "seccomp="); ok && p != "unconfined" {
-					abs, _ := filepath.Abs(p)
-					o = "seccomp=" + abs
-				}
-				args = append(args, "--security-opt", o)
-			}
-		case "devices":
-			for _, dev := range strs(key) {
-				args = append(args, "--device", dev)
-			}
-		case "read_only":
-			if v == true {
-				args = append(args, "--read-only")
-			}
-		case "tmpfs":
-			for _, p := range strs(key) {
-				args = append(args, "--tmpfs", p)
-			}
-		case "volumes":
-			for _, vol := range strs(key) {
-				src, dst, ok := strings.Cut(vol, ":")
-				if !ok || strings.HasPrefix(src, ".") || strings.HasPrefix(src, "/") {
-					t.Fatalf("compose volume %q: the test knows named volumes only", vol)
-				}
-				vname := name + "-" + src
-				d.cmd("volume", "rm", "-f", vname).Run()
-				t.Cleanup(func() { d.cmd("volume", "rm", "-f", vname).Run() })
-				args = append(args, "--mount", "type=volume,src="+vname+",dst="+dst)
-			}
-		case "restart":
-			args = append(args, "--restart", fmt.Sprint(v))
-		case "stop_grace_period":
-			dur, err := time.ParseDuration(fmt.Sprint(v))
-			if err != nil {
-				t.Fatalf("stop_grace_period %v: %v", v, err)
-			}
-			args = append(args, "--stop-timeout", strconv.Itoa(int(dur.Seconds())))
-		default:
-			t.Fatalf("compose.yaml's silas service has %q, which this test does not translate to docker run: teach runArgs", key)
-		}
-	}
-	return args
-}
-
-// startPostgres is a throwaway cluster with the two roles of
-// docs/operations.md (pgcluster makes silas_owner and silas_app, as the
-// compose database's init script does).
-func startPostgres(t *testing.T) *pgcluster.Cluster {
-	dir, err := os.MkdirTemp("", "silas-deploytest-pg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, NoSync: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		os.RemoveAll(dir)
-		t.Fatalf("PostgreSQL: %v", err)
-	}
-	t.Cleanup(func() {
-		c.Stop(context.Background())
-		os.RemoveAll(dir)
-	})
-	return c
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 var loginRe = regexp.MustCompile(`Silas web chat: (http://[0-9.:]+)/#login=([A-Za-z0-9_-]+)`)
 
-// waitLogin follows the container's output to the one-time login link.
-func waitLogin(t *testing.T, d docker, name string) (base, login string) {
-	logs := d.cmd("logs", "-f", name)
+// waitLogin follows the container's output (logs, a command that
+// follows it) to the one-time login link.
+func waitLogin(t *testing.T, logs *exec.Cmd) (base, login string) {
 	out, err := logs.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -711,3 +825,69 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 }
 
 func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// TestComposeScaleTwoInstances runs compose.scale.yaml's two gateways
+// (without its nginx proxy, which cannot be pulled here): both start on the
+// one database with the keys volume they share (the second would refuse
+// to start with keys other than the cluster's), the image's healthcheck
+// turns both healthy, the second serves its own secure form on
+// 127.0.0.1:8444, and the database lists two live instances.
+func TestComposeScaleTwoInstances(t *testing.T) {
+	d := composeDocker(t, "8443", "8444")
+	stage := runtimeStage(t)
+	image := buildImage(t, d, stage, baseImage(t, d, stage))
+	postgresImage(t, d)
+	proj := composeProject(t)
+	name := "silas-deploytest-scale-" + strconv.Itoa(os.Getpid())
+	bridge := "sds" + strconv.Itoa(os.Getpid())
+	allowForward(t, bridge)
+	writeFile(t, filepath.Join(proj, "compose.test.yaml"), 0o644, fmt.Sprintf(`services:
+  silas: { image: %s }
+  silas-2: { image: %s }
+networks:
+  default:
+    driver_opts: { com.docker.network.bridge.name: %s }
+`, image, image, bridge))
+	dc := compose{d: d, dir: proj, args: []string{"-p", name, "-f", "compose.yaml", "-f", "compose.scale.yaml", "-f", "compose.test.yaml"}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := dc.cmd("logs", "--no-color").CombinedOutput()
+			t.Logf("docker compose logs:\n%s", out)
+		}
+		dc.cmd("down", "-v", "--remove-orphans", "--timeout", "30").Run()
+	})
+	// silas-2 waits for silas to be healthy (compose.scale.yaml).
+	dc.run(t, "up", "-d", "--no-build", "silas", "silas-2")
+	waitHealthyService(t, dc, "silas")
+	waitHealthyService(t, dc, "silas-2")
+	logs, _ := dc.cmd("logs", "--no-color", "--no-log-prefix", "silas-2").CombinedOutput()
+	if !strings.Contains(string(logs), "Secure form for credentials: https://127.0.0.1:8444") {
+		t.Errorf("silas-2 did not print its secure form at https://127.0.0.1:8444:\n%s", logs)
+	}
+	// Each live instance heartbeats its row (host: its container's name).
+	got := strings.TrimSpace(dc.run(t, "exec", "-T", "db", "psql", "-U", "postgres", "-d", "silas", "-XAtc",
+		`SELECT count(DISTINCT host) FROM instances WHERE expires_at > now()`))
+	if got != "2" {
+		t.Errorf("%s live instances in the database, want 2", got)
+	}
+}
+
+// waitHealthyService is waitHealthy for one service of the project.
+func waitHealthyService(t *testing.T, dc compose, service string) {
+	t.Helper()
+	id := strings.TrimSpace(dc.run(t, "ps", "-q", service))
+	if id == "" {
+		t.Fatalf("service %s has no container", service)
+	}
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		st := dc.d.output(t, "inspect", "-f", "{{.State.Health.Status}}", id)
+		if st == "healthy" {
+			return
+		}
+		if st == "unhealthy" || time.Now().After(deadline) {
+			t.Fatalf("%s's health is %s: %s", service, st, dc.d.output(t, "inspect", "-f", "{{json .State}}", id))
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
