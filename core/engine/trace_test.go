@@ -106,7 +106,7 @@ func TestTraceFollowsACard(t *testing.T) {
 
 func hasAttr(s tracetest.SpanStub, key, value string) bool {
 	for _, a := range s.Attributes {
-		if string(a.Key) == key && a.Value.Emit() == value {
+		if string(a.Key) == key && a.Value.String() == value {
 			return true
 		}
 	}
