@@ -32,7 +32,11 @@ func TestLeaseOnMetricsAndDoctor(t *testing.T) {
 	}
 	var m string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if m = metrics(); strings.Contains(m, `silas_lease_held{lease="telegram/telegram"} 1`) {
+		// The held row is in the database a moment before the process
+		// counts the acquisition (its counter is bumped once Acquire
+		// returns): wait for both.
+		if m = metrics(); strings.Contains(m, `silas_lease_held{lease="telegram/telegram"} 1`) &&
+			strings.Contains(m, `silas_lease_acquisitions_total{lease="telegram/telegram"}`) {
 			break
 		}
 		if time.Now().After(deadline) {
