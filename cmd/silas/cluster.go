@@ -45,7 +45,10 @@ func leaveCluster(inst *cluster.Instance, log *slog.Logger) {
 
 // takeOver runs the takeover (gateway.TakeOver) every TakeoverEvery while
 // other instances exist, until ctx ends: a dead instance's work must not
-// wait for River to elect a new leader when the dead one was it.
+// wait for River to elect a new leader when the dead one was it (River's
+// periodic jobs pause up to 15 s then, past the 10 s failover bound). The
+// River job cluster_takeover does the same work; this loop only bounds the
+// delay, and the takeover itself is compare-and-swap in SQL, safe twice.
 func takeOver(ctx context.Context, inst *cluster.Instance, eng *gateway.Gateway, log *slog.Logger) {
 	t := time.NewTicker(gateway.TakeoverEvery)
 	defer t.Stop()

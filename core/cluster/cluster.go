@@ -154,6 +154,10 @@ func (i *Instance) beat(ctx context.Context) error {
 	return nil
 }
 
+// run renews this instance's row every Every. It is a heartbeat, not
+// background work for River: each process must prove its own liveness,
+// which a job (run by whichever process fetches it) cannot do; the same
+// holds for a lease's renewal (core/lease).
 func (i *Instance) run(ctx context.Context) {
 	defer close(i.done)
 	t := time.NewTicker(i.cfg.Every)
