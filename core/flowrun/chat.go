@@ -201,21 +201,9 @@ func (r *Runtime) Stop(ctx context.Context, tx *store.Tx, st core.StoredTurn, tr
 		out.Reply("Usage: /flow stop <run> (/flows lists recent runs).")
 		return nil
 	}
-	found, err := r.st.FindFlowRun(ctx, st.Turn.Conversation, arg)
-	if errors.Is(err, core.ErrNotFound) {
-		out.Reply("No flow run here with that id (/flows lists recent runs).")
-		return nil
-	}
-	if err != nil {
+	run, ok, err := r.commandedRun(ctx, tx, st, trust, arg, "stop", out)
+	if !ok || err != nil {
 		return err
-	}
-	run, err := tx.LockFlowRun(ctx, found.ID)
-	if err != nil {
-		return err
-	}
-	if !mayCommand(run, st.Turn.Sender, trust) {
-		out.Reply("Only %s or an owner can stop that run.", run.Requester)
-		return nil
 	}
 	if run.Final() {
 		out.Reply("That run already ended (%s).", run.Status)
@@ -313,21 +301,9 @@ func (r *Runtime) Say(ctx context.Context, tx *store.Tx, st core.StoredTurn, tru
 		out.Reply("Usage: /flow say <run> <text> — answers the run's waiting question in your own words.")
 		return nil
 	}
-	found, err := r.st.FindFlowRun(ctx, st.Turn.Conversation, id)
-	if errors.Is(err, core.ErrNotFound) {
-		out.Reply("No flow run here with that id (/flows lists recent runs).")
-		return nil
-	}
-	if err != nil {
+	run, ok, err := r.commandedRun(ctx, tx, st, trust, id, "answer", out)
+	if !ok || err != nil {
 		return err
-	}
-	run, err := tx.LockFlowRun(ctx, found.ID)
-	if err != nil {
-		return err
-	}
-	if !mayCommand(run, st.Turn.Sender, trust) {
-		out.Reply("Only %s or an owner can answer that run.", run.Requester)
-		return nil
 	}
 	w, err := r.decode(run)
 	if err != nil {
@@ -352,4 +328,27 @@ func (r *Runtime) Say(ctx context.Context, tx *store.Tx, st core.StoredTurn, tru
 	}
 	out.Reply("Run %s is not waiting for an answer.", ShortID(run.ID))
 	return nil
+}
+
+// commandedRun finds the run id names in the turn's conversation and locks
+// it in tx when the sender may command it (its requester or an owner);
+// otherwise it answers why (ok false, nothing to do). verb is what the
+// sender asked to do, for that answer.
+func (r *Runtime) commandedRun(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, id, verb string, out core.TaskOut) (run core.FlowRun, ok bool, err error) {
+	found, err := r.st.FindFlowRun(ctx, st.Turn.Conversation, id)
+	if errors.Is(err, core.ErrNotFound) {
+		out.Reply("No flow run here with that id (/flows lists recent runs).")
+		return run, false, nil
+	}
+	if err != nil {
+		return run, false, err
+	}
+	if run, err = tx.LockFlowRun(ctx, found.ID); err != nil {
+		return run, false, err
+	}
+	if !mayCommand(run, st.Turn.Sender, trust) {
+		out.Reply("Only %s or an owner can %s that run.", run.Requester, verb)
+		return run, false, nil
+	}
+	return run, true, nil
 }
