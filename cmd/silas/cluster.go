@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/core/cluster"
-	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/lease"
 	"github.com/silas-gateway/silas/core/store"
 )
@@ -41,28 +40,4 @@ func leaveCluster(inst *cluster.Instance, log *slog.Logger) {
 	defer cancel()
 	inst.Stop(ctx)
 	log.Debug("left the instances on this database", slog.String("instance", inst.ID()))
-}
-
-// takeOver runs the takeover (gateway.TakeOver) every TakeoverEvery while
-// other instances exist, until ctx ends: a dead instance's work must not
-// wait for River to elect a new leader when the dead one was it (River's
-// periodic jobs pause up to 15 s then, past the 10 s failover bound). The
-// River job cluster_takeover does the same work; this loop only bounds the
-// delay, and the takeover itself is compare-and-swap in SQL, safe twice.
-func takeOver(ctx context.Context, inst *cluster.Instance, eng *gateway.Gateway, log *slog.Logger) {
-	t := time.NewTicker(gateway.TakeoverEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if inst.Solo() {
-			continue
-		}
-		if err := eng.TakeOver(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("taking over a stopped instance's work failed; trying again", slog.Any("err", err))
-		}
-	}
 }

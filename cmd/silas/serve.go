@@ -160,7 +160,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		// New tools get their pin card, changed ones are quarantined.
 		go syncMCP(runCtx, mcpTools, cfg.MCP.Servers, log)
 	}
-	w.start("", func() error { takeOver(runCtx, inst, eng, log); return nil })
+	inst.OnBeat(eng.TakeOver) // a dead instance's work, after each heartbeat while others exist
 	if form != nil {
 		w.start("secrets_web", func() error { return form.ListenAndServe(runCtx) })
 	}

@@ -61,9 +61,10 @@ type Instance struct {
 	gen    uint64 // increments when a renewal follows a lapse
 	stale  bool   // the heartbeat lapsed since the last renewal
 
-	solo atomic.Bool
-	stop context.CancelFunc
-	done chan struct{}
+	solo   atomic.Bool
+	onBeat atomic.Pointer[func(context.Context) error]
+	stop   context.CancelFunc
+	done   chan struct{}
 }
 
 // Start registers this instance (the store's SetInstance id) and renews it
@@ -168,11 +169,30 @@ func (i *Instance) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := i.beat(ctx); err != nil && ctx.Err() == nil {
-			i.cfg.Logger.Warn("cluster: heartbeat failed", slog.Any("err", err))
+		if err := i.beat(ctx); err != nil {
+			if ctx.Err() == nil {
+				i.cfg.Logger.Warn("cluster: heartbeat failed", slog.Any("err", err))
+			}
+			continue
+		}
+		if f := i.onBeat.Load(); f != nil && !i.Solo() {
+			// Bounded by the interval, so the next renewal is not late.
+			wctx, cancel := context.WithTimeout(ctx, i.cfg.Every)
+			if err := (*f)(wctx); err != nil && ctx.Err() == nil {
+				i.cfg.Logger.Warn("cluster: work after the heartbeat failed; trying again at the next one", slog.Any("err", err))
+			}
+			cancel()
 		}
 	}
 }
+
+// OnBeat sets work to run after each successful renewal while other
+// instances exist: the takeover of a dead instance's work (cmd/silas),
+// which must not wait for River to elect a new leader when the dead one
+// was it (River's periodic jobs pause up to 15 s then). It rides this
+// heartbeat rather than a loop of its own; it must be safe to run on
+// every instance at once (compare-and-swap in SQL).
+func (i *Instance) OnBeat(f func(ctx context.Context) error) { i.onBeat.Store(&f) }
 
 // Stop ends the heartbeat and this instance's row (the others take over
 // what it left at once).

@@ -44,9 +44,9 @@ const TakeoverEvery = time.Second
 // Their outbox lanes are free already (a lane held by a dead instance is
 // claimable) and the outbox's recovery scan starts them. Every step is a
 // compare-and-swap, so instances may run it at once: each instance does,
-// every TakeoverEvery while others exist (cmd/silas), because River's
-// periodic jobs stop for up to its leader TTL (15 s) when the instance
-// that died was River's leader.
+// after each of its heartbeats while others exist (cluster.Instance.OnBeat,
+// cmd/silas), because River's periodic jobs stop for up to its leader TTL
+// (15 s) when the instance that died was River's leader.
 func (g *Gateway) TakeOver(ctx context.Context) error {
 	return errors.Join(g.Adopt(ctx), g.exec.ResumeAll(ctx))
 }
