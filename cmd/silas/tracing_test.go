@@ -17,7 +17,7 @@ import (
 	"testing"
 
 	"github.com/silas-gateway/silas/cards"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // otlpSink is a fake OTLP/HTTP collector: it keeps the body of every
@@ -101,11 +101,14 @@ func blackhole(t *testing.T) string {
 // recorded.
 func TestTracingExporterDown(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	dataDir := t.TempDir()
 	hole := blackhole(t)
 	env := []string{"SILAS_TELEMETRY_TRACING_EXPORTER_URL=" + hole, "OTEL_BSP_SCHEDULE_DELAY=20", "OTEL_BSP_MAX_QUEUE_SIZE=16",
-		"OTEL_BSP_MAX_EXPORT_BATCH_SIZE=4", "OTEL_EXPORTER_OTLP_TIMEOUT=300"}
+		"OTEL_BSP_MAX_EXPORT_BATCH_SIZE=4", "OTEL_EXPORTER_OTLP_TIMEOUT=300",
+		// Each export gives up after a second instead of retrying for the
+		// exporter's default minute, so the error is on record quickly.
+		"OTEL_BSP_EXPORT_TIMEOUT=1000"}
 	s := startServer(t, dsn, dataDir, env...)
 	if !strings.Contains(s.logs.String(), "tracing: exporting spans over OTLP/HTTP") {
 		t.Fatalf("serve did not start tracing:\n%s", s.logs.String())
@@ -139,7 +142,7 @@ func TestTracingExporterDown(t *testing.T) {
 // dashboard reads.
 func TestTracingOffByDefault(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	dataDir := t.TempDir()
 	s := startServer(t, dsn, dataDir)
 	c := s.connect(t)
