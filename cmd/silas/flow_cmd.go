@@ -196,5 +196,6 @@ func (emptyFS) Open(string) (fs.File, error) { return nil, fs.ErrNotExist }
 
 // flowsConfig is the flow runtime of `serve` (gateway.Config.Flows).
 func flowsConfig(cfg *config.Config) *flowrun.Config {
-	return &flowrun.Config{Catalog: flowDirs(cfg), Options: flowOptions(cfg), MaxParallel: cfg.Flows.MaxParallel}
+	return &flowrun.Config{Catalog: flowDirs(cfg), Options: flowOptions(cfg), MaxParallel: cfg.Flows.MaxParallel,
+		HTTPAllowDomains: cfg.Flows.HTTPAllowDomains}
 }

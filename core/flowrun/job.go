@@ -96,7 +96,7 @@ func (r *Runtime) outcomes(ctx context.Context, w *write) ([]flow.Event, error) 
 		if st == nil || st.Status != flow.NodeRunning || st.Iteration != a.Iteration || st.Attempt != a.Attempt {
 			continue
 		}
-		ev, ok, err := r.actionOutcome(ctx, a)
+		ev, ok, err := r.actionOutcome(ctx, a, r.kinds[a.Type].Output)
 		if err != nil {
 			return nil, err
 		}
@@ -110,7 +110,7 @@ func (r *Runtime) outcomes(ctx context.Context, w *write) ([]flow.Event, error) 
 // actionOutcome is an action attempt's event once its approval or
 // execution settled. Only the executor's recorded, verified outcome makes
 // it a success.
-func (r *Runtime) actionOutcome(ctx context.Context, a core.FlowAttempt) (flow.Event, bool, error) {
+func (r *Runtime) actionOutcome(ctx context.Context, a core.FlowAttempt, shape func(map[string]any) map[string]any) (flow.Event, bool, error) {
 	c := flow.Command{Node: a.Node, Iteration: a.Iteration, Attempt: a.Attempt}
 	ap, err := r.st.GetApproval(ctx, a.Approval)
 	if err != nil {
@@ -151,6 +151,9 @@ func (r *Runtime) actionOutcome(ctx context.Context, a core.FlowAttempt) (flow.E
 			stdout, stderr = core.SecretOutputWithheld, ""
 		}
 		out["exit_code"], out["stdout"], out["stderr"] = ex.Result.ExitCode, redactText(stdout), redactText(stderr)
+	}
+	if shape != nil {
+		out = shape(out)
 	}
 	b, _ := json.Marshal(out)
 	if ex.Status == core.ExecFailed {

@@ -55,9 +55,10 @@ func (r *Runtime) start(ctx context.Context, tx *store.Tx, w *write, c flow.Comm
 	sc := w.p.m.Scope(w.fr)
 	att := core.FlowAttempt{Run: w.row.ID, Node: n.ID, Iteration: c.Iteration, Attempt: c.Attempt, Type: n.Type}
 	w.out.Audit(w.entry(audit.KindFlowNodeStarted, map[string]any{"node": n.ID, "type": n.Type, "iteration": c.Iteration, "attempt": c.Attempt}))
-	switch n.Type {
-	case "action.shell":
-		pa, err := shellAction(n, sc)
+	kind, action := r.kinds[n.Type]
+	switch {
+	case action:
+		pa, err := kind.Propose(n, sc)
 		if err != nil {
 			tx.QueueFlowAttempt(att)
 			w.queue = append(w.queue, failEv(c, CodeConfig, err.Error(), true, nil))
@@ -80,7 +81,7 @@ func (r *Runtime) start(ctx context.Context, tx *store.Tx, w *write, c flow.Comm
 			w.proposed = append(w.proposed, p)
 		}
 		w.queue = append(w.queue, startedEv(c))
-	case "control.gate":
+	case n.Type == "control.gate":
 		att.Card = "fgate-" + core.NewID()
 		tx.QueueFlowAttempt(att)
 		prompt, err := n.Templates["prompt"].Render(sc)
@@ -90,7 +91,7 @@ func (r *Runtime) start(ctx context.Context, tx *store.Tx, w *write, c flow.Comm
 		}
 		w.out.Card(gateCard(w, n, att.Card, prompt, gateShown{}))
 		w.queue = append(w.queue, startedEv(c))
-	case "control.wait":
+	case n.Type == "control.wait":
 		tx.QueueFlowAttempt(att)
 		d, _ := time.ParseDuration(fmt.Sprint(n.Config["duration"]))
 		if _, until := n.Config["until"]; until || d <= 0 {
