@@ -152,3 +152,54 @@ func TestHTTPNodeRuns(t *testing.T) {
 		t.Fatalf("log entries = %d", n)
 	}
 }
+
+const validateFlow = `name: check
+version: "1"
+inputs:
+  doc: {type: map}
+nodes:
+  - id: v
+    type: data.validate
+    config:
+      value: inputs.doc
+      schema:
+        type: object
+        required: [host, port]
+        properties:
+          host: {type: string}
+          port: {type: integer, minimum: 1, maximum: 65535}
+  - id: ok
+    type: system.log
+    config: {message: "valid ${{ inputs.doc.host }}"}
+  - id: bad
+    type: system.log
+    config: {message: "invalid: ${{ nodes.v.errors[0] }}"}
+edges:
+  - {from: v, to: ok, when: nodes.v.valid}
+  - {from: v, to: bad, when: "!nodes.v.valid"}
+`
+
+// data.validate judges a value against its JSON Schema; the verdict is
+// its output, and the flow routes on it.
+func TestValidateNode(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]string{"check.yaml": validateFlow})
+	for _, c := range []struct {
+		doc, want string
+		valid     bool
+	}{
+		{doc: `doc={"host":"web1","port":443}`, valid: true, want: "v=succeeded ok=succeeded bad=skipped"},
+		{doc: `doc={"host":"web1","port":70000}`, want: "v=succeeded ok=skipped bad=succeeded"},
+		{doc: `doc={"port":"80"}`, want: "v=succeeded ok=skipped bad=succeeded"},
+	} {
+		run := b.start(t, "check", c.doc)
+		if got := b.statuses(t, run); got != c.want {
+			t.Fatalf("%s: %s, want %s", c.doc, got, c.want)
+		}
+		out := b.output(t, run, "v")
+		errs, _ := out["errors"].([]any)
+		if out["valid"] != c.valid || (len(errs) == 0) != c.valid {
+			t.Fatalf("%s: output %v", c.doc, out)
+		}
+	}
+}

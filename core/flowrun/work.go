@@ -350,6 +350,27 @@ func (r *Runtime) inline(ctx context.Context, tx *store.Tx, w *write, n *flow.No
 		}
 		cur[parts[len(parts)-1]] = val
 		return okEv(c, map[string]any{"object": root}), nil
+	case "data.validate":
+		v, err := expr("value")
+		if err != nil {
+			return bad(err)
+		}
+		schema, err := flow.CompileSchema(n.Config["schema"])
+		if err != nil {
+			return failEv(c, CodeConfig, "schema: "+err.Error(), true, nil), nil
+		}
+		// As JSON: the schema judges the value a later node would read.
+		var inst any
+		if b, err := json.Marshal(v); err != nil || json.Unmarshal(b, &inst) != nil {
+			return failEv(c, CodeConfig, "value is not JSON", true, nil), nil
+		}
+		errs := []string{}
+		if err := schema.Validate(inst); err != nil {
+			errs = append(errs, render.Clip(err.Error(), 500))
+		}
+		// An invalid value is an output, not a failure: the flow routes
+		// on nodes.<id>.valid (GitHub Actions' and n8n's "if" after a check).
+		return okEv(c, map[string]any{"valid": len(errs) == 0, "errors": errs}), nil
 	case "system.state.get":
 		v, err := tx.FlowState(ctx, w.row.Flow, fmt.Sprint(n.Config["key"]))
 		if errors.Is(err, core.ErrNotFound) {
