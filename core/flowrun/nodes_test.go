@@ -1,11 +1,15 @@
 package flowrun
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 
+	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/flow"
+	"github.com/silas-gateway/silas/core/flowjob"
+	"github.com/silas-gateway/silas/core/store"
 )
 
 // output is node id's output in run.
@@ -201,5 +205,86 @@ func TestValidateNode(t *testing.T) {
 		if out["valid"] != c.valid || (len(errs) == 0) != c.valid {
 			t.Fatalf("%s: output %v", c.doc, out)
 		}
+	}
+}
+
+const untilFlow = `name: deploy-wait
+version: "1"
+nodes:
+  - id: approved
+    type: control.wait
+    config: {until: change-approved}
+    policy: {timeout: 24h}
+  - id: go
+    type: system.log
+    config: {message: "approved by ${{ nodes.approved.by }}: ${{ nodes.approved.data }}"}
+edges:
+  - {from: approved, to: go}
+`
+
+// A wait until an event is a row and its timeout's timer, nothing else;
+// /flow signal with another event changes nothing, the named one ends
+// the wait with the signal as its output.
+func TestWaitUntilAnEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]string{"w.yaml": untilFlow})
+	run := b.start(t, "deploy-wait")
+	if timers := b.timers(t); len(timers) != 1 || timers[0].timer.Kind != "timeout" {
+		t.Fatalf("timers = %+v (only the wait's timeout)", timers)
+	}
+	signal := func(arg string) *shown {
+		return b.inTurn(t, func(ctx context.Context, tx *store.Tx, o core.TaskOut) error {
+			return b.rt.Signal(ctx, tx, core.StoredTurn{Seq: 3, Turn: origin()}, core.TrustOwner, arg, o)
+		})
+	}
+	if got := signal(ShortID(run) + " something-else"); len(got.replies) != 1 || !strings.Contains(got.replies[0], "is not waiting for %q") {
+		t.Fatalf("wrong event: %+v", got.replies)
+	}
+	if got := b.statuses(t, run); got != "approved=running go=pending" {
+		t.Fatalf("after a wrong event: %s", got)
+	}
+	signal(ShortID(run) + " change-approved CHG-42 looks fine")
+	if got := b.statuses(t, run); got != "approved=succeeded go=succeeded" {
+		t.Fatalf("after the event: %s", got)
+	}
+	if out := b.output(t, run, "approved"); out["event"] != "change-approved" || out["data"] != "CHG-42 looks fine" || out["by"] != string(owner) {
+		t.Fatalf("output = %v", out)
+	}
+	if got := signal(ShortID(run) + " change-approved"); len(got.replies) != 1 || !strings.Contains(got.replies[0], "not waiting for an event") {
+		t.Fatalf("late signal: %+v", got.replies)
+	}
+}
+
+// `silas flow signal` stores the signal as a step job; the job delivers it.
+func TestSignalAsAJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]string{"w.yaml": untilFlow})
+	run := b.start(t, "deploy-wait")
+	if err := QueueSignal(b.ctx, b.st, run, flowjob.Signal{Event: "change-approved", Data: "ok", By: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := QueueSignal(b.ctx, b.st, "nope", flowjob.Signal{Event: "x"}); err == nil {
+		t.Fatal("a signal to no run was accepted")
+	}
+	var raw []byte
+	if err := b.st.Pool().QueryRow(b.ctx, `SELECT args FROM river_job WHERE kind = 'silas_flow_step' AND args ? 'signal'`).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var a flowjob.Args
+	if err := json.Unmarshal(raw, &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.rt.DeliverSignal(b.ctx, a.Run, *a.Signal); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.statuses(t, run); got != "approved=succeeded go=succeeded" {
+		t.Fatalf("after the job: %s", got)
+	}
+	// Delivered twice (River's at-least-once): nothing changes.
+	if err := b.rt.DeliverSignal(b.ctx, a.Run, *a.Signal); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM flow_attempts WHERE run_id = $1 AND node = 'go'`, run); n != 1 {
+		t.Fatalf("go attempts = %d", n)
 	}
 }

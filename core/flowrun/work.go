@@ -93,9 +93,16 @@ func (r *Runtime) start(ctx context.Context, tx *store.Tx, w *write, c flow.Comm
 		w.queue = append(w.queue, startedEv(c))
 	case n.Type == "control.wait":
 		tx.QueueFlowAttempt(att)
+		if _, until := n.Config["until"]; until {
+			// Nothing is scheduled: the run waits, a row and no job, until
+			// a signal names the event (/flow signal, silas flow signal);
+			// the node's timeout bounds the wait.
+			w.queue = append(w.queue, startedEv(c))
+			return nil
+		}
 		d, _ := time.ParseDuration(fmt.Sprint(n.Config["duration"]))
-		if _, until := n.Config["until"]; until || d <= 0 {
-			w.queue = append(w.queue, failEv(c, CodeUnsupported, "waiting until an event is not supported by this runtime yet; use duration", true, nil))
+		if d <= 0 {
+			w.queue = append(w.queue, failEv(c, CodeConfig, "the duration is not positive", true, nil))
 			return nil
 		}
 		tx.QueueFlowTimer(w.row.ID, flowjob.Timer{Node: n.ID, Iteration: c.Iteration, Attempt: c.Attempt, Kind: "wait"}, tx.Now().Add(d))
