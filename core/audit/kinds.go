@@ -170,4 +170,7 @@ const (
 	KindFlowLog Kind = "flow.log"
 	// KindFlowStopRequested: someone stopped a run (/flow stop).
 	KindFlowStopRequested Kind = "flow.stop_requested"
+	// KindFlowSignalled: someone signalled an event a run waits for
+	// (/flow signal, silas flow signal).
+	KindFlowSignalled Kind = "flow.signalled"
 )
