@@ -16,7 +16,7 @@ import (
 
 	"github.com/silas-gateway/silas/adapters/telegram/telegramtest"
 	"github.com/silas-gateway/silas/cards"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // Several `silas serve` on one database (issue 25): the real binary, real
@@ -116,7 +116,7 @@ var numberedRe = regexp.MustCompile(`/m(\d+)\b`)
 func TestClusterTelegramBurstFailover(t *testing.T) {
 	t.Parallel()
 	srv := telegramtest.NewServer(t, telegramtest.Options{})
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	env := pollingEnv(srv)
 	servers := startCluster(t, dsn, 3, env...)
 
@@ -247,7 +247,7 @@ func checkClusterBurst(t *testing.T, dsn string, srv *telegramtest.Server, users
 func TestClusterSIGSTOPFencing(t *testing.T) {
 	t.Parallel()
 	srv := telegramtest.NewServer(t, telegramtest.Options{})
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	env := pollingEnv(srv)
 	servers := startCluster(t, dsn, 2, env...)
 
@@ -376,7 +376,7 @@ func dumpCluster(t *testing.T, dsn string, servers []*server) {
 // run again), and a tap on the waiting card runs it once, on the survivor.
 func TestClusterWebChat(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	servers := startCluster(t, dsn, 2)
 	a, b := servers[0], servers[1]
 	ca, cb := a.connect(t), b.connect(t)
@@ -433,7 +433,7 @@ func TestClusterFailoverTimings(t *testing.T) {
 	}
 	for _, mode := range modes {
 		srv := telegramtest.NewServer(t, telegramtest.Options{})
-		dsn := pgtest.NewDatabase(t)
+		dsn := storetest.NewDatabase(t)
 		servers := startCluster(t, dsn, 2, pollingEnv(srv)...)
 		u := telegramtest.User{ID: 9001, FirstName: "F"}
 		var took []time.Duration
