@@ -16,7 +16,7 @@ import (
 
 	"github.com/silas-gateway/silas/adapters/telegram/telegramtest"
 	"github.com/silas-gateway/silas/cards"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // Several `silas serve` on one database (issue 25): the real binary, real
@@ -124,7 +124,7 @@ var numberedRe = regexp.MustCompile(`/m(\d+)\b`)
 func TestClusterTelegramBurstFailover(t *testing.T) {
 	t.Parallel()
 	srv := telegramtest.NewServer(t, telegramtest.Options{})
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	env := pollingEnv(srv)
 	servers := startCluster(t, dsn, 3, env...)
 
@@ -249,7 +249,7 @@ func checkClusterBurst(t *testing.T, dsn string, srv *telegramtest.Server, users
 func TestClusterSIGSTOPFencing(t *testing.T) {
 	t.Parallel()
 	srv := telegramtest.NewServer(t, telegramtest.Options{})
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	env := pollingEnv(srv)
 	servers := startCluster(t, dsn, 2, env...)
 
@@ -385,7 +385,7 @@ func dumpCluster(t *testing.T, dsn string, servers []*server) {
 // run again), and a tap on the waiting card runs it once, on the survivor.
 func TestClusterWebChat(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	servers := startCluster(t, dsn, 2)
 	a, b := servers[0], servers[1]
 	ca, cb := a.connect(t), b.connect(t)
@@ -442,7 +442,7 @@ func TestClusterFailoverTimings(t *testing.T) {
 	}
 	for _, mode := range modes {
 		srv := telegramtest.NewServer(t, telegramtest.Options{})
-		dsn := pgtest.NewDatabase(t)
+		dsn := storetest.NewDatabase(t)
 		// The default timing is what BENCHMARKS.md records.
 		env := append(pollingEnv(srv), "SILAS_CLUSTER_LEASE_TTL=6s")
 		servers := startCluster(t, dsn, 2, env...)
