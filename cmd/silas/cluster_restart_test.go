@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/adapters/telegram/telegramtest"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // TestClusterRollingRestart restarts two instances one at a time with
@@ -21,7 +21,7 @@ import (
 func TestClusterRollingRestart(t *testing.T) {
 	t.Parallel()
 	srv := telegramtest.NewServer(t, telegramtest.Options{})
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	env := append([]string{shortLease}, pollingEnv(srv)...)
 	servers := startCluster(t, dsn, 2, env...)
 

@@ -5,7 +5,7 @@ import (
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // TestClusterStopAcrossInstances: a task's action runs on instance A
@@ -18,7 +18,7 @@ func TestClusterStopAcrossInstances(t *testing.T) {
 	t.Parallel()
 	const key = "sk-e2e-stop-key"
 	fake := llmtest.New(t, key, "e2e-model")
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	servers := startCluster(t, dsn, 2, llmEnv(t, fake, key)...)
 	a, b := servers[0], servers[1]
 	ca, cb := a.connect(t), b.connect(t)
