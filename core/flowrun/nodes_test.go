@@ -288,3 +288,75 @@ func TestSignalAsAJob(t *testing.T) {
 		t.Fatalf("go attempts = %d", n)
 	}
 }
+
+// Message injection by reply: a reply to a gate's card answers it (its
+// text, or the choice it names); a reply to the progress card reaches the
+// waiting gate; a stranger, a stale card and a message that replies to
+// nothing of ours are not the run's.
+func TestReplyToACard(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]string{"say.yaml": sayFlow})
+	run := b.start(t, "say")
+	row, _ := b.run(t, run)
+	delivered := func(key, ref string) {
+		t.Helper()
+		if _, err := b.st.Pool().Exec(b.ctx, `INSERT INTO sent_messages (channel, message_key, conversation, ref) VALUES ('web', $1, $2, $3)`, key, conv, ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var why string
+	if err := b.st.Pool().QueryRow(b.ctx, `SELECT card FROM flow_attempts WHERE node = 'why'`).Scan(&why); err != nil {
+		t.Fatal(err)
+	}
+	delivered(why, "m-why")
+	delivered(row.ProgressCard, "m-progress")
+	delivered("ask-unrelated", "m-other")
+	reply := func(ref, text string, who core.IdentityID, trust core.Trust) (bool, *shown) {
+		t.Helper()
+		turn := origin()
+		turn.Text, turn.ReplyTo, turn.Sender = text, core.MessageRef(ref), who
+		st := core.StoredTurn{Seq: 5, Turn: turn}
+		ok, err := b.rt.Addressed(b.ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return false, nil
+		}
+		return true, b.inTurn(t, func(ctx context.Context, tx *store.Tx, o core.TaskOut) error {
+			return b.rt.AnswerReply(ctx, tx, st, trust, o)
+		})
+	}
+	if ok, _ := reply("m-other", "hello", owner, core.TrustOwner); ok {
+		t.Fatal("a reply to another card was taken by the flow")
+	}
+	if ok, _ := reply("m-nothing", "hello", owner, core.TrustOwner); ok {
+		t.Fatal("a reply to an unknown message was taken by the flow")
+	}
+	if ok, got := reply("m-why", "not yours", "web:stranger", core.TrustAuth); !ok || len(got.replies) != 1 || !strings.Contains(got.replies[0], "Only %s or an owner") {
+		t.Fatalf("stranger: %v %+v", ok, got)
+	}
+	if _, got := reply("m-why", "the disk is full", owner, core.TrustOwner); len(got.updates) == 0 {
+		t.Fatalf("the gate's card was not updated: %+v", got)
+	}
+	if got := b.statuses(t, run); got != "why=succeeded pick=running log=pending" {
+		t.Fatalf("after the reply: %s", got)
+	}
+	if _, got := reply("m-why", "again", owner, core.TrustOwner); len(got.replies) != 1 || !strings.Contains(got.replies[0], "not waiting for an answer") {
+		t.Fatalf("stale card: %+v", got.replies)
+	}
+	// The progress card: the waiting gate (choices only) takes a choice's name.
+	if _, got := reply("m-progress", "maybe", owner, core.TrustOwner); len(got.replies) != 1 || !strings.Contains(got.replies[0], "takes only its buttons") {
+		t.Fatalf("not a choice: %+v", got.replies)
+	}
+	reply("m-progress", " B ", owner, core.TrustOwner)
+	if got := b.statuses(t, run); got != "why=succeeded pick=succeeded log=succeeded" {
+		t.Fatalf("after the reply to the progress card: %s", got)
+	}
+	if out := b.output(t, run, "pick"); out["response"].(map[string]any)["choice"] != "b" {
+		t.Fatalf("pick = %v", out)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE kind = 'flow.log' AND data->>'message' = 'because the disk is full'`); n != 1 {
+		t.Fatalf("the reply did not reach the run (%d)", n)
+	}
+}

@@ -229,3 +229,15 @@ func (t *Tx) FlowAttempt(ctx context.Context, run, node string, iteration, attem
 	return scanFlowAttempt(t.queryRow(ctx, flowAttemptSelect+` WHERE run_id = $1 AND node = $2 AND iteration = $3 AND attempt = $4`,
 		run, node, iteration, attempt))
 }
+
+// CardAt is the key of the card delivered to conv as the platform message
+// ref (sent_messages). ErrNotFound: no card of ours is that message.
+func (s *Store) CardAt(ctx context.Context, ch core.ChannelName, conv core.ConversationID, ref core.MessageRef) (string, error) {
+	var key string
+	err := s.pool.QueryRow(ctx, `SELECT message_key FROM sent_messages WHERE channel = $1 AND ref = $2 AND conversation = $3 LIMIT 1`,
+		ch, ref, conv).Scan(&key)
+	if err != nil {
+		return "", notFound(err)
+	}
+	return key, nil
+}
