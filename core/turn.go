@@ -51,8 +51,8 @@ type Turn struct {
 	// it (a flow's gate takes a reply to its card as its answer); empty
 	// otherwise. Only a reply to the bot's own message is carried.
 	ReplyTo MessageRef `json:"reply_to,omitempty"`
-	Text     string `json:"text,omitempty"`
-	Tap      *Tap   `json:"tap,omitempty"`
+	Text    string     `json:"text,omitempty"`
+	Tap     *Tap       `json:"tap,omitempty"`
 	// TapHandle is what the adapter needs to answer this tap later, opaque
 	// to the core (Telegram's callback query id, Slack's response_url,
 	// Discord's interaction token). It is stored with the turn and handed
