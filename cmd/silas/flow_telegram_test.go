@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/adapters/telegram/telegramtest"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // A flow through the real binary and the Telegram fake (the adapter's real
@@ -50,7 +50,7 @@ edges:
 func TestFlowThroughTelegram(t *testing.T) {
 	t.Parallel()
 	srv := telegramtest.NewServer(t, telegramtest.Options{})
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	data, flows := t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(flows, "tg.yaml"), []byte(telegramFlow), 0o600); err != nil {
 		t.Fatal(err)

@@ -99,6 +99,7 @@ func (r *Runtime) commitTurn(ctx context.Context, tx *store.Tx, w *write, out co
 	}
 	conv, n := w.row.Conversation, w.messages
 	out.After(func() {
+		r.failpoint("flow-after-turn")
 		r.committed(w, nil)
 		if n > 0 {
 			r.out.Kick(conv, n)
