@@ -14,6 +14,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/flowrun"
 	"github.com/silas-gateway/silas/core/keys"
 	"github.com/silas-gateway/silas/core/mcptools"
 	"github.com/silas-gateway/silas/core/secrets"
@@ -82,6 +83,16 @@ func withMCPTools(ag core.Agent, tools *mcptools.Tools) {
 		return
 	}
 	la.MCPTools = pinnedForModel(tools)
+}
+
+// withMCPFlows lets flows call pinned MCP tools (action.mcp nodes); without
+// mcp.servers such a node fails saying so.
+func withMCPFlows(fc *flowrun.Config, tools *mcptools.Tools) *flowrun.Config {
+	if fc.ActionKinds == nil {
+		fc.ActionKinds = map[string]flowrun.ActionKind{}
+	}
+	fc.ActionKinds[mcptools.FlowNode] = mcptools.FlowKind(tools)
+	return fc
 }
 
 // pinnedForModel lists the pinned MCP tools as the model is offered them
