@@ -174,3 +174,23 @@ const (
 	// (/flow signal, silas flow signal).
 	KindFlowSignalled Kind = "flow.signalled"
 )
+
+// Passkeys and step-up (core/stepup, docs/passkeys.md): credential ids and
+// sign counts, never a key, a link token or an assertion.
+const (
+	// KindPasskeyEnrollLink: `silas passkey add` made an enrollment link.
+	KindPasskeyEnrollLink Kind = "passkey.enroll_link"
+	// KindPasskeyRegistered: a passkey was registered through its link.
+	KindPasskeyRegistered Kind = "passkey.registered"
+	// KindPasskeyRemoved: `silas passkey remove` deleted one.
+	KindPasskeyRemoved Kind = "passkey.removed"
+	// KindStepUpOffered: an irreversible card's approve tap sent a
+	// step-up link instead of approving.
+	KindStepUpOffered Kind = "stepup.offered"
+	// KindStepUpVerified: a passkey assertion confirmed the action; the
+	// approval.approved entry that follows carries approval_strength.
+	KindStepUpVerified Kind = "stepup.verified"
+	// KindStepUpRefused: an assertion or a link was refused (the reason);
+	// nothing was run.
+	KindStepUpRefused Kind = "stepup.refused"
+)

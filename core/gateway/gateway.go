@@ -298,7 +298,7 @@ func New(cfg Config) (*Gateway, error) {
 	g.exec = exec
 	if cfg.Tasks != nil {
 		// Built once, on the rooms it proposes through: no second step.
-		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m, Standing: decider}, Outbox: g.out,
+		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m, Standing: decider, Router: router}, Outbox: g.out,
 			Store: cfg.Store, Policy: cfg.Policy, Verifier: cfg.Verifier, Logger: cfg.Logger, Now: cfg.Now}
 		if g.tasks, err = cfg.Tasks(ports); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -307,7 +307,7 @@ func New(cfg Config) (*Gateway, error) {
 	// Outside agents' calls (MCP): proposals on the same proposer and
 	// executor as /run, from callers that never have owner trust.
 	if g.calls, err = callgate.New(callgate.Config{Store: cfg.Store,
-		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m, Standing: decider},
+		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m, Standing: decider, Router: router},
 		Owners:   owners,
 		Channels: cfg.Channels,
 		Key:      cfg.Key, TTL: cfg.ApprovalTTL, Kick: func(c core.ConversationID, n int) { g.out.Kick(c, n) }, Logger: cfg.Logger, Now: cfg.Now,
@@ -342,7 +342,7 @@ func New(cfg Config) (*Gateway, error) {
 		if fc.Failpoint == "" {
 			fc.Failpoint = cfg.Failpoint
 		}
-		flowSteps := propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}
+		flowSteps := propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m, Router: router}
 		if fc.Approver == nil && cfg.FlowConsents.Offered() {
 			fc.Approver = flowconsent.Approver{Steps: flowSteps, Decider: decider, Switches: cfg.FlowConsents}
 		}
