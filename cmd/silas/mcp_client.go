@@ -129,10 +129,7 @@ func cmdMCPList(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	// A pin is checked against the gateway key's signature, as serve
 	// checks it before a call (without the key file: shown unchecked).
-	var pub ed25519.PublicKey
-	if key, err := keys.Load(keyPath(cfg)); err == nil {
-		pub = key.Public().(ed25519.PublicKey)
-	}
+	pub := gatewayPublicKey(cfg)
 	state := func(m core.MCPTool) string {
 		switch {
 		case m.PinnedHash == "":
@@ -189,6 +186,16 @@ func cmdMCPList(ctx context.Context, env *cliEnv, args []string) error {
 	})
 }
 
+// gatewayPublicKey is the public half of the gateway's signing key, nil
+// when its file cannot be read (pins are then not checked).
+func gatewayPublicKey(cfg *config.Config) ed25519.PublicKey {
+	key, err := keys.Load(keyPath(cfg))
+	if err != nil {
+		return nil
+	}
+	return key.Public().(ed25519.PublicKey)
+}
+
 func short(h string) string {
 	if len(h) > 12 {
 		return h[:12]
@@ -205,6 +212,7 @@ func doctorMCP(ctx context.Context, env *cliEnv, cfg *config.Config, timeout tim
 	log := slog.New(slog.DiscardHandler)
 	var out doctor.List
 	var pins map[string]core.MCPTool
+	pub := gatewayPublicKey(cfg)
 	var st *store.Store
 	db, err := openDatabase(ctx, cfg, log, store.Options{})
 	if err == nil {
@@ -259,6 +267,8 @@ func doctorMCP(ctx context.Context, env *cliEnv, cfg *config.Config, timeout tim
 				unpinned = append(unpinned, d.Name)
 			case m.PinnedHash != h:
 				changed = append(changed, d.Name)
+			case pub != nil && !mcptools.PinSigned(pub, m):
+				changed = append(changed, d.Name+" (pin signature invalid)")
 			}
 		}
 		switch {
