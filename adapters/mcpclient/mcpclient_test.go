@@ -20,6 +20,7 @@ import (
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/background/backgroundtest"
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/mcptools"
@@ -161,7 +162,10 @@ func consumed(st *store.Store) int {
 	return len(rows)
 }
 
-func newWorld(t *testing.T, server mcpclient.Server) *world {
+// option changes the gateway a world builds (it may read w.tools).
+type option func(w *world, c *gateway.Config)
+
+func newWorld(t *testing.T, server mcpclient.Server, opts ...option) *world {
 	t.Helper()
 	ctx := t.Context()
 	w := &world{t: t, phone: &phone{cards: map[cards.ID]*cards.Card{}}}
@@ -195,9 +199,13 @@ func newWorld(t *testing.T, server mcpclient.Server) *world {
 		t.Fatal(err)
 	}
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	w.eng, err = gateway.New(gateway.Config{Store: st, Channels: []core.Channel{w.phone}, Agent: agent{w.tools}, Sandbox: sb,
+	gc := gateway.Config{Store: st, Channels: []core.Channel{w.phone}, Agent: agent{w.tools}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{dir}},
-		Policy:   pol, Key: key, Owners: []core.IdentityID{owner}, Logger: log, MCP: w.tools})
+		Policy:   pol, Key: key, Owners: []core.IdentityID{owner}, Logger: log, MCP: w.tools}
+	for _, o := range opts {
+		o(w, &gc)
+	}
+	w.eng, err = gateway.New(gc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +214,9 @@ func newWorld(t *testing.T, server mcpclient.Server) *world {
 	go func() { defer close(done); w.eng.Run(runCtx, 10*time.Second) }()
 	t.Cleanup(func() { stop(); <-done })
 	<-w.eng.Ready()
+	if gc.Flows != nil {
+		t.Cleanup(backgroundtest.Start(t, st.Pool(), w.eng.Jobs)) // works the flow steps
+	}
 	w.deliver(core.Turn{Text: "/whoami"}) // the owner's direct conversation
 	return w
 }

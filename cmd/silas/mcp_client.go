@@ -14,6 +14,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/flowrun"
 	"github.com/silas-gateway/silas/core/keys"
 	"github.com/silas-gateway/silas/core/mcptools"
 	"github.com/silas-gateway/silas/core/secrets"
@@ -84,6 +85,16 @@ func withMCPTools(ag core.Agent, tools *mcptools.Tools) {
 	la.MCPTools = pinnedForModel(tools)
 }
 
+// withMCPFlows lets flows call pinned MCP tools (action.mcp nodes); without
+// mcp.servers such a node fails saying so.
+func withMCPFlows(fc *flowrun.Config, tools *mcptools.Tools) *flowrun.Config {
+	if fc.ActionKinds == nil {
+		fc.ActionKinds = map[string]flowrun.ActionKind{}
+	}
+	fc.ActionKinds[mcptools.FlowNode] = mcptools.FlowKind(tools)
+	return fc
+}
+
 // pinnedForModel lists the pinned MCP tools as the model is offered them
 // (the LLM agent's proxy, a task's executor); nil without tools.
 func pinnedForModel(tools *mcptools.Tools) func(context.Context) ([]llm.MCPTool, error) {
@@ -118,10 +129,7 @@ func cmdMCPList(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	// A pin is checked against the gateway key's signature, as serve
 	// checks it before a call (without the key file: shown unchecked).
-	var pub ed25519.PublicKey
-	if key, err := keys.Load(keyPath(cfg)); err == nil {
-		pub = key.Public().(ed25519.PublicKey)
-	}
+	pub := gatewayPublicKey(cfg)
 	state := func(m core.MCPTool) string {
 		switch {
 		case m.PinnedHash == "":
@@ -178,6 +186,16 @@ func cmdMCPList(ctx context.Context, env *cliEnv, args []string) error {
 	})
 }
 
+// gatewayPublicKey is the public half of the gateway's signing key, nil
+// when its file cannot be read (pins are then not checked).
+func gatewayPublicKey(cfg *config.Config) ed25519.PublicKey {
+	key, err := keys.Load(keyPath(cfg))
+	if err != nil {
+		return nil
+	}
+	return key.Public().(ed25519.PublicKey)
+}
+
 func short(h string) string {
 	if len(h) > 12 {
 		return h[:12]
@@ -194,6 +212,7 @@ func doctorMCP(ctx context.Context, env *cliEnv, cfg *config.Config, timeout tim
 	log := slog.New(slog.DiscardHandler)
 	var out doctor.List
 	var pins map[string]core.MCPTool
+	pub := gatewayPublicKey(cfg)
 	var st *store.Store
 	db, err := openDatabase(ctx, cfg, log, store.Options{})
 	if err == nil {
@@ -248,6 +267,8 @@ func doctorMCP(ctx context.Context, env *cliEnv, cfg *config.Config, timeout tim
 				unpinned = append(unpinned, d.Name)
 			case m.PinnedHash != h:
 				changed = append(changed, d.Name)
+			case pub != nil && !mcptools.PinSigned(pub, m):
+				changed = append(changed, d.Name+" (pin signature invalid)")
 			}
 		}
 		switch {

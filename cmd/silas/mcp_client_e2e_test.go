@@ -78,9 +78,7 @@ func TestMCPClientThroughTheBinary(t *testing.T) {
 	}
 	// doctor connects to the server (in a sandbox of its own) and compares
 	// its tools with the pins; its exit status counts other checks too.
-	doc := exec.Command(silasBin, "doctor")
-	doc.Env = append(s.env, "SILAS_AGENT_KIND=command") // the scripted model answers the test only
-	out, _ := doc.CombinedOutput()
+	out, _ := doctorCmd(s.env).CombinedOutput()
 	if !strings.Contains(string(out), "files: 2 tools, each as pinned") {
 		t.Fatalf("silas doctor does not report the MCP server:\n%s", out)
 	}
@@ -90,4 +88,27 @@ func TestMCPClientThroughTheBinary(t *testing.T) {
 			t.Fatalf("silas mcp list lacks %q:\n%s", want, list)
 		}
 	}
+	if strings.Contains(list, "INVALID") {
+		t.Fatalf("silas mcp list calls a pin it signed invalid:\n%s", list)
+	}
+	// A pin edited in the database (another pinner) fails the gateway
+	// key's signature: list and doctor say so.
+	if n := dbCount(t, dsn, `WITH u AS (UPDATE mcp_tools SET pinned_by = 'telegram:1' WHERE name = 'delete' RETURNING 1) SELECT count(*) FROM u`); n != 1 {
+		t.Fatalf("edited %d pins", n)
+	}
+	if list := s.silasCLI(t, "mcp", "list"); !strings.Contains(list, "pin signature INVALID") {
+		t.Fatalf("silas mcp list does not flag the edited pin:\n%s", list)
+	}
+	out, _ = doctorCmd(s.env).CombinedOutput()
+	if !strings.Contains(string(out), "delete (pin signature invalid)") {
+		t.Fatalf("silas doctor does not flag the edited pin:\n%s", out)
+	}
+}
+
+// doctorCmd is `silas doctor` with the command agent (the scripted model
+// answers the test only).
+func doctorCmd(env []string) *exec.Cmd {
+	doc := exec.Command(silasBin, "doctor")
+	doc.Env = append(env, "SILAS_AGENT_KIND=command")
+	return doc
 }

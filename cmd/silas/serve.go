@@ -355,7 +355,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
 		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg), MCP: mcp,
-		Flows: flowsConfig(cfg), Cluster: inst, StopElsewhere: stopElsewhere,
+		Flows: withMCPFlows(flowsConfig(cfg), mcp), Cluster: inst, StopElsewhere: stopElsewhere,
 		FlowConsents: consent.Switches{RunWrites: cfg.Flows.RunWrites, Automatable: cfg.Flows.AutomatableExecution},
 	})
 }

@@ -14,7 +14,8 @@
 //
 // mcptools never imports the MCP SDK or an adapter (the connection is the
 // Client port, adapters/mcpclient), never calls a tool that is not pinned
-// or whose live definition differs from the approved one, never lets an
+// (by a pin carrying the gateway key's signature) or whose live
+// definition differs from the approved one, never lets an
 // annotation lower the risk of a server the owner did not mark trusted,
 // and never decides or approves a call itself.
 package mcptools
