@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/silas-gateway/silas/cards"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // The consent card through the real binary and the web chat, configured
@@ -33,12 +33,7 @@ func TestRunConsentCardViaWebChat(t *testing.T) {
 			fmt.Fprintf(&b, "  - {from: s%d, to: s%d}\n", i, i+1)
 		}
 	}
-	flows := t.TempDir()
-	if err := os.WriteFile(filepath.Join(flows, "forty.yaml"), []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	dsn := pgtest.NewDatabase(t)
-	s := startServer(t, dsn, t.TempDir(), "SILAS_FLOWS_DIR="+flows, "SILAS_FLOWS_RUN_WRITES=true", "SILAS_FLOWS_AUTOMATABLE_EXECUTION=true")
+	dsn, s := startFlowsServer(t, "forty", b.String())
 	c := s.connect(t)
 
 	// startRun runs the flow up to its gate under one tap on its consent
@@ -118,4 +113,16 @@ func TestRunConsentCardViaWebChat(t *testing.T) {
 		}
 	}
 	c.tap(string(eleventh.ID), "decline")
+}
+
+// startFlowsServer starts the binary with run consents on and one flow
+// file, name.yaml, in its flows.dir.
+func startFlowsServer(t *testing.T, name, doc string) (string, *server) {
+	t.Helper()
+	flows := t.TempDir()
+	if err := os.WriteFile(filepath.Join(flows, name+".yaml"), []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dsn := storetest.NewDatabase(t)
+	return dsn, startServer(t, dsn, t.TempDir(), "SILAS_FLOWS_DIR="+flows, "SILAS_FLOWS_RUN_WRITES=true", "SILAS_FLOWS_AUTOMATABLE_EXECUTION=true")
 }

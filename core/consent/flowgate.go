@@ -2,8 +2,6 @@ package consent
 
 import (
 	"crypto/ed25519"
-	"encoding/json"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
-	"github.com/silas-gateway/silas/core/canon"
 	"github.com/silas-gateway/silas/core/policy"
 )
 
@@ -362,19 +359,11 @@ const offerContext = "silas consent offer v1\n"
 // OfferBytes is what an offer's signature covers: a context line, the run
 // and the conversation, then RFC 8785 JSON of the grant.
 func OfferBytes(run, conv string, g RunGrant) ([]byte, error) {
-	raw, err := json.Marshal(struct {
+	return canonical(offerContext, struct {
 		Run          string   `json:"run"`
 		Conversation string   `json:"conversation"`
 		Grant        RunGrant `json:"grant"`
 	}{run, conv, g})
-	if err != nil {
-		return nil, fmt.Errorf("consent: marshal offer: %w", err)
-	}
-	b, err := canon.Transform(raw)
-	if err != nil {
-		return nil, fmt.Errorf("consent: canonicalise offer: %w", err)
-	}
-	return append([]byte(offerContext), b...), nil
 }
 
 // SignOffer signs o as offered.
