@@ -269,7 +269,7 @@ func New(cfg Config) (*Gateway, error) {
 	var tools map[string]execute.ToolRunner
 	var questions engine.Questions
 	if cfg.MCP != nil {
-		cfg.MCP.Bind(func(ctx context.Context) (core.DirectConversation, error) {
+		cfg.MCP.Bind(cfg.Key, func(ctx context.Context) (core.DirectConversation, error) {
 			return ownerConversation(ctx, cfg, owners(ctx))
 		},
 			func(c core.ConversationID) { g.out.Kick(c, 1) })
@@ -298,7 +298,7 @@ func New(cfg Config) (*Gateway, error) {
 	g.exec = exec
 	if cfg.Tasks != nil {
 		// Built once, on the rooms it proposes through: no second step.
-		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m, Standing: decider}, Outbox: g.out,
+		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m, Standing: decider, Router: router}, Outbox: g.out,
 			Store: cfg.Store, Policy: cfg.Policy, Verifier: cfg.Verifier, Logger: cfg.Logger, Now: cfg.Now}
 		if g.tasks, err = cfg.Tasks(ports); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -307,7 +307,7 @@ func New(cfg Config) (*Gateway, error) {
 	// Outside agents' calls (MCP): proposals on the same proposer and
 	// executor as /run, from callers that never have owner trust.
 	if g.calls, err = callgate.New(callgate.Config{Store: cfg.Store,
-		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m, Standing: decider},
+		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m, Standing: decider, Router: router},
 		Owners:   owners,
 		Channels: cfg.Channels,
 		Key:      cfg.Key, TTL: cfg.ApprovalTTL, Kick: func(c core.ConversationID, n int) { g.out.Kick(c, n) }, Logger: cfg.Logger, Now: cfg.Now,
@@ -342,7 +342,7 @@ func New(cfg Config) (*Gateway, error) {
 		if fc.Failpoint == "" {
 			fc.Failpoint = cfg.Failpoint
 		}
-		flowSteps := propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}
+		flowSteps := propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m, Router: router}
 		var consentTaps *flowconsent.Approver
 		if fc.Approver == nil && cfg.FlowConsents.Offered() {
 			consentTaps = &flowconsent.Approver{Steps: flowSteps, Decider: decider, Switches: cfg.FlowConsents}
@@ -412,7 +412,8 @@ func (g *Gateway) Maintenance() []background.Periodic {
 	if g.mcp != nil {
 		// A server that changes a tool without tools/list_changed is caught
 		// here at the latest (and before any call to it, always).
-		jobs = append(jobs, background.Periodic{Name: "mcp_sync", Every: mcptools.SyncEvery, Run: g.mcp.SyncAll, Timeout: 5 * time.Minute})
+		jobs = append(jobs, background.Periodic{Name: "mcp_sync", Every: mcptools.SyncEvery, Run: g.mcp.SyncAll, Timeout: 5 * time.Minute},
+			background.Periodic{Name: "mcp_pin_expiry", Every: outbox.ExpiryEvery, Run: g.mcp.ExpireCards})
 	}
 	return jobs
 }
