@@ -1,13 +1,30 @@
 package flowconsent
 
 import (
+	"context"
 	"crypto/ed25519"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/consent"
+	"github.com/silas-gateway/silas/core/decide"
+	"github.com/silas-gateway/silas/core/flow"
+	"github.com/silas-gateway/silas/core/flowrun"
+	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 // The consent card offers only the steps whose program the flow file
 // fixes: never a placeholder program, shell syntax, a shell, an
@@ -96,5 +113,140 @@ func TestOfferSignature(t *testing.T) {
 		if consent.VerifyOffer(pub, e) {
 			t.Errorf("%s: still verifies", name)
 		}
+	}
+}
+
+// sink is the tap turn's output.
+type sink struct {
+	updates []*cards.Card
+	audit   []audit.Entry
+	replies []string
+}
+
+func (s *sink) Reply(format string, a ...any) {
+	s.replies = append(s.replies, fmt.Sprintf(format, a...))
+}
+func (s *sink) Card(c *cards.Card)           {}
+func (s *sink) Update(c *cards.Card)         { s.updates = append(s.updates, c) }
+func (s *sink) Audit(entries ...audit.Entry) { s.audit = append(s.audit, entries...) }
+func (s *sink) After(f func())               {}
+
+// A tap on a run's consent card: only the owner, only in its conversation,
+// once; an offer edited in the database after it was sent mints nothing
+// (bad_signature); the tap that mints stores exactly the grant the card
+// stated, signed, and audits it.
+func TestConsentCardTap(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	pub, key, _ := ed25519.GenerateKey(nil)
+	on := consent.Switches{RunWrites: true, Automatable: true}
+	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Preview: 2000, Executions: st})
+	taps := Taps{Approver: Approver{Decider: d, Switches: on}}
+	doc := []byte("name: two\nversion: \"1\"\ndescription: two steps\nnodes:\n  - id: a\n    type: action.shell\n    config:\n      command: \"echo a\"\n" +
+		"  - id: b\n    type: action.shell\n    config:\n      command: \"echo b\"\nedges:\n  - {from: a, to: b}\n")
+	f, err := flow.Parse("two.yaml", doc, flow.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := core.Turn{Channel: "web", Conversation: "web:1", Sender: "web:owner"}
+	offer := func() (core.FlowRun, consent.Offer) {
+		t.Helper()
+		run, err := flowrun.NewRun(f, doc, origin, nil, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, ok, err := Plan(run)
+		if err != nil || !ok {
+			t.Fatalf("plan: %v %v", ok, err)
+		}
+		o, _, err := d.OfferRun(on, g, origin.Conversation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			tx.QueueInsertFlowRun(run)
+			_, err := tx.OfferRunConsent(ctx, o)
+			return nil, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return run, o
+	}
+	tap := func(run core.FlowRun, conv core.ConversationID, trust core.Trust, choice string) (core.TaskTap, *sink) {
+		t.Helper()
+		out := &sink{}
+		var res core.TaskTap
+		err := st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			var err error
+			res, err = taps.Tap(ctx, tx, core.StoredTurn{Turn: core.Turn{Channel: "web", Conversation: conv, Sender: "web:owner"}}, trust,
+				core.Tap{Card: cards.ID(render.RunConsentCardPrefix + run.ID), Choice: choice}, out)
+			return out.audit, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, out
+	}
+	count := func(sql string, args ...any) int {
+		t.Helper()
+		var n int
+		if err := st.Pool().QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	run, o := offer()
+	if res, _ := tap(run, "web:2", core.TrustOwner, render.RunConsentChoice); res.Handled {
+		t.Fatalf("another conversation's card was handled: %+v", res)
+	}
+	if res, _ := tap(run, "web:1", core.TrustAuth, render.RunConsentChoice); res.Refused != "not_owner" {
+		t.Fatalf("not the owner: %+v", res)
+	}
+	if _, err := st.Pool().Exec(ctx, `UPDATE consent_offers SET grant_spec = jsonb_set(grant_spec, '{MaxUses}', '999')`); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := tap(run, "web:1", core.TrustOwner, render.RunConsentChoice); res.Refused != string(consent.BadSignature) {
+		t.Fatalf("edited offer: %+v", res)
+	}
+	if n := count(`SELECT count(*) FROM consents`); n != 0 {
+		t.Fatalf("%d consents minted from an edited offer", n)
+	}
+	if _, err := st.Pool().Exec(ctx, `UPDATE consent_offers SET grant_spec = jsonb_set(grant_spec, '{MaxUses}', $1::text::jsonb)`, fmt.Sprint(o.Grant.MaxUses)); err != nil {
+		t.Fatal(err)
+	}
+	res, out := tap(run, "web:1", core.TrustOwner, render.RunConsentChoice)
+	if !res.Handled || res.Refused != "" || len(out.updates) != 1 || out.updates[0].Status != cards.StatusApproved {
+		t.Fatalf("allow: %+v %+v", res, out.updates)
+	}
+	c, err := st.GetConsent(ctx, fmt.Sprint(out.audit[0].Data["consent"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !consent.Verify(pub, c) || c.Run != run.ID || !slices.Equal(c.Nodes, []string{"a", "b"}) || !slices.Equal(c.Programs, []string{"echo"}) ||
+		c.MaxUses != 2 || c.CostCap != 2 || c.MaxRisk != cards.RiskMedium || c.Conversation != "web:1" || c.CreatedBy != "web:owner" {
+		t.Fatalf("minted %+v", c)
+	}
+	if res, _ := tap(run, "web:1", core.TrustOwner, render.RunConsentChoice); res.Refused != "already_decided" {
+		t.Fatalf("second tap: %+v", res)
+	}
+	if n := count(`SELECT count(*) FROM consents`); n != 1 {
+		t.Fatalf("%d consents", n)
+	}
+
+	run2, _ := offer()
+	if res, _ := tap(run2, "web:1", core.TrustOwner, "decline"); res.Refused != "" || !res.Handled {
+		t.Fatalf("decline: %+v", res)
+	}
+	if n := count(`SELECT count(*) FROM consent_offers WHERE run_id = $1 AND status = 'declined'`, run2.ID); n != 1 {
+		t.Fatal("the decline was not recorded")
+	}
+	if n := count(`SELECT count(*) FROM audit_log WHERE kind IN ('consent.minted', 'consent.declined')`); n != 2 {
+		t.Fatalf("%d mint and decline entries", n)
 	}
 }
