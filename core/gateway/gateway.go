@@ -307,7 +307,11 @@ func New(cfg Config) (*Gateway, error) {
 	// Outside agents' calls (MCP): proposals on the same proposer and
 	// executor as /run, from callers that never have owner trust.
 	if g.calls, err = callgate.New(callgate.Config{Store: cfg.Store,
-		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m, Standing: decider, Router: router},
+		// No Router: the gate already proposes in an owner's own direct
+		// conversation (Owners, origin), which an approver reads; routing
+		// on the caller's trust (never an owner's) would send the card
+		// elsewhere or refuse it when the owner has no other conversation.
+		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m, Standing: decider},
 		Owners:   owners,
 		Channels: cfg.Channels,
 		Key:      cfg.Key, TTL: cfg.ApprovalTTL, Kick: func(c core.ConversationID, n int) { g.out.Kick(c, n) }, Logger: cfg.Logger, Now: cfg.Now,
