@@ -36,6 +36,10 @@ type Proposal struct {
 	// the agent, then plans, proposes each action through the same policy
 	// and approval path, and verifies the outcome.
 	Task *TaskRequest
+	// ModelTokens are the tokens the model spent deciding this proposal
+	// (0 without a model): an action that runs under a standing consent
+	// is charged them in units (consents.tokens_per_unit).
+	ModelTokens int64
 }
 
 // TaskRequest is a goal for the task runtime, in the user's words as the

@@ -2,13 +2,10 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/silas-gateway/silas/cards"
-	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // A run consent through the real binary and the web chat, configured
@@ -28,12 +25,7 @@ func TestRunConsentViaWebChat(t *testing.T) {
 	for i := 1; i < 8; i++ {
 		fmt.Fprintf(&b, "  - {from: s%d, to: s%d}\n", i, i+1)
 	}
-	flows := t.TempDir()
-	if err := os.WriteFile(filepath.Join(flows, "many.yaml"), []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	dsn := storetest.NewDatabase(t)
-	s := startServer(t, dsn, t.TempDir(), "SILAS_FLOWS_DIR="+flows, "SILAS_FLOWS_RUN_WRITES=true", "SILAS_FLOWS_AUTOMATABLE_EXECUTION=true")
+	dsn, s := startFlowsServer(t, "many", b.String())
 	c := s.connect(t)
 	c.say("/flow run many")
 	g := c.expect("the gate", func(f map[string]any) bool {

@@ -21,7 +21,8 @@ func consentLimits(cfg *config.Config) consent.Limits {
 	if !cfg.Consents.Enabled {
 		return consent.Limits{}
 	}
-	return consent.Limits{TTL: cfg.Consents.DefaultTTL.Duration, MaxTTL: cfg.Consents.MaxTTL.Duration, MaxUses: cfg.Consents.MaxUses}
+	return consent.Limits{TTL: cfg.Consents.DefaultTTL.Duration, MaxTTL: cfg.Consents.MaxTTL.Duration, MaxUses: cfg.Consents.MaxUses,
+		CostCap: cfg.Consents.Cap(), TokensPerUnit: cfg.Consents.TokensPerUnit}
 }
 
 func cmdConsents(ctx context.Context, env *cliEnv, args []string) error {

@@ -147,6 +147,11 @@ const (
 const (
 	// KindConsentMinted: a consent was minted by a tap (or the CLI).
 	KindConsentMinted Kind = "consent.minted"
+	// KindConsentOffered: a flow run's consent card was sent (the grant it
+	// states; the tap mints it).
+	KindConsentOffered Kind = "consent.offered"
+	// KindConsentDeclined: the owner declined a flow run's consent card.
+	KindConsentDeclined Kind = "consent.declined"
 	// KindConsentUsed: an action ran under a consent (its approval, the
 	// use count and units after this use).
 	KindConsentUsed Kind = "consent.used"

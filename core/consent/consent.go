@@ -250,7 +250,12 @@ func (c Consent) SigningBytes() ([]byte, error) {
 	if len(c.Verify) == 0 {
 		c.Verify = json.RawMessage("[]")
 	}
-	raw, err := json.Marshal(c)
+	return canonical(signContext, c)
+}
+
+// canonical is context then RFC 8785 JSON of v: what a signature covers.
+func canonical(context string, v any) ([]byte, error) {
+	raw, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("consent: marshal: %w", err)
 	}
@@ -258,7 +263,7 @@ func (c Consent) SigningBytes() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consent: canonicalise: %w", err)
 	}
-	return append([]byte(signContext), b...), nil
+	return append([]byte(context), b...), nil
 }
 
 // Sign signs c as minted.
@@ -285,6 +290,32 @@ type Limits struct {
 	MaxTTL time.Duration
 	// MaxUses is the number of uses a consent allows.
 	MaxUses int
+	// CostCap is a consent's cap in units (0: MaxUses × UnitsPerAction).
+	CostCap int
+	// TokensPerUnit is how many model tokens cost one unit (0: model
+	// calls cost nothing): the model call that proposed an action run
+	// under a consent is charged to it with the action (Units).
+	TokensPerUnit int
+}
+
+// Cap is the cost cap a consent minted under l gets.
+func (l Limits) Cap() int {
+	if l.CostCap > 0 {
+		return l.CostCap
+	}
+	return l.MaxUses * UnitsPerAction
+}
+
+// Units is what one use costs: UnitsPerAction for the action, plus the
+// model tokens that proposed it, rounded up to whole units.
+func (l Limits) Units(modelTokens int64) int {
+	if l.TokensPerUnit <= 0 || modelTokens <= 0 {
+		return UnitsPerAction
+	}
+	per := int64(l.TokensPerUnit)
+	// Bounded so a hostile count cannot overflow: more than the largest
+	// cap is capped anyway.
+	return UnitsPerAction + int(min((modelTokens+per-1)/per, 1<<30))
 }
 
 // ErrNotCoverable: the action is of a kind no consent may cover.
@@ -320,7 +351,7 @@ func ForAction(id string, a core.Action, risk cards.Risk, conv, who string, now 
 	return Consent{
 		ID: id, Scope: ScopeConversation, Conversation: conv, Tool: a.Tool, Argv: slices.Clone(a.Argv),
 		Secrets: slices.Clone(a.Secrets), Verify: verify, MaxRisk: risk, Lanes: []string{LaneOf(a)},
-		MaxUses: lim.MaxUses, CostCap: lim.MaxUses * UnitsPerAction, CreatedBy: who,
+		MaxUses: lim.MaxUses, CostCap: lim.Cap(), CreatedBy: who,
 		CreatedAt: now.UTC().Truncate(time.Microsecond), ExpiresAt: now.Add(ttl).UTC().Truncate(time.Microsecond),
 	}, nil
 }
@@ -329,15 +360,7 @@ func canonicalVerify(a core.Action) (json.RawMessage, error) {
 	if len(a.Verify) == 0 {
 		return json.RawMessage("[]"), nil
 	}
-	raw, err := json.Marshal(a.Verify)
-	if err != nil {
-		return nil, fmt.Errorf("consent: marshal checks: %w", err)
-	}
-	b, err := canon.Transform(raw)
-	if err != nil {
-		return nil, fmt.Errorf("consent: canonicalise checks: %w", err)
-	}
-	return b, nil
+	return canonical("", a.Verify)
 }
 
 // Matches reports whether c's shape covers a (tool, argv, secrets, checks)
@@ -389,6 +412,13 @@ func orEmpty(v json.RawMessage) json.RawMessage {
 // the most telling reason first: a revoked consent is "revoked" even once
 // expired.
 func (c Consent) Check(pub ed25519.PublicKey, a core.Action, risk cards.Risk, conv string, now time.Time) Code {
+	return c.CheckCost(pub, a, risk, conv, now, UnitsPerAction)
+}
+
+// CheckCost is Check for a use costing cost units (Limits.Units: the
+// action and the model call that proposed it): CostCapped when it would
+// pass the consent's cap.
+func (c Consent) CheckCost(pub ed25519.PublicKey, a core.Action, risk cards.Risk, conv string, now time.Time, cost int) Code {
 	switch {
 	case risk != cards.RiskLow && risk != cards.RiskMedium:
 		return PolicyForbids
@@ -401,7 +431,7 @@ func (c Consent) Check(pub ed25519.PublicKey, a core.Action, risk cards.Risk, co
 	case c.Conversation != conv:
 		return Required
 	}
-	return c.limits(risk, LaneOf(a), UnitsPerAction, now)
+	return c.limits(risk, LaneOf(a), cost, now)
 }
 
 // limits checks c's state and bounds for one use costing cost units in
@@ -428,12 +458,17 @@ func (c Consent) limits(risk cards.Risk, lane string, cost int, now time.Time) C
 // that tells the most: the code of a consent that covers a's shape, if
 // any, else Required.
 func Pick(pub ed25519.PublicKey, cs []Consent, a core.Action, risk cards.Risk, conv string, now time.Time) (Consent, Code) {
+	return PickCost(pub, cs, a, risk, conv, now, UnitsPerAction)
+}
+
+// PickCost is Pick for a use costing cost units.
+func PickCost(pub ed25519.PublicKey, cs []Consent, a core.Action, risk cards.Risk, conv string, now time.Time, cost int) (Consent, Code) {
 	why := Required
 	if risk != cards.RiskLow && risk != cards.RiskMedium {
 		why = PolicyForbids
 	}
 	for _, c := range cs {
-		code := c.Check(pub, a, risk, conv, now)
+		code := c.CheckCost(pub, a, risk, conv, now, cost)
 		if code == "" {
 			return c, ""
 		}

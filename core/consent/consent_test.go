@@ -162,3 +162,35 @@ func TestChecksSurviveJSONB(t *testing.T) {
 		t.Fatalf("Check = %q for other checks, want %q", got, Required)
 	}
 }
+
+// A use costs its action's unit and the model tokens that proposed it,
+// rounded up; without a rate, model calls cost nothing.
+func TestUnits(t *testing.T) {
+	for _, tt := range []struct {
+		per    int
+		tokens int64
+		want   int
+	}{{0, 5000, 1}, {1000, 0, 1}, {1000, -3, 1}, {1000, 1, 2}, {1000, 1000, 2}, {1000, 1001, 3}, {1000, 1 << 62, 1 + 1<<30}} {
+		if got := (Limits{TokensPerUnit: tt.per}).Units(tt.tokens); got != tt.want {
+			t.Errorf("%d tokens at %d per unit = %d units, want %d", tt.tokens, tt.per, got, tt.want)
+		}
+	}
+	if got := (Limits{MaxUses: 4}).Cap(); got != 4 {
+		t.Errorf("default cap %d", got)
+	}
+}
+
+// A use whose model cost would pass the cap is refused cost_capped even
+// with uses left.
+func TestCheckCost(t *testing.T) {
+	pub, key, _ := ed25519.GenerateKey(nil)
+	now := time.Date(2026, 11, 26, 16, 0, 0, 0, time.UTC)
+	ls := core.Action{Tool: "shell", Argv: []string{"ls"}}
+	c := minted(t, key, ls, now) // 3 uses, 3 units
+	if code := c.CheckCost(pub, ls, cards.RiskLow, "web:1", now, 3); code != "" {
+		t.Fatalf("3 units of 3: %q", code)
+	}
+	if code := c.CheckCost(pub, ls, cards.RiskLow, "web:1", now, 4); code != CostCapped {
+		t.Fatalf("4 units of 3: %q", code)
+	}
+}

@@ -331,3 +331,53 @@ func ForRun(id string, g RunGrant, conv, who string, now time.Time, lim Limits) 
 		CreatedAt: now.UTC().Truncate(time.Microsecond), ExpiresAt: now.Add(ttl).UTC().Truncate(time.Microsecond),
 	}, nil
 }
+
+// Offer is a run's consent card as sent: the grant it states, signed by
+// the gateway when it was offered, so the tap mints exactly what the
+// person read — a row edited in the database between the card and the
+// tap no longer verifies and mints nothing.
+type Offer struct {
+	Run          string
+	Conversation string
+	Grant        RunGrant
+	Signature    []byte
+	// Status: OfferOpen, OfferAccepted or OfferDeclined; Consent the
+	// consent an accepted offer minted.
+	Status  string
+	Consent string
+}
+
+// An offer's states: a run is offered its consent card once.
+const (
+	OfferOpen     = "offered"
+	OfferAccepted = "accepted"
+	OfferDeclined = "declined"
+)
+
+const offerContext = "silas consent offer v1\n"
+
+// OfferBytes is what an offer's signature covers: a context line, the run
+// and the conversation, then RFC 8785 JSON of the grant.
+func OfferBytes(run, conv string, g RunGrant) ([]byte, error) {
+	return canonical(offerContext, struct {
+		Run          string   `json:"run"`
+		Conversation string   `json:"conversation"`
+		Grant        RunGrant `json:"grant"`
+	}{run, conv, g})
+}
+
+// SignOffer signs o as offered.
+func SignOffer(key ed25519.PrivateKey, o *Offer) error {
+	b, err := OfferBytes(o.Run, o.Conversation, o.Grant)
+	if err != nil {
+		return err
+	}
+	o.Signature = ed25519.Sign(key, b)
+	return nil
+}
+
+// VerifyOffer reports whether o is the offer that was signed.
+func VerifyOffer(pub ed25519.PublicKey, o Offer) bool {
+	b, err := OfferBytes(o.Run, o.Conversation, o.Grant)
+	return err == nil && len(o.Signature) == ed25519.SignatureSize && ed25519.Verify(pub, b, o.Signature)
+}

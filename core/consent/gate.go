@@ -26,6 +26,12 @@ type Tx interface {
 // then approves the action in the same tx, so the use counts only if the
 // approval commits.
 func Use(ctx context.Context, tx Tx, pub ed25519.PublicKey, a core.Action, risk cards.Risk, conv core.ConversationID) (Consent, Code, error) {
+	return UseCost(ctx, tx, pub, a, risk, conv, UnitsPerAction)
+}
+
+// UseCost is Use for a use costing cost units (Limits.Units): the action
+// and the model call that proposed it, counted against the cost cap.
+func UseCost(ctx context.Context, tx Tx, pub ed25519.PublicKey, a core.Action, risk cards.Risk, conv core.ConversationID, cost int) (Consent, Code, error) {
 	now := tx.Now()
 	cs, err := tx.ConsentsFor(ctx, conv, a.Tool, now)
 	if err != nil {
@@ -41,11 +47,11 @@ func Use(ctx context.Context, tx Tx, pub ed25519.PublicKey, a core.Action, risk 
 		}
 		return Consent{}, Required, nil
 	}
-	c, code := Pick(pub, cs, a, risk, string(conv), now)
+	c, code := PickCost(pub, cs, a, risk, string(conv), now, cost)
 	if code != "" {
 		return Consent{}, code, nil
 	}
-	uses, units, ok, err := tx.UseConsent(ctx, c.ID, UnitsPerAction)
+	uses, units, ok, err := tx.UseConsent(ctx, c.ID, cost)
 	if err != nil {
 		return Consent{}, "", err
 	}

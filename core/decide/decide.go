@@ -506,6 +506,13 @@ func (d *Decider) Standing() bool { return d.cfg.Standing.TTL > 0 }
 // consent. Otherwise it changes nothing and returns the refusal code (the
 // request keeps its card).
 func (d *Decider) ApproveStanding(ctx context.Context, tx StandingTx, a core.ApprovalRequest) (Result, consent.Consent, consent.Code, error) {
+	return d.ApproveStandingCost(ctx, tx, a, 0)
+}
+
+// ApproveStandingCost is ApproveStanding charging the consent, beside the
+// action's unit, the model tokens of the call that proposed it
+// (consents.tokens_per_unit): cost_capped when they would pass its cap.
+func (d *Decider) ApproveStandingCost(ctx context.Context, tx StandingTx, a core.ApprovalRequest, modelTokens int64) (Result, consent.Consent, consent.Code, error) {
 	if !d.Standing() {
 		return Result{}, consent.Consent{}, consent.Required, nil
 	}
@@ -516,7 +523,7 @@ func (d *Decider) ApproveStanding(ctx context.Context, tx StandingTx, a core.App
 	if err := json.Unmarshal(a.ActionCanonical, &act); err != nil {
 		return Result{}, consent.Consent{}, "", fmt.Errorf("decide: approve %s under a consent: %w", a.ID, err)
 	}
-	c, code, err := consent.Use(ctx, tx, d.pub, act, a.Risk, a.Conversation)
+	c, code, err := consent.UseCost(ctx, tx, d.pub, act, a.Risk, a.Conversation, d.cfg.Standing.Units(modelTokens))
 	if err != nil || code != "" {
 		return Result{}, consent.Consent{}, code, err
 	}
@@ -533,6 +540,6 @@ func (d *Decider) ApproveStanding(ctx context.Context, tx StandingTx, a core.App
 		n.Data["consent"] = c.ID
 	}
 	r.note(audit.KindConsentUsed, map[string]any{"consent": c.ID, "approval": string(a.ID), "uses": c.Uses, "max_uses": c.MaxUses,
-		"units": c.Units, "cost_cap": c.CostCap})
+		"units": c.Units, "cost_cap": c.CostCap, "model_tokens": max(modelTokens, 0)})
 	return r, c, "", nil
 }

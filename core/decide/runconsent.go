@@ -139,13 +139,7 @@ func (d *Decider) MintRun(tx Tx, sw consent.Switches, g consent.RunGrant, conv c
 	if !sw.Offered() || trust != core.TrustOwner {
 		return consent.Consent{}, Note{}, ErrNotOffered
 	}
-	lim := d.cfg.Standing
-	if lim.TTL <= 0 {
-		// Standing approvals outside flows are off (consents.enabled):
-		// a run consent still lasts the documented default.
-		lim = consent.Limits{TTL: time.Hour, MaxTTL: 24 * time.Hour}
-	}
-	c, err := consent.ForRun(core.NewID(), g, string(conv), string(by), tx.Now(), lim)
+	c, err := consent.ForRun(core.NewID(), g, string(conv), string(by), tx.Now(), d.runLimits())
 	if err != nil {
 		return consent.Consent{}, Note{}, fmt.Errorf("decide: run consent for %s: %w", g.Run, err)
 	}
@@ -157,3 +151,40 @@ func (d *Decider) MintRun(tx Tx, sw consent.Switches, g consent.RunGrant, conv c
 		"argv": (core.Action{Argv: c.Argv}).CommandLine(), "max_risk": string(c.MaxRisk), "lanes": c.Lanes, "max_uses": c.MaxUses,
 		"cost_cap": c.CostCap, "expires_at": c.ExpiresAt.Format(time.RFC3339)}}, nil
 }
+
+// runLimits are consents.* for a run consent: when standing approvals
+// outside flows are off (consents.enabled), a run consent still lasts the
+// documented default (1 h, 24 h at most).
+func (d *Decider) runLimits() consent.Limits {
+	lim := d.cfg.Standing
+	if lim.TTL <= 0 {
+		lim = consent.Limits{TTL: time.Hour, MaxTTL: 24 * time.Hour}
+	}
+	return lim
+}
+
+// OfferRun is a run's consent card as the flows runtime sends it: g with
+// its time set (consents.default_ttl, bounded by consents.max_ttl), signed
+// with the gateway key so the tap mints exactly what the card states, and
+// its consent.offered note. Nothing is offered while the flow switches are
+// off.
+func (d *Decider) OfferRun(sw consent.Switches, g consent.RunGrant, conv core.ConversationID) (consent.Offer, Note, error) {
+	if !sw.Offered() {
+		return consent.Offer{}, Note{}, ErrNotOffered
+	}
+	lim := d.runLimits()
+	if g.TTL <= 0 {
+		g.TTL = lim.TTL
+	}
+	g.TTL = min(g.TTL, lim.MaxTTL)
+	o := consent.Offer{Run: g.Run, Conversation: string(conv), Grant: g, Status: consent.OfferOpen}
+	if err := consent.SignOffer(d.cfg.Key, &o); err != nil {
+		return consent.Offer{}, Note{}, err
+	}
+	return o, Note{Kind: audit.KindConsentOffered, Data: map[string]any{"run": g.Run, "flow": g.Flow, "flow_version": g.FlowVersion,
+		"nodes": g.Nodes, "programs": g.Programs, "max_risk": string(g.MaxRisk), "lanes": g.Lanes, "max_uses": g.MaxUses,
+		"cost_cap": g.CostCap, "ttl": g.TTL.String()}}, nil
+}
+
+// OfferIntact reports whether o is an offer this gateway signed.
+func (d *Decider) OfferIntact(o consent.Offer) bool { return consent.VerifyOffer(d.pub, o) }

@@ -34,10 +34,11 @@ func (e *Engine) standing(o *outcome, p propose.Proposal) {
 		if err != nil {
 			return err
 		}
-		r, c, code, err := e.decider.ApproveStanding(ctx, tx, a)
+		r, c, code, err := e.decider.ApproveStandingCost(ctx, tx, a, o.modelTokens)
 		if err != nil {
 			return err
 		}
+		o.modelTokens = 0 // charged once, to the first action under a consent
 		if code != "" {
 			o.note(audit.KindConsentRefused, map[string]any{"approval": string(a.ID), "code": string(code)})
 			return nil

@@ -38,6 +38,9 @@ type outcome struct {
 	// them.
 	routes []core.ApprovalRoute
 	audit  []auditEntry
+	// modelTokens are the agent's model tokens for this turn's proposal,
+	// charged once to a standing consent its action runs under.
+	modelTokens int64
 	// toast is the notice of a tap's answer (core.TapAnswer.Text).
 	toast string
 	// refused is why the tap changed nothing ("" when it took effect).
@@ -288,6 +291,7 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 	if p.Reply != "" {
 		o.reply("%s", p.Reply)
 	}
+	o.modelTokens = p.ModelTokens
 	for _, pa := range p.Actions {
 		if _, err := e.propose(ctx, o, pa); err != nil {
 			return err

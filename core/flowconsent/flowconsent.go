@@ -4,22 +4,35 @@
 // show a card, the flow execution gate (consent.Gate) decides whether one
 // of the run's consents covers the step; if so the step is approved on
 // the consent's behalf with its own single-use token (core/decide's
-// ApproveInRun) and a line replaces the card, else the card asks.
+// ApproveInRun) and a line replaces the card, else the card asks — and,
+// the first time a run asks for a consent it does not have, the run's
+// consent card is sent beside it (Offer). A tap on that card (Taps) mints
+// the consent the card states and approves, under it, the run's steps
+// already waiting on their cards.
 //
 // flowconsent never approves what the policy blocks or does not send to
 // a person, never lets a conversation's standing approval cover a flow
-// step, and does nothing at all while flows.run_writes or
-// flows.automatable_execution is off (every action asks with a card).
+// step, never mints a consent without an owner's tap on a card the
+// gateway signed, and does nothing at all while flows.run_writes or
+// flows.automatable_execution is off (every action asks with a card, no
+// consent card is offered).
 package flowconsent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
+	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/consent"
 	"github.com/silas-gateway/silas/core/decide"
+	"github.com/silas-gateway/silas/core/flow"
 	"github.com/silas-gateway/silas/core/flowrun"
+	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
@@ -41,10 +54,16 @@ func StepKey(req flowrun.ActionRequest) string {
 	return fmt.Sprintf("%s/%d/%d", req.Node, req.Iteration, req.Attempt)
 }
 
-// Propose implements flowrun.Approver. The runtime calls it only when
-// the machine starts an attempt, so the step is on the run's frontier,
-// not busy, the run in progress and its flow pinned: those facts are the
-// machine's and are passed to the gate as such.
+// facts are the run's facts for a step the machine started: the runtime
+// calls the Approver only when the machine starts an attempt (so the step
+// is on the run's frontier, not busy, the run in progress and its flow
+// pinned), and a tap approves only a step still waiting on its card.
+func facts(flow, version string) consent.RunFacts {
+	return consent.RunFacts{Found: true, InProgress: true, Flow: flow, FlowVersion: version, FlowFound: true,
+		Step: consent.StepFacts{Found: true, Automatable: true, Ready: true}}
+}
+
+// Propose implements flowrun.Approver.
 func (ap Approver) Propose(ctx context.Context, tx *store.Tx, req flowrun.ActionRequest) (propose.Step, error) {
 	if !ap.Switches.Offered() || ap.Decider == nil {
 		return ap.Steps.ProposeUnder(ctx, tx, req.Owner, req.Origin, req.Action, nil)
@@ -55,17 +74,259 @@ func (ap Approver) Propose(ctx context.Context, tx *store.Tx, req flowrun.Action
 		// Asked again (a retried job): the first execution answers.
 		return propose.Step{Approval: id}, err
 	}
-	facts := consent.RunFacts{Found: true, InProgress: true, Flow: req.Flow, FlowVersion: req.Version, FlowFound: true,
-		Step: consent.StepFacts{Found: true, Automatable: true, Ready: true}}
+	var refused consent.Code
 	under := func(ctx context.Context, _ propose.Tx, a core.ApprovalRequest) (decide.Result, string, *decide.Note, error) {
-		r, c, code, err := ap.Decider.ApproveInRun(ctx, rtx, ap.Switches, consent.Request{Run: req.Run, Node: req.Node, Step: key}, facts, a)
+		r, c, code, err := ap.Decider.ApproveInRun(ctx, rtx, ap.Switches, consent.Request{Run: req.Run, Node: req.Node, Step: key},
+			facts(req.Flow, req.Version), a)
 		if err != nil {
 			return decide.Result{}, "", nil, err
 		}
 		if code != "" {
+			refused = code
 			return decide.Result{}, "", &r.Notes[0], nil
 		}
 		return r, render.RunConsentLine(req.Node, c), nil, nil
 	}
-	return ap.Steps.ProposeUnder(ctx, tx, req.Owner, req.Origin, req.Action, under)
+	p, err := ap.Steps.ProposeUnder(ctx, tx, req.Owner, req.Origin, req.Action, under)
+	if err != nil || refused == "" {
+		return p, err
+	}
+	if refused != consent.Required {
+		// The run has a consent and it did not cover this step (revoked,
+		// expired, spent…): say so in plain words beside the card.
+		err := tx.QueueMessage(req.Origin.Channel, core.OpSend, "r-"+core.NewID(), core.OutMessage{Conversation: req.Origin.Conversation,
+			Text: render.RunRefusalLine(req.Node, refused)})
+		if err != nil {
+			return propose.Step{}, err
+		}
+		p.Messages++
+		return p, nil
+	}
+	// No consent of the run covers the step: the step asks with its card,
+	// and the run is offered its consent card (once).
+	n, entry, err := ap.offer(ctx, tx, req)
+	if err != nil {
+		return propose.Step{}, err
+	}
+	p.Messages += n
+	if entry != nil {
+		p.Audit = append(p.Audit, *entry)
+	}
+	return p, nil
+}
+
+// Plan is the grant a run's consent card offers: every action.shell node
+// of the pinned flow whose program is fixed in the flow file — the first
+// word of its command, not a ${{ }} placeholder, without shell syntax and
+// never a shell, an interpreter or a wrapper — running offline, up to
+// medium risk, one use (and one unit) per attempt its retry policy allows.
+// ok=false when no node qualifies (no card is offered).
+func Plan(run core.FlowRun) (consent.RunGrant, bool, error) {
+	f, err := flow.Parse(run.File, run.Document, flow.Options{Model: true})
+	if err != nil {
+		return consent.RunGrant{}, false, fmt.Errorf("flowconsent: run %s: its pinned flow: %w", run.ID, err)
+	}
+	g := consent.RunGrant{Run: run.ID, Flow: run.Flow, FlowVersion: run.Version, Tool: "shell", MaxRisk: "medium",
+		Lanes: []string{consent.LaneOffline}}
+	for _, n := range f.Nodes {
+		if n.Type != "action.shell" {
+			continue
+		}
+		prog, ok := fixedProgram(n)
+		if !ok {
+			continue
+		}
+		g.Nodes = append(g.Nodes, n.ID)
+		if !slices.Contains(g.Programs, prog) {
+			g.Programs = append(g.Programs, prog)
+		}
+		g.MaxUses += max(1, n.Policy.Retry.MaxAttempts)
+	}
+	g.CostCap = g.MaxUses * consent.UnitsPerAction
+	return g, len(g.Nodes) > 0, nil
+}
+
+// shellMeta is core/flowrun's: a command with any of these (once its
+// placeholders are filled) runs as `sh -c`, which no consent covers.
+const shellMeta = "|&;<>()$`*?[]{}~\n\"'\\"
+
+// fixedProgram is the program an action.shell node runs, when the flow
+// file fixes it.
+func fixedProgram(n *flow.Node) (string, bool) {
+	cmd, _ := n.Config["command"].(string)
+	// The placeholders' values are not known before the run gets there:
+	// they may add arguments (a rendered value with shell syntax makes
+	// the step `sh -c`, which the gate refuses, and the card asks).
+	fixed := cmd
+	for {
+		i := strings.Index(fixed, "${{")
+		if i < 0 {
+			break
+		}
+		j := strings.Index(fixed[i:], "}}")
+		if j < 0 {
+			return "", false
+		}
+		fixed = fixed[:i] + "x" + fixed[i+j+2:]
+	}
+	words := strings.Fields(cmd)
+	if len(words) == 0 || strings.Contains(words[0], "${{") || strings.ContainsAny(fixed, shellMeta) || policy.Opaque(words[0]) {
+		return "", false
+	}
+	return words[0], true
+}
+
+// offer sends run's consent card, once, to the conversation the run was
+// started from: the messages queued and its audit entry (none when the
+// run was offered one already, or nothing in it could be covered).
+func (ap Approver) offer(ctx context.Context, tx *store.Tx, req flowrun.ActionRequest) (int, *audit.Entry, error) {
+	done, err := tx.HasRunConsentOffer(ctx, req.Run)
+	if err != nil || done {
+		return 0, nil, err
+	}
+	run, err := tx.LockFlowRun(ctx, req.Run)
+	if err != nil {
+		return 0, nil, fmt.Errorf("flowconsent: offer run %s: %w", req.Run, err)
+	}
+	g, ok, err := Plan(run)
+	if err != nil || !ok {
+		return 0, nil, err
+	}
+	o, note, err := ap.Decider.OfferRun(ap.Switches, g, req.Origin.Conversation)
+	if err != nil {
+		return 0, nil, err
+	}
+	if fresh, err := tx.OfferRunConsent(ctx, o); err != nil || !fresh {
+		return 0, nil, err
+	}
+	c := render.RunConsentOffer(o.Grant, o.Grant.TTL)
+	if err := tx.QueueMessage(req.Origin.Channel, core.OpSend, string(c.ID), core.OutMessage{Conversation: req.Origin.Conversation, Card: c}); err != nil {
+		return 0, nil, err
+	}
+	return 1, &audit.Entry{Kind: note.Kind, Actor: string(req.Origin.Sender), Conversation: string(req.Origin.Conversation), Data: note.Data}, nil
+}
+
+// Questions is a tap handler inside the tap turn's transaction (the
+// engine's Questions: the flows runtime's gate cards).
+type Questions interface {
+	Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, tap core.Tap, out core.TaskOut) (core.TaskTap, error)
+}
+
+// Taps answers a tap on a run's consent card, and hands every other card
+// to Next (the flows runtime's gates; nil: none).
+type Taps struct {
+	Approver Approver
+	Next     Questions
+}
+
+// Tap implements the engine's Questions. Only an owner answers a run's
+// consent card, once, in the conversation it was sent to (elsewhere the
+// card is unknown); "allow_run" mints the consent the card states —
+// signed, stored, audited — and approves under it the run's steps
+// waiting on their cards, each with its own single-use token; "decline"
+// leaves every step asking.
+func (t Taps) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, tap core.Tap, out core.TaskOut) (core.TaskTap, error) {
+	run, ok := strings.CutPrefix(string(tap.Card), render.RunConsentCardPrefix)
+	if !ok || t.Approver.Decider == nil {
+		if t.Next == nil {
+			return core.TaskTap{}, nil
+		}
+		return t.Next.Tap(ctx, tx, st, trust, tap, out)
+	}
+	o, err := tx.RunConsentOffer(ctx, run)
+	if errors.Is(err, core.ErrNotFound) || (err == nil && o.Conversation != string(st.Turn.Conversation)) {
+		return core.TaskTap{}, nil // another conversation's card is unknown here
+	}
+	if err != nil {
+		return core.TaskTap{}, err
+	}
+	ap := t.Approver
+	refuse := func(reason, msg string) (core.TaskTap, error) {
+		return core.TaskTap{Handled: true, Refused: reason, Toast: msg}, nil
+	}
+	switch {
+	case tap.Choice != render.RunConsentChoice && tap.Choice != "decline":
+		return refuse("bad_choice", "Unknown choice: nothing was changed.")
+	case trust != core.TrustOwner:
+		return refuse("not_owner", "Only the owner can give a run its consent; nothing was changed.")
+	case o.Status != consent.OfferOpen:
+		return refuse("already_decided", "That consent card was already answered: nothing was changed.")
+	case !ap.Switches.Offered():
+		return refuse(string(consent.RunWritesDisabled), "Not given: "+consent.RunWritesDisabled.Words()+".")
+	case !ap.Decider.OfferIntact(o):
+		out.Audit(audit.Entry{Kind: audit.KindConsentRefused, Actor: string(st.Turn.Sender), Conversation: string(st.Turn.Conversation),
+			Data: map[string]any{"run": run, "code": string(consent.BadSignature), "offer": true}})
+		return refuse(string(consent.BadSignature), "Not given: the consent card was altered after it was sent and no longer verifies.")
+	}
+	flowRun, err := tx.LockFlowRun(ctx, run)
+	if err != nil {
+		return core.TaskTap{}, fmt.Errorf("flowconsent: consent card of run %s: %w", run, err)
+	}
+	card := render.RunConsentOffer(o.Grant, o.Grant.TTL)
+	card.Choices = nil
+	if tap.Choice == "decline" {
+		if _, err := tx.DecideRunConsentOffer(ctx, run, consent.OfferDeclined, "", st.Turn.Sender); err != nil {
+			return core.TaskTap{}, err
+		}
+		card.Status, card.Outcome = cards.StatusDeclined, "Declined: each step of the run asks with its own card."
+		out.Update(card)
+		out.Audit(audit.Entry{Kind: audit.KindConsentDeclined, Actor: string(st.Turn.Sender), Conversation: string(st.Turn.Conversation),
+			Data: map[string]any{"run": run}})
+		return core.TaskTap{Handled: true, Toast: "Each step of the run asks with its own card."}, nil
+	}
+	if flowRun.Final() {
+		return refuse(string(consent.RunNotInProgress), "Not given: "+consent.RunNotInProgress.Words()+".")
+	}
+	c, note, err := ap.Decider.MintRun(tx, ap.Switches, o.Grant, st.Turn.Conversation, st.Turn.Sender, trust)
+	if err != nil {
+		return core.TaskTap{}, err
+	}
+	if err := tx.InsertConsent(ctx, c); err != nil {
+		return core.TaskTap{}, err
+	}
+	if _, err := tx.DecideRunConsentOffer(ctx, run, consent.OfferAccepted, c.ID, st.Turn.Sender); err != nil {
+		return core.TaskTap{}, err
+	}
+	entry := func(n decide.Note) audit.Entry {
+		return audit.Entry{Kind: n.Kind, Actor: string(st.Turn.Sender), Conversation: string(st.Turn.Conversation), Data: n.Data}
+	}
+	out.Audit(entry(note))
+	card.Status, card.Outcome = cards.StatusApproved, "Given: consent "+c.Short()+"… (/consents lists it, with Revoke)."
+	out.Update(card)
+	// The steps already waiting on their cards run under it now.
+	steps, err := tx.OpenRunSteps(ctx, run)
+	if err != nil {
+		return core.TaskTap{}, err
+	}
+	var rtx decide.RunTx = tx
+	for _, s := range steps {
+		a, err := tx.GetApproval(ctx, s.Approval)
+		if err != nil {
+			return core.TaskTap{}, err
+		}
+		if a.Task != core.FlowOwner+run {
+			continue
+		}
+		key := fmt.Sprintf("%s/%d/%d", s.Node, s.Iteration, s.Attempt)
+		r, used, code, err := ap.Decider.ApproveInRun(ctx, rtx, ap.Switches, consent.Request{Run: run, Node: s.Node, Step: key, Consent: c.ID},
+			facts(flowRun.Flow, flowRun.Version), a)
+		if err != nil {
+			return core.TaskTap{}, err
+		}
+		for _, n := range r.Notes {
+			out.Audit(entry(n))
+		}
+		if code != "" {
+			// Not covered (another program, a shell…): its card asks.
+			out.Reply("%s", render.RunRefusalLine(s.Node, code))
+			continue
+		}
+		for _, u := range r.Updates {
+			out.Update(u)
+		}
+		out.Reply("%s", render.RunConsentLine(s.Node, used))
+		id := a.ID
+		out.After(func() { ap.Steps.Proposed(propose.Step{Approval: id, Approved: true}) })
+	}
+	return core.TaskTap{Handled: true, Toast: "Consent given: the run's steps it covers run without a card."}, nil
 }

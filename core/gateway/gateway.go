@@ -352,13 +352,20 @@ func New(cfg Config) (*Gateway, error) {
 			fc.Failpoint = cfg.Failpoint
 		}
 		flowSteps := propose.Steps{Proposer: proposer, Trust: book, Runs: runs, Count: m, Router: router}
+		var consentTaps *flowconsent.Approver
 		if fc.Approver == nil && cfg.FlowConsents.Offered() {
-			fc.Approver = flowconsent.Approver{Steps: flowSteps, Decider: decider, Switches: cfg.FlowConsents}
+			consentTaps = &flowconsent.Approver{Steps: flowSteps, Decider: decider, Switches: cfg.FlowConsents}
+			fc.Approver = *consentTaps
 		}
 		if g.flows, err = flowrun.New(fc, flowSteps, g.out); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 		cmdFlows, flowTaps = g.flows, g.flows
+		if consentTaps != nil {
+			// A tap on a run's consent card (core/flowconsent), then the
+			// flows runtime's gate cards.
+			flowTaps = flowconsent.Taps{Approver: *consentTaps, Next: g.flows}
+		}
 	}
 	cmds, err := commands.New(commands.Config{Reads: cfg.Store, Decider: decider, SecureInput: g.secure, Tasks: cmdTasks, Flows: cmdFlows, Status: g.health.Text,
 		Trust: book, Key: cfg.Key, OutputInlineMax: cfg.OutputInlineMax, Now: cfg.Now})

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -213,4 +214,90 @@ func (t *Tx) ClaimInFlight(ctx context.Context, run, step, consentID string, app
 		return false, fmt.Errorf("store: claim in-flight step %s/%s: %w", run, step, err)
 	}
 	return n.RowsAffected() == 1, nil
+}
+
+// OfferRunConsent records run's consent card as offered; false when the
+// run was offered one already (a run is offered its card once).
+func (t *Tx) OfferRunConsent(ctx context.Context, o consent.Offer) (bool, error) {
+	g, err := json.Marshal(o.Grant)
+	if err != nil {
+		return false, fmt.Errorf("store: offer consent for run %s: %w", o.Run, err)
+	}
+	n, err := t.exec(ctx, `INSERT INTO consent_offers (run_id, conversation, grant_spec, signature, status, created_at)
+		VALUES ($1, $2, $3::jsonb, $4, 'offered', $5) ON CONFLICT DO NOTHING`, o.Run, o.Conversation, string(g), o.Signature, t.now())
+	if err != nil {
+		return false, fmt.Errorf("store: offer consent for run %s: %w", o.Run, err)
+	}
+	return n.RowsAffected() == 1, nil
+}
+
+// HasRunConsentOffer reports whether run was offered its consent card.
+func (t *Tx) HasRunConsentOffer(ctx context.Context, run string) (bool, error) {
+	var ok bool
+	if err := t.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM consent_offers WHERE run_id = $1)`, run).Scan(&ok); err != nil {
+		return false, fmt.Errorf("store: consent offer of run %s: %w", run, err)
+	}
+	return ok, nil
+}
+
+// RunConsentOffer reads, locked, run's consent card as offered;
+// core.ErrNotFound when there is none.
+func (t *Tx) RunConsentOffer(ctx context.Context, run string) (consent.Offer, error) {
+	var o consent.Offer
+	var g []byte
+	var by *string
+	err := t.queryRow(ctx, `SELECT run_id, conversation, grant_spec::text, signature, status, consent_id FROM consent_offers
+		WHERE run_id = $1 FOR UPDATE`, run).Scan(&o.Run, &o.Conversation, &g, &o.Signature, &o.Status, &by)
+	if err != nil {
+		return o, notFound(err)
+	}
+	if by != nil {
+		o.Consent = *by
+	}
+	if err := json.Unmarshal(g, &o.Grant); err != nil {
+		return o, fmt.Errorf("store: consent offer of run %s: %w", run, err)
+	}
+	return o, nil
+}
+
+// DecideRunConsentOffer closes run's open offer as accepted (minting
+// consentID) or declined, by who; false when it was not open.
+func (t *Tx) DecideRunConsentOffer(ctx context.Context, run, status, consentID string, who core.IdentityID) (bool, error) {
+	var cid *string
+	if consentID != "" {
+		cid = &consentID
+	}
+	n, err := t.exec(ctx, `UPDATE consent_offers SET status = $2, consent_id = $3, decided_at = $4, decided_by = $5
+		WHERE run_id = $1 AND status = 'offered'`, run, status, cid, t.now(), string(who))
+	if err != nil {
+		return false, fmt.Errorf("store: decide consent offer of run %s: %w", run, err)
+	}
+	return n.RowsAffected() == 1, nil
+}
+
+// RunStep is an action node's attempt of a flow run waiting on its card.
+type RunStep struct {
+	Node               string
+	Iteration, Attempt int
+	Approval           core.ApprovalID
+}
+
+// OpenRunSteps lists run's running action attempts whose request still
+// waits for a tap, oldest first: what a consent minted by a tap on the
+// run's consent card may approve at once.
+func (t *Tx) OpenRunSteps(ctx context.Context, run string) ([]RunStep, error) {
+	rows, err := t.query(ctx, `SELECT f.node, f.iteration, f.attempt, f.approval_id FROM flow_attempts f JOIN approvals a ON a.id = f.approval_id
+		WHERE f.run_id = $1 AND f.status = 'running' AND a.status IN ('pending', 'confirming') ORDER BY f.started_at, f.node LIMIT 64`, run)
+	if err != nil {
+		return nil, fmt.Errorf("store: open steps of run %s: %w", run, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RunStep, error) {
+		var s RunStep
+		err := r.Scan(&s.Node, &s.Iteration, &s.Attempt, &s.Approval)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: open steps of run %s: %w", run, err)
+	}
+	return out, nil
 }

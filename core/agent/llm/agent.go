@@ -105,6 +105,7 @@ func (a *Agent) Respond(ctx context.Context, in core.AgentInput) (core.Proposal,
 		return core.Proposal{Reply: route.Reply}, nil
 	}
 	p := a.propose(ctx, in, route, log)
+	p.ModelTokens = route.Usage.TotalTokens
 	if route.Dropped > 0 {
 		// Never dropped silently: the person reads it, and the model reads
 		// it in the history of its next request.

@@ -1,0 +1,252 @@
+package flowconsent
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/consent"
+	"github.com/silas-gateway/silas/core/decide"
+	"github.com/silas-gateway/silas/core/flow"
+	"github.com/silas-gateway/silas/core/flowrun"
+	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// The consent card offers only the steps whose program the flow file
+// fixes: never a placeholder program, shell syntax, a shell, an
+// interpreter or a wrapper; one use per attempt the retry policy allows.
+func TestPlan(t *testing.T) {
+	doc := `name: plan
+version: "4"
+description: what a consent card offers
+nodes:
+  - id: build
+    type: action.shell
+    config:
+      command: "restic backup"
+    policy:
+      retry: {max_attempts: 3}
+  - id: greet
+    type: action.shell
+    config:
+      command: "echo hello ${{ inputs.who }}"
+  - id: pipe
+    type: action.shell
+    config:
+      command: "ls | wc -l"
+  - id: shell
+    type: action.shell
+    config:
+      command: "bash -c 'make test'"
+  - id: interp
+    type: action.shell
+    config:
+      command: "python3 x.py"
+  - id: wrapped
+    type: action.shell
+    config:
+      command: "env restic"
+  - id: again
+    type: action.shell
+    config:
+      command: "restic check"
+  - id: wait
+    type: control.wait
+    config:
+      duration: 1s
+inputs:
+  who: {type: string, default: you}
+edges:
+  - {from: build, to: greet}
+`
+	g, ok, err := Plan(core.FlowRun{ID: "r1", Flow: "plan", Version: "4", File: "plan.yaml", Document: []byte(doc)})
+	if err != nil || !ok {
+		t.Fatalf("Plan: %v %v", ok, err)
+	}
+	if !slices.Equal(g.Nodes, []string{"build", "greet", "again"}) || !slices.Equal(g.Programs, []string{"restic", "echo"}) {
+		t.Fatalf("nodes %v, programs %v", g.Nodes, g.Programs)
+	}
+	if g.MaxUses != 5 || g.CostCap != 5 || g.MaxRisk != "medium" || !slices.Equal(g.Lanes, []string{consent.LaneOffline}) || g.Run != "r1" || g.FlowVersion != "4" {
+		t.Fatalf("grant %+v", g)
+	}
+}
+
+// An offer edited after it was signed (a wider grant, another run or
+// conversation) no longer verifies, so a tap on its card mints nothing.
+func TestOfferSignature(t *testing.T) {
+	pub, key, _ := ed25519.GenerateKey(nil)
+	o := consent.Offer{Run: "r1", Conversation: "web:1", Grant: consent.RunGrant{Run: "r1", Flow: "f", FlowVersion: "1", Nodes: []string{"a"},
+		Tool: "shell", Programs: []string{"echo"}, MaxRisk: "low", Lanes: []string{consent.LaneOffline}, MaxUses: 2, CostCap: 2}}
+	if err := consent.SignOffer(key, &o); err != nil {
+		t.Fatal(err)
+	}
+	if !consent.VerifyOffer(pub, o) {
+		t.Fatal("the signed offer does not verify")
+	}
+	for name, edit := range map[string]func(o *consent.Offer){
+		"more uses":          func(o *consent.Offer) { o.Grant.MaxUses = 200 },
+		"higher cap":         func(o *consent.Offer) { o.Grant.CostCap = 200 },
+		"other programs":     func(o *consent.Offer) { o.Grant.Programs = []string{"echo", "rm"} },
+		"more nodes":         func(o *consent.Offer) { o.Grant.Nodes = append(o.Grant.Nodes, "b") },
+		"higher risk":        func(o *consent.Offer) { o.Grant.MaxRisk = "medium" },
+		"longer":             func(o *consent.Offer) { o.Grant.TTL = 48 * 3600e9 },
+		"other run":          func(o *consent.Offer) { o.Run = "r2" },
+		"other conversation": func(o *consent.Offer) { o.Conversation = "web:2" },
+	} {
+		e := o
+		e.Grant.Nodes, e.Grant.Programs = slices.Clone(o.Grant.Nodes), slices.Clone(o.Grant.Programs)
+		edit(&e)
+		if consent.VerifyOffer(pub, e) {
+			t.Errorf("%s: still verifies", name)
+		}
+	}
+}
+
+// sink is the tap turn's output.
+type sink struct {
+	updates []*cards.Card
+	audit   []audit.Entry
+	replies []string
+}
+
+func (s *sink) Reply(format string, a ...any) {
+	s.replies = append(s.replies, fmt.Sprintf(format, a...))
+}
+func (s *sink) Card(c *cards.Card)           {}
+func (s *sink) Update(c *cards.Card)         { s.updates = append(s.updates, c) }
+func (s *sink) Audit(entries ...audit.Entry) { s.audit = append(s.audit, entries...) }
+func (s *sink) After(f func())               {}
+
+// A tap on a run's consent card: only the owner, only in its conversation,
+// once; an offer edited in the database after it was sent mints nothing
+// (bad_signature); the tap that mints stores exactly the grant the card
+// stated, signed, and audits it.
+func TestConsentCardTap(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	pub, key, _ := ed25519.GenerateKey(nil)
+	on := consent.Switches{RunWrites: true, Automatable: true}
+	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Preview: 2000, Executions: st})
+	taps := Taps{Approver: Approver{Decider: d, Switches: on}}
+	doc := []byte("name: two\nversion: \"1\"\ndescription: two steps\nnodes:\n  - id: a\n    type: action.shell\n    config:\n      command: \"echo a\"\n" +
+		"  - id: b\n    type: action.shell\n    config:\n      command: \"echo b\"\nedges:\n  - {from: a, to: b}\n")
+	f, err := flow.Parse("two.yaml", doc, flow.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := core.Turn{Channel: "web", Conversation: "web:1", Sender: "web:owner"}
+	offer := func() (core.FlowRun, consent.Offer) {
+		t.Helper()
+		run, err := flowrun.NewRun(f, doc, origin, nil, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, ok, err := Plan(run)
+		if err != nil || !ok {
+			t.Fatalf("plan: %v %v", ok, err)
+		}
+		o, _, err := d.OfferRun(on, g, origin.Conversation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			tx.QueueInsertFlowRun(run)
+			_, err := tx.OfferRunConsent(ctx, o)
+			return nil, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return run, o
+	}
+	tap := func(run core.FlowRun, conv core.ConversationID, trust core.Trust, choice string) (core.TaskTap, *sink) {
+		t.Helper()
+		out := &sink{}
+		var res core.TaskTap
+		err := st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			var err error
+			res, err = taps.Tap(ctx, tx, core.StoredTurn{Turn: core.Turn{Channel: "web", Conversation: conv, Sender: "web:owner"}}, trust,
+				core.Tap{Card: cards.ID(render.RunConsentCardPrefix + run.ID), Choice: choice}, out)
+			return out.audit, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, out
+	}
+	count := func(sql string, args ...any) int {
+		t.Helper()
+		var n int
+		if err := st.Pool().QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	run, o := offer()
+	if res, _ := tap(run, "web:2", core.TrustOwner, render.RunConsentChoice); res.Handled {
+		t.Fatalf("another conversation's card was handled: %+v", res)
+	}
+	if res, _ := tap(run, "web:1", core.TrustAuth, render.RunConsentChoice); res.Refused != "not_owner" {
+		t.Fatalf("not the owner: %+v", res)
+	}
+	if _, err := st.Pool().Exec(ctx, `UPDATE consent_offers SET grant_spec = jsonb_set(grant_spec, '{MaxUses}', '999')`); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := tap(run, "web:1", core.TrustOwner, render.RunConsentChoice); res.Refused != string(consent.BadSignature) {
+		t.Fatalf("edited offer: %+v", res)
+	}
+	if n := count(`SELECT count(*) FROM consents`); n != 0 {
+		t.Fatalf("%d consents minted from an edited offer", n)
+	}
+	if _, err := st.Pool().Exec(ctx, `UPDATE consent_offers SET grant_spec = jsonb_set(grant_spec, '{MaxUses}', $1::text::jsonb)`, fmt.Sprint(o.Grant.MaxUses)); err != nil {
+		t.Fatal(err)
+	}
+	res, out := tap(run, "web:1", core.TrustOwner, render.RunConsentChoice)
+	if !res.Handled || res.Refused != "" || len(out.updates) != 1 || out.updates[0].Status != cards.StatusApproved {
+		t.Fatalf("allow: %+v %+v", res, out.updates)
+	}
+	c, err := st.GetConsent(ctx, fmt.Sprint(out.audit[0].Data["consent"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !consent.Verify(pub, c) || c.Run != run.ID || !slices.Equal(c.Nodes, []string{"a", "b"}) || !slices.Equal(c.Programs, []string{"echo"}) ||
+		c.MaxUses != 2 || c.CostCap != 2 || c.MaxRisk != cards.RiskMedium || c.Conversation != "web:1" || c.CreatedBy != "web:owner" {
+		t.Fatalf("minted %+v", c)
+	}
+	if res, _ := tap(run, "web:1", core.TrustOwner, render.RunConsentChoice); res.Refused != "already_decided" {
+		t.Fatalf("second tap: %+v", res)
+	}
+	if n := count(`SELECT count(*) FROM consents`); n != 1 {
+		t.Fatalf("%d consents", n)
+	}
+
+	run2, _ := offer()
+	if res, _ := tap(run2, "web:1", core.TrustOwner, "decline"); res.Refused != "" || !res.Handled {
+		t.Fatalf("decline: %+v", res)
+	}
+	if n := count(`SELECT count(*) FROM consent_offers WHERE run_id = $1 AND status = 'declined'`, run2.ID); n != 1 {
+		t.Fatal("the decline was not recorded")
+	}
+	if n := count(`SELECT count(*) FROM audit_log WHERE kind IN ('consent.minted', 'consent.declined')`); n != 2 {
+		t.Fatalf("%d mint and decline entries", n)
+	}
+}
