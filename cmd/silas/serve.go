@@ -29,6 +29,7 @@ import (
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
+	"github.com/silas-gateway/silas/core/stepup"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/config"
@@ -112,12 +113,16 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if mcpc != nil {
 		defer mcpc.Close()
 	}
-	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log, mcpTools, inst)
+	su, err := newStepUp(cfg, db.store, key.Public().(ed25519.PublicKey), log)
+	if err != nil {
+		return err
+	}
+	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log, mcpTools, inst, su)
 	if err != nil {
 		return err
 	}
 	late.eng.Store(eng)
-	form, err := serveForm(cfg, eng, sealer, log, late)
+	form, err := serveForm(cfg, eng, sealer, log, late, su)
 	if err != nil {
 		return err
 	}
@@ -204,11 +209,15 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 
 // serveForm makes the secure form for credentials, when secrets_web is
 // enabled, and hands its links to the engine and the adapters.
-func serveForm(cfg *config.Config, eng *gateway.Gateway, sealer *secrets.Sealer, log *slog.Logger, late *lateHooks) (*secretsweb.Server, error) {
+func serveForm(cfg *config.Config, eng *gateway.Gateway, sealer *secrets.Sealer, log *slog.Logger, late *lateHooks, su *stepup.Service) (*secretsweb.Server, error) {
 	if !cfg.SecretsWeb.Enabled {
 		return nil, nil
 	}
-	form, err := newSecretsWebForm(cfg, eng.SecureInput(), sealer, log)
+	var pk secretsweb.Passkeys // a nil interface, not a nil service
+	if su != nil {
+		pk = su
+	}
+	form, err := newSecureForm(cfg, eng.SecureInput(), sealer, log, pk)
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +334,7 @@ func newSandbox(cfg *config.Config, configPath string, log *slog.Logger) (*sandb
 // newEngine builds the agent and the engine over the channels (with the
 // task runtime when the LLM agent is configured).
 func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandbox.Subprocess, sbDir string, pol *policy.Policy,
-	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger, mcp *mcptools.Tools, inst gateway.Cluster) (*gateway.Gateway, error) {
+	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger, mcp *mcptools.Tools, inst gateway.Cluster, su *stepup.Service) (*gateway.Gateway, error) {
 	ids := func(list []string) []core.IdentityID {
 		out := make([]core.IdentityID, len(list))
 		for i, o := range list {
@@ -354,7 +363,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
 		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg), MCP: mcp,
-		Flows: flowsConfig(cfg), Cluster: inst,
+		Flows: flowsConfig(cfg), Cluster: inst, StepUp: su,
 		FlowConsents: consent.Switches{RunWrites: cfg.Flows.RunWrites, Automatable: cfg.Flows.AutomatableExecution},
 	})
 }

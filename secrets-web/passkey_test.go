@@ -1,0 +1,336 @@
+package secretsweb
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"html"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/webauthn"
+	"github.com/chromedp/chromedp"
+
+	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/decide"
+	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/stepup"
+	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/verify"
+	"github.com/silas-gateway/silas/internal/browsertest"
+	"github.com/silas-gateway/silas/internal/softauthn"
+)
+
+var _ Passkeys = (*stepup.Service)(nil)
+
+const pkOwner core.IdentityID = "test:owner"
+
+// lazyPasskeys lets setup start the form before the step-up, which needs
+// the form's store, exists.
+type lazyPasskeys struct{ Passkeys }
+
+// startedRuns records the executions a step-up started.
+type startedRuns struct {
+	mu  sync.Mutex
+	ids []core.ApprovalID
+}
+
+func (r *startedRuns) RefuseUnready(context.Context, execute.Tx, core.ApprovalRequest, core.IdentityID) (*execute.Unready, error) {
+	return nil, nil
+}
+func (r *startedRuns) Start(id core.ApprovalID) { r.mu.Lock(); r.ids = append(r.ids, id); r.mu.Unlock() }
+func (r *startedRuns) count() int            { r.mu.Lock(); defer r.mu.Unlock(); return len(r.ids) }
+
+type pkBundle struct {
+	*bundle
+	su   *stepup.Service
+	d    *decide.Decider
+	key  ed25519.PrivateKey
+	runs *startedRuns
+}
+
+// passkeySetup serves the form on https://localhost:<port> (browsers
+// refuse passkeys on IP addresses) with the passkey pages of a step-up
+// service over the form's database.
+func passkeySetup(t *testing.T) *pkBundle {
+	t.Helper()
+	lazy := &lazyPasskeys{}
+	b := setup(t, true, func(cfg *Config, deps *Deps) {
+		_, port, _ := net.SplitHostPort(cfg.Listen)
+		cfg.PublicURL = "https://localhost:" + port
+		deps.Passkeys = lazy
+	})
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	su, err := stepup.New(stepup.Config{PublicURL: b.base, Key: key.Public().(ed25519.PublicKey), Now: b.clock.Now, Logger: slog.New(slog.DiscardHandler)}, b.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Executions: b.db, StepUp: su})
+	p := &pkBundle{bundle: b, su: su, d: d, key: key, runs: &startedRuns{}}
+	su.Bind(d, p.runs, nil)
+	lazy.Passkeys = su
+	return p
+}
+
+// propose stores a signed irreversible request, as the engine does.
+func (p *pkBundle) propose(t *testing.T, argv ...string) core.ApprovalRequest {
+	t.Helper()
+	act := core.Action{Tool: "shell", Argv: argv, Verify: []verify.Check{verify.ExitCodeZero()}}
+	canonical, _ := act.Canonical()
+	hash, _ := act.Hash()
+	now := p.clock.Now().UTC()
+	a := core.ApprovalRequest{ID: core.ApprovalID(core.NewID()), Channel: "test", Conversation: "test:chat", Requester: pkOwner,
+		ActionCanonical: canonical, ActionHash: hash, Intent: "format a disk", Rationale: "asked for", Risk: cards.RiskIrreversible,
+		Approvers: []string{"role:owner"}, Status: core.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(10 * time.Minute)}
+	if err := decide.SignRequest(p.key, &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.db.Do(context.Background(), func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) { tx.QueueApproval(a); return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// tapLink taps approve on a as the owner and returns the card's step-up link.
+func (p *pkBundle) tapLink(t *testing.T, a core.ApprovalRequest) string {
+	t.Helper()
+	var r decide.Result
+	turn := core.Turn{Channel: "test", Conversation: a.Conversation, Sender: pkOwner, Tap: &core.Tap{Card: cards.ID(a.ID), Choice: "approve"}}
+	err := p.db.Do(context.Background(), func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		var err error
+		r, err = p.d.Tap(ctx, tx, turn, core.TrustOwner)
+		return nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Updates) != 1 || r.Updates[0].Link == nil {
+		t.Fatalf("tap = %+v, want a card with a step-up link", r)
+	}
+	return r.Updates[0].Link.URL
+}
+
+func (p *pkBundle) status(t *testing.T, id core.ApprovalID) core.ApprovalStatus {
+	t.Helper()
+	a, err := p.db.GetApproval(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Status
+}
+
+var (
+	reAttr    = regexp.MustCompile(`data-(token|csrf)="([^"]*)"`)
+	reOptions = regexp.MustCompile(`(?s)<script type="application/json" id="options">(.*?)</script>`)
+)
+
+// page is a passkey page as a browser gets it: link token, CSRF token and
+// the WebAuthn options.
+type pkPage struct {
+	token, csrf string
+	options     []byte
+}
+
+func (p *pkBundle) open(t *testing.T, c *http.Client, link string) pkPage {
+	t.Helper()
+	r := p.get(t, c, link)
+	if r.status != http.StatusOK {
+		t.Fatalf("GET %s = %d %s", link, r.status, r.body)
+	}
+	if csp := r.header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") {
+		t.Fatalf("CSP = %q", csp)
+	}
+	var pg pkPage
+	for _, m := range reAttr.FindAllStringSubmatch(r.body, -1) {
+		if m[1] == "token" {
+			pg.token = html.UnescapeString(m[2])
+		} else {
+			pg.csrf = html.UnescapeString(m[2])
+		}
+	}
+	m := reOptions.FindStringSubmatch(r.body)
+	if m == nil || pg.token == "" || pg.csrf == "" {
+		t.Fatalf("page without token, csrf or options:\n%s", r.body)
+	}
+	pg.options = []byte(m[1])
+	return pg
+}
+
+func (p *pkBundle) answer(t *testing.T, c *http.Client, link string, pg pkPage, credential []byte, csrf string) (int, passkeyAnswer) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"t": pg.token, "csrf": csrf, "credential": json.RawMessage(credential)})
+	u, _ := url.Parse(link)
+	req, _ := http.NewRequest(http.MethodPost, p.base+u.Path, strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Origin", p.base)
+	r := p.do(t, c, req)
+	var a passkeyAnswer
+	if err := json.Unmarshal([]byte(r.body), &a); err != nil {
+		t.Fatalf("answer %d %q: %v", r.status, r.body, err)
+	}
+	return r.status, a
+}
+
+// TestPasskeyPages: the enrollment and step-up pages over HTTP, answered
+// by a software authenticator: registered once, confirmed once, the
+// confirmation approves; a forged CSRF token, a used link and another
+// browser's cookie change nothing.
+func TestPasskeyPages(t *testing.T) {
+	p := passkeySetup(t)
+	auth, err := softauthn.New(p.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.browser()
+	link, _, err := p.su.Enroll(context.Background(), pkOwner, "laptop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := p.open(t, c, link)
+	cred, err := auth.Register(pg.options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, a := p.answer(t, c, link, pg, cred, pg.csrf+"x"); st != http.StatusForbidden || a.OK {
+		t.Fatalf("forged csrf: %d %+v", st, a)
+	}
+	if st, a := p.answer(t, p.browser(), link, pg, cred, pg.csrf); st != http.StatusForbidden || a.OK {
+		t.Fatalf("another browser (no cookie): %d %+v", st, a)
+	}
+	if st, a := p.answer(t, c, link, pg, cred, pg.csrf); st != http.StatusOK || !a.OK {
+		t.Fatalf("registration: %d %+v", st, a)
+	}
+	if r := p.get(t, c, link); r.status != http.StatusConflict {
+		t.Fatalf("enrollment link after use = %d", r.status)
+	}
+
+	a := p.propose(t, "mkfs.ext4", "/dev/sdz")
+	link = p.tapLink(t, a)
+	r := p.get(t, c, link)
+	if !strings.Contains(r.body, "mkfs.ext4 /dev/sdz") || !strings.Contains(r.body, stepup.HashPrefix(a.ActionHash)) {
+		t.Fatalf("step-up page does not show the action and its hash prefix:\n%s", r.body)
+	}
+	pg = p.open(t, c, link)
+	assertion, err := auth.Assert(pg.options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, ans := p.answer(t, c, link, pg, assertion, pg.csrf); st != http.StatusOK || !ans.OK {
+		t.Fatalf("step-up: %d %+v", st, ans)
+	}
+	if got := p.status(t, a.ID); got != core.ApprovalApproved || p.runs.count() != 1 {
+		t.Fatalf("after the step-up: status %s, %d runs", got, p.runs.count())
+	}
+	if st, ans := p.answer(t, c, link, pg, assertion, pg.csrf); st != http.StatusConflict || ans.OK {
+		t.Fatalf("replayed step-up: %d %+v", st, ans)
+	}
+	if p.runs.count() != 1 {
+		t.Fatal("a replay started a second run")
+	}
+}
+
+// TestBrowserPasskeyStepUp drives the pages in Chromium with its virtual
+// authenticator (CDP WebAuthn domain, user verification on): a passkey is
+// registered through its link, an irreversible card's link confirms the
+// action and it runs once; an assertion without user verification is
+// refused and audited; a used link shows "already used".
+func TestBrowserPasskeyStepUp(t *testing.T) {
+	p := passkeySetup(t)
+	bctx := browsertest.NewWith(t, browsertest.IgnoreCertificateErrors())
+	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+
+	var authID webauthn.AuthenticatorID
+	if err := chromedp.Do(ctx, chromedp.Navigate(p.base+"/static/secrets.css"), chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		if _, err := cdp.Call(ctx, tg, webauthn.Enable, webauthn.EnableParams{}); err != nil {
+			return err
+		}
+		res, err := cdp.Call(ctx, tg, webauthn.AddVirtualAuthenticator, webauthn.AddVirtualAuthenticatorParams{Options: &webauthn.VirtualAuthenticatorOptions{
+			Protocol: webauthn.AuthenticatorProtocolCtap2, Ctap2version: webauthn.Ctap2versionCtap21, Transport: webauthn.AuthenticatorTransportInternal,
+			HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true}})
+		authID = res.AuthenticatorID
+		return err
+	})); err != nil {
+		t.Fatalf("virtual authenticator: %v", err)
+	}
+	// run opens link, presses the page's button and waits for its outcome.
+	run := func(link string) (state, msg string) {
+		t.Helper()
+		if err := chromedp.Do(ctx, chromedp.Navigate(link), chromedp.WaitVisible(chromedp.ID("go")), chromedp.Click(chromedp.ID("go"))); err != nil {
+			t.Fatalf("open %s: %v", link, err)
+		}
+		st, err := chromedp.Run(ctx, chromedp.Poll[string](
+			`(s => ["done","refused","cancelled","unsupported","error"].includes(s) && s)(document.getElementById('passkey').dataset.state)`,
+			chromedp.WithPollingTimeout(30*time.Second)))
+		if err != nil {
+			t.Fatalf("waiting for the page's outcome: %v", err)
+		}
+		msg, _ = chromedp.Run(ctx, chromedp.Text(chromedp.ID("status")))
+		return st, msg
+	}
+
+	link, _, err := p.su.Enroll(context.Background(), pkOwner, "chromium")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, msg := run(link); st != "done" {
+		t.Fatalf("registration in the browser: %s %q", st, msg)
+	}
+	keys, err := p.db.Passkeys(context.Background(), pkOwner)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("passkeys after registration = %v, %v", keys, err)
+	}
+
+	a := p.propose(t, "mkfs.ext4", "/dev/sdz")
+	link = p.tapLink(t, a)
+	start := time.Now()
+	if st, msg := run(link); st != "done" {
+		t.Fatalf("step-up in the browser: %s %q", st, msg)
+	}
+	t.Logf("link → approved execution queued in %s", time.Since(start))
+	if got := p.status(t, a.ID); got != core.ApprovalApproved || p.runs.count() != 1 {
+		t.Fatalf("after the step-up: status %s, %d runs", got, p.runs.count())
+	}
+	// The used link: the page says so, nothing runs again.
+	if err := chromedp.Do(ctx, chromedp.Navigate(link)); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("h1"))); h != "Link already used" {
+		t.Fatalf("used link shows %q", h)
+	}
+
+	// User verification absent: the authenticator answers without the UV flag.
+	b := p.propose(t, "dd", "if=/dev/zero", "of=/dev/sdy")
+	link = p.tapLink(t, b)
+	if err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		bad := true
+		_, err := cdp.Call(ctx, tg, webauthn.SetResponseOverrideBits, webauthn.SetResponseOverrideBitsParams{AuthenticatorID: authID, IsBadUV: &bad})
+		return err
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if st, msg := run(link); st != "refused" || !strings.Contains(msg, "did not verify you") {
+		t.Fatalf("step-up without user verification: %s %q", st, msg)
+	}
+	if got := p.status(t, b.ID); got != core.ApprovalConfirming || p.runs.count() != 1 {
+		t.Fatalf("after a refused step-up: status %s, %d runs", got, p.runs.count())
+	}
+	for _, e := range browsertest.JSErrors(bctx) {
+		// 404 favicon, 409 used link, 403 refused answer: statuses the
+		// test asked for, which Chromium logs as console errors.
+		if !strings.Contains(e, "Failed to load resource") {
+			t.Errorf("page error: %s", e)
+		}
+	}
+}
