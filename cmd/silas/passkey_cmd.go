@@ -6,13 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 
+	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/stepup"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/config"
+	"github.com/silas-gateway/silas/internal/doctor"
 )
 
 // newStepUp is the passkey step-up (core/stepup) from passkeys.* and
@@ -177,4 +181,62 @@ func withStepUp(ctx context.Context, env *cliEnv, f func(*config.Config, *store.
 		}
 		return f(cfg, st, s)
 	})
+}
+
+// doctorPasskeys reports, when a policy rule marks actions irreversible,
+// whether the passkey step-up they need is available and which owners
+// have no passkey (their irreversible approvals are refused until they
+// register one). Nil when no rule is irreversible.
+func doctorPasskeys(ctx context.Context, env *cliEnv, cfg *config.Config) []doctor.Finding {
+	var rules []string
+	for _, r := range cfg.Policy.Rules {
+		if r.Risk == cards.RiskIrreversible {
+			rules = append(rules, r.Name)
+		}
+	}
+	if len(rules) == 0 {
+		return nil
+	}
+	if !cfg.SecretsWeb.Enabled {
+		return []doctor.Finding{{Severity: doctor.Warn, Check: "step-up", Message: fmt.Sprintf(
+			"rules %s are irreversible, but the secure form is off (secrets_web.enabled): those actions are refused", strings.Join(rules, ", "))}}
+	}
+	if _, err := stepup.New(stepUpConfig(cfg, nil, slog.New(slog.DiscardHandler)), &store.Store{}); err != nil {
+		return []doctor.Finding{{Severity: doctor.Warn, Check: "step-up", Message: fmt.Sprintf(
+			"rules %s are irreversible, but passkeys cannot work here (%v): those actions are refused", strings.Join(rules, ", "), err)}}
+	}
+	if cfg.Database.URL == "" {
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, "pg")); err != nil {
+			return doctor.Skipped("no database configured: passkeys not checked")
+		}
+	}
+	var out []doctor.Finding
+	err := withStore(ctx, env, func(st *store.Store) error {
+		keys, err := st.Passkeys(ctx, "")
+		if err != nil {
+			return err
+		}
+		has := map[core.IdentityID]int{}
+		for _, k := range keys {
+			has[k.Owner]++
+		}
+		var without []string
+		for _, o := range cfg.Identities.Owners {
+			if has[core.IdentityID(o)] == 0 {
+				without = append(without, o)
+			}
+		}
+		if len(without) > 0 {
+			out = append(out, doctor.Finding{Severity: doctor.Warn, Check: "passkeys", Message: fmt.Sprintf(
+				"rules %s are irreversible and these owners have no passkey, so they cannot approve them: %s (silas passkey add --owner …)",
+				strings.Join(rules, ", "), strings.Join(without, ", "))})
+			return nil
+		}
+		out = append(out, doctor.Finding{Severity: doctor.OK, Check: "passkeys", Message: fmt.Sprintf("%d passkey(s); every configured owner has one", len(keys))})
+		return nil
+	})
+	if err != nil {
+		return []doctor.Finding{{Severity: doctor.Error, Check: "passkeys", Message: err.Error()}}
+	}
+	return out
 }
