@@ -1,6 +1,9 @@
 package core
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // ChannelHealth is a channel's inbound liveness as its adapter knows it.
 type ChannelHealth struct {
@@ -25,4 +28,13 @@ type ChannelHealth struct {
 // by the messages it delivered.
 type HealthReporter interface {
 	Health() ChannelHealth
+}
+
+// HealthProber is an optional capability: a channel whose platform can be
+// asked how its delivery to us goes (Telegram's getWebhookInfo: updates
+// waiting and the last delivery error). core/health calls it from its
+// periodic check, before Health, so the answer is what Health reports; it
+// must return within ctx and never block the check past it.
+type HealthProber interface {
+	ProbeHealth(ctx context.Context)
 }

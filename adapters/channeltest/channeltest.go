@@ -182,6 +182,13 @@ type NativeCommands interface {
 	Command(t testing.TB, r Role, name, arg string)
 }
 
+// Deafener is a Platform whose fake can stop delivering events while the
+// connection stays open (and start again): the deaf-channel scenario uses
+// it, and is skipped on a platform without it.
+type Deafener interface {
+	Deafen(t testing.TB, deaf bool)
+}
+
 // Factory builds the platform of one scenario, or returns a reason to skip
 // the scenario on this platform.
 type Factory func(t *testing.T, o Options) (p Platform, skip string)
@@ -217,6 +224,9 @@ type world struct {
 	// whose owner is an owner, and the Other person is allowed (auth).
 	routed    bool
 	elsewhere *elsewhere
+	// deafAfter, when set, turns the channel-health check on (core/health)
+	// with this threshold.
+	deafAfter time.Duration
 }
 
 type node struct {
@@ -320,7 +330,7 @@ func (w *world) startAway(grace time.Duration) *node {
 		Store: st, Channels: chans, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{w.sbDir}},
 		Policy:   pol, Key: w.key, Owners: owners, Allowed: allowed,
-		OutboxMaxBackoff: 2 * time.Second, Logger: log, Now: w.clock.Now,
+		OutboxMaxBackoff: 2 * time.Second, Logger: log, Now: w.clock.Now, DeafAfter: w.deafAfter,
 		Sealer: w.sealer, SecretLink: func(ref, token string) string { return secretBase + ref + "#" + token },
 	})
 	if err != nil {
@@ -342,7 +352,11 @@ func (w *world) startAway(grace time.Duration) *node {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the engine is not ready after 30s")
 	}
-	room, err := background.New(background.Config{Pool: st.Pool(), Periodic: eng.Maintenance(), Logger: log,
+	periodic := eng.Maintenance()
+	if w.deafAfter > 0 {
+		periodic = append(periodic, eng.HealthJobs()...)
+	}
+	room, err := background.New(background.Config{Pool: st.Pool(), Periodic: periodic, Logger: log,
 		Testing: true, PollInterval: 200 * time.Millisecond})
 	if err == nil {
 		err = room.Start(w.ctx)

@@ -137,3 +137,43 @@ func noApproverReachable(w *world) {
 		w.t.Fatalf("%d approval.unroutable entries; want 1", n)
 	}
 }
+
+// deafChannel: the platform stops delivering events while its connection
+// stays open; past the threshold the owner is told on another channel
+// (elsewhere), once, and told again when it hears again.
+func deafChannel(w *world) {
+	d, ok := w.p.(Deafener)
+	if !ok {
+		w.t.Skip("this platform's fake cannot go deaf")
+	}
+	w.routed = true
+	w.deafAfter = 3 * time.Second
+	n := w.start(5 * time.Second)
+	name := n.ch.Name()
+	w.sayElsewhere("/whoami", nil)
+	w.waitElsewhere("the owner's answer", func(m core.OutMessage) bool { return strings.Contains(m.Text, "owner trust") })
+	w.p.Say(w.t, Approver, "/whoami")
+	w.waitMessage("the answer on the channel", func(m Message) bool { return strings.Contains(m.Text, "owner trust") })
+	d.Deafen(w.t, true)
+	deaf := fmt.Sprintf("the %s channel has heard nothing", name)
+	w.waitElsewhere("the owner told the channel is deaf", func(m core.OutMessage) bool { return strings.Contains(m.Text, deaf) })
+	d.Deafen(w.t, false)
+	again := fmt.Sprintf("the %s channel hears again", name)
+	w.waitElsewhere("the owner told it hears again", func(m core.OutMessage) bool { return strings.Contains(m.Text, again) })
+	told := 0
+	for _, m := range w.elsewhere.shown() {
+		if strings.Contains(m.Text, deaf) {
+			told++
+		}
+	}
+	if told != 1 {
+		w.t.Fatalf("told %d times the channel is deaf; want once per incident", told)
+	}
+	if n := w.count(`SELECT count(*) FROM audit_log WHERE kind = 'channel.deaf'`); n != 1 {
+		w.t.Fatalf("%d channel.deaf entries; want 1", n)
+	}
+	w.p.Say(w.t, Approver, "/status")
+	w.waitMessage("/status after recovery", func(m Message) bool {
+		return strings.Contains(m.Text, "Channels:") && strings.Contains(m.Text, string(name)+": ok")
+	})
+}

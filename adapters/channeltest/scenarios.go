@@ -37,6 +37,7 @@ var scenarios = []scenario{
 	{name: "commands", run: commandsEverywhere},
 	{name: "approver_elsewhere", shared: true, run: approverElsewhere},
 	{name: "no_approver_reachable", shared: true, run: noApproverReachable},
+	{name: "deaf_channel", run: deafChannel},
 }
 
 // Scenarios lists the names of the suite's scenarios (for a Factory that

@@ -68,6 +68,9 @@ type Adapter struct {
 	// deferred response. Discord allows 3 s including the network; a busy
 	// host's timers can fire half a second late, so a full second is kept.
 	answerBy time.Duration
+	// inbound is the inbound liveness (Health): gateway events and
+	// heartbeat ACKs, with the ACK latency as the platform probe.
+	inbound kit.Liveness
 }
 
 var (
@@ -76,6 +79,7 @@ var (
 	_ core.MessageDeleter     = (*Adapter)(nil)
 	_ core.DirectMessenger    = (*Adapter)(nil)
 	_ core.CapabilityReporter = (*Adapter)(nil)
+	_ core.HealthReporter     = (*Adapter)(nil)
 	_ http.Handler            = (*Adapter)(nil)
 )
 

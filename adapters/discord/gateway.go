@@ -142,7 +142,10 @@ func (a *Adapter) gatewaySession(ctx context.Context) (*gatewayConn, error) {
 			go a.handleInteraction(ctx, i.Interaction, nil)
 		}
 	})
+	// Every gateway event is a sign of life (core.HealthReporter).
+	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Event) { a.inbound.Heard(a.now(), "gateway connected") })
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) {
+		a.inbound.Lost("reconnecting")
 		select {
 		case g.down <- struct{}{}:
 		default:
@@ -178,6 +181,16 @@ func (a *Adapter) watch(ctx context.Context, g *gwSession) (clean bool) {
 		g.gs.RUnlock()
 		if !lastAck.IsZero() && ack.After(lastAck) {
 			interval = ack.Sub(lastAck)
+		}
+		if ack.After(lastAck) {
+			// A heartbeat ACK: the gateway still answers. The probe is the
+			// gap between ACKs (the heartbeat interval when healthy):
+			// discordgo's HeartbeatLatency reads LastHeartbeatSent, which it
+			// writes under a lock we cannot take.
+			a.inbound.Heard(ack, "gateway connected")
+			if interval > 0 {
+				a.inbound.Probe("heartbeat ACKed every " + interval.Round(time.Millisecond).String())
+			}
 		}
 		lastAck = ack
 		limit := zombieLimit(a.cfg.ZombieAfter, interval)
@@ -381,3 +394,6 @@ func (a *Adapter) fetchAfter(ctx context.Context, channel, after string) ([]*dis
 		}
 	}
 }
+
+// Health reports the inbound liveness (core.HealthReporter).
+func (a *Adapter) Health() core.ChannelHealth { return a.inbound.Health() }

@@ -72,6 +72,10 @@ type Adapter struct {
 	// reported is num_connections from the last hello: the app's open
 	// connections as Slack counts them, other processes' included.
 	reported atomic.Int32
+	// inbound is the inbound liveness (Health): in Socket Mode what Slack
+	// sent on its own — hello, envelopes, its pings — never the pongs to
+	// our own pings, which a socket Slack stopped feeding still answers.
+	inbound kit.Liveness
 }
 
 var (
@@ -80,6 +84,7 @@ var (
 	_ core.MessageDeleter     = (*Adapter)(nil)
 	_ core.DirectMessenger    = (*Adapter)(nil)
 	_ core.CapabilityReporter = (*Adapter)(nil)
+	_ core.HealthReporter     = (*Adapter)(nil)
 )
 
 // New builds the adapter. It validates cfg and makes no network request;

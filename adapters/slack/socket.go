@@ -130,6 +130,7 @@ func (a *Adapter) serveConn(ctx context.Context, in core.Inbox, url string) (str
 	conn.SetPongHandler(func(string) error { alive(); return nil })
 	conn.SetPingHandler(func(data string) error {
 		alive()
+		a.inbound.Heard(a.now(), "socket open")
 		err := conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
 		if err != nil && !errors.Is(err, websocket.ErrCloseSent) {
 			return err
@@ -156,6 +157,7 @@ func (a *Adapter) serveConn(ctx context.Context, in core.Inbox, url string) (str
 		alive()
 		_, raw, err := conn.ReadMessage()
 		if err != nil {
+			a.inbound.Lost("reconnecting")
 			if ctx.Err() != nil {
 				return "", ctx.Err()
 			}
@@ -165,6 +167,7 @@ func (a *Adapter) serveConn(ctx context.Context, in core.Inbox, url string) (str
 			}
 			return "", fmt.Errorf("slack: reading from Socket Mode: %w", err)
 		}
+		a.inbound.Heard(a.now(), "socket open")
 		var env envelope
 		if err := json.Unmarshal(raw, &env); err != nil {
 			a.log.Warn("slack: undecodable Socket Mode message skipped", slog.Any("err", err))
@@ -173,6 +176,7 @@ func (a *Adapter) serveConn(ctx context.Context, in core.Inbox, url string) (str
 		switch env.Type {
 		case "hello":
 			a.reported.Store(int32(min(env.NumConnections, 1<<20)))
+			a.inbound.Probe(connectionsProbe(env.NumConnections))
 			lvl := slog.LevelInfo
 			if env.NumConnections > 1 {
 				lvl = slog.LevelWarn
@@ -245,4 +249,24 @@ func (a *Adapter) closeConn(conn *websocket.Conn) {
 		}
 	}
 	_ = conn.Close()
+}
+
+// connectionsProbe is the platform probe of Socket Mode: the connections
+// Slack's hello counts for the app against our one — more means another
+// process shares the app token and receives some of the events.
+func connectionsProbe(n int) string {
+	if n > 1 {
+		return fmt.Sprintf("Slack counts %d connections for this app, ours is 1: another process receives some events", n)
+	}
+	return fmt.Sprintf("Slack counts %d connection(s) for this app, ours is 1", n)
+}
+
+// Health reports the inbound liveness (core.HealthReporter). Over HTTP
+// (the Events API) Slack calls us: a quiet workspace and an unreachable
+// endpoint look the same from here, so it is not judged deaf.
+func (a *Adapter) Health() core.ChannelHealth {
+	if a.cfg.Mode == ModeHTTP {
+		return core.ChannelHealth{Connected: true, State: "events over HTTP"}
+	}
+	return a.inbound.Health()
 }

@@ -91,6 +91,9 @@ func (p *conformancePlatform) NewChannel(t testing.TB, state core.StateStore, lo
 
 func (p *conformancePlatform) Started(testing.TB, core.Channel) {}
 
+// Deafen implements channeltest.Deafener: getUpdates stops returning.
+func (p *conformancePlatform) Deafen(_ testing.TB, deaf bool) { p.srv.Deafen(deaf) }
+
 // Say writes as a person would in the chat: in a group, addressed to the
 // bot (a /command@bot, or an @mention), since group messages that do not
 // address it are not Silas's.

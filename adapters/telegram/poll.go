@@ -304,12 +304,37 @@ func (a *Adapter) removeWebhook(ctx context.Context) {
 }
 
 // Health reports the inbound liveness (core.HealthReporter): in polling
-// mode the last getUpdates round trip; a webhook has no liveness of its own
-// to report (a quiet chat and a deaf webhook look the same), so it is not
-// judged deaf.
+// mode the last getUpdates round trip (a long poll that never returns is
+// what deaf looks like there); in webhook mode what the last probe
+// (ProbeHealth) said.
 func (a *Adapter) Health() core.ChannelHealth {
-	if a.cfg.Mode == ModeWebhook {
-		return core.ChannelHealth{Connected: true, State: "webhook"}
-	}
 	return a.live.Health()
+}
+
+// ProbeHealth is the platform probe of webhook mode (core.HealthProber):
+// getWebhookInfo says how many updates Telegram holds for us and its last
+// delivery error. Nothing waiting, or no delivery error on record, is a
+// sign of life; updates waiting behind a delivery error are not, so a
+// webhook Telegram cannot reach goes deaf once that lasts. Polling has its
+// round trips instead.
+func (a *Adapter) ProbeHealth(ctx context.Context) {
+	if a.cfg.Mode != ModeWebhook {
+		return
+	}
+	info, err := a.bot.GetWebhookInfo(ctx)
+	if err != nil {
+		a.live.Lost("getWebhookInfo failing")
+		a.live.Probe("getWebhookInfo: " + shortErr(err))
+		return
+	}
+	probe := fmt.Sprintf("getWebhookInfo: %d update(s) pending", info.PendingUpdateCount)
+	if info.LastErrorDate > 0 {
+		probe += fmt.Sprintf(", last delivery error at %s: %s", time.Unix(int64(info.LastErrorDate), 0).UTC().Format(time.RFC3339), info.LastErrorMessage)
+	}
+	a.live.Probe(probe)
+	if info.PendingUpdateCount > 0 && info.LastErrorDate > 0 {
+		a.live.Lost("webhook: Telegram cannot deliver")
+		return
+	}
+	a.live.Heard(a.now(), "webhook")
 }

@@ -79,6 +79,7 @@ var (
 	_ core.Channel            = (*Adapter)(nil)
 	_ core.TapAnswerer        = (*Adapter)(nil)
 	_ core.HealthReporter     = (*Adapter)(nil)
+	_ core.HealthProber       = (*Adapter)(nil)
 	_ core.DirectMessenger    = (*Adapter)(nil)
 	_ core.MessageDeleter     = (*Adapter)(nil)
 	_ core.CapabilityReporter = (*Adapter)(nil)

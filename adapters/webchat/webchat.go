@@ -96,7 +96,21 @@ var (
 	_ core.CapabilityReporter = (*Adapter)(nil)
 	_ core.KeyedSender        = (*Adapter)(nil)
 	_ core.TapAnswerer        = (*Adapter)(nil)
+	_ core.HealthReporter     = (*Adapter)(nil)
 )
+
+// Health reports the inbound state (core.HealthReporter): the web chat is
+// served by this process, so it hears whenever it runs; the browsers
+// connected now are its state. It has no platform to go deaf and is never
+// judged deaf (no LastEvent).
+func (a *Adapter) Health() core.ChannelHealth {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.inbox == nil {
+		return core.ChannelHealth{State: "not running"}
+	}
+	return core.ChannelHealth{Connected: true, State: fmt.Sprintf("serving; %d browser(s) connected", len(a.clients))}
+}
 
 // Capabilities implements core.CapabilityReporter: the page edits messages
 // in place and shows cards with buttons; it has no fixed text limit

@@ -71,6 +71,8 @@ type Adapter struct {
 	// held is the current holding of the device lease (lease.go); nil
 	// without leases, or while another instance holds it.
 	held *lease.Held
+	// inbound is the inbound liveness (Health).
+	inbound kit.Liveness
 }
 
 var (
@@ -79,6 +81,7 @@ var (
 	_ core.TapAnswerer        = (*Adapter)(nil)
 	_ core.DirectMessenger    = (*Adapter)(nil)
 	_ core.CapabilityReporter = (*Adapter)(nil)
+	_ core.HealthReporter     = (*Adapter)(nil)
 )
 
 // Status is the link state.
@@ -221,8 +224,10 @@ func (a *Adapter) handle(evt any) bool {
 	ctx := context.Background()
 	switch e := evt.(type) {
 	case *events.Message:
+		a.inbound.Heard(a.cfg.Now(), "connected")
 		return a.onMessage(ctx, e)
 	case *events.Connected:
+		a.inbound.Heard(a.cfg.Now(), "connected")
 		a.setStatus(Status{Connected: true})
 		if a.cfg.State != nil {
 			if err := a.setState(ctx, "problem", ""); err != nil {
@@ -426,4 +431,26 @@ func cutIdentity(id core.IdentityID) (string, string, bool) {
 		}
 	}
 	return "", "", false
+}
+
+// Health reports the inbound liveness (core.HealthReporter). WhatsApp
+// sends nothing on a quiet connection, so besides the events it delivers
+// the sign of life is the connection's own: whatsmeow's keepalive pings,
+// whose failure (KeepAliveTimeout) or a stream error drops the link state
+// here, and a self-check that the socket is open and logged in. A device
+// another instance holds (lease) is not judged.
+func (a *Adapter) Health() core.ChannelHealth {
+	if a.leased() && !a.holdingLive() {
+		return core.ChannelHealth{State: "standby: another instance holds the device"}
+	}
+	st := a.Status()
+	switch {
+	case st.Problem != "":
+		a.inbound.Lost(st.Problem)
+	case st.Connected && a.cli.IsConnected():
+		a.inbound.Heard(a.cfg.Now(), "connected; keepalive answered")
+	default:
+		a.inbound.Lost("reconnecting")
+	}
+	return a.inbound.Health()
 }

@@ -228,14 +228,8 @@ func checkClusterBurst(t *testing.T, dsn string, srv *telegramtest.Server, users
 	} else if doubles > 0 {
 		t.Logf("%d replies delivered twice (sent just before an instance died, not yet recorded)", doubles)
 	}
-	if len(disorder) > 0 {
-		// A KNOWN BUG, not a pass: right after a takeover a chat's replies
-		// can leave out of order (the adopting instance can answer a later
-		// turn before the dead one's earlier turn is adopted; seen about
-		// once in four runs). Exactly-once is checked above and fails the
-		// test; the order is reported as a skip until the fix lands, so
-		// that a run shows it instead of hiding it.
-		t.Skipf("KNOWN BUG (issue 25, order per chat across a takeover): %s", strings.Join(disorder, "; "))
+	for _, d := range disorder {
+		t.Error(d)
 	}
 }
 

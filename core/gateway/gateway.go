@@ -278,7 +278,7 @@ func New(cfg Config) (*Gateway, error) {
 	var tools map[string]execute.ToolRunner
 	var questions engine.Questions
 	if cfg.MCP != nil {
-		cfg.MCP.Bind(func(ctx context.Context) (core.DirectConversation, error) {
+		cfg.MCP.Bind(cfg.Key, func(ctx context.Context) (core.DirectConversation, error) {
 			return ownerConversation(ctx, cfg, owners(ctx))
 		},
 			func(c core.ConversationID) { g.out.Kick(c, 1) })
@@ -310,7 +310,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.Tasks != nil {
 		// Built once, on the rooms it proposes through: no second step.
-		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m, Standing: decider}, Outbox: g.out,
+		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m, Standing: decider, Router: router}, Outbox: g.out,
 			Store: cfg.Store, Policy: cfg.Policy, Verifier: cfg.Verifier, Logger: cfg.Logger, Now: cfg.Now}
 		if g.tasks, err = cfg.Tasks(ports); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -319,7 +319,7 @@ func New(cfg Config) (*Gateway, error) {
 	// Outside agents' calls (MCP): proposals on the same proposer and
 	// executor as /run, from callers that never have owner trust.
 	if g.calls, err = callgate.New(callgate.Config{Store: cfg.Store,
-		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m, Standing: decider},
+		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m, Standing: decider, Router: router},
 		Owners:   owners,
 		Channels: cfg.Channels,
 		Key:      cfg.Key, TTL: cfg.ApprovalTTL, Kick: func(c core.ConversationID, n int) { g.out.Kick(c, n) }, Logger: cfg.Logger, Now: cfg.Now,
@@ -354,7 +354,7 @@ func New(cfg Config) (*Gateway, error) {
 		if fc.Failpoint == "" {
 			fc.Failpoint = cfg.Failpoint
 		}
-		flowSteps := propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m}
+		flowSteps := propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m, Router: router}
 		if fc.Approver == nil && cfg.FlowConsents.Offered() {
 			fc.Approver = flowconsent.Approver{Steps: flowSteps, Decider: decider, Switches: cfg.FlowConsents}
 		}
@@ -417,7 +417,8 @@ func (g *Gateway) Maintenance() []background.Periodic {
 	if g.mcp != nil {
 		// A server that changes a tool without tools/list_changed is caught
 		// here at the latest (and before any call to it, always).
-		jobs = append(jobs, background.Periodic{Name: "mcp_sync", Every: mcptools.SyncEvery, Run: g.mcp.SyncAll, Timeout: 5 * time.Minute})
+		jobs = append(jobs, background.Periodic{Name: "mcp_sync", Every: mcptools.SyncEvery, Run: g.mcp.SyncAll, Timeout: 5 * time.Minute},
+			background.Periodic{Name: "mcp_pin_expiry", Every: outbox.ExpiryEvery, Run: g.mcp.ExpireCards})
 	}
 	return jobs
 }

@@ -33,6 +33,8 @@ const (
 	// for a start to report the gateway was down: another instance alive
 	// would have beaten within it.
 	downAfter = 3 * BeatEvery
+	// probeTimeout bounds one channel's platform probe.
+	probeTimeout = 10 * time.Second
 )
 
 // Store is what health reads and writes.
@@ -99,6 +101,11 @@ func (m *Monitor) Check(ctx context.Context) error {
 		hr, ok := ch.(core.HealthReporter)
 		if !ok {
 			continue
+		}
+		if p, ok := ch.(core.HealthProber); ok {
+			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			p.ProbeHealth(pctx)
+			cancel()
 		}
 		h := hr.Health()
 		if h.LastEvent.IsZero() {

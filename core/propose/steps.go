@@ -3,6 +3,7 @@ package propose
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
@@ -10,6 +11,7 @@ import (
 	"github.com/silas-gateway/silas/core/consent"
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/core/route"
 )
 
 // The proposing port of a task's steps (core/tasks' Actions): each tool
@@ -71,6 +73,26 @@ type Steps struct {
 	// command the owner allowed for a while, with a line instead of a
 	// card. The step's transaction must then be a decide.StandingTx.
 	Standing Standing
+	// Router, when set, sends the card of a step's action that the
+	// requesting conversation cannot decide — an allowed person's task, a
+	// flow a schedule started, an outside agent's call in a chat no owner
+	// reads — to the approvers' own direct conversations, with a status
+	// card in the requesting one, exactly as a turn's /run card
+	// (core/route); and refuses at once, with the reason, an action no
+	// approver can receive. The step's transaction must then be a RoutesTx.
+	Router Router
+}
+
+// Router plans where a request's card goes (core/route's Router).
+type Router interface {
+	Plan(ctx context.Context, a core.ApprovalRequest, tr core.Trust) (route.Plan, error)
+}
+
+// RoutesTx is a step's transaction that can store where a card was routed
+// (core/store's Tx).
+type RoutesTx interface {
+	QueueApprovalRoutes(routes []core.ApprovalRoute) error
+	TransitionApproval(ctx context.Context, id core.ApprovalID, from []core.ApprovalStatus, to core.ApprovalStatus, by core.IdentityID, token []byte) (bool, error)
 }
 
 // Step is what became of an action a task's step proposed, in its
@@ -154,6 +176,15 @@ func (s Steps) ProposeUnder(ctx context.Context, tx Tx, task string, origin core
 		return out, nil
 	}
 	p.Request.Task = task
+	plan, err := s.plan(ctx, tx, p, trust)
+	if err != nil {
+		return Step{}, err
+	}
+	if plan.Refused != "" && under == nil {
+		// Nobody can receive its card: refused now, never stored to wait.
+		s.unroutable(&out, p, plan, note)
+		return out, nil
+	}
 	tx.QueueApproval(*p.Request)
 	var updates []*cards.Card
 	var line string
@@ -179,8 +210,18 @@ func (s Steps) ProposeUnder(ctx context.Context, tx Tx, task string, origin core
 		}
 		if refused != nil {
 			note([]decide.Note{*refused})
+			if plan.Refused != "" {
+				// No consent covers it and nobody can receive its card: the
+				// stored request is closed now, never left to expire unseen.
+				if _, err := tx.(RoutesTx).TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending}, core.ApprovalDeclined, "silas:unroutable", nil); err != nil {
+					return Step{}, err
+				}
+				s.unroutable(&out, p, plan, note)
+				return out, nil
+			}
 			break
 		}
+		plan = route.Plan{} // decided under the consent: nothing to route
 		note(r.Notes)
 		out.Approved, line = r.Queued != "", l
 		if l := r.Outcome(); s.Count != nil && l != "" {
@@ -199,7 +240,12 @@ func (s Steps) ProposeUnder(ctx context.Context, tx Tx, task string, origin core
 	send := func(op core.OutboxOp, c *cards.Card) error {
 		return tx.QueueMessage(origin.Channel, op, string(c.ID), core.OutMessage{Conversation: origin.Conversation, Card: c})
 	}
-	if err := send(core.OpSend, p.Card); err != nil {
+	if plan.Routed {
+		if err := s.sendRouted(tx, origin, p, plan); err != nil {
+			return Step{}, err
+		}
+		note([]decide.Note{{Kind: audit.KindApprovalRouted, Data: map[string]any{"approval": string(p.Request.ID), "to": plan.Who(), "channels": plan.Where()}}})
+	} else if err := send(core.OpSend, p.Card); err != nil {
 		return Step{}, err
 	}
 	for _, c := range updates {
@@ -215,6 +261,50 @@ func (s Steps) ProposeUnder(ctx context.Context, tx Tx, task string, origin core
 		out.Messages++
 	}
 	return out, nil
+}
+
+// plan asks the Router where p's card goes, when p waits for a person
+// (zero Plan: where it was asked, as always).
+func (s Steps) plan(ctx context.Context, tx Tx, p Proposal, trust core.Trust) (route.Plan, error) {
+	if s.Router == nil || p.Auto != "" {
+		return route.Plan{}, nil
+	}
+	if _, ok := tx.(RoutesTx); !ok {
+		return route.Plan{}, nil
+	}
+	plan, err := s.Router.Plan(ctx, *p.Request, trust)
+	if err != nil {
+		return route.Plan{}, fmt.Errorf("propose: %w", err)
+	}
+	return plan, nil
+}
+
+// unroutable is the step of an action no approver can receive: not
+// proposed, the reason said, audited as approval.unroutable.
+func (s Steps) unroutable(out *Step, p Proposal, plan route.Plan, note func([]decide.Note)) {
+	note([]decide.Note{{Kind: audit.KindApprovalUnroutable, Data: map[string]any{"approval": string(p.Request.ID), "command": p.Card.Command,
+		"risk": string(p.Request.Risk), "reason": plan.Refused}}})
+	out.Refused = route.Refusal(p.Card.Command, plan.Refused)
+}
+
+// sendRouted queues p's routed card: the status card to origin's
+// conversation under the card's own key, a copy to each approver's direct
+// conversation, and the routes (copies' lanes are kicked after the commit
+// by the store's fan-out hook).
+func (s Steps) sendRouted(tx Tx, origin core.Turn, p Proposal, plan route.Plan) error {
+	d := plan.Deliver(p.Card, *p.Request)
+	if err := tx.(RoutesTx).QueueApprovalRoutes(d.Routes); err != nil {
+		return err
+	}
+	if err := tx.QueueMessage(origin.Channel, core.OpSend, string(p.Card.ID), core.OutMessage{Conversation: origin.Conversation, Card: d.Status}); err != nil {
+		return err
+	}
+	for _, c := range d.Copies {
+		if err := tx.QueueMessage(c.Channel, core.OpSend, c.Key, core.OutMessage{Conversation: c.Conversation, Card: c.Card}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Proposed starts the execution of an action policy approved, once the

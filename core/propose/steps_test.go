@@ -5,12 +5,14 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/propose"
+	"github.com/silas-gateway/silas/core/route"
 )
 
 // stepTx is a step's transaction: what was queued in it.
@@ -103,6 +105,99 @@ func TestStepsPropose(t *testing.T) {
 			s.Proposed(step)
 			if want := tt.approved; (len(r.started) == 1 && r.started[0] == step.Approval) != want {
 				t.Fatalf("started %v after commit, approved %v", r.started, want)
+			}
+		})
+	}
+}
+
+// routesTx is a step's transaction that stores routes.
+type routesTx struct {
+	stepTx
+	routes   []core.ApprovalRoute
+	closed   []core.ApprovalID
+	channels []core.ChannelName
+	cards    []*cards.Card
+}
+
+func (t *routesTx) QueueMessage(ch core.ChannelName, op core.OutboxOp, k string, m core.OutMessage) error {
+	t.channels, t.cards = append(t.channels, ch), append(t.cards, m.Card)
+	return t.stepTx.QueueMessage(ch, op, k, m)
+}
+func (t *routesTx) QueueApprovalRoutes(r []core.ApprovalRoute) error {
+	t.routes = append(t.routes, r...)
+	return nil
+}
+func (t *routesTx) TransitionApproval(_ context.Context, id core.ApprovalID, _ []core.ApprovalStatus, _ core.ApprovalStatus, _ core.IdentityID, _ []byte) (bool, error) {
+	t.closed = append(t.closed, id)
+	return true, nil
+}
+
+type plans struct{ plan route.Plan }
+
+func (p plans) Plan(context.Context, core.ApprovalRequest, core.Trust) (route.Plan, error) {
+	return p.plan, nil
+}
+
+// A task's, flow's or outside agent's step whose card the requesting
+// conversation cannot decide goes where a turn's /run card goes: the
+// status card here and a copy in each approver's direct chat, or — no
+// approver can receive it — refused at once with the reason, nothing
+// stored to wait (issue 28).
+func TestStepsRouted(t *testing.T) {
+	t.Parallel()
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	pol, err := policy.New([]policy.Rule{{Name: "default", Tool: "*", Decision: policy.AuthRequired, Risk: cards.RiskHigh}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := core.Turn{Channel: "slack", Conversation: "slack:C1", Sender: "slack:U2"}
+	routed := route.Plan{Routed: true, Copies: []route.Target{{Channel: "telegram", Conversation: "telegram:1", Identity: "telegram:1"}}}
+	refused := route.Plan{Refused: "no approver (telegram:1) has a direct conversation with Silas on any running channel"}
+	tests := []struct {
+		name string
+		plan route.Plan
+	}{
+		{name: "routed", plan: routed},
+		{name: "unroutable", plan: refused},
+		{name: "here", plan: route.Plan{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := propose.New(propose.Config{Key: key, Policy: pol, Approver: &approver{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := propose.Steps{Proposer: p, Trust: book{core.TrustAuth}, Runs: &runs{}, Router: plans{tt.plan}}
+			tx := &routesTx{stepTx: stepTx{tx: tx{rows: map[core.ApprovalID]core.ApprovalRequest{}}}}
+			step, err := s.Propose(context.Background(), tx, "task-1", origin, core.ProposedAction{Action: core.Action{Tool: "shell", Argv: []string{"ls"}}, Intent: "i"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds := map[string]bool{}
+			for _, e := range step.Audit {
+				kinds[string(e.Kind)] = true
+			}
+			switch tt.name {
+			case "routed":
+				if step.Approval == "" || len(tx.rows) != 1 || len(tx.routes) != 2 || !kinds["approval.routed"] {
+					t.Fatalf("step %+v, %d requests, routes %+v", step, len(tx.rows), tx.routes)
+				}
+				if !slices.Equal(tx.channels, []core.ChannelName{"slack", "telegram"}) || !slices.Equal(tx.conv, []core.ConversationID{"slack:C1", "telegram:1"}) {
+					t.Fatalf("sent to %v %v", tx.channels, tx.conv)
+				}
+				if len(tx.cards[0].Choices) != 0 || !strings.Contains(tx.cards[0].Outcome, "sent to telegram") || len(tx.cards[1].Choices) == 0 {
+					t.Fatalf("status card %+v, copy %+v", tx.cards[0], tx.cards[1])
+				}
+			case "unroutable":
+				if step.Approval != "" || len(tx.rows) != 0 || len(tx.msgs) != 0 || !kinds["approval.unroutable"] ||
+					!strings.Contains(step.Refused, "Nobody can approve `ls` now: no approver (telegram:1)") {
+					t.Fatalf("step %+v, %d requests, %d messages", step, len(tx.rows), len(tx.msgs))
+				}
+			case "here":
+				if step.Approval == "" || len(tx.routes) != 0 || !slices.Equal(tx.conv, []core.ConversationID{"slack:C1"}) || len(tx.cards[0].Choices) == 0 {
+					t.Fatalf("step %+v, routes %v, sent to %v", step, tx.routes, tx.conv)
+				}
 			}
 		})
 	}

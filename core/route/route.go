@@ -21,6 +21,7 @@ import (
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/decide"
+	"github.com/silas-gateway/silas/core/render"
 )
 
 // Store is what planning reads.
@@ -197,4 +198,47 @@ func toStrings[S ~string](xs []S) []string {
 		out[i] = string(x)
 	}
 	return out
+}
+
+// Copy is one copy of a routed card, to send to an approver's direct
+// conversation under its own message key.
+type Copy struct {
+	Channel      core.ChannelName
+	Conversation core.ConversationID
+	Key          string
+	Card         *cards.Card
+}
+
+// Delivery is what a routed plan sends: the status card for the requesting
+// conversation (under the request's own message key), a copy per target,
+// and the routes to store with the request in the same transaction.
+type Delivery struct {
+	Status *cards.Card
+	Copies []Copy
+	Routes []core.ApprovalRoute
+}
+
+// Deliver lays out what a routed plan (Routed true) sends for request a
+// whose card is card: the one place the engine's turns and the task, flow
+// and MCP steps (core/propose) take it from, so every requester's card
+// reaches the approvers the same way.
+func (p Plan) Deliver(card *cards.Card, a core.ApprovalRequest) Delivery {
+	d := Delivery{Status: render.Routed(card, p.Where())}
+	d.Routes = append(d.Routes, core.ApprovalRoute{Approval: a.ID, Channel: a.Channel, Conversation: a.Conversation, MessageKey: string(a.ID),
+		Kind: core.RouteStatus})
+	cp := render.RoutedCopy(card, a)
+	for _, t := range p.Copies {
+		// A key of its own: a copy may sit on the requesting channel.
+		key := string(a.ID) + "@" + string(t.Conversation)
+		d.Routes = append(d.Routes, core.ApprovalRoute{Approval: a.ID, Channel: t.Channel, Conversation: t.Conversation, MessageKey: key,
+			Kind: core.RouteCopy, Identity: t.Identity})
+		d.Copies = append(d.Copies, Copy{Channel: t.Channel, Conversation: t.Conversation, Key: key, Card: cp})
+	}
+	return d
+}
+
+// Refusal is what the requester is told when no approver can receive the
+// card of command (Plan.Refused is reason).
+func Refusal(command, reason string) string {
+	return fmt.Sprintf("Nobody can approve `%s` now: %s. I asked no one and nothing is waiting; nothing was run.", command, reason)
 }

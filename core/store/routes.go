@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,6 +20,11 @@ func (t *Tx) QueueApprovalRoutes(routes []core.ApprovalRoute) error {
 		}
 		t.later("insert approval route", `INSERT INTO approval_routes (approval_id, channel, conversation, message_key, kind, identity)
 			VALUES ($1, $2, $3, $4, $5, $6)`, r.Approval, r.Channel, r.Conversation, r.MessageKey, r.Kind, r.Identity)
+		// A copy's conversation is kicked after the commit (OnFanOut), so
+		// it is delivered at once whoever queued it.
+		if r.Kind == core.RouteCopy && !slices.Contains(t.fanned, r.Conversation) {
+			t.fanned = append(t.fanned, r.Conversation)
+		}
 	}
 	return nil
 }

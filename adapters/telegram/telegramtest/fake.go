@@ -149,9 +149,11 @@ type Server struct {
 	srv  *httptest.Server
 	now  func() time.Time
 
-	mu         sync.Mutex
-	wake       chan struct{}
-	pollGen    int
+	mu      sync.Mutex
+	wake    chan struct{}
+	pollGen int
+	// deaf: getUpdates holds every poll open and returns nothing (Deafen).
+	deaf       bool
 	calls      []Call
 	queue      []queued
 	nextUpdate int64
@@ -222,6 +224,16 @@ func (s *Server) wakeLocked() {
 }
 
 // ---- test controls -------------------------------------------------------
+
+// Deafen makes the Bot API stop delivering updates while it stays
+// reachable (deaf) or resume (false): a poll is held open until the client
+// gives up, as a getUpdates that never returns (issue 28's deaf channel).
+func (s *Server) Deafen(deaf bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deaf = deaf
+	s.wakeLocked()
+}
 
 // Inject adds a fault for the next requests to method.
 func (s *Server) Inject(method string, f Fault) {
@@ -798,6 +810,16 @@ func (s *Server) getUpdates(ctx context.Context, p map[string]string) (any, *api
 		if s.pollGen != gen {
 			s.mu.Unlock()
 			return nil, &apiErr{code: 409, desc: "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"}
+		}
+		if s.deaf {
+			wake := s.wake
+			s.mu.Unlock()
+			select {
+			case <-wake:
+				continue
+			case <-ctx.Done():
+				return []json.RawMessage{}, nil
+			}
 		}
 		if offset > 0 {
 			// Confirm everything below offset.
