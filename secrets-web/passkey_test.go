@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"html"
 	"log/slog"
 	"net"
@@ -243,8 +244,12 @@ func TestPasskeyPages(t *testing.T) {
 // TestBrowserPasskeyStepUp drives the pages in Chromium with its virtual
 // authenticator (CDP WebAuthn domain, user verification on): a passkey is
 // registered through its link, an irreversible card's link confirms the
-// action and it runs once; an assertion without user verification is
-// refused and audited; a used link shows "already used".
+// action and it runs once. Refused, with the request left undecided and
+// nothing run: the same assertion posted again, an assertion over another
+// request's challenge posted to this link, the action edited in the
+// database after the page was opened, a link past its lifetime, a
+// signature counter put back (a cloned key), an assertion without user
+// verification; a used or expired link's page says so.
 func TestBrowserPasskeyStepUp(t *testing.T) {
 	p := passkeySetup(t)
 	bctx := browsertest.NewWith(t, browsertest.IgnoreCertificateErrors())
@@ -264,11 +269,27 @@ func TestBrowserPasskeyStepUp(t *testing.T) {
 	})); err != nil {
 		t.Fatalf("virtual authenticator: %v", err)
 	}
-	// run opens link, presses the page's button and waits for its outcome.
-	run := func(link string) (state, msg string) {
+	// js evaluates expr in the page (awaiting a promise).
+	js := func(expr string) any {
 		t.Helper()
-		if err := chromedp.Do(ctx, chromedp.Navigate(link), chromedp.WaitVisible(chromedp.ID("go")), chromedp.Click(chromedp.ID("go"))); err != nil {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[any](expr, chromedp.EvalAwaitPromise))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	// run opens link, runs before (the page is loaded), presses the
+	// page's button and waits for its outcome.
+	run := func(link string, before ...func()) (state, msg string) {
+		t.Helper()
+		if err := chromedp.Do(ctx, chromedp.Navigate(link), chromedp.WaitVisible(chromedp.ID("go"))); err != nil {
 			t.Fatalf("open %s: %v", link, err)
+		}
+		for _, b := range before {
+			b()
+		}
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("go"))); err != nil {
+			t.Fatalf("click on %s: %v", link, err)
 		}
 		st, err := chromedp.Run(ctx, chromedp.Poll[string](
 			`(s => ["done","refused","cancelled","unsupported","error"].includes(s) && s)(document.getElementById('passkey').dataset.state)`,
@@ -295,24 +316,109 @@ func TestBrowserPasskeyStepUp(t *testing.T) {
 	a := p.propose(t, "mkfs.ext4", "/dev/sdz")
 	link = p.tapLink(t, a)
 	start := time.Now()
-	if st, msg := run(link); st != "done" {
+	// The page's answer is kept (a hook on fetch) to be replayed below.
+	const keep = `(() => { const f = window.fetch; window.__sent = []; window.fetch = (u, o) => { window.__sent.push(o.body); return f(u, o); }; return true })()`
+	if st, msg := run(link, func() { js(keep) }); st != "done" {
 		t.Fatalf("step-up in the browser: %s %q", st, msg)
 	}
 	t.Logf("link → approved execution queued in %s", time.Since(start))
 	if got := p.status(t, a.ID); got != core.ApprovalApproved || p.runs.count() != 1 {
 		t.Fatalf("after the step-up: status %s, %d runs", got, p.runs.count())
 	}
-	// The used link: the page says so, nothing runs again.
-	if err := chromedp.Do(ctx, chromedp.Navigate(link)); err != nil {
-		t.Fatal(err)
+	// The same assertion posted again: refused, nothing runs again.
+	replay := `fetch(location.pathname, {method: "POST", credentials: "same-origin", headers: {"Content-Type": "application/json"}, body: window.__sent[0]}).then(r => r.status)`
+	if st := js(replay); st != float64(http.StatusConflict) {
+		t.Fatalf("replayed assertion answered %v, want 409", st)
 	}
-	if h, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("h1"))); h != "Link already used" {
+	// The used link: the page says so.
+	heading := func(link string) string {
+		t.Helper()
+		if err := chromedp.Do(ctx, chromedp.Navigate(link)); err != nil {
+			t.Fatal(err)
+		}
+		h, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("h1")))
+		return h
+	}
+	if h := heading(link); h != "Link already used" {
 		t.Fatalf("used link shows %q", h)
 	}
+	refusedRun := func(what string, b core.ApprovalRequest, link, want string, before ...func()) {
+		t.Helper()
+		if st, msg := run(link, before...); st != "refused" || !strings.Contains(msg, want) {
+			t.Fatalf("%s: %s %q, want refused saying %q", what, st, msg, want)
+		}
+		if got := p.status(t, b.ID); got != core.ApprovalConfirming || p.runs.count() != 1 {
+			t.Fatalf("after %s: status %s, %d runs", what, got, p.runs.count())
+		}
+	}
+
+	// An assertion over another request's challenge, posted to this link
+	// (with this link's tokens and cookie): the page of c signs c's
+	// challenge, then posts to b's link.
+	b := p.propose(t, "wipefs", "-a", "/dev/sdx")
+	bLink := p.tapLink(t, b)
+	if err := chromedp.Do(ctx, chromedp.Navigate(bLink), chromedp.WaitVisible(chromedp.ID("go"))); err != nil {
+		t.Fatal(err)
+	}
+	bTok := js(`JSON.stringify([document.getElementById('passkey').dataset.token, document.getElementById('passkey').dataset.csrf, location.pathname])`).(string)
+	c2 := p.propose(t, "shred", "/dev/sdw")
+	refusedRun("another request's challenge", b, p.tapLink(t, c2), "another request", func() {
+		js(`(([t, c, path]) => { const r = document.getElementById('passkey'); r.dataset.token = t; r.dataset.csrf = c; history.replaceState(null, "", path); return true })(` + bTok + `)`)
+	})
+
+	// The action edited in the database after the page was opened.
+	d := p.propose(t, "blkdiscard", "/dev/sdv")
+	refusedRun("an action edited after the card", d, p.tapLink(t, d), "another request", func() {
+		evil := core.Action{Tool: "shell", Argv: []string{"rm", "-rf", "/srv"}}
+		canonical, _ := evil.Canonical()
+		hash, _ := evil.Hash()
+		if _, err := p.db.Pool().Exec(context.Background(), `UPDATE approvals SET action_canonical = $2, action_hash = $3 WHERE id = $1`,
+			string(d.ID), canonical, hash); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	// A link older than its lifetime: the page says so; an answer from a
+	// page opened before is refused.
+	e := p.propose(t, "mkswap", "/dev/sdu")
+	eLink := p.tapLink(t, e)
+	refusedRun("a link past its lifetime", e, eLink, "expired", func() { p.clock.Add(stepup.DefaultStepUpTTL + time.Second) })
+	if h := heading(eLink); h != "Link expired" {
+		t.Fatalf("an expired link shows %q", h)
+	}
+	if h := heading(p.tapLink(t, e)); h != "Confirm with passkey" {
+		t.Fatalf("a fresh link after the expired one shows %q", h)
+	}
+
+	// A signature counter that went backwards: the authenticator's
+	// credential is put back with a lower count (a cloned key).
+	f := p.propose(t, "mkdosfs", "/dev/sdt")
+	refusedRun("a sign-count regression", f, p.tapLink(t, f), "counter went backwards", func() {
+		if err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			got, err := cdp.Call(ctx, tg, webauthn.GetCredentials, webauthn.GetCredentialsParams{AuthenticatorID: authID})
+			if err != nil || len(got.Credentials) != 1 {
+				return fmt.Errorf("credentials %v: %v", got.Credentials, err)
+			}
+			cr := got.Credentials[0]
+			if _, err := cdp.Call(ctx, tg, webauthn.RemoveCredential, webauthn.RemoveCredentialParams{AuthenticatorID: authID, CredentialID: cr.CredentialID}); err != nil {
+				return err
+			}
+			// Only the fields this Chromium takes back (cdproto's struct
+			// also sends CMTG fields it refuses).
+			add := cdp.Command[map[string]any, cdp.Empty]{Method: webauthn.CommandAddCredential}
+			_, err = cdp.Call(ctx, tg, add, map[string]any{"authenticatorId": authID, "credential": map[string]any{
+				"credentialId": cr.CredentialID, "isResidentCredential": cr.IsResidentCredential, "rpId": cr.RpID,
+				"privateKey": cr.PrivateKey, "userHandle": cr.UserHandle, "signCount": 0,
+			}})
+			return err
+		})); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	// User verification absent: the authenticator answers without the UV flag.
-	b := p.propose(t, "dd", "if=/dev/zero", "of=/dev/sdy")
-	link = p.tapLink(t, b)
+	g := p.propose(t, "dd", "if=/dev/zero", "of=/dev/sdy")
+	link = p.tapLink(t, g)
 	if err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 		bad := true
 		_, err := cdp.Call(ctx, tg, webauthn.SetResponseOverrideBits, webauthn.SetResponseOverrideBitsParams{AuthenticatorID: authID, IsBadUV: &bad})
@@ -323,7 +429,7 @@ func TestBrowserPasskeyStepUp(t *testing.T) {
 	if st, msg := run(link); st != "refused" || !strings.Contains(msg, "did not verify you") {
 		t.Fatalf("step-up without user verification: %s %q", st, msg)
 	}
-	if got := p.status(t, b.ID); got != core.ApprovalConfirming || p.runs.count() != 1 {
+	if got := p.status(t, g.ID); got != core.ApprovalConfirming || p.runs.count() != 1 {
 		t.Fatalf("after a refused step-up: status %s, %d runs", got, p.runs.count())
 	}
 	for _, e := range browsertest.JSErrors(bctx) {
