@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/webauthn"
 	"github.com/chromedp/chromedp"
 
@@ -431,6 +432,24 @@ func TestBrowserPasskeyStepUp(t *testing.T) {
 	}
 	if got := p.status(t, g.ID); got != core.ApprovalConfirming || p.runs.count() != 1 {
 		t.Fatalf("after a refused step-up: status %s, %d runs", got, p.runs.count())
+	}
+	// A browser without WebAuthn (an in-app browser): the page says to open
+	// the link in the system browser, and the link stays usable.
+	h := p.propose(t, "mkntfs", "/dev/sds")
+	hLink := p.tapLink(t, h)
+	if err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, cdppage.AddScriptToEvaluateOnNewDocument, cdppage.AddScriptToEvaluateOnNewDocumentParams{Source: "delete window.PublicKeyCredential;"})
+		return err
+	}), chromedp.Navigate(hLink)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := chromedp.Run(ctx, chromedp.Poll[string](`document.getElementById('passkey').dataset.state === 'unsupported' && document.getElementById('status').textContent`,
+		chromedp.WithPollingTimeout(10*time.Second)))
+	if err != nil || !strings.Contains(st, "system browser") {
+		t.Fatalf("page without WebAuthn says %q (%v)", st, err)
+	}
+	if l, err := p.db.GetPasskeyLink(context.Background(), strings.TrimPrefix(strings.Split(hLink, "?")[0], p.base+stepup.StepUpPath)); err != nil || !l.UsedAt.IsZero() {
+		t.Fatalf("the link after an unsupported browser: %+v, %v", l, err)
 	}
 	for _, e := range browsertest.JSErrors(bctx) {
 		// 404 favicon, 409 used link, 403 refused answer: statuses the
