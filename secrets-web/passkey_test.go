@@ -51,8 +51,12 @@ type startedRuns struct {
 func (r *startedRuns) RefuseUnready(context.Context, execute.Tx, core.ApprovalRequest, core.IdentityID) (*execute.Unready, error) {
 	return nil, nil
 }
-func (r *startedRuns) Start(id core.ApprovalID) { r.mu.Lock(); r.ids = append(r.ids, id); r.mu.Unlock() }
-func (r *startedRuns) count() int            { r.mu.Lock(); defer r.mu.Unlock(); return len(r.ids) }
+func (r *startedRuns) Start(id core.ApprovalID) {
+	r.mu.Lock()
+	r.ids = append(r.ids, id)
+	r.mu.Unlock()
+}
+func (r *startedRuns) count() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.ids) }
 
 type pkBundle struct {
 	*bundle

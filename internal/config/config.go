@@ -259,6 +259,8 @@ type Config struct {
 	// Passkeys configures the passkey step-up of irreversible actions
 	// (passkeys.*).
 	Passkeys Passkeys `yaml:"passkeys"`
+	// Cluster times the instances sharing the database (cluster.*).
+	Cluster Cluster `yaml:"cluster"`
 
 	// ignoredEnv are Kubernetes service-link variables Load skipped.
 	ignoredEnv []string
@@ -327,6 +329,7 @@ func Default() *Config {
 	c.setLLMDefaults()
 	c.Flows.MaxParallel = 4
 	c.setConsentDefaults()
+	c.setClusterDefaults()
 	return c
 }
 
@@ -586,7 +589,7 @@ func (c *Config) Adapters() []spec.Spec {
 // Validate checks every key and names the first bad one: the gateway's own
 // sections, then each adapter's (Adapters), the agent's and the policy.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows, c.checkConsents, c.checkMCP, c.checkTelemetry, c.checkPasskeys} {
+	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows, c.checkConsents, c.checkMCP, c.checkTelemetry, c.checkCluster, c.checkPasskeys} {
 		if err := check(); err != nil {
 			return err
 		}
