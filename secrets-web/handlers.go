@@ -37,6 +37,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /static/secrets.css", s.css)
 	mux.HandleFunc("GET /qr/{token}", s.qrHTML)
 	mux.HandleFunc("GET /qr/{token}/code.png", s.qrPNG)
+	if s.deps.Passkeys != nil {
+		s.passkeyRoutes(mux)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.message(w, http.StatusNotFound, "Not found", "This page does not exist.")
 	})

@@ -106,6 +106,9 @@ type Deps struct {
 	Now func() time.Time
 	// ACME supplies certificates in TLS mode "acme".
 	ACME CertificateSource
+	// Passkeys answers the passkey pages (/passkey/enroll/…,
+	// /passkey/stepup/…; core/stepup). Optional: nil serves none.
+	Passkeys Passkeys
 }
 
 // Server is the secure-form service.

@@ -36,6 +36,7 @@ var commands = []command{
 	{"secrets-web", "serve only the secure HTTPS form for credentials (without the gateway)", cmdSecretsWeb},
 	{"webchat", "end every web chat session (webchat revoke)", cmdWebchat},
 	{"consents", "list or revoke standing approvals (consents list, consents revoke ID)", cmdConsents},
+	{"passkey", "register, list or remove owners' passkeys for the step-up of irreversible actions (passkey add|list|remove)", cmdPasskey},
 	{"mcp", "Silas as an MCP server for other agents: bearer tokens (mcp token add|list|revoke), the stdio bridge (mcp serve)", cmdMCP},
 	{"whatsapp", "link Silas as a WhatsApp device, show or remove the link (whatsapp link|status|unlink)", cmdWhatsApp},
 	{"flow", "check and draw runbooks (flow validate FILE…, flow list, flow show NAME)", cmdFlow},

@@ -52,6 +52,9 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	} {
 		problems += doctor.Block(env.stdout, b.title, b.run)
 	}
+	if f := doctorPasskeys(ctx, env, cfg); f != nil {
+		problems += doctor.Block(env.stdout, "Passkeys", func() []doctor.Finding { return f })
+	}
 	if f := doctorSecureForm(cfg); f != nil {
 		problems += doctor.Block(env.stdout, "Secure form", func() []doctor.Finding { return f })
 	}

@@ -185,12 +185,18 @@ func cmdSecretsWeb(ctx context.Context, env *cliEnv, args []string) error {
 // for any request store: the engine (serve: the card update commits with
 // the value) or *store.Store (secrets-web: no card update).
 func newSecretsWebForm(cfg *config.Config, requests secretsweb.RequestStore, sealer *secrets.Sealer, log *slog.Logger) (*secretsweb.Server, error) {
+	return newSecureForm(cfg, requests, sealer, log, nil)
+}
+
+// newSecureForm is newSecretsWebForm with the passkey pages (serve's form;
+// nil: none).
+func newSecureForm(cfg *config.Config, requests secretsweb.RequestStore, sealer *secrets.Sealer, log *slog.Logger, passkeys secretsweb.Passkeys) (*secretsweb.Server, error) {
 	sw := cfg.SecretsWeb
 	dir := sw.TLS.Dir
 	if dir == "" {
 		dir = filepath.Join(cfg.DataDir, "secrets-web")
 	}
-	deps := secretsweb.Deps{Requests: requests, Sealer: sealer, Logger: log}
+	deps := secretsweb.Deps{Requests: requests, Sealer: sealer, Logger: log, Passkeys: passkeys}
 	if sw.TLS.Mode == secretsweb.TLSACME {
 		// Certificates for the public host, answered with TLS-ALPN-01 on
 		// the form's own port (no port 80 needed); cached under dir.

@@ -29,6 +29,7 @@ import (
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
+	"github.com/silas-gateway/silas/core/stepup"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/config"
@@ -112,13 +113,17 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if mcpc != nil {
 		defer mcpc.Close()
 	}
-	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log, mcpTools, inst, peers.StopRuns)
+	su, err := newStepUp(cfg, db.store, key.Public().(ed25519.PublicKey), log)
+	if err != nil {
+		return err
+	}
+	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log, mcpTools, inst, peers.StopRuns, su)
 	if err != nil {
 		return err
 	}
 	peers.OnStop(store.ParseStopNotice, eng.StopRuns) // another instance's /stop of a task whose actions run here
 	late.eng.Store(eng)
-	form, err := serveForm(cfg, eng, sealer, log, late)
+	form, err := serveForm(cfg, eng, sealer, log, late, su)
 	if err != nil {
 		return err
 	}
@@ -205,11 +210,15 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 
 // serveForm makes the secure form for credentials, when secrets_web is
 // enabled, and hands its links to the engine and the adapters.
-func serveForm(cfg *config.Config, eng *gateway.Gateway, sealer *secrets.Sealer, log *slog.Logger, late *lateHooks) (*secretsweb.Server, error) {
+func serveForm(cfg *config.Config, eng *gateway.Gateway, sealer *secrets.Sealer, log *slog.Logger, late *lateHooks, su *stepup.Service) (*secretsweb.Server, error) {
 	if !cfg.SecretsWeb.Enabled {
 		return nil, nil
 	}
-	form, err := newSecretsWebForm(cfg, eng.SecureInput(), sealer, log)
+	var pk secretsweb.Passkeys // a nil interface, not a nil service
+	if su != nil {
+		pk = su
+	}
+	form, err := newSecureForm(cfg, eng.SecureInput(), sealer, log, pk)
 	if err != nil {
 		return nil, err
 	}
@@ -326,7 +335,8 @@ func newSandbox(cfg *config.Config, configPath string, log *slog.Logger) (*sandb
 // newEngine builds the agent and the engine over the channels (with the
 // task runtime when the LLM agent is configured).
 func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandbox.Subprocess, sbDir string, pol *policy.Policy,
-	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger, mcp *mcptools.Tools, inst gateway.Cluster, stopElsewhere func([]core.ApprovalID)) (*gateway.Gateway, error) {
+	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger, mcp *mcptools.Tools, inst gateway.Cluster, stopElsewhere func([]core.ApprovalID),
+	su *stepup.Service) (*gateway.Gateway, error) {
 	ids := func(list []string) []core.IdentityID {
 		out := make([]core.IdentityID, len(list))
 		for i, o := range list {
@@ -355,7 +365,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
 		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg), MCP: mcp,
-		Flows: withMCPFlows(flowsConfig(cfg), mcp), Cluster: inst, StopElsewhere: stopElsewhere,
+		Flows: withMCPFlows(flowsConfig(cfg), mcp), Cluster: inst, StopElsewhere: stopElsewhere, StepUp: su,
 		FlowConsents: consent.Switches{RunWrites: cfg.Flows.RunWrites, Automatable: cfg.Flows.AutomatableExecution},
 	})
 }

@@ -231,10 +231,11 @@ func (d *Decider) Tap(ctx context.Context, tx Tx, t core.Turn, trust core.Trust)
 }
 
 // StatusCard is c as the requesting conversation of a routed request
-// shows it: its state without choices.
+// shows it: its state without choices (nor a step-up link, which is the
+// tapper's own).
 func StatusCard(c *cards.Card) *cards.Card {
 	s := *c
-	s.Choices = nil
+	s.Choices, s.Link = nil, nil
 	return &s
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/tracing"
 )
 
 // StepUp is the passkey step-up (core/stepup): the top rung of the risk
@@ -101,6 +102,8 @@ func (d *Decider) ApproveStepUp(ctx context.Context, tx Tx, a core.ApprovalReque
 	if !MayDecide(a, by, core.TrustOwner) {
 		return Result{Refused: core.RefusedNotApprover, Toast: "You may not decide this request."}, nil
 	}
+	// The decision joins the proposal's trace, as a tap's does.
+	tracing.Tapped(ctx, string(a.ID), a.Traceparent, a.CreatedAt)
 	r, err := d.approveWith(ctx, tx, a, by, &p)
 	if err != nil {
 		return Result{}, err

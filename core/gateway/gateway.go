@@ -47,6 +47,7 @@ import (
 	"github.com/silas-gateway/silas/core/route"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/secureinput"
+	"github.com/silas-gateway/silas/core/stepup"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/tapseal"
 	"github.com/silas-gateway/silas/core/trust"
@@ -160,6 +161,10 @@ type Config struct {
 	// an approved execution is claimed.
 	HoldExecution func(id core.ApprovalID) bool
 	BeforeExecute func(id core.ApprovalID)
+	// StepUp is the passkey step-up irreversible requests need
+	// (core/stepup); New binds it to the decider and the executor. nil:
+	// an irreversible request is refused.
+	StepUp *stepup.Service
 }
 
 func (c *Config) defaults() error {
@@ -255,8 +260,12 @@ func New(cfg Config) (*Gateway, error) {
 		TTL: cfg.SecretTTL, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	decider := decide.New(decide.Config{Key: cfg.Key, TokenTTL: cfg.TokenTTL, Preview: cfg.OutputPreview, Executions: cfg.Store,
-		Standing: cfg.Consents, NoSelfApproval: cfg.NoSelfApproval})
+	dc := decide.Config{Key: cfg.Key, TokenTTL: cfg.TokenTTL, Preview: cfg.OutputPreview, Executions: cfg.Store,
+		Standing: cfg.Consents, NoSelfApproval: cfg.NoSelfApproval}
+	if cfg.StepUp != nil {
+		dc.StepUp = cfg.StepUp // never a typed nil in the interface
+	}
+	decider := decide.New(dc)
 	owners := func(ctx context.Context) []core.IdentityID { return slices.Concat(cfg.Owners, book.OwnersBound(ctx)) }
 	router, err := route.New(route.Config{Store: cfg.Store, Owners: owners, Channels: slices.Collect(maps.Keys(channels)), To: cfg.RouteTo,
 		NoSelfApproval: cfg.NoSelfApproval})
@@ -300,6 +309,9 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.exec = exec
+	if cfg.StepUp != nil {
+		cfg.StepUp.Bind(decider, exec, func(c core.ConversationID, n int) { g.out.Kick(c, n) })
+	}
 	runs := stopEverywhere{exec, cfg.StopElsewhere} // what tasks and flows stop may run on another instance
 	if cfg.Tasks != nil {
 		// Built once, on the rooms it proposes through: no second step.

@@ -256,6 +256,9 @@ type Config struct {
 	MCP MCP `yaml:"mcp"`
 	// Telemetry configures OpenTelemetry traces (telemetry.tracing.*).
 	Telemetry Telemetry `yaml:"telemetry"`
+	// Passkeys configures the passkey step-up of irreversible actions
+	// (passkeys.*).
+	Passkeys Passkeys `yaml:"passkeys"`
 	// Cluster times the instances sharing the database (cluster.*).
 	Cluster Cluster `yaml:"cluster"`
 
@@ -313,6 +316,8 @@ func Default() *Config {
 	c.Sandbox.NetworkPorts = []uint16{53, 80, 443}
 	c.Output.InlineMaxChars, c.Output.PreviewChars = 10000, 2000
 	c.Secrets.RequestTTL = Duration{15 * time.Minute}
+	c.Passkeys.StepUpTTL = Duration{5 * time.Minute}
+	c.Passkeys.EnrollTTL = Duration{15 * time.Minute}
 	c.SecretsWeb.Enabled = true
 	c.SecretsWeb.Listen = "127.0.0.1:8443"
 	c.SecretsWeb.PublicURL = "https://127.0.0.1:8443"
@@ -584,7 +589,7 @@ func (c *Config) Adapters() []spec.Spec {
 // Validate checks every key and names the first bad one: the gateway's own
 // sections, then each adapter's (Adapters), the agent's and the policy.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows, c.checkConsents, c.checkMCP, c.checkTelemetry, c.checkCluster} {
+	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows, c.checkConsents, c.checkMCP, c.checkTelemetry, c.checkCluster, c.checkPasskeys} {
 		if err := check(); err != nil {
 			return err
 		}
