@@ -36,6 +36,9 @@ type MCPTool struct {
 	SeenAt   time.Time
 	PinnedAt time.Time
 	PinnedBy IdentityID
+	// PinSig is the gateway key's Ed25519 signature over the pin
+	// (core/mcptools); a pin without a valid one is no pin.
+	PinSig []byte
 }
 
 // MCPPinned names one definition a pin card showed.

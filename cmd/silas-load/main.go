@@ -347,8 +347,8 @@ func (x *execTracker) executionStarted(id core.ApprovalID) {
 // clkTck is USER_HZ, the unit of /proc CPU times (100 on Linux).
 const clkTck = 100.0
 
-// usage is CPU time used by this process, its waited-for children (sandbox
-// processes), the PostgreSQL server (when it runs on this host) and the
+// usage is CPU time used by this process, its children (sandbox
+// processes: each run's init, waited for, and the zygote), the PostgreSQL server (when it runs on this host) and the
 // whole machine, plus the database's write transactions and WAL.
 type usage struct {
 	at                 time.Time
@@ -387,6 +387,7 @@ type sampler struct {
 	ch         *nullChannel
 	tr         *tracker
 	ex         *execTracker
+	sb         *sandbox.Subprocess
 	postmaster int // 0: the server is not on this host (or not found)
 }
 
@@ -399,6 +400,11 @@ func (s *sampler) sample(ctx context.Context) (usage, error) {
 	}
 	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err == nil {
 		u.kids = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	if s.sb != nil {
+		// The sandbox's zygote is a child too, but waited for only at
+		// the end: its CPU so far counts with the runs it forked.
+		u.kids += s.sb.ZygoteCPU()
 	}
 	if s.postmaster != 0 {
 		u.pg = serverCPU(s.postmaster)
@@ -666,7 +672,7 @@ func load(ctx context.Context, o options) error {
 		return ctx.Err()
 	}
 
-	h.sm = &sampler{st: st, ch: h.ch, tr: h.tr, ex: h.ex, postmaster: findPostmaster(ctx, st)}
+	h.sm = &sampler{st: st, ch: h.ch, tr: h.tr, ex: h.ex, sb: sb, postmaster: findPostmaster(ctx, st)}
 
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)

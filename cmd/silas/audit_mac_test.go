@@ -14,7 +14,7 @@ import (
 
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/store"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // The append attack of issue 22: a correctly chained "the owner approved
@@ -40,7 +40,7 @@ func TestAuditVerifyNamesFabricatedEntry(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			dsn := pgtest.NewDatabase(t)
+			dsn := storetest.NewDatabase(t)
 			dataDir := t.TempDir()
 			st, err := store.Open(ctx, dsn, store.Options{Logger: slog.New(slog.DiscardHandler),
 				EntryKeyFile: filepath.Join(dataDir, "audit", "entry.key")})

@@ -15,14 +15,14 @@ import (
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/pgcluster"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // auditDB is a fresh, migrated database holding n audit entries appended
 // through the store, as serve would have; no server runs.
 func auditDB(t *testing.T, n int) (string, *store.Store) {
 	t.Helper()
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	ctx := t.Context()
 	st, err := store.Open(ctx, dsn, store.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -267,7 +267,7 @@ func rechainFrom(t *testing.T, st *store.Store, from int64) {
 // head file; verify then finds every entry covered.
 func TestServeSignsCheckpointAtStop(t *testing.T) {
 	t.Parallel() // a server of its own on a database of its own
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	dataDir := t.TempDir()
 	s := startServer(t, dsn, dataDir)
 	c := s.connect(t)

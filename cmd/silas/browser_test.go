@@ -15,7 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/silas-gateway/silas/internal/browsertest"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // browserWait polls a JavaScript expression until it is truthy.
@@ -94,7 +94,7 @@ func TestBrowserWebChat(t *testing.T) {
 	// The browser first: without one the test skips before starting a
 	// database and a server.
 	bctx := browsertest.New(t)
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	s := startServer(t, dsn, t.TempDir())
 	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
 	defer cancel()
@@ -214,7 +214,7 @@ func TestBrowserWebChat(t *testing.T) {
 // shows what to type.
 func TestBrowserSignInInOpenTab(t *testing.T) {
 	bctx := browsertest.New(t)
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	data := t.TempDir()
 	s := startServer(t, dsn, data)
 	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)

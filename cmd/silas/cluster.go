@@ -13,8 +13,8 @@ import (
 // joinCluster registers this process as an instance of the database
 // (issue 25: any number of `silas serve` on one PostgreSQL) and makes the
 // listener that carries web chat frames between instances (PostgreSQL
-// LISTEN/NOTIFY on channel silas_cluster). When other instances exist it
-// waits until each has seen this one (one heartbeat), so none of them
+// LISTEN/NOTIFY on channel silas_cluster). When other instances are alive
+// it waits until each has seen this one (one heartbeat), so none of them
 // still believes itself alone when this one starts taking turns.
 func joinCluster(ctx context.Context, st *store.Store, log *slog.Logger) (*cluster.Instance, *cluster.Listener, error) {
 	// The same id names this process as a lease holder (doctor, /metrics).
@@ -24,10 +24,10 @@ func joinCluster(ctx context.Context, st *store.Store, log *slog.Logger) (*clust
 		return nil, nil, err
 	}
 	log.Info("joined the instances on this database", slog.String("instance", inst.ID()), slog.Bool("alone", inst.Solo()))
-	if !inst.Solo() {
+	if wait := inst.WaitSeen(); !inst.Solo() && wait > 0 {
 		select {
 		case <-ctx.Done():
-		case <-time.After(inst.WaitSeen()):
+		case <-time.After(wait):
 		}
 	}
 	return inst, cluster.NewListener(st, inst, store.ParseFrameNotice, log), nil

@@ -16,7 +16,7 @@ import (
 
 	"github.com/silas-gateway/silas/adapters/telegram/telegramtest"
 	"github.com/silas-gateway/silas/cards"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // Several `silas serve` on one database (issue 25): the real binary, real
@@ -116,7 +116,7 @@ var numberedRe = regexp.MustCompile(`/m(\d+)\b`)
 func TestClusterTelegramBurstFailover(t *testing.T) {
 	t.Parallel()
 	srv := telegramtest.NewServer(t, telegramtest.Options{})
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	env := pollingEnv(srv)
 	servers := startCluster(t, dsn, 3, env...)
 
@@ -228,14 +228,8 @@ func checkClusterBurst(t *testing.T, dsn string, srv *telegramtest.Server, users
 	} else if doubles > 0 {
 		t.Logf("%d replies delivered twice (sent just before an instance died, not yet recorded)", doubles)
 	}
-	if len(disorder) > 0 {
-		// A KNOWN BUG, not a pass: right after a takeover a chat's replies
-		// can leave out of order (the adopting instance can answer a later
-		// turn before the dead one's earlier turn is adopted; seen about
-		// once in four runs). Exactly-once is checked above and fails the
-		// test; the order is reported as a skip until the fix lands, so
-		// that a run shows it instead of hiding it.
-		t.Skipf("KNOWN BUG (issue 25, order per chat across a takeover): %s", strings.Join(disorder, "; "))
+	for _, d := range disorder {
+		t.Error(d)
 	}
 }
 
@@ -247,7 +241,7 @@ func checkClusterBurst(t *testing.T, dsn string, srv *telegramtest.Server, users
 func TestClusterSIGSTOPFencing(t *testing.T) {
 	t.Parallel()
 	srv := telegramtest.NewServer(t, telegramtest.Options{})
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	env := pollingEnv(srv)
 	servers := startCluster(t, dsn, 2, env...)
 
@@ -376,7 +370,7 @@ func dumpCluster(t *testing.T, dsn string, servers []*server) {
 // run again), and a tap on the waiting card runs it once, on the survivor.
 func TestClusterWebChat(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	servers := startCluster(t, dsn, 2)
 	a, b := servers[0], servers[1]
 	ca, cb := a.connect(t), b.connect(t)
@@ -433,7 +427,7 @@ func TestClusterFailoverTimings(t *testing.T) {
 	}
 	for _, mode := range modes {
 		srv := telegramtest.NewServer(t, telegramtest.Options{})
-		dsn := pgtest.NewDatabase(t)
+		dsn := storetest.NewDatabase(t)
 		servers := startCluster(t, dsn, 2, pollingEnv(srv)...)
 		u := telegramtest.User{ID: 9001, FirstName: "F"}
 		var took []time.Duration

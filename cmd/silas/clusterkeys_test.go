@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // refusedServe runs serve expecting it to refuse to start; it returns what
@@ -51,7 +51,7 @@ func copyFile(t *testing.T, from, to string) {
 // starts; `silas keys forget` accepts a key replaced on purpose.
 func TestServeRefusesKeysOtherThanTheClusters(t *testing.T) {
 	t.Parallel() // servers of their own on a database of their own
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	first := t.TempDir()
 	startServer(t, dsn, first).stop()
 	// The audit key rotated as docs/operations.md says (stop, move the

@@ -186,7 +186,7 @@ func checkServeSecrets(cfg *config.Config) error {
 	if _, err := newAgent(cfg, quiet); err != nil {
 		return err
 	}
-	if _, err := newTasks(cfg, quiet); err != nil {
+	if _, err := newTasks(cfg, quiet, nil); err != nil {
 		return err
 	}
 	if cfg.Secrets.Key != "" {

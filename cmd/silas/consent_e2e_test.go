@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/silas-gateway/silas/cards"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // A standing approval through the web chat, configured only by documented
@@ -14,7 +14,7 @@ import (
 // one asks again. `silas consents list|revoke` see and end it too.
 func TestStandingApprovalViaWebChat(t *testing.T) {
 	t.Parallel() // a server of its own on a database of its own
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	s := startServer(t, dsn, t.TempDir(), "SILAS_CONSENTS_ENABLED=true", "SILAS_CONSENTS_MAX_USES=5")
 	c := s.connect(t)
 

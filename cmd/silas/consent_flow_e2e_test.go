@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/silas-gateway/silas/cards"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // A run consent through the real binary and the web chat, configured
@@ -32,7 +32,7 @@ func TestRunConsentViaWebChat(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(flows, "many.yaml"), []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	s := startServer(t, dsn, t.TempDir(), "SILAS_FLOWS_DIR="+flows, "SILAS_FLOWS_RUN_WRITES=true", "SILAS_FLOWS_AUTOMATABLE_EXECUTION=true")
 	c := s.connect(t)
 	c.say("/flow run many")

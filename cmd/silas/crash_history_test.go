@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/cards"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // crashPolicy makes `touch` one tap (low) and `mkdir` tap + confirm
@@ -87,7 +87,7 @@ func TestCrashCardsReachFinalState(t *testing.T) {
 	}
 	t.Parallel() // servers of its own on a database of its own
 
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	data := t.TempDir()
 	cfg := filepath.Join(t.TempDir(), "silas.yaml")
 	if err := os.WriteFile(cfg, []byte(crashPolicy), 0o600); err != nil {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/adapters/discord/discordtest"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // TestDiscordSIGKILLBurst runs the real binary on the Discord gateway of a
@@ -20,7 +20,7 @@ import (
 func TestDiscordSIGKILLBurst(t *testing.T) {
 	t.Parallel()
 	srv := discordtest.NewServer(t)
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	dataDir := t.TempDir()
 	users := []discordtest.User{{ID: "1300000000000000001", Username: "olive"}, {ID: "1300000000000000002", Username: "sam"}}
 	env := []string{"SILAS_DISCORD_ENABLED=true", "SILAS_DISCORD_TOKEN=" + discordtest.Token, "SILAS_DISCORD_APPLICATION_ID=" + discordtest.AppID,

@@ -25,6 +25,7 @@ import (
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 var silasBin string
@@ -364,7 +365,7 @@ func testPool(t *testing.T, dsn string) *pgxpool.Pool {
 
 func TestWebChatEndToEnd(t *testing.T) {
 	t.Parallel() // a server of its own on a database of its own
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	s := startServer(t, dsn, t.TempDir())
 	c := s.connect(t)
 
@@ -441,7 +442,7 @@ func TestWebChatEndToEnd(t *testing.T) {
 
 func TestExpiredCardViaWebChat(t *testing.T) {
 	t.Parallel() // a server of its own on a database of its own
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	s := startServer(t, dsn, t.TempDir(), "SILAS_APPROVALS_TTL=10s")
 	c := s.connect(t)
 	c.say("/run echo too-late")
@@ -456,7 +457,7 @@ func TestExpiredCardViaWebChat(t *testing.T) {
 
 func TestExternalIdentityCannotRun(t *testing.T) {
 	t.Parallel() // a server of its own on a database of its own
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	s := startServer(t, dsn, t.TempDir(), "SILAS_WEBCHAT_IDENTITY=webchat:guest")
 	c := s.connect(t)
 	c.say("/run echo hi")
@@ -474,7 +475,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 	for _, fp := range []string{"after-approve", "after-execute"} {
 		t.Run(fp, func(t *testing.T) {
 			t.Parallel()
-			dsn := pgtest.NewDatabase(t)
+			dsn := storetest.NewDatabase(t)
 			data := t.TempDir()
 			// The sandbox lets the action write only in its own work dir;
 			// each run gets a fresh one, kept for verification: count them.
@@ -522,7 +523,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 // http://0.0.0.0:… (http://[::]:… for "[::]").
 func TestLoginLinkForWildcardListen(t *testing.T) {
 	t.Parallel() // a server of its own on a database of its own
-	s := startServer(t, pgtest.NewDatabase(t), t.TempDir(), "SILAS_HTTP_LISTEN=0.0.0.0:0")
+	s := startServer(t, storetest.NewDatabase(t), t.TempDir(), "SILAS_HTTP_LISTEN=0.0.0.0:0")
 	if !strings.HasPrefix(s.base, "http://127.0.0.1:") {
 		t.Fatalf("login link base %q; want http://127.0.0.1:<port>", s.base)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/silas-gateway/silas/configs"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/flow"
+	"github.com/silas-gateway/silas/core/flowjob"
 	"github.com/silas-gateway/silas/core/flowrun"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/config"
@@ -143,8 +144,28 @@ func cmdFlow(ctx context.Context, env *cliEnv, args []string) error {
 				row.Flow, row.Version, row.ID, row.Conversation, row.Requester)
 			return nil
 		})
+	case "signal":
+		fs := flags(env, "flow signal", "flow signal RUN EVENT [DATA…]",
+			"Signal EVENT to a run (its full id, as `silas flow run` prints it): its control.wait nodes\n"+
+				"waiting `until: EVENT` end, with the data as nodes.<id>.data. The signal is stored as a step\n"+
+				"job the running `silas serve` delivers; a run not waiting for EVENT then is left as it is.")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		if fs.NArg() < 2 {
+			fs.Usage()
+			return errUsage
+		}
+		return withStore(ctx, env, func(st *store.Store) error {
+			sig := flowjob.Signal{Event: fs.Arg(1), Data: strings.Join(fs.Args()[2:], " "), By: "operator"}
+			if err := flowrun.QueueSignal(ctx, st, fs.Arg(0), sig); err != nil {
+				return &exitError{code: 1, msg: "silas flow signal: " + err.Error()}
+			}
+			fmt.Fprintf(env.stdout, "Signalled %s to run %s.\n", sig.Event, fs.Arg(0))
+			return nil
+		})
 	default:
-		fmt.Fprintf(env.stderr, "Usage: silas flow validate FILE… | flow list | flow show [--format text|mermaid] NAME | flow run NAME [key=value…]\n")
+		fmt.Fprintf(env.stderr, "Usage: silas flow validate FILE… | flow list | flow show [--format text|mermaid] NAME | flow run NAME [key=value…] | flow signal RUN EVENT [DATA…]\n")
 		return errUsage
 	}
 }
@@ -196,5 +217,6 @@ func (emptyFS) Open(string) (fs.File, error) { return nil, fs.ErrNotExist }
 
 // flowsConfig is the flow runtime of `serve` (gateway.Config.Flows).
 func flowsConfig(cfg *config.Config) *flowrun.Config {
-	return &flowrun.Config{Catalog: flowDirs(cfg), Options: flowOptions(cfg), MaxParallel: cfg.Flows.MaxParallel}
+	return &flowrun.Config{Catalog: flowDirs(cfg), Options: flowOptions(cfg), MaxParallel: cfg.Flows.MaxParallel,
+		HTTPAllowDomains: cfg.Flows.HTTPAllowDomains}
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/silas-gateway/silas/cards"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // A flow through the real binary and the web chat, killed with SIGKILL
@@ -71,7 +71,7 @@ func TestFlowSurvivesSIGKILL(t *testing.T) {
 	for _, fp := range []string{"after-approve", "after-execute"} {
 		t.Run(fp, func(t *testing.T) {
 			t.Parallel()
-			dsn := pgtest.NewDatabase(t)
+			dsn := storetest.NewDatabase(t)
 			data, flows := t.TempDir(), flowsDir(t)
 			s := startServer(t, dsn, data, "SILAS_FAILPOINT="+fp, "SILAS_FLOWS_DIR="+flows)
 			c := s.connect(t)
@@ -106,7 +106,7 @@ func TestFlowSurvivesSIGKILL(t *testing.T) {
 
 func TestFlowRunFromTheCommandLine(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	flows := flowsDir(t)
 	s := startServer(t, dsn, t.TempDir(), "SILAS_FLOWS_DIR="+flows)
 	c := s.connect(t)
@@ -161,7 +161,7 @@ edges:
 // and the run goes on from its stored transition.
 func TestFlowSurvivesSIGKILLAfterAStep(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	data, flows := t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(flows, "stepper.yaml"), []byte(stepFlow), 0o600); err != nil {
 		t.Fatal(err)

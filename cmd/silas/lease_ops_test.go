@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/adapters/telegram/telegramtest"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // A serve polling the fake Telegram holds the polling lease: /metrics
@@ -17,7 +17,7 @@ import (
 func TestLeaseOnMetricsAndDoctor(t *testing.T) {
 	t.Parallel()
 	srv := telegramtest.NewServer(t, telegramtest.Options{})
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	dataDir := t.TempDir()
 	s := startServer(t, dsn, dataDir, "SILAS_TELEGRAM_ENABLED=true", "SILAS_TELEGRAM_TOKEN="+srv.Token,
 		"SILAS_TELEGRAM_BASE_URL="+srv.URL, "SILAS_TELEGRAM_POLL_TIMEOUT=1s", "SILAS_TELEGRAM_BOT_USERNAME="+srv.BotUsername)

@@ -14,6 +14,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent/llm/task"
 	"github.com/silas-gateway/silas/core/engine"
 	"github.com/silas-gateway/silas/core/gateway"
+	"github.com/silas-gateway/silas/core/mcptools"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/internal/config"
@@ -94,8 +95,9 @@ func withSecretNames(ag core.Agent, list func(context.Context) ([]secrets.Info, 
 
 // newTasks configures the task runtime (core/tasks) when agent.kind is llm
 // (nil otherwise), as the gateway builds it (gateway.Config.Tasks): planner
-// and executor on the same endpoint, the llm.budget.* limits and recovery.
-func newTasks(cfg *config.Config, log *slog.Logger) (func(gateway.TaskPorts) (engine.Tasks, error), error) {
+// and executor on the same endpoint, the llm.budget.* limits and recovery;
+// the executor is offered the pinned tools of mcp (nil: none).
+func newTasks(cfg *config.Config, log *slog.Logger, mcp *mcptools.Tools) (func(gateway.TaskPorts) (engine.Tasks, error), error) {
 	if cfg.Agent.Kind != "llm" {
 		return nil, nil
 	}
@@ -115,6 +117,7 @@ func newTasks(cfg *config.Config, log *slog.Logger) (func(gateway.TaskPorts) (en
 	return taskwire.Runtime(tasks.Config{
 		Planner:  llm.Planner{Client: c},
 		Executor: llm.Executor{Client: c, Tools: llm.ToolOptions{HTTPAllowDomains: cfg.LLM.HTTPAllowDomains}},
+		MCPTools: pinnedForModel(mcp),
 		Limits: task.Limits{Tokens: b.MaxTokens, ModelCalls: b.MaxModelCalls, ToolCalls: b.MaxToolCalls, WallTime: b.MaxWallTime.Duration,
 			CostUSD: b.MaxCostUSD},
 		Recovery: task.Policy{MaxAttempts: b.MaxAttempts, MaxReplans: replans},

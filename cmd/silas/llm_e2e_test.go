@@ -9,7 +9,7 @@ import (
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // llmEnv is the environment that makes `silas serve` use the fake model:
@@ -72,7 +72,7 @@ func TestLLMAgentThroughTheBinary(t *testing.T) {
 	t.Parallel() // a server of its own on a database of its own
 	const key = "sk-e2e-binary-key"
 	fake := llmtest.New(t, key, "e2e-model")
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	data := t.TempDir()
 	s := startServer(t, dsn, data, llmEnv(t, fake, key)...)
 	c := s.connect(t)
@@ -155,7 +155,7 @@ func TestLLMTaskSurvivesKill(t *testing.T) {
 	t.Parallel() // a server of its own on a database of its own
 	const key = "sk-e2e-kill-key"
 	fake := llmtest.New(t, key, "e2e-model")
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	data := t.TempDir()
 	env := llmEnv(t, fake, key)
 	s := startServer(t, dsn, data, env...)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/keys"
 	"github.com/silas-gateway/silas/core/mcptools"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
@@ -79,7 +81,16 @@ func withMCPTools(ag core.Agent, tools *mcptools.Tools) {
 	if !ok || tools == nil {
 		return
 	}
-	la.MCPTools = func(ctx context.Context) ([]llm.MCPTool, error) {
+	la.MCPTools = pinnedForModel(tools)
+}
+
+// pinnedForModel lists the pinned MCP tools as the model is offered them
+// (the LLM agent's proxy, a task's executor); nil without tools.
+func pinnedForModel(tools *mcptools.Tools) func(context.Context) ([]llm.MCPTool, error) {
+	if tools == nil {
+		return nil
+	}
+	return func(ctx context.Context) ([]llm.MCPTool, error) {
 		pinned, err := tools.Pinned(ctx)
 		out := make([]llm.MCPTool, 0, len(pinned))
 		for _, p := range pinned {
@@ -105,6 +116,23 @@ func cmdMCPList(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	// A pin is checked against the gateway key's signature, as serve
+	// checks it before a call (without the key file: shown unchecked).
+	var pub ed25519.PublicKey
+	if key, err := keys.Load(keyPath(cfg)); err == nil {
+		pub = key.Public().(ed25519.PublicKey)
+	}
+	state := func(m core.MCPTool) string {
+		switch {
+		case m.PinnedHash == "":
+			return string(m.Status)
+		case pub == nil:
+			return string(m.Status) + " (signature not checked: no key file)"
+		case !mcptools.PinSigned(pub, m):
+			return string(m.Status) + " — pin signature INVALID: calls refused, the owner is asked again"
+		}
+		return string(m.Status)
+	}
 	return withStore(ctx, env, func(st *store.Store) error {
 		all, err := st.MCPTools(ctx, "")
 		if err != nil {
@@ -118,7 +146,7 @@ func cmdMCPList(ctx context.Context, env *cliEnv, args []string) error {
 			for _, s := range cfg.MCP.Servers {
 				for _, m := range byServer[s.Name] {
 					b, _ := json.Marshal(map[string]any{"server": s.Name, "tool": m.Name, "status": string(m.Status), "hash": m.Hash,
-						"pinned_hash": m.PinnedHash, "trusted": s.Trusted})
+						"pinned_hash": m.PinnedHash, "pin_signed": pub != nil && mcptools.PinSigned(pub, m), "trusted": s.Trusted})
 					fmt.Fprintln(env.stdout, string(b))
 				}
 			}
@@ -143,7 +171,7 @@ func cmdMCPList(ctx context.Context, env *cliEnv, args []string) error {
 				fmt.Fprintf(tw, "%s\t%s\t-\tnot listed yet (silas serve lists it at start)\t\n", s.Name, transport)
 			}
 			for _, m := range tools {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, transport, m.Name, m.Status, short(m.Hash))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, transport, m.Name, state(m), short(m.Hash))
 			}
 		}
 		return tw.Flush()

@@ -9,7 +9,7 @@ import (
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // TestMCPClientThroughTheBinary runs Silas as an MCP client as deployed:
@@ -38,7 +38,7 @@ func TestMCPClientThroughTheBinary(t *testing.T) {
 	}
 	const key = "sk-e2e-mcp-client-key"
 	fake := llmtest.New(t, key, "e2e-model")
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	s := startServer(t, dsn, t.TempDir(), append(llmEnv(t, fake, key), "SILAS_CONFIG="+cfgFile)...)
 	c := s.connect(t)
 

@@ -12,7 +12,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/silas-gateway/silas/cards"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // silasCLI runs the binary with serve's environment.
@@ -88,7 +88,7 @@ func awaitCall(t *testing.T, ch chan mcpCall) *sdk.CallToolResult {
 // token is refused.
 func TestMCPEndToEnd(t *testing.T) {
 	t.Parallel() // a server of its own on a database of its own
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	s := startServer(t, dsn, t.TempDir())
 	// The owner has not written yet: the card goes to the web chat's own
 	// conversation (its identity is the configured owner).

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/silas-gateway/silas/cards"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // TestSandboxKeepsKeysOut is the reported attack through the web chat, end
@@ -26,7 +26,7 @@ import (
 // table, in fact), the audit log and the gateway's logs.
 func TestSandboxKeepsKeysOut(t *testing.T) {
 	t.Parallel() // a server of its own on a database of its own
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	data := t.TempDir()
 	s := startServer(t, dsn, data)
 	c := s.connect(t)

@@ -50,7 +50,7 @@ import (
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/browsertest"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 const (
@@ -523,7 +523,7 @@ func lineWith(out, s string) string {
 // the form with a Go HTTPS client.
 func TestSecretsCanary(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	dataDir := t.TempDir()
 	formEnv, formBase := secretsWebEnv(t)
 	// Traces on, to a collector of the test's own, searched like the rest.
@@ -641,7 +641,7 @@ func TestBrowserSecrets(t *testing.T) {
 	// The browser first: without one the test skips before starting a
 	// database and a server. The form's certificate is self-signed.
 	bctx := browsertest.NewWith(t, browsertest.IgnoreCertificateErrors())
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	dataDir := t.TempDir()
 	formEnv, formBase := secretsWebEnv(t)
 	s := startServer(t, dsn, dataDir, formEnv...)
@@ -768,7 +768,7 @@ func TestBrowserSecrets(t *testing.T) {
 // uses, and enqueues no card update.
 func TestSecretsWebStandalone(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	ctx := t.Context()
 	st, err := store.Open(ctx, dsn, store.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

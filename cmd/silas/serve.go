@@ -340,7 +340,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 	withHistory(ag, st)
 	withSecretNames(ag, st.ListSecrets)
 	withMCPTools(ag, mcp)
-	tasks, err := newTasks(cfg, log)
+	tasks, err := newTasks(cfg, log, mcp)
 	if err != nil {
 		return nil, err
 	}

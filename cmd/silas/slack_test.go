@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/adapters/slack/slacktest"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // TestSlackSIGKILLBurst runs the real binary in Socket Mode against the
@@ -28,7 +28,7 @@ import (
 func TestSlackSIGKILLBurst(t *testing.T) {
 	t.Parallel()
 	srv := slacktest.NewServer(t, slacktest.Options{})
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	dataDir := t.TempDir()
 	dir := t.TempDir()
 	bot, app := filepath.Join(dir, "bot"), filepath.Join(dir, "app")
@@ -148,7 +148,7 @@ func TestSlackHTTPModeServe(t *testing.T) {
 	t.Parallel()
 	const secret = "0123456789abcdef0123456789abcdef"
 	srv := slacktest.NewServer(t, slacktest.Options{SigningSecret: secret})
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	env := []string{"SILAS_SLACK_ENABLED=true", "SILAS_SLACK_MODE=http", "SILAS_SLACK_BOT_TOKEN=" + slacktest.BotToken,
 		"SILAS_SLACK_SIGNING_SECRET=" + secret, "SILAS_SLACK_BASE_URL=" + srv.URL, "SILAS_SLACK_DM_POLICY=open"}
 	s := startServer(t, dsn, t.TempDir(), env...)

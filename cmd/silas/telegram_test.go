@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/adapters/telegram/telegramtest"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // TestTelegramSIGKILLBurst runs the real binary with Telegram polling a
@@ -23,7 +23,7 @@ import (
 func TestTelegramSIGKILLBurst(t *testing.T) {
 	t.Parallel()
 	srv := telegramtest.NewServer(t, telegramtest.Options{})
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	dataDir := t.TempDir()
 	env := []string{"SILAS_TELEGRAM_ENABLED=true", "SILAS_TELEGRAM_TOKEN=" + srv.Token, "SILAS_TELEGRAM_BASE_URL=" + srv.URL,
 		"SILAS_TELEGRAM_DM_POLICY=open", "SILAS_TELEGRAM_POLL_TIMEOUT=1s", "SILAS_TELEGRAM_BOT_USERNAME=" + srv.BotUsername,

@@ -17,7 +17,7 @@ import (
 	"testing"
 
 	"github.com/silas-gateway/silas/cards"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // otlpSink is a fake OTLP/HTTP collector: it keeps the body of every
@@ -101,7 +101,7 @@ func blackhole(t *testing.T) string {
 // recorded.
 func TestTracingExporterDown(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	dataDir := t.TempDir()
 	hole := blackhole(t)
 	env := []string{"SILAS_TELEMETRY_TRACING_EXPORTER_URL=" + hole, "OTEL_BSP_SCHEDULE_DELAY=20", "OTEL_BSP_MAX_QUEUE_SIZE=16",
@@ -142,7 +142,7 @@ func TestTracingExporterDown(t *testing.T) {
 // dashboard reads.
 func TestTracingOffByDefault(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	dataDir := t.TempDir()
 	s := startServer(t, dsn, dataDir)
 	c := s.connect(t)

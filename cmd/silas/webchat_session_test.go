@@ -8,7 +8,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // A web chat session lives in the database: after a gateway restart the
@@ -17,7 +17,7 @@ import (
 // closes as unauthorized and the cookie is refused.
 func TestWebchatSessionSurvivesRestartUntilRevoked(t *testing.T) {
 	t.Parallel() // servers of their own on a database of their own
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	data := t.TempDir()
 	s := startServer(t, dsn, data)
 	c := s.connect(t)

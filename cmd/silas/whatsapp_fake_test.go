@@ -23,7 +23,7 @@ import (
 	"github.com/silas-gateway/silas/adapters/whatsapp"
 	"github.com/silas-gateway/silas/adapters/whatsapp/whatsapptest"
 	"github.com/silas-gateway/silas/internal/config"
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 var (
@@ -57,7 +57,7 @@ func TestServeWhatsAppThroughFake(t *testing.T) {
 	t.Parallel()
 	bin := whatsappFakeBinary(t)
 	ctx := context.Background()
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	account := func() *waAdv.ADVSignedDeviceIdentity {
 		return &waAdv.ADVSignedDeviceIdentity{Details: []byte("d"), AccountSignature: make([]byte, 64), AccountSignatureKey: make([]byte, 32), DeviceSignature: make([]byte, 64)}
 	}
@@ -77,7 +77,7 @@ func TestServeWhatsAppThroughFake(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The owner's phone, with its Signal state in a database of its own.
-	pds, err := whatsapp.OpenDeviceStore(ctx, pgtest.NewDatabase(t), nil)
+	pds, err := whatsapp.OpenDeviceStore(ctx, storetest.NewDatabase(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/silas-gateway/silas/internal/pgtest"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // TestWhatsAppCLI runs `silas whatsapp …` through the binary on a fresh
@@ -16,7 +16,7 @@ import (
 // WhatsApp's servers and is not run here.)
 func TestWhatsAppCLI(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	tests := []struct {
 		name     string
 		args     []string
@@ -58,7 +58,7 @@ func silasEnv(t *testing.T, dsn string, env []string, args ...string) (code int,
 // TestRealClientConformance the channel through the real whatsmeow client.)
 func TestServeWhatsAppWithoutDevice(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDatabase(t)
+	dsn := storetest.NewDatabase(t)
 	s := startServer(t, dsn, t.TempDir(), "SILAS_WHATSAPP_ENABLED=true")
 	defer s.stop()
 	deadline := time.Now().Add(30 * time.Second)

@@ -133,6 +133,13 @@ const (
 	// KindMCPQuarantined: a server lists a definition other than the
 	// pinned one; calls to the tool are refused until it is pinned again.
 	KindMCPQuarantined Kind = "mcp.tool_quarantined"
+	// KindMCPPinInvalid: a stored pin's signature does not verify under
+	// the gateway's key (edited in the database, or never signed); it
+	// counts as no pin and the owner is asked again.
+	KindMCPPinInvalid Kind = "mcp.pin_invalid"
+	// KindMCPPinCardExpired: a pin card's time ran out untapped; nothing
+	// was pinned and the next look at the server asks again.
+	KindMCPPinCardExpired Kind = "mcp.pin_card_expired"
 )
 
 // Standing consents (core/consent, docs/approvals.md): a person's decision
@@ -163,4 +170,27 @@ const (
 	KindFlowLog Kind = "flow.log"
 	// KindFlowStopRequested: someone stopped a run (/flow stop).
 	KindFlowStopRequested Kind = "flow.stop_requested"
+	// KindFlowSignalled: someone signalled an event a run waits for
+	// (/flow signal, silas flow signal).
+	KindFlowSignalled Kind = "flow.signalled"
+)
+
+// Passkeys and step-up (core/stepup, docs/passkeys.md): credential ids and
+// sign counts, never a key, a link token or an assertion.
+const (
+	// KindPasskeyEnrollLink: `silas passkey add` made an enrollment link.
+	KindPasskeyEnrollLink Kind = "passkey.enroll_link"
+	// KindPasskeyRegistered: a passkey was registered through its link.
+	KindPasskeyRegistered Kind = "passkey.registered"
+	// KindPasskeyRemoved: `silas passkey remove` deleted one.
+	KindPasskeyRemoved Kind = "passkey.removed"
+	// KindStepUpOffered: an irreversible card's approve tap sent a
+	// step-up link instead of approving.
+	KindStepUpOffered Kind = "stepup.offered"
+	// KindStepUpVerified: a passkey assertion confirmed the action; the
+	// approval.approved entry that follows carries approval_strength.
+	KindStepUpVerified Kind = "stepup.verified"
+	// KindStepUpRefused: an assertion or a link was refused (the reason);
+	// nothing was run.
+	KindStepUpRefused Kind = "stepup.refused"
 )

@@ -35,7 +35,7 @@ const DefaultTTL = 6 * time.Second
 type Store interface {
 	Instance() string
 	RegisterInstance(ctx context.Context, host string, pid int, ttl time.Duration) error
-	Heartbeat(ctx context.Context, host string, pid int, ttl time.Duration) (others int, err error)
+	Heartbeat(ctx context.Context, host string, pid int, ttl time.Duration) (others, alive int, err error)
 	StopInstance(ctx context.Context) error
 }
 
@@ -58,6 +58,7 @@ type Instance struct {
 	mu     sync.Mutex
 	lastOK time.Time // monotonic: the start of the last successful renewal
 	others int
+	alive  int    // others whose row has not expired
 	gen    uint64 // increments when a renewal follows a lapse
 	stale  bool   // the heartbeat lapsed since the last renewal
 
@@ -112,7 +113,17 @@ func (i *Instance) Solo() bool { return i.solo.Load() }
 
 // WaitSeen is how long a starting instance waits, when others exist, for
 // every one of them to have seen its row (one heartbeat and a margin).
-func (i *Instance) WaitSeen() time.Duration { return i.cfg.Every + i.cfg.Every/2 }
+// It is 0 when none of them is alive: a stopped or killed instance's row
+// sees nothing, and waiting on it only delays every restart (a paused one
+// that resumes is fenced by Fresh, not by this wait).
+func (i *Instance) WaitSeen() time.Duration {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.alive == 0 {
+		return 0
+	}
+	return i.cfg.Every + i.cfg.Every/2
+}
 
 // Fresh reports whether this process may act on its claims now: its last
 // successful renewal began less than TTL·2/3 ago by its monotonic clock,
@@ -133,7 +144,7 @@ func (i *Instance) beat(ctx context.Context) error {
 	begun := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, i.cfg.Every)
 	defer cancel()
-	others, err := i.st.Heartbeat(cctx, i.host, i.pid, i.cfg.TTL)
+	others, alive, err := i.st.Heartbeat(cctx, i.host, i.pid, i.cfg.TTL)
 	if err != nil {
 		return err
 	}
@@ -150,6 +161,7 @@ func (i *Instance) beat(ctx context.Context) error {
 		i.cfg.Logger.Info("cluster: instances on this database", slog.Int("others", others), slog.String("instance", i.ID()))
 	}
 	i.others = others
+	i.alive = alive
 	i.mu.Unlock()
 	i.solo.Store(others == 0)
 	return nil

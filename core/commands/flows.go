@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -21,7 +22,13 @@ func (c *Table) flows(ctx context.Context, t Turn, _ string, out Out) error {
 	return nil
 }
 
-// flow answers /flow run|status|stop|say; run, stop and say write inside
+// Signaller is the flow runtime's /flow signal (an event a run's wait
+// waits for), apart from Flows so that a Flows without it still serves.
+type Signaller interface {
+	Signal(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out core.TaskOut) error
+}
+
+// flow answers /flow run|status|stop|say|signal; run, stop and say write inside
 // the turn's transaction.
 func (c *Table) flow(ctx context.Context, t Turn, arg string, out Out) error {
 	if c.cfg.Flows == nil {
@@ -43,6 +50,15 @@ func (c *Table) flow(ctx context.Context, t Turn, arg string, out Out) error {
 		out.Write(func(ctx context.Context, tx *store.Tx, out Out) error {
 			return c.cfg.Flows.Say(ctx, tx, t.StoredTurn, t.Trust, rest, out)
 		})
+	case "signal":
+		sig, ok := c.cfg.Flows.(Signaller)
+		if !ok {
+			out.Reply("This gateway's flows take no signals.")
+			return nil
+		}
+		out.Write(func(ctx context.Context, tx *store.Tx, out Out) error {
+			return sig.Signal(ctx, tx, t.StoredTurn, t.Trust, rest, out)
+		})
 	case "status":
 		text, err := c.cfg.Flows.Status(ctx, t.Turn.Conversation, rest)
 		if err != nil {
@@ -50,7 +66,7 @@ func (c *Table) flow(ctx context.Context, t Turn, arg string, out Out) error {
 		}
 		out.Reply("%s", text)
 	default:
-		out.Reply("Usage: /flow run <name> [key=value…] | /flow status [run] | /flow stop <run> | /flow say <run> <text>. /flows lists the flows.")
+		out.Reply("Usage: /flow run <name> [key=value…] | /flow status [run] | /flow stop <run> | /flow say <run> <text> | /flow signal <run> <event> [data]. /flows lists the flows.")
 	}
 	return nil
 }

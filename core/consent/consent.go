@@ -78,7 +78,8 @@ const (
 	// does not allow.
 	LaneDenied Code = "lane_denied"
 	// BadSignature: the stored consent is not the one minted (edited in
-	// the database since).
+	// the database since), or its use counter is below what the audit log
+	// records (reset in the database).
 	BadSignature Code = "bad_signature"
 	// RunMismatch: a run consent used outside its run (another run, a
 	// conversation, another flow or pinned version).
@@ -210,6 +211,22 @@ type Consent struct {
 	Uses      int       `json:"-"`
 	Units     int       `json:"-"`
 	RevokedAt time.Time `json:"-"`
+	// AuditedUses and AuditedUnits are the highest counts the audit log
+	// records for this consent (its consent.used entries, written in the
+	// transaction of each use). The counters are not signed (they change
+	// at every use), so a counter reset in the database is caught here:
+	// a stored count below the audited one is refused (CounterIntact).
+	AuditedUses  int `json:"-"`
+	AuditedUnits int `json:"-"`
+}
+
+// CounterIntact reports whether c's use and unit counters are at least
+// what the audit log says was used: a row whose counter was reset or
+// lowered after uses (to get more of them) no longer verifies. The audit
+// log is hash-chained under the audit key (core/audit), so its entries
+// cannot be removed to match undetected.
+func (c Consent) CounterIntact() bool {
+	return c.Uses >= c.AuditedUses && c.Units >= c.AuditedUnits
 }
 
 // UnitsPerAction is the cost of one action run under a consent.
@@ -377,7 +394,7 @@ func (c Consent) Check(pub ed25519.PublicKey, a core.Action, risk cards.Risk, co
 		return PolicyForbids
 	case !c.Matches(a):
 		return Required
-	case !Verify(pub, c):
+	case !Verify(pub, c) || !c.CounterIntact():
 		return BadSignature
 	case c.Scope != ScopeConversation:
 		return RunMismatch

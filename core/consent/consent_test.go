@@ -61,6 +61,9 @@ func TestCheck(t *testing.T) {
 		{name: "edited: shell argv never matches", edit: func(c *Consent) { c.Argv = []string{"sh", "-c", "ls"} },
 			action: core.Action{Tool: "shell", Argv: []string{"sh", "-c", "ls"}}, want: Required},
 		{name: "run consent is not a conversation's", edit: func(c *Consent) { c.Scope = ScopeRun }, want: BadSignature},
+		{name: "counter matches the audit log", edit: func(c *Consent) { c.Uses, c.Units, c.AuditedUses, c.AuditedUnits = 2, 2, 2, 2 }, want: ""},
+		{name: "edited: uses reset below the audit log", edit: func(c *Consent) { c.Uses, c.Units, c.AuditedUses, c.AuditedUnits = 0, 2, 2, 2 }, want: BadSignature},
+		{name: "edited: units reset below the audit log", edit: func(c *Consent) { c.Uses, c.Units, c.AuditedUses, c.AuditedUnits = 2, 0, 2, 2 }, want: BadSignature},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

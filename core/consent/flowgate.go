@@ -241,7 +241,7 @@ func (c Consent) CheckRun(pub ed25519.PublicKey, r Request, run RunFacts, now ti
 	switch {
 	case !coverableRisk(r.Risk):
 		return PolicyForbids
-	case !Verify(pub, c):
+	case !Verify(pub, c) || !c.CounterIntact():
 		return BadSignature
 	case c.Scope != ScopeRun || c.Run != r.Run || c.Flow != run.Flow || c.FlowVersion != run.FlowVersion:
 		return RunMismatch

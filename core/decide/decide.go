@@ -71,6 +71,9 @@ type Config struct {
 	// decide their own request, even as an owner (approvals.self_approval:
 	// false).
 	NoSelfApproval []cards.Risk
+	// StepUp offers the passkey step-up an irreversible request needs
+	// (core/stepup); nil: irreversible requests are refused.
+	StepUp StepUp
 }
 
 // Routes is an optional part of a Tx: where a request's card was routed
@@ -293,14 +296,16 @@ func (d *Decider) tap(ctx context.Context, tx Tx, t core.Turn, trust core.Trust,
 		r.note(audit.KindApprovalDeclined, map[string]any{"approval": string(a.ID)})
 		return r, nil
 	case "approve":
+		if a.Risk == cards.RiskIrreversible {
+			// The top rung: the tap sends a passkey link (a fresh one
+			// when tapped again), it approves nothing.
+			return d.offerStepUp(ctx, tx, a, t.Sender, tap)
+		}
 		if a.Status != core.ApprovalPending {
 			return Refusal(tap, "bad_choice", "This card is waiting for confirmation: tap Confirm or Decline.", d.open(a)), nil
 		}
 		if !a.Risk.NeedsConfirm() {
 			return d.approve(ctx, tx, a, t.Sender)
-		}
-		if a.Risk == cards.RiskIrreversible {
-			return Refusal(tap, "step_up_unavailable", "Irreversible actions need a step-up confirmation on the secure web page, which this gateway does not offer yet. Nothing was run.", d.open(a)), nil
 		}
 		ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending}, core.ApprovalConfirming, "", nil)
 		if err != nil || !ok {
@@ -313,6 +318,9 @@ func (d *Decider) tap(ctx context.Context, tx Tx, t core.Turn, trust core.Trust,
 	case "confirm":
 		if a.Status != core.ApprovalConfirming {
 			return Refusal(tap, "bad_choice", "There is nothing to confirm on this card yet.", d.open(a)), nil
+		}
+		if a.Risk == cards.RiskIrreversible {
+			return Refusal(tap, RefusedNoPasskey, "Irreversible: only the passkey confirmation on the secure page runs it. Tap the card's first button for a new link.", d.open(a)), nil
 		}
 		return d.approve(ctx, tx, a, t.Sender)
 	case render.StandingChoice:
@@ -337,6 +345,15 @@ func (d *Decider) Approve(ctx context.Context, tx Tx, a core.ApprovalRequest, by
 // "pending" with its nonce consumed, or nothing happens. The caller checked
 // the request's signature.
 func (d *Decider) approve(ctx context.Context, tx Tx, a core.ApprovalRequest, by core.IdentityID) (Result, error) {
+	return d.approveWith(ctx, tx, a, by, nil)
+}
+
+// approveWith is approve with the passkey step-up's proof, which an
+// irreversible request needs (ErrNeedsPasskey without it).
+func (d *Decider) approveWith(ctx context.Context, tx Tx, a core.ApprovalRequest, by core.IdentityID, proof *Proof) (Result, error) {
+	if a.Risk == cards.RiskIrreversible && proof == nil {
+		return Result{}, fmt.Errorf("%w (%s)", ErrNeedsPasskey, a.ID)
+	}
 	now := tx.Now()
 	tok, err := approval.Mint(d.cfg.Key, core.NewID(), a.ActionHash, string(a.Conversation), string(by), now, d.cfg.TokenTTL)
 	if err != nil {
@@ -369,6 +386,9 @@ func (d *Decider) approve(ctx context.Context, tx Tx, a core.ApprovalRequest, by
 	r.note(audit.KindTokenMinted, map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID,
 		"expires_at": tok.Token.ExpiresAt.Format(time.RFC3339)})
 	r.note(audit.KindTokenConsumed, map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID})
+	if proof != nil {
+		strengthNote(&r, proof)
+	}
 	return r, nil
 }
 

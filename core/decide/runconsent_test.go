@@ -318,6 +318,41 @@ func TestRunConsentRefusals(t *testing.T) {
 	}
 }
 
+// A consent whose use counter is reset in the database (to get its uses
+// back) is refused: the audit log records each use, and a stored count
+// below it no longer verifies. Put back, it runs again.
+func TestRunConsentCounterReset(t *testing.T) {
+	t.Parallel()
+	b := setupRun(t)
+	c := b.mint(t, "run-a", 3, "n1", "n2", "n3", "n4")
+	for _, node := range []string{"n1", "n2"} {
+		if r, err := b.step(t, "run-a", node, false); err != nil || r.code != "" {
+			t.Fatalf("%s: %+v %v", node, r, err)
+		}
+	}
+	for _, edit := range []string{
+		`UPDATE consents SET uses = 0, units = 0 WHERE id = $1`,
+		`UPDATE consents SET uses = 1 WHERE id = $1`,
+		`UPDATE consents SET units = 1 WHERE id = $1`,
+	} {
+		if _, err := b.st.Pool().Exec(b.ctx, edit, c.ID); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := b.step(t, "run-a", "n3", false); err != nil || r.code != consent.BadSignature {
+			t.Fatalf("%s: %+v %v", edit, r, err)
+		}
+		if _, err := b.st.Pool().Exec(b.ctx, `UPDATE consents SET uses = 2, units = 2 WHERE id = $1`, c.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, err := b.step(t, "run-a", "n3", false); err != nil || r.code != "" || r.c.Uses != 3 {
+		t.Fatalf("counter put back: %+v %v", r, err)
+	}
+	if r, err := b.step(t, "run-a", "n4", false); err != nil || r.code != consent.UsesExhausted {
+		t.Fatalf("after its last use: %+v %v", r, err)
+	}
+}
+
 // With the flow switches off, no run consent is minted (the card is not
 // offered); only an owner mints one.
 func TestMintRunNotOffered(t *testing.T) {

@@ -133,6 +133,9 @@ type Engine struct {
 	exec     Runs
 	tasks    Tasks // nil: tasks not enabled
 
+	// adopting makes adopting turns and queueing them one step to the
+	// workers that look for earlier turns (cluster.go).
+	adopting sync.RWMutex
 	mu       sync.Mutex
 	queues   map[core.ConversationID]*convQueue
 	sem      chan struct{}
@@ -190,13 +193,16 @@ func (e *Engine) Ready() <-chan struct{} { return e.ready }
 func (e *Engine) Run(ctx context.Context, grace time.Duration) error {
 	// What no live instance processes (a previous process's, a dead
 	// instance's): adopted by this one, so no other instance runs it too.
+	e.adopting.Lock() // see Adopt
 	turns, err := e.st.AdoptTurns(ctx, "", 0)
 	if err != nil {
+		e.adopting.Unlock()
 		return fmt.Errorf("engine: resume turns: %w", err)
 	}
 	for _, st := range turns {
-		e.enqueue(st)
+		e.enqueueSorted(st)
 	}
+	e.adopting.Unlock()
 	if len(turns) > 0 {
 		e.log.Info("resuming unprocessed turns", slog.Int("count", len(turns)))
 	}

@@ -10,3 +10,7 @@ func (e *Engine) Idle(conv core.ConversationID) bool {
 	_, busy := e.queues[conv]
 	return !busy
 }
+
+// SetAdoptedHook sets the hook Adopt runs between taking turns over and
+// queueing them (nil: none).
+func SetAdoptedHook(f func()) { adoptedHook = f }

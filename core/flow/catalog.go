@@ -1,12 +1,14 @@
 package flow
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
 
 	"cel.dev/cel-go/cel"
+	"github.com/google/jsonschema-go/jsonschema"
 	"gopkg.in/yaml.v3"
 )
 
@@ -76,7 +78,7 @@ var catalog = map[string]nodeSpec{
 	"data.template":       {summary: "render text with ${{ }} placeholders; output {text}", fields: map[string]fieldSpec{"template": req(kTemplate)}},
 	"data.json.parse":     {summary: "parse JSON text; output {value}", fields: map[string]fieldSpec{"text": req(kExpr)}},
 	"data.json.stringify": {summary: "write a value as JSON; output {text}", fields: map[string]fieldSpec{"value": req(kExpr)}},
-	"data.validate":       {summary: "check a value against a JSON Schema; output {valid, errors}", fields: map[string]fieldSpec{"value": req(kExpr), "schema": req(kMap)}},
+	"data.validate":       {summary: "check a value against a JSON Schema; output {valid, errors}", fields: map[string]fieldSpec{"value": req(kExpr), "schema": req(kMap)}, check: validateCheck},
 
 	"system.log":       {summary: "write a line to the run's log; output {ok}", fields: map[string]fieldSpec{"level": enum("debug", "info", "warn", "error"), "message": req(kTemplate)}},
 	"system.state.get": {summary: "read a value the flow stored; output {value}", fields: map[string]fieldSpec{"key": req(kString)}},
@@ -365,5 +367,30 @@ func (c *cfgCheck) checks(field string, v *yaml.Node) {
 				}
 			}
 		}
+	}
+}
+
+// CompileSchema compiles a data.validate schema (a JSON Schema, draft
+// 2020-12 or draft-07, given as the YAML mapping of the node's config).
+// Only the schema's own definitions resolve: a $ref to anything outside
+// it is an error, never a fetch.
+func CompileSchema(v any) (*jsonschema.Resolved, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var s jsonschema.Schema
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, err
+	}
+	return s.Resolve(nil)
+}
+
+func validateCheck(c *cfgCheck, cfg map[string]*yaml.Node) {
+	if cfg["schema"] == nil || cfg["schema"].Kind != yaml.MappingNode {
+		return
+	}
+	if _, err := CompileSchema(c.node.Config["schema"]); err != nil {
+		c.l.errf(cfg["schema"], c.field+".schema", "not a JSON Schema: %v", err)
 	}
 }

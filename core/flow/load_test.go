@@ -72,6 +72,8 @@ func TestLoadErrors(t *testing.T) {
 		{name: "input wrong type", src: head + "inputs:\n  n: {type: int, default: \"three\"}\nnodes:\n  - {id: a, type: control.noop}\n", want: `f.yaml:4: inputs.n.default: the string "three" is not a int`},
 		{name: "input bad type", src: head + "inputs:\n  n: {type: integer}\nnodes:\n  - {id: a, type: control.noop}\n", want: `inputs.n.type: "integer" is not a type`},
 		{name: "agent without model", src: head + "nodes:\n  - {id: a, type: agent.run, config: {goal: fix it}}\n", want: "nodes.a.type: agent.run needs a model, and none is configured"},
+		{name: "bad json schema", src: head + "nodes:\n  - id: a\n    type: data.validate\n    config:\n      value: \"1\"\n      schema: {type: 7}\n", want: "f.yaml:8: nodes.a.config.schema: not a JSON Schema"},
+		{name: "remote schema ref", src: head + "nodes:\n  - id: a\n    type: data.validate\n    config:\n      value: \"1\"\n      schema: {$ref: \"https://example.org/s.json\"}\n", want: "nodes.a.config.schema: not a JSON Schema"},
 		{name: "missing config", src: head + "nodes:\n  - {id: a, type: action.shell}\n", want: "nodes.a.config.command: missing"},
 		{name: "unknown config key", src: head + "nodes:\n  - id: a\n    type: action.shell\n    config:\n      command: ls\n      shell: bash\n", want: "f.yaml:8: nodes.a.config.shell: unknown key for action.shell"},
 		{name: "loop without bound", src: head + "nodes:\n  - {id: l, type: control.loop, config: {while: \"true\"}}\n  - {id: b, type: control.noop}\nedges:\n  - {from: l, to: b}\n  - {from: b, to: l}\n", want: "nodes.l.config.max_iterations: missing"},

@@ -31,11 +31,20 @@ type Timer struct {
 	Kind string `json:"kind"`
 }
 
+// Signal is an event delivered to a run's control.wait nodes waiting
+// `until` it (`silas flow signal`).
+type Signal struct {
+	Event string `json:"event"`
+	Data  string `json:"data,omitempty"`
+	By    string `json:"by"`
+}
+
 // Args are a flow step job's arguments: the run to advance and, for a
-// scheduled job, the timer it delivers.
+// scheduled job, the timer it delivers, or the signal it carries.
 type Args struct {
-	Run   string `json:"run"`
-	Timer *Timer `json:"timer,omitempty"`
+	Run    string  `json:"run"`
+	Timer  *Timer  `json:"timer,omitempty"`
+	Signal *Signal `json:"signal,omitempty"`
 }
 
 // Kind is the River kind of a flow step.

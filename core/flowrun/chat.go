@@ -12,6 +12,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/flow"
+	"github.com/silas-gateway/silas/core/flowjob"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
 )
@@ -129,6 +130,30 @@ func Start(ctx context.Context, st *store.Store, cat Catalog, name string, args 
 			Data: map[string]any{"run": row.ID, "flow": f.Name, "version": f.Version, "hash": f.Hash, "from": "cli"}}}, nil
 	})
 	return row, err
+}
+
+// QueueSignal stores sig for run id (`silas flow signal`) as a step job the
+// serving process delivers: an unknown or ended run is an error.
+func QueueSignal(ctx context.Context, st *store.Store, id string, sig flowjob.Signal) error {
+	if strings.TrimSpace(sig.Event) == "" {
+		return errors.New("the event is empty")
+	}
+	sig.Data = render.Clip(sig.Data, maxSay)
+	return st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		run, err := tx.LockFlowRun(ctx, id)
+		if errors.Is(err, core.ErrNotFound) {
+			return nil, fmt.Errorf("no run %q (give its full id)", id)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if run.Final() {
+			return nil, fmt.Errorf("run %s already ended (%s)", id, run.Status)
+		}
+		tx.QueueFlowSignal(run.ID, sig)
+		return []audit.Entry{{Kind: audit.KindFlowSignalled, Actor: sig.By, Conversation: string(run.Conversation),
+			Data: map[string]any{"run": run.ID, "flow": run.Flow, "event": sig.Event, "from": "cli"}}}, nil
+	})
 }
 
 // List answers /flows: the flows that can be run and this chat's recent
@@ -328,6 +353,40 @@ func (r *Runtime) Say(ctx context.Context, tx *store.Tx, st core.StoredTurn, tru
 	}
 	out.Reply("Run %s is not waiting for an answer.", ShortID(run.ID))
 	return nil
+}
+
+// Signal answers /flow signal <run> <event> [data], inside the turn's
+// transaction: the run's control.wait nodes waiting until event end, with
+// {waited: "event", event, data, by} as their output.
+func (r *Runtime) Signal(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out core.TaskOut) error {
+	fields := strings.Fields(arg)
+	if len(fields) < 2 {
+		out.Reply("Usage: /flow signal <run> <event> [data] — ends the run's wait until that event.")
+		return nil
+	}
+	id, event := fields[0], fields[1]
+	data := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(arg), id)), event))
+	run, ok, err := r.commandedRun(ctx, tx, st, trust, id, "signal", out)
+	if !ok || err != nil {
+		return err
+	}
+	w, err := r.decode(run)
+	if err != nil {
+		return err
+	}
+	evs := signalEvents(w, flowjob.Signal{Event: event, Data: render.Clip(data, maxSay), By: string(st.Turn.Sender)}, tx.Now())
+	if run.Final() || len(evs) == 0 {
+		if waits := waitingFor(w); len(waits) > 0 && !run.Final() {
+			out.Reply("Run %s is not waiting for %q (it waits for: %s).", ShortID(run.ID), event, strings.Join(waits, ", "))
+			return nil
+		}
+		out.Reply("Run %s is not waiting for an event.", ShortID(run.ID))
+		return nil
+	}
+	w.out, w.queue = out, evs
+	out.Audit(audit.Entry{Kind: audit.KindFlowSignalled, Actor: string(st.Turn.Sender), Conversation: string(st.Turn.Conversation),
+		Data: map[string]any{"run": run.ID, "flow": run.Flow, "event": event}})
+	return r.commitTurn(ctx, tx, w, out)
 }
 
 // commandedRun finds the run id names in the turn's conversation and locks

@@ -155,6 +155,12 @@ type Config struct {
 	MaxParallel int
 	// Approver approves action nodes (default Ask on the proposing port).
 	Approver Approver
+	// HTTPAllowDomains are the hosts (and their subdomains) an action.http
+	// node may call (flows.http_allow_domains); empty: none.
+	HTTPAllowDomains []string
+	// ActionKinds adds action node types (action.mcp) to the runtime's
+	// own; see ActionKind.
+	ActionKinds map[string]ActionKind
 	// Sweep is how often running runs are re-advanced (default 5s): a
 	// wake-up lost to a crash between commit and River's fetch is only
 	// late, never lost.
@@ -175,6 +181,8 @@ type Runtime struct {
 	log     *slog.Logger
 	actions Actions
 	out     Outbox
+
+	kinds map[string]ActionKind
 
 	mu       sync.Mutex
 	machines map[string]*pinned // by flow hash
@@ -205,7 +213,7 @@ func New(cfg Config, actions Actions, out Outbox) (*Runtime, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Runtime{cfg: cfg, st: cfg.Store, log: cfg.Logger, actions: actions, out: out, machines: map[string]*pinned{}}, nil
+	return &Runtime{cfg: cfg, st: cfg.Store, log: cfg.Logger, actions: actions, out: out, kinds: actionKinds(cfg), machines: map[string]*pinned{}}, nil
 }
 
 // machine returns the state machine of a run's pinned document, parsed

@@ -41,7 +41,53 @@ type stepWorker struct {
 // Work advances the run. A database error is returned (River retries the
 // job; the sweep covers the rest).
 func (w *stepWorker) Work(ctx context.Context, j *river.Job[flowjob.Args]) error {
+	if j.Args.Signal != nil {
+		return w.r.DeliverSignal(ctx, j.Args.Run, *j.Args.Signal)
+	}
 	return w.r.Advance(ctx, j.Args.Run, j.Args.Timer)
+}
+
+// DeliverSignal delivers sig to run id's waits for it (a job queued by
+// `silas flow signal`); a run not waiting for it is left as it is.
+func (r *Runtime) DeliverSignal(ctx context.Context, id string, sig flowjob.Signal) error {
+	err := r.commitJob(ctx, id, func(w *write) ([]flow.Event, error) {
+		evs := signalEvents(w, sig, r.cfg.Now())
+		if len(evs) == 0 {
+			r.log.Info("flowrun: a signal nobody waits for", slog.String("run", id), slog.String("event", sig.Event))
+		}
+		return evs, nil
+	})
+	if err != nil {
+		r.log.Error("flowrun: signal failed", slog.String("run", id), slog.Any("err", err))
+	}
+	return err
+}
+
+// signalEvents are the successes of w's running waits until sig's event.
+func signalEvents(w *write, sig flowjob.Signal, now time.Time) []flow.Event {
+	var evs []flow.Event
+	for _, n := range w.p.f.Nodes {
+		ns := w.fr.Nodes[n.ID]
+		until, _ := n.Config["until"].(string)
+		if n.Type != "control.wait" || until == "" || until != sig.Event || ns == nil || ns.Status != flow.NodeRunning {
+			continue
+		}
+		out, _ := json.Marshal(map[string]any{"waited": "event", "event": sig.Event, "data": sig.Data, "by": sig.By})
+		evs = append(evs, flow.Event{Kind: flow.EvSucceeded, Node: n.ID, Iteration: ns.Iteration, Attempt: ns.Attempt, Output: out, At: now})
+	}
+	return evs
+}
+
+// waitingFor lists the events w's running waits wait for.
+func waitingFor(w *write) []string {
+	var out []string
+	for _, n := range w.p.f.Nodes {
+		ns := w.fr.Nodes[n.ID]
+		if until, _ := n.Config["until"].(string); n.Type == "control.wait" && until != "" && ns != nil && ns.Status == flow.NodeRunning {
+			out = append(out, until)
+		}
+	}
+	return out
 }
 
 // Advance advances run id: the timer given (if any), then the outcomes of
@@ -96,7 +142,7 @@ func (r *Runtime) outcomes(ctx context.Context, w *write) ([]flow.Event, error) 
 		if st == nil || st.Status != flow.NodeRunning || st.Iteration != a.Iteration || st.Attempt != a.Attempt {
 			continue
 		}
-		ev, ok, err := r.actionOutcome(ctx, a)
+		ev, ok, err := r.actionOutcome(ctx, a, r.kinds[a.Type].Output)
 		if err != nil {
 			return nil, err
 		}
@@ -110,7 +156,7 @@ func (r *Runtime) outcomes(ctx context.Context, w *write) ([]flow.Event, error) 
 // actionOutcome is an action attempt's event once its approval or
 // execution settled. Only the executor's recorded, verified outcome makes
 // it a success.
-func (r *Runtime) actionOutcome(ctx context.Context, a core.FlowAttempt) (flow.Event, bool, error) {
+func (r *Runtime) actionOutcome(ctx context.Context, a core.FlowAttempt, shape func(map[string]any) map[string]any) (flow.Event, bool, error) {
 	c := flow.Command{Node: a.Node, Iteration: a.Iteration, Attempt: a.Attempt}
 	ap, err := r.st.GetApproval(ctx, a.Approval)
 	if err != nil {
@@ -151,6 +197,9 @@ func (r *Runtime) actionOutcome(ctx context.Context, a core.FlowAttempt) (flow.E
 			stdout, stderr = core.SecretOutputWithheld, ""
 		}
 		out["exit_code"], out["stdout"], out["stderr"] = ex.Result.ExitCode, redactText(stdout), redactText(stderr)
+	}
+	if shape != nil {
+		out = shape(out)
 	}
 	b, _ := json.Marshal(out)
 	if ex.Status == core.ExecFailed {

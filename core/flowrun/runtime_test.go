@@ -95,7 +95,7 @@ type bundle struct {
 	dir     string
 }
 
-func setup(t testing.TB, files map[string]string) *bundle {
+func setup(t testing.TB, files map[string]string, opts ...func(*Config)) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{Logger: slog.New(slog.DiscardHandler)})
@@ -111,7 +111,11 @@ func setup(t testing.TB, files map[string]string) *bundle {
 	}
 	b := &bundle{ctx: ctx, st: st, actions: &fakeActions{}, dir: dir}
 	cat := Dirs{Sources: Sources(os.DirFS("../../configs/flows"), dir, os.DirFS(dir))}
-	b.rt, err = New(Config{Store: st, Catalog: cat, Logger: slog.New(slog.DiscardHandler)}, b.actions, nopOutbox{})
+	cfg := Config{Store: st, Catalog: cat, Logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b.rt, err = New(cfg, b.actions, nopOutbox{})
 	if err != nil {
 		t.Fatal(err)
 	}

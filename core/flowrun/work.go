@@ -55,9 +55,10 @@ func (r *Runtime) start(ctx context.Context, tx *store.Tx, w *write, c flow.Comm
 	sc := w.p.m.Scope(w.fr)
 	att := core.FlowAttempt{Run: w.row.ID, Node: n.ID, Iteration: c.Iteration, Attempt: c.Attempt, Type: n.Type}
 	w.out.Audit(w.entry(audit.KindFlowNodeStarted, map[string]any{"node": n.ID, "type": n.Type, "iteration": c.Iteration, "attempt": c.Attempt}))
-	switch n.Type {
-	case "action.shell":
-		pa, err := shellAction(n, sc)
+	kind, action := r.kinds[n.Type]
+	switch {
+	case action:
+		pa, err := kind.Propose(n, sc)
 		if err != nil {
 			tx.QueueFlowAttempt(att)
 			w.queue = append(w.queue, failEv(c, CodeConfig, err.Error(), true, nil))
@@ -81,7 +82,7 @@ func (r *Runtime) start(ctx context.Context, tx *store.Tx, w *write, c flow.Comm
 			w.proposed = append(w.proposed, p)
 		}
 		w.queue = append(w.queue, startedEv(c))
-	case "control.gate":
+	case n.Type == "control.gate":
 		att.Card = "fgate-" + core.NewID()
 		tx.QueueFlowAttempt(att)
 		prompt, err := n.Templates["prompt"].Render(sc)
@@ -91,11 +92,18 @@ func (r *Runtime) start(ctx context.Context, tx *store.Tx, w *write, c flow.Comm
 		}
 		w.out.Card(gateCard(w, n, att.Card, prompt, gateShown{}))
 		w.queue = append(w.queue, startedEv(c))
-	case "control.wait":
+	case n.Type == "control.wait":
 		tx.QueueFlowAttempt(att)
+		if _, until := n.Config["until"]; until {
+			// Nothing is scheduled: the run waits, a row and no job, until
+			// a signal names the event (/flow signal, silas flow signal);
+			// the node's timeout bounds the wait.
+			w.queue = append(w.queue, startedEv(c))
+			return nil
+		}
 		d, _ := time.ParseDuration(fmt.Sprint(n.Config["duration"]))
-		if _, until := n.Config["until"]; until || d <= 0 {
-			w.queue = append(w.queue, failEv(c, CodeUnsupported, "waiting until an event is not supported by this runtime yet; use duration", true, nil))
+		if d <= 0 {
+			w.queue = append(w.queue, failEv(c, CodeConfig, "the duration is not positive", true, nil))
 			return nil
 		}
 		tx.QueueFlowTimer(w.row.ID, flowjob.Timer{Node: n.ID, Iteration: c.Iteration, Attempt: c.Attempt, Kind: "wait"}, tx.Now().Add(d))
@@ -350,6 +358,27 @@ func (r *Runtime) inline(ctx context.Context, tx *store.Tx, w *write, n *flow.No
 		}
 		cur[parts[len(parts)-1]] = val
 		return okEv(c, map[string]any{"object": root}), nil
+	case "data.validate":
+		v, err := expr("value")
+		if err != nil {
+			return bad(err)
+		}
+		schema, err := flow.CompileSchema(n.Config["schema"])
+		if err != nil {
+			return failEv(c, CodeConfig, "schema: "+err.Error(), true, nil), nil
+		}
+		// As JSON: the schema judges the value a later node would read.
+		var inst any
+		if b, err := json.Marshal(v); err != nil || json.Unmarshal(b, &inst) != nil {
+			return failEv(c, CodeConfig, "value is not JSON", true, nil), nil
+		}
+		errs := []string{}
+		if err := schema.Validate(inst); err != nil {
+			errs = append(errs, render.Clip(err.Error(), 500))
+		}
+		// An invalid value is an output, not a failure: the flow routes
+		// on nodes.<id>.valid (GitHub Actions' and n8n's "if" after a check).
+		return okEv(c, map[string]any{"valid": len(errs) == 0, "errors": errs}), nil
 	case "system.state.get":
 		v, err := tx.FlowState(ctx, w.row.Flow, fmt.Sprint(n.Config["key"]))
 		if errors.Is(err, core.ErrNotFound) {

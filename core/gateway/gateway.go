@@ -269,7 +269,7 @@ func New(cfg Config) (*Gateway, error) {
 	var tools map[string]execute.ToolRunner
 	var questions engine.Questions
 	if cfg.MCP != nil {
-		cfg.MCP.Bind(func(ctx context.Context) (core.DirectConversation, error) {
+		cfg.MCP.Bind(cfg.Key, func(ctx context.Context) (core.DirectConversation, error) {
 			return ownerConversation(ctx, cfg, owners(ctx))
 		},
 			func(c core.ConversationID) { g.out.Kick(c, 1) })
@@ -405,7 +405,8 @@ func (g *Gateway) Maintenance() []background.Periodic {
 	if g.mcp != nil {
 		// A server that changes a tool without tools/list_changed is caught
 		// here at the latest (and before any call to it, always).
-		jobs = append(jobs, background.Periodic{Name: "mcp_sync", Every: mcptools.SyncEvery, Run: g.mcp.SyncAll, Timeout: 5 * time.Minute})
+		jobs = append(jobs, background.Periodic{Name: "mcp_sync", Every: mcptools.SyncEvery, Run: g.mcp.SyncAll, Timeout: 5 * time.Minute},
+			background.Periodic{Name: "mcp_pin_expiry", Every: outbox.ExpiryEvery, Run: g.mcp.ExpireCards})
 	}
 	return jobs
 }

@@ -1,7 +1,8 @@
 // Package mcptools is Silas as an MCP client, on the core's side: the
 // tools of the configured MCP servers (mcp.servers) behind the same gate
 // as a program. The first time a server's tools are seen the owner gets a
-// card listing them; pinning stores the RFC 8785 hash of each definition.
+// card listing them; pinning stores the RFC 8785 hash of each definition,
+// signed by the gateway's key (a pin edited in the database is no pin).
 // A definition that changes later (on a sync, a tools/list_changed, or
 // right before a call) quarantines that tool and asks again. Every call
 // is an ordinary action {tool: mcp, server, name, arguments,
@@ -20,6 +21,7 @@ package mcptools
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -79,11 +81,16 @@ type Config struct {
 	MaxResult int
 	// Servers names the configured servers (SyncAll).
 	Servers []string
-	// CardTTL is how long a pin card can be tapped (default 24 h); a later
-	// sync asks again.
+	// CardTTL is how long a pin card can be tapped (default 24 h); then
+	// the expiry sweep (ExpireCards) closes it and a later sync asks
+	// again.
 	CardTTL time.Duration
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// Key is the gateway's Ed25519 key: it signs each pin, and a pin whose
+	// signature does not verify counts as none. Without it nothing can be
+	// pinned (Bind sets it).
+	Key    ed25519.PrivateKey
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Tools are the configured servers' tools behind the gate.
@@ -112,11 +119,11 @@ func New(cfg Config) (*Tools, error) {
 	return &Tools{cfg: cfg}, nil
 }
 
-// Bind sets where pin cards go and how the outbox is told, once the
-// gateway that owns the outbox and the trust book is built (before it
-// runs; core/gateway calls it in New).
-func (t *Tools) Bind(owner func(ctx context.Context) (core.DirectConversation, error), kick func(core.ConversationID)) {
-	t.cfg.Owner, t.cfg.Kick = owner, kick
+// Bind sets the key pins are signed with, where pin cards go and how the
+// outbox is told, once the gateway that owns the key, the outbox and the
+// trust book is built (before it runs; core/gateway calls it in New).
+func (t *Tools) Bind(key ed25519.PrivateKey, owner func(ctx context.Context) (core.DirectConversation, error), kick func(core.ConversationID)) {
+	t.cfg.Key, t.cfg.Owner, t.cfg.Kick = key, owner, kick
 }
 
 // Hash is the RFC 8785 form of a definition and the hex sha256 of it.
@@ -176,6 +183,7 @@ func (t *Tools) Pinned(ctx context.Context) ([]Offered, error) {
 	}
 	var out []Offered
 	for _, m := range all {
+		m, _ = t.checked(m)
 		if m.Status != core.MCPToolPinned || m.Hash != m.PinnedHash {
 			continue
 		}
@@ -205,7 +213,10 @@ func (t *Tools) refusal(ctx context.Context, act core.Action) string {
 	if err != nil {
 		return fmt.Sprintf("%s: could not read its pin (%v): nothing was sent", tool, err)
 	}
+	m, signed := t.checked(m)
 	switch {
+	case !signed:
+		return fmt.Sprintf("%s: its pin does not carry a valid signature of this gateway's key (edited in the database?), so it counts as not pinned; the owner is asked to pin it again — nothing was sent", tool)
 	case m.Status == core.MCPToolQuarantined:
 		return fmt.Sprintf("%s is quarantined: the server changed its definition after the owner pinned it; the owner must pin the new definition from its card first — nothing was sent", tool)
 	case m.Status != core.MCPToolPinned:

@@ -82,10 +82,20 @@ func (t *Tools) see(ctx context.Context, server string, defs []Def) ([]core.MCPT
 			return nil, err
 		}
 		byName := map[string]core.MCPTool{}
-		for _, m := range cur {
-			byName[m.Name] = m
-		}
+		unsigned := map[string]bool{}
 		var entries []audit.Entry
+		for _, m := range cur {
+			c, ok := t.checked(m)
+			if !ok {
+				unsigned[m.Name] = true
+				if m.Status != core.MCPToolPending {
+					// Once: the row is written back pending below.
+					entries = append(entries, audit.Entry{Kind: audit.KindMCPPinInvalid, Actor: "silas", Data: map[string]any{
+						"server": server, "tool": m.Name, "pinned_hash": m.PinnedHash}})
+				}
+			}
+			byName[m.Name] = c
+		}
 		var ask []core.MCPTool
 		open := map[string]bool{}
 		for _, s := range list {
@@ -119,7 +129,7 @@ func (t *Tools) see(ctx context.Context, server string, defs []Def) ([]core.MCPT
 			if err := tx.AddMCPPinCard(ctx, c); err != nil {
 				return nil, err
 			}
-			if err := tx.QueueMessage(c.Channel, core.OpSend, c.ID, core.OutMessage{Conversation: c.Conversation, Card: pinCard(c, ask, byName)}); err != nil {
+			if err := tx.QueueMessage(c.Channel, core.OpSend, c.ID, core.OutMessage{Conversation: c.Conversation, Card: pinCard(c, ask, byName, unsigned)}); err != nil {
 				return nil, err
 			}
 			for i := range out {
@@ -171,8 +181,9 @@ func cardOpen(ctx context.Context, tx *store.Tx, id string, seen map[string]bool
 
 // pinCard draws the card asking the owner to pin tools: each tool's name,
 // description, input schema and annotations — the server's words, shown as
-// such.
-func pinCard(c core.MCPPinCard, tools []core.MCPTool, before map[string]core.MCPTool) *cards.Card {
+// such. unsigned names the tools whose stored pin failed its signature
+// check.
+func pinCard(c core.MCPPinCard, tools []core.MCPTool, before map[string]core.MCPTool, unsigned map[string]bool) *cards.Card {
 	card := &cards.Card{ID: cards.ID(c.ID), Kind: cards.KindApproval, Risk: cards.RiskHigh, Status: cards.StatusPending,
 		ExpiresAt: c.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z07:00")}
 	changed := 0
@@ -180,8 +191,11 @@ func pinCard(c core.MCPPinCard, tools []core.MCPTool, before map[string]core.MCP
 	for _, m := range tools {
 		s := parse(m.Definition)
 		what := "new"
-		if before[m.Name].PinnedHash != "" {
+		switch {
+		case before[m.Name].PinnedHash != "":
 			what, changed = "CHANGED since you pinned it", changed+1
+		case unsigned[m.Name]:
+			what = "its stored pin failed the signature check (edited in the database?); calls are refused until you pin it again"
 		}
 		names = append(names, m.Name)
 		ann := "none (counts as destructive and open-world)"
@@ -268,7 +282,11 @@ func (t *Tools) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust
 	}
 	var pinned, stale []string
 	for _, p := range c.Tools {
-		ok, err := tx.PinMCPTool(ctx, c.Server, p.Name, p.Hash, turn.Sender)
+		sig := t.sign(c.Server, p.Name, p.Hash, turn.Sender)
+		if sig == nil {
+			return core.TaskTap{}, errors.New("mcptools: tap: no gateway key to sign the pin with")
+		}
+		ok, err := tx.PinMCPTool(ctx, c.Server, p.Name, p.Hash, turn.Sender, sig)
 		if err != nil {
 			return core.TaskTap{}, err
 		}
@@ -301,4 +319,42 @@ func settledCard(c core.MCPPinCard, status cards.Status, outcome string) *cards.
 		Intent:    render.Clip(cards.ShowInvisible(fmt.Sprintf("Pin %d tool(s) of MCP server %s: %s", len(c.Tools), c.Server, strings.Join(names, ", "))), cards.MaxIntent),
 		Rationale: "Silas calls a tool of this server only with a definition you pinned; each call still gets its own card.",
 		Outcome:   render.Clip(cards.ShowInvisible(outcome), cards.MaxIntent)}
+}
+
+// ExpireCards closes pin cards whose time ran out untapped, as the
+// approval cards' expiry does: each shows "expired" instead of buttons
+// that would only be refused, audited (mcp.pin_card_expired); nothing is
+// pinned, calls stay refused, and the next look at the server asks again.
+// The background room runs it every few seconds (mcp_pin_expiry); the
+// compare-and-swap in the store makes a second run (another instance)
+// close nothing twice.
+func (t *Tools) ExpireCards(ctx context.Context) error {
+	var kick []core.ConversationID
+	err := t.cfg.Store.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		kick = nil
+		list, err := tx.ExpireMCPPinCards(ctx, 100)
+		if err != nil {
+			return nil, err
+		}
+		var entries []audit.Entry
+		for _, c := range list {
+			card := settledCard(c, cards.StatusExpired, "Expired: nothing was pinned; calls to these tools stay refused. Silas asks again at its next look at the server's tools.")
+			if err := tx.QueueMessage(c.Channel, core.OpUpdate, c.ID, core.OutMessage{Conversation: c.Conversation, Card: card}); err != nil {
+				return nil, err
+			}
+			entries = append(entries, audit.Entry{Kind: audit.KindMCPPinCardExpired, Actor: "silas", Conversation: string(c.Conversation),
+				Data: map[string]any{"server": c.Server, "card": c.ID, "tools": c.Tools}})
+			kick = append(kick, c.Conversation)
+		}
+		return entries, nil
+	})
+	if err != nil {
+		return fmt.Errorf("mcptools: expire pin cards: %w", err)
+	}
+	if t.cfg.Kick != nil {
+		for _, c := range kick {
+			t.cfg.Kick(c)
+		}
+	}
+	return nil
 }

@@ -12,8 +12,9 @@ import (
 // database, a conversation's messages are delivered by one instance at a
 // time: the lane claims the conversation (store.ClaimLane: free, already
 // its own, or held by a dead instance) before its first delivery, reads
-// its jobs from the database (another instance may have queued some) and
-// gives the claim up when it drained. A lane that cannot claim ends; the
+// its jobs from the database (another instance may have queued some; a job
+// read before the claim is read again under it, as the previous holder may
+// have delivered it meanwhile) and gives the claim up when it drained. A lane that cannot claim ends; the
 // holder's lane delivers the job too (it reads until the conversation has
 // nothing pending), and the recovery scan kicks it again if that holder
 // dies. Before each delivery the lane also asks whether this process may
@@ -40,7 +41,11 @@ const (
 	laneGo   laneVerdict = iota // deliver
 	laneWait                    // this process may not act now: wait
 	laneLost                    // another instance delivers this conversation
+	laneRead                    // claimed just now: read the oldest job again
 )
+
+// beforeClaim, when set (tests), runs in mayDeliver just before a claim.
+var beforeClaim func()
 
 func (ob *Outbox) solo() bool { return ob.cluster == nil || ob.cluster.Solo() }
 
@@ -60,6 +65,9 @@ func (ob *Outbox) mayDeliver(ctx context.Context, conv core.ConversationID, l *l
 	if l.claimed && gen == l.gen {
 		return laneGo
 	}
+	if beforeClaim != nil {
+		beforeClaim()
+	}
 	claimed, err := ob.st.ClaimLane(ctx, conv)
 	if err != nil {
 		ob.log.Warn("outbox: claiming the conversation's lane failed", slog.String("conversation", string(conv)), slog.Any("err", err))
@@ -71,7 +79,10 @@ func (ob *Outbox) mayDeliver(ctx context.Context, conv core.ConversationID, l *l
 		return laneLost
 	}
 	l.claimed, l.gen = true, gen
-	return laneGo
+	// The job in hand was read before the claim: the instance that held
+	// the lane until now may have delivered it since, and newer ones
+	// after it. Only a read under the claim says what is oldest.
+	return laneRead
 }
 
 // releaseLane gives l's claim up once it found nothing pending, and

@@ -308,12 +308,16 @@ func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane
 				continue
 			}
 		}
-		switch ob.mayDeliver(ctx, conv, l) {
-		case laneWait:
-			if !ob.sleep(ctx, kicked, laneRecheck) {
+		switch v := ob.mayDeliver(ctx, conv, l); v {
+		case laneLost:
+			ob.endLane(conv)
+			return
+		case laneWait, laneRead:
+			if v == laneWait && !ob.sleep(ctx, kicked, laneRecheck) {
 				ob.endLane(conv)
 				return
 			}
+			// Not delivered now: the next read finds it again.
 			ob.mu.Lock()
 			if fromMem {
 				l.mem = slices.Insert(l.mem, 0, j)
@@ -321,9 +325,6 @@ func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane
 			l.unknown = true
 			ob.mu.Unlock()
 			continue
-		case laneLost:
-			ob.endLane(conv)
-			return
 		}
 		// Deliveries use a context of their own so that shutdown lets an
 		// in-flight send finish (bounded by the adapter's timeouts).

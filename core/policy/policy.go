@@ -148,6 +148,8 @@ func Build(cfg Config) (*Policy, error) {
 			}
 		} else if !r.Risk.Valid() {
 			return nil, fmt.Errorf("%s.risk: %q is not low, medium, high, irreversible or auto", where, r.Risk)
+		} else if r.Risk == cards.RiskIrreversible && r.Decision == Allow {
+			return nil, fmt.Errorf("%s.risk: irreversible needs decision auth_required (it runs only after a passkey step-up, docs/passkeys.md)", where)
 		}
 		if r.Match != "" {
 			re, err := regexp.Compile(r.Match)

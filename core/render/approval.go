@@ -62,6 +62,12 @@ func Approval(a core.ApprovalRequest, ex *core.Execution, preview int) *cards.Ca
 		c.Status = cards.StatusConfirming
 		c.Outcome = fmt.Sprintf("%s risk: confirm to run it.", a.Risk)
 		c.Choices = []cards.Choice{{ID: "confirm", Label: Clip("Confirm: "+label, cards.MaxLabel), Style: cards.StylePrimary, Kind: cards.ChoiceForward}, {ID: "decline", Label: "Decline", Style: cards.StyleDanger, Kind: cards.ChoiceDecline}}
+		if a.Risk == cards.RiskIrreversible {
+			// Waiting for the passkey step-up (core/stepup): no tap runs
+			// it; the first choice asks for a fresh step-up link.
+			c.Outcome = "Irreversible: waiting for the passkey confirmation on the secure page."
+			c.Choices[0] = cards.Choice{ID: "approve", Label: "New passkey link", Style: cards.StyleSecondary, Kind: cards.ChoiceForward}
+		}
 	case core.ApprovalDeclined:
 		c.Status = cards.StatusDeclined
 		c.Outcome = fmt.Sprintf("Declined by %s. Nothing was run.", a.DecidedBy)

@@ -105,6 +105,9 @@ type Config struct {
 	// never arguments, environment values or output. Nil discards.
 	Logger *slog.Logger
 
+	// noZygote makes every run re-execute the init (tests of that path
+	// as root).
+	noZygote bool
 	// noCgroups disables cgroups (tests of the rlimit-only path).
 	noCgroups bool
 	// pasta is the network stack's path ("" searches PATH and the usual

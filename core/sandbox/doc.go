@@ -17,6 +17,11 @@
 // program ends the init exits and the kernel kills whatever else the run
 // started.
 //
+// A root gateway forks its network-off runs' inits from a zygote
+// (sandboxinit/zygote_linux.go, zygote_linux.go) instead of re-executing
+// its binary for each: the same steps in the same order, on a root the
+// zygote built once.
+//
 // New probes the whole chain once; when any required isolation is missing
 // every Run fails with an error wrapping core.ErrIsolationUnavailable that
 // names what is missing (fail closed). docs/sandbox.md lists what is

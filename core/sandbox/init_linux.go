@@ -46,4 +46,5 @@ var (
 	landlockABI = sandboxinit.LandlockABI
 	copyTree    = sandboxinit.CopyTree
 	workDirFull = sandboxinit.WorkDirFull
+	errnoText   = sandboxinit.ErrnoText
 )

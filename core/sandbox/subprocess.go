@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/sandbox/sandboxinit"
 )
 
 // waitDelay bounds how long Run waits for stdout/stderr to close after the
@@ -76,6 +77,14 @@ type Subprocess struct {
 	keepWorkFor time.Duration // < 0: remove at release
 	maxKept     int64
 	workMu      sync.Mutex // serialises Release and pruning
+
+	// useZygote: network-off runs are forked by a zygote (zygote_linux.go)
+	// instead of re-executing the gateway's binary (root, workTmpfs).
+	useZygote   bool
+	zygMu       sync.Mutex // guards zyg, zygStarting
+	zyg         *zygote
+	zygStarting bool
+	zygoteRuns  atomic.Int64 // runs a zygote's init took (tests)
 }
 
 type limits struct {
@@ -211,6 +220,22 @@ func New(cfg Config) (*Subprocess, error) {
 	// Work dirs a previous process released (or left behind) are pruned
 	// now, then whenever a run is released.
 	s.pruneWork(time.Now(), true)
+	if s.workTmpfs && !cfg.noZygote && cfg.forceUnavailable == "" {
+		// Network-off runs are forked by a zygote (zygote_linux.go); the
+		// probe below runs through it. Without one every run re-executes
+		// the init, as isolated.
+		if s.zyg, err = s.startZygote(); err != nil {
+			s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: no zygote; every run re-executes the init", slog.String("error", err.Error()))
+		} else {
+			s.useZygote = true
+			if err := s.probe(); err != nil {
+				s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: the zygote's probe failed; every run re-executes the init", slog.String("error", err.Error()))
+				s.useZygote = false
+				s.zyg.stop()
+				s.zyg = nil
+			}
+		}
+	}
 	probe := s.probe
 	if cfg.forceUnavailable != "" {
 		probe = func() error {
@@ -428,11 +453,19 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	} else {
 		w, err = s.take(req.Network)
 		defer s.refill(req.Network)
+		if err == nil && w.zygote != nil && !s.zygoteFits(w, dir) {
+			// The zygote's init cannot take this run: a re-executed one does.
+			w.discard()
+			w, err = s.spawnIO(req.Network, nil, nil)
+		}
 	}
 	if err != nil {
 		return fail(err)
 	}
 	defer w.release()
+	if w.zygote != nil {
+		s.zygoteRuns.Add(1)
+	}
 
 	// The program works on a bounded copy of its work dir
 	// (workdir_linux.go): the stage the warm init came with, sent to it
@@ -456,10 +489,18 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	if stg != nil {
 		mountFD = stg.fd
 	}
-	runJSON, err := json.Marshal(runSpec{
+	rs := runSpec{
 		Program: inside, Argv: req.Argv, Env: buildEnv(req.Env, SandboxWorkDir), HostDir: dir,
 		CPU: uint64(timeout/time.Second) + 1, WorkMount: mountFD >= 0, StageWork: stageInInit,
-	})
+	}
+	var runMsg []byte
+	if w.zygote != nil {
+		// The zygote's init reads its run in raw system calls: a flat
+		// message, not JSON (sandboxinit.ZygoteRun).
+		runMsg, err = sandboxinit.ZygoteRun(rs)
+	} else {
+		runMsg, err = json.Marshal(rs)
+	}
 	if err != nil {
 		w.discard()
 		return fail(fmt.Errorf("sandbox: spec: %w", err))
@@ -476,11 +517,11 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	// the run and copies the work dir back), and killed after stageGrace.
 	stop := func() {
 		if !stageInInit {
-			_ = w.cmd.Process.Kill()
+			w.kill()
 			return
 		}
-		_ = w.cmd.Process.Signal(syscall.SIGTERM)
-		time.AfterFunc(stageGrace, func() { _ = w.cmd.Process.Kill() })
+		w.signal(syscall.SIGTERM)
+		time.AfterFunc(stageGrace, w.kill)
 	}
 	timer := time.AfterFunc(timeout, func() {
 		killed.Store(true)
@@ -491,29 +532,32 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 		killed.Store(true)
 		stop()
 	})
-	werr := sendRun(w.runW, runJSON, mountFD)
+	werr := sendRun(w.runW, runMsg, mountFD)
 	w.runW.Close()
 	if werr != nil {
 		// The init is gone: its status says why.
-		_ = w.cmd.Process.Kill()
+		w.kill()
 	}
 
 	statusBytes, _ := io.ReadAll(w.statusR)
-	waitErr := w.cmd.Wait()
+	waitErr := w.wait()
 	timer.Stop()
 	stopWatch()
 	dur := time.Since(start)
-	if w.cmd.ProcessState == nil {
+	if w.state == nil {
 		return fail(fmt.Errorf("sandbox: wait %q: %w", req.Argv[0], waitErr))
 	}
 	st := parseStatus(statusBytes)
+	if w.zygote != nil {
+		st.setupErr, st.execErr = errnoText(st.setupErr), errnoText(st.execErr)
+	}
 	switch {
 	case st.setupErr != "":
 		return fail(fmt.Errorf("sandbox: isolation setup failed: %s: %w", st.setupErr, core.ErrIsolationUnavailable))
 	case st.execErr != "":
 		return fail(fmt.Errorf("sandbox: %s", st.execErr))
 	case !st.ready && !killed.Load():
-		ws, _ := w.cmd.ProcessState.Sys().(syscall.WaitStatus)
+		ws, _ := w.state.Sys().(syscall.WaitStatus)
 		return fail(fmt.Errorf("sandbox: the sandbox's init died before it was ready (exit %d): %w", exitCode(ws), core.ErrIsolationUnavailable))
 	}
 
@@ -534,7 +578,7 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	default:
 		// The init ended without reporting: it was killed (the memory
 		// cgroup's OOM killer, or the program signalled it).
-		ws, _ := w.cmd.ProcessState.Sys().(syscall.WaitStatus)
+		ws, _ := w.state.Sys().(syscall.WaitStatus)
 		res.ExitCode = exitCode(ws)
 		if res.ExitCode == 0 {
 			res.ExitCode = 128 + int(syscall.SIGKILL)
@@ -567,6 +611,7 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 		slog.Bool("timed_out", res.TimedOut),
 		slog.Bool("truncated", res.Truncated),
 		slog.Bool("warm", w.warm),
+		slog.Bool("zygote", w.zygote != nil),
 		slog.Bool("output_pipes_forced_closed", errors.Is(waitErr, exec.ErrWaitDelay)),
 		slog.String("isolation", res.Isolation),
 	)
@@ -582,7 +627,7 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 // one off the pool removes process start-up and sandbox construction from
 // the time between a tap and the program's start.
 type warmInit struct {
-	cmd            *exec.Cmd
+	cmd            *exec.Cmd // a re-executed init; nil for the zygote's
 	statusR        *os.File
 	runW           *os.File
 	stdout, stderr *capWriter
@@ -590,12 +635,57 @@ type warmInit struct {
 	stage          *stage     // the run's work dir stage (root), nil when the init stages it
 	net            *netAttach // pasta, for a network-on init
 	warm           bool       // came from the pool
+
+	// An init forked by the zygote (zygote_linux.go): our child, not
+	// started through os/exec.
+	zygote *zygote
+	proc   *os.Process
+	pipes  []*os.File    // our ends of its stdout and stderr
+	copied chan struct{} // closed when both are copied to the capture
+	state  *os.ProcessState
+}
+
+// kill ends the init, and with it the whole run.
+func (w *warmInit) kill() { w.signal(syscall.SIGKILL) }
+
+func (w *warmInit) signal(sig os.Signal) {
+	if w.cmd != nil {
+		_ = w.cmd.Process.Signal(sig)
+		return
+	}
+	_ = w.proc.Signal(sig)
+}
+
+// wait waits for the init to exit and its output to be copied (up to
+// waitDelay after it exited: exec.ErrWaitDelay then).
+func (w *warmInit) wait() error {
+	if w.cmd != nil {
+		err := w.cmd.Wait()
+		w.state = w.cmd.ProcessState
+		return err
+	}
+	var err error
+	w.state, err = w.proc.Wait()
+	select {
+	case <-w.copied:
+	case <-time.After(waitDelay):
+		closeAll(w.pipes...)
+		<-w.copied
+		if err == nil {
+			err = exec.ErrWaitDelay
+		}
+	}
+	closeAll(w.pipes...)
+	w.pipes = nil
+	return err
 }
 
 // release frees what the init held once it has been waited for.
 func (w *warmInit) release() {
 	w.statusR.Close()
-	w.runW.Close()
+	if w.runW != nil {
+		w.runW.Close()
+	}
 	if w.cg != nil {
 		w.cg.put()
 	}
@@ -604,8 +694,8 @@ func (w *warmInit) release() {
 
 // discard kills an unused init and waits for it.
 func (w *warmInit) discard() {
-	_ = w.cmd.Process.Kill()
-	_ = w.cmd.Wait()
+	w.kill()
+	_ = w.wait()
 	w.release()
 	if w.stage != nil {
 		w.stage.remove()
@@ -666,6 +756,12 @@ func (s *Subprocess) Close() error {
 	s.closed = true
 	s.poolMu.Unlock()
 	s.poolWG.Wait()
+	s.zygMu.Lock()
+	if s.zyg != nil {
+		s.zyg.stop()
+		s.zyg = nil
+	}
+	s.zygMu.Unlock()
 	for _, pool := range s.pools {
 		for {
 			select {
@@ -683,8 +779,21 @@ func (s *Subprocess) Close() error {
 	return nil
 }
 
-// spawn starts an init that builds the sandbox and waits for its run.
+// spawn starts an init that builds the sandbox and waits for its run: a
+// network-off one forked by the zygote when there is one, else the
+// gateway's binary re-executed.
 func (s *Subprocess) spawn(network bool) (*warmInit, error) {
+	if !network && s.useZygote {
+		if z := s.currentZygote(); z != nil {
+			w, err := s.spawnZygote(z)
+			if err == nil {
+				return w, nil
+			}
+			s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: the zygote could not fork an init; re-executing it",
+				slog.String("error", err.Error()))
+			s.currentZygote() // a new one, if this one is gone
+		}
+	}
 	return s.spawnIO(network, nil, nil)
 }
 

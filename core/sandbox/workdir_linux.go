@@ -185,6 +185,9 @@ func sendRun(w *os.File, data []byte, mountFD int) error {
 			return serr
 		}
 		data = data[n:]
+		if len(data) == 0 {
+			return nil // all sent (on a SOCK_SEQPACKET, an empty write would be a record)
+		}
 	}
 	_, err := w.Write(data)
 	return err

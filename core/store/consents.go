@@ -16,17 +16,23 @@ import (
 
 // Standing consents (core/consent). The store keeps them as minted and
 // counts their uses; it never decides whether one applies (the signature
-// and the limits are core/consent's), and it never re-signs one.
+// and the limits are core/consent's), and it never re-signs one. Each read
+// carries the highest use and unit counts the audit log records for the
+// consent (consent.used), so core/consent can refuse a counter reset.
 
 const consentSelect = `SELECT id, scope, conversation, run_id, flow, flow_version, nodes, tool, argv, prefix, programs, secrets, verify::text,
-	max_risk, lanes, max_uses, uses, cost_cap, units, created_by, created_at, expires_at, revoked_at, signature FROM consents`
+	max_risk, lanes, max_uses, uses, cost_cap, units, created_by, created_at, expires_at, revoked_at, signature,
+	(SELECT coalesce(max((l.data->>'uses')::int), 0) FROM audit_log l WHERE l.kind = 'consent.used' AND l.data->>'consent' = consents.id),
+	(SELECT coalesce(max((l.data->>'units')::int), 0) FROM audit_log l WHERE l.kind = 'consent.used' AND l.data->>'consent' = consents.id)
+	FROM consents`
 
 func scanConsent(row pgx.Row) (consent.Consent, error) {
 	var c consent.Consent
 	var scope, risk, verify string
 	var revoked *time.Time
 	err := row.Scan(&c.ID, &scope, &c.Conversation, &c.Run, &c.Flow, &c.FlowVersion, &c.Nodes, &c.Tool, &c.Argv, &c.Prefix, &c.Programs, &c.Secrets, &verify,
-		&risk, &c.Lanes, &c.MaxUses, &c.Uses, &c.CostCap, &c.Units, &c.CreatedBy, &c.CreatedAt, &c.ExpiresAt, &revoked, &c.Signature)
+		&risk, &c.Lanes, &c.MaxUses, &c.Uses, &c.CostCap, &c.Units, &c.CreatedBy, &c.CreatedAt, &c.ExpiresAt, &revoked, &c.Signature,
+		&c.AuditedUses, &c.AuditedUnits)
 	if err != nil {
 		return c, notFound(err)
 	}

@@ -51,15 +51,16 @@ func (s *Store) RegisterInstance(ctx context.Context, host string, pid int, ttl 
 
 // Heartbeat renews this instance for ttl (re-creating its row if a sweep
 // deleted it while this process was paused) and reports how many other
-// instances have a row: alive, or dead with work not yet taken over.
-func (s *Store) Heartbeat(ctx context.Context, host string, pid int, ttl time.Duration) (others int, err error) {
+// instances have a row (alive, or dead with work not yet taken over) and
+// how many of those are alive.
+func (s *Store) Heartbeat(ctx context.Context, host string, pid int, ttl time.Duration) (others, alive int, err error) {
 	err = s.pool.QueryRow(ctx, `WITH hb AS (INSERT INTO instances (id, host, pid, expires_at) VALUES ($1, $2, $3, now() + $4 * interval '1 microsecond')
 			ON CONFLICT (id) DO UPDATE SET seen_at = now(), expires_at = EXCLUDED.expires_at RETURNING id)
-		SELECT count(*) FROM instances WHERE id <> $1`, s.instance, host, pid, micros(ttl)).Scan(&others)
+		SELECT count(*), count(*) FILTER (WHERE expires_at > now()) FROM instances WHERE id <> $1`, s.instance, host, pid, micros(ttl)).Scan(&others, &alive)
 	if err != nil {
-		return 0, fmt.Errorf("store: instance heartbeat: %w", err)
+		return 0, 0, fmt.Errorf("store: instance heartbeat: %w", err)
 	}
-	return others, nil
+	return others, alive, nil
 }
 
 // StopInstance ends this instance's row at once (a clean stop): the

@@ -16,13 +16,13 @@ import (
 // that ask the owner to pin.
 
 const mcpToolSelect = `SELECT server, name, definition, hash, COALESCE(pinned_hash, ''), status, COALESCE(card, ''), seen_at,
-	pinned_at, COALESCE(pinned_by, '') FROM mcp_tools`
+	pinned_at, COALESCE(pinned_by, ''), pin_sig FROM mcp_tools`
 
 func scanMCPTool(row pgx.Row) (core.MCPTool, error) {
 	var t core.MCPTool
 	var def string
 	var pinned *time.Time
-	if err := row.Scan(&t.Server, &t.Name, &def, &t.Hash, &t.PinnedHash, &t.Status, &t.Card, &t.SeenAt, &pinned, &t.PinnedBy); err != nil {
+	if err := row.Scan(&t.Server, &t.Name, &def, &t.Hash, &t.PinnedHash, &t.Status, &t.Card, &t.SeenAt, &pinned, &t.PinnedBy, &t.PinSig); err != nil {
 		return core.MCPTool{}, notFound(err)
 	}
 	t.Definition = json.RawMessage(def)
@@ -83,12 +83,13 @@ func (t *Tx) PutMCPTool(ctx context.Context, m core.MCPTool) error {
 	return nil
 }
 
-// PinMCPTool pins the definition hash of a tool, if the tool's last seen
+// PinMCPTool pins the definition hash of a tool with its signature
+// (core/mcptools signs server, name, hash and by), if the tool's last seen
 // definition is still that one (compare-and-swap: a definition that
 // changed after the card was drawn is not pinned by it).
-func (t *Tx) PinMCPTool(ctx context.Context, server, name, hash string, by core.IdentityID) (bool, error) {
-	tag, err := t.exec(ctx, `UPDATE mcp_tools SET pinned_hash = hash, status = 'pinned', card = NULL, pinned_at = $4, pinned_by = $5
-		WHERE server = $1 AND name = $2 AND hash = $3`, server, name, hash, t.now(), by)
+func (t *Tx) PinMCPTool(ctx context.Context, server, name, hash string, by core.IdentityID, sig []byte) (bool, error) {
+	tag, err := t.exec(ctx, `UPDATE mcp_tools SET pinned_hash = hash, status = 'pinned', card = NULL, pinned_at = $4, pinned_by = $5, pin_sig = $6
+		WHERE server = $1 AND name = $2 AND hash = $3`, server, name, hash, t.now(), by, sig)
 	if err != nil {
 		return false, fmt.Errorf("store: pin mcp tool %s/%s: %w", server, name, err)
 	}
@@ -145,4 +146,29 @@ func (t *Tx) SettleMCPPinCard(ctx context.Context, id, status string, by core.Id
 		return false, fmt.Errorf("store: settle mcp pin card: %w", err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// ExpireMCPPinCards closes up to limit pin cards whose time ran out
+// (compare-and-swap on status: a second sweep, or a tap in between,
+// closes nothing twice) and returns them.
+func (t *Tx) ExpireMCPPinCards(ctx context.Context, limit int) ([]core.MCPPinCard, error) {
+	rows, err := t.query(ctx, `UPDATE mcp_pin_cards SET status = 'expired', decided_at = $1
+		WHERE id IN (SELECT id FROM mcp_pin_cards WHERE status = 'pending' AND expires_at <= $1
+			ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+		RETURNING id, server, channel, conversation, tools, status, created_at, expires_at`, t.now(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: expire mcp pin cards: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (core.MCPPinCard, error) {
+		var c core.MCPPinCard
+		var tools []byte
+		if err := r.Scan(&c.ID, &c.Server, &c.Channel, &c.Conversation, &tools, &c.Status, &c.CreatedAt, &c.ExpiresAt); err != nil {
+			return c, err
+		}
+		return c, json.Unmarshal(tools, &c.Tools)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: expire mcp pin cards: %w", err)
+	}
+	return out, nil
 }

@@ -130,6 +130,11 @@ func (t *Tx) QueueFlowStep(id string) {
 	t.QueueJob(flowjob.Args{Run: id}, flowjob.Opts())
 }
 
+// QueueFlowSignal queues a step of flow run id that delivers sig.
+func (t *Tx) QueueFlowSignal(id string, sig flowjob.Signal) {
+	t.QueueJob(flowjob.Args{Run: id, Signal: &sig}, flowjob.Opts())
+}
+
 // QueueFlowTimer queues a timer of flow run id, delivered at at.
 func (t *Tx) QueueFlowTimer(id string, timer flowjob.Timer, at time.Time) {
 	t.QueueJob(flowjob.Args{Run: id, Timer: &timer}, flowjob.At(at))

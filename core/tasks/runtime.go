@@ -80,6 +80,12 @@ type Config struct {
 	Store    *store.Store
 	Planner  llm.Planner
 	Executor llm.Executor
+	// MCPTools, when set, lists the pinned tools of the configured MCP
+	// servers (core/mcptools): the executor is offered them next to its
+	// own at each move, and a call to one is proposed like any other tool
+	// call — policy, card, single-use token — bound to the pinned
+	// definition (the core refuses it if the pin no longer holds).
+	MCPTools func(context.Context) ([]llm.MCPTool, error)
 	// Policy is the risk policy plan checks are run through; Verifier
 	// runs the allowed ones in the verification sandbox.
 	Policy   *policy.Policy
@@ -743,7 +749,7 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 		return false, err
 	}
 	b.Secrets = names
-	out, err := r.cfg.Executor.Next(ctx, b)
+	out, err := r.executor(ctx).Next(ctx, b)
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
@@ -831,6 +837,21 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 	}
 	applied, err := r.commitTask(ctx, w)
 	return applied || err == nil, err
+}
+
+// executor is the configured executor offered the MCP tools pinned now
+// (none when they cannot be listed: the step goes on with Silas's own).
+func (r *Runtime) executor(ctx context.Context) llm.Executor {
+	ex := r.cfg.Executor
+	if r.cfg.MCPTools == nil {
+		return ex
+	}
+	list, err := r.cfg.MCPTools(ctx)
+	if err != nil {
+		r.log.Warn("could not list the pinned MCP tools; the executor goes on without them", slog.Any("err", err))
+	}
+	ex.Tools.MCP = list
+	return ex
 }
 
 // statusNotRun is the result of a tool call the executor made beside the

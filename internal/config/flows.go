@@ -1,6 +1,9 @@
 package config
 
-import "path/filepath"
+import (
+	"path/filepath"
+	"strings"
+)
 
 // Flows configures runbooks (docs/flows.md).
 type Flows struct {
@@ -18,6 +21,9 @@ type Flows struct {
 	// a card (with RunWrites); off by default, and while off the consent
 	// card is not offered.
 	AutomatableExecution bool `yaml:"automatable_execution"`
+	// HTTPAllowDomains are the hosts (and their subdomains) an action.http
+	// node may call; empty (the default): action.http nodes fail, saying so.
+	HTTPAllowDomains []string `yaml:"http_allow_domains"`
 }
 
 // FlowsDir is flows.dir with its default applied.
@@ -31,6 +37,11 @@ func (c *Config) FlowsDir() string {
 func (c *Config) checkFlows() error {
 	if m := c.Flows.MaxParallel; m < 1 || m > 64 {
 		return bad("flows.max_parallel", "%d is outside 1…64", m)
+	}
+	for _, d := range c.Flows.HTTPAllowDomains {
+		if d == "" || strings.ContainsAny(d, "/:@ *") {
+			return bad("flows.http_allow_domains", "%q must be a host name such as example.org", d)
+		}
 	}
 	return nil
 }

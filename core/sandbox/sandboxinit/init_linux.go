@@ -87,6 +87,10 @@ type Spec struct {
 	NoFile    uint64   `json:"nofile"`
 	TmpSize   int64    `json:"tmp_size"`
 	Landlock  bool     `json:"landlock"` // required: fail if the kernel lacks it
+	// Zygote: this process builds the sandbox's filesystem once and then
+	// forks each run's init from it (zygote_linux.go), instead of being
+	// one run's init.
+	Zygote bool `json:"zygote,omitempty"`
 	// SetUID: the init runs as root (a root gateway) and switches its
 	// thread to UID/GID before starting the program. Otherwise it already
 	// runs as the program's uid, in its own user namespace.
@@ -148,10 +152,13 @@ func init() {
 	}
 	var net struct {
 		Network bool `json:"network"`
+		Zygote  bool `json:"zygote"`
 	}
 	if err := json.Unmarshal(specJSON, &net); err == nil && net.Network {
 		pending = specJSON
 		return
+	} else if err == nil && net.Zygote {
+		syscall.Exit(zygoteMain(status, specJSON))
 	}
 	syscall.Exit(sandboxInit(status, specJSON, nil))
 }
@@ -458,11 +465,14 @@ func setupFS(spec *Spec) (map[string]bool, error) {
 	if err := hideAll(root, spec.Hide, hidden); err != nil {
 		return nil, err
 	}
-	// /tmp.
+	// /tmp. A zygote leaves it, /dev/shm and /proc to each run's init:
+	// they are the run's own.
 	if err := os.MkdirAll(root+"/tmp", 0o755); err != nil {
 		return nil, fmt.Errorf("init: /tmp: %w", err)
 	}
-	if err := unix.Mount("tmpfs", root+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatInt(spec.TmpSize, 10)); err != nil {
+	if spec.Zygote {
+		// mount points only
+	} else if err := unix.Mount("tmpfs", root+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatInt(spec.TmpSize, 10)); err != nil {
 		return nil, fmt.Errorf("init: mount /tmp: %w", err)
 	}
 	for _, d := range []string{WorkDir, oldRoot} {
@@ -470,14 +480,16 @@ func setupFS(spec *Spec) (map[string]bool, error) {
 			return nil, fmt.Errorf("init: mount point %s: %w", d, err)
 		}
 	}
-	if err := setupDev(root); err != nil {
+	if err := setupDev(root, !spec.Zygote); err != nil {
 		return nil, err
 	}
 	// /proc of our PID namespace: only the sandbox's own processes.
 	if err := os.Mkdir(root+"/proc", 0o555); err != nil {
 		return nil, fmt.Errorf("init: /proc: %w", err)
 	}
-	if err := unix.Mount("proc", root+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if spec.Zygote {
+		// mount point only: the zygote's PID namespace is the host's.
+	} else if err := unix.Mount("proc", root+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return nil, fmt.Errorf("init: mount /proc (PID namespace): %w", err)
 	}
 	if err := unix.Chdir(root); err != nil {
@@ -754,7 +766,7 @@ func hide(root, h string) (bool, error) {
 	return true, nil
 }
 
-func setupDev(root string) error {
+func setupDev(root string, shm bool) error {
 	dev := root + "/dev"
 	if err := os.Mkdir(dev, 0o755); err != nil {
 		return fmt.Errorf("init: /dev: %w", err)
@@ -783,6 +795,9 @@ func setupDev(root string) error {
 	}
 	if err := os.Mkdir(dev+"/shm", 0o1777); err != nil {
 		return fmt.Errorf("init: /dev/shm: %w", err)
+	}
+	if !shm {
+		return nil // a zygote's runs mount their own
 	}
 	if err := unix.Mount("tmpfs", dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=16m"); err != nil {
 		return fmt.Errorf("init: mount /dev/shm: %w", err)

@@ -1,0 +1,811 @@
+//go:build linux
+
+package sandboxinit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The zygote (issue 26): a root gateway starts its own binary once as a
+// long-lived sandbox parent instead of re-executing it for every run. The
+// zygote, in a mount namespace of its own, builds the sandbox's root once
+// (system dirs read-only, hidden paths covered, /dev; setupFS) and pivots
+// into it, so the host's tree is gone from it; the root and /dev are then
+// read-only. For each run the gateway sends the run's spec and its
+// descriptors (status, stdout, stderr, a "go" pipe, the work dir's
+// detached tmpfs) on a SOCK_SEQPACKET socket; the zygote forks the run's
+// init with clone(2) into new mount, PID, IPC, UTS, network and cgroup
+// namespaces, as a child of the gateway (CLONE_PARENT: the gateway waits
+// for it, kills it and reads its rusage as for a re-executed init), and
+// replies with its pid. The gateway puts it in the run's cgroups and
+// writes "go"; only then does the init build the run's part of the
+// sandbox — its own /proc, /tmp and /dev/shm, the work dir at /work, the
+// hostname — set the rlimits, drop every privilege (uid, groups,
+// capabilities), set no_new_privs, apply Landlock and the seccomp filter,
+// and start the program as its only child, exactly as a re-executed init
+// does (sandboxInit), then reports the program's exit status and exits,
+// which ends the PID namespace. What a run saves is the exec of the
+// gateway's binary, the Go runtime's start and the build of the root.
+//
+// Between fork and exec there is no Go runtime in the child: the init is
+// the zygote's thread continuing in raw system calls (childInit), on
+// memory prepared before the fork, like syscall.forkAndExecInChild. It
+// must never allocate, grow its stack, write a pointer or call anything
+// that is not nosplit.
+
+//go:linkname beforeFork syscall.runtime_BeforeFork
+func beforeFork()
+
+//go:linkname afterFork syscall.runtime_AfterFork
+func afterFork()
+
+//go:linkname afterForkInChild syscall.runtime_AfterForkInChild
+func afterForkInChild()
+
+// ZygoteReply kinds, the first byte of the zygote's answer to a fork.
+const (
+	ZygotePid   = 'P' // "P <pid>": the init is forked and waits for its run
+	ZygoteErr   = 'E' // "E <why>": the init could not be forked
+	ZygoteStale = 'S' // a hidden path appeared since the root was built: start a new zygote
+)
+
+// ZygoteFork is the gateway's request for an init; ZygoteFDs descriptors
+// come with it, in this order: stdout, stderr, status (write ends), the
+// run's socket (a SOCK_SEQPACKET end): the child's 1 to 4 (0 is the
+// zygote's /dev/null).
+const (
+	ZygoteFork = 'F'
+	ZygoteFDs  = 4
+)
+
+// Descriptor numbers in the forked init: stdin, stdout, stderr, then
+// status and the run's socket (both close-on-exec). Nothing else.
+const (
+	cfdStatus = 3
+	cfdRun    = 4
+	cfdCount  = 5
+	// cfdLow: the zygote moves a fork's descriptors at or above it, so
+	// that placing them at 0–4 in the child never overwrites one still
+	// to be placed.
+	cfdLow = 16
+)
+
+// Limits of a run's message to a forked init (ZygoteRun): it reads it
+// into buffers of fixed size, without the Go runtime.
+const (
+	ZygoteRunMax = 128 << 10 // bytes
+	zygoteMaxPtr = 4096      // argv and environment entries together, with their two nils and the program
+)
+
+// ZygoteRun encodes a run for a forked init: the CPU limit (8 bytes),
+// argc and envc (4 bytes each, little-endian), then the program, every
+// argument and every environment entry, each ending in a NUL. The work
+// dir's mount comes with it (SCM_RIGHTS).
+func ZygoteRun(rs RunSpec) ([]byte, error) {
+	if !rs.WorkMount || rs.StageWork || rs.Program == "" || len(rs.Argv) == 0 {
+		return nil, errors.New("zygote: a run needs its work dir's mount and a program")
+	}
+	if len(rs.Argv)+len(rs.Env)+3 > zygoteMaxPtr {
+		return nil, errors.New("zygote: too many arguments and environment variables")
+	}
+	b := make([]byte, 16, 256)
+	binary64(b[0:8], rs.CPU)
+	binary32(b[8:12], uint32(len(rs.Argv)))
+	binary32(b[12:16], uint32(len(rs.Env)))
+	for _, list := range [][]string{{rs.Program}, rs.Argv, rs.Env} {
+		for _, s := range list {
+			for i := 0; i < len(s); i++ {
+				if s[i] == 0 {
+					return nil, errors.New("zygote: NUL in an argument or environment entry")
+				}
+			}
+			b = append(b, s...)
+			b = append(b, 0)
+		}
+	}
+	if len(b) > ZygoteRunMax {
+		return nil, fmt.Errorf("zygote: the run's arguments and environment take %d bytes, more than %d", len(b), ZygoteRunMax)
+	}
+	return b, nil
+}
+
+func binary64(b []byte, v uint64) {
+	for i := range 8 {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+func binary32(b []byte, v uint32) {
+	for i := range 4 {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+// zygote is the prepared state every run's init is forked from.
+type zygote struct {
+	spec    *Spec
+	hidden  map[string]bool
+	watch   []string // hidden paths that would be visible if they appeared
+	devNull int
+	filter  []unix.SockFilter
+	args    *forkArgs // reused: each child has its own copy of it
+}
+
+func zygoteMain(status *os.File, specJSON []byte) int {
+	fail := func(err error) int { return fail(status, StatusSetupErr, err) }
+	var spec Spec
+	if err := json.Unmarshal(specJSON, &spec); err != nil {
+		return fail(fmt.Errorf("zygote: bad spec: %w", err))
+	}
+	if !spec.SetUID || spec.Network || spec.UID == 0 {
+		return fail(errors.New("zygote: only for a root gateway's network-off runs, never as root"))
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("init: PR_SET_DUMPABLE: %w", err))
+	}
+	hidden, err := setupFS(&spec)
+	if err != nil {
+		return fail(err)
+	}
+	// finishFS without a work dir: the host's root goes, the root and
+	// /dev become read-only (every run's init shares them, read-only).
+	if err := hideAll("", spec.Hide, hidden); err != nil {
+		return fail(err)
+	}
+	if err := unix.Unmount(oldRoot, unix.MNT_DETACH); err != nil {
+		return fail(fmt.Errorf("init: detach old root: %w", err))
+	}
+	if err := unix.Rmdir(oldRoot); err != nil {
+		return fail(fmt.Errorf("init: remove old root mount point: %w", err))
+	}
+	if err := unix.Mount("", "/dev", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return fail(fmt.Errorf("init: remount /dev read-only: %w", err))
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
+		return fail(fmt.Errorf("init: remount root read-only: %w", err))
+	}
+	if auditArch == 0 {
+		return fail(errors.New("init: no seccomp filter for this architecture"))
+	}
+	devNull, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fail(fmt.Errorf("init: /dev/null: %w", err))
+	}
+	z := &zygote{spec: &spec, hidden: hidden, devNull: devNull, filter: seccompFilter()}
+	// A hidden path not covered now that lies in a directory the root
+	// shows would be visible once it appears: the zygote (and the gateway,
+	// for its warm inits) watch for it.
+	for _, h := range spec.Hide {
+		if hidden[h] || inside(h, hidden) {
+			continue
+		}
+		top := h
+		if i := strings.IndexByte(h[1:], '/'); i >= 0 {
+			top = h[:i+1]
+		}
+		if !slices.Contains(SystemDirs, top) {
+			continue // /tmp, /work, /proc…: the run's own, never the host's
+		}
+		if fi, err := os.Lstat(top); err == nil && fi.IsDir() {
+			z.watch = append(z.watch, h)
+		}
+	}
+	z.args = z.forkArgs()
+	if err := closeOnExecFrom(fdRun + 1); err != nil {
+		return fail(err)
+	}
+	watch, _ := json.Marshal(z.watch)
+	fmt.Fprintf(status, "%c %s\n", StatusReady, watch)
+	status.Close()
+	z.serve(fdRun)
+	return 0
+}
+
+// serve forks inits until the gateway closes its end of the socket.
+func (z *zygote) serve(sock int) {
+	buf := make([]byte, 64)
+	oob := make([]byte, unix.CmsgSpace(ZygoteFDs*4))
+	for {
+		n, oobn, flags, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || (n == 0 && oobn == 0) {
+			return // the gateway is gone: so are its runs
+		}
+		var fds []int
+		if oobn > 0 {
+			if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+				for _, m := range msgs {
+					if f, err := unix.ParseUnixRights(&m); err == nil {
+						fds = append(fds, f...)
+					}
+				}
+			}
+		}
+		reply := z.fork(buf[:n], flags, fds)
+		for _, f := range fds {
+			unix.Close(f)
+		}
+		if _, err := unix.Write(sock, reply); err != nil {
+			return
+		}
+		if reply[0] == ZygoteStale {
+			return
+		}
+	}
+}
+
+// fork forks one init and returns the reply for the gateway.
+func (z *zygote) fork(msg []byte, flags int, fds []int) []byte {
+	bad := func(err error) []byte { return fmt.Appendf(nil, "%c %s", ZygoteErr, err) }
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(fds) != ZygoteFDs || len(msg) != 1 || msg[0] != ZygoteFork {
+		return bad(errors.New("zygote: bad request"))
+	}
+	// A hidden path that appeared since the root was built would be
+	// visible: a new zygote builds a root that covers it.
+	for _, h := range z.watch {
+		if _, err := os.Lstat(h); err == nil {
+			return []byte{ZygoteStale}
+		}
+	}
+	a := z.args
+	// The child's sources, at cfdLow and up: moving them into 0–4 there
+	// never overwrites one not yet moved.
+	src := []int{z.devNull, fds[0], fds[1], fds[2], fds[3]}
+	for i, f := range src {
+		d, err := unix.FcntlInt(uintptr(f), unix.F_DUPFD_CLOEXEC, cfdLow)
+		if err != nil {
+			for _, c := range a.fds[:i] {
+				unix.Close(c)
+			}
+			return bad(fmt.Errorf("zygote: dup: %w", err))
+		}
+		a.fds[i] = d
+	}
+	pid, errno := forkInit(a)
+	for _, f := range a.fds {
+		unix.Close(f)
+	}
+	if errno != 0 {
+		return bad(fmt.Errorf("zygote: clone (namespaces): %w", errno))
+	}
+	return fmt.Appendf(nil, "%c %d", ZygotePid, pid)
+}
+
+// llRule is one Landlock path rule the child adds.
+type llRule struct {
+	path *byte
+	attr unix.LandlockPathBeneathAttr
+}
+
+// rlimit is one resource limit the child sets (prlimit64).
+type rlimit struct {
+	res uintptr
+	lim unix.Rlimit
+}
+
+// forkArgs is everything the forked init reads; built before the fork.
+// The child writes only into its own copy, and never a Go pointer.
+type forkArgs struct {
+	cloneFlags uintptr
+	fds        [cfdCount]int
+
+	proc, procFS, tmp, tmpFS, tmpOpts, shm, shmOpts, work, empty *byte
+	hostname                                                     *byte
+	hostnameLen                                                  uintptr
+
+	rlimits  [6]rlimit // RLIMIT_CPU (index rlimitCPU) comes with the run
+	uid, gid uintptr
+
+	capHdr  unix.CapUserHeader
+	capData [2]unix.CapUserData
+	resid   [3]uint32 // getresuid's answer
+
+	llAttr  unix.LandlockRulesetAttr
+	llSize  uintptr // 0: no Landlock on this kernel
+	llRules []llRule
+
+	fprog unix.SockFprog
+
+	// The run, as it arrives (ZygoteRun).
+	iov    unix.Iovec
+	hdr    unix.Msghdr
+	run    [ZygoteRunMax + 1]byte
+	oob    [64]byte
+	ptrs   [zygoteMaxPtr]uintptr // argv, nil, envp, nil
+	workFD uintptr
+	arg0   int // offset of argv[0] in run
+
+	ready []byte
+	msg   [256]byte // the status line being written
+	ws    uint32
+}
+
+const rlimitCPU = 4
+
+// Steps whose failure the child reports (StatusSetupErr, or StatusExecErr
+// for the last two).
+var stepNames = [...]string{
+	"init: descriptors", "init: read run", "init: bad run spec", "init: the work dir's mount did not come with the run",
+	"init: mount /proc (PID namespace)", "init: mount /tmp", "init: mount /dev/shm",
+	"init: attach work dir", "init: work dir private", "init: sethostname (UTS namespace)", "init: setrlimit",
+	"init: setpriority", "init: clear ambient capabilities", "init: drop capability from the bounding set",
+	"init: setgroups", "init: setresgid", "init: setresuid", "init: capset", "init: refusing to run the program as uid 0",
+	"init: no_new_privs", "init: landlock_create_ruleset", "init: landlock rule", "init: landlock_restrict_self",
+	"init: seccomp filter", "start", "wait",
+}
+
+const (
+	stepFDs = iota
+	stepRead
+	stepBadRun
+	stepNoWork
+	stepProc
+	stepTmp
+	stepShm
+	stepWork
+	stepWorkPrivate
+	stepHostname
+	stepRlimit
+	stepNice
+	stepAmbient
+	stepBounding
+	stepGroups
+	stepGID
+	stepUID
+	stepCapset
+	stepRoot
+	stepNNP
+	stepLLCreate
+	stepLLRule
+	stepLLRestrict
+	stepSeccomp
+	stepStart
+	stepWait
+)
+
+// errnoSep precedes the number in a failed step's status line; the
+// gateway replaces ": errno N" with the error's text (ErrnoText).
+const errnoSep = ": errno "
+
+// atFDCWD is AT_FDCWD (-100) as a system call argument.
+const atFDCWD = ^uintptr(99)
+
+// ErrnoText turns a forked init's "…: errno N" status payload into the
+// error's text, as a re-executed init words it.
+func ErrnoText(payload string) string {
+	i := len(payload) - 1
+	for i >= 0 && payload[i] >= '0' && payload[i] <= '9' {
+		i--
+	}
+	head := payload[:i+1]
+	if i == len(payload)-1 || !strings.HasSuffix(head, errnoSep) {
+		return payload
+	}
+	n, err := strconv.Atoi(payload[i+1:])
+	if err != nil || n == 0 {
+		return strings.TrimSuffix(head, errnoSep)
+	}
+	return strings.TrimSuffix(head, errnoSep) + ": " + syscall.Errno(n).Error()
+}
+
+func cstr(s string) *byte {
+	p, err := unix.BytePtrFromString(s)
+	if err != nil {
+		panic(err) // only constants and numbers here
+	}
+	return p
+}
+
+// forkArgs builds what every fork shares (the limits, the Landlock rules,
+// the seccomp filter).
+func (z *zygote) forkArgs() *forkArgs {
+	sp := z.spec
+	a := &forkArgs{
+		cloneFlags: unix.CLONE_PARENT | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS |
+			unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP | uintptr(unix.SIGCHLD),
+		proc: cstr("/proc"), procFS: cstr("proc"), tmp: cstr("/tmp"), tmpFS: cstr("tmpfs"),
+		tmpOpts: cstr("mode=1777,size=" + strconv.FormatInt(sp.TmpSize, 10)),
+		shm:     cstr("/dev/shm"), shmOpts: cstr("mode=1777,size=16m"), work: cstr(WorkDir), empty: cstr(""),
+		hostname: cstr("silas-sandbox"), hostnameLen: uintptr(len("silas-sandbox")),
+		rlimits: [6]rlimit{
+			{unix.RLIMIT_NPROC, unix.Rlimit{Cur: sp.NProc, Max: sp.NProc}},
+			{unix.RLIMIT_DATA, unix.Rlimit{Cur: sp.Data, Max: sp.Data}},
+			{unix.RLIMIT_FSIZE, unix.Rlimit{Cur: sp.FSize, Max: sp.FSize}},
+			{unix.RLIMIT_NOFILE, unix.Rlimit{Cur: sp.NoFile, Max: sp.NoFile}},
+			{unix.RLIMIT_CPU, unix.Rlimit{}}, // rlimitCPU: the run's
+			{unix.RLIMIT_CORE, unix.Rlimit{}},
+		},
+		uid: uintptr(sp.UID), gid: uintptr(sp.GID),
+		capHdr: unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3},
+		ready:  []byte{StatusReady, '\n'},
+	}
+	a.iov.Base = &a.run[0]
+	a.iov.SetLen(ZygoteRunMax) // run[n] stays in bounds
+	a.hdr.Iov = &a.iov
+	a.hdr.Iovlen = 1
+	a.hdr.Control = &a.oob[0]
+	if abi := LandlockABI(); abi > 0 {
+		// restrictLandlock's ruleset, for a network-off run.
+		fs := llHandledFS(abi)
+		a.llAttr = unix.LandlockRulesetAttr{Handled_access_fs: fs}
+		a.llSize = unsafe.Sizeof(a.llAttr.Handled_access_fs)
+		if abi >= 4 {
+			a.llAttr.Handled_access_net = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
+			a.llSize += unsafe.Sizeof(a.llAttr.Handled_access_net)
+		}
+		if abi >= 6 {
+			a.llAttr.Scoped = unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | unix.LANDLOCK_SCOPE_SIGNAL
+			a.llSize += unsafe.Sizeof(a.llAttr.Scoped)
+		}
+		add := func(p string, access uint64) {
+			a.llRules = append(a.llRules, llRule{path: cstr(p), attr: unix.LandlockPathBeneathAttr{Allowed_access: access & fs}})
+		}
+		add("/", llRead)
+		add(WorkDir, fs)
+		add("/tmp", fs)
+		add("/dev/shm", fs)
+		for _, f := range devFiles {
+			// Files: only the rights that make sense on one (llAddPath).
+			add("/dev/"+f, (unix.LANDLOCK_ACCESS_FS_READ_FILE|unix.LANDLOCK_ACCESS_FS_WRITE_FILE|llTruncate)&llFileRights)
+		}
+	}
+	a.fprog = unix.SockFprog{Len: uint16(len(z.filter)), Filter: &z.filter[0]}
+	return a
+}
+
+// forkInit clones the run's init. In the parent it returns the child's
+// pid (as this process sees it); the child never returns.
+//
+//go:norace
+//go:nosplit
+func forkInit(a *forkArgs) (int, syscall.Errno) {
+	beforeFork()
+	r1, _, errno := syscall.RawSyscall6(syscall.SYS_CLONE, a.cloneFlags, 0, 0, 0, 0, 0)
+	if errno != 0 || r1 != 0 {
+		afterFork()
+		return int(r1), errno
+	}
+	afterForkInChild()
+	childInit(a)
+	return 0, 0
+}
+
+//go:norace
+//go:nosplit
+func sys(trap, a1, a2, a3 uintptr) (uintptr, syscall.Errno) {
+	r, _, e := syscall.RawSyscall6(trap, a1, a2, a3, 0, 0, 0)
+	return r, e
+}
+
+//go:norace
+//go:nosplit
+func sys6(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, syscall.Errno) {
+	r, _, e := syscall.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
+	return r, e
+}
+
+//go:norace
+//go:nosplit
+func exitNow(code uintptr) {
+	for {
+		syscall.RawSyscall6(syscall.SYS_EXIT_GROUP, code, 0, 0, 0, 0, 0)
+	}
+}
+
+// report writes "<kind> <step>: errno <n>\n" (or, for StatusExit, "W
+// <n>\n") to the status descriptor.
+//
+//go:norace
+//go:nosplit
+func report(a *forkArgs, kind byte, step int, n uint32) {
+	i := 0
+	a.msg[i] = kind
+	a.msg[i+1] = ' '
+	i += 2
+	if kind != StatusExit {
+		name := stepNames[step]
+		for j := 0; j < len(name) && i < len(a.msg)-40; j++ {
+			a.msg[i] = name[j]
+			i++
+		}
+		if kind == StatusExecErr && step == stepStart {
+			// start "prog": errno n (the name unquoted inside: it is only
+			// shown, as the re-executed init's %q does)
+			a.msg[i] = ' '
+			a.msg[i+1] = '"'
+			i += 2
+			for j := a.arg0; j < len(a.run) && a.run[j] != 0 && i < len(a.msg)-40; j++ {
+				a.msg[i] = a.run[j]
+				i++
+			}
+			a.msg[i] = '"'
+			i++
+		}
+		for j := 0; j < len(errnoSep); j++ {
+			a.msg[i] = errnoSep[j]
+			i++
+		}
+	}
+	// The number, most significant digit first.
+	var digits [10]byte
+	d := 0
+	for {
+		digits[d] = byte('0' + n%10)
+		d++
+		n /= 10
+		if n == 0 {
+			break
+		}
+	}
+	for d > 0 {
+		d--
+		a.msg[i] = digits[d]
+		i++
+	}
+	a.msg[i] = '\n'
+	i++
+	sys(syscall.SYS_WRITE, cfdStatus, uintptr(unsafe.Pointer(&a.msg[0])), uintptr(i))
+}
+
+//go:norace
+//go:nosplit
+func setupFailed(a *forkArgs, step int, errno syscall.Errno) {
+	report(a, StatusSetupErr, step, uint32(errno))
+	exitNow(125)
+}
+
+// childInit is the run's init, PID 1 of its PID namespace, between the
+// fork and its end. Its steps are sandboxInit's phase 2 for a work dir
+// that comes as a mount, in the same order.
+//
+//go:norace
+//go:nosplit
+func childInit(a *forkArgs) {
+	// The whole run dies with the gateway (its parent).
+	if _, e := sys(syscall.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0); e != 0 {
+		exitNow(125)
+	}
+	// Its descriptors at 0–4 (status and the run's socket close-on-exec),
+	// nothing else: not the zygote's, not another run's.
+	for i := 0; i < cfdCount; i++ {
+		flags := uintptr(0)
+		if i >= cfdStatus {
+			flags = unix.O_CLOEXEC
+		}
+		if _, e := sys(syscall.SYS_DUP3, uintptr(a.fds[i]), uintptr(i), flags); e != 0 {
+			exitNow(125)
+		}
+	}
+	if _, e := sys(unix.SYS_CLOSE_RANGE, cfdCount, ^uintptr(0), 0); e != 0 {
+		// Kernels before 5.9: close one by one.
+		for fd := uintptr(cfdCount); fd < 4096; fd++ {
+			sys(syscall.SYS_CLOSE, fd, 0, 0)
+		}
+	}
+
+	// Ready (StatusReady: the root is built, in the zygote); wait for the
+	// run (the gateway sends it once this process is in the run's
+	// cgroups: nothing may fork before that). EOF: it gave up.
+	sys(syscall.SYS_WRITE, cfdStatus, uintptr(unsafe.Pointer(&a.ready[0])), uintptr(len(a.ready)))
+	var n uintptr
+	for {
+		a.hdr.SetControllen(len(a.oob))
+		a.hdr.Flags = 0
+		r, e := sys(syscall.SYS_RECVMSG, cfdRun, uintptr(unsafe.Pointer(&a.hdr)), unix.MSG_CMSG_CLOEXEC)
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			setupFailed(a, stepRead, e)
+		}
+		if r == 0 {
+			exitNow(125)
+		}
+		n = r
+		break
+	}
+	sys(syscall.SYS_CLOSE, cfdRun, 0, 0)
+	// The work dir's mount: one SCM_RIGHTS message of one descriptor.
+	if a.hdr.Flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || a.hdr.Controllen < unix.SizeofCmsghdr+4 {
+		setupFailed(a, stepNoWork, 0)
+	}
+	cm := (*unix.Cmsghdr)(unsafe.Pointer(&a.oob[0]))
+	if cm.Level != unix.SOL_SOCKET || cm.Type != unix.SCM_RIGHTS || cm.Len != unix.SizeofCmsghdr+4 {
+		setupFailed(a, stepNoWork, 0)
+	}
+	a.workFD = uintptr(*(*int32)(unsafe.Pointer(&a.oob[unix.SizeofCmsghdr])))
+	if n < 16+3 {
+		setupFailed(a, stepBadRun, 0)
+	}
+	a.run[n] = 0 // a missing terminator ends at the bound
+	var cpu uint64
+	for i := 7; i >= 0; i-- {
+		cpu = cpu<<8 | uint64(a.run[i])
+	}
+	argc := uintptr(a.run[8]) | uintptr(a.run[9])<<8 | uintptr(a.run[10])<<16 | uintptr(a.run[11])<<24
+	envc := uintptr(a.run[12]) | uintptr(a.run[13])<<8 | uintptr(a.run[14])<<16 | uintptr(a.run[15])<<24
+	if argc == 0 || argc+envc+3 > zygoteMaxPtr {
+		setupFailed(a, stepBadRun, 0)
+	}
+	// The program, then argc arguments and envc entries, each ending in
+	// a NUL within the n bytes received.
+	off := uintptr(16)
+	k := uintptr(0)
+	for s := uintptr(0); s < 1+argc+envc; s++ {
+		if off >= n {
+			setupFailed(a, stepBadRun, 0)
+		}
+		p := uintptr(unsafe.Pointer(&a.run[off]))
+		for off < n && a.run[off] != 0 {
+			off++
+		}
+		if off >= n {
+			setupFailed(a, stepBadRun, 0)
+		}
+		off++
+		switch {
+		case s == 0:
+			a.ptrs[zygoteMaxPtr-1] = p // the program, kept at the end
+		case s <= argc:
+			if s == 1 {
+				a.arg0 = int(p - uintptr(unsafe.Pointer(&a.run[0])))
+			}
+			a.ptrs[k] = p
+			k++
+		default:
+			if s == argc+1 {
+				a.ptrs[k] = 0
+				k++
+			}
+			a.ptrs[k] = p
+			k++
+		}
+	}
+	if envc == 0 {
+		a.ptrs[k] = 0
+		k++
+	}
+	a.ptrs[k] = 0
+	a.rlimits[rlimitCPU].lim.Cur = cpu
+	a.rlimits[rlimitCPU].lim.Max = cpu + 1
+
+	// The run's own filesystems (finishFS).
+	if _, e := sys6(syscall.SYS_MOUNT, uintptr(unsafe.Pointer(a.procFS)), uintptr(unsafe.Pointer(a.proc)), uintptr(unsafe.Pointer(a.procFS)),
+		unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, uintptr(unsafe.Pointer(a.empty)), 0); e != 0 {
+		setupFailed(a, stepProc, e)
+	}
+	if _, e := sys6(syscall.SYS_MOUNT, uintptr(unsafe.Pointer(a.tmpFS)), uintptr(unsafe.Pointer(a.tmp)), uintptr(unsafe.Pointer(a.tmpFS)),
+		unix.MS_NOSUID|unix.MS_NODEV, uintptr(unsafe.Pointer(a.tmpOpts)), 0); e != 0 {
+		setupFailed(a, stepTmp, e)
+	}
+	if _, e := sys6(syscall.SYS_MOUNT, uintptr(unsafe.Pointer(a.tmpFS)), uintptr(unsafe.Pointer(a.shm)), uintptr(unsafe.Pointer(a.tmpFS)),
+		unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, uintptr(unsafe.Pointer(a.shmOpts)), 0); e != 0 {
+		setupFailed(a, stepShm, e)
+	}
+	// The work dir's tmpfs (the gateway's fsmount: nosuid, nodev), then
+	// private: a clone of a shared mount stays its peer.
+	if _, e := sys6(unix.SYS_MOVE_MOUNT, a.workFD, uintptr(unsafe.Pointer(a.empty)), atFDCWD,
+		uintptr(unsafe.Pointer(a.work)), unix.MOVE_MOUNT_F_EMPTY_PATH, 0); e != 0 {
+		setupFailed(a, stepWork, e)
+	}
+	sys(syscall.SYS_CLOSE, a.workFD, 0, 0)
+	if _, e := sys6(syscall.SYS_MOUNT, uintptr(unsafe.Pointer(a.empty)), uintptr(unsafe.Pointer(a.work)), uintptr(unsafe.Pointer(a.empty)),
+		unix.MS_PRIVATE, 0, 0); e != 0 {
+		setupFailed(a, stepWorkPrivate, e)
+	}
+	if _, e := sys(syscall.SYS_SETHOSTNAME, uintptr(unsafe.Pointer(a.hostname)), a.hostnameLen, 0); e != 0 {
+		setupFailed(a, stepHostname, e)
+	}
+
+	// setLimits.
+	for i := range a.rlimits {
+		if _, e := sys6(syscall.SYS_PRLIMIT64, 0, a.rlimits[i].res, uintptr(unsafe.Pointer(&a.rlimits[i].lim)), 0, 0, 0); e != 0 {
+			setupFailed(a, stepRlimit, e)
+		}
+	}
+	if _, e := sys(syscall.SYS_SETPRIORITY, unix.PRIO_PROCESS, 0, 10); e != 0 {
+		setupFailed(a, stepNice, e)
+	}
+
+	// dropPrivileges.
+	if _, e := sys6(syscall.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0); e != 0 {
+		setupFailed(a, stepAmbient, e)
+	}
+	for c := uintptr(0); c <= unix.CAP_LAST_CAP; c++ {
+		if _, e := sys(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e != 0 && e != syscall.EINVAL {
+			setupFailed(a, stepBounding, e)
+		}
+	}
+	if _, e := sys(syscall.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+		setupFailed(a, stepGroups, e)
+	}
+	if _, e := sys(syscall.SYS_SETRESGID, a.gid, a.gid, a.gid); e != 0 {
+		setupFailed(a, stepGID, e)
+	}
+	if _, e := sys(syscall.SYS_SETRESUID, a.uid, a.uid, a.uid); e != 0 {
+		setupFailed(a, stepUID, e)
+	}
+	if _, e := sys(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&a.capHdr)), uintptr(unsafe.Pointer(&a.capData[0])), 0); e != 0 {
+		setupFailed(a, stepCapset, e)
+	}
+	if _, e := sys(syscall.SYS_GETRESUID, uintptr(unsafe.Pointer(&a.resid[0])), uintptr(unsafe.Pointer(&a.resid[1])), uintptr(unsafe.Pointer(&a.resid[2]))); e != 0 ||
+		a.resid[0] == 0 || a.resid[1] == 0 || a.resid[2] == 0 {
+		setupFailed(a, stepRoot, e)
+	}
+	if _, e := sys6(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); e != 0 {
+		setupFailed(a, stepNNP, e)
+	}
+
+	// restrictLandlock, on the run's own mounts (a rule on the mount point
+	// underneath would not cover what is mounted on it).
+	if a.llSize > 0 {
+		rs, e := sys(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&a.llAttr)), a.llSize, 0)
+		if e != 0 {
+			setupFailed(a, stepLLCreate, e)
+		}
+		for i := range a.llRules {
+			r := &a.llRules[i]
+			fd, e := sys6(syscall.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(r.path)), unix.O_PATH|unix.O_CLOEXEC, 0, 0, 0)
+			if e != 0 {
+				setupFailed(a, stepLLRule, e)
+			}
+			r.attr.Parent_fd = int32(fd)
+			if _, e := sys6(unix.SYS_LANDLOCK_ADD_RULE, rs, unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&r.attr)), 0, 0, 0); e != 0 {
+				setupFailed(a, stepLLRule, e)
+			}
+			sys(syscall.SYS_CLOSE, fd, 0, 0)
+		}
+		if _, e := sys(unix.SYS_LANDLOCK_RESTRICT_SELF, rs, 0, 0); e != 0 {
+			setupFailed(a, stepLLRestrict, e)
+		}
+		sys(syscall.SYS_CLOSE, rs, 0, 0)
+	}
+	if _, e := sys(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&a.fprog))); e != 0 {
+		setupFailed(a, stepSeccomp, e)
+	}
+
+	// The program, in its own process group, in /work.
+	pid, e := sys6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	if e != 0 {
+		report(a, StatusExecErr, stepStart, uint32(e))
+		exitNow(125)
+	}
+	if pid == 0 {
+		sys(syscall.SYS_SETPGID, 0, 0, 0)
+		if _, e := sys(syscall.SYS_CHDIR, uintptr(unsafe.Pointer(a.work)), 0, 0); e != 0 {
+			report(a, StatusExecErr, stepStart, uint32(e))
+			exitNow(127)
+		}
+		_, e := sys(syscall.SYS_EXECVE, a.ptrs[zygoteMaxPtr-1], uintptr(unsafe.Pointer(&a.ptrs[0])), uintptr(unsafe.Pointer(&a.ptrs[argc+1])))
+		report(a, StatusExecErr, stepStart, uint32(e))
+		exitNow(127)
+	}
+	// Reap everything (orphans are re-parented here) until the program
+	// ends; then report and exit, which kills the rest.
+	for {
+		wpid, e := sys6(syscall.SYS_WAIT4, ^uintptr(0), uintptr(unsafe.Pointer(&a.ws)), 0, 0, 0, 0)
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			report(a, StatusExecErr, stepWait, uint32(e))
+			exitNow(125)
+		}
+		if wpid == pid {
+			report(a, StatusExit, 0, a.ws)
+			exitNow(0)
+		}
+	}
+}

@@ -1,0 +1,1 @@
+// Empty: lets zygote_linux.go declare the runtime's fork hooks without a body (go:linkname).

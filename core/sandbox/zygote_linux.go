@@ -1,0 +1,400 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/silas-gateway/silas/core/sandbox/sandboxinit"
+)
+
+// The gateway's side of the zygote (sandboxinit/zygote_linux.go says what
+// it is). A root gateway whose work dirs are staged on tmpfs (fsmount)
+// starts one zygote and forks its network-off runs from it; network-on
+// runs (pasta attaches to a warm init), runs spoken to over their pipes
+// and every run of an ordinary user keep the re-executed init. When no
+// zygote is there (it could not start, died, or a hidden path appeared
+// since it built its root) the run takes the re-executed init, and a new
+// zygote is started in the background: the isolation is the same either
+// way, only its cost differs.
+
+// zygoteStartTimeout bounds how long a zygote may take to build its root.
+const zygoteStartTimeout = 10 * time.Second
+
+type zygote struct {
+	cmd   *exec.Cmd
+	sock  int         // SOCK_SEQPACKET, our end
+	watch []string    // hidden paths not covered, visible if they appeared
+	mu    sync.Mutex  // one fork's request and reply at a time
+	dead  atomic.Bool // set under mu; read without it
+}
+
+// currentZygote returns the running zygote, or nil (starting one in the
+// background when none is running or starting).
+func (s *Subprocess) currentZygote() *zygote {
+	s.zygMu.Lock()
+	defer s.zygMu.Unlock()
+	if s.zyg != nil && !s.zyg.dead.Load() {
+		return s.zyg
+	}
+	if s.zygStarting || s.unavailable != nil {
+		return nil
+	}
+	s.poolMu.Lock()
+	closed := s.closed
+	if !closed {
+		s.poolWG.Add(1) // Close waits for it
+	}
+	s.poolMu.Unlock()
+	if closed {
+		return nil
+	}
+	s.zygStarting = true
+	go func() {
+		defer s.poolWG.Done()
+		z, err := s.startZygote()
+		s.zygMu.Lock()
+		defer s.zygMu.Unlock()
+		s.zygStarting = false
+		if err != nil {
+			s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: could not start the zygote; runs re-execute the init", slog.String("error", err.Error()))
+			return
+		}
+		s.poolMu.Lock()
+		closed := s.closed
+		s.poolMu.Unlock()
+		if closed {
+			z.stop()
+			return
+		}
+		s.zyg = z
+	}()
+	return nil
+}
+
+// startZygote starts the gateway's binary as the zygote and waits until
+// it has built its root.
+func (s *Subprocess) startZygote() (*zygote, error) {
+	spec := initSpec{
+		Zygote: true, Hide: s.hidden,
+		NProc: uint64(s.limits.procs), Data: uint64(s.limits.memory), FSize: uint64(s.limits.fileSize),
+		NoFile: uint64(s.limits.openFiles), TmpSize: s.limits.tmpSize, WorkSize: s.limits.work,
+		SetUID: true, UID: s.uid, GID: s.gid, Root: filepath.Join(s.baseDir, rootMountPoint),
+	}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: zygote spec: %w", err)
+	}
+	if len(specJSON) > 60<<10 {
+		return nil, fmt.Errorf("sandbox: zygote spec: %d bytes, more than a pipe holds", len(specJSON))
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: pipe: %w", err)
+	}
+	defer statusR.Close()
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		statusW.Close()
+		return nil, fmt.Errorf("sandbox: pipe: %w", err)
+	}
+	_, err = specW.Write(specJSON)
+	specW.Close()
+	if err != nil {
+		statusW.Close()
+		specR.Close()
+		return nil, fmt.Errorf("sandbox: zygote spec: %w", err)
+	}
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		statusW.Close()
+		specR.Close()
+		return nil, fmt.Errorf("sandbox: socketpair: %w", err)
+	}
+	theirs := os.NewFile(uintptr(sp[1]), "zygote")
+	cmd := exec.Command("/proc/self/exe", initSpecArg)
+	cmd.Args[0] = initArg0 // the runs' /proc/1/cmdline is the zygote's: the same as an init's
+	cmd.Env = initEnv
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{statusW, theirs, specR} // fds 3, 4, 5 as for an init
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	// The zygote's runs die with the thread that started it (their
+	// parent death signal): a thread kept for that alone (never exits).
+	err = zygoteThread.do(cmd.Start)
+	statusW.Close()
+	specR.Close()
+	theirs.Close()
+	if err != nil {
+		unix.Close(sp[0])
+		return nil, fmt.Errorf("sandbox: start the zygote: %w", err)
+	}
+	z := &zygote{cmd: cmd, sock: sp[0]}
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(statusR).ReadString('\n')
+		line <- l
+	}()
+	select {
+	case l := <-line:
+		if strings.HasPrefix(l, string(statusReady)+" ") {
+			// "R <hidden paths to watch, JSON>"
+			if err := json.Unmarshal([]byte(l[2:]), &z.watch); err == nil {
+				return z, nil
+			}
+		}
+		z.stop()
+		return nil, fmt.Errorf("sandbox: the zygote failed: %s", strings.TrimSpace(strings.TrimPrefix(l, string(statusSetupErr))))
+	case <-time.After(zygoteStartTimeout):
+		z.stop()
+		<-line
+		return nil, errors.New("sandbox: the zygote did not get ready")
+	}
+}
+
+// stop ends the zygote (runs it forked are the gateway's children and
+// go on).
+func (z *zygote) stop() {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.stopLocked()
+}
+
+func (z *zygote) stopLocked() {
+	if z.sock >= 0 {
+		unix.Close(z.sock) // the zygote exits on EOF
+		z.sock = -1
+	}
+	z.dead.Store(true)
+	_ = z.cmd.Process.Kill()
+	_ = z.cmd.Wait()
+}
+
+// errZygoteGone: the run could not be forked by the zygote and must take
+// the re-executed init; nothing ran.
+var errZygoteGone = errors.New("sandbox: no zygote")
+
+// fork asks the zygote for an init with the given descriptors
+// (sandboxinit.ZygoteFDs): it returns its pid, forked and waiting for
+// its run.
+func (z *zygote) fork(fds []int) (int, error) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.dead.Load() {
+		return 0, errZygoteGone
+	}
+	if err := unix.Sendmsg(z.sock, []byte{sandboxinit.ZygoteFork}, unix.UnixRights(fds...), nil, 0); err != nil {
+		z.stopLocked()
+		return 0, fmt.Errorf("%w: send: %w", errZygoteGone, err)
+	}
+	buf := make([]byte, 4096)
+	var n int
+	var err error
+	for {
+		n, err = unix.Read(z.sock, buf)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil || n == 0 {
+		z.stopLocked()
+		return 0, fmt.Errorf("%w: it died", errZygoteGone)
+	}
+	reply := string(buf[:n])
+	switch reply[0] {
+	case sandboxinit.ZygotePid:
+		pid, err := strconv.Atoi(strings.TrimSpace(reply[1:]))
+		if err != nil || pid <= 0 {
+			z.stopLocked()
+			return 0, fmt.Errorf("%w: bad reply %q", errZygoteGone, reply)
+		}
+		return pid, nil
+	case sandboxinit.ZygoteStale:
+		z.stopLocked()
+		return 0, fmt.Errorf("%w: a hidden path appeared since it built its root", errZygoteGone)
+	default:
+		return 0, fmt.Errorf("sandbox: zygote: %s", strings.TrimSpace(reply[1:]))
+	}
+}
+
+// spawnZygote forks a warm init from the zygote: in new namespaces, in
+// the run's cgroups, with a stage made ahead; it waits for its run on
+// runW (sandboxinit.ZygoteRun).
+func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: pipe: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		closeAll(statusR, statusW)
+		return nil, fmt.Errorf("sandbox: pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(statusR, statusW, outR, outW)
+		return nil, fmt.Errorf("sandbox: pipe: %w", err)
+	}
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		closeAll(statusR, statusW, outR, outW, errR, errW)
+		return nil, fmt.Errorf("sandbox: socketpair: %w", err)
+	}
+	runW, runR := os.NewFile(uintptr(sp[0]), "run"), os.NewFile(uintptr(sp[1]), "run-init")
+	theirs := []*os.File{outW, errW, statusW, runR} // sandboxinit.ZygoteFDs, in its order
+	ours := []*os.File{statusR, outR, errR, runW}
+	w := &warmInit{statusR: statusR, runW: runW, stdout: &capWriter{}, stderr: &capWriter{}, zygote: z}
+	if s.cgroups != nil {
+		if w.cg, err = s.cgroups.create(s.limits.procs, s.limits.memory); err != nil {
+			closeAll(theirs...)
+			closeAll(ours...)
+			return nil, err
+		}
+	}
+	fds := make([]int, len(theirs))
+	for i, f := range theirs {
+		fds[i] = int(f.Fd())
+	}
+	pid, err := z.fork(fds)
+	closeAll(theirs...)
+	if err != nil {
+		closeAll(ours...)
+		if w.cg != nil {
+			w.cg.put()
+		}
+		return nil, err
+	}
+	// Our child (CLONE_PARENT): nobody else reaps it, so the pid stays
+	// its until we wait for it.
+	if w.proc, err = os.FindProcess(pid); err != nil {
+		closeAll(ours...)
+		if w.cg != nil {
+			w.cg.put()
+		}
+		return nil, fmt.Errorf("sandbox: the forked init: %w", err)
+	}
+	w.copied = make(chan struct{})
+	w.pipes = []*os.File{outR, errR}
+	var wg sync.WaitGroup
+	for _, c := range []struct {
+		r *os.File
+		w io.Writer
+	}{{outR, w.stdout}, {errR, w.stderr}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = io.Copy(c.w, c.r)
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(w.copied)
+	}()
+	if w.cg != nil {
+		if err := w.cg.add(pid); err != nil {
+			w.discard()
+			return nil, err
+		}
+	}
+	if w.stage, err = s.newStage(); err != nil {
+		w.discard()
+		return nil, err
+	}
+	return w, nil
+}
+
+// zygoteFits reports whether the zygote's warm init w can take a run in
+// dir: it needs a stage (it cannot bind a caller's own dir), and no
+// hidden path may have appeared since its zygote built the root (the
+// zygote is then replaced; a re-executed init covers the path).
+func (s *Subprocess) zygoteFits(w *warmInit, dir string) bool {
+	if w.stage == nil || !isBelow(s.baseDir, dir) {
+		return false
+	}
+	for _, h := range w.zygote.watch {
+		if _, err := os.Lstat(h); err == nil {
+			w.zygote.stop()
+			return false
+		}
+	}
+	return true
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// zygoteThread starts zygotes from one OS thread that never exits: a
+// run's parent death signal fires when the thread that started its
+// zygote exits, not only when the gateway does.
+var zygoteThread = &lockedThread{}
+
+type lockedThread struct {
+	once sync.Once
+	jobs chan func()
+}
+
+func (t *lockedThread) do(f func() error) error {
+	t.once.Do(func() {
+		t.jobs = make(chan func())
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread stays
+			for j := range t.jobs {
+				j()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	t.jobs <- func() { done <- f() }
+	return <-done
+}
+
+// ZygoteCPU is the CPU time the running zygote has used so far (user and
+// system, from /proc): the part of the sandbox's cost that is not in the
+// gateway's children's rusage until the zygote is reaped. Zero without one.
+func (s *Subprocess) ZygoteCPU() time.Duration {
+	s.zygMu.Lock()
+	z := s.zyg
+	s.zygMu.Unlock()
+	if z == nil || z.dead.Load() {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(z.cmd.Process.Pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command (which may hold spaces): state is the 3rd;
+	// utime and stime the 14th and 15th.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	if !ok {
+		return 0
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}

@@ -1,0 +1,115 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/silas-gateway/silas/core"
+)
+
+// zygoteSandbox is a sandbox whose network-off runs a zygote forks (a
+// root gateway with fsmount stages); the test is skipped elsewhere.
+func zygoteSandbox(t *testing.T) *Subprocess {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the zygote serves a root gateway only")
+	}
+	// A hidden path outside the system dirs (the data dir, as in the
+	// gateway): invisible anyway, it must not make the zygote stale.
+	s := newSandbox(t, Config{HiddenPaths: []string{t.TempDir()}})
+	if !s.workTmpfs {
+		t.Skip("no fsmount stages on this kernel: every run re-executes the init")
+	}
+	if !s.useZygote {
+		t.Fatal("a root gateway with stages has no zygote")
+	}
+	return s
+}
+
+// TestZygoteRuns: network-off runs of a root gateway are forked by the
+// zygote, get their arguments and environment whole (the init reads them
+// without the Go runtime), and have a PID 1 of one thread (not a Go init).
+func TestZygoteRuns(t *testing.T) {
+	s := zygoteSandbox(t)
+	n0 := s.zygoteRuns.Load()
+	res := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", `printf '%s|%s|%s|%s|' "$0" "$1" "$FOO" "$EMPTY"; grep '^Threads:' /proc/1/status`, "a b", "", "c"},
+		Env: map[string]string{"FOO": "x=y z", "EMPTY": ""}})
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d: %s%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if got, want := string(res.Stdout), "a b||x=y z||Threads:\t1\n"; got != want {
+		t.Fatalf("output %q, want %q", got, want)
+	}
+	if s.zygoteRuns.Load() == n0 {
+		t.Fatal("the run did not come from the zygote")
+	}
+	// An exit status, a signal and a program that cannot start.
+	if res := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", "exit 7"}}); res.ExitCode != 7 {
+		t.Fatalf("exit %d, want 7", res.ExitCode)
+	}
+	if res := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", "kill -9 $$"}}); res.ExitCode != 128+int(syscall.SIGKILL) {
+		t.Fatalf("exit %d, want %d", res.ExitCode, 128+int(syscall.SIGKILL))
+	}
+	dir, err := s.newWorkDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bad"), []byte("not a program"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n1 := s.zygoteRuns.Load()
+	_, err = s.Run(t.Context(), core.ExecRequest{Argv: []string{"./bad"}, Dir: dir})
+	if err == nil || !strings.Contains(err.Error(), `start "./bad": exec format error`) {
+		t.Fatalf("err %v, want the exec's error", err)
+	}
+	if s.zygoteRuns.Load() == n1 {
+		t.Fatal("the run did not come from the zygote")
+	}
+}
+
+// TestZygoteReplaced: when the zygote dies, runs go on (re-executed
+// inits meanwhile) and a new zygote takes over.
+func TestZygoteReplaced(t *testing.T) {
+	s := zygoteSandbox(t)
+	s.zygMu.Lock()
+	old := s.zyg
+	s.zygMu.Unlock()
+	if err := old.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res := run(t, s, core.ExecRequest{Argv: []string{"echo", "ok"}})
+		if res.ExitCode != 0 || string(res.Stdout) != "ok\n" {
+			t.Fatalf("exit %d: %s%s", res.ExitCode, res.Stdout, res.Stderr)
+		}
+		s.zygMu.Lock()
+		z := s.zyg
+		s.zygMu.Unlock()
+		if z != nil && z != old && !z.dead.Load() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no new zygote")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	n0 := s.zygoteRuns.Load()
+	for range 3 { // the pool's inits from the dead zygote are gone first
+		if res := run(t, s, core.ExecRequest{Argv: []string{"true"}}); res.ExitCode != 0 {
+			t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
+		}
+	}
+	if s.zygoteRuns.Load() == n0 {
+		t.Fatal("no run came from the new zygote")
+	}
+	if !old.dead.Load() || old.cmd.ProcessState == nil {
+		t.Fatal("the old zygote was not reaped")
+	}
+}
