@@ -16,7 +16,9 @@ type store struct{ direct []core.DirectConversation }
 func (s store) DirectConversations(context.Context, []core.IdentityID, core.ChannelName) ([]core.DirectConversation, error) {
 	return s.direct, nil
 }
-func (store) SpokeIn(context.Context, core.ConversationID, []core.IdentityID) (bool, error) { return false, nil }
+func (store) SpokeIn(context.Context, core.ConversationID, []core.IdentityID) (bool, error) {
+	return false, nil
+}
 
 // A copy never goes to a channel that is deaf now (its tap could not
 // arrive); when every approver's channel is deaf the request is refused at
