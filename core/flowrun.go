@@ -28,9 +28,15 @@ type FlowRun struct {
 	Seq          int64
 	ProgressCard string
 	Reason       string
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
-	FinishedAt   time.Time
+	// Parent, for a child run (a control.subflow's, or a control.foreach's
+	// per item), is the parent run, ParentStep its step
+	// ("node/iteration/attempt") and ParentIndex the item's index.
+	Parent      string
+	ParentStep  string
+	ParentIndex int
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	FinishedAt  time.Time
 }
 
 // Final reports whether the run can no longer change.

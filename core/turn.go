@@ -46,8 +46,13 @@ type Turn struct {
 	// DM access policy applies to direct chats; adapters gate groups
 	// themselves (mentions, replies, /command@bot).
 	ChatKind string `json:"chat_kind,omitempty"`
-	Text     string `json:"text,omitempty"`
-	Tap      *Tap   `json:"tap,omitempty"`
+	// ReplyTo is the platform ref (as the outbox records it for a card) of
+	// the bot's own message this one replies to, set by adapters that know
+	// it (a flow's gate takes a reply to its card as its answer); empty
+	// otherwise. Only a reply to the bot's own message is carried.
+	ReplyTo MessageRef `json:"reply_to,omitempty"`
+	Text    string     `json:"text,omitempty"`
+	Tap     *Tap       `json:"tap,omitempty"`
 	// TapHandle is what the adapter needs to answer this tap later, opaque
 	// to the core (Telegram's callback query id, Slack's response_url,
 	// Discord's interaction token). It is stored with the turn and handed

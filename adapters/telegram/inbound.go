@@ -194,6 +194,9 @@ func messageToTurn(m *models.Message, me botInfo, t core.Turn) inbound {
 		return inbound{act: actDeliver, turn: t, typed: true}
 	}
 	t.PlatformMessageID = strconv.Itoa(m.ID)
+	if r := m.ReplyToMessage; r != nil && r.From != nil && me.id != 0 && r.From.ID == me.id {
+		t.ReplyTo = ref(m.Chat.ID, r.ID) // a card's ref, when r is one
+	}
 	// Commands typed without the slash ("stop") read as the one command
 	// catalog reads them (catalog.Short: "run …" stays the agent's).
 	t.Text = catalog.Short(text)

@@ -102,6 +102,7 @@ type options struct {
 	openDuration time.Duration
 	approvals    int
 	tapRate      float64
+	burst        int
 	noSync       bool
 	cpuProfile   string
 	traceFile    string
@@ -130,6 +131,7 @@ func run() int {
 	fs.DurationVar(&o.openDuration, "open-duration", 10*time.Second, "open-loop phase length (0 skips it)")
 	fs.IntVar(&o.approvals, "approvals", 200, "pending approvals to create and tap (0 skips the phase)")
 	fs.Float64Var(&o.tapRate, "tap-rate", 50, "approval taps per second")
+	fs.IntVar(&o.burst, "burst", 200, "after (c), this many more approvals tapped all at once (0 skips it)")
 	fs.BoolVar(&o.noSync, "nosync", false, "throwaway cluster without durability (fsync, synchronous_commit off): for comparison only")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (all phases) to `file`")
 	fs.StringVar(&o.traceFile, "trace", "", "write an execution trace (go tool trace) of the closed-loop phase to `file`")
@@ -148,7 +150,7 @@ func run() int {
 		}
 		return 2
 	}
-	if o.concurrency < 1 || o.convs < 1 || o.rate <= 0 || o.tapRate <= 0 || o.duration <= 0 {
+	if o.concurrency < 1 || o.convs < 1 || o.rate <= 0 || o.tapRate <= 0 || o.duration <= 0 || o.burst < 0 {
 		fmt.Fprintln(os.Stderr, "silas-load: --concurrency, --convs, --rate, --tap-rate and --duration must be positive")
 		return 2
 	}
@@ -277,6 +279,12 @@ var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return
 type recorder struct {
 	mu sync.Mutex
 	d  []time.Duration
+}
+
+func (r *recorder) reset() {
+	r.mu.Lock()
+	r.d = nil
+	r.mu.Unlock()
 }
 
 func (r *recorder) add(d time.Duration) {
@@ -709,6 +717,17 @@ type report struct {
 	rows                               []result
 	resources                          []resRow
 	missed, warnings                   []string
+	sum                                summary
+}
+
+// summary holds the figures issue 26 asks for, printed together at the
+// end (printSummary) so that rounds compare like with like.
+type summary struct {
+	tps          float64
+	turns        int64
+	closed, exec delta
+	execN        int64
+	tap, burst   dist
 }
 
 func (r *report) add(name, value, note string) { r.rows = append(r.rows, result{name, value, note}) }
@@ -806,52 +825,79 @@ func (h *harness) phaseClosed(ctx context.Context, rep *report) error {
 		rep.missed = append(rep.missed, fmt.Sprintf("(a) %.0f turns/s < %d", tps, targetTurnsPerSec))
 	}
 	rep.resources = append(rep.resources, resRow{"(a) closed loop", d, d.turns})
+	rep.sum.tps, rep.sum.turns, rep.sum.closed = tps, d.turns, d
 	return nil
 }
 
 func (h *harness) phaseApprovals(ctx context.Context, rep *report) error {
 	o := h.o
 	progress("(c) approvals: %d `/run echo x` cards, then taps at %.0f/s", o.approvals, o.tapRate)
-	u0, err := h.sm.sample(ctx)
+	taps, d, err := h.approvalRound(ctx, rep, o.approvals, o.tapRate, "(c)")
 	if err != nil {
 		return err
 	}
-	cardRate, seqs, err := h.createCards(ctx, o.approvals)
+	rep.sum.tap, rep.sum.exec, rep.sum.execN = taps, d, int64(o.approvals)
+	if o.burst == 0 {
+		return nil
+	}
+	progress("(c) burst: %d more cards, tapped all at once", o.burst)
+	burst, _, err := h.approvalRound(ctx, rep, o.burst, math.Inf(1), "(c) burst")
 	if err != nil {
 		return err
+	}
+	rep.sum.burst = burst
+	return nil
+}
+
+// approvalRound creates n `/run echo x` cards, taps them at rate taps/s
+// (+Inf: all at once) and waits for their executions to be verified; it
+// reports tap → execution start and the resources of tap → verified.
+func (h *harness) approvalRound(ctx context.Context, rep *report, n int, rate float64, label string) (dist, delta, error) {
+	u0, err := h.sm.sample(ctx)
+	if err != nil {
+		return dist{}, delta{}, err
+	}
+	cardRate, seqs, err := h.createCards(ctx, n)
+	if err != nil {
+		return dist{}, delta{}, err
 	}
 	u1, err := h.sm.sample(ctx)
 	if err != nil {
-		return err
+		return dist{}, delta{}, err
 	}
 	if _, err := h.drainAfter(ctx, rep, "the /run turns"); err != nil {
-		return err
+		return dist{}, delta{}, err
 	}
-	rep.resources = append(rep.resources, resRow{"(c) /run → card", diff(u0, u1), int64(o.approvals)})
+	rep.resources = append(rep.resources, resRow{label + " /run → card", diff(u0, u1), int64(n)})
 	u2, err := h.sm.sample(ctx)
 	if err != nil {
-		return err
+		return dist{}, delta{}, err
 	}
-	taps, err := h.tapAll(ctx, o.tapRate, seqs)
+	taps, err := h.tapAll(ctx, rate, seqs)
 	if err != nil {
-		return err
+		return dist{}, delta{}, err
 	}
 	finished, err := h.waitExecutions(ctx, seqs)
 	if err != nil {
-		return err
+		return dist{}, delta{}, err
 	}
 	u3, err := h.sm.sample(ctx)
 	if err != nil {
-		return err
+		return dist{}, delta{}, err
 	}
 	if _, err := h.drainAfter(ctx, rep, "the taps"); err != nil {
-		return err
+		return dist{}, delta{}, err
 	}
-	rep.resources = append(rep.resources, resRow{"(c) tap → verified", diff(u2, u3), int64(o.approvals)})
-	rep.add("(c) approval tap → execution start: p50 / p99 / max", fmt.Sprintf("%s / %s / %s", ms(taps.p50), ms(taps.p99), ms(taps.max)),
-		fmt.Sprintf("%d taps at %.0f/s; %d executions verified", taps.n, o.tapRate, finished))
-	rep.add("    /run turns/s (card creation)", fmt.Sprintf("%.0f", cardRate), fmt.Sprintf("%d cards, %d senders", o.approvals, min(o.concurrency, o.approvals)))
-	return nil
+	d := diff(u2, u3)
+	rep.resources = append(rep.resources, resRow{label + " tap → verified", d, int64(n)})
+	how := fmt.Sprintf("%d taps at %.0f/s", taps.n, rate)
+	if math.IsInf(rate, 1) {
+		how = fmt.Sprintf("%d taps at once", taps.n)
+	}
+	rep.add(label+" approval tap → execution start: p50 / p99 / max", fmt.Sprintf("%s / %s / %s", ms(taps.p50), ms(taps.p99), ms(taps.max)),
+		fmt.Sprintf("%s; %d executions verified", how, finished))
+	rep.add("    /run turns/s (card creation)", fmt.Sprintf("%.0f", cardRate), fmt.Sprintf("%d cards, %d senders", n, min(h.o.concurrency, n)))
+	return taps, d, nil
 }
 
 func (h *harness) phaseOpen(ctx context.Context, rep *report) error {
@@ -929,6 +975,7 @@ func (r *report) print(h *harness) {
 	for _, w := range r.warnings {
 		fmt.Printf("  WARNING: %s\n", w)
 	}
+	r.printSummary(h)
 	switch {
 	case len(r.rows) == 0:
 		fmt.Println("  no phase completed")
@@ -1145,10 +1192,11 @@ func (h *harness) tapAll(ctx context.Context, rate float64, seqs []int64) (dist,
 	if err := rows.Err(); err != nil {
 		return dist{}, err
 	}
-	if len(list) != h.o.approvals {
-		return dist{}, fmt.Errorf("found %d pending approvals, want %d", len(list), h.o.approvals)
+	if len(list) != len(seqs) {
+		return dist{}, fmt.Errorf("found %d pending approvals, want %d", len(list), len(seqs))
 	}
-	interval := time.Duration(float64(time.Second) / rate)
+	h.ex.rec.reset()
+	interval := time.Duration(float64(time.Second) / rate) // 0: all at once
 	start := nowNS() + int64(10*time.Millisecond)
 	var wg sync.WaitGroup
 	var firstErr atomic.Value
@@ -1299,4 +1347,55 @@ func fsType(dir string) string {
 		return "overlayfs"
 	}
 	return fmt.Sprintf("file system 0x%x", s.Type)
+}
+
+// printSummary prints issue 26's figures in one table, each with its
+// target: what `make bench` reports for the next round to compare with.
+func (r *report) printSummary(h *harness) {
+	sm := r.sum
+	pgOK := h.sm != nil && h.sm.postmaster != 0
+	fmt.Println()
+	fmt.Println("  issue 26 figures (one run; BENCHMARKS.md compares rounds):")
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  figure\tthis run\ttarget\t\n")
+	row := func(name, value, target string, ok bool, known bool) {
+		verdict := ": MISSED"
+		switch {
+		case !known:
+			verdict = " (not measured here)"
+		case ok:
+			verdict = ": met"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s%s\t\n", name, value, target, verdict)
+	}
+	if sm.execN > 0 {
+		n := time.Duration(sm.execN)
+		total := (sm.exec.self + sm.exec.kids + sm.exec.pg) / n
+		pg := "n/a"
+		if pgOK {
+			pg = ms(sm.exec.pg / n)
+		}
+		row("1. CPU per execution, tap → verified (Go + sandbox + postgres)",
+			fmt.Sprintf("%s (%s + %s + %s)", ms(total), ms(sm.exec.self/n), ms(sm.exec.kids/n), pg), "≤ 5 ms", total <= 5*time.Millisecond, pgOK)
+		txns := float64(sm.exec.txns) / float64(sm.execN)
+		row("   write transactions per execution (incl. delivery marks)", fmt.Sprintf("%.2f", txns), "≤ 3", txns <= 3, true)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", "   WAL per execution", fmt.Sprintf("%.0f B", float64(sm.exec.walBytes)/float64(sm.execN)), "reported")
+	}
+	if sm.tap.n > 0 {
+		row(fmt.Sprintf("2. tap → execution start p50 / p99 at %.0f taps/s", h.o.tapRate), fmt.Sprintf("%s / %s", ms(sm.tap.p50), ms(sm.tap.p99)),
+			"p99 ≤ 10 ms", sm.tap.p99 <= 10*time.Millisecond, true)
+	}
+	if sm.burst.n > 0 {
+		row(fmt.Sprintf("   the same, %d taps at once", sm.burst.n), fmt.Sprintf("%s / %s", ms(sm.burst.p50), ms(sm.burst.p99)),
+			"p99 ≤ 10 ms", sm.burst.p99 <= 10*time.Millisecond, true)
+	}
+	if sm.turns > 0 {
+		per := (sm.closed.self + sm.closed.kids + sm.closed.pg) / time.Duration(sm.turns)
+		row("3. CPU per text turn (Go + postgres), closed loop", ms(per), "≤ 0.25 ms", per <= 250*time.Microsecond, pgOK)
+		row("   closed-loop turns/s", fmt.Sprintf("%.0f", sm.tps), "≥ 6,000", sm.tps >= 6000, true)
+	}
+	row("4. gateway peak RSS, 50 Telegram chats at saturation", "-", "≤ 50 MB", false, false)
+	row("5. gateway CPU per answered LLM message", "-", "≤ 1.5 ms", false, false)
+	tw.Flush()
+	fmt.Println("  (4 and 5 need the real gateway with the Telegram fake and a model endpoint: see BENCHMARKS.md)")
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/silas-gateway/silas/core/cluster"
 	"github.com/silas-gateway/silas/core/lease"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/internal/config"
 )
 
 // joinCluster registers this process as an instance of the database
@@ -16,10 +17,13 @@ import (
 // LISTEN/NOTIFY on channel silas_cluster). When other instances are alive
 // it waits until each has seen this one (one heartbeat), so none of them
 // still believes itself alone when this one starts taking turns.
-func joinCluster(ctx context.Context, st *store.Store, log *slog.Logger) (*cluster.Instance, *cluster.Listener, error) {
+// Its row, and the leases its adapters hold, live timing.lease_ttl and are
+// renewed every timing.Heartbeat() (cluster.* keys).
+func joinCluster(ctx context.Context, st *store.Store, timing config.Cluster, log *slog.Logger) (*cluster.Instance, *cluster.Listener, error) {
 	// The same id names this process as a lease holder (doctor, /metrics).
 	st.SetInstance(lease.InstanceID())
-	inst, err := cluster.Start(ctx, st, cluster.Config{Logger: log})
+	st.SetLeaseTiming(timing.LeaseTTL.Duration, timing.Heartbeat())
+	inst, err := cluster.Start(ctx, st, cluster.Config{TTL: timing.LeaseTTL.Duration, Every: timing.Heartbeat(), Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -94,7 +94,7 @@ func TestCrashCardsReachFinalState(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := "SILAS_CONFIG=" + cfg
-	s := startServer(t, dsn, data, env)
+	s := startServer(t, dsn, data, env, shortLease)
 
 	type result struct {
 		card            cards.ID
@@ -133,7 +133,7 @@ func TestCrashCardsReachFinalState(t *testing.T) {
 		r := result{card: cd.ID, marker: marker, delay: delay, acked: c.sawAck(tapID)}
 		c.conn.CloseNow()
 
-		s = startServer(t, dsn, data, env)
+		s = startServer(t, dsn, data, env, shortLease)
 		// Reconnect a while later: the results of the restart (a resumed
 		// run, "interrupted") are recorded while nobody looks.
 		time.Sleep(time.Duration(200+rng.IntN(400)) * time.Millisecond)

@@ -26,6 +26,7 @@ func TestDiscordSIGKILLBurst(t *testing.T) {
 	env := []string{"SILAS_DISCORD_ENABLED=true", "SILAS_DISCORD_TOKEN=" + discordtest.Token, "SILAS_DISCORD_APPLICATION_ID=" + discordtest.AppID,
 		"SILAS_DISCORD_BASE_URL=" + srv.BaseURL, "SILAS_DISCORD_DM_POLICY=open",
 		"SILAS_IDENTITIES_OWNERS=webchat:local,discord:" + users[0].ID}
+	env = append(env, shortLease) // the restarted serve waits for the killed one's lease
 	const perUser = 10
 	total := perUser * len(users)
 	stored := func() int { return dbCount(t, dsn, `SELECT count(*) FROM turns WHERE channel = 'discord'`) }

@@ -201,3 +201,124 @@ func TestFlowSurvivesSIGKILLAfterAStep(t *testing.T) {
 		t.Fatalf("the action ran %d times, want exactly 1", len(runs))
 	}
 }
+
+const timedFlow = `name: timed
+version: "1"
+description: a short wait, then one action
+nodes:
+  - id: nap
+    type: control.wait
+    config: {duration: 1s}
+  - id: write
+    type: action.shell
+    config:
+      command: "sh -c 'echo ran > ran'"
+edges:
+  - {from: nap, to: write}
+`
+
+// SIGKILL at each kind of transition a run makes, beside the core's own
+// failpoints above. Every transition is written by one of three paths: a
+// person's turn (a gate's tap here; /flow run, stop, say, signal and a
+// reply to a card take the same path), a step job (a timer fired here, an
+// action's outcome, a run started from the CLI in
+// TestFlowSurvivesSIGKILLAfterAStep), or the core's decision and
+// execution (after-approve, after-execute). Each kill lands right after
+// the transition's commit and before its after-commit work; after the
+// restart the run goes on from its stored state, each card arrives, the
+// action runs exactly once and the run succeeds.
+func TestFlowSurvivesSIGKILLAtEachTransition(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, failpoint, flow string
+		// before drives the first process until the kill; after drives
+		// the second to the end.
+		before func(t *testing.T, s *server, c *client, dsn string)
+		after  func(t *testing.T, c *client)
+		// ended: the killed transition was the run's last (nothing is
+		// left to store after the restart but the delivery of its cards).
+		ended bool
+	}{
+		{name: "gate tap", failpoint: "flow-after-turn", flow: "crashy",
+			before: func(t *testing.T, s *server, c *client, dsn string) {
+				// Started from the CLI (a step job), so the first turn
+				// that moves the run is the gate's tap.
+				c.say("/whoami")
+				c.textContaining("owner trust")
+				var conv, who string
+				if err := testPool(t, dsn).QueryRow(t.Context(), `SELECT conversation, sender FROM turns ORDER BY seq DESC LIMIT 1`).Scan(&conv, &who); err != nil {
+					t.Fatal(err)
+				}
+				s.silasCLI(t, "flow", "run", "--conversation", conv, "--as", who, "crashy")
+				g := c.expect("the gate", func(f map[string]any) bool {
+					cd := card(f)
+					return cd != nil && cd.Intent == "Flow crashy asks: Write the file?" && cd.Status == cards.StatusPending
+				})
+				c.write(map[string]any{"type": "tap", "id": "t-gate-kill", "card_id": string(card(g).ID), "choice": card(g).Choices[0].ID})
+			},
+			after: approveWrite},
+		{name: "action outcome", failpoint: "flow-after-step", flow: "crashy",
+			before: func(t *testing.T, s *server, c *client, dsn string) {
+				runFlowToGate(c)
+				cd := c.cardFor("sh -c 'echo ran > ran'", cards.StatusPending)
+				c.tap(string(cd.ID), "approve")
+				c.cardStatus(cd.ID, cards.StatusConfirming)
+				c.write(map[string]any{"type": "tap", "id": "t-confirm-kill", "card_id": string(cd.ID), "choice": "confirm"})
+			},
+			after: func(t *testing.T, c *client) {}, ended: true},
+		{name: "timer", failpoint: "flow-after-step", flow: "timed",
+			before: func(t *testing.T, s *server, c *client, dsn string) {
+				c.say("/flow run timed")
+				c.textContaining("Started flow timed v1")
+			},
+			after: approveWrite},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dsn := storetest.NewDatabase(t)
+			data, flows := t.TempDir(), flowsDir(t)
+			if err := os.WriteFile(filepath.Join(flows, "timed.yaml"), []byte(timedFlow), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s := startServer(t, dsn, data, "SILAS_FAILPOINT="+tc.failpoint, "SILAS_FLOWS_DIR="+flows)
+			tc.before(t, s, s.connect(t), dsn)
+			s.waitExit(t)
+			transitions := dbCount(t, dsn, `SELECT count(*) FROM flow_transitions`)
+
+			s2 := startServer(t, dsn, data, "SILAS_FLOWS_DIR="+flows)
+			c2 := s2.connect(t)
+			tc.after(t, c2)
+			c2.textContaining("Flow " + tc.flow + " (run ")
+			if n := dbCount(t, dsn, `SELECT count(*) FROM flow_runs WHERE status = 'succeeded'`); n != 1 {
+				t.Fatalf("succeeded runs = %d", n)
+			}
+			if n := dbCount(t, dsn, `SELECT count(*) FROM flow_transitions`); n <= transitions && !tc.ended {
+				t.Fatalf("no transition after the restart (%d before, %d after)", transitions, n)
+			}
+			if n := dbCount(t, dsn, `SELECT count(*) FROM approvals`); n != 1 {
+				t.Fatalf("approvals = %d, want 1 (the step was proposed once)", n)
+			}
+			if n := dbCount(t, dsn, `SELECT count(*) FROM executions`); n != 1 {
+				t.Fatalf("executions = %d, want 1", n)
+			}
+			// No transition was stored twice, no attempt started twice.
+			if n := dbCount(t, dsn, `SELECT count(*) FROM (SELECT run_id, node, iteration FROM flow_attempts GROUP BY 1, 2, 3 HAVING count(*) > 1) d`); n != 0 {
+				t.Fatalf("%d nodes were attempted more than once", n)
+			}
+			runs, _ := filepath.Glob(filepath.Join(data, "sandbox", "exec-*", "ran"))
+			if len(runs) != 1 {
+				t.Fatalf("the action ran %d times, want exactly 1", len(runs))
+			}
+		})
+	}
+}
+
+// approveWrite approves and confirms the write action's card, after a
+// restart (the card delivered from the outbox), and waits until it is done.
+func approveWrite(t *testing.T, c *client) {
+	cd := c.cardFor("sh -c 'echo ran > ran'", cards.StatusPending)
+	c.tap(string(cd.ID), "approve")
+	c.cardStatus(cd.ID, cards.StatusConfirming)
+	c.tap(string(cd.ID), "confirm")
+	c.cardStatus(cd.ID, cards.StatusDone)
+}

@@ -157,7 +157,7 @@ func TestLLMTaskSurvivesKill(t *testing.T) {
 	fake := llmtest.New(t, key, "e2e-model")
 	dsn := storetest.NewDatabase(t)
 	data := t.TempDir()
-	env := llmEnv(t, fake, key)
+	env := append(llmEnv(t, fake, key), shortLease) // the restart adopts what the killed one left once its row expires
 	s := startServer(t, dsn, data, env...)
 	c := s.connect(t)
 	fake.Script(

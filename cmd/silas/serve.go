@@ -90,7 +90,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	// Any number of instances may serve one database (cluster.go).
-	inst, peers, err := joinCluster(ctx, db.store, log)
+	inst, peers, err := joinCluster(ctx, db.store, cfg.Cluster, log)
 	if err != nil {
 		return err
 	}
@@ -112,10 +112,11 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if mcpc != nil {
 		defer mcpc.Close()
 	}
-	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log, mcpTools, inst)
+	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log, mcpTools, inst, peers.StopRuns)
 	if err != nil {
 		return err
 	}
+	peers.OnStop(store.ParseStopNotice, eng.StopRuns) // another instance's /stop of a task whose actions run here
 	late.eng.Store(eng)
 	form, err := serveForm(cfg, eng, sealer, log, late)
 	if err != nil {
@@ -325,7 +326,7 @@ func newSandbox(cfg *config.Config, configPath string, log *slog.Logger) (*sandb
 // newEngine builds the agent and the engine over the channels (with the
 // task runtime when the LLM agent is configured).
 func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandbox.Subprocess, sbDir string, pol *policy.Policy,
-	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger, mcp *mcptools.Tools, inst gateway.Cluster) (*gateway.Gateway, error) {
+	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger, mcp *mcptools.Tools, inst gateway.Cluster, stopElsewhere func([]core.ApprovalID)) (*gateway.Gateway, error) {
 	ids := func(list []string) []core.IdentityID {
 		out := make([]core.IdentityID, len(list))
 		for i, o := range list {
@@ -354,7 +355,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
 		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg), MCP: mcp,
-		Flows: flowsConfig(cfg), Cluster: inst,
+		Flows: flowsConfig(cfg), Cluster: inst, StopElsewhere: stopElsewhere,
 		FlowConsents: consent.Switches{RunWrites: cfg.Flows.RunWrites, Automatable: cfg.Flows.AutomatableExecution},
 	})
 }

@@ -41,6 +41,7 @@ func TestSlackSIGKILLBurst(t *testing.T) {
 	env := []string{"SILAS_SLACK_ENABLED=true", "SILAS_SLACK_BOT_TOKEN=file:" + bot, "SILAS_SLACK_APP_TOKEN=file:" + app,
 		"SILAS_SLACK_BASE_URL=" + srv.URL, "SILAS_SLACK_DM_POLICY=open", "SILAS_SLACK_PING_INTERVAL=1s", "SILAS_SLACK_PING_TIMEOUT=1s",
 		"SILAS_IDENTITIES_OWNERS=webchat:local,slack:U0OLIVE"}
+	env = append(env, shortLease) // the restarted serve waits for the killed one's lease
 	users := []string{"U0OLIVE", "U0SAM", "U0MIA"}
 	const perUser = 12
 	total := perUser * len(users)

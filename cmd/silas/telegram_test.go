@@ -28,6 +28,7 @@ func TestTelegramSIGKILLBurst(t *testing.T) {
 	env := []string{"SILAS_TELEGRAM_ENABLED=true", "SILAS_TELEGRAM_TOKEN=" + srv.Token, "SILAS_TELEGRAM_BASE_URL=" + srv.URL,
 		"SILAS_TELEGRAM_DM_POLICY=open", "SILAS_TELEGRAM_POLL_TIMEOUT=1s", "SILAS_TELEGRAM_BOT_USERNAME=" + srv.BotUsername,
 		"SILAS_IDENTITIES_OWNERS=webchat:local,telegram:1001"}
+	env = append(env, shortLease) // the restarted serve waits for the killed one's lease
 	users := []telegramtest.User{{ID: 1001, FirstName: "Olive"}, {ID: 2002, FirstName: "Sam"}, {ID: 3003, FirstName: "Mia"}}
 	const perUser = 15
 	total := perUser * len(users)

@@ -17,6 +17,8 @@ type FrameStore interface {
 	PublishFrame(ctx context.Context, ch core.ChannelName, frame []byte) error
 	Frame(ctx context.Context, id int64) (core.ChannelName, []byte, error)
 	Listen(ctx context.Context, ready func(), f func(payload string)) error
+	// PublishStop tells the other instances to kill these executions.
+	PublishStop(ctx context.Context, ids []core.ApprovalID) error
 }
 
 // Listener pushes frames to, and receives them from, the other instances.
@@ -27,14 +29,18 @@ type Listener struct {
 	log   *slog.Logger
 	parse func(string) (int64, string, bool)
 
-	mu   sync.Mutex
-	subs map[core.ChannelName]func([]byte)
-	out  chan frame
+	mu        sync.Mutex
+	subs      map[core.ChannelName]func([]byte)
+	parseStop func(string) (string, []core.ApprovalID, bool)
+	stops     func([]core.ApprovalID)
+	out       chan frame
 }
 
+// frame is a web chat frame for ch, or (stop set) executions to kill.
 type frame struct {
-	ch core.ChannelName
-	b  []byte
+	ch   core.ChannelName
+	b    []byte
+	stop []core.ApprovalID
 }
 
 // NewListener makes a Listener; parse splits a notice's payload (the
@@ -65,6 +71,32 @@ func (l *Listener) Publish(ch core.ChannelName, b []byte) {
 	}
 }
 
+// OnStop makes f kill the executions another instance asks to stop (its
+// /stop of a task whose actions run here); parse splits such a notice's
+// payload (the store's ParseStopNotice).
+func (l *Listener) OnStop(parse func(string) (origin string, ids []core.ApprovalID, ok bool), f func([]core.ApprovalID)) {
+	l.mu.Lock()
+	l.parseStop, l.stops = parse, f
+	l.mu.Unlock()
+}
+
+// StopRuns asks the other instances to kill these executions where they
+// run: a task or flow stopped here may have actions running on another
+// instance, which alone can kill them (an execution belongs to the
+// process that claimed it). Like Publish it never blocks and does
+// nothing alone; a notice lost on the way leaves the run to finish, its
+// result recorded against a stopped task.
+func (l *Listener) StopRuns(ids []core.ApprovalID) {
+	if l.inst.Solo() || len(ids) == 0 {
+		return
+	}
+	select {
+	case l.out <- frame{stop: ids}:
+	default:
+		l.log.Warn("cluster: backlog full; a stopped task's actions on another instance run to their end", slog.Int("runs", len(ids)))
+	}
+}
+
 // Run listens and publishes until ctx ends; ready is closed once LISTEN
 // took effect the first time.
 func (l *Listener) Run(ctx context.Context, ready chan<- struct{}) {
@@ -83,6 +115,17 @@ func (l *Listener) Run(ctx context.Context, ready chan<- struct{}) {
 }
 
 func (l *Listener) receive(ctx context.Context, payload string) {
+	l.mu.Lock()
+	parseStop, stops := l.parseStop, l.stops
+	l.mu.Unlock()
+	if parseStop != nil {
+		if origin, ids, ok := parseStop(payload); ok {
+			if origin != l.st.Instance() && stops != nil {
+				stops(ids)
+			}
+			return
+		}
+	}
 	id, origin, ok := l.parse(payload)
 	if !ok || origin == l.st.Instance() {
 		return
@@ -106,6 +149,12 @@ func (l *Listener) publish(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case f := <-l.out:
+			if f.stop != nil {
+				if err := l.st.PublishStop(ctx, f.stop); err != nil && ctx.Err() == nil {
+					l.log.Warn("cluster: asking the other instances to stop runs failed; they run to their end", slog.Any("err", err))
+				}
+				continue
+			}
 			if err := l.st.PublishFrame(ctx, f.ch, f.b); err != nil && ctx.Err() == nil {
 				l.log.Warn("cluster: publishing a frame failed; pages on other instances see it on reconnect", slog.Any("err", err))
 			}

@@ -266,6 +266,9 @@ func (e *Engine) handleText(ctx context.Context, o *outcome) error {
 	if handled, err := e.cmds.Answer(ctx, commands.Turn{StoredTurn: o.st, Trust: o.trust}, o); handled || err != nil {
 		return err
 	}
+	if handled, err := e.flowReply(ctx, o); handled || err != nil {
+		return err
+	}
 	if handled, err := e.taskAnswer(ctx, o); handled || err != nil {
 		return err
 	}

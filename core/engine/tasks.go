@@ -84,6 +84,38 @@ func (e *Engine) taskAnswer(ctx context.Context, o *outcome) (bool, error) {
 	return true, nil
 }
 
+// FlowReplies is the flow runtime's side of a message that replies to one
+// of its cards (core/flowrun): a gate's or a run's progress card. Optional
+// on Config.Flows.
+type FlowReplies interface {
+	// Addressed: t replies to a card of a run that waits for an answer.
+	Addressed(ctx context.Context, st core.StoredTurn) (bool, error)
+	// AnswerReply hands the message to that run inside the turn's
+	// transaction.
+	AnswerReply(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, o core.TaskOut) error
+}
+
+// flowReply hands a reply to a flow's card to its run.
+func (e *Engine) flowReply(ctx context.Context, o *outcome) (bool, error) {
+	fr, ok := e.cfg.Flows.(FlowReplies)
+	if !ok || o.st.Turn.ReplyTo == "" {
+		return false, nil
+	}
+	if addressed, err := fr.Addressed(ctx, o.st); err != nil || !addressed {
+		return false, err
+	}
+	prev := o.inTx
+	o.inTx = func(ctx context.Context, tx *store.Tx, o *outcome) error {
+		if prev != nil {
+			if err := prev(ctx, tx, o); err != nil {
+				return err
+			}
+		}
+		return fr.AnswerReply(ctx, tx, o.st, o.trust, o)
+	}
+	return true, nil
+}
+
 // taskTap hands a tap on a card that is not an approval or an access
 // request to the runtime (a task's escalation or question card).
 func (e *Engine) taskTap(ctx context.Context, tx *store.Tx, o *outcome, tap core.Tap) (core.TaskTap, error) {

@@ -45,6 +45,9 @@ type Args struct {
 	Run    string  `json:"run"`
 	Timer  *Timer  `json:"timer,omitempty"`
 	Signal *Signal `json:"signal,omitempty"`
+	// Cancel, when set, cancels the run with this reason (a child run
+	// whose parent's step was stopped or failed).
+	Cancel string `json:"cancel,omitempty"`
 }
 
 // Kind is the River kind of a flow step.

@@ -85,6 +85,12 @@ type write struct {
 	messages int
 	stop     []core.ApprovalID
 	started  bool // the run's first transition (the progress card is new)
+	// more: a foreach may start more children (the step must run even
+	// without an event).
+	more bool
+	// endedChildren are subflow and foreach attempts that failed in this
+	// write: their children still running are cancelled.
+	endedChildren []core.FlowAttempt
 }
 
 func (r *Runtime) decode(row core.FlowRun) (*write, error) {
@@ -125,7 +131,9 @@ func (r *Runtime) apply(ctx context.Context, tx *store.Tx, w *write) error {
 			return fmt.Errorf("flowrun: run %s: start: %w", w.row.ID, err)
 		}
 		w.fr, w.started = fr, true
-		w.out.Card(r.progressCard(w))
+		if w.row.Parent == "" {
+			w.out.Card(r.progressCard(w))
+		}
 		w.out.Audit(w.entry(audit.KindFlowRunStarted, map[string]any{"version": w.row.Version, "hash": w.row.FlowHash}))
 		if err := r.transition(ctx, tx, w, tr); err != nil {
 			return err
@@ -169,6 +177,18 @@ func (r *Runtime) apply(ctx context.Context, tx *store.Tx, w *write) error {
 	if !ok {
 		return errLost
 	}
+	for _, a := range w.endedChildren {
+		if err := cancelChildren(ctx, tx, w.row.ID, a, "its parent's step ended"); err != nil {
+			return err
+		}
+	}
+	if w.row.Parent != "" {
+		// A child run: its parent's card shows it; its end wakes the parent.
+		if row.Final() {
+			tx.QueueFlowStep(w.row.Parent)
+		}
+		return nil
+	}
 	if !w.started {
 		w.out.Update(r.progressCard(w))
 	}
@@ -207,6 +227,9 @@ func (r *Runtime) ended(tx *store.Tx, w *write, ev flow.Event) {
 	case ev.Kind == flow.EvFailed:
 		a.Status, a.Output = "failed", ev.Output
 		a.Error, _ = json.Marshal(ev.Error)
+		if n := w.p.f.Node(ev.Node); n != nil && (n.Type == "control.subflow" || n.Type == "control.foreach") {
+			w.endedChildren = append(w.endedChildren, a)
+		}
 	default:
 		// A timeout ends its attempt through the stop command the machine
 		// orders with it (its open card declined, its run killed).
@@ -230,7 +253,9 @@ func (r *Runtime) command(ctx context.Context, tx *store.Tx, w *write, c flow.Co
 	case flow.CmdTimer:
 		tx.QueueFlowTimer(w.row.ID, flowjob.Timer{Node: c.Node, Iteration: c.Iteration, Attempt: c.Attempt, Kind: string(c.Timer)}, c.At)
 	case flow.CmdFinish:
-		w.out.Reply("%s", summary(w))
+		if w.row.Parent == "" {
+			w.out.Reply("%s", summary(w))
+		}
 		w.out.Audit(w.entry(audit.KindFlowRunFinished, map[string]any{"status": string(c.Status), "reason": c.Reason}))
 	}
 	return nil
@@ -259,7 +284,7 @@ func (r *Runtime) commitJob(ctx context.Context, id string, events func(w *write
 		if err != nil {
 			return err
 		}
-		if len(evs) == 0 && probe.fr.Seq > 0 {
+		if len(evs) == 0 && probe.fr.Seq > 0 && !probe.more {
 			return nil
 		}
 		var s *jobSink
@@ -269,7 +294,10 @@ func (r *Runtime) commitJob(ctx context.Context, id string, events func(w *write
 			if w, err = r.decode(row); err != nil {
 				return nil, err
 			}
-			w.queue, w.out = evs, s
+			w.queue, w.out, w.more = evs, s, probe.more
+			if err := r.spawnAll(ctx, tx, w); err != nil {
+				return nil, err
+			}
 			if err := r.apply(ctx, tx, w); err != nil {
 				return nil, err
 			}

@@ -99,6 +99,7 @@ func (r *Runtime) commitTurn(ctx context.Context, tx *store.Tx, w *write, out co
 	}
 	conv, n := w.row.Conversation, w.messages
 	out.After(func() {
+		r.failpoint("flow-after-turn")
 		r.committed(w, nil)
 		if n > 0 {
 			r.out.Kick(conv, n)
@@ -334,25 +335,113 @@ func (r *Runtime) Say(ctx context.Context, tx *store.Tx, st core.StoredTurn, tru
 	if err != nil {
 		return err
 	}
-	if !run.Final() {
-		for _, n := range w.p.f.Nodes {
-			ns := w.fr.Nodes[n.ID]
-			if n.Type != "control.gate" || ns == nil || ns.Status != flow.NodeRunning {
-				continue
-			}
-			if ok, _ := n.Config["allow_text"].(bool); !ok {
-				out.Reply("The question of %s (%s) takes only its buttons.", n.ID, ShortID(run.ID))
-				return nil
-			}
-			a, err := tx.FlowAttempt(ctx, run.ID, n.ID, ns.Iteration, ns.Attempt)
-			if err != nil {
-				return err
-			}
-			return r.answer(ctx, tx, w, a, n, "", render.Clip(text, maxSay), st.Turn.Sender, out)
+	if n := waitingGate(w); n != nil && !run.Final() {
+		ns := w.fr.Nodes[n.ID]
+		a, err := tx.FlowAttempt(ctx, run.ID, n.ID, ns.Iteration, ns.Attempt)
+		if err != nil {
+			return err
 		}
+		return r.sayTo(ctx, tx, w, a, n, text, st.Turn.Sender, out)
 	}
 	out.Reply("Run %s is not waiting for an answer.", ShortID(run.ID))
 	return nil
+}
+
+// waitingGate is w's first running gate, or nil.
+func waitingGate(w *write) *flow.Node {
+	for _, n := range w.p.f.Nodes {
+		if ns := w.fr.Nodes[n.ID]; n.Type == "control.gate" && ns != nil && ns.Status == flow.NodeRunning {
+			return n
+		}
+	}
+	return nil
+}
+
+// sayTo answers gate n's attempt a with a person's words: the text itself
+// when the gate takes text (allow_text), else the choice it names (its
+// label, in any case); otherwise the sender is told the buttons.
+func (r *Runtime) sayTo(ctx context.Context, tx *store.Tx, w *write, a core.FlowAttempt, n *flow.Node, text string, by core.IdentityID, out core.TaskOut) error {
+	if ok, _ := n.Config["allow_text"].(bool); ok {
+		return r.answer(ctx, tx, w, a, n, "", render.Clip(text, maxSay), by, out)
+	}
+	choices := gateChoices(n)
+	for _, c := range choices {
+		if strings.EqualFold(strings.TrimSpace(text), c) {
+			return r.answer(ctx, tx, w, a, n, c, c, by, out)
+		}
+	}
+	out.Reply("The question of %s (%s) takes only its buttons: %s.", n.ID, ShortID(w.row.ID), strings.Join(choices, ", "))
+	return nil
+}
+
+// Addressed says whether st's message replies to a flow's card — a gate's
+// or a run's progress card — so that the run, not the agent, gets it.
+func (r *Runtime) Addressed(ctx context.Context, st core.StoredTurn) (bool, error) {
+	t := st.Turn
+	if t.ReplyTo == "" || t.Text == "" || strings.HasPrefix(t.Text, "/") {
+		return false, nil
+	}
+	key, err := r.st.CardAt(ctx, t.Channel, t.Conversation, t.ReplyTo)
+	if errors.Is(err, core.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return strings.HasPrefix(key, "fgate-") || strings.HasPrefix(key, "flow-"), nil
+}
+
+// AnswerReply hands a reply to a flow's card to its run, inside the turn's
+// transaction (message injection, as /flow say): a reply to a gate's card
+// answers that gate; a reply to a progress card answers the run's waiting
+// gate. Only the run's requester or an owner may; anyone else, or a run
+// that waits for nothing, is told so.
+func (r *Runtime) AnswerReply(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, out core.TaskOut) error {
+	t := st.Turn
+	key, err := r.st.CardAt(ctx, t.Channel, t.Conversation, t.ReplyTo)
+	if err != nil {
+		return err
+	}
+	var a core.FlowAttempt
+	id, progress := strings.CutPrefix(key, "flow-")
+	if !progress {
+		if a, err = tx.FlowAttemptByCard(ctx, key); err != nil {
+			return err
+		}
+		id = a.Run
+	}
+	run, err := tx.LockFlowRun(ctx, id)
+	if err != nil {
+		return err
+	}
+	if run.Conversation != t.Conversation {
+		return nil
+	}
+	if !mayCommand(run, t.Sender, trust) {
+		out.Reply("Only %s or an owner can answer run %s; nothing was changed.", run.Requester, ShortID(run.ID))
+		return nil
+	}
+	w, err := r.decode(run)
+	if err != nil {
+		return err
+	}
+	var n *flow.Node
+	if progress {
+		n = waitingGate(w)
+		if n != nil {
+			ns := w.fr.Nodes[n.ID]
+			if a, err = tx.FlowAttempt(ctx, run.ID, n.ID, ns.Iteration, ns.Attempt); err != nil {
+				return err
+			}
+		}
+	} else if ns := w.fr.Nodes[a.Node]; a.Status == "running" && ns != nil && ns.Status == flow.NodeRunning && ns.Iteration == a.Iteration && ns.Attempt == a.Attempt {
+		n = w.p.f.Node(a.Node)
+	}
+	if n == nil || run.Final() {
+		out.Reply("Run %s is not waiting for an answer; nothing was changed.", ShortID(run.ID))
+		return nil
+	}
+	return r.sayTo(ctx, tx, w, a, n, t.Text, t.Sender, out)
 }
 
 // Signal answers /flow signal <run> <event> [data], inside the turn's

@@ -170,7 +170,9 @@ type Config struct {
 	// Failpoint, for crash tests only: "flow-after-step" makes the process
 	// SIGKILL itself right after a step job's transaction committed,
 	// before anything after it (an approved action's start, the outbox's
-	// kick).
+	// kick); "flow-after-turn" right after a person's turn that moved a
+	// run committed (a gate's tap, /flow run, stop, say, signal, a reply),
+	// before its after-commit work.
 	Failpoint string
 }
 

@@ -41,6 +41,11 @@ type stepWorker struct {
 // Work advances the run. A database error is returned (River retries the
 // job; the sweep covers the rest).
 func (w *stepWorker) Work(ctx context.Context, j *river.Job[flowjob.Args]) error {
+	if j.Args.Cancel != "" {
+		return w.r.commitJob(ctx, j.Args.Run, func(*write) ([]flow.Event, error) {
+			return []flow.Event{{Kind: flow.EvCancel, Reason: j.Args.Cancel}}, nil
+		})
+	}
 	if j.Args.Signal != nil {
 		return w.r.DeliverSignal(ctx, j.Args.Run, *j.Args.Signal)
 	}
@@ -135,11 +140,23 @@ func (r *Runtime) outcomes(ctx context.Context, w *write) ([]flow.Event, error) 
 	}
 	var evs []flow.Event
 	for _, a := range atts {
-		if a.Status != "running" || a.Approval == "" {
+		st := w.fr.Nodes[a.Node]
+		if a.Status != "running" || st == nil || st.Status != flow.NodeRunning || st.Iteration != a.Iteration || st.Attempt != a.Attempt {
 			continue
 		}
-		st := w.fr.Nodes[a.Node]
-		if st == nil || st.Status != flow.NodeRunning || st.Iteration != a.Iteration || st.Attempt != a.Attempt {
+		if a.Type == "control.subflow" || a.Type == "control.foreach" {
+			children, err := r.st.ChildFlowRuns(ctx, w.row.ID, stepKey(a.Node, a.Iteration, a.Attempt))
+			if err != nil {
+				return nil, err
+			}
+			ev, ok, more := r.childOutcome(w, a, children)
+			if ok {
+				evs = append(evs, ev)
+			}
+			w.more = w.more || more
+			continue
+		}
+		if a.Approval == "" {
 			continue
 		}
 		ev, ok, err := r.actionOutcome(ctx, a, r.kinds[a.Type].Output)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/riverqueue/river"
+
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/flow"
 	"github.com/silas-gateway/silas/core/flowjob"
@@ -286,5 +288,198 @@ func TestSignalAsAJob(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM flow_attempts WHERE run_id = $1 AND node = 'go'`, run); n != 1 {
 		t.Fatalf("go attempts = %d", n)
+	}
+}
+
+// Message injection by reply: a reply to a gate's card answers it (its
+// text, or the choice it names); a reply to the progress card reaches the
+// waiting gate; a stranger, a stale card and a message that replies to
+// nothing of ours are not the run's.
+func TestReplyToACard(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]string{"say.yaml": sayFlow})
+	run := b.start(t, "say")
+	row, _ := b.run(t, run)
+	delivered := func(key, ref string) {
+		t.Helper()
+		if _, err := b.st.Pool().Exec(b.ctx, `INSERT INTO sent_messages (channel, message_key, conversation, ref) VALUES ('web', $1, $2, $3)`, key, conv, ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var why string
+	if err := b.st.Pool().QueryRow(b.ctx, `SELECT card FROM flow_attempts WHERE node = 'why'`).Scan(&why); err != nil {
+		t.Fatal(err)
+	}
+	delivered(why, "m-why")
+	delivered(row.ProgressCard, "m-progress")
+	delivered("ask-unrelated", "m-other")
+	reply := func(ref, text string, who core.IdentityID, trust core.Trust) (bool, *shown) {
+		t.Helper()
+		turn := origin()
+		turn.Text, turn.ReplyTo, turn.Sender = text, core.MessageRef(ref), who
+		st := core.StoredTurn{Seq: 5, Turn: turn}
+		ok, err := b.rt.Addressed(b.ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return false, nil
+		}
+		return true, b.inTurn(t, func(ctx context.Context, tx *store.Tx, o core.TaskOut) error {
+			return b.rt.AnswerReply(ctx, tx, st, trust, o)
+		})
+	}
+	if ok, _ := reply("m-other", "hello", owner, core.TrustOwner); ok {
+		t.Fatal("a reply to another card was taken by the flow")
+	}
+	if ok, _ := reply("m-nothing", "hello", owner, core.TrustOwner); ok {
+		t.Fatal("a reply to an unknown message was taken by the flow")
+	}
+	if ok, got := reply("m-why", "not yours", "web:stranger", core.TrustAuth); !ok || len(got.replies) != 1 || !strings.Contains(got.replies[0], "Only %s or an owner") {
+		t.Fatalf("stranger: %v %+v", ok, got)
+	}
+	if _, got := reply("m-why", "the disk is full", owner, core.TrustOwner); len(got.updates) == 0 {
+		t.Fatalf("the gate's card was not updated: %+v", got)
+	}
+	if got := b.statuses(t, run); got != "why=succeeded pick=running log=pending" {
+		t.Fatalf("after the reply: %s", got)
+	}
+	if _, got := reply("m-why", "again", owner, core.TrustOwner); len(got.replies) != 1 || !strings.Contains(got.replies[0], "not waiting for an answer") {
+		t.Fatalf("stale card: %+v", got.replies)
+	}
+	// The progress card: the waiting gate (choices only) takes a choice's name.
+	if _, got := reply("m-progress", "maybe", owner, core.TrustOwner); len(got.replies) != 1 || !strings.Contains(got.replies[0], "takes only its buttons") {
+		t.Fatalf("not a choice: %+v", got.replies)
+	}
+	reply("m-progress", " B ", owner, core.TrustOwner)
+	if got := b.statuses(t, run); got != "why=succeeded pick=succeeded log=succeeded" {
+		t.Fatalf("after the reply to the progress card: %s", got)
+	}
+	if out := b.output(t, run, "pick"); out["response"].(map[string]any)["choice"] != "b" {
+		t.Fatalf("pick = %v", out)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE kind = 'flow.log' AND data->>'message' = 'because the disk is full'`); n != 1 {
+		t.Fatalf("the reply did not reach the run (%d)", n)
+	}
+}
+
+// drain plays River for step jobs that are not timers: works each (as the
+// worker does) until none is left; after calls back after each.
+func (b *bundle) drain(t *testing.T, after ...func()) {
+	t.Helper()
+	w := &stepWorker{r: b.rt}
+	for range 200 {
+		var raw []byte
+		err := b.st.Pool().QueryRow(b.ctx, `DELETE FROM river_job WHERE id = (SELECT id FROM river_job WHERE kind = 'silas_flow_step'
+			AND NOT args ? 'timer' ORDER BY id LIMIT 1) RETURNING args`).Scan(&raw)
+		if err != nil {
+			return // none left
+		}
+		var a flowjob.Args
+		if err := json.Unmarshal(raw, &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Work(b.ctx, &river.Job[flowjob.Args]{Args: a}); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range after {
+			f()
+		}
+	}
+	t.Fatal("step jobs keep coming")
+}
+
+const childFlow = `name: child
+version: "1"
+inputs:
+  item: {type: string, default: x}
+nodes:
+  - id: say
+    type: data.template
+    config: {template: "hello ${{ inputs.item }}"}
+  - id: check
+    type: control.if
+    config: {condition: "inputs.item != 'bad'"}
+  - id: boom
+    type: control.fail
+    config: {message: "bad item"}
+edges:
+  - {from: say, to: check}
+  - {from: check, to: boom, when: "!nodes.check.condition"}
+`
+
+const parentFlow = `name: parent
+version: "1"
+inputs:
+  list: {type: list, default: ["a", "b", "c"]}
+nodes:
+  - id: sub
+    type: control.subflow
+    config: {flow: child, inputs: {item: "'sub'"}}
+  - id: each
+    type: control.foreach
+    config: {items: inputs.list, flow: child, max_parallel: 2}
+  - id: log
+    type: system.log
+    config: {message: "${{ nodes.sub.outputs.say.text }} / ${{ nodes.each.count }} / ${{ nodes.each.items[2].say.text }}"}
+edges:
+  - {from: sub, to: each}
+  - {from: each, to: log}
+`
+
+// A subflow is a child run whose outputs become the node's; a foreach
+// runs one child per item, at most max_parallel at once, and collects
+// their outputs in order. Children post no progress card or summary.
+func TestSubflowAndForeach(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]string{"child.yaml": childFlow, "parent.yaml": parentFlow})
+	run := b.start(t, "parent")
+	if n := b.count(t, `SELECT count(*) FROM flow_runs WHERE parent_run = $1`, run); n != 1 {
+		t.Fatalf("children after start = %d, want the subflow's", n)
+	}
+	// Never more than max_parallel (2) of the foreach's children at once.
+	most := 0
+	b.drain(t, func() {
+		most = max(most, b.count(t, `SELECT count(*) FROM flow_runs WHERE parent_step = 'each/0/1' AND status = 'running'`))
+	})
+	if most != 2 {
+		t.Fatalf("at most %d foreach children ran at once, want 2", most)
+	}
+	if got := b.statuses(t, run); got != "sub=succeeded each=succeeded log=succeeded" {
+		t.Fatalf("statuses = %s", got)
+	}
+	if n := b.count(t, `SELECT count(*) FROM flow_runs WHERE parent_run = $1 AND parent_step = 'each/0/1' AND status = 'succeeded'`, run); n != 3 {
+		t.Fatalf("foreach children = %d", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM audit_log WHERE kind = 'flow.log' AND data->>'message' = 'hello sub / 3 / hello c'`); n != 1 {
+		t.Fatalf("the outputs did not come back: %v", b.output(t, run, "each"))
+	}
+	// One progress card and one summary: the parent's.
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE message_key LIKE 'flow-%' AND op = 'send'`); n != 1 {
+		t.Fatalf("progress cards sent = %d, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM flow_runs WHERE status = 'running'`); n != 0 {
+		t.Fatalf("%d runs still running", n)
+	}
+}
+
+// A failing item fails the foreach node (code child) and cancels the
+// items still running.
+func TestForeachItemFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]string{"child.yaml": childFlow, "parent.yaml": parentFlow})
+	run := b.start(t, "parent", `list=["bad","b","c"]`)
+	b.drain(t)
+	if got := b.statuses(t, run); got != "sub=succeeded each=failed log=cancelled" && got != "sub=succeeded each=failed log=skipped" {
+		t.Fatalf("statuses = %s", got)
+	}
+	if code, msg := b.nodeErr(t, run, "each"); code != CodeChild || !strings.Contains(msg, "item 0") {
+		t.Fatalf("each = %s %s", code, msg)
+	}
+	if row, _ := b.run(t, run); row.Status != "failed" {
+		t.Fatalf("run = %s", row.Status)
+	}
+	if n := b.count(t, `SELECT count(*) FROM flow_runs WHERE status = 'running'`); n != 0 {
+		t.Fatalf("%d runs still running", n)
 	}
 }

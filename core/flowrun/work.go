@@ -92,6 +92,21 @@ func (r *Runtime) start(ctx context.Context, tx *store.Tx, w *write, c flow.Comm
 		}
 		w.out.Card(gateCard(w, n, att.Card, prompt, gateShown{}))
 		w.queue = append(w.queue, startedEv(c))
+	case n.Type == "control.subflow" || n.Type == "control.foreach":
+		tx.QueueFlowAttempt(att)
+		ev, err := r.spawn(ctx, tx, w, n, c, nil)
+		if err != nil {
+			return err
+		}
+		if ev != nil {
+			w.queue = append(w.queue, *ev)
+			return nil
+		}
+		w.queue = append(w.queue, startedEv(c))
+		if n.Type == "control.foreach" && len(w.fr.Nodes[n.ID].Input) <= 2 {
+			// No items: nothing to wait for.
+			w.queue = append(w.queue, okEv(c, map[string]any{"items": []any{}, "count": 0}))
+		}
 	case n.Type == "control.wait":
 		tx.QueueFlowAttempt(att)
 		if _, until := n.Config["until"]; until {
@@ -217,6 +232,8 @@ func (r *Runtime) stop(ctx context.Context, tx *store.Tx, w *write, c flow.Comma
 	w.out.Audit(w.entry(audit.KindFlowNodeFinished, map[string]any{"node": a.Node, "iteration": a.Iteration, "attempt": a.Attempt,
 		"status": "stopped", "reason": c.Reason}))
 	switch {
+	case a.Type == "control.subflow" || a.Type == "control.foreach":
+		return cancelChildren(ctx, tx, w.row.ID, a, "its parent's step was stopped: "+c.Reason)
 	case a.Approval != "":
 		ar, err := tx.GetApproval(ctx, a.Approval)
 		if err != nil {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"time"
 
+	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/background"
 	"github.com/silas-gateway/silas/core/engine"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/outbox"
 )
 
@@ -59,3 +61,23 @@ func (g *Gateway) Takeover(sweep func(ctx context.Context) error) background.Per
 		return errors.Join(g.TakeOver(ctx), sweep(ctx))
 	}}
 }
+
+// stopEverywhere is the executor as the task and flow runtimes stop runs
+// through it: an execution belongs to the process that claimed it, so a
+// stop made here also goes to the other instances (elsewhere), one of
+// which may be running it.
+type stopEverywhere struct {
+	*execute.Executor
+	elsewhere func(ids []core.ApprovalID)
+}
+
+func (s stopEverywhere) Stop(ids []core.ApprovalID) {
+	s.Executor.Stop(ids)
+	if s.elsewhere != nil && len(ids) > 0 {
+		s.elsewhere(ids)
+	}
+}
+
+// StopRuns kills executions running in this process (another instance's
+// stop of a task or flow, arriving through cluster.Listener.OnStop).
+func (g *Gateway) StopRuns(ids []core.ApprovalID) { g.exec.Stop(ids) }

@@ -146,6 +146,10 @@ type Config struct {
 	// for earlier ones another instance holds and outbox lanes claim
 	// their conversation while others exist.
 	Cluster Cluster
+	// StopElsewhere asks the other instances to kill executions a task or
+	// flow stopped here still runs there (cluster.Listener.StopRuns; nil:
+	// alone).
+	StopElsewhere func(ids []core.ApprovalID)
 	// Failpoint, for crash tests only: "after-approve" or "after-execute"
 	// (the executor's) or "flow-after-step" (the flow runtime's) makes the
 	// process SIGKILL itself at that point.
@@ -296,9 +300,10 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.exec = exec
+	runs := stopEverywhere{exec, cfg.StopElsewhere} // what tasks and flows stop may run on another instance
 	if cfg.Tasks != nil {
 		// Built once, on the rooms it proposes through: no second step.
-		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m, Standing: decider, Router: router}, Outbox: g.out,
+		ports := TaskPorts{Steps: propose.Steps{Proposer: proposer, Trust: book, Runs: runs, Count: m, Standing: decider, Router: router}, Outbox: g.out,
 			Store: cfg.Store, Policy: cfg.Policy, Verifier: cfg.Verifier, Logger: cfg.Logger, Now: cfg.Now}
 		if g.tasks, err = cfg.Tasks(ports); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -307,7 +312,11 @@ func New(cfg Config) (*Gateway, error) {
 	// Outside agents' calls (MCP): proposals on the same proposer and
 	// executor as /run, from callers that never have owner trust.
 	if g.calls, err = callgate.New(callgate.Config{Store: cfg.Store,
-		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: exec, Count: m, Standing: decider, Router: router},
+		// No Router: the gate already proposes in an owner's own direct
+		// conversation (Owners, origin), which an approver reads; routing
+		// on the caller's trust (never an owner's) would send the card
+		// elsewhere or refuse it when the owner has no other conversation.
+		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: runs, Count: m, Standing: decider},
 		Owners:   owners,
 		Channels: cfg.Channels,
 		Key:      cfg.Key, TTL: cfg.ApprovalTTL, Kick: func(c core.ConversationID, n int) { g.out.Kick(c, n) }, Logger: cfg.Logger, Now: cfg.Now,
@@ -342,7 +351,7 @@ func New(cfg Config) (*Gateway, error) {
 		if fc.Failpoint == "" {
 			fc.Failpoint = cfg.Failpoint
 		}
-		flowSteps := propose.Steps{Proposer: proposer, Trust: book, Runs: exec, Count: m, Router: router}
+		flowSteps := propose.Steps{Proposer: proposer, Trust: book, Runs: runs, Count: m, Router: router}
 		if fc.Approver == nil && cfg.FlowConsents.Offered() {
 			fc.Approver = flowconsent.Approver{Steps: flowSteps, Decider: decider, Switches: cfg.FlowConsents}
 		}

@@ -58,7 +58,8 @@ type Config struct {
 	Name string
 	// Holder is this process's instance id, unique per process start.
 	Holder string
-	// TTL is how long the lease lasts without renewal (DefaultTTL).
+	// TTL is how long the lease lasts without renewal (the Store's
+	// LeaseTiming when it is Timed, else DefaultTTL).
 	TTL time.Duration
 	// RenewEvery is how often a held lease is renewed (TTL/3): two
 	// renewals may fail before it is lost.
@@ -105,9 +106,30 @@ type Holder struct {
 	log *slog.Logger
 }
 
+// Timed is a Store that says the lease timing this process was configured
+// with (*store.Store: cluster.lease_ttl, cluster.heartbeat_interval).
+type Timed interface {
+	LeaseTiming() (ttl, renew time.Duration)
+}
+
+// timedBy fills a zero TTL (and then a zero RenewEvery) from st's timing:
+// the adapters that hold leases name no timing of their own, so the
+// configured one reaches them through the store they hold leases in.
+func (c Config) timedBy(st Store) Config {
+	t, ok := st.(Timed)
+	if !ok || c.TTL > 0 {
+		return c
+	}
+	c.TTL, c.RenewEvery = t.LeaseTiming()
+	if c.TTL <= 0 {
+		c.RenewEvery = 0 // a renewal without its TTL is not kept alone
+	}
+	return c
+}
+
 // New returns a Holder of cfg.Name for cfg.Holder.
 func New(st Store, cfg Config) (*Holder, error) {
-	cfg = cfg.WithDefaults()
+	cfg = cfg.timedBy(st).WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

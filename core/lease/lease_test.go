@@ -202,3 +202,39 @@ func TestConfigRefusesARenewalSlowerThanTheTTL(t *testing.T) {
 		}
 	}
 }
+
+type timedStore struct {
+	Store
+	ttl, renew time.Duration
+}
+
+func (s timedStore) LeaseTiming() (time.Duration, time.Duration) { return s.ttl, s.renew }
+
+// The configured timing (cluster.lease_ttl, cluster.heartbeat_interval)
+// reaches a holder through its store unless the holder names its own.
+func TestTimingFromStore(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name              string
+		st                Store
+		ttl               time.Duration
+		wantTTL, wantEach time.Duration
+	}{
+		{"untimed store", struct{ Store }{}, 0, DefaultTTL, DefaultTTL / 3},
+		{"store's timing", timedStore{ttl: 3 * time.Second, renew: 500 * time.Millisecond}, 0, 3 * time.Second, 500 * time.Millisecond},
+		{"store's ttl, renewal derived", timedStore{ttl: 3 * time.Second}, 0, 3 * time.Second, time.Second},
+		{"store without timing", timedStore{renew: time.Second}, 0, DefaultTTL, DefaultTTL / 3},
+		{"holder's own ttl", timedStore{ttl: 3 * time.Second, renew: 500 * time.Millisecond}, 9 * time.Second, 9 * time.Second, 3 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := New(tt.st, Config{Name: "x", Holder: "h", TTL: tt.ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.cfg.TTL != tt.wantTTL || h.cfg.RenewEvery != tt.wantEach {
+				t.Fatalf("ttl %s renew %s; want %s, %s", h.cfg.TTL, h.cfg.RenewEvery, tt.wantTTL, tt.wantEach)
+			}
+		})
+	}
+}

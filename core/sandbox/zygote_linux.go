@@ -39,6 +39,9 @@ import (
 // zygoteStartTimeout bounds how long a zygote may take to build its root.
 const zygoteStartTimeout = 10 * time.Second
 
+// zygoteReplyTimeout (seconds) bounds how long a fork's reply may take.
+const zygoteReplyTimeout = 10
+
 type zygote struct {
 	cmd   *exec.Cmd
 	sock  int         // SOCK_SEQPACKET, our end
@@ -147,6 +150,8 @@ func (s *Subprocess) startZygote() (*zygote, error) {
 		return nil, fmt.Errorf("sandbox: start the zygote: %w", err)
 	}
 	z := &zygote{cmd: cmd, sock: sp[0]}
+	// A zygote that stops answering is replaced, not waited for.
+	_ = unix.SetsockoptTimeval(z.sock, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: zygoteReplyTimeout})
 	line := make(chan string, 1)
 	go func() {
 		l, _ := bufio.NewReader(statusR).ReadString('\n')

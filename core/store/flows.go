@@ -17,13 +17,13 @@ import (
 // attempts; flow-scoped state.
 
 const flowRunSelect = `SELECT id, flow, version, flow_hash, document, file, channel, conversation, requester, origin, status,
-	state, seq, progress_card, reason, created_at, updated_at, finished_at FROM flow_runs`
+	state, seq, progress_card, reason, created_at, updated_at, finished_at, COALESCE(parent_run, ''), parent_step, parent_index FROM flow_runs`
 
 func scanFlowRun(row pgx.Row) (core.FlowRun, error) {
 	var r core.FlowRun
 	var fin *time.Time
 	err := row.Scan(&r.ID, &r.Flow, &r.Version, &r.FlowHash, &r.Document, &r.File, &r.Channel, &r.Conversation, &r.Requester,
-		&r.Origin, &r.Status, &r.State, &r.Seq, &r.ProgressCard, &r.Reason, &r.CreatedAt, &r.UpdatedAt, &fin)
+		&r.Origin, &r.Status, &r.State, &r.Seq, &r.ProgressCard, &r.Reason, &r.CreatedAt, &r.UpdatedAt, &fin, &r.Parent, &r.ParentStep, &r.ParentIndex)
 	if err != nil {
 		return r, notFound(err)
 	}
@@ -44,9 +44,10 @@ func collectFlowRuns(rows pgx.Rows, err error) ([]core.FlowRun, error) {
 func (t *Tx) QueueInsertFlowRun(r core.FlowRun) {
 	now := t.now()
 	t.later("insert flow run", `INSERT INTO flow_runs (id, flow, version, flow_hash, document, file, channel, conversation, requester,
-		origin, status, state, seq, progress_card, reason, created_at, updated_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$16)`,
+		origin, status, state, seq, progress_card, reason, created_at, updated_at, parent_run, parent_step, parent_index)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$16,NULLIF($17, ''),$18,$19)`,
 		r.ID, r.Flow, r.Version, r.FlowHash, r.Document, r.File, r.Channel, r.Conversation, r.Requester, jsonbSafe(r.Origin), r.Status,
-		jsonbSafe(r.State), r.Seq, r.ProgressCard, displayText(r.Reason), now)
+		jsonbSafe(r.State), r.Seq, r.ProgressCard, displayText(r.Reason), now, r.Parent, r.ParentStep, r.ParentIndex)
 }
 
 // UpdateFlowRun writes r's state, status, seq and reason if the stored seq
@@ -93,7 +94,7 @@ func (t *Tx) LockFlowRun(ctx context.Context, id string) (core.FlowRun, error) {
 // core.ErrNotFound when none matches.
 func (s *Store) FindFlowRun(ctx context.Context, conv core.ConversationID, id string) (core.FlowRun, error) {
 	r, err := scanFlowRun(s.pool.QueryRow(ctx, flowRunSelect+` WHERE conversation = $1 AND starts_with(id, $2)
-		ORDER BY created_at DESC LIMIT 1`, conv, id))
+		AND (parent_run IS NULL OR $2 <> '') ORDER BY created_at DESC LIMIT 1`, conv, id))
 	if err != nil && !errors.Is(err, core.ErrNotFound) {
 		return r, fmt.Errorf("store: find flow run: %w", err)
 	}
@@ -127,7 +128,7 @@ func (s *Store) FlowRunsToSweep(ctx context.Context) ([]core.FlowRun, error) {
 
 // ConversationFlowRuns lists a conversation's newest runs, newest first.
 func (s *Store) ConversationFlowRuns(ctx context.Context, conv core.ConversationID, n int) ([]core.FlowRun, error) {
-	out, err := collectFlowRuns(s.pool.Query(ctx, flowRunSelect+` WHERE conversation = $1 ORDER BY created_at DESC LIMIT $2`, conv, n))
+	out, err := collectFlowRuns(s.pool.Query(ctx, flowRunSelect+` WHERE conversation = $1 AND parent_run IS NULL ORDER BY created_at DESC LIMIT $2`, conv, n))
 	if err != nil {
 		return nil, fmt.Errorf("store: conversation flow runs: %w", err)
 	}
@@ -228,4 +229,35 @@ func (t *Tx) QueueSetFlowState(flow, key string, v json.RawMessage) {
 func (t *Tx) FlowAttempt(ctx context.Context, run, node string, iteration, attempt int) (core.FlowAttempt, error) {
 	return scanFlowAttempt(t.queryRow(ctx, flowAttemptSelect+` WHERE run_id = $1 AND node = $2 AND iteration = $3 AND attempt = $4`,
 		run, node, iteration, attempt))
+}
+
+// CardAt is the key of the card delivered to conv as the platform message
+// ref (sent_messages). ErrNotFound: no card of ours is that message.
+func (s *Store) CardAt(ctx context.Context, ch core.ChannelName, conv core.ConversationID, ref core.MessageRef) (string, error) {
+	var key string
+	err := s.pool.QueryRow(ctx, `SELECT message_key FROM sent_messages WHERE channel = $1 AND ref = $2 AND conversation = $3 LIMIT 1`,
+		ch, ref, conv).Scan(&key)
+	if err != nil {
+		return "", notFound(err)
+	}
+	return key, nil
+}
+
+// ChildFlowRuns lists the child runs of a run's step (a subflow's one, a
+// foreach's per item), by item index.
+func (t *Tx) ChildFlowRuns(ctx context.Context, parent, step string) ([]core.FlowRun, error) {
+	out, err := collectFlowRuns(t.query(ctx, flowRunSelect+` WHERE parent_run = $1 AND parent_step = $2 ORDER BY parent_index`, parent, step))
+	if err != nil {
+		return nil, fmt.Errorf("store: child flow runs: %w", err)
+	}
+	return out, nil
+}
+
+// ChildFlowRuns is Tx.ChildFlowRuns outside a transaction.
+func (s *Store) ChildFlowRuns(ctx context.Context, parent, step string) ([]core.FlowRun, error) {
+	out, err := collectFlowRuns(s.pool.Query(ctx, flowRunSelect+` WHERE parent_run = $1 AND parent_step = $2 ORDER BY parent_index`, parent, step))
+	if err != nil {
+		return nil, fmt.Errorf("store: child flow runs: %w", err)
+	}
+	return out, nil
 }

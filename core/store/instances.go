@@ -31,6 +31,14 @@ func (s *Store) SetInstance(id string) { s.instance = id }
 // Instance is the id SetInstance gave.
 func (s *Store) Instance() string { return s.instance }
 
+// SetLeaseTiming sets the lifetime and renewal interval of the leases
+// this process holds (cluster.lease_ttl, cluster.heartbeat_interval);
+// call it once, with SetInstance. Zero: core/lease's defaults.
+func (s *Store) SetLeaseTiming(ttl, renew time.Duration) { s.leaseTTL, s.leaseRenew = ttl, renew }
+
+// LeaseTiming is what SetLeaseTiming set (core/lease reads it).
+func (s *Store) LeaseTiming() (ttl, renew time.Duration) { return s.leaseTTL, s.leaseRenew }
+
 // instanceArg is the instance as a nullable column value.
 func (s *Store) instanceArg() *string {
 	if s.instance == "" {
@@ -207,6 +215,42 @@ func (s *Store) PublishFrame(ctx context.Context, ch core.ChannelName, frame []b
 		return fmt.Errorf("store: publish frame: %w", err)
 	}
 	return nil
+}
+
+// stopChunk bounds the ids of one stop notice (NOTIFY payloads are
+// limited to 8,000 bytes).
+const stopChunk = 64
+
+// PublishStop tells the other instances to kill these executions if they
+// run them — a task or flow stopped through this instance whose actions
+// run on another (payload "s:<origin>:<id>,<id>…", no row).
+func (s *Store) PublishStop(ctx context.Context, ids []core.ApprovalID) error {
+	for len(ids) > 0 {
+		n := min(len(ids), stopChunk)
+		parts := make([]string, n)
+		for i, id := range ids[:n] {
+			parts[i] = string(id)
+		}
+		ids = ids[n:]
+		if _, err := s.pool.Exec(ctx, `SELECT pg_notify('`+ClusterChannel+`', $1)`, "s:"+s.instance+":"+strings.Join(parts, ",")); err != nil {
+			return fmt.Errorf("store: publish stop: %w", err)
+		}
+	}
+	return nil
+}
+
+// ParseStopNotice splits a stop notice's payload ("s:<origin>:<ids>").
+// The origin (an instance id) may hold colons; the ids hold none.
+func ParseStopNotice(payload string) (origin string, ids []core.ApprovalID, ok bool) {
+	rest, ok := strings.CutPrefix(payload, "s:")
+	i := strings.LastIndexByte(rest, ':')
+	if !ok || i < 0 || i == len(rest)-1 {
+		return "", nil, false
+	}
+	for _, id := range strings.Split(rest[i+1:], ",") {
+		ids = append(ids, core.ApprovalID(id))
+	}
+	return rest[:i], ids, true
 }
 
 // Frame reads a published frame.

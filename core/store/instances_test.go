@@ -90,3 +90,32 @@ func count(t *testing.T, s *Store, q string) int {
 	}
 	return n
 }
+
+// A stop notice names its origin (an instance id, which holds colons) and
+// the executions to kill; a frame notice is not one.
+func TestParseStopNotice(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		payload string
+		origin  string
+		ids     []core.ApprovalID
+		ok      bool
+	}{
+		{"s:host:42:ab12:id1,id2", "host:42:ab12", []core.ApprovalID{"id1", "id2"}, true},
+		{"s:i:id1", "i", []core.ApprovalID{"id1"}, true},
+		{"s:i:", "", nil, false},
+		{"s:id1", "", nil, false},
+		{"f:12:host:42:ab12", "", nil, false},
+	}
+	for _, tt := range tests {
+		origin, ids, ok := ParseStopNotice(tt.payload)
+		if ok != tt.ok || origin != tt.origin || len(ids) != len(tt.ids) {
+			t.Fatalf("ParseStopNotice(%q) = %q %v %v", tt.payload, origin, ids, ok)
+		}
+		for i := range ids {
+			if ids[i] != tt.ids[i] {
+				t.Fatalf("ParseStopNotice(%q) ids = %v", tt.payload, ids)
+			}
+		}
+	}
+}

@@ -135,6 +135,11 @@ func (t *Tx) QueueFlowSignal(id string, sig flowjob.Signal) {
 	t.QueueJob(flowjob.Args{Run: id, Signal: &sig}, flowjob.Opts())
 }
 
+// QueueFlowCancel queues a step of flow run id that cancels it.
+func (t *Tx) QueueFlowCancel(id, reason string) {
+	t.QueueJob(flowjob.Args{Run: id, Cancel: reason}, flowjob.Opts())
+}
+
 // QueueFlowTimer queues a timer of flow run id, delivered at at.
 func (t *Tx) QueueFlowTimer(id string, timer flowjob.Timer, at time.Time) {
 	t.QueueJob(flowjob.Args{Run: id, Timer: &timer}, flowjob.At(at))

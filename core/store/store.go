@@ -86,6 +86,8 @@ type Store struct {
 	fanOut atomic.Pointer[func(core.ConversationID)]
 	// instance is this process's instance id (SetInstance, instances.go).
 	instance string
+	// leaseTTL and leaseRenew: see SetLeaseTiming.
+	leaseTTL, leaseRenew time.Duration
 }
 
 // Open connects and starts the writer. It does not migrate.

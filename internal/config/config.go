@@ -256,6 +256,8 @@ type Config struct {
 	MCP MCP `yaml:"mcp"`
 	// Telemetry configures OpenTelemetry traces (telemetry.tracing.*).
 	Telemetry Telemetry `yaml:"telemetry"`
+	// Cluster times the instances sharing the database (cluster.*).
+	Cluster Cluster `yaml:"cluster"`
 
 	// ignoredEnv are Kubernetes service-link variables Load skipped.
 	ignoredEnv []string
@@ -322,6 +324,7 @@ func Default() *Config {
 	c.setLLMDefaults()
 	c.Flows.MaxParallel = 4
 	c.setConsentDefaults()
+	c.setClusterDefaults()
 	return c
 }
 
@@ -581,7 +584,7 @@ func (c *Config) Adapters() []spec.Spec {
 // Validate checks every key and names the first bad one: the gateway's own
 // sections, then each adapter's (Adapters), the agent's and the policy.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows, c.checkConsents, c.checkMCP, c.checkTelemetry} {
+	for _, check := range []func() error{c.checkStorage, c.checkHTTP, c.checkTrust, c.checkSandbox, c.checkWeb, c.checkFlows, c.checkConsents, c.checkMCP, c.checkTelemetry, c.checkCluster} {
 		if err := check(); err != nil {
 			return err
 		}

@@ -77,6 +77,10 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"network DNS IPv6", "", []string{"SILAS_SANDBOX_NETWORK_DNS=::1"}, "sandbox.network_dns"},
 		{"listen any outside self-signed", "secrets_web:\n  tls:\n    mode: acme\n    self_signed_listen_any: true\n", nil, "secrets_web.tls.self_signed_listen_any"},
 		{"listen any for a public url", "", []string{"SILAS_SECRETS_WEB_TLS_SELF_SIGNED_LISTEN_ANY=true", "SILAS_SECRETS_WEB_PUBLIC_URL=https://secrets.example.com"}, "secrets_web.public_url"},
+		{"lease ttl too short", "cluster:\n  lease_ttl: 500ms\n", nil, "cluster.lease_ttl"},
+		{"lease ttl too long", "", []string{"SILAS_CLUSTER_LEASE_TTL=1h"}, "cluster.lease_ttl"},
+		{"heartbeat past a third of the ttl", "cluster:\n  lease_ttl: 6s\n  heartbeat_interval: 3s\n", nil, "cluster.heartbeat_interval"},
+		{"heartbeat negative", "", []string{"SILAS_CLUSTER_HEARTBEAT_INTERVAL=-1s"}, "cluster.heartbeat_interval"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,6 +94,24 @@ func TestErrorsNameTheKey(t *testing.T) {
 				t.Fatalf("Load = %v, want an error naming %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestClusterTiming: the defaults are the lease and heartbeat timing the
+// instances used before the keys existed; the heartbeat follows lease_ttl
+// unless set.
+func TestClusterTiming(t *testing.T) {
+	c, err := Load("", nil)
+	if err != nil || c.Cluster.LeaseTTL.Duration != 6*time.Second || c.Cluster.Heartbeat() != 2*time.Second {
+		t.Fatalf("defaults: %+v (heartbeat %s), %v", c.Cluster, c.Cluster.Heartbeat(), err)
+	}
+	c, err = Load("", []string{"SILAS_CLUSTER_LEASE_TTL=3s"})
+	if err != nil || c.Cluster.Heartbeat() != time.Second {
+		t.Fatalf("lease_ttl 3s: heartbeat %s, %v", c.Cluster.Heartbeat(), err)
+	}
+	c, err = Load("", []string{"SILAS_CLUSTER_HEARTBEAT_INTERVAL=500ms"})
+	if err != nil || c.Cluster.Heartbeat() != 500*time.Millisecond {
+		t.Fatalf("heartbeat_interval 500ms: %s, %v", c.Cluster.Heartbeat(), err)
 	}
 }
 
