@@ -24,6 +24,9 @@ type ProposedAction struct {
 	Intent string
 	// Rationale is one or two sentences: why.
 	Rationale string
+	// Step names the flow step the action belongs to (its node and
+	// attempt), for the card's preview; "" outside flows.
+	Step string
 }
 
 // Proposal is an agent's answer: a reply, proposed actions, or both. The

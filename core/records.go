@@ -60,6 +60,9 @@ type ApprovalRequest struct {
 	// signed: it only says whose step a decline or a settled execution
 	// wakes (the step reads what became of its call itself).
 	Task string
+	// Preview is what will change, as the card shows it (core/render's
+	// Preview); covered by Signature.
+	Preview string
 	// Traceparent is the W3C traceparent of the span that proposed it
 	// ("" when tracing was off): the tap, the execution and its card
 	// updates join that trace (core/tracing). Not signed, not hashed.

@@ -104,6 +104,9 @@ func (p *conformancePlatform) Identity(r channeltest.Role) core.IdentityID {
 	return identity(p.people[r].ID)
 }
 
+// Deafen implements channeltest.Deafener: the gateway stops delivering.
+func (p *conformancePlatform) Deafen(_ testing.TB, deaf bool) { p.srv.Deafen(deaf) }
+
 func (p *conformancePlatform) NewChannel(t testing.TB, state core.StateStore, log *slog.Logger) core.Channel {
 	a, err := New(Config{Token: discordtest.Token, ApplicationID: discordtest.AppID, BaseURL: p.srv.BaseURL, State: state, Logger: log,
 		HTTPTimeout: 5 * time.Second, ReconnectMin: 100 * time.Millisecond})

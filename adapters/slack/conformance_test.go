@@ -65,7 +65,7 @@ func (p *conformancePlatform) Command(_ testing.TB, r channeltest.Role, name, ar
 
 func newConformancePlatform(t *testing.T, o channeltest.Options) *conformancePlatform {
 	p := &conformancePlatform{
-		srv:     slacktest.NewServer(t, slacktest.Options{PerChannelInterval: conformanceInterval}),
+		srv:     slacktest.NewServer(t, slacktest.Options{PerChannelInterval: conformanceInterval, PingEvery: 500 * time.Millisecond}),
 		people:  [2]string{"U0OLIVE", "U0SAM"},
 		channel: "D0OLIVE",
 		cardOf:  map[string]cards.ID{},
@@ -80,6 +80,10 @@ func newConformancePlatform(t *testing.T, o channeltest.Options) *conformancePla
 func (p *conformancePlatform) Identity(r channeltest.Role) core.IdentityID {
 	return identity(p.people[r])
 }
+
+// Deafen implements channeltest.Deafener: Slack stops sending on the open
+// socket.
+func (p *conformancePlatform) Deafen(_ testing.TB, deaf bool) { p.srv.Deafen(deaf) }
 
 func (p *conformancePlatform) NewChannel(t testing.TB, state core.StateStore, log *slog.Logger) core.Channel {
 	a, err := New(Config{BotToken: slacktest.BotToken, AppToken: slacktest.AppToken, BaseURL: p.srv.URL, State: state,

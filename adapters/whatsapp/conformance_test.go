@@ -2,6 +2,7 @@ package whatsapp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -94,6 +95,22 @@ type waWorld struct {
 	viol    []string
 	cardOf  map[string]cards.ID
 	wake    chan struct{}
+	// deaf (Deafen): keepalives go unanswered and connecting fails.
+	deaf bool
+}
+
+// Deafen implements channeltest.Deafener: the server stops answering the
+// device's keepalive (whatsmeow's KeepAliveTimeout) and a reconnect does
+// not get through until it answers again; messages sent meanwhile wait
+// and arrive on the next connection.
+func (w *waWorld) Deafen(_ testing.TB, deaf bool) {
+	w.mu.Lock()
+	w.deaf = deaf
+	c := w.conn
+	w.mu.Unlock()
+	if deaf && c != nil {
+		c.emit(&events.KeepAliveTimeout{ErrorCount: 1, LastSuccess: time.Now()})
+	}
 }
 
 func newWAWorld(t *testing.T, o channeltest.Options, mode string) *waWorld {
@@ -333,6 +350,10 @@ type waConn struct {
 
 func (c *waConn) Connect(context.Context) error {
 	c.w.mu.Lock()
+	if c.w.deaf {
+		c.w.mu.Unlock()
+		return errors.New("fake: the server does not answer (deaf)")
+	}
 	if old := c.w.conn; old != nil && old != c {
 		old.mu.Lock()
 		old.connected = false

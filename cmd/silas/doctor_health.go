@@ -16,10 +16,10 @@ import (
 )
 
 // doctorHealth shows each channel's health as the database knows it
-// (core/health): an open deaf incident, the newest message received, and
-// the gateway's heartbeat (alive, stopped cleanly, or stopped without a
-// clean shutdown). The live connection state is only in the serving
-// process: /status in a chat shows it.
+// (core/health): the serving process's last liveness report (connection
+// state, last sign of life, platform probe), an open deaf incident, the
+// newest message received, and the gateway's heartbeat (alive, stopped
+// cleanly, or stopped without a clean shutdown).
 func doctorHealth(ctx context.Context, env *cliEnv, cfg *config.Config) []doctor.Finding {
 	if cfg.Database.URL == "" {
 		if _, err := os.Stat(filepath.Join(cfg.DataDir, "pg")); err != nil {
@@ -51,6 +51,10 @@ func doctorHealth(ctx context.Context, env *cliEnv, cfg *config.Config) []doctor
 		if err != nil {
 			return err
 		}
+		reports, err := st.HealthReports(ctx)
+		if err != nil {
+			return err
+		}
 		var chans []core.ChannelName
 		for _, a := range cfg.Adapters() {
 			if a.Enabled {
@@ -67,6 +71,12 @@ func doctorHealth(ctx context.Context, env *cliEnv, cfg *config.Config) []doctor
 			if at, ok := last[ch]; ok {
 				f.Message = "last message received " + at.Local().Format(time.DateTime)
 			}
+			if r, ok := reports[ch]; ok {
+				f.Message = liveness(r, now) + "; " + f.Message
+				if !r.Health.Connected && now.Sub(r.ReportedAt) < 2*time.Minute {
+					f.Severity = doctor.Warn
+				}
+			}
 			if since, ok := deaf[ch]; ok {
 				f.Severity = doctor.Warn
 				f.Message = fmt.Sprintf("DEAF since %s (heard nothing from its platform past health.deaf_after; the owners were told); %s",
@@ -80,4 +90,21 @@ func doctorHealth(ctx context.Context, env *cliEnv, cfg *config.Config) []doctor
 		return []doctor.Finding{{Severity: doctor.Error, Check: "channel health", Message: err.Error()}}
 	}
 	return out
+}
+
+// liveness says a channel's last liveness report in a few words.
+func liveness(r store.HealthReport, now time.Time) string {
+	state := r.Health.State
+	if state == "" {
+		state = map[bool]string{true: "connected", false: "not connected"}[r.Health.Connected]
+	}
+	msg := fmt.Sprintf("%s (reported by %s %s ago", state, r.Instance, now.Sub(r.ReportedAt).Round(time.Second))
+	if !r.Health.LastEvent.IsZero() {
+		msg += fmt.Sprintf(", last heard from its platform %s ago", now.Sub(r.Health.LastEvent).Round(time.Second))
+	}
+	msg += ")"
+	if r.Health.Probe != "" {
+		msg += "; " + r.Health.Probe
+	}
+	return msg
 }

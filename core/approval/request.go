@@ -29,6 +29,9 @@ type Request struct {
 	Approvers    []string  `json:"approvers"`
 	CreatedAt    time.Time `json:"created_at"`
 	ExpiresAt    time.Time `json:"expires_at"`
+	// Preview is what the card shows will change (issue 28); omitted
+	// when empty, so a request made before previews signs as it did.
+	Preview string `json:"preview,omitempty"`
 }
 
 // requestContext prefixes the signed bytes, so a request signature can never

@@ -15,7 +15,7 @@ func requestOf(a core.ApprovalRequest) approval.Request {
 	return approval.Request{
 		ID: string(a.ID), Channel: string(a.Channel), Conversation: string(a.Conversation), Requester: string(a.Requester),
 		ActionHash: a.ActionHash, Intent: a.Intent, Rationale: a.Rationale, Risk: string(a.Risk), Approvers: a.Approvers,
-		CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt,
+		CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Preview: a.Preview,
 	}
 }
 

@@ -365,6 +365,8 @@ func TestAlteredRequestIsNotApproved(t *testing.T) {
 			"altered", "This request was altered after it was proposed"},
 		{"approvers widened", "echo c", "test:friend", `UPDATE approvals SET approvers = ARRAY['test:friend'] WHERE id = $1`, nil,
 			"altered", "This request was altered after it was proposed"},
+		{"preview altered", "echo e", owner, `UPDATE approvals SET preview = 'Program: echo (harmless)' WHERE id = $1`, nil,
+			"altered", "This request was altered after it was proposed"},
 		{"signature removed", "echo d", owner, `UPDATE approvals SET request_sig = NULL WHERE id = $1`, nil,
 			"unsigned", "made before requests were signed"},
 	}

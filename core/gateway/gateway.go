@@ -267,7 +267,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	decider := decide.New(dc)
 	owners := func(ctx context.Context) []core.IdentityID { return slices.Concat(cfg.Owners, book.OwnersBound(ctx)) }
-	router, err := route.New(route.Config{Store: cfg.Store, Owners: owners, Channels: slices.Collect(maps.Keys(channels)), To: cfg.RouteTo,
+	router, err := route.New(route.Config{Store: cfg.Store, Owners: owners, Channels: slices.Collect(maps.Keys(channels)), To: cfg.RouteTo, Deaf: cfg.Store.OpenIncidents,
 		NoSelfApproval: cfg.NoSelfApproval})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

@@ -46,6 +46,7 @@ type Store interface {
 	CountPendingTurns(ctx context.Context) (int, error)
 	LastTurnAt(ctx context.Context, ch core.ChannelName) (time.Time, error)
 	OpenIncidents(ctx context.Context) (map[core.ChannelName]time.Time, error)
+	ReportHealth(ctx context.Context, instance string, ch core.ChannelName, h core.ChannelHealth, now time.Time) error
 }
 
 // Notify tells the owners through the channels other than from (""
@@ -84,18 +85,20 @@ func New(cfg Config) (*Monitor, error) {
 }
 
 // CheckEvery is how often Check should run: a quarter of the threshold,
-// between 1 s and a minute.
+// between 1 s and a minute (a minute with the deaf check off: Check then
+// only records each channel's liveness for doctor).
 func (m *Monitor) CheckEvery() time.Duration {
+	if m.cfg.DeafAfter <= 0 {
+		return time.Minute
+	}
 	return min(max(m.cfg.DeafAfter/4, time.Second), time.Minute)
 }
 
 // Check judges each channel that reports its health: deaf past the
 // threshold opens an incident and tells the owners elsewhere; hearing
-// again closes it and tells them it recovered.
+// again closes it and tells them it recovered. Each report is recorded
+// (channel_reports) for doctor.
 func (m *Monitor) Check(ctx context.Context) error {
-	if m.cfg.DeafAfter <= 0 {
-		return nil
-	}
 	now := m.cfg.Now()
 	for _, ch := range m.cfg.Channels {
 		hr, ok := ch.(core.HealthReporter)
@@ -108,6 +111,13 @@ func (m *Monitor) Check(ctx context.Context) error {
 			cancel()
 		}
 		h := hr.Health()
+		// Recorded for doctor, which runs no adapter.
+		if err := m.cfg.Store.ReportHealth(ctx, m.cfg.Instance, ch.Name(), h, now); err != nil {
+			return err
+		}
+		if m.cfg.DeafAfter <= 0 {
+			continue
+		}
 		if h.LastEvent.IsZero() {
 			continue // not started yet: nothing to judge
 		}

@@ -148,3 +148,34 @@ func TestStartedReportsUncleanStop(t *testing.T) {
 		t.Fatalf("after a clean stop: %q, %v", text, err)
 	}
 }
+
+// TestCheckRecordsReports: each check records the channels' liveness
+// (the state, the last sign of life, the probe) for doctor, which runs no
+// adapter.
+func TestCheckRecordsReports(t *testing.T) {
+	t.Parallel()
+	slack := &deafable{name: "slack"}
+	m, _, clk, st := setup(t, slack)
+	ctx := context.Background()
+	slack.set(core.ChannelHealth{Connected: true, State: "socket open", LastEvent: clk.Now(), Probe: "Slack counts 2 connection(s)"})
+	if err := m.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reports, err := st.HealthReports(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := reports["slack"]
+	if !ok || r.Instance != "test" || !r.Health.Connected || r.Health.State != "socket open" || r.Health.Probe != "Slack counts 2 connection(s)" ||
+		r.Health.LastEvent.IsZero() {
+		t.Fatalf("reports = %+v", reports)
+	}
+	slack.set(core.ChannelHealth{State: "reconnecting", LastEvent: clk.Now()})
+	clk.add(time.Second)
+	if err := m.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if reports, err = st.HealthReports(ctx); err != nil || reports["slack"].Health.Connected || reports["slack"].Health.State != "reconnecting" {
+		t.Fatalf("after a reconnect: %+v, %v", reports, err)
+	}
+}

@@ -155,6 +155,7 @@ func (pr *Proposer) Propose(st core.StoredTurn, trust core.Trust, pa core.Propos
 		ID: core.ApprovalID(core.NewID()), Channel: t.Channel, Conversation: t.Conversation, Requester: t.Sender, TurnSeq: st.Seq,
 		ActionCanonical: canonical, ActionHash: hash, Intent: pa.Intent, Rationale: pa.Rationale, Risk: res.Risk,
 		Approvers: res.Approvers, Status: core.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(pr.cfg.ApprovalTTL),
+		Preview: render.Preview(a, pa.Step),
 	}
 	if res.Decision == policy.Allow {
 		// Allowed by policy: the gateway approves on the policy's behalf, so

@@ -46,6 +46,10 @@ func Approval(a core.ApprovalRequest, ex *core.Execution, preview int) *cards.Ca
 	if len(act.Verify) > 0 {
 		c.Details = fmt.Sprintf("Done when %d verification check(s) pass, run by the gateway outside the sandbox.", len(act.Verify))
 	}
+	if a.Preview != "" {
+		// What will change, as signed with the request (issue 28).
+		c.Details = strings.TrimSpace(cards.ShowInvisible(a.Preview) + "\n\n" + c.Details)
+	}
 	label := "Run " + "`" + Clip(cmd, cards.MaxLabel-6) + "`"
 	switch a.Status {
 	case core.ApprovalPending:

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
@@ -40,6 +41,11 @@ type Config struct {
 	Owners func(ctx context.Context) []core.IdentityID
 	// Channels are the running channels: a copy goes only where one runs.
 	Channels []core.ChannelName
+	// Deaf lists the channels deaf now (an open incident of core/health:
+	// nothing heard from the platform past health.deaf_after), when set: a
+	// copy there could be shown but its tap would never arrive, so none
+	// goes there.
+	Deaf func(ctx context.Context) (map[core.ChannelName]time.Time, error)
 	// To is approvals.route_to: identities ("telegram:123") whose direct
 	// conversations receive the copies instead of every owner's, and
 	// channel names ("slack") the copies are limited to. Empty: every
@@ -151,13 +157,30 @@ func (rt *Router) Plan(ctx context.Context, a core.ApprovalRequest, tr core.Trus
 	if err != nil {
 		return Plan{}, fmt.Errorf("route: %w", err)
 	}
+	var deaf map[core.ChannelName]time.Time
+	if rt.cfg.Deaf != nil {
+		if deaf, err = rt.cfg.Deaf(ctx); err != nil {
+			return Plan{}, fmt.Errorf("route: %w", err)
+		}
+	}
 	p := Plan{Routed: true}
+	var deafOnly []string // channels skipped only because they are deaf
 	for _, d := range found {
 		if !slices.Contains(rt.cfg.Channels, d.Channel) || (len(chans) > 0 && !slices.Contains(chans, d.Channel)) ||
 			d.Conversation == a.Conversation || slices.ContainsFunc(p.Copies, func(t Target) bool { return t.Conversation == d.Conversation }) {
 			continue
 		}
+		if _, ok := deaf[d.Channel]; ok {
+			if !slices.Contains(deafOnly, string(d.Channel)) {
+				deafOnly = append(deafOnly, string(d.Channel))
+			}
+			continue
+		}
 		p.Copies = append(p.Copies, Target{Channel: d.Channel, Conversation: d.Conversation, Identity: d.Identity})
+	}
+	if len(p.Copies) == 0 && len(deafOnly) > 0 {
+		return Plan{Refused: fmt.Sprintf("the approvers (%s) use only channels that are deaf now (%s: nothing heard from the platform, so a tap could not arrive)",
+			strings.Join(toStrings(cands), ", "), strings.Join(deafOnly, ", "))}, nil
 	}
 	if len(p.Copies) == 0 {
 		where := "any running channel"

@@ -15,14 +15,14 @@ import (
 )
 
 const approvalSelect = `SELECT id, channel, conversation, requester, COALESCE(turn_seq, 0), action_canonical, action_hash,
-	intent, rationale, risk, approvers, status, created_at, expires_at, COALESCE(decided_by, ''), decided_at, token, request_sig, COALESCE(task_id, ''), traceparent FROM approvals`
+	intent, rationale, risk, approvers, status, created_at, expires_at, COALESCE(decided_by, ''), decided_at, token, request_sig, COALESCE(task_id, ''), traceparent, preview FROM approvals`
 
 func scanApproval(row pgx.Row) (core.ApprovalRequest, error) {
 	var a core.ApprovalRequest
 	var risk, status string
 	var decidedAt *time.Time
 	err := row.Scan(&a.ID, &a.Channel, &a.Conversation, &a.Requester, &a.TurnSeq, &a.ActionCanonical, &a.ActionHash,
-		&a.Intent, &a.Rationale, &risk, &a.Approvers, &status, &a.CreatedAt, &a.ExpiresAt, &a.DecidedBy, &decidedAt, &a.Token, &a.Signature, &a.Task, &a.Traceparent)
+		&a.Intent, &a.Rationale, &risk, &a.Approvers, &status, &a.CreatedAt, &a.ExpiresAt, &a.DecidedBy, &decidedAt, &a.Token, &a.Signature, &a.Task, &a.Traceparent, &a.Preview)
 	if err != nil {
 		return a, notFound(err)
 	}
@@ -79,10 +79,10 @@ func (t *Tx) QueueApproval(a core.ApprovalRequest) {
 		turnSeq = &a.TurnSeq
 	}
 	t.later("insert approval", `INSERT INTO approvals (id, channel, conversation, requester, turn_seq, action_canonical, action_hash,
-		intent, rationale, risk, approvers, status, created_at, expires_at, request_sig, task_id, traceparent)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,NULLIF($16, ''),$17)`,
+		intent, rationale, risk, approvers, status, created_at, expires_at, request_sig, task_id, traceparent, preview)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,NULLIF($16, ''),$17,$18)`,
 		a.ID, a.Channel, a.Conversation, a.Requester, turnSeq, a.ActionCanonical, a.ActionHash,
-		a.Intent, a.Rationale, a.Risk, a.Approvers, a.Status, a.CreatedAt, a.ExpiresAt, a.Signature, a.Task, a.Traceparent)
+		a.Intent, a.Rationale, a.Risk, a.Approvers, a.Status, a.CreatedAt, a.ExpiresAt, a.Signature, a.Task, a.Traceparent, a.Preview)
 	t.seen(a.ID)
 }
 

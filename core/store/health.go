@@ -138,3 +138,54 @@ func (s *Store) LastTurns(ctx context.Context) (map[core.ChannelName]time.Time, 
 	}
 	return out, rows.Err()
 }
+
+// ReportHealth records channel ch's liveness as instance sees it now (one
+// row per channel and instance, replaced), for doctor.
+func (s *Store) ReportHealth(ctx context.Context, instance string, ch core.ChannelName, h core.ChannelHealth, now time.Time) error {
+	var last *time.Time
+	if !h.LastEvent.IsZero() {
+		last = &h.LastEvent
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO channel_reports (channel, instance, connected, state, last_event, probe, reported_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (channel, instance) DO UPDATE SET connected = $3, state = $4, last_event = $5, probe = $6, reported_at = $7`,
+		ch, instance, h.Connected, h.State, last, h.Probe, now)
+	if err != nil {
+		return fmt.Errorf("store: report health of %s: %w", ch, err)
+	}
+	return nil
+}
+
+// HealthReport is a channel's liveness as its newest report says.
+type HealthReport struct {
+	Instance   string
+	Health     core.ChannelHealth
+	ReportedAt time.Time
+}
+
+// HealthReports reads each channel's newest report.
+func (s *Store) HealthReports(ctx context.Context) (map[core.ChannelName]HealthReport, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (channel) channel, instance, connected, state, last_event, probe, reported_at
+		FROM channel_reports ORDER BY channel, reported_at DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("store: health reports: %w", err)
+	}
+	defer rows.Close()
+	out := map[core.ChannelName]HealthReport{}
+	for rows.Next() {
+		var ch core.ChannelName
+		var r HealthReport
+		var last *time.Time
+		if err := rows.Scan(&ch, &r.Instance, &r.Health.Connected, &r.Health.State, &last, &r.Health.Probe, &r.ReportedAt); err != nil {
+			return nil, fmt.Errorf("store: health reports: %w", err)
+		}
+		if last != nil {
+			r.Health.LastEvent = *last
+		}
+		out[ch] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: health reports: %w", err)
+	}
+	return out, nil
+}

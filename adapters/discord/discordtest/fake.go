@@ -158,6 +158,10 @@ type Server struct {
 	resumes     int
 	connects    int
 	heartbeatMs int
+	// deaf (Deafen): no dispatches, no heartbeat ACKs, no Hello on a new
+	// socket until undeaf is closed.
+	deaf   bool
+	undeaf chan struct{}
 }
 
 type event struct {
@@ -199,6 +203,25 @@ func (s *Server) SetHeartbeat(ms int) { s.mu.Lock(); s.heartbeatMs = ms; s.mu.Un
 
 // RefuseResume makes every RESUME fail with op 9 (invalid session).
 func (s *Server) RefuseResume(v bool) { s.mu.Lock(); s.refuseRes = v; s.mu.Unlock() }
+
+// Deafen makes the gateway stop delivering while its sockets stay open
+// (true): no events, no heartbeat ACKs, and a new socket gets no Hello; or
+// resume (false): the live socket is dropped so the client resumes and the
+// events it missed are replayed (issue 28's deaf channel).
+func (s *Server) Deafen(v bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case v && !s.deaf:
+		s.deaf, s.undeaf = true, make(chan struct{})
+	case !v && s.deaf:
+		s.deaf = false
+		close(s.undeaf)
+		if s.conn != nil {
+			_ = s.conn.UnderlyingConn().Close()
+		}
+	}
+}
 
 // Zombie stops (true) or restarts (false) heartbeat ACKs.
 func (s *Server) Zombie(v bool) { s.mu.Lock(); s.zombie = v; s.mu.Unlock() }
@@ -521,8 +544,9 @@ func (s *Server) dispatch(t string, d any) {
 			}
 		}
 	}
+	deaf := s.deaf
 	s.mu.Unlock()
-	if c != nil {
+	if c != nil && !deaf {
 		s.write(c, map[string]any{"op": 0, "s": ev.seq, "t": t, "d": d})
 	}
 }
@@ -564,6 +588,16 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		_ = c.Close()
 	}()
+	s.mu.Lock()
+	deaf, undeaf := s.deaf, s.undeaf
+	s.mu.Unlock()
+	if deaf {
+		select {
+		case <-undeaf:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	s.write(c, map[string]any{"op": 10, "d": map[string]any{"heartbeat_interval": hb}})
 	for {
 		_, raw, err := c.ReadMessage()
@@ -591,7 +625,7 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		switch p.Op {
 		case 1:
 			s.mu.Lock()
-			z := s.zombie
+			z := s.zombie || s.deaf
 			s.mu.Unlock()
 			if !z {
 				s.write(c, map[string]any{"op": 11})

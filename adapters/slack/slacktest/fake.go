@@ -48,6 +48,10 @@ type Options struct {
 	// using the same app token, counted in hello's num_connections (they
 	// receive no events here).
 	OtherConnections int
+	// PingEvery, when set, has the fake ping each socket this often, as
+	// Slack does (a sign of life the adapter's health reports); 0: it only
+	// answers the adapter's pings.
+	PingEvery time.Duration
 	// Now is the fake's clock for its limits, Retry-After and outages
 	// (default time.Now); a test running time faster gives the adapter the
 	// same clock.
@@ -142,6 +146,8 @@ type Server struct {
 	maxLive    int
 	opens      int
 	target     string
+	// deaf: Deafen — no events and no pings, pongs still answered.
+	deaf bool
 }
 
 type connState struct {
@@ -473,6 +479,8 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 	})
 	s.write(c, st, map[string]any{"type": "hello", "num_connections": live + s.opts.OtherConnections, "connection_info": map[string]any{"app_id": "A0SILAS"}})
 	s.flush()
+	stopPings := s.pinger(c, st)
+	defer stopPings()
 	for {
 		_, raw, err := c.ReadMessage()
 		if err != nil {
@@ -499,6 +507,47 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) liveLocked() int { return len(s.conns) }
+
+// pinger pings c every Options.PingEvery while it is neither half-open nor
+// deaf; the returned func stops it.
+func (s *Server) pinger(c *websocket.Conn, st *connState) func() {
+	if s.opts.PingEvery <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(s.opts.PingEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			s.mu.Lock()
+			quiet := st.halfOpen || s.deaf
+			s.mu.Unlock()
+			if !quiet {
+				st.wmu.Lock()
+				_ = c.WriteControl(websocket.PingMessage, []byte("slack"), time.Now().Add(time.Second))
+				st.wmu.Unlock()
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// Deafen makes Slack stop delivering events and pings on the open socket
+// while it stays open and still answers pings (deaf), or resume and
+// deliver what was held (false): issue 28's deaf channel.
+func (s *Server) Deafen(deaf bool) {
+	s.mu.Lock()
+	s.deaf = deaf
+	s.mu.Unlock()
+	if !deaf {
+		s.flush()
+	}
+}
 
 func (s *Server) write(c *websocket.Conn, st *connState, v any) {
 	b, _ := json.Marshal(v)
@@ -527,7 +576,7 @@ func (s *Server) flush() {
 		return
 	}
 	s.mu.Lock()
-	if st.halfOpen {
+	if st.halfOpen || s.deaf {
 		s.mu.Unlock()
 		return
 	}
@@ -563,7 +612,7 @@ func (s *Server) sendOne() {
 		return
 	}
 	s.mu.Lock()
-	if st.halfOpen || len(s.pending) == 0 {
+	if st.halfOpen || s.deaf || len(s.pending) == 0 {
 		s.mu.Unlock()
 		return
 	}
