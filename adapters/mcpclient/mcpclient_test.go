@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,6 +152,8 @@ type world struct {
 	client *mcpclient.Client
 	tools  *mcptools.Tools
 	n      int
+	// announced counts the syncs run on tools/list_changed (finished).
+	announced atomic.Int64
 }
 
 // consumed counts the token.consumed audit entries.
@@ -180,7 +183,10 @@ func newWorld(t *testing.T, server mcpclient.Server, opts ...option) *world {
 	connect, kill := w.fake.transport(context.Background())
 	w.kill = kill
 	if w.client, err = mcpclient.New([]mcpclient.Server{server}, mcpclient.Options{Transport: connect, Logger: log,
-		ListChanged: func(s string) { _, _ = w.tools.Sync(context.Background(), s) }}); err != nil {
+		ListChanged: func(s string) {
+			_, _ = w.tools.Sync(context.Background(), s)
+			w.announced.Add(1)
+		}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.client.Close)
@@ -248,6 +254,18 @@ func (w *world) pin() *cards.Card {
 	w.tap(c.ID, "pin")
 	w.phone.card(w.t, "pinned", func(x *cards.Card) bool { return x.ID == c.ID && x.Status == cards.StatusApproved })
 	return c
+}
+
+// waitAnnounced waits until n syncs on tools/list_changed have finished.
+func (w *world) waitAnnounced(n int64) {
+	w.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for w.announced.Load() < n {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("%d of %d syncs on tools/list_changed finished", w.announced.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // callCard asks the agent to call tool and returns its approval card.
@@ -524,6 +542,10 @@ func TestPinEditedInTheDatabaseIsRefused(t *testing.T) {
 	if _, err := w.tools.Sync(ctx, "files"); err != nil {
 		t.Fatal(err)
 	}
+	// The change is also announced (tools/list_changed), and that sync
+	// runs in the background: let it finish before editing the row, else
+	// it may see the edit first and ask again before the checks below.
+	w.waitAnnounced(1)
 	if _, err := w.st.Pool().Exec(ctx, `UPDATE mcp_tools SET pinned_hash = hash, status = 'pinned', card = NULL
 		WHERE server = 'files' AND name = 'delete'`); err != nil {
 		t.Fatal(err)

@@ -330,6 +330,13 @@ func (t *Tx) queryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // query runs a query after the queued statements (a round trip of its own;
 // for the rare statements that return many rows).
 func (t *Tx) query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if !t.begun {
+		// As the first statement it must still run inside the transaction:
+		// send skips BEGIN when nothing is queued, and a read outside it
+		// (a SELECT … FOR UPDATE releasing its locks at once) lets a
+		// concurrent write land between it and this transaction's writes.
+		t.later("begin", "SELECT 1")
+	}
 	if err := t.send(ctx, nil); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 )
@@ -55,5 +57,30 @@ func TestQueueOrderRule(t *testing.T) {
 	ex, err := s.GetExecution(ctx, "queued-here")
 	if err != nil || ex.Status != core.ExecQueued {
 		t.Fatalf("execution queued with its approval: %+v, %v", ex, err)
+	}
+}
+
+// A read that locks rows (SELECT … FOR UPDATE) as the first statement of a
+// transaction still runs inside it: the lock holds to COMMIT, so a write
+// from elsewhere cannot land between the read and this transaction's
+// writes (an MCP sync writing back a row edited meanwhile).
+func TestFirstQueryRunsInTheTransaction(t *testing.T) {
+	t.Parallel()
+	s, ctx := setup(t)
+	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+		return nil, tx.PutMCPTool(ctx, core.MCPTool{Server: "files", Name: "delete", Definition: []byte(`{}`), Hash: "h", Status: core.MCPToolPending})
+	})
+	var other error
+	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+		if _, err := tx.MCPTools(ctx, "files"); err != nil {
+			return nil, err
+		}
+		// NOWAIT: refused at once while this transaction holds the lock.
+		_, other = s.Pool().Exec(ctx, `SELECT 1 FROM mcp_tools WHERE server = 'files' FOR UPDATE NOWAIT`)
+		return nil, nil
+	})
+	var pgErr *pgconn.PgError
+	if !errors.As(other, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("another connection locked a row this transaction read for update: %v", other)
 	}
 }
