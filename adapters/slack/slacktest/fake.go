@@ -509,7 +509,8 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 func (s *Server) liveLocked() int { return len(s.conns) }
 
 // pinger pings c every Options.PingEvery while it is neither half-open nor
-// deaf; the returned func stops it.
+// deaf; the returned func stops it. A ticker, not a River job: it plays
+// Slack's own per-socket ping, a platform heartbeat of this fake.
 func (s *Server) pinger(c *websocket.Conn, st *connState) func() {
 	if s.opts.PingEvery <= 0 {
 		return func() {}
