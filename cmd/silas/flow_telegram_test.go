@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,6 +105,15 @@ func TestFlowThroughTelegram(t *testing.T) {
 	srv.Tap(chat, olive, ask.ID, button(ask, "yes"))
 
 	why := waitFor("the question's card", func(m telegramtest.Message) bool { return strings.Contains(m.Text, "Why?") })
+	// The fake shows the card as soon as sendMessage is called; serve
+	// records which card the message is once the call returns. A person
+	// replies seconds later; the test waits for that record instead.
+	for deadline := time.Now().Add(30 * time.Second); dbCount(t, dsn, `SELECT count(*) FROM sent_messages WHERE channel = 'telegram' AND ref = $1`,
+		fmt.Sprintf("%d:%d", chat.ID, why.ID)) != 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the question's card %d was never recorded as sent", why.ID)
+		}
+	}
 	// A plain reply to the question's card is its answer.
 	srv.SendMessage(telegramtest.Msg{Chat: chat, From: olive, Text: "the disk is full", ReplyTo: why.ID})
 
