@@ -16,14 +16,15 @@ build:
 
 ## test: every test, PostgreSQL-backed ones included (one throwaway cluster for the whole run when no TEST_DATABASE_URL/DATABASE_URL)
 ## Many tests wait on PostgreSQL, sockets and subprocesses rather than the CPU, so
-## three packages run at once (go test's default is GOMAXPROCS, 2 here) and twice as
-## many tests of a package as its default: 4m33s instead of 5m17s on this 2-core machine.
+## four packages run at once (go test's default is GOMAXPROCS, 2 here) and twice as
+## many tests of a package as its default: with -p 3 a fresh clone used the two cores
+## only 54 % of its 6m13s; -p 4 took 5m30s (BENCHMARKS.md, "At the end of stop 24").
 ## More (-p 4 -parallel 8) starves timing-sensitive tests (BENCHMARKS.md).
 ## go test's own vet pass is off because `go vet ./...` just ran every analyzer it
 ## would. A race-enabled binary sleeps 1 s at exit by default (GORACE atexit_sleep_ms)
 ## so that late reports can print; tests are over by then, and 40 binaries × 1 s is
 ## wall time for nothing.
-TEST_FLAGS ?= -p 3 -parallel 4
+TEST_FLAGS ?= -p 4 -parallel 4
 ## The longest-running packages first, so that the run does not end with one of them
 ## alone on a core (go test starts packages in the order given; ./... adds the rest once).
 TEST_PKGS ?= ./cmd/silas ./core/sandbox ./adapters/telegram/e2e ./core/store ./adapters/slack/e2e ./...
