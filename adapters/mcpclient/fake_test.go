@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -111,9 +112,21 @@ func (f *fake) transport(ctx context.Context) (func(string) (sdk.Transport, erro
 	}
 	kill := func() {
 		mu.Lock()
-		defer mu.Unlock()
-		if last != nil {
-			last.Close()
+		ss := last
+		mu.Unlock()
+		if ss == nil {
+			return
+		}
+		// The SDK's ServerSession.Close waits for the connection's
+		// goroutines and once hung for the whole suite's timeout (go-sdk
+		// v1.8.0, in-memory transport): bounded here, so a stuck close
+		// fails the test that needs it instead of the whole run.
+		done := make(chan struct{})
+		go func() { ss.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			panic("mcpclient fake: the server session did not close within 10s")
 		}
 	}
 	return connect, kill
