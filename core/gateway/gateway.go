@@ -331,6 +331,7 @@ func New(cfg Config) (*Gateway, error) {
 		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: runs, Count: m, Standing: decider},
 		Owners:   owners,
 		Channels: cfg.Channels,
+		Deaf:     cfg.Store.OpenIncidents, // as the router: no card to a deaf channel
 		Key:      cfg.Key, TTL: cfg.ApprovalTTL, Kick: func(c core.ConversationID, n int) { g.out.Kick(c, n) }, Logger: cfg.Logger, Now: cfg.Now,
 	}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
