@@ -42,12 +42,12 @@ type Task struct {
 	// (migration 00053), name the run and its step (node/iteration/attempt):
 	// the task's end wakes the run. FlowTools, when not empty, are the only
 	// tools its executor may call.
-	FlowRun   string
-	FlowStep  string
-	FlowTools []string
-	CreatedAt time.Time
-	UpdatedAt    time.Time
-	FinishedAt   time.Time
+	FlowRun    string
+	FlowStep   string
+	FlowTools  []string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	FinishedAt time.Time
 }
 
 // Final reports whether the task can no longer change.
