@@ -363,6 +363,7 @@ func New(cfg Config) (*Gateway, error) {
 		if fc.Failpoint == "" {
 			fc.Failpoint = cfg.Failpoint
 		}
+		fc.Switches = cfg.FlowConsents // /flow skip and /flow done go through the flow execution gate
 		flowSteps := propose.Steps{Proposer: proposer, Trust: book, Runs: runs, Count: m, Router: router}
 		var consentTaps *flowconsent.Approver
 		if fc.Approver == nil && cfg.FlowConsents.Offered() {
