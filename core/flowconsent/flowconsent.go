@@ -35,6 +35,7 @@ import (
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/core/route"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -192,7 +193,19 @@ func (ap Approver) offer(ctx context.Context, tx *store.Tx, req flowrun.ActionRe
 	if err != nil || !ok {
 		return 0, nil, err
 	}
-	o, note, err := ap.Decider.OfferRun(ap.Switches, g, req.Origin.Conversation)
+	ch, conv := req.Origin.Channel, req.Origin.Conversation
+	plan, err := ap.route(ctx, req, g)
+	switch {
+	case err != nil:
+		return 0, nil, err
+	case plan.Refused != "":
+		// No owner can receive it: the step's own card says why (or was
+		// refused unroutable); a consent card nobody can tap is not sent.
+		return 0, nil, nil
+	case plan.Routed:
+		ch, conv = plan.Copies[0].Channel, plan.Copies[0].Conversation
+	}
+	o, note, err := ap.Decider.OfferRun(ap.Switches, g, conv)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -200,10 +213,46 @@ func (ap Approver) offer(ctx context.Context, tx *store.Tx, req flowrun.ActionRe
 		return 0, nil, err
 	}
 	c := render.RunConsentOffer(o.Grant, o.Grant.TTL)
-	if err := tx.QueueMessage(req.Origin.Channel, core.OpSend, string(c.ID), core.OutMessage{Conversation: req.Origin.Conversation, Card: c}); err != nil {
+	if err := tx.QueueMessage(ch, core.OpSend, string(c.ID), core.OutMessage{Conversation: conv, Card: c}); err != nil {
 		return 0, nil, err
 	}
-	return 1, &audit.Entry{Kind: note.Kind, Actor: string(req.Origin.Sender), Conversation: string(req.Origin.Conversation), Data: note.Data}, nil
+	n := 1
+	if plan.Routed {
+		note.Data["routed_to"] = string(conv)
+		err := tx.QueueMessage(req.Origin.Channel, core.OpSend, "r-"+core.NewID(), core.OutMessage{Conversation: req.Origin.Conversation,
+			Text: render.RunConsentRoutedLine(flowrun.ShortID(req.Run), plan.Copies[0].Identity, ch)})
+		if err != nil {
+			return 0, nil, err
+		}
+		n++
+	}
+	return n, &audit.Entry{Kind: note.Kind, Actor: string(req.Origin.Sender), Conversation: string(req.Origin.Conversation), Data: note.Data}, nil
+}
+
+// route plans where a run's consent card goes, as core/route plans an
+// approval card (the routing helper's Router, asked the same way): where
+// the run was started when someone there may give it (an owner), else to
+// an owner's direct conversation — the first copy the plan names, so the
+// card is one message with one tap, answered in that conversation — or
+// nowhere (Refused) when no owner can receive it. Zero Plan without a
+// router: where the run was started.
+func (ap Approver) route(ctx context.Context, req flowrun.ActionRequest, g consent.RunGrant) (route.Plan, error) {
+	if ap.Steps.Router == nil || ap.Steps.Trust == nil {
+		return route.Plan{}, nil
+	}
+	trust, _ := ap.Steps.Trust.Of(ctx, req.Origin)
+	// Only an owner gives a run its consent: the card is planned as an
+	// owner's card of the grant's risk, requested by the run's requester.
+	a := core.ApprovalRequest{Channel: req.Origin.Channel, Conversation: req.Origin.Conversation, Requester: req.Origin.Sender,
+		Approvers: []string{"role:owner"}, Risk: g.MaxRisk}
+	plan, err := ap.Steps.Router.Plan(ctx, a, trust)
+	if err != nil {
+		return route.Plan{}, fmt.Errorf("flowconsent: route the consent card of run %s: %w", req.Run, err)
+	}
+	if plan.Routed && len(plan.Copies) == 0 {
+		plan.Routed = false
+	}
+	return plan, nil
 }
 
 // Questions is a tap handler inside the tap turn's transaction (the
