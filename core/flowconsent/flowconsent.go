@@ -101,6 +101,17 @@ func (ap Approver) Propose(ctx context.Context, tx *store.Tx, req flowrun.Action
 			return propose.Step{}, err
 		}
 		p.Messages++
+		if refused == consent.Expired {
+			// The run outlived its consent: its card offers a new one.
+			n, entry, err := ap.reoffer(ctx, tx, req)
+			if err != nil {
+				return propose.Step{}, err
+			}
+			p.Messages += n
+			if entry != nil {
+				p.Audit = append(p.Audit, *entry)
+			}
+		}
 		return p, nil
 	}
 	// No consent of the run covers the step: the step asks with its card,
@@ -185,25 +196,9 @@ func (ap Approver) offer(ctx context.Context, tx *store.Tx, req flowrun.ActionRe
 	if err != nil || done {
 		return 0, nil, err
 	}
-	run, err := tx.LockFlowRun(ctx, req.Run)
-	if err != nil {
-		return 0, nil, fmt.Errorf("flowconsent: offer run %s: %w", req.Run, err)
-	}
-	g, ok, err := Plan(run)
+	g, plan, ch, conv, ok, err := ap.planned(ctx, tx, req)
 	if err != nil || !ok {
 		return 0, nil, err
-	}
-	ch, conv := req.Origin.Channel, req.Origin.Conversation
-	plan, err := ap.route(ctx, req, g)
-	switch {
-	case err != nil:
-		return 0, nil, err
-	case plan.Refused != "":
-		// No owner can receive it: the step's own card says why (or was
-		// refused unroutable); a consent card nobody can tap is not sent.
-		return 0, nil, nil
-	case plan.Routed:
-		ch, conv = plan.Copies[0].Channel, plan.Copies[0].Conversation
 	}
 	o, note, err := ap.Decider.OfferRun(ap.Switches, g, conv)
 	if err != nil {
@@ -227,6 +222,74 @@ func (ap Approver) offer(ctx context.Context, tx *store.Tx, req flowrun.ActionRe
 		n++
 	}
 	return n, &audit.Entry{Kind: note.Kind, Actor: string(req.Origin.Sender), Conversation: string(req.Origin.Conversation), Data: note.Data}, nil
+}
+
+// reoffer opens a run's consent card again, once, when the consent its
+// tap minted has expired and the run still asks for one: the card (the
+// same message, edited back to its buttons) states a fresh grant for the
+// same steps, signed for the conversation it was answered in. A declined
+// card is never offered again (the owner chose a card per step), nor is a
+// consent whose uses or cost cap are spent: those limits were the owner's.
+// Nothing is offered when the card's conversation is no longer where the
+// router would send it.
+func (ap Approver) reoffer(ctx context.Context, tx *store.Tx, req flowrun.ActionRequest) (int, *audit.Entry, error) {
+	old, err := tx.RunConsentOffer(ctx, req.Run)
+	if errors.Is(err, core.ErrNotFound) || (err == nil && (old.Status != consent.OfferAccepted || old.Consent == "")) {
+		return 0, nil, nil
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	cs, err := tx.RunConsents(ctx, req.Run, old.Consent)
+	if err != nil {
+		return 0, nil, fmt.Errorf("flowconsent: offer again for run %s: %w", req.Run, err)
+	}
+	i := slices.IndexFunc(cs, func(c consent.Consent) bool { return c.ID == old.Consent })
+	if i < 0 || !cs[i].RevokedAt.IsZero() || tx.Now().Before(cs[i].ExpiresAt) {
+		return 0, nil, nil
+	}
+	prev := cs[i]
+	g, _, ch, conv, ok, err := ap.planned(ctx, tx, req)
+	if err != nil || !ok || string(conv) != old.Conversation {
+		return 0, nil, err
+	}
+	o, note, err := ap.Decider.OfferRun(ap.Switches, g, conv)
+	if err != nil {
+		return 0, nil, err
+	}
+	if fresh, err := tx.ReofferRunConsent(ctx, o, old.Consent); err != nil || !fresh {
+		return 0, nil, err
+	}
+	c := render.RunConsentOffer(o.Grant, o.Grant.TTL)
+	c.Outcome = "Your consent " + prev.Short() + "… expired; this card offers a new one."
+	if err := tx.QueueMessage(ch, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: conv, Card: c}); err != nil {
+		return 0, nil, err
+	}
+	note.Data["again"], note.Data["expired"] = true, prev.ID
+	return 1, &audit.Entry{Kind: note.Kind, Actor: string(req.Origin.Sender), Conversation: string(req.Origin.Conversation), Data: note.Data}, nil
+}
+
+// planned is the grant a run's consent card offers and where it goes:
+// ok=false when nothing in the run could be covered, or no owner can
+// receive the card (the step's own card says why, or was refused
+// unroutable: a consent card nobody can tap is not sent).
+func (ap Approver) planned(ctx context.Context, tx *store.Tx, req flowrun.ActionRequest) (consent.RunGrant, route.Plan, core.ChannelName, core.ConversationID, bool, error) {
+	run, err := tx.LockFlowRun(ctx, req.Run)
+	if err != nil {
+		return consent.RunGrant{}, route.Plan{}, "", "", false, fmt.Errorf("flowconsent: consent card of run %s: %w", req.Run, err)
+	}
+	g, ok, err := Plan(run)
+	if err != nil || !ok {
+		return g, route.Plan{}, "", "", false, err
+	}
+	plan, err := ap.route(ctx, req, g)
+	switch {
+	case err != nil || plan.Refused != "":
+		return g, plan, "", "", false, err
+	case plan.Routed:
+		return g, plan, plan.Copies[0].Channel, plan.Copies[0].Conversation, true, nil
+	}
+	return g, plan, req.Origin.Channel, req.Origin.Conversation, true, nil
 }
 
 // route plans where a run's consent card goes, as core/route plans an
