@@ -196,9 +196,13 @@ func TestKeptWorkAcrossRestart(t *testing.T) {
 		dirs = append(dirs, d)
 	}
 	first.Close()
-	past := time.Now().Add(-2 * time.Hour)
-	if err := os.Chtimes(dirs[0]+keptSuffix, past, past); err != nil {
-		t.Fatal(err)
+	// Released in the same few milliseconds, the markers' mtimes may be
+	// equal (the file system's clock is coarse): set apart by hand.
+	for i, ago := range []time.Duration{2 * time.Hour, 30 * time.Minute} {
+		at := time.Now().Add(-ago)
+		if err := os.Chtimes(dirs[i]+keptSuffix, at, at); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// Room for two of the three dirs' size: the oldest kept one goes at
