@@ -363,6 +363,9 @@ func New(cfg Config) (*Gateway, error) {
 		if fc.Failpoint == "" {
 			fc.Failpoint = cfg.Failpoint
 		}
+		if a, ok := g.tasks.(flowrun.Agents); ok && fc.Agents == nil {
+			fc.Agents = a // agent.run nodes are tasks of the task runtime
+		}
 		flowSteps := propose.Steps{Proposer: proposer, Trust: book, Runs: runs, Count: m, Router: router}
 		var consentTaps *flowconsent.Approver
 		if fc.Approver == nil && cfg.FlowConsents.Offered() {
