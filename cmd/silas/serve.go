@@ -168,11 +168,13 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	// After each heartbeat while others exist: a dead instance's work, then
 	// the newest checkpoint (signed by whichever instance leads) into this
-	// instance's head file.
+	// instance's head file, then what this instance's channels heard (the
+	// channel-health check, on whichever instance leads, judges a channel
+	// by its holder's).
 	inst.OnBeat(func(ctx context.Context) error {
 		err := eng.TakeOver(ctx)
 		_, herr := checkpoints.SyncHead(ctx)
-		return errors.Join(err, herr)
+		return errors.Join(err, herr, eng.Health().Record(ctx))
 	})
 	if form != nil {
 		w.start("secrets_web", func() error { return form.ListenAndServe(runCtx) })
