@@ -227,11 +227,12 @@ func serveForm(cfg *config.Config, eng *gateway.Gateway, sealer *secrets.Sealer,
 	if su != nil {
 		pk = su
 	}
-	form, err := newSecureForm(cfg, eng.SecureInput(), sealer, log, pk)
+	form, err := newSecureForm(cfg, eng.SecureInput(), sealer, log, pk, eng.Previews())
 	if err != nil {
 		return nil, err
 	}
 	eng.SecureInput().SetLink(form.Link)
+	eng.SetPreviewLink(form.PreviewURL) // a long preview's card links to its page
 	late.form.Store(form)
 	return form, nil
 }
