@@ -368,6 +368,7 @@ func New(cfg Config) (*Gateway, error) {
 		if a, ok := g.tasks.(flowrun.Agents); ok && fc.Agents == nil {
 			fc.Agents = a // agent.run nodes are tasks of the task runtime
 		}
+		fc.Switches = cfg.FlowConsents // /flow skip and /flow done go through the flow execution gate
 		flowSteps := propose.Steps{Proposer: proposer, Trust: book, Runs: runs, Count: m, Router: router}
 		var consentTaps *flowconsent.Approver
 		if fc.Approver == nil && cfg.FlowConsents.Offered() {
