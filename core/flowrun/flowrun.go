@@ -166,6 +166,9 @@ type Config struct {
 	// ActionKinds adds action node types (action.mcp) to the runtime's
 	// own; see ActionKind.
 	ActionKinds map[string]ActionKind
+	// Agents runs agent.run nodes as tasks (core/tasks); nil without a
+	// model (such a node then fails with code unsupported).
+	Agents Agents
 	// Sweep is how often running runs are re-advanced (default 5s): a
 	// wake-up lost to a crash between commit and River's fetch is only
 	// late, never lost.
