@@ -35,6 +35,10 @@ const (
 	downAfter = 3 * BeatEvery
 	// probeTimeout bounds one channel's platform probe.
 	probeTimeout = 10 * time.Second
+	// reportsKept is how long a report no instance renewed is kept: each
+	// process writes rows of its own (instance names carry the pid), and
+	// the rows of processes long gone say nothing more.
+	reportsKept = 24 * time.Hour
 )
 
 // Store is what health reads and writes.
@@ -48,6 +52,7 @@ type Store interface {
 	OpenIncidents(ctx context.Context) (map[core.ChannelName]time.Time, error)
 	ReportHealth(ctx context.Context, instance string, ch core.ChannelName, h core.ChannelHealth, now time.Time) error
 	HeardReports(ctx context.Context) (map[core.ChannelName]store.HealthReport, error)
+	PruneHealthReports(ctx context.Context, before time.Time) error
 }
 
 // Notify tells the owners through the channels other than from (""
@@ -127,6 +132,9 @@ func (m *Monitor) Check(ctx context.Context) error {
 			return err
 		}
 		own[ch.Name()] = h
+	}
+	if err := m.cfg.Store.PruneHealthReports(ctx, now.Add(-reportsKept)); err != nil {
+		return err
 	}
 	if m.cfg.DeafAfter <= 0 || len(own) == 0 {
 		return nil

@@ -178,6 +178,21 @@ func TestCheckRecordsReports(t *testing.T) {
 	if reports, err = st.HealthReports(ctx); err != nil || reports["slack"].Health.Connected || reports["slack"].Health.State != "reconnecting" {
 		t.Fatalf("after a reconnect: %+v, %v", reports, err)
 	}
+	// A process long gone left its rows; the check drops them, never a
+	// live one's.
+	if err := st.ReportHealth(ctx, "gone/1", "slack", core.ChannelHealth{State: "polling", LastEvent: clk.Now()}, clk.Now().Add(-48*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM channel_reports WHERE instance = 'gone/1'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("a gone instance's rows = %d, %v", n, err)
+	}
+	if reports, err = st.HealthReports(ctx); err != nil || reports["slack"].Instance != "test" {
+		t.Fatalf("the live report went too: %+v, %v", reports, err)
+	}
 }
 
 // TestClusterJudgedByTheHolder: two instances on one database serve the

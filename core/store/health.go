@@ -207,3 +207,12 @@ func (s *Store) HeardReports(ctx context.Context) (map[core.ChannelName]HealthRe
 	}
 	return collectReports(rows)
 }
+
+// PruneHealthReports deletes the reports last made before before: those
+// of instances long gone (every serving instance renews its own rows).
+func (s *Store) PruneHealthReports(ctx context.Context, before time.Time) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM channel_reports WHERE reported_at < $1`, before); err != nil {
+		return fmt.Errorf("store: prune health reports: %w", err)
+	}
+	return nil
+}
