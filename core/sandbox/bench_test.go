@@ -76,6 +76,27 @@ func BenchmarkRunBurst(b *testing.B) {
 	reportPercentiles(b, ds, "start-")
 }
 
+// BenchmarkRelease measures what the gateway spends on a run's work dir
+// outside the run: made (newWorkDir) and released, kept as by default
+// (keep_work_for 24h). Each op adds a kept dir, so a cost that grows with
+// the kept dirs shows as cpu-ms rising with -benchtime.
+func BenchmarkRelease(b *testing.B) {
+	s := benchSandbox(b)
+	n := 0
+	cpu0 := cpuTime()
+	for b.Loop() {
+		d, err := s.newWorkDir()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Release(d); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1000/float64(max(1, n)), "cpu-ms")
+}
+
 // cpuTime is the user and system time of this process and of its children
 // that were waited for (each run's init, and through it the program).
 func cpuTime() time.Duration {
