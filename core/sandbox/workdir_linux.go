@@ -228,8 +228,14 @@ func (s *Subprocess) Release(dir string) error {
 	// execution: about a millisecond of CPU on this machine's ext4, against
 	// microseconds for the chmod and utimes.
 	now := s.now()
+	if s.kept == nil {
+		s.pruneLocked(now, false) // the index is built from the base dir once (at start, normally)
+	}
 	again := fi.Mode()&fs.ModeSticky != 0
-	if !again {
+	if err := os.Remove(target + keptSuffix); err == nil {
+		again = true // kept by an earlier version: in the index since start
+	}
+	if fi.Mode()&fs.ModeSticky == 0 {
 		if err := os.Chmod(target, fi.Mode().Perm()|fs.ModeSticky); err != nil {
 			return fmt.Errorf("sandbox: release: %w", err)
 		}
@@ -238,9 +244,6 @@ func (s *Subprocess) Release(dir string) error {
 		return fmt.Errorf("sandbox: release: %w", err)
 	}
 	n := workBytes(target)
-	if s.kept == nil {
-		s.pruneLocked(now, false) // the index is built from the base dir once
-	}
 	if again { // released before: it moves to the newest end
 		s.kept = slices.DeleteFunc(s.kept, func(k keptWork) bool {
 			if k.dir == target {
