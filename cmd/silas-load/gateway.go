@@ -44,6 +44,7 @@ type gatewayResult struct {
 	anon, file  int64         // bytes of rssEnd: heap, stacks (RssAnon); the binary's pages (RssFile)
 	binaryBytes int64
 	modelCalls  int64
+	modelConns  int64
 }
 
 // tcleanup is the part of testing.TB the Telegram fake needs.
@@ -63,6 +64,7 @@ type modelFake struct {
 	srv   *http.Server
 	url   string
 	calls atomic.Int64
+	conns atomic.Int64 // TCP connections the gateway opened (keep-alive: few)
 }
 
 const modelKey = "sk-silas-load"
@@ -90,7 +92,11 @@ func startModelFake() (*modelFake, error) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(answer)
 	})
-	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			m.conns.Add(1)
+		}
+	}}
 	go func() { _ = m.srv.Serve(ln) }()
 	return m, nil
 }
@@ -241,9 +247,9 @@ func (h *harness) phaseGateway(ctx context.Context, dsn, kind string) (gatewayRe
 		return res, err
 	}
 	a0, cpu0, pg0, t0 := answered(), procCPU(pid), h.pgCPU(), time.Now()
-	calls0 := int64(0)
+	calls0, conns0 := int64(0), int64(0)
 	if model != nil {
-		calls0 = model.calls.Load()
+		calls0, conns0 = model.calls.Load(), model.conns.Load()
 	}
 	if err := drive(time.Now().Add(h.o.gatewayDuration)); err != nil {
 		return res, err
@@ -252,6 +258,7 @@ func (h *harness) phaseGateway(ctx context.Context, dsn, kind string) (gatewayRe
 	res.answered, res.cpu, res.pg, res.wall = a1-a0, cpu1-cpu0, pg1-pg0, t1.Sub(t0)
 	if model != nil {
 		res.modelCalls = model.calls.Load() - calls0
+		res.modelConns = model.conns.Load() - conns0
 	}
 	res.peakRSS, res.rssEnd, res.anon, res.file = procRSS(pid)
 	// Let it finish what is in flight before the stop, so that a stop
@@ -367,7 +374,7 @@ func modelNote(g gatewayResult) string {
 	if g.kind != "llm" {
 		return ""
 	}
-	return fmt.Sprintf("; %d model calls", g.modelCalls)
+	return fmt.Sprintf("; %d model calls over %d new connections", g.modelCalls, g.modelConns)
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
