@@ -57,8 +57,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -124,6 +127,9 @@ type options struct {
 	// sampling > 0 turns tracing on as serve would (SDK, batch processor,
 	// pgx tracer) with spans exported nowhere: the cost of tracing itself.
 	sampling int
+	// otlp: export them over OTLP/HTTP to a collector in this process that
+	// reads and discards each export (serve's whole cost: protobuf, HTTP).
+	otlp bool
 	// The gateway phases (gateway.go): the silas binary, chats and
 	// messages in flight per chat, measured length.
 	silasBin        string
@@ -163,6 +169,7 @@ func run() int {
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 5*time.Second, "how long to wait for the outbox to deliver its backlog after a phase (not draining is reported, not an error)")
 	fs.BoolVar(&o.verbose, "v", false, "log engine warnings and progress")
 	fs.IntVar(&o.sampling, "trace-sampling", 0, "tracing on with this sampling_rate_per_million, spans exported nowhere (0 = off, as by default)")
+	fs.BoolVar(&o.otlp, "trace-otlp", false, "with --trace-sampling: export over OTLP/HTTP to a collector in this process that discards what it gets")
 	fs.StringVar(&o.silasBin, "silas", "", "the silas binary for phases (e) and (f): `silas serve` with the Telegram fake, command agent then LLM agent (empty skips them; make bench builds it)")
 	fs.IntVar(&o.chats, "chats", 50, "(e), (f): Telegram private chats")
 	fs.IntVar(&o.chatWindow, "chat-window", 4, "(e), (f): messages each chat keeps in flight")
@@ -658,13 +665,11 @@ func load(ctx context.Context, o options) error {
 		return errors.New("--nosync applies to the throwaway cluster only; unset DATABASE_URL")
 	}
 
-	var tr *telemetry.Tracing
-	if o.sampling > 0 {
-		if tr, err = telemetry.Start(ctx, telemetry.Config{SamplingRatePerMillion: o.sampling, Exporter: tracetest.NewNoopExporter()}, logger); err != nil {
-			return err
-		}
-		defer func() { _ = tr.Shutdown(context.Background()) }()
+	tr, traced, stopTracing, err := startTracing(ctx, o, logger)
+	if err != nil {
+		return err
 	}
+	defer stopTracing()
 	st, err := store.Open(ctx, dsn, store.Options{Logger: logger, MaxConns: int32(o.maxConns), MaxBatch: o.maxBatch, Writers: o.writers,
 		QueryTracer: tr.QueryTracer()})
 	if err != nil {
@@ -762,8 +767,8 @@ func load(ctx context.Context, o options) error {
 
 	rep := &report{cmdline: cmdline, machine: machine,
 		postgres: fmt.Sprintf("%s, %s, %s", pgVersion, dbWhere, durability),
-		engine: fmt.Sprintf("store pool %d conns, maxbatch %s, workers %s, %d conversations, null channel, command agent, subprocess sandbox",
-			o.maxConns, orDefault(o.maxBatch), orDefault(o.workers), o.convs)}
+		engine: fmt.Sprintf("store pool %d conns, maxbatch %s, workers %s, %d conversations, null channel, command agent, subprocess sandbox, tracing %s",
+			o.maxConns, orDefault(o.maxBatch), orDefault(o.workers), o.convs, traced)}
 	runErr := h.phases(ctx, rep)
 	if err := shutdown(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("engine: %w", err)
@@ -776,6 +781,36 @@ func load(ctx context.Context, o options) error {
 		return fmt.Errorf("the engine logged %d error(s)", n)
 	}
 	return nil
+}
+
+// startTracing turns tracing on as serve does when --trace-sampling is
+// set: spans to a no-op exporter, or with --trace-otlp over OTLP/HTTP to a
+// collector in this process that reads and discards each export. traced
+// says which, for the report; stop exports what is queued and stops.
+func startTracing(ctx context.Context, o options, logger *slog.Logger) (tr *telemetry.Tracing, traced string, stop func(), err error) {
+	if o.sampling <= 0 {
+		if o.otlp {
+			return nil, "", nil, errors.New("--trace-otlp needs --trace-sampling")
+		}
+		return nil, "off", func() {}, nil
+	}
+	cfg := telemetry.Config{SamplingRatePerMillion: o.sampling, Exporter: tracetest.NewNoopExporter()}
+	traced = fmt.Sprintf("%d per million, spans exported nowhere", o.sampling)
+	closeSink := func() {}
+	if o.otlp {
+		sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/x-protobuf")
+		}))
+		closeSink = sink.Close
+		cfg.Exporter, cfg.ExporterURL = nil, sink.URL
+		traced = fmt.Sprintf("%d per million, OTLP/HTTP to a discarding collector in this process", o.sampling)
+	}
+	if tr, err = telemetry.Start(ctx, cfg, logger); err != nil {
+		closeSink()
+		return nil, "", nil, err
+	}
+	return tr, traced, func() { _ = tr.Shutdown(context.Background()); closeSink() }, nil
 }
 
 // writeHeapProfile writes the allocation profile (all allocations since
