@@ -101,7 +101,8 @@ func startModelFake() (*modelFake, error) {
 	return m, nil
 }
 
-// createDatabase makes an empty database next to dsn's and returns its URL.
+// createDatabase makes an empty database next to dsn's and returns its URL
+// (with DATABASE_URL set, its role needs CREATEDB).
 func (h *harness) createDatabase(ctx context.Context, dsn, name string) (string, error) {
 	u, err := url.Parse(dsn)
 	if err != nil || u.Scheme == "" {
@@ -123,10 +124,17 @@ func (h *harness) phaseGateway(ctx context.Context, dsn, kind string) (gatewayRe
 	if fi, err := os.Stat(h.o.silasBin); err == nil {
 		res.binaryBytes = fi.Size()
 	}
-	db, err := h.createDatabase(ctx, dsn, "silas_load_"+kind)
+	name := "silas_load_" + kind
+	db, err := h.createDatabase(ctx, dsn, name)
 	if err != nil {
 		return res, err
 	}
+	defer func() {
+		// Last (after serve stopped): DATABASE_URL may be someone's server.
+		if _, err := h.st.Pool().Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			fmt.Fprintf(os.Stderr, "silas-load: drop database %s: %v\n", name, err)
+		}
+	}()
 	var tc tcleanup
 	defer tc.run()
 	tg := telegramtest.NewServer(&tc, telegramtest.Options{NoRateLimits: true})
