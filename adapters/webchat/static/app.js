@@ -564,6 +564,7 @@
   }
 
   // ---- rendering bot messages and cards --------------------------------------
+  let graphRev = 0; // makes each load of a run's picture a new request
   function renderBot(messageId, data, replay) {
     const m = state.messages.get(messageId);
     const wasOpen = m.el.querySelector('details.card-details');
@@ -587,6 +588,14 @@
       const cardEl = renderCard(data.card, detailsOpen);
       const err = state.cardErrors.get(data.card.id);
       if (err) cardEl.append(h('p', { class: 'card-error', 'data-testid': 'card-error', role: 'alert' }, err));
+      if (/^flow-[A-Za-z0-9_-]{1,64}$/.test(data.card.id)) {
+        // A flow run's progress card: the run's graph, each node in its
+        // state, drawn by the server; loaded again at every edit of the
+        // card, so it follows the run (docs/flows.md).
+        graphRev += 1;
+        cardEl.append(h('img', { class: 'flow-graph', 'data-testid': 'flow-graph', alt: "The run's graph, each node in its state",
+          src: '/flows/' + data.card.id.slice(5) + '.svg?v=' + graphRev }));
+      }
       bubble.append(cardEl);
     }
     const t = fmtTime(data.at);
