@@ -56,8 +56,8 @@ type Turn struct {
 	// under a top-level card is the thread's conversation); empty: this
 	// turn's own. Set by the adapter from the authenticated event only.
 	ReplyIn ConversationID `json:"reply_in,omitempty"`
-	Text    string     `json:"text,omitempty"`
-	Tap     *Tap       `json:"tap,omitempty"`
+	Text    string         `json:"text,omitempty"`
+	Tap     *Tap           `json:"tap,omitempty"`
 	// TapHandle is what the adapter needs to answer this tap later, opaque
 	// to the core (Telegram's callback query id, Slack's response_url,
 	// Discord's interaction token). It is stored with the turn and handed

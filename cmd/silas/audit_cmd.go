@@ -68,8 +68,14 @@ func newCheckpointer(ctx context.Context, cfg *config.Config, st *store.Store, l
 	if err != nil {
 		return nil, err
 	}
+	// Checkpoints signed by a key rotated out are copied to the head file
+	// too (SyncHead); LoadOrCreateKey just made sure the file exists.
+	trusted, err := audit.LoadPublicKeys(auditPubPath(cfg))
+	if err != nil {
+		return nil, err
+	}
 	cp, err := audit.NewCheckpointer(ctx, st, audit.CheckpointOptions{Key: key, HeadFile: auditHeadPath(cfg), EntryKey: entryKey, FirstAtOnce: true,
-		Entries: int64(cfg.Audit.CheckpointEntries), Interval: cfg.Audit.CheckpointInterval.Duration, Logger: log})
+		Entries: int64(cfg.Audit.CheckpointEntries), Interval: cfg.Audit.CheckpointInterval.Duration, Trusted: trusted, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -81,6 +87,12 @@ func newCheckpointer(ctx context.Context, cfg *config.Config, st *store.Store, l
 	// gateway) is logged by RunOnce; the gateway still starts.
 	if _, err := cp.RunOnce(ctx); err != nil {
 		log.Error("audit checkpoint at start", slog.Any("err", err))
+	}
+	// With several instances another one may be signing: its newest
+	// checkpoint goes into this instance's head file now, and after each
+	// heartbeat (serve), so verify has an anchor on every host.
+	if _, err := cp.SyncHead(ctx); err != nil {
+		log.Error("audit head file at start", slog.Any("err", err))
 	}
 	return cp, nil
 }

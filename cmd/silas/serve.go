@@ -167,7 +167,14 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		// New tools get their pin card, changed ones are quarantined.
 		go syncMCP(runCtx, mcpTools, cfg.MCP.Servers, log)
 	}
-	inst.OnBeat(eng.TakeOver) // a dead instance's work, after each heartbeat while others exist
+	// After each heartbeat while others exist: a dead instance's work, then
+	// the newest checkpoint (signed by whichever instance leads) into this
+	// instance's head file.
+	inst.OnBeat(func(ctx context.Context) error {
+		err := eng.TakeOver(ctx)
+		_, herr := checkpoints.SyncHead(ctx)
+		return errors.Join(err, herr)
+	})
 	if form != nil {
 		w.start("secrets_web", func() error { return form.ListenAndServe(runCtx) })
 	}

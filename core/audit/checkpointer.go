@@ -35,6 +35,10 @@ type CheckpointStore interface {
 	// AuditRows feeds f the rows from seq from to upto, in seq order, as
 	// stored (MAC included, data not decoded); an error from f stops it.
 	AuditRows(ctx context.Context, from, upto int64, f func(Row) error) error
+	// NewestCheckpoint returns the newest stored checkpoint and the hash
+	// of the log's row at its seq (nil when there is no such row); ok
+	// false when no checkpoint is stored.
+	NewestCheckpoint(ctx context.Context) (c Checkpoint, rowHash []byte, ok bool, err error)
 }
 
 // CheckpointOptions configure a Checkpointer.
@@ -59,6 +63,10 @@ type CheckpointOptions struct {
 	// is never signed over (ErrUnsigned). nil checks nothing (tools and
 	// tests); serve always sets it.
 	EntryKey *EntryKey
+	// Trusted are public keys, besides Key's own, whose checkpoints
+	// SyncHead copies into the head file (audit.pub: keys rotated out).
+	// Only the file decides what is trusted, never the database.
+	Trusted []ed25519.PublicKey
 	// FirstAtOnce: while no checkpoint is stored, one is due as soon as
 	// there is an entry, so that the head file exists from the gateway's
 	// first entries on and verify can fail closed without it (serve sets
@@ -78,6 +86,12 @@ type Checkpointer struct {
 	// since is when this checkpointer started: with no checkpoint stored
 	// yet, the interval counts from it.
 	since time.Time
+	// headSeq is the newest checkpoint known to be in the head file
+	// (written here, or read from it); 0 before the first look.
+	headSeq int64
+	// reported is the newest checkpoint SyncHead logged a finding about,
+	// so a finding is logged once, not at every heartbeat.
+	reported int64
 }
 
 // NewCheckpointer checks the options and that the store answers. It keeps
@@ -166,6 +180,7 @@ func (c *Checkpointer) checkpoint(ctx context.Context, force bool) (*Checkpoint,
 		if err := AppendHead(c.opt.HeadFile, cp); err != nil {
 			return &cp, err
 		}
+		c.headSeq = max(c.headSeq, cp.Seq)
 	}
 	c.opt.Logger.Debug("audit checkpoint", slog.Int64("seq", seq), slog.String("key_id", cp.KeyID))
 	return &cp, nil

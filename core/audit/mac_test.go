@@ -201,6 +201,19 @@ func (f *fakeCheckpointStore) LatestCheckpoint(context.Context) (int64, time.Tim
 	return c.Seq, c.At, true, nil
 }
 
+func (f *fakeCheckpointStore) NewestCheckpoint(context.Context) (Checkpoint, []byte, bool, error) {
+	if len(f.cps) == 0 {
+		return Checkpoint{}, nil, false, nil
+	}
+	c := f.cps[len(f.cps)-1]
+	for _, r := range f.rows {
+		if r.Seq == c.Seq {
+			return c, r.Hash, true, nil
+		}
+	}
+	return c, nil, true, nil
+}
+
 func (f *fakeCheckpointStore) InsertCheckpoint(_ context.Context, c Checkpoint) error {
 	f.cps = append(f.cps, c)
 	return nil

@@ -146,6 +146,11 @@ func (r Request) Validate() Code {
 	return ""
 }
 
+// ValidName reports whether s may name a run, a step or a consent in a
+// request (what Validate checks): callers skip looking up what no request
+// could name.
+func ValidName(s string) bool { return name(s) }
+
 // name reports whether s is a usable identifier: non-empty, bounded,
 // valid UTF-8, printable, no spaces.
 func name(s string) bool {
@@ -203,11 +208,13 @@ func Gate(sw Switches, pub ed25519.PublicKey, r Request, run RunFacts, cs []Cons
 		return Consent{}, NotAutomatable
 	case r.Op == OpRun && run.Step.HumanReview:
 		return Consent{}, VerificationUnsatisfied
+	case !run.Step.Ready:
+		return Consent{}, OutOfOrder
 	case r.Op == OpDone && run.Step.EvidenceRequired && (!run.Step.Verified || run.Step.HumanReview):
 		return Consent{}, VerificationUnsatisfied
-	case r.Op != OpDone && !run.Step.Ready:
-		return Consent{}, OutOfOrder
 	case r.Op != OpDone && run.Step.Busy:
+		// A step being executed cannot be skipped (or run again); marking
+		// it done needs its verified evidence, checked above.
 		return Consent{}, InProgress
 	}
 	if r.Op != OpRun {

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/consent"
 	"github.com/silas-gateway/silas/core/flow"
 	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/store"
@@ -155,6 +156,10 @@ type Config struct {
 	MaxParallel int
 	// Approver approves action nodes (default Ask on the proposing port).
 	Approver Approver
+	// Switches are flows.run_writes and flows.automatable_execution: a
+	// person's /flow skip and /flow done go through the flow execution
+	// gate (core/consent) under them; both off refuses every request.
+	Switches consent.Switches
 	// HTTPAllowDomains are the hosts (and their subdomains) an action.http
 	// node may call (flows.http_allow_domains); empty: none.
 	HTTPAllowDomains []string

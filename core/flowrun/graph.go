@@ -38,4 +38,3 @@ func (r *Runtime) GraphSVG(ctx context.Context, conv core.ConversationID, id str
 	}
 	return b.Bytes(), nil
 }
-

@@ -2,8 +2,8 @@ package flowrun
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 

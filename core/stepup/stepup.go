@@ -88,6 +88,7 @@ type Store interface {
 	GetPasskeyLink(ctx context.Context, ref string) (store.PasskeyLink, error)
 	Passkeys(ctx context.Context, owner core.IdentityID) ([]store.Passkey, error)
 	GetApproval(ctx context.Context, id core.ApprovalID) (core.ApprovalRequest, error)
+	SweepPasskeyLinks(ctx context.Context, cutoff time.Time, limit int) (int, error)
 }
 
 // Runs starts what a step-up approved (*execute.Executor).
@@ -175,6 +176,42 @@ func validRPID(id string) bool {
 		return false
 	}
 	return protocol.ValidateRPID(id) == nil
+}
+
+// The link sweep: River runs Sweep every SweepEvery (core/background, on
+// whichever instance works the job); it deletes links that expired or
+// were used more than LinkRetention ago, sweepBatch at a time.
+const (
+	SweepEvery    = 10 * time.Minute
+	LinkRetention = time.Hour
+	sweepBatch    = 1000
+	// sweepBatches bounds one run; what is left waits for the next.
+	sweepBatches = 100
+)
+
+// Sweep deletes the passkey links (enrollment and step-up) that expired or
+// were used more than LinkRetention ago. Until then a used or expired link
+// still answers "already used" or "expired" (and a replayed answer is
+// audited as such); after it, the same refusal as a link that never
+// existed. Safe on several instances at once and twice in a row: each
+// batch is one DELETE that skips rows another transaction holds.
+func (s *Service) Sweep(ctx context.Context) error {
+	cutoff := s.cfg.Now().Add(-LinkRetention)
+	total := 0
+	for range sweepBatches {
+		n, err := s.st.SweepPasskeyLinks(ctx, cutoff, sweepBatch)
+		if err != nil {
+			return fmt.Errorf("stepup: sweep: %w", err)
+		}
+		total += n
+		if n < sweepBatch {
+			break
+		}
+	}
+	if total > 0 {
+		s.cfg.Logger.Debug("stepup: swept passkey links", slog.Int("deleted", total))
+	}
+	return nil
 }
 
 // Bind gives the service the decider that approves and the executor that

@@ -57,6 +57,22 @@ func (s *Store) InsertCheckpoint(ctx context.Context, c audit.Checkpoint) error 
 	return nil
 }
 
+// NewestCheckpoint returns the newest stored checkpoint and the hash of
+// the log's row at its seq (nil when that row is missing); ok is false
+// when there is none. Every instance copies it to its head file
+// (audit.Checkpointer.SyncHead).
+func (s *Store) NewestCheckpoint(ctx context.Context) (c audit.Checkpoint, rowHash []byte, ok bool, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT c.seq, c.hash, c.at, c.signature, c.key_id, l.hash FROM audit_checkpoints c
+		LEFT JOIN audit_log l ON l.seq = c.seq ORDER BY c.seq DESC LIMIT 1`).Scan(&c.Seq, &c.Hash, &c.At, &c.Signature, &c.KeyID, &rowHash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return audit.Checkpoint{}, nil, false, nil
+	}
+	if err != nil {
+		return audit.Checkpoint{}, nil, false, fmt.Errorf("store: newest audit checkpoint: %w", err)
+	}
+	return c, rowHash, true, nil
+}
+
 // AuditCheckpoints returns every stored checkpoint, oldest first.
 func (s *Store) AuditCheckpoints(ctx context.Context) ([]audit.Checkpoint, error) {
 	rows, err := s.pool.Query(ctx, `SELECT seq, hash, at, signature, key_id FROM audit_checkpoints ORDER BY seq`)
