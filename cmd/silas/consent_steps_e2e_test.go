@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/silas-gateway/silas/cards"
 )
@@ -15,7 +16,8 @@ import (
 // run under it, and s3 is refused cost_capped — a line in plain words, and
 // its card asks. Skipping s4 while s3 waits is out of order; s3 skipped
 // (not_applicable) closes its card and the run goes on to s4; marking s4
-// done without verified evidence is refused.
+// done without verified evidence is refused. A second run outlives its
+// consent while its gate waits: expiry takes effect before the next step.
 func TestRunConsentCostCapAndFrontierViaWebChat(t *testing.T) {
 	t.Parallel()
 	var b strings.Builder
@@ -72,4 +74,28 @@ func TestRunConsentCostCapAndFrontierViaWebChat(t *testing.T) {
 		t.Fatalf("flow.step_skipped for s3 = %d", n)
 	}
 	c.tap(string(fourth.ID), "decline")
+
+	// A second run outlives its consent while its gate waits (given for
+	// one second): the first step after the gate does not run under it,
+	// says why, and asks with its card.
+	c.say("/flow run capped")
+	g2 := c.expectNew("the second run's gate", func(f map[string]any) bool {
+		cd := card(f)
+		return cd != nil && cd.Intent == "Flow capped asks: Go?" && cd.Status == cards.StatusPending && cd.ID != card(g).ID
+	})
+	var run2 string
+	if err := testPool(t, dsn).QueryRow(t.Context(), `SELECT id FROM flow_runs WHERE id <> $1`, run).Scan(&run2); err != nil {
+		t.Fatal(err)
+	}
+	s.silasCLI(t, "consents", "allow-run", "--nodes", "s1,s2,s3,s4", "--programs", "echo", "--ttl", "1s", "--max-risk", "low", run2)
+	for dbCount(t, dsn, `SELECT count(*) FROM consents WHERE run_id = $1 AND expires_at < now() - interval '100 ms'`, run2) == 0 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.tap(string(card(g2).ID), card(g2).Choices[0].ID)
+	c.textContaining("s1 did not run under the consent: your standing approval has expired (consent_expired)")
+	first := c.cardFor("echo step-1", cards.StatusPending)
+	if n := dbCount(t, dsn, `SELECT uses FROM consents WHERE run_id = $1`, run2); n != 0 {
+		t.Fatalf("run 2: %d uses of an expired consent", n)
+	}
+	c.tap(string(first.ID), "decline")
 }

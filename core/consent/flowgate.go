@@ -206,16 +206,16 @@ func Gate(sw Switches, pub ed25519.PublicKey, r Request, run RunFacts, cs []Cons
 		return Consent{}, BadRequest
 	case r.Op == OpRun && !run.Step.Automatable:
 		return Consent{}, NotAutomatable
-	case r.Op == OpRun && run.Step.HumanReview:
-		return Consent{}, VerificationUnsatisfied
 	case !run.Step.Ready:
 		return Consent{}, OutOfOrder
-	case r.Op == OpDone && run.Step.EvidenceRequired && (!run.Step.Verified || run.Step.HumanReview):
-		return Consent{}, VerificationUnsatisfied
 	case r.Op != OpDone && run.Step.Busy:
 		// A step being executed cannot be skipped (or run again); marking
-		// it done needs its verified evidence, checked above.
+		// it done needs its verified evidence, checked next.
 		return Consent{}, InProgress
+	case r.Op == OpRun && run.Step.HumanReview:
+		return Consent{}, VerificationUnsatisfied
+	case r.Op == OpDone && run.Step.EvidenceRequired && (!run.Step.Verified || run.Step.HumanReview):
+		return Consent{}, VerificationUnsatisfied
 	}
 	if r.Op != OpRun {
 		return Consent{}, ""

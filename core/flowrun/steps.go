@@ -154,8 +154,8 @@ func (r *Runtime) stepRequest(ctx context.Context, tx *store.Tx, st core.StoredT
 
 // stepFacts is req's step as the gate sees it: on the frontier when it is
 // ready, running or waiting to retry (a done, without evidence, only for
-// a running wait); busy while its action is approved (executing) or its
-// child runs run; evidence required for every node but a wait (a gate's
+// a running wait); busy while its action is approved (executing), its
+// child runs run or its agent works; evidence required for every node but a wait (a gate's
 // is a person's answer). For an action with a verified execution, ev is
 // that outcome.
 func (r *Runtime) stepFacts(ctx context.Context, tx *store.Tx, w *write, req consent.Request) (consent.StepFacts, *flow.Event, error) {
@@ -178,7 +178,8 @@ func (r *Runtime) stepFacts(ctx context.Context, tx *store.Tx, w *write, req con
 	if ns.Status != flow.NodeRunning {
 		return sf, nil, nil
 	}
-	if n.Type == "control.subflow" || n.Type == "control.foreach" {
+	if n.Type == "control.subflow" || n.Type == "control.foreach" || n.Type == "agent.run" {
+		// Work in progress of its own (child runs, the agent's task).
 		sf.Busy = true
 		return sf, nil, nil
 	}

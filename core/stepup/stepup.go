@@ -47,6 +47,7 @@ import (
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/tracing"
 )
 
 // Defaults.
@@ -590,18 +591,26 @@ func (s *Service) FinishStepUp(ctx context.Context, ref, token string, body []by
 	if err != nil {
 		return ErrBadResponse
 	}
+	// The step-up is the tap of an irreversible card: its decision span
+	// links to the proposal's trace (decide.ApproveStepUp → tracing.Tapped)
+	// and the execution it queues links back to it.
+	ctx, span := tracing.Start(ctx, tracing.SpanDecide)
+	defer span.End()
 	var (
-		refused *Refusal
-		result  decide.Result
-		after   func()
-		conv    core.ConversationID
+		refused  *Refusal
+		result   decide.Result
+		after    func()
+		conv     core.ConversationID
+		approval core.ApprovalID
+		proposal string // the request's traceparent
 	)
 	err = s.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
-		refused, result, after, conv = nil, decide.Result{}, nil, ""
+		refused, result, after, conv, approval, proposal = nil, decide.Result{}, nil, "", "", ""
 		out, l, err := tx.UsePasskeyLink(ctx, ref, store.PasskeyLinkStepUp, secrets.HashToken(token))
 		if err != nil {
 			return nil, err
 		}
+		approval = l.Approval
 		if e := linkRefusal(out); e != nil {
 			refused = e
 			if out == store.LinkNotFound {
@@ -617,7 +626,7 @@ func (s *Service) FinishStepUp(ctx context.Context, ref, token string, body []by
 		if err != nil {
 			return nil, err
 		}
-		conv = a.Conversation
+		conv, proposal = a.Conversation, a.Traceparent
 		keys, err := tx.PasskeysOf(ctx, l.Owner)
 		if err != nil {
 			return nil, err
@@ -697,11 +706,21 @@ func (s *Service) FinishStepUp(ctx context.Context, ref, token string, body []by
 		result = res
 		return entries, nil
 	})
+	if span.IsRecording() {
+		outcome := "approved"
+		if refused != nil {
+			outcome = refused.Reason
+		}
+		span.SetAttributes(tracing.AttrApprovalID.String(string(approval)), tracing.AttrOutcome.String(outcome))
+		// The transaction saw only the span's context (core/store), so
+		// the link to the proposal is added here.
+		tracing.LinkTo(span, proposal)
+	}
 	if err != nil {
 		return err
 	}
 	if refused != nil {
-		s.cfg.Logger.Warn("passkey step-up refused", slog.String("ref", ref), slog.String("reason", refused.Reason), slog.Any("cause", refused.cause))
+		s.cfg.Logger.WarnContext(ctx, "passkey step-up refused", slog.String("ref", ref), slog.String("reason", refused.Reason), slog.Any("cause", refused.cause))
 		return refused
 	}
 	if id := result.Queued; id != "" {
@@ -713,7 +732,7 @@ func (s *Service) FinishStepUp(ctx context.Context, ref, token string, body []by
 	if s.kick != nil && conv != "" {
 		s.kick(conv, len(result.Updates))
 	}
-	s.cfg.Logger.Info("passkey step-up verified", slog.String("ref", ref), slog.String("approval", string(result.Approved.ID)))
+	s.cfg.Logger.InfoContext(ctx, "passkey step-up verified", slog.String("ref", ref), slog.String("approval", string(result.Approved.ID)))
 	return nil
 }
 

@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
@@ -21,6 +25,7 @@ import (
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/stepup"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/tracing"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
 	"github.com/silas-gateway/silas/internal/softauthn"
@@ -565,4 +570,67 @@ func TestSweepDeletesOldLinks(t *testing.T) {
 			t.Errorf("the second sweep deleted %q", name)
 		}
 	}
+}
+
+// TestStepUpSpan: with tracing on, the step-up is the tap of the trace: a
+// silas.decide span carrying the approval id and its outcome, linked to
+// the proposal's trace (stored traceparent), the wait for it a span in
+// that trace, and the execution it queues links back to it (TapOf). Not
+// parallel: tracing is process-wide.
+func TestStepUpSpan(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	tracing.Enable(tp)
+	t.Cleanup(func() { tracing.Enable(nil); _ = tp.Shutdown(context.Background()) })
+	b := setup(t)
+	b.enroll(t)
+	a := b.propose(t, "mkfs.ext4", "/dev/sdz")
+	pctx, proposal := tracing.Start(b.ctx, tracing.SpanPolicy)
+	b.exec(t, `UPDATE approvals SET traceparent = $2 WHERE id = $1`, string(a.ID), tracing.Traceparent(pctx))
+	proposal.End()
+
+	ref, token := b.stepUpLink(t, a.ID)
+	v, err := b.s.StepUpPage(b.ctx, ref, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := b.auth.Assert(v.Options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.s.FinishStepUp(b.ctx, ref, token, body); err != nil {
+		t.Fatalf("FinishStepUp: %v", err)
+	}
+	var decided, wait []tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		switch {
+		case s.Name == tracing.SpanDecide && attr(s, tracing.AttrApprovalID) == string(a.ID):
+			decided = append(decided, s)
+		case s.Name == tracing.SpanApprovalWait && s.SpanContext.TraceID() == proposal.SpanContext().TraceID():
+			wait = append(wait, s)
+		}
+	}
+	if len(decided) != 1 || attr(decided[0], tracing.AttrOutcome) != "approved" {
+		t.Fatalf("decide spans of the step-up = %+v, want one, approved", decided)
+	}
+	d := decided[0]
+	linked := false
+	for _, l := range d.Links {
+		linked = linked || l.SpanContext.TraceID() == proposal.SpanContext().TraceID()
+	}
+	if !linked || len(wait) == 0 {
+		t.Errorf("the step-up links %+v and %d wait spans, want a link to the proposal's trace and a wait in it", d.Links, len(wait))
+	}
+	if tap := tracing.TapOf(string(a.ID)); tap.SpanID() != d.SpanContext.SpanID() {
+		t.Errorf("the execution would link to %v, want the step-up's span %v", tap, d.SpanContext)
+	}
+}
+
+func attr(s tracetest.SpanStub, k attribute.Key) string {
+	for _, a := range s.Attributes {
+		if a.Key == k {
+			return a.Value.Emit()
+		}
+	}
+	return ""
 }

@@ -179,6 +179,19 @@ func Tapped(ctx context.Context, id, traceparent string, since time.Time) {
 	wait.End()
 }
 
+// LinkTo links span to the span traceparent names (a proposal's): for a
+// decision made inside a store transaction, whose context carries the
+// span's context but not the span itself (core/store runs ops under their
+// caller's span context), so Tapped could not add the link there.
+func LinkTo(span trace.Span, traceparent string) {
+	if !span.IsRecording() {
+		return
+	}
+	if sc := Parse(traceparent); sc.IsValid() {
+		span.AddLink(trace.Link{SpanContext: sc})
+	}
+}
+
 // TapOf is the span of the tap that decided approval id in this process
 // (Tapped), for its execution to link to; forgotten once read. The zero
 // SpanContext when there is none: tracing was off, or the execution runs

@@ -102,3 +102,36 @@ func TestExecutionLinksToTheTap(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkSpan is the cost of one span as the core starts them (Start,
+// attributes set only while recording, End): off (the default), and at
+// 100 % sampling into the SDK's batch processor with a no-op exporter.
+// silas-load's per-turn figures (BENCHMARKS.md) multiply it by the spans
+// of a turn.
+func BenchmarkSpan(b *testing.B) {
+	span := func(ctx context.Context) {
+		_, s := Start(ctx, SpanTurn)
+		if s.IsRecording() {
+			s.SetAttributes(AttrChannel.String("load"), AttrApprovalID.String("01JABCDEF"))
+		}
+		s.End()
+	}
+	b.Run("off", func(b *testing.B) {
+		Enable(nil)
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			span(ctx)
+		}
+	})
+	b.Run("sampled", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+		Enable(tp)
+		defer func() { Enable(nil); _ = tp.Shutdown(context.Background()) }()
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			span(ctx)
+		}
+	})
+}
