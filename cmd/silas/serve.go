@@ -123,6 +123,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	peers.OnStop(store.ParseStopNotice, eng.StopRuns) // another instance's /stop of a task whose actions run here
 	late.eng.Store(eng)
+	bindFlowGraphs(eng.Flows(), chans.channels) // the web chat's pictures of runs
 	form, err := serveForm(cfg, eng, sealer, log, late, su)
 	if err != nil {
 		return err
