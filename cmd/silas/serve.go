@@ -169,11 +169,13 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	// After each heartbeat while others exist: a dead instance's work, then
 	// the newest checkpoint (signed by whichever instance leads) into this
-	// instance's head file.
+	// instance's head file, then what this instance's channels heard (the
+	// channel-health check, on whichever instance leads, judges a channel
+	// by its holder's).
 	inst.OnBeat(func(ctx context.Context) error {
 		err := eng.TakeOver(ctx)
 		_, herr := checkpoints.SyncHead(ctx)
-		return errors.Join(err, herr)
+		return errors.Join(err, herr, eng.Health().Record(ctx))
 	})
 	if form != nil {
 		w.start("secrets_web", func() error { return form.ListenAndServe(runCtx) })
@@ -226,11 +228,12 @@ func serveForm(cfg *config.Config, eng *gateway.Gateway, sealer *secrets.Sealer,
 	if su != nil {
 		pk = su
 	}
-	form, err := newSecureForm(cfg, eng.SecureInput(), sealer, log, pk)
+	form, err := newSecureForm(cfg, eng.SecureInput(), sealer, log, pk, eng.Previews())
 	if err != nil {
 		return nil, err
 	}
 	eng.SecureInput().SetLink(form.Link)
+	eng.SetPreviewLink(form.PreviewURL) // a long preview's card links to its page
 	late.form.Store(form)
 	return form, nil
 }
