@@ -36,15 +36,21 @@ const shortLease = "SILAS_CLUSTER_LEASE_TTL=3s"
 // sets another lease_ttl.
 func startCluster(t *testing.T, dsn string, n int, env ...string) []*server {
 	t.Helper()
+	return startClusterOf(t, silasBin, dsn, n, env...)
+}
+
+// startClusterOf is startCluster for a given build of silas.
+func startClusterOf(t *testing.T, bin, dsn string, n int, env ...string) []*server {
+	t.Helper()
 	env = append([]string{shortLease}, env...)
 	first := t.TempDir()
-	out := []*server{startServer(t, dsn, first, env...)}
+	out := []*server{startBinary(t, bin, dsn, first, env...)}
 	for range n - 1 {
 		dir := t.TempDir()
 		for _, f := range []string{"keys/gateway.key", "keys/secrets.key", "audit/audit.key", "audit/audit.pub", "audit/entry.key"} {
 			copyKeyFile(t, filepath.Join(first, f), filepath.Join(dir, f))
 		}
-		out = append(out, startServer(t, dsn, dir, env...))
+		out = append(out, startBinary(t, bin, dsn, dir, env...))
 	}
 	return out
 }
