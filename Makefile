@@ -123,10 +123,10 @@ fuzz:
 ## bench: Go benchmarks plus the load driver, on real PostgreSQL (figures go in BENCHMARKS.md); the
 ## LLM task runtime's per-step overhead runs STEPS steps (enough for a p99)
 STEPS ?= 300
-bench:
+bench: build
 	$(GO) test -run '^$$' -bench . -skip '^BenchmarkTaskStepOverhead$$' -benchmem -count=1 ./...
 	$(GO) test -run '^$$' -bench '^BenchmarkTaskStepOverhead$$' -benchtime $(STEPS)x -count=1 ./core/agent/llm
-	$(GO) run ./cmd/silas-load
+	$(GO) run ./cmd/silas-load -silas $(BIN)
 
 vet:
 	$(GO) vet ./...

@@ -70,3 +70,21 @@ const FlowOwner = "flow:"
 func FlowRunOf(task string) (string, bool) {
 	return strings.CutPrefix(task, FlowOwner)
 }
+
+// FlowTask is what a flow's agent.run attempt asks of the task runtime
+// (core/flowrun calls it, core/tasks serves it; declared here so neither
+// imports the other).
+type FlowTask struct {
+	// Run and Step name the flow run and its step (node/iteration/attempt);
+	// a second start for the same pair starts nothing.
+	Run, Step string
+	// Origin is the run's starting turn (without its text): trust is
+	// decided from its evidence again before every proposal.
+	Origin Turn
+	Goal   string
+	// Tools, when not empty, are the only tools the executor may call
+	// (anything else is answered "not allowed" and never proposed);
+	// MaxSteps, when positive, lowers the tool-call budget.
+	Tools    []string
+	MaxSteps int
+}

@@ -38,9 +38,16 @@ type Task struct {
 	// QuestionCard is the open card of a question the executor asked
 	// (ask_user, migration 00014); "" when none is waiting.
 	QuestionCard string
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
-	FinishedAt   time.Time
+	// FlowRun and FlowStep, for a task an agent.run node of a flow started
+	// (migration 00053), name the run and its step (node/iteration/attempt):
+	// the task's end wakes the run. FlowTools, when not empty, are the only
+	// tools its executor may call.
+	FlowRun    string
+	FlowStep   string
+	FlowTools  []string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	FinishedAt time.Time
 }
 
 // Final reports whether the task can no longer change.

@@ -21,6 +21,7 @@ import (
 	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/webauthn"
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
@@ -335,6 +336,19 @@ func TestBrowserPasskeyStepUp(t *testing.T) {
 	if st := js(replay); st != float64(http.StatusConflict) {
 		t.Fatalf("replayed assertion answered %v, want 409", st)
 	}
+	// Each refusal is audited (stepup.refused) with its reason.
+	audited := func(what string, id core.ApprovalID, reason string) {
+		t.Helper()
+		var got []string
+		rows, err := p.db.Pool().Query(context.Background(), `SELECT data->>'reason' FROM audit_log WHERE kind = 'stepup.refused' AND data->>'approval' = $1 ORDER BY seq`, string(id))
+		if err == nil {
+			got, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil || len(got) == 0 || got[len(got)-1] != reason {
+			t.Errorf("%s: stepup.refused reasons %v (%v), want the last %s", what, got, err, reason)
+		}
+	}
+	audited("a replayed assertion", a.ID, "link_used")
 	// The used link: the page says so.
 	heading := func(link string) string {
 		t.Helper()
@@ -347,7 +361,7 @@ func TestBrowserPasskeyStepUp(t *testing.T) {
 	if h := heading(link); h != "Link already used" {
 		t.Fatalf("used link shows %q", h)
 	}
-	refusedRun := func(what string, b core.ApprovalRequest, link, want string, before ...func()) {
+	refusedRun := func(what string, b core.ApprovalRequest, link, want, reason string, before ...func()) {
 		t.Helper()
 		if st, msg := run(link, before...); st != "refused" || !strings.Contains(msg, want) {
 			t.Fatalf("%s: %s %q, want refused saying %q", what, st, msg, want)
@@ -355,6 +369,7 @@ func TestBrowserPasskeyStepUp(t *testing.T) {
 		if got := p.status(t, b.ID); got != core.ApprovalConfirming || p.runs.count() != 1 {
 			t.Fatalf("after %s: status %s, %d runs", what, got, p.runs.count())
 		}
+		audited(what, b.ID, reason)
 	}
 
 	// An assertion over another request's challenge, posted to this link
@@ -367,13 +382,13 @@ func TestBrowserPasskeyStepUp(t *testing.T) {
 	}
 	bTok := js(`JSON.stringify([document.getElementById('passkey').dataset.token, document.getElementById('passkey').dataset.csrf, location.pathname])`).(string)
 	c2 := p.propose(t, "shred", "/dev/sdw")
-	refusedRun("another request's challenge", b, p.tapLink(t, c2), "another request", func() {
+	refusedRun("another request's challenge", b, p.tapLink(t, c2), "another request", "challenge_mismatch", func() {
 		js(`(([t, c, path]) => { const r = document.getElementById('passkey'); r.dataset.token = t; r.dataset.csrf = c; history.replaceState(null, "", path); return true })(` + bTok + `)`)
 	})
 
 	// The action edited in the database after the page was opened.
 	d := p.propose(t, "blkdiscard", "/dev/sdv")
-	refusedRun("an action edited after the card", d, p.tapLink(t, d), "another request", func() {
+	refusedRun("an action edited after the card", d, p.tapLink(t, d), "another request", "challenge_mismatch", func() {
 		evil := core.Action{Tool: "shell", Argv: []string{"rm", "-rf", "/srv"}}
 		canonical, _ := evil.Canonical()
 		hash, _ := evil.Hash()
@@ -387,7 +402,7 @@ func TestBrowserPasskeyStepUp(t *testing.T) {
 	// page opened before is refused.
 	e := p.propose(t, "mkswap", "/dev/sdu")
 	eLink := p.tapLink(t, e)
-	refusedRun("a link past its lifetime", e, eLink, "expired", func() { p.clock.Add(stepup.DefaultStepUpTTL + time.Second) })
+	refusedRun("a link past its lifetime", e, eLink, "expired", "link_expired", func() { p.clock.Add(stepup.DefaultStepUpTTL + time.Second) })
 	if h := heading(eLink); h != "Link expired" {
 		t.Fatalf("an expired link shows %q", h)
 	}
@@ -398,7 +413,7 @@ func TestBrowserPasskeyStepUp(t *testing.T) {
 	// A signature counter that went backwards: the authenticator's
 	// credential is put back with a lower count (a cloned key).
 	f := p.propose(t, "mkdosfs", "/dev/sdt")
-	refusedRun("a sign-count regression", f, p.tapLink(t, f), "counter went backwards", func() {
+	refusedRun("a sign-count regression", f, p.tapLink(t, f), "counter went backwards", "sign_count_regression", func() {
 		if err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			got, err := cdp.Call(ctx, tg, webauthn.GetCredentials, webauthn.GetCredentialsParams{AuthenticatorID: authID})
 			if err != nil || len(got.Credentials) != 1 {
@@ -437,6 +452,7 @@ func TestBrowserPasskeyStepUp(t *testing.T) {
 	if got := p.status(t, g.ID); got != core.ApprovalConfirming || p.runs.count() != 1 {
 		t.Fatalf("after a refused step-up: status %s, %d runs", got, p.runs.count())
 	}
+	audited("no user verification", g.ID, "user_verification")
 	// A browser without WebAuthn (an in-app browser): the page says to open
 	// the link in the system browser, and the link stays usable.
 	h := p.propose(t, "mkntfs", "/dev/sds")

@@ -142,8 +142,13 @@ func (a *Adapter) gatewaySession(ctx context.Context) (*gatewayConn, error) {
 			go a.handleInteraction(ctx, i.Interaction, nil)
 		}
 	})
-	// Every gateway event is a sign of life (core.HealthReporter).
-	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Event) { a.inbound.Heard(a.now(), "gateway connected") })
+	// A gateway event is a sign of life (core.HealthReporter) once the
+	// socket it came on had a heartbeat answered (watch).
+	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Event) {
+		if g.guard.acked.Load() {
+			a.inbound.Heard(a.now(), "gateway connected")
+		}
+	})
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) {
 		a.inbound.Lost("reconnecting")
 		select {
@@ -160,13 +165,17 @@ type gatewayConn = gwSession
 // zombie. It reports whether the close was clean (1000/1001 from our
 // side), which ends the session.
 //
-// Only LastHeartbeatAck is read: discordgo writes it under the session's
-// lock (LastHeartbeatSent is written under another one). ACKs arrive once
-// per heartbeat interval, so the gap between two ACKs is the interval.
+// It also reports the channel's liveness (Health): the heartbeat round
+// trip, from the moment a heartbeat left on the socket (the guard sees it)
+// to discordgo's LastHeartbeatAck, read under the session's lock. An ACK
+// older than the last heartbeat sent answers nothing yet; the
+// LastHeartbeatAck discordgo stamps on Hello answers no heartbeat of the
+// new socket (the guard's record starts empty on each), so a gateway that
+// accepts sockets but never ACKs goes deaf however often it is replaced.
 func (a *Adapter) watch(ctx context.Context, g *gwSession) (clean bool) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	var lastAck time.Time
+	var counted, countedAck time.Time // the last heartbeat seen answered, and its ACK
 	var interval time.Duration
 	for {
 		select {
@@ -179,23 +188,22 @@ func (a *Adapter) watch(ctx context.Context, g *gwSession) (clean bool) {
 		g.gs.RLock()
 		ack := g.gs.LastHeartbeatAck
 		g.gs.RUnlock()
-		if !lastAck.IsZero() && ack.After(lastAck) {
-			interval = ack.Sub(lastAck)
-		}
-		if ack.After(lastAck) {
-			// A heartbeat ACK: the gateway still answers. The probe is the
-			// gap between ACKs (the heartbeat interval when healthy):
-			// discordgo's HeartbeatLatency reads LastHeartbeatSent, which it
-			// writes under a lock we cannot take.
-			a.inbound.Heard(ack, "gateway connected")
-			if interval > 0 {
-				a.inbound.Probe("heartbeat ACKed every " + interval.Round(time.Millisecond).String())
+		if sent := g.guard.heartbeatSent(); !sent.IsZero() && !sent.Equal(counted) && !ack.Before(sent) {
+			// The heartbeat sent last is answered: the gateway still
+			// listens and speaks. Consecutive answers are one heartbeat
+			// interval apart.
+			if !countedAck.IsZero() {
+				interval = ack.Sub(countedAck)
 			}
+			counted, countedAck = sent, ack
+			g.guard.acked.Store(true)
+			a.inbound.Heard(ack, "gateway connected")
+			a.inbound.Probe("heartbeat round trip " + ack.Sub(sent).Round(time.Millisecond).String())
 		}
-		lastAck = ack
 		limit := zombieLimit(a.cfg.ZombieAfter, interval)
 		if since := time.Since(ack); since > limit {
 			a.log.Warn("discord: no heartbeat ACK; replacing the zombie connection", slog.Duration("since_ack", since))
+			a.inbound.Probe("no heartbeat ACK for " + since.Round(time.Second).String() + "; connection replaced")
 			// Not 1000/1001: the session stays resumable.
 			_ = g.gs.CloseWithCode(4000)
 			select {

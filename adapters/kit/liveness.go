@@ -21,7 +21,12 @@ type Liveness struct {
 func (l *Liveness) Heard(now time.Time, state string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.h.Connected, l.h.State, l.h.LastEvent = true, state, now
+	l.h.Connected, l.h.State = true, state
+	// Signs of life can be recorded out of order (an ACK read on a tick
+	// after an event): the last one never moves back.
+	if now.After(l.h.LastEvent) {
+		l.h.LastEvent = now
+	}
 }
 
 // Lost records that the connection is down (or failing) in state; the

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -144,10 +145,14 @@ func TestPasskeyStepUpE2E(t *testing.T) {
 		t.Fatalf("confirming card = %+v, want a step-up link", conf)
 	}
 	c.tapRefused(string(cd.ID), "confirm", "no_passkey", "passkey")
+	// From opening the link to the verified result on the card (issue 29:
+	// ≤ 10 s; logged for BENCHMARKS.md, never asserted).
+	start := time.Now()
 	if st, ans := passkeyPage(t, hc, conf.Link.URL, auth.Assert); st != http.StatusOK || ans["ok"] != true {
 		t.Fatalf("step-up: %d %v", st, ans)
 	}
 	c.cardStatus(cd.ID, cards.StatusDone)
+	t.Logf("step-up link opened → done card: %s", time.Since(start))
 	runs, _ := filepath.Glob(filepath.Join(data, "sandbox", "exec-*", "gone"))
 	if len(runs) != 1 {
 		t.Errorf("the action ran %d times, want once", len(runs))

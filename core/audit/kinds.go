@@ -178,6 +178,12 @@ const (
 	// KindFlowSignalled: someone signalled an event a run waits for
 	// (/flow signal, silas flow signal).
 	KindFlowSignalled Kind = "flow.signalled"
+	// KindFlowStepSkipped: a person skipped a step (/flow skip), for one
+	// of the bounded reasons; KindFlowStepDone: a person marked a step
+	// done (/flow done) — a wait, or an action with verified evidence.
+	// Refused requests are consent.refused with their code.
+	KindFlowStepSkipped Kind = "flow.step_skipped"
+	KindFlowStepDone    Kind = "flow.step_done"
 )
 
 // Passkeys and step-up (core/stepup, docs/passkeys.md): credential ids and

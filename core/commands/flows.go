@@ -28,8 +28,18 @@ type Signaller interface {
 	Signal(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out core.TaskOut) error
 }
 
-// flow answers /flow run|status|stop|say|signal; run, stop and say write inside
-// the turn's transaction.
+// Steppers are the flow runtime's /flow skip and /flow done (a person's
+// request to move a run past a step, decided by the flow execution gate).
+type Steppers interface {
+	Skip(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out core.TaskOut) error
+	Done(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, arg string, out core.TaskOut) error
+}
+
+// flowUsage lists /flow's subcommands.
+const flowUsage = "Usage: /flow run <name> [key=value…] | /flow status [run] | /flow stop <run> | /flow say <run> <text> | /flow signal <run> <event> [data] | /flow skip <run> <step> <reason> | /flow done <run> <step>. /flows lists the flows."
+
+// flow answers /flow run|status|stop|say|signal|skip|done; all but status
+// write inside the turn's transaction.
 func (c *Table) flow(ctx context.Context, t Turn, arg string, out Out) error {
 	if c.cfg.Flows == nil {
 		out.Reply("Flows are not enabled on this gateway.")
@@ -59,6 +69,18 @@ func (c *Table) flow(ctx context.Context, t Turn, arg string, out Out) error {
 		out.Write(func(ctx context.Context, tx *store.Tx, out Out) error {
 			return sig.Signal(ctx, tx, t.StoredTurn, t.Trust, rest, out)
 		})
+	case "skip", "done":
+		steps, ok := c.cfg.Flows.(Steppers)
+		if !ok {
+			out.Reply("This gateway's flows take no skip or done requests.")
+			return nil
+		}
+		out.Write(func(ctx context.Context, tx *store.Tx, out Out) error {
+			if sub == "skip" {
+				return steps.Skip(ctx, tx, t.StoredTurn, t.Trust, rest, out)
+			}
+			return steps.Done(ctx, tx, t.StoredTurn, t.Trust, rest, out)
+		})
 	case "status":
 		text, err := c.cfg.Flows.Status(ctx, t.Turn.Conversation, rest)
 		if err != nil {
@@ -66,7 +88,7 @@ func (c *Table) flow(ctx context.Context, t Turn, arg string, out Out) error {
 		}
 		out.Reply("%s", text)
 	default:
-		out.Reply("Usage: /flow run <name> [key=value…] | /flow status [run] | /flow stop <run> | /flow say <run> <text> | /flow signal <run> <event> [data]. /flows lists the flows.")
+		out.Reply(flowUsage)
 	}
 	return nil
 }

@@ -149,11 +149,11 @@ func (c Code) Words() string {
 	case NotAutomatable:
 		return "this step is not one a consent may run: it needs a person"
 	case OutOfOrder:
-		return "this step is not next: the steps before it have not finished"
+		return "this step is not next: the steps before it have not finished, or it already ended"
 	case InProgress:
 		return "this step is already in progress"
 	case VerificationUnsatisfied:
-		return "this step needs verified evidence (or a person's review), which a consent cannot supply"
+		return "this step needs verified evidence it does not have (or a person's review, which neither a consent nor a request can stand in for)"
 	case RunNotInProgress:
 		return "the run is no longer in progress"
 	case UnknownRun:

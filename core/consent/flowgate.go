@@ -146,6 +146,11 @@ func (r Request) Validate() Code {
 	return ""
 }
 
+// ValidName reports whether s may name a run, a step or a consent in a
+// request (what Validate checks): callers skip looking up what no request
+// could name.
+func ValidName(s string) bool { return name(s) }
+
 // name reports whether s is a usable identifier: non-empty, bounded,
 // valid UTF-8, printable, no spaces.
 func name(s string) bool {
@@ -201,14 +206,16 @@ func Gate(sw Switches, pub ed25519.PublicKey, r Request, run RunFacts, cs []Cons
 		return Consent{}, BadRequest
 	case r.Op == OpRun && !run.Step.Automatable:
 		return Consent{}, NotAutomatable
+	case !run.Step.Ready:
+		return Consent{}, OutOfOrder
+	case r.Op != OpDone && run.Step.Busy:
+		// A step being executed cannot be skipped (or run again); marking
+		// it done needs its verified evidence, checked next.
+		return Consent{}, InProgress
 	case r.Op == OpRun && run.Step.HumanReview:
 		return Consent{}, VerificationUnsatisfied
 	case r.Op == OpDone && run.Step.EvidenceRequired && (!run.Step.Verified || run.Step.HumanReview):
 		return Consent{}, VerificationUnsatisfied
-	case r.Op != OpDone && !run.Step.Ready:
-		return Consent{}, OutOfOrder
-	case r.Op != OpDone && run.Step.Busy:
-		return Consent{}, InProgress
 	}
 	if r.Op != OpRun {
 		return Consent{}, ""

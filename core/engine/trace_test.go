@@ -20,7 +20,8 @@ import (
 // proposal's trace holds the wait for the tap, the execution, its sandbox
 // run, the verification and the delivery of the result; the tap's
 // decision, in a trace of its own, links to it; each carries the
-// approval's id. Nothing in any span names the command.
+// approval's id, and the execution links to the tap. Nothing in any span
+// names the command.
 //
 // Not parallel: tracing is process-wide, and the package's parallel tests
 // wait until this one is done.
@@ -59,7 +60,7 @@ func TestTraceFollowsACard(t *testing.T) {
 		}
 	}
 	for _, n := range []string{tracing.SpanIntake, tracing.SpanPolicy, tracing.SpanApprovalWait, tracing.SpanDecide,
-		tracing.SpanExecute, tracing.SpanDeliver} {
+		tracing.SpanExecute, tracing.SpanSandbox, tracing.SpanVerify, tracing.SpanDeliver} {
 		if len(byName[n]) == 0 {
 			t.Errorf("no %s span with %s=%s; spans:\n%s", n, tracing.AttrApprovalID, id, names(spans))
 		}
@@ -93,6 +94,12 @@ func TestTraceFollowsACard(t *testing.T) {
 	if !linksTo(d, proposal) {
 		t.Errorf("the decision does not link to the proposal's trace %s: %+v", proposal, d.Links)
 	}
+	// The execution, in the proposal's trace, links to the tap that
+	// queued it.
+	x := byName[tracing.SpanExecute][0]
+	if !linksToSpan(x, d.SpanContext) {
+		t.Errorf("the execution does not link to the tap's decision %s: %+v", d.SpanContext.SpanID(), x.Links)
+	}
 	if !deliveredDone(spans, id) {
 		t.Errorf("no delivery of the done card in the proposal's trace")
 	}
@@ -116,6 +123,15 @@ func hasAttr(s tracetest.SpanStub, key, value string) bool {
 func linksTo(s tracetest.SpanStub, id trace.TraceID) bool {
 	for _, l := range s.Links {
 		if l.SpanContext.TraceID() == id {
+			return true
+		}
+	}
+	return false
+}
+
+func linksToSpan(s tracetest.SpanStub, sc trace.SpanContext) bool {
+	for _, l := range s.Links {
+		if l.SpanContext.TraceID() == sc.TraceID() && l.SpanContext.SpanID() == sc.SpanID() {
 			return true
 		}
 	}

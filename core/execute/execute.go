@@ -215,8 +215,9 @@ func (x *Executor) Run(ctx context.Context, id core.ApprovalID) {
 		x.cfg.Claimed(id)
 	}
 	// The run continues the proposal's trace (its traceparent is on the
-	// approval row), and its card updates are delivered in it.
-	ctx, span := tracing.StartFrom(ctx, tracing.SpanExecute, r.a.Traceparent)
+	// approval row), linked to the tap that queued it, and its card
+	// updates are delivered in it.
+	ctx, span := tracing.StartFrom(ctx, tracing.SpanExecute, r.a.Traceparent, tracing.TapOf(string(id)))
 	defer span.End()
 	if span.IsRecording() {
 		span.SetAttributes(tracing.AttrApprovalID.String(string(id)))
@@ -322,7 +323,8 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 	}
 	if span.IsRecording() {
 		// How it ended, never the argv or the output.
-		span.SetAttributes(tracing.AttrExitCode.Int(res.ExitCode), tracing.AttrTimedOut.Bool(res.TimedOut), tracing.AttrIsolation.String(res.Isolation))
+		span.SetAttributes(tracing.AttrApprovalID.String(string(r.a.ID)), tracing.AttrExitCode.Int(res.ExitCode),
+			tracing.AttrTimedOut.Bool(res.TimedOut), tracing.AttrIsolation.String(res.Isolation))
 		if err != nil {
 			span.SetStatus(codes.Error, "sandbox run failed")
 		}
@@ -383,7 +385,7 @@ func (x *Executor) run(ctx context.Context, r *execution) {
 		// two, and a crash before it leaves the run "running", marked
 		// interrupted at the next start, as a crash before an "executed"
 		// record would.
-		to, u, verdict := x.verdict(ctx, r.act, rec)
+		to, u, verdict := x.verdict(ctx, r.a.ID, r.act, rec)
 		u.Result, u.Done = rec, true
 		if x.record(ctx, r, to, u, finished, verdict) {
 			x.failpoint("after-execute")
@@ -412,7 +414,7 @@ func (x *Executor) verify(ctx context.Context, r *execution) {
 		r.log.Error("verification: the execution has no recorded result")
 		return
 	}
-	to, u, verdict := x.verdict(ctx, r.act, r.ex.Result)
+	to, u, verdict := x.verdict(ctx, r.a.ID, r.act, r.ex.Result)
 	if x.record(ctx, r, to, u, verdict) {
 		x.release(r, r.ex.Result.Dir)
 	}
@@ -420,13 +422,13 @@ func (x *Executor) verify(ctx context.Context, r *execution) {
 
 // verdict runs the checks on a recorded result: the status it leads to,
 // the update that records it and its audit entry.
-func (x *Executor) verdict(ctx context.Context, act core.Action, rec *core.ExecRecord) (core.ExecStatus, core.ExecUpdate, note) {
+func (x *Executor) verdict(ctx context.Context, id core.ApprovalID, act core.Action, rec *core.ExecRecord) (core.ExecStatus, core.ExecUpdate, note) {
 	ctx, span := tracing.Start(ctx, tracing.SpanVerify)
 	report := x.cfg.Verifier.Run(ctx, act.Verify, verify.Evidence{
 		ExitCode: rec.ExitCode, Stdout: []byte(rec.Stdout), TimedOut: rec.TimedOut, Dir: rec.Dir,
 	})
 	if span.IsRecording() {
-		span.SetAttributes(tracing.AttrVerified.Bool(report.AllPassed))
+		span.SetAttributes(tracing.AttrApprovalID.String(string(id)), tracing.AttrVerified.Bool(report.AllPassed))
 	}
 	span.End()
 	raw, _ := json.Marshal(report)

@@ -53,7 +53,7 @@ func (m *Machine) Step(r *Run, ev Event) (*Run, Transition, error) {
 	}
 	switch ev.Kind {
 	case EvCancel:
-	case EvStarted, EvSucceeded, EvFailed, EvTimer:
+	case EvStarted, EvSucceeded, EvFailed, EvTimer, EvSkip:
 		if _, ok := r.Nodes[ev.Node]; !ok || m.f.Node(ev.Node) == nil {
 			return nil, Transition{}, fmt.Errorf("flow: event about unknown node %q", ev.Node)
 		}
@@ -107,6 +107,10 @@ func (s *step) apply() {
 	}
 	n, st := s.m.f.Node(ev.Node), s.ns(ev.Node)
 	current := ev.Iteration == st.Iteration && ev.Attempt == st.Attempt
+	if ev.Kind == EvSkip {
+		s.personSkip(n, st, current)
+		return
+	}
 	switch {
 	case ev.Kind == EvTimer && ev.Timer == TimerBackoff:
 		if st.Status != NodeBackoff || !current {
@@ -140,6 +144,38 @@ func (s *step) apply() {
 		// any failure while attempts remain.
 		s.cmds = append(s.cmds, Command{Kind: CmdStop, Node: n.ID, Iteration: st.Iteration, Attempt: st.Attempt, Reason: CodeTimeout})
 		s.fail(n, &NodeError{Code: CodeTimeout, Message: fmt.Sprintf("attempt %d ran longer than %s", st.Attempt, n.Policy.Timeout)}, nil)
+	}
+}
+
+// personSkip applies EvSkip: only a node on the frontier (ready, running,
+// waiting to retry) at the attempt the event names is skipped.
+func (s *step) personSkip(n *Node, st *NodeState, current bool) {
+	switch {
+	case !current:
+		s.ignored = fmt.Sprintf("stale skip: %s is at iteration %d attempt %d", n.ID, st.Iteration, st.Attempt)
+		return
+	case st.Status != NodeReady && st.Status != NodeRunning && st.Status != NodeBackoff:
+		s.ignored = fmt.Sprintf("%s is %s: only a ready, running or retrying node is skipped", n.ID, st.Status)
+		return
+	}
+	if st.Status == NodeRunning {
+		s.cmds = append(s.cmds, Command{Kind: CmdStop, Node: n.ID, Iteration: st.Iteration, Attempt: st.Attempt, Reason: "skipped: " + s.ev.Reason})
+	}
+	out := s.ev.Output
+	if len(out) == 0 {
+		out = mustJSON(map[string]any{"skipped": true, "reason": s.ev.Reason})
+	}
+	st.Status, st.Output, st.Error = NodeSkipped, out, nil
+	s.setScope(n.ID)
+	for _, ei := range s.m.f.out[s.m.f.index[n.ID]] {
+		e := s.m.f.Edges[ei]
+		s.r.Edges[ei] = EdgeFired
+		if e.When == nil {
+			continue
+		}
+		if ok, err := e.When.EvalBool(s.scopeNow()); err != nil || !ok {
+			s.r.Edges[ei] = EdgeSkipped
+		}
 	}
 }
 

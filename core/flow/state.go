@@ -172,6 +172,14 @@ const (
 	EvTimer EventKind = "timer"
 	// EvCancel: someone stopped the run (/flow stop).
 	EvCancel EventKind = "cancel"
+	// EvSkip: a person skipped a node that was ready, running (waiting on
+	// its card, its gate or its wait) or waiting to retry, for Reason
+	// (/flow skip, decided first by the flow execution gate, core/consent).
+	// Its running attempt is stopped; the node ends skipped with Output
+	// (default {skipped: true, reason}) and, unlike a branch not taken,
+	// its edges are decided as for a success — the run goes on past it
+	// (a when that cannot read the skipped node's output skips its edge).
+	EvSkip EventKind = "skip"
 )
 
 // TimerKind says what a timer is for.

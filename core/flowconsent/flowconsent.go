@@ -35,6 +35,7 @@ import (
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/core/route"
 	"github.com/silas-gateway/silas/core/store"
 )
 
@@ -100,6 +101,17 @@ func (ap Approver) Propose(ctx context.Context, tx *store.Tx, req flowrun.Action
 			return propose.Step{}, err
 		}
 		p.Messages++
+		if refused == consent.Expired {
+			// The run outlived its consent: its card offers a new one.
+			n, entry, err := ap.reoffer(ctx, tx, req)
+			if err != nil {
+				return propose.Step{}, err
+			}
+			p.Messages += n
+			if entry != nil {
+				p.Audit = append(p.Audit, *entry)
+			}
+		}
 		return p, nil
 	}
 	// No consent of the run covers the step: the step asks with its card,
@@ -184,15 +196,11 @@ func (ap Approver) offer(ctx context.Context, tx *store.Tx, req flowrun.ActionRe
 	if err != nil || done {
 		return 0, nil, err
 	}
-	run, err := tx.LockFlowRun(ctx, req.Run)
-	if err != nil {
-		return 0, nil, fmt.Errorf("flowconsent: offer run %s: %w", req.Run, err)
-	}
-	g, ok, err := Plan(run)
+	g, plan, ch, conv, ok, err := ap.planned(ctx, tx, req)
 	if err != nil || !ok {
 		return 0, nil, err
 	}
-	o, note, err := ap.Decider.OfferRun(ap.Switches, g, req.Origin.Conversation)
+	o, note, err := ap.Decider.OfferRun(ap.Switches, g, conv)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -200,10 +208,114 @@ func (ap Approver) offer(ctx context.Context, tx *store.Tx, req flowrun.ActionRe
 		return 0, nil, err
 	}
 	c := render.RunConsentOffer(o.Grant, o.Grant.TTL)
-	if err := tx.QueueMessage(req.Origin.Channel, core.OpSend, string(c.ID), core.OutMessage{Conversation: req.Origin.Conversation, Card: c}); err != nil {
+	if err := tx.QueueMessage(ch, core.OpSend, string(c.ID), core.OutMessage{Conversation: conv, Card: c}); err != nil {
 		return 0, nil, err
 	}
+	n := 1
+	if plan.Routed {
+		note.Data["routed_to"] = string(conv)
+		err := tx.QueueMessage(req.Origin.Channel, core.OpSend, "r-"+core.NewID(), core.OutMessage{Conversation: req.Origin.Conversation,
+			Text: render.RunConsentRoutedLine(flowrun.ShortID(req.Run), plan.Copies[0].Identity, ch)})
+		if err != nil {
+			return 0, nil, err
+		}
+		n++
+	}
+	return n, &audit.Entry{Kind: note.Kind, Actor: string(req.Origin.Sender), Conversation: string(req.Origin.Conversation), Data: note.Data}, nil
+}
+
+// reoffer opens a run's consent card again, once, when the consent its
+// tap minted has expired and the run still asks for one: the card (the
+// same message, edited back to its buttons) states a fresh grant for the
+// same steps, signed for the conversation it was answered in. A declined
+// card is never offered again (the owner chose a card per step), nor is a
+// consent whose uses or cost cap are spent: those limits were the owner's.
+// Nothing is offered when the card's conversation is no longer where the
+// router would send it.
+func (ap Approver) reoffer(ctx context.Context, tx *store.Tx, req flowrun.ActionRequest) (int, *audit.Entry, error) {
+	old, err := tx.RunConsentOffer(ctx, req.Run)
+	if errors.Is(err, core.ErrNotFound) || (err == nil && (old.Status != consent.OfferAccepted || old.Consent == "")) {
+		return 0, nil, nil
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	cs, err := tx.RunConsents(ctx, req.Run, old.Consent)
+	if err != nil {
+		return 0, nil, fmt.Errorf("flowconsent: offer again for run %s: %w", req.Run, err)
+	}
+	i := slices.IndexFunc(cs, func(c consent.Consent) bool { return c.ID == old.Consent })
+	if i < 0 || !cs[i].RevokedAt.IsZero() || tx.Now().Before(cs[i].ExpiresAt) {
+		return 0, nil, nil
+	}
+	prev := cs[i]
+	g, _, ch, conv, ok, err := ap.planned(ctx, tx, req)
+	if err != nil || !ok || string(conv) != old.Conversation {
+		return 0, nil, err
+	}
+	o, note, err := ap.Decider.OfferRun(ap.Switches, g, conv)
+	if err != nil {
+		return 0, nil, err
+	}
+	if fresh, err := tx.ReofferRunConsent(ctx, o, old.Consent); err != nil || !fresh {
+		return 0, nil, err
+	}
+	c := render.RunConsentOffer(o.Grant, o.Grant.TTL)
+	c.Outcome = "Your consent " + prev.Short() + "… expired; this card offers a new one."
+	if err := tx.QueueMessage(ch, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: conv, Card: c}); err != nil {
+		return 0, nil, err
+	}
+	note.Data["again"], note.Data["expired"] = true, prev.ID
 	return 1, &audit.Entry{Kind: note.Kind, Actor: string(req.Origin.Sender), Conversation: string(req.Origin.Conversation), Data: note.Data}, nil
+}
+
+// planned is the grant a run's consent card offers and where it goes:
+// ok=false when nothing in the run could be covered, or no owner can
+// receive the card (the step's own card says why, or was refused
+// unroutable: a consent card nobody can tap is not sent).
+func (ap Approver) planned(ctx context.Context, tx *store.Tx, req flowrun.ActionRequest) (consent.RunGrant, route.Plan, core.ChannelName, core.ConversationID, bool, error) {
+	run, err := tx.LockFlowRun(ctx, req.Run)
+	if err != nil {
+		return consent.RunGrant{}, route.Plan{}, "", "", false, fmt.Errorf("flowconsent: consent card of run %s: %w", req.Run, err)
+	}
+	g, ok, err := Plan(run)
+	if err != nil || !ok {
+		return g, route.Plan{}, "", "", false, err
+	}
+	plan, err := ap.route(ctx, req, g)
+	switch {
+	case err != nil || plan.Refused != "":
+		return g, plan, "", "", false, err
+	case plan.Routed:
+		return g, plan, plan.Copies[0].Channel, plan.Copies[0].Conversation, true, nil
+	}
+	return g, plan, req.Origin.Channel, req.Origin.Conversation, true, nil
+}
+
+// route plans where a run's consent card goes, as core/route plans an
+// approval card (the routing helper's Router, asked the same way): where
+// the run was started when someone there may give it (an owner), else to
+// an owner's direct conversation — the first copy the plan names, so the
+// card is one message with one tap, answered in that conversation — or
+// nowhere (Refused) when no owner can receive it. Zero Plan without a
+// router: where the run was started.
+func (ap Approver) route(ctx context.Context, req flowrun.ActionRequest, g consent.RunGrant) (route.Plan, error) {
+	if ap.Steps.Router == nil || ap.Steps.Trust == nil {
+		return route.Plan{}, nil
+	}
+	trust, _ := ap.Steps.Trust.Of(ctx, req.Origin)
+	// Only an owner gives a run its consent: the card is planned as an
+	// owner's card of the grant's risk, requested by the run's requester.
+	a := core.ApprovalRequest{Channel: req.Origin.Channel, Conversation: req.Origin.Conversation, Requester: req.Origin.Sender,
+		Approvers: []string{"role:owner"}, Risk: g.MaxRisk}
+	plan, err := ap.Steps.Router.Plan(ctx, a, trust)
+	if err != nil {
+		return route.Plan{}, fmt.Errorf("flowconsent: route the consent card of run %s: %w", req.Run, err)
+	}
+	if plan.Routed && len(plan.Copies) == 0 {
+		plan.Routed = false
+	}
+	return plan, nil
 }
 
 // Questions is a tap handler inside the tap turn's transaction (the

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/silas-gateway/silas/core/flow"
 	"github.com/silas-gateway/silas/core/flowrun"
 	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/core/route"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/pgtest"
 	"github.com/silas-gateway/silas/internal/storetest"
@@ -248,5 +250,251 @@ func TestConsentCardTap(t *testing.T) {
 	}
 	if n := count(`SELECT count(*) FROM audit_log WHERE kind IN ('consent.minted', 'consent.declined')`); n != 2 {
 		t.Fatalf("%d mint and decline entries", n)
+	}
+}
+
+type fixedTrust core.Trust
+
+func (f fixedTrust) Of(context.Context, core.Turn) (core.Trust, string) { return core.Trust(f), "test" }
+
+// fixedRouter plans every card as plan, and records what it was asked.
+type fixedRouter struct {
+	plan  route.Plan
+	asked []core.ApprovalRequest
+}
+
+func (r *fixedRouter) Plan(_ context.Context, a core.ApprovalRequest, _ core.Trust) (route.Plan, error) {
+	r.asked = append(r.asked, a)
+	return r.plan, nil
+}
+
+// A run started where no owner may give its consent (an allowed person's
+// chat): its consent card is routed like an approval card (core/route) —
+// to an owner's direct conversation, with a line where the run was
+// started — and the tap there mints the consent. When no owner can
+// receive it, no consent card is sent at all.
+func TestConsentCardRouted(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	_, key, _ := ed25519.GenerateKey(nil)
+	on := consent.Switches{RunWrites: true, Automatable: true}
+	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Preview: 2000, Executions: st})
+	doc := []byte("name: one\nversion: \"1\"\ndescription: one step\nnodes:\n  - id: a\n    type: action.shell\n    config:\n      command: \"echo a\"\n")
+	f, err := flow.Parse("one.yaml", doc, flow.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := core.Turn{Channel: "web", Conversation: "web:guest", Sender: "web:guest"}
+	dm := route.Target{Channel: "telegram", Conversation: "telegram:dm-1", Identity: "telegram:1"}
+	offer := func(plan route.Plan) (core.FlowRun, *fixedRouter, int) {
+		t.Helper()
+		run, err := flowrun.NewRun(f, doc, origin, nil, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt := &fixedRouter{plan: plan}
+		ap := Approver{Decider: d, Switches: on}
+		ap.Steps.Router, ap.Steps.Trust = rt, fixedTrust(core.TrustAuth)
+		var n int
+		err = st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			tx.QueueInsertFlowRun(run)
+			var e *audit.Entry
+			var err error
+			n, e, err = ap.offer(ctx, tx, flowrun.ActionRequest{Run: run.ID, Flow: run.Flow, Version: run.Version, Node: "a", Attempt: 1, Origin: origin})
+			if e != nil {
+				return []audit.Entry{*e}, err
+			}
+			return nil, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return run, rt, n
+	}
+	count := func(sql string, args ...any) int {
+		t.Helper()
+		var n int
+		if err := st.Pool().QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	run, rt, n := offer(route.Plan{Routed: true, Copies: []route.Target{dm}})
+	if len(rt.asked) != 1 || rt.asked[0].Requester != "web:guest" || !slices.Equal(rt.asked[0].Approvers, []string{"role:owner"}) {
+		t.Fatalf("router asked %+v", rt.asked)
+	}
+	if n != 2 {
+		t.Fatalf("%d messages queued, want the card and the line", n)
+	}
+	if c := count(`SELECT count(*) FROM consent_offers WHERE run_id = $1 AND conversation = $2`, run.ID, string(dm.Conversation)); c != 1 {
+		t.Fatal("the offer is not the owner's conversation's")
+	}
+	if c := count(`SELECT count(*) FROM outbox WHERE channel = 'telegram' AND conversation = $1 AND message_key = $2`, string(dm.Conversation), render.RunConsentCardPrefix+run.ID); c != 1 {
+		t.Fatal("no consent card in the owner's conversation")
+	}
+	if c := count(`SELECT count(*) FROM outbox WHERE conversation = 'web:guest' AND payload->>'text' LIKE '%consent card went to telegram:1 on telegram%'`); c != 1 {
+		t.Fatal("no line where the run was started")
+	}
+	if c := count(`SELECT count(*) FROM audit_log WHERE kind = 'consent.offered' AND data->>'routed_to' = $1`, string(dm.Conversation)); c != 1 {
+		t.Fatal("the offer's audit entry does not say where it went")
+	}
+	taps := Taps{Approver: Approver{Decider: d, Switches: on}}
+	tap := func(conv core.ConversationID) core.TaskTap {
+		t.Helper()
+		var res core.TaskTap
+		err := st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			out := &sink{}
+			var err error
+			res, err = taps.Tap(ctx, tx, core.StoredTurn{Turn: core.Turn{Channel: "telegram", Conversation: conv, Sender: "telegram:1"}}, core.TrustOwner,
+				core.Tap{Card: cards.ID(render.RunConsentCardPrefix + run.ID), Choice: render.RunConsentChoice}, out)
+			return out.audit, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := tap("web:guest"); res.Handled {
+		t.Fatalf("tapped where the run started: %+v", res)
+	}
+	if res := tap(dm.Conversation); !res.Handled || res.Refused != "" {
+		t.Fatalf("the owner's tap: %+v", res)
+	}
+	if c := count(`SELECT count(*) FROM consents WHERE run_id = $1`, run.ID); c != 1 {
+		t.Fatalf("%d consents minted", c)
+	}
+
+	run, _, n = offer(route.Plan{Refused: "no owner is configured or paired"})
+	if n != 0 || count(`SELECT count(*) FROM consent_offers WHERE run_id = $1`, run.ID) != 0 {
+		t.Fatalf("a consent card nobody can tap was offered (%d messages)", n)
+	}
+	run, _, n = offer(route.Plan{})
+	if n != 1 || count(`SELECT count(*) FROM consent_offers WHERE run_id = $1 AND conversation = 'web:guest'`, run.ID) != 1 {
+		t.Fatalf("not routed: %d messages", n)
+	}
+}
+
+// A run that outlives its consent is offered its consent card again (the
+// same card, edited back to its buttons, with a fresh grant), once per
+// expired consent; a declined card is never offered again.
+func TestConsentCardOfferedAgainAfterExpiry(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	_, key, _ := ed25519.GenerateKey(nil)
+	on := consent.Switches{RunWrites: true, Automatable: true}
+	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Preview: 2000, Executions: st})
+	ap := Approver{Decider: d, Switches: on}
+	doc := []byte("name: one\nversion: \"1\"\ndescription: one step\nnodes:\n  - id: a\n    type: action.shell\n    config:\n      command: \"echo a\"\n")
+	f, err := flow.Parse("one.yaml", doc, flow.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := core.Turn{Channel: "web", Conversation: "web:1", Sender: "web:owner"}
+	req := func(run core.FlowRun) flowrun.ActionRequest {
+		return flowrun.ActionRequest{Run: run.ID, Flow: run.Flow, Version: run.Version, Node: "a", Attempt: 1, Origin: origin}
+	}
+	do := func(f func(ctx context.Context, tx *store.Tx) (int, *audit.Entry, error)) int {
+		t.Helper()
+		var n int
+		err := st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			var e *audit.Entry
+			var err error
+			n, e, err = f(ctx, tx)
+			if e != nil {
+				return []audit.Entry{*e}, err
+			}
+			return nil, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	tap := func(run core.FlowRun, choice string) {
+		t.Helper()
+		err := st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			out := &sink{}
+			res, err := Taps{Approver: ap}.Tap(ctx, tx, core.StoredTurn{Turn: origin}, core.TrustOwner,
+				core.Tap{Card: cards.ID(render.RunConsentCardPrefix + run.ID), Choice: choice}, out)
+			if err == nil && (!res.Handled || res.Refused != "") {
+				err = fmt.Errorf("tap %s: %+v", choice, res)
+			}
+			return out.audit, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	newRun := func() core.FlowRun {
+		t.Helper()
+		run, err := flowrun.NewRun(f, doc, origin, nil, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := do(func(ctx context.Context, tx *store.Tx) (int, *audit.Entry, error) {
+			tx.QueueInsertFlowRun(run)
+			return ap.offer(ctx, tx, req(run))
+		}); n != 1 {
+			t.Fatalf("first offer: %d messages", n)
+		}
+		return run
+	}
+	reoffer := func(run core.FlowRun) int {
+		return do(func(ctx context.Context, tx *store.Tx) (int, *audit.Entry, error) {
+			return ap.reoffer(ctx, tx, req(run))
+		})
+	}
+	status := func(run core.FlowRun) string {
+		t.Helper()
+		var s string
+		if err := st.Pool().QueryRow(ctx, `SELECT status FROM consent_offers WHERE run_id = $1`, run.ID).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+
+	run := newRun()
+	tap(run, render.RunConsentChoice)
+	if n := reoffer(run); n != 0 || status(run) != consent.OfferAccepted {
+		t.Fatalf("offered again while the consent lasts: %d", n)
+	}
+	mu.Lock()
+	now = now.Add(2 * time.Hour)
+	mu.Unlock()
+	if n := reoffer(run); n != 1 || status(run) != consent.OfferOpen {
+		t.Fatalf("not offered again after expiry: %d, %s", n, status(run))
+	}
+	if n := reoffer(run); n != 0 {
+		t.Fatalf("offered again twice: %d", n)
+	}
+	var kind string
+	if err := st.Pool().QueryRow(ctx, `SELECT op FROM outbox WHERE message_key = $1 ORDER BY id DESC LIMIT 1`, render.RunConsentCardPrefix+run.ID).Scan(&kind); err != nil || kind != "update" {
+		t.Fatalf("the card was not edited back: %q %v", kind, err)
+	}
+	tap(run, render.RunConsentChoice)
+	var n int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM consents WHERE run_id = $1 AND expires_at > $2`, run.ID, clock()).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("no fresh consent: %d %v", n, err)
+	}
+
+	declined := newRun()
+	tap(declined, "decline")
+	mu.Lock()
+	now = now.Add(2 * time.Hour)
+	mu.Unlock()
+	if n := reoffer(declined); n != 0 || status(declined) != consent.OfferDeclined {
+		t.Fatalf("a declined card was offered again: %d", n)
 	}
 }

@@ -343,6 +343,11 @@ func (r *Runtime) Say(ctx context.Context, tx *store.Tx, st core.StoredTurn, tru
 		}
 		return r.sayTo(ctx, tx, w, a, n, text, st.Turn.Sender, out)
 	}
+	if !run.Final() {
+		if ok, err := r.sayToAgent(ctx, tx, w, render.Clip(text, maxSay), st.Turn.Sender, out); ok || err != nil {
+			return err
+		}
+	}
 	out.Reply("Run %s is not waiting for an answer.", ShortID(run.ID))
 	return nil
 }
@@ -436,6 +441,11 @@ func (r *Runtime) AnswerReply(ctx context.Context, tx *store.Tx, st core.StoredT
 		}
 	} else if ns := w.fr.Nodes[a.Node]; a.Status == "running" && ns != nil && ns.Status == flow.NodeRunning && ns.Iteration == a.Iteration && ns.Attempt == a.Attempt {
 		n = w.p.f.Node(a.Node)
+	}
+	if n == nil && progress && !run.Final() {
+		if ok, err := r.sayToAgent(ctx, tx, w, render.Clip(t.Text, maxSay), t.Sender, out); ok || err != nil {
+			return err
+		}
 	}
 	if n == nil || run.Final() {
 		out.Reply("Run %s is not waiting for an answer; nothing was changed.", ShortID(run.ID))

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/consent"
 	"github.com/silas-gateway/silas/core/flow"
 	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/store"
@@ -155,12 +156,19 @@ type Config struct {
 	MaxParallel int
 	// Approver approves action nodes (default Ask on the proposing port).
 	Approver Approver
+	// Switches are flows.run_writes and flows.automatable_execution: a
+	// person's /flow skip and /flow done go through the flow execution
+	// gate (core/consent) under them; both off refuses every request.
+	Switches consent.Switches
 	// HTTPAllowDomains are the hosts (and their subdomains) an action.http
 	// node may call (flows.http_allow_domains); empty: none.
 	HTTPAllowDomains []string
 	// ActionKinds adds action node types (action.mcp) to the runtime's
 	// own; see ActionKind.
 	ActionKinds map[string]ActionKind
+	// Agents runs agent.run nodes as tasks (core/tasks); nil without a
+	// model (such a node then fails with code unsupported).
+	Agents Agents
 	// Sweep is how often running runs are re-advanced (default 5s): a
 	// wake-up lost to a crash between commit and River's fetch is only
 	// late, never lost.

@@ -156,6 +156,16 @@ func (r *Runtime) outcomes(ctx context.Context, w *write) ([]flow.Event, error) 
 			w.more = w.more || more
 			continue
 		}
+		if a.Type == "agent.run" {
+			ev, ok, err := r.agentOutcome(ctx, a)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				evs = append(evs, ev)
+			}
+			continue
+		}
 		if a.Approval == "" {
 			continue
 		}

@@ -92,6 +92,9 @@ func (r *Runtime) start(ctx context.Context, tx *store.Tx, w *write, c flow.Comm
 		}
 		w.out.Card(gateCard(w, n, att.Card, prompt, gateShown{}))
 		w.queue = append(w.queue, startedEv(c))
+	case n.Type == "agent.run":
+		tx.QueueFlowAttempt(att)
+		return r.startAgent(ctx, tx, w, n, c, sc)
 	case n.Type == "control.subflow" || n.Type == "control.foreach":
 		tx.QueueFlowAttempt(att)
 		ev, err := r.spawn(ctx, tx, w, n, c, nil)
@@ -234,6 +237,8 @@ func (r *Runtime) stop(ctx context.Context, tx *store.Tx, w *write, c flow.Comma
 	switch {
 	case a.Type == "control.subflow" || a.Type == "control.foreach":
 		return cancelChildren(ctx, tx, w.row.ID, a, "its parent's step was stopped: "+c.Reason)
+	case a.Type == "agent.run":
+		return r.stopAgent(ctx, tx, w, a)
 	case a.Approval != "":
 		ar, err := tx.GetApproval(ctx, a.Approval)
 		if err != nil {

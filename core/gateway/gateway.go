@@ -232,6 +232,7 @@ type Gateway struct {
 	calls  *callgate.Gate
 	health *health.Monitor
 	mcp    *mcptools.Tools // nil: no mcp.servers
+	stepup *stepup.Service // nil: no passkey step-up
 }
 
 // New validates cfg and builds every room and the engine on them.
@@ -316,6 +317,7 @@ func New(cfg Config) (*Gateway, error) {
 	g.exec = exec
 	if cfg.StepUp != nil {
 		cfg.StepUp.Bind(decider, exec, func(c core.ConversationID, n int) { g.out.Kick(c, n) })
+		g.stepup = cfg.StepUp
 	}
 	runs := stopEverywhere{exec, cfg.StopElsewhere} // what tasks and flows stop may run on another instance
 	if cfg.Tasks != nil {
@@ -368,6 +370,10 @@ func New(cfg Config) (*Gateway, error) {
 		if fc.Failpoint == "" {
 			fc.Failpoint = cfg.Failpoint
 		}
+		if a, ok := g.tasks.(flowrun.Agents); ok && fc.Agents == nil {
+			fc.Agents = a // agent.run nodes are tasks of the task runtime
+		}
+		fc.Switches = cfg.FlowConsents // /flow skip and /flow done go through the flow execution gate
 		flowSteps := propose.Steps{Proposer: proposer, Trust: book, Runs: runs, Count: m, Router: router}
 		var consentTaps *flowconsent.Approver
 		if fc.Approver == nil && cfg.FlowConsents.Offered() {
@@ -440,6 +446,9 @@ func (g *Gateway) Maintenance() []background.Periodic {
 		// here at the latest (and before any call to it, always).
 		jobs = append(jobs, background.Periodic{Name: "mcp_sync", Every: mcptools.SyncEvery, Run: g.mcp.SyncAll, Timeout: 5 * time.Minute},
 			background.Periodic{Name: "mcp_pin_expiry", Every: outbox.ExpiryEvery, Run: g.mcp.ExpireCards})
+	}
+	if g.stepup != nil {
+		jobs = append(jobs, background.Periodic{Name: "passkey_link_sweep", Every: stepup.SweepEvery, Run: g.stepup.Sweep})
 	}
 	return jobs
 }

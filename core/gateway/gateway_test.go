@@ -16,6 +16,7 @@ import (
 	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
+	"github.com/silas-gateway/silas/core/stepup"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/pgtest"
 	"github.com/silas-gateway/silas/internal/storetest"
@@ -118,5 +119,28 @@ func TestMaintenanceWithoutTasks(t *testing.T) {
 	}
 	if q := g.Jobs(nil); q != nil {
 		t.Fatalf("jobs = %v, want none", q)
+	}
+}
+
+// With the passkey step-up on, the background room also sweeps its old
+// links (core/stepup.Sweep).
+func TestMaintenanceSweepsPasskeyLinks(t *testing.T) {
+	t.Parallel()
+	cfg := config(t)
+	su, err := stepup.New(stepup.Config{PublicURL: "https://localhost:8443", Key: cfg.Key.Public().(ed25519.PublicKey)}, cfg.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.StepUp = su
+	g, err := gateway.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, j := range g.Maintenance() {
+		names = append(names, j.Name)
+	}
+	if !slices.Contains(names, "passkey_link_sweep") {
+		t.Fatalf("maintenance = %v, want passkey_link_sweep", names)
 	}
 }

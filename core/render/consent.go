@@ -155,6 +155,14 @@ func RunConsentLine(node string, c consent.Consent) string {
 	return fmt.Sprintf("%s ran under consent %s… (%d/%d uses, %d/%d units)", cards.ShowInvisible(node), c.Short(), c.Uses, c.MaxUses, c.Units, c.CostCap)
 }
 
+// RunConsentRoutedLine is the line left where a run was started when its
+// consent card went to an owner's direct conversation instead (nobody
+// here may give it).
+func RunConsentRoutedLine(run string, owner core.IdentityID, ch core.ChannelName) string {
+	return fmt.Sprintf("Run %s's consent card went to %s on %s: only an owner can give a run its consent. Until then each step asks with its own card.",
+		run, cards.ShowInvisible(string(owner)), ch)
+}
+
 // RunRefusalLine is the line for a step the gate refused to run without
 // a card, in plain words: the step then asks with its card (or, for a
 // refusal no card fixes, stays where it is).

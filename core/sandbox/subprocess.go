@@ -76,7 +76,10 @@ type Subprocess struct {
 	workTmpfs   bool
 	keepWorkFor time.Duration // < 0: remove at release
 	maxKept     int64
-	workMu      sync.Mutex // serialises Release and pruning
+	workMu      sync.Mutex // serialises Release and pruning; guards kept, keptBytes
+	kept        []keptWork // released work dirs kept, oldest first (nil: not read from the base dir yet)
+	keptBytes   int64
+	now         func() time.Time // the clock releases are timed by (tests move it)
 
 	// useZygote: network-off runs are forked by a zygote (zygote_linux.go)
 	// instead of re-executing the gateway's binary (root, workTmpfs).
@@ -131,6 +134,7 @@ func New(cfg Config) (*Subprocess, error) {
 		},
 		keepWorkFor: cmp.Or(cfg.KeepWorkFor, DefaultKeepWorkFor),
 		maxKept:     cmp.Or(cfg.MaxKeptWork, DefaultMaxKeptWork),
+		now:         time.Now,
 	}
 	if len(s.ports) == 0 {
 		s.ports = DefaultNetworkPorts
@@ -219,7 +223,7 @@ func New(cfg Config) (*Subprocess, error) {
 	s.workTmpfs = s.root && s.stagesWork()
 	// Work dirs a previous process released (or left behind) are pruned
 	// now, then whenever a run is released.
-	s.pruneWork(time.Now(), true)
+	s.pruneWork(s.now(), true)
 	if s.workTmpfs && !cfg.noZygote && cfg.forceUnavailable == "" {
 		// Network-off runs are forked by a zygote (zygote_linux.go); the
 		// probe below runs through it. Without one every run re-executes

@@ -34,6 +34,9 @@ import (
 // a file next to it (exec-*.kept, holding the bytes it uses); the kept
 // ones together stay within maxKept, oldest removed first. Pruning happens
 // when a run is released and when the sandbox starts — no loop of its own.
+// The base dir is read once, at start; later releases prune from an index
+// in memory (workMu), so a release costs the same however many dirs are
+// kept.
 
 const (
 	workPrefix = "exec-"
@@ -216,11 +219,58 @@ func (s *Subprocess) Release(dir string) error {
 	}
 	// The marker holds the dir's size, measured once: nothing writes to a
 	// released dir.
-	if err := os.WriteFile(target+keptSuffix, []byte(strconv.FormatInt(workBytes(target), 10)), 0o600); err != nil {
+	_, again := os.Lstat(target + keptSuffix)
+	n := workBytes(target)
+	if err := os.WriteFile(target+keptSuffix, []byte(strconv.FormatInt(n, 10)), 0o600); err != nil {
 		return fmt.Errorf("sandbox: release: %w", err)
 	}
-	s.pruneLocked(time.Now(), false)
+	now := s.now()
+	if s.kept == nil {
+		s.pruneLocked(now, false) // the index is built from the base dir once
+	}
+	if again == nil { // released before: it moves to the newest end
+		s.kept = slices.DeleteFunc(s.kept, func(k keptWork) bool {
+			if k.dir == target {
+				s.keptBytes -= k.bytes
+				return true
+			}
+			return false
+		})
+	}
+	s.kept = append(s.kept, keptWork{dir: target, at: now, bytes: n})
+	s.keptBytes += n
+	s.trimKeptLocked(now)
 	return nil
+}
+
+// keptWork is a released work dir kept for keepWorkFor.
+type keptWork struct {
+	dir   string
+	at    time.Time // when it was released (its marker's mtime)
+	bytes int64
+}
+
+// trimKeptLocked removes the kept work dirs past keepWorkFor, then the
+// oldest until the rest fit maxKept. It reads the index only, not the base
+// dir: a release costs the same with one kept dir as with a hundred
+// thousand (a scan of the base dir per release made every execution's cost
+// grow with the executions of the last keepWorkFor).
+func (s *Subprocess) trimKeptLocked(now time.Time) {
+	drop := 0
+	for drop < len(s.kept) {
+		k := s.kept[drop]
+		if now.Sub(k.at) <= s.keepWorkFor && s.keptBytes <= s.maxKept {
+			break
+		}
+		if err := removeWork(k.dir); err != nil {
+			s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: remove work dir", slog.String("error", err.Error()))
+		}
+		s.keptBytes -= k.bytes
+		drop++
+	}
+	if drop > 0 {
+		s.kept = slices.Delete(s.kept, 0, drop)
+	}
 }
 
 // workDirPath checks that dir is a work dir directly below the base dir
@@ -251,12 +301,7 @@ func (s *Subprocess) pruneLocked(now time.Time, orphans bool) {
 		s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: prune work dirs", slog.String("error", err.Error()))
 		return
 	}
-	type kept struct {
-		dir   string
-		at    time.Time
-		bytes int64
-	}
-	var list []kept
+	var list []keptWork
 	names := map[string]bool{}
 	for _, e := range ents {
 		names[e.Name()] = true
@@ -284,7 +329,7 @@ func (s *Subprocess) pruneLocked(now time.Time, orphans bool) {
 		if err != nil {
 			continue
 		}
-		if !names[strings.TrimSuffix(name, keptSuffix)] || s.keepWorkFor < 0 || now.Sub(fi.ModTime()) > s.keepWorkFor {
+		if !names[strings.TrimSuffix(name, keptSuffix)] || s.keepWorkFor < 0 {
 			remove(dir)
 			continue
 		}
@@ -293,15 +338,15 @@ func (s *Subprocess) pruneLocked(now time.Time, orphans bool) {
 		if err != nil {
 			n = workBytes(dir)
 		}
-		list = append(list, kept{dir: dir, at: fi.ModTime(), bytes: n})
+		list = append(list, keptWork{dir: dir, at: fi.ModTime(), bytes: n})
 	}
-	// Newest first: keep while they fit, remove the rest (the oldest).
-	slices.SortFunc(list, func(a, b kept) int { return b.at.Compare(a.at) })
-	var total int64
+	// The index, oldest first; then the oldest go until the rest fit.
+	slices.SortFunc(list, func(a, b keptWork) int { return a.at.Compare(b.at) })
+	s.kept = make([]keptWork, 0, len(list)+1)
+	s.keptBytes = 0
 	for _, k := range list {
-		total += k.bytes
-		if total > s.maxKept {
-			remove(k.dir)
-		}
+		s.kept = append(s.kept, k)
+		s.keptBytes += k.bytes
 	}
+	s.trimKeptLocked(now)
 }

@@ -139,12 +139,12 @@ func TestKeptWorkBounded(t *testing.T) {
 		t.Fatalf("the base dir holds %d entries for %d kept work dirs", len(ents), len(kept))
 	}
 
-	// Past keep_work_for: the next release removes it.
+	// Past keep_work_for: the next release removes it (two hours pass on
+	// the clock releases are timed by).
 	old := kept[len(kept)-1]
-	past := time.Now().Add(-2 * time.Hour)
-	if err := os.Chtimes(old+keptSuffix, past, past); err != nil {
-		t.Fatal(err)
-	}
+	s.workMu.Lock()
+	s.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	s.workMu.Unlock()
 	d, err := s.newWorkDir()
 	if err != nil {
 		t.Fatal(err)
@@ -173,4 +173,64 @@ func TestWorkDirKeptAfterTimeout(t *testing.T) {
 		t.Fatalf("the timed-out run's file: %q %v (stdout %q, stderr %q)", b, err, res.Stdout, res.Stderr)
 	}
 	waitGone(t, "sleep\x00271\x00")
+}
+
+// TestKeptWorkAcrossRestart: a sandbox started on a base dir reads the
+// work dirs a previous one kept: those past keep_work_for go at start, the
+// others count toward max_kept_work_bytes at its next releases.
+func TestKeptWorkAcrossRestart(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "base")
+	first := newSandbox(t, Config{BaseDir: base, KeepWorkFor: time.Hour})
+	var dirs []string
+	for range 3 {
+		d, err := first.newWorkDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "f"), make([]byte, 8192), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := first.Release(d); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, d)
+	}
+	first.Close()
+	// Released in the same few milliseconds, the markers' mtimes may be
+	// equal (the file system's clock is coarse): set apart by hand.
+	for i, ago := range []time.Duration{2 * time.Hour, 30 * time.Minute} {
+		at := time.Now().Add(-ago)
+		if err := os.Chtimes(dirs[i]+keptSuffix, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Room for two of the three dirs' size: the oldest kept one goes at
+	// the next release.
+	size := workBytes(dirs[1])
+	second := newSandbox(t, Config{BaseDir: base, KeepWorkFor: time.Hour, MaxKeptWork: 2*size + size/2})
+	if _, err := os.Lstat(dirs[0]); !os.IsNotExist(err) {
+		t.Fatalf("a work dir kept past keep_work_for survived the start: %v", err)
+	}
+	if _, err := os.Lstat(dirs[1]); err != nil {
+		t.Fatalf("a work dir within keep_work_for was removed at start: %v", err)
+	}
+	d, err := second.newWorkDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "f"), make([]byte, 8192), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Release(d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(dirs[1]); !os.IsNotExist(err) {
+		t.Fatalf("the oldest kept work dir outlived max_kept_work_bytes: %v", err)
+	}
+	for _, k := range []string{dirs[2], d} {
+		if _, err := os.Lstat(k); err != nil {
+			t.Fatalf("a newer kept work dir is gone: %v", err)
+		}
+	}
 }

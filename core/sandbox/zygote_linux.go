@@ -278,6 +278,13 @@ func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 		fds[i] = int(f.Fd())
 	}
 	pid, err := z.fork(fds)
+	if errors.Is(err, errZygoteGone) {
+		// The zygote was stopped without its reply (it timed out, or the
+		// zygote died): it may have forked the init before, a child of
+		// ours whose pid never reached us. Found by the run socket it
+		// holds, it is killed and reaped, not left a zombie.
+		reapLostInit(runR)
+	}
 	closeAll(theirs...)
 	if err != nil {
 		closeAll(ours...)
@@ -340,6 +347,55 @@ func (s *Subprocess) zygoteFits(w *warmInit, dir string) bool {
 		}
 	}
 	return true
+}
+
+// reapLostInit kills and reaps every child of this process that holds
+// sock (a forked init's end of its run socket) — an init whose zygote was
+// stopped before its pid reached us. The zygote is dead and reaped by
+// then, so no fork of it is still under way; a child is ours
+// (CLONE_PARENT) and unreaped, so its pid is not reused while we look.
+func reapLostInit(sock *os.File) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(sock.Fd()), &st); err != nil {
+		return
+	}
+	want := "socket:[" + strconv.FormatUint(st.Ino, 10) + "]"
+	self := strconv.Itoa(os.Getpid())
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + p.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// After the command (which may hold spaces): state, then ppid.
+		_, rest, ok := strings.Cut(string(b), ") ")
+		if f := strings.Fields(rest); !ok || len(f) < 2 || f[1] != self {
+			continue
+		}
+		fds, err := os.ReadDir("/proc/" + p.Name() + "/fd")
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if l, err := os.Readlink("/proc/" + p.Name() + "/fd/" + fd.Name()); err == nil && l == want {
+				_ = unix.Kill(pid, unix.SIGKILL)
+				var ws unix.WaitStatus
+				for {
+					if _, err := unix.Wait4(pid, &ws, 0, nil); err != unix.EINTR {
+						break
+					}
+				}
+				break
+			}
+		}
+	}
 }
 
 func closeAll(fs ...*os.File) {

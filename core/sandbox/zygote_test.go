@@ -5,10 +5,13 @@ package sandbox
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/silas-gateway/silas/core"
 )
@@ -111,5 +114,54 @@ func TestZygoteReplaced(t *testing.T) {
 	}
 	if !old.dead.Load() || old.cmd.ProcessState == nil {
 		t.Fatal("the old zygote was not reaped")
+	}
+}
+
+// TestLostInitReaped: a child holding a forked init's run socket whose
+// pid never reached the gateway (the zygote's reply timed out after the
+// fork) is killed and reaped, not left running or a zombie.
+func TestLostInitReaped(t *testing.T) {
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := os.NewFile(uintptr(sp[0]), "run"), os.NewFile(uintptr(sp[1]), "run-init")
+	defer ours.Close()
+	defer theirs.Close()
+	// An unrelated child holding another socket stays.
+	other, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	start := func(f *os.File) int {
+		pid, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "293"}, &syscall.ProcAttr{Files: []uintptr{0, 1, 2, f.Fd()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	lost, kept := start(theirs), start(other)
+	defer func() {
+		_ = unix.Kill(kept, unix.SIGKILL)
+		_, _ = unix.Wait4(kept, nil, 0, nil)
+	}()
+	// The child has its descriptors once it runs sleep.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(lost) + "/cmdline"); strings.HasPrefix(string(b), "sleep\x00293") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child did not start")
+		}
+	}
+	reapLostInit(theirs)
+	if _, err := unix.Wait4(lost, nil, unix.WNOHANG, nil); err != unix.ECHILD {
+		_ = unix.Kill(lost, unix.SIGKILL)
+		_, _ = unix.Wait4(lost, nil, 0, nil)
+		t.Fatalf("the lost init was not reaped (wait4: %v)", err)
+	}
+	if !processAlive(kept) {
+		t.Fatal("a child not holding the run socket was killed")
 	}
 }

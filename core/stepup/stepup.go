@@ -47,6 +47,7 @@ import (
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/secrets"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/tracing"
 )
 
 // Defaults.
@@ -88,6 +89,7 @@ type Store interface {
 	GetPasskeyLink(ctx context.Context, ref string) (store.PasskeyLink, error)
 	Passkeys(ctx context.Context, owner core.IdentityID) ([]store.Passkey, error)
 	GetApproval(ctx context.Context, id core.ApprovalID) (core.ApprovalRequest, error)
+	SweepPasskeyLinks(ctx context.Context, cutoff time.Time, limit int) (int, error)
 }
 
 // Runs starts what a step-up approved (*execute.Executor).
@@ -175,6 +177,42 @@ func validRPID(id string) bool {
 		return false
 	}
 	return protocol.ValidateRPID(id) == nil
+}
+
+// The link sweep: River runs Sweep every SweepEvery (core/background, on
+// whichever instance works the job); it deletes links that expired or
+// were used more than LinkRetention ago, sweepBatch at a time.
+const (
+	SweepEvery    = 10 * time.Minute
+	LinkRetention = time.Hour
+	sweepBatch    = 1000
+	// sweepBatches bounds one run; what is left waits for the next.
+	sweepBatches = 100
+)
+
+// Sweep deletes the passkey links (enrollment and step-up) that expired or
+// were used more than LinkRetention ago. Until then a used or expired link
+// still answers "already used" or "expired" (and a replayed answer is
+// audited as such); after it, the same refusal as a link that never
+// existed. Safe on several instances at once and twice in a row: each
+// batch is one DELETE that skips rows another transaction holds.
+func (s *Service) Sweep(ctx context.Context) error {
+	cutoff := s.cfg.Now().Add(-LinkRetention)
+	total := 0
+	for range sweepBatches {
+		n, err := s.st.SweepPasskeyLinks(ctx, cutoff, sweepBatch)
+		if err != nil {
+			return fmt.Errorf("stepup: sweep: %w", err)
+		}
+		total += n
+		if n < sweepBatch {
+			break
+		}
+	}
+	if total > 0 {
+		s.cfg.Logger.Debug("stepup: swept passkey links", slog.Int("deleted", total))
+	}
+	return nil
 }
 
 // Bind gives the service the decider that approves and the executor that
@@ -553,18 +591,26 @@ func (s *Service) FinishStepUp(ctx context.Context, ref, token string, body []by
 	if err != nil {
 		return ErrBadResponse
 	}
+	// The step-up is the tap of an irreversible card: its decision span
+	// links to the proposal's trace (decide.ApproveStepUp → tracing.Tapped)
+	// and the execution it queues links back to it.
+	ctx, span := tracing.Start(ctx, tracing.SpanDecide)
+	defer span.End()
 	var (
-		refused *Refusal
-		result  decide.Result
-		after   func()
-		conv    core.ConversationID
+		refused  *Refusal
+		result   decide.Result
+		after    func()
+		conv     core.ConversationID
+		approval core.ApprovalID
+		proposal string // the request's traceparent
 	)
 	err = s.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
-		refused, result, after, conv = nil, decide.Result{}, nil, ""
+		refused, result, after, conv, approval, proposal = nil, decide.Result{}, nil, "", "", ""
 		out, l, err := tx.UsePasskeyLink(ctx, ref, store.PasskeyLinkStepUp, secrets.HashToken(token))
 		if err != nil {
 			return nil, err
 		}
+		approval = l.Approval
 		if e := linkRefusal(out); e != nil {
 			refused = e
 			if out == store.LinkNotFound {
@@ -580,7 +626,7 @@ func (s *Service) FinishStepUp(ctx context.Context, ref, token string, body []by
 		if err != nil {
 			return nil, err
 		}
-		conv = a.Conversation
+		conv, proposal = a.Conversation, a.Traceparent
 		keys, err := tx.PasskeysOf(ctx, l.Owner)
 		if err != nil {
 			return nil, err
@@ -660,11 +706,21 @@ func (s *Service) FinishStepUp(ctx context.Context, ref, token string, body []by
 		result = res
 		return entries, nil
 	})
+	if span.IsRecording() {
+		outcome := "approved"
+		if refused != nil {
+			outcome = refused.Reason
+		}
+		span.SetAttributes(tracing.AttrApprovalID.String(string(approval)), tracing.AttrOutcome.String(outcome))
+		// The transaction saw only the span's context (core/store), so
+		// the link to the proposal is added here.
+		tracing.LinkTo(span, proposal)
+	}
 	if err != nil {
 		return err
 	}
 	if refused != nil {
-		s.cfg.Logger.Warn("passkey step-up refused", slog.String("ref", ref), slog.String("reason", refused.Reason), slog.Any("cause", refused.cause))
+		s.cfg.Logger.WarnContext(ctx, "passkey step-up refused", slog.String("ref", ref), slog.String("reason", refused.Reason), slog.Any("cause", refused.cause))
 		return refused
 	}
 	if id := result.Queued; id != "" {
@@ -676,7 +732,7 @@ func (s *Service) FinishStepUp(ctx context.Context, ref, token string, body []by
 	if s.kick != nil && conv != "" {
 		s.kick(conv, len(result.Updates))
 	}
-	s.cfg.Logger.Info("passkey step-up verified", slog.String("ref", ref), slog.String("approval", string(result.Approved.ID)))
+	s.cfg.Logger.InfoContext(ctx, "passkey step-up verified", slog.String("ref", ref), slog.String("approval", string(result.Approved.ID)))
 	return nil
 }
 

@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
@@ -21,6 +25,7 @@ import (
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/stepup"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/core/tracing"
 	"github.com/silas-gateway/silas/core/verify"
 	"github.com/silas-gateway/silas/internal/pgtest"
 	"github.com/silas-gateway/silas/internal/softauthn"
@@ -469,4 +474,163 @@ func TestNewChecksRPID(t *testing.T) {
 			t.Errorf("New(%s, rp_id %q) = %v, want ok %v", tt.url, tt.rpid, err, tt.ok)
 		}
 	}
+}
+
+// TestSweepDeletesOldLinks: the periodic sweep deletes enrollment and
+// step-up links that expired or were used more than LinkRetention ago and
+// keeps the rest (a fresh link, one used or expired a moment ago, which
+// still answer "used" / "expired"). Two sweeps at once (two instances)
+// both finish, and a link whose row another transaction holds (being used
+// right now) is skipped, not waited for, and goes at the next sweep.
+func TestSweepDeletesOldLinks(t *testing.T) {
+	b := setup(t)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	old := now.Add(-stepup.LinkRetention - time.Minute)
+	a := b.propose(t, "mkfs.ext4", "/dev/sdz")
+	type link struct {
+		kind             string
+		created, expires time.Time
+		used             time.Time
+		keep             bool
+		approval         core.ApprovalID
+	}
+	links := map[string]link{
+		"fresh enroll":            {kind: store.PasskeyLinkEnroll, created: now, expires: now.Add(15 * time.Minute), keep: true},
+		"fresh step-up":           {kind: store.PasskeyLinkStepUp, created: now, expires: now.Add(5 * time.Minute), keep: true, approval: a.ID},
+		"just used":               {kind: store.PasskeyLinkStepUp, created: now.Add(-time.Minute), expires: now.Add(4 * time.Minute), used: now, keep: true, approval: a.ID},
+		"just expired":            {kind: store.PasskeyLinkEnroll, created: now.Add(-20 * time.Minute), expires: now.Add(-5 * time.Minute), keep: true},
+		"expired long ago":        {kind: store.PasskeyLinkStepUp, created: old.Add(-5 * time.Minute), expires: old, approval: a.ID},
+		"enroll expired long ago": {kind: store.PasskeyLinkEnroll, created: old.Add(-15 * time.Minute), expires: old},
+		"used long ago":           {kind: store.PasskeyLinkEnroll, created: old.Add(-time.Minute), expires: now.Add(time.Hour), used: old},
+		"held by a transaction":   {kind: store.PasskeyLinkStepUp, created: old.Add(-5 * time.Minute), expires: old, approval: a.ID},
+	}
+	refs := map[string]string{}
+	for name, l := range links {
+		ref := core.NewID()
+		refs[name] = ref
+		pl := store.PasskeyLink{Ref: ref, Kind: l.kind, TokenHash: make([]byte, 32), Owner: owner, Approval: l.approval,
+			Nonce: make([]byte, 32), CreatedAt: l.created, ExpiresAt: l.expires}
+		if err := b.st.Do(b.ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			return tx.InsertPasskeyLink(ctx, pl, conv)
+		}); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !l.used.IsZero() {
+			b.exec(t, `UPDATE passkey_links SET used_at = $2 WHERE ref = $1`, ref, l.used)
+		}
+	}
+	exists := func(name string) bool {
+		t.Helper()
+		_, err := b.st.GetPasskeyLink(b.ctx, refs[name])
+		if err != nil && !errors.Is(err, core.ErrNotFound) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+
+	// Another transaction holds one old link's row, as a page using it does.
+	hold, err := b.st.Pool().Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(b.ctx)
+	if _, err := hold.Exec(b.ctx, `SELECT 1 FROM passkey_links WHERE ref = $1 FOR UPDATE`, refs["held by a transaction"]); err != nil {
+		t.Fatal(err)
+	}
+	// A sweep that waited for the held row would never return while it is
+	// held: the deadline turns that into a failure instead of a hang.
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- b.s.Sweep(ctx) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("Sweep: %v", err)
+		}
+	}
+	for name, l := range links {
+		keep := l.keep || name == "held by a transaction"
+		if got := exists(name); got != keep {
+			t.Errorf("after the sweep, %q exists = %v, want %v", name, got, keep)
+		}
+	}
+	if err := hold.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.s.Sweep(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if exists("held by a transaction") {
+		t.Error("the link held during the first sweep survived the next one")
+	}
+	for name, l := range links {
+		if l.keep && !exists(name) {
+			t.Errorf("the second sweep deleted %q", name)
+		}
+	}
+}
+
+// TestStepUpSpan: with tracing on, the step-up is the tap of the trace: a
+// silas.decide span carrying the approval id and its outcome, linked to
+// the proposal's trace (stored traceparent), the wait for it a span in
+// that trace, and the execution it queues links back to it (TapOf). Not
+// parallel: tracing is process-wide.
+func TestStepUpSpan(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	tracing.Enable(tp)
+	t.Cleanup(func() { tracing.Enable(nil); _ = tp.Shutdown(context.Background()) })
+	b := setup(t)
+	b.enroll(t)
+	a := b.propose(t, "mkfs.ext4", "/dev/sdz")
+	pctx, proposal := tracing.Start(b.ctx, tracing.SpanPolicy)
+	b.exec(t, `UPDATE approvals SET traceparent = $2 WHERE id = $1`, string(a.ID), tracing.Traceparent(pctx))
+	proposal.End()
+
+	ref, token := b.stepUpLink(t, a.ID)
+	v, err := b.s.StepUpPage(b.ctx, ref, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := b.auth.Assert(v.Options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.s.FinishStepUp(b.ctx, ref, token, body); err != nil {
+		t.Fatalf("FinishStepUp: %v", err)
+	}
+	var decided, wait []tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		switch {
+		case s.Name == tracing.SpanDecide && attr(s, tracing.AttrApprovalID) == string(a.ID):
+			decided = append(decided, s)
+		case s.Name == tracing.SpanApprovalWait && s.SpanContext.TraceID() == proposal.SpanContext().TraceID():
+			wait = append(wait, s)
+		}
+	}
+	if len(decided) != 1 || attr(decided[0], tracing.AttrOutcome) != "approved" {
+		t.Fatalf("decide spans of the step-up = %+v, want one, approved", decided)
+	}
+	d := decided[0]
+	linked := false
+	for _, l := range d.Links {
+		linked = linked || l.SpanContext.TraceID() == proposal.SpanContext().TraceID()
+	}
+	if !linked || len(wait) == 0 {
+		t.Errorf("the step-up links %+v and %d wait spans, want a link to the proposal's trace and a wait in it", d.Links, len(wait))
+	}
+	if tap := tracing.TapOf(string(a.ID)); tap.SpanID() != d.SpanContext.SpanID() {
+		t.Errorf("the execution would link to %v, want the step-up's span %v", tap, d.SpanContext)
+	}
+}
+
+func attr(s tracetest.SpanStub, k attribute.Key) string {
+	for _, a := range s.Attributes {
+		if a.Key == k {
+			return a.Value.Emit()
+		}
+	}
+	return ""
 }

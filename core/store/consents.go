@@ -275,6 +275,24 @@ func (t *Tx) DecideRunConsentOffer(ctx context.Context, run, status, consentID s
 	return n.RowsAffected() == 1, nil
 }
 
+// ReofferRunConsent opens run's consent card again as o (a new grant and
+// signature, the same conversation) once the consent prev it minted has
+// expired; false when the card was not accepted with prev (declined, open,
+// or accepted for another consent).
+func (t *Tx) ReofferRunConsent(ctx context.Context, o consent.Offer, prev string) (bool, error) {
+	g, err := json.Marshal(o.Grant)
+	if err != nil {
+		return false, fmt.Errorf("store: offer consent again for run %s: %w", o.Run, err)
+	}
+	n, err := t.exec(ctx, `UPDATE consent_offers SET grant_spec = $2::jsonb, signature = $3, status = 'offered', consent_id = NULL,
+		created_at = $4, decided_at = NULL, decided_by = NULL
+		WHERE run_id = $1 AND conversation = $5 AND status = 'accepted' AND consent_id = $6`, o.Run, string(g), o.Signature, t.now(), o.Conversation, prev)
+	if err != nil {
+		return false, fmt.Errorf("store: offer consent again for run %s: %w", o.Run, err)
+	}
+	return n.RowsAffected() == 1, nil
+}
+
 // RunStep is an action node's attempt of a flow run waiting on its card.
 type RunStep struct {
 	Node               string

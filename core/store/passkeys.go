@@ -258,3 +258,18 @@ func (t *Tx) RemovePasskeys(ctx context.Context, owner core.IdentityID, match fu
 	}
 	return len(entries), entries, nil
 }
+
+// SweepPasskeyLinks deletes up to limit links that expired, or were used,
+// before cutoff, and returns how many it deleted. A link being used right
+// now (its row locked by UsePasskeyLink) is skipped, never waited for, so
+// sweeps on several instances and the pages never block one another; the
+// next sweep takes what was skipped.
+func (s *Store) SweepPasskeyLinks(ctx context.Context, cutoff time.Time, limit int) (int, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM passkey_links WHERE ref IN (
+		SELECT ref FROM passkey_links WHERE expires_at < $1 OR used_at < $1
+		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, cutoff, limit)
+	if err != nil {
+		return 0, fmt.Errorf("store: sweep passkey links: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

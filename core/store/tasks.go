@@ -14,14 +14,14 @@ import (
 
 const taskSelect = `SELECT id, channel, conversation, requester, origin, goal, state, machine, plan, plan_no, limits,
 	tokens, model_calls, tool_calls, cost_usd, cost_known, rev, reason, summary, COALESCE(escalation_card, ''),
-	COALESCE(question_card, ''), created_at, updated_at, finished_at FROM tasks`
+	COALESCE(question_card, ''), COALESCE(flow_run, ''), flow_step, flow_tools, created_at, updated_at, finished_at FROM tasks`
 
 func scanTask(row pgx.Row) (core.Task, error) {
 	var t core.Task
 	var fin *time.Time
 	err := row.Scan(&t.ID, &t.Channel, &t.Conversation, &t.Requester, &t.Origin, &t.Goal, &t.State, &t.Machine, &t.Plan, &t.PlanNo, &t.Limits,
 		&t.Tokens, &t.ModelCalls, &t.ToolCalls, &t.CostUSD, &t.CostKnown, &t.Rev, &t.Reason, &t.Summary, &t.EscalationCard,
-		&t.QuestionCard, &t.CreatedAt, &t.UpdatedAt, &fin)
+		&t.QuestionCard, &t.FlowRun, &t.FlowStep, &t.FlowTools, &t.CreatedAt, &t.UpdatedAt, &fin)
 	if err != nil {
 		return t, notFound(err)
 	}
@@ -41,10 +41,18 @@ func collectTasks(rows pgx.Rows, err error) ([]core.Task, error) {
 // QueueInsertTask stores a new task (Rev 0).
 func (t *Tx) QueueInsertTask(k core.Task) {
 	now := t.now()
+	var run *string
+	if k.FlowRun != "" {
+		run = &k.FlowRun
+	}
+	tools := k.FlowTools
+	if tools == nil {
+		tools = []string{}
+	}
 	t.later("insert task", `INSERT INTO tasks (id, channel, conversation, requester, origin, goal, state, machine, plan, plan_no, limits,
-		created_at, updated_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$12)`,
+		created_at, updated_at, flow_run, flow_step, flow_tools) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$12,$13,$14,$15)`,
 		k.ID, k.Channel, k.Conversation, k.Requester, jsonbSafe(k.Origin), displayText(k.Goal), k.State, jsonbSafe(k.Machine),
-		displayText(k.Plan), k.PlanNo, jsonbSafe(k.Limits), now)
+		displayText(k.Plan), k.PlanNo, jsonbSafe(k.Limits), now, run, k.FlowStep, tools)
 }
 
 // GetTask reads a task.
@@ -78,6 +86,22 @@ func (t *Tx) LockTaskByCard(ctx context.Context, card string) (core.Task, error)
 // is card; core.ErrNotFound when none is.
 func (t *Tx) LockTaskByQuestion(ctx context.Context, card string) (core.Task, error) {
 	return scanTask(t.queryRow(ctx, taskSelect+" WHERE question_card = $1 FOR UPDATE", card))
+}
+
+// FlowTask reads the task a flow run's agent.run step started
+// (core.ErrNotFound when none).
+func (s *Store) FlowTask(ctx context.Context, run, step string) (core.Task, error) {
+	k, err := scanTask(s.pool.QueryRow(ctx, taskSelect+" WHERE flow_run = $1 AND flow_step = $2", run, step))
+	if err != nil && !errors.Is(err, core.ErrNotFound) {
+		return k, fmt.Errorf("store: flow task: %w", err)
+	}
+	return k, err
+}
+
+// LockFlowTask reads (and locks) the task a flow run's agent.run step
+// started; core.ErrNotFound when none.
+func (t *Tx) LockFlowTask(ctx context.Context, run, step string) (core.Task, error) {
+	return scanTask(t.queryRow(ctx, taskSelect+" WHERE flow_run = $1 AND flow_step = $2 FOR UPDATE", run, step))
 }
 
 // ActiveTasks lists every unfinished task, oldest first (resumed at start

@@ -357,7 +357,11 @@ func (r *Runtime) casTask(ctx context.Context, tx *store.Tx, w *taskWrite) (bool
 	if k.Final() && k.FinishedAt.IsZero() {
 		k.FinishedAt = tx.Now()
 	}
-	return tx.UpdateTask(ctx, k)
+	ok, err := tx.UpdateTask(ctx, k)
+	if ok && k.Final() && !w.s.k.Final() {
+		flowWake(tx, k) // an agent.run node's task ended: its run goes on
+	}
+	return ok, err
 }
 
 // writeTaskRows writes what the transition adds besides the task row (after
@@ -810,6 +814,10 @@ func (r *Runtime) taskStep(ctx context.Context, s *taskState) (bool, error) {
 		}
 		w.note(audit.KindTaskRehydrated, map[string]any{"pointer": c.Pointer, "ok": ok, "chars": len([]rune(text))})
 		return done(status, text)
+	}
+	if !flowToolAllowed(s.k, c.Name) {
+		// An agent.run node's tools list: the model is told, nothing is proposed.
+		return done("blocked", c.Name+" is not allowed in this flow step (allowed: "+strings.Join(s.k.FlowTools, ", ")+").")
 	}
 	pa, ok := c.Action()
 	if !ok {

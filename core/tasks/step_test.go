@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/background/backgroundtest"
 	"github.com/silas-gateway/silas/core/store"
@@ -74,4 +75,23 @@ func (b *bundle) jobsLeft(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+func TestFlowToolAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		tools []string
+		tool  string
+		want  bool
+	}{
+		{nil, "shell", true},
+		{[]string{"shell"}, "shell", true},
+		{[]string{"shell"}, "http_get", false},
+		{[]string{"read_file"}, "mcp__files__delete", false},
+		{[]string{"shell"}, "ask_user", true},
+		{[]string{"shell"}, "read_output", true},
+	} {
+		if got := flowToolAllowed(core.Task{FlowTools: tc.tools}, tc.tool); got != tc.want {
+			t.Errorf("tools %v, call %s: allowed = %v, want %v", tc.tools, tc.tool, got, tc.want)
+		}
+	}
 }

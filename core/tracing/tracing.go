@@ -105,22 +105,33 @@ func Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (con
 }
 
 // StartFrom starts a span whose parent is the span traceparent names (a
-// proposal's, stored on its approval row), linked to the span in ctx (the
-// tap's, or whatever woke the work): a tap minutes later continues the
-// proposal's trace. Without a valid traceparent it is Start.
-func StartFrom(ctx context.Context, name, traceparent string) (context.Context, trace.Span) {
+// proposal's, stored on its approval row), linked to the span in ctx
+// (whatever woke the work) and to each valid span in also (the tap that
+// decided it: TapOf): a tap minutes later continues the proposal's trace.
+// Without a valid traceparent the first valid span of also is the parent
+// (the work joins the tap's trace), else it is Start.
+func StartFrom(ctx context.Context, name, traceparent string, also ...trace.SpanContext) (context.Context, trace.Span) {
 	if !on.Load() {
 		return ctx, off
 	}
 	parent := Parse(traceparent)
+	var links []trace.Link
+	if here := trace.SpanContextFromContext(ctx); here.IsValid() {
+		links = append(links, trace.Link{SpanContext: here})
+	}
+	for _, sc := range also {
+		switch {
+		case !sc.IsValid():
+		case !parent.IsValid():
+			parent = sc
+		case !sc.Equal(parent):
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
 	if !parent.IsValid() {
 		return Start(ctx, name)
 	}
-	var opts []trace.SpanStartOption
-	if here := trace.SpanContextFromContext(ctx); here.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: here}))
-	}
-	return Start(trace.ContextWithRemoteSpanContext(ctx, parent), name, opts...)
+	return Start(trace.ContextWithRemoteSpanContext(ctx, parent), name, trace.WithLinks(links...))
 }
 
 // Traceparent is the W3C traceparent of the span in ctx, "" when tracing
@@ -146,16 +157,18 @@ func Parse(traceparent string) trace.SpanContext {
 // Tapped records a decision on approval id, proposed at since in the trace
 // traceparent names: the span in ctx (the tap's decision) links to the
 // proposal, and the wait from the card to now is a span of its own in the
-// proposal's trace, so the trace shows where the minutes went.
+// proposal's trace, so the trace shows where the minutes went. The tap's
+// span is kept for the execution it queues (TapOf).
 func Tapped(ctx context.Context, id, traceparent string, since time.Time) {
 	if !on.Load() {
 		return
 	}
+	here := trace.SpanFromContext(ctx)
+	remember(&taps, id, here.SpanContext())
 	parent := Parse(traceparent)
 	if !parent.IsValid() {
 		return
 	}
-	here := trace.SpanFromContext(ctx)
 	here.AddLink(trace.Link{SpanContext: parent})
 	var opts []trace.SpanStartOption
 	if sc := here.SpanContext(); sc.IsValid() {
@@ -166,17 +179,65 @@ func Tapped(ctx context.Context, id, traceparent string, since time.Time) {
 	wait.End()
 }
 
+// LinkTo links span to the span traceparent names (a proposal's): for a
+// decision made inside a store transaction, whose context carries the
+// span's context but not the span itself (core/store runs ops under their
+// caller's span context), so Tapped could not add the link there.
+func LinkTo(span trace.Span, traceparent string) {
+	if !span.IsRecording() {
+		return
+	}
+	if sc := Parse(traceparent); sc.IsValid() {
+		span.AddLink(trace.Link{SpanContext: sc})
+	}
+}
+
+// TapOf is the span of the tap that decided approval id in this process
+// (Tapped), for its execution to link to; forgotten once read. The zero
+// SpanContext when there is none: tracing was off, or the execution runs
+// in another process than the tap (a takeover, a restart), where only the
+// proposal's stored traceparent joins them.
+func TapOf(id string) trace.SpanContext {
+	if !on.Load() {
+		return trace.SpanContext{}
+	}
+	taps.Lock()
+	sc := taps.m[id]
+	delete(taps.m, id)
+	taps.Unlock()
+	return sc
+}
+
 // cards remembers, per card (message key), the span its newest state was
 // written in, so that the outbox's delivery of it — on another goroutine,
 // without the context — joins that trace. Bounded: a full map is emptied
 // (a delivery whose card was forgotten starts a trace of its own, still
 // carrying the card's id).
-var cards = struct {
+var cards = spans{m: map[string]trace.SpanContext{}}
+
+// taps remembers, per approval, the span of the tap that decided it
+// (Tapped → TapOf), bounded like cards: a tap whose execution never
+// starts here is forgotten with the rest once the map is full.
+var taps = spans{m: map[string]trace.SpanContext{}}
+
+type spans struct {
 	sync.Mutex
 	m map[string]trace.SpanContext
-}{m: map[string]trace.SpanContext{}}
+}
 
 const maxCards = 4096
+
+func remember(s *spans, key string, sc trace.SpanContext) {
+	if !sc.IsValid() {
+		return
+	}
+	s.Lock()
+	if len(s.m) >= maxCards {
+		clear(s.m)
+	}
+	s.m[key] = sc
+	s.Unlock()
+}
 
 // Remember notes that card key's newest state was written under the span
 // in ctx.
@@ -184,16 +245,7 @@ func Remember(ctx context.Context, key string) {
 	if !on.Load() {
 		return
 	}
-	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsValid() {
-		return
-	}
-	cards.Lock()
-	if len(cards.m) >= maxCards {
-		clear(cards.m)
-	}
-	cards.m[key] = sc
-	cards.Unlock()
+	remember(&cards, key, trace.SpanContextFromContext(ctx))
 }
 
 // Recall is ctx under the span Remember noted for key, if any.
