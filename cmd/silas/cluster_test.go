@@ -119,6 +119,17 @@ func burstUsers(n int, first int64) []telegramtest.User {
 
 var numberedRe = regexp.MustCompile(`/m(\d+)\b`)
 
+// burstSize is the burst of TestClusterTelegramBurstFailover: issue 25's
+// 1,000 messages over 50 chats with CLUSTER_BURST=full (about a
+// minute on a quiet 2-core machine; see docs/operations.md), else 48 over
+// 8 chats, the shape make test runs. gap is the pause between messages.
+func burstSize() (chats, perChat int, gap time.Duration) {
+	if os.Getenv("CLUSTER_BURST") == "full" {
+		return 50, 20, 2 * time.Millisecond
+	}
+	return 8, 6, 20 * time.Millisecond
+}
+
 // TestClusterTelegramBurstFailover runs three instances against the fake
 // Telegram (polling) and sends a burst over many chats while the lease
 // holder is SIGKILLed, and then the next one: every message is stored
@@ -126,7 +137,8 @@ var numberedRe = regexp.MustCompile(`/m(\d+)\b`)
 // replies in each chat arrive in the order the messages were sent. A reply
 // whose send was not yet recorded when its instance died may reach the
 // platform twice (Telegram has no idempotency key), at most once per chat
-// per kill, as in TestTelegramSIGKILLBurst.
+// per kill, as in TestTelegramSIGKILLBurst. CLUSTER_BURST=full runs
+// the issue's size (burstSize).
 func TestClusterTelegramBurstFailover(t *testing.T) {
 	t.Parallel()
 	srv := telegramtest.NewServer(t, telegramtest.Options{})
@@ -134,7 +146,7 @@ func TestClusterTelegramBurstFailover(t *testing.T) {
 	env := pollingEnv(srv)
 	servers := startCluster(t, dsn, 3, env...)
 
-	const chats, perChat = 8, 6
+	chats, perChat, gap := burstSize()
 	total := chats * perChat
 	users := burstUsers(chats, 5001)
 	var sent sync.WaitGroup
@@ -144,7 +156,7 @@ func TestClusterTelegramBurstFailover(t *testing.T) {
 		for n := range perChat {
 			for _, u := range users {
 				srv.SendMessage(telegramtest.Msg{Chat: telegramtest.Private(u), From: u, Text: fmt.Sprintf("/m%d", n)})
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(gap)
 			}
 		}
 	}()
@@ -252,6 +264,7 @@ func checkClusterBurst(t *testing.T, dsn string, srv *telegramtest.Server, users
 // the polling, the paused one's pending turns and its lanes over. When the
 // paused one wakes (SIGCONT) it answers nothing more with its stale claims:
 // every message is still answered exactly once, in order.
+// CLUSTER_BURST=full sends issue 25's 1,000 messages over 50 chats.
 func TestClusterSIGSTOPFencing(t *testing.T) {
 	t.Parallel()
 	srv := telegramtest.NewServer(t, telegramtest.Options{})
@@ -259,13 +272,16 @@ func TestClusterSIGSTOPFencing(t *testing.T) {
 	env := pollingEnv(srv)
 	servers := startCluster(t, dsn, 2, env...)
 
-	const chats, perChat = 6, 6
+	chats, perChat, gap := 6, 6, 10*time.Millisecond
+	if os.Getenv("CLUSTER_BURST") == "full" {
+		chats, perChat, gap = burstSize()
+	}
 	users := burstUsers(chats, 7001)
 	send := func(from, to int) {
 		for n := from; n < to; n++ {
 			for _, u := range users {
 				srv.SendMessage(telegramtest.Msg{Chat: telegramtest.Private(u), From: u, Text: fmt.Sprintf("/m%d", n)})
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(gap)
 			}
 		}
 	}
