@@ -51,8 +51,13 @@ type Turn struct {
 	// it (a flow's gate takes a reply to its card as its answer); empty
 	// otherwise. Only a reply to the bot's own message is carried.
 	ReplyTo MessageRef `json:"reply_to,omitempty"`
-	Text    string     `json:"text,omitempty"`
-	Tap     *Tap       `json:"tap,omitempty"`
+	// ReplyIn is the conversation of the message ReplyTo names when the
+	// platform puts the reply in another one (a Slack reply in the thread
+	// under a top-level card is the thread's conversation); empty: this
+	// turn's own. Set by the adapter from the authenticated event only.
+	ReplyIn ConversationID `json:"reply_in,omitempty"`
+	Text    string         `json:"text,omitempty"`
+	Tap     *Tap           `json:"tap,omitempty"`
 	// TapHandle is what the adapter needs to answer this tap later, opaque
 	// to the core (Telegram's callback query id, Slack's response_url,
 	// Discord's interaction token). It is stored with the turn and handed
@@ -96,6 +101,15 @@ const (
 	MaxTapHandle = 2048 // bytes
 )
 
+// RepliedIn is the conversation of the message t replies to (ReplyIn,
+// else t's own).
+func (t Turn) RepliedIn() ConversationID {
+	if t.ReplyIn != "" {
+		return t.ReplyIn
+	}
+	return t.Conversation
+}
+
 // Validate is the one check of a turn's shape, the same for every channel:
 // the engine runs it at intake and adapters' tests hold every turn they
 // produce to it. It returns a *RejectedError. What depends on the
@@ -112,6 +126,9 @@ func (t Turn) Validate() error {
 	}
 	if !strings.HasPrefix(string(t.Conversation), string(t.Channel)+":") || len(t.Conversation) == len(t.Channel)+1 {
 		return bad("conversation %q does not belong to channel %q", t.Conversation, t.Channel)
+	}
+	if t.ReplyIn != "" && !strings.HasPrefix(string(t.ReplyIn), string(t.Channel)+":") {
+		return bad("reply_in %q does not belong to channel %q", t.ReplyIn, t.Channel)
 	}
 	if p, id, ok := strings.Cut(string(t.Sender), ":"); !ok || p == "" || id == "" {
 		return bad("sender %q is not an identity (platform:id)", t.Sender)

@@ -40,6 +40,9 @@ func (s *Server) routes() http.Handler {
 	if s.deps.Passkeys != nil {
 		s.passkeyRoutes(mux)
 	}
+	if s.deps.Previews != nil {
+		mux.HandleFunc("GET /preview/{id}", s.preview)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.message(w, http.StatusNotFound, "Not found", "This page does not exist.")
 	})
@@ -123,6 +126,8 @@ type pageData struct {
 	// seconds (0: never).
 	QR      *qrData
 	Refresh int
+	// Preview is an approval request's whole preview (preview.go).
+	Preview *previewData
 }
 
 func (s *Server) render(w http.ResponseWriter, status int, d pageData) {

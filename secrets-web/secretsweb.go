@@ -109,6 +109,9 @@ type Deps struct {
 	// Passkeys answers the passkey pages (/passkey/enroll/…,
 	// /passkey/stepup/…; core/stepup). Optional: nil serves none.
 	Passkeys Passkeys
+	// Previews answers the preview pages of long approval previews
+	// (/preview/…); nil: none.
+	Previews PreviewSource
 }
 
 // Server is the secure-form service.

@@ -25,6 +25,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"strings"
 	"sync"
@@ -32,11 +33,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river"
+
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/background"
 	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/flow"
+	"github.com/silas-gateway/silas/core/flowrun"
 	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/sandbox"
@@ -227,6 +232,9 @@ type world struct {
 	// deafAfter, when set, turns the channel-health check on (core/health)
 	// with this threshold.
 	deafAfter time.Duration
+	// flows, when set, runs the flow runtime with these flow files (and
+	// its step jobs in the background room, as serve does).
+	flows fs.FS
 }
 
 type node struct {
@@ -326,12 +334,17 @@ func (w *world) startAway(grace time.Duration) *node {
 		}
 		chans, owners, allowed = append(chans, w.elsewhere), append(owners, elsewhereOwner), []core.IdentityID{w.p.Identity(Other)}
 	}
+	var flows *flowrun.Config
+	if w.flows != nil {
+		flows = &flowrun.Config{Catalog: flowrun.Dirs{Sources: []flow.Source{{Label: "conformance", FS: w.flows}}}, Sweep: time.Second}
+	}
 	eng, err := gateway.New(gateway.Config{
 		Store: st, Channels: chans, Agent: agent.Command{}, Sandbox: sb,
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}, AllowedDirs: []string{w.sbDir}},
 		Policy:   pol, Key: w.key, Owners: owners, Allowed: allowed,
 		OutboxMaxBackoff: 2 * time.Second, Logger: log, Now: w.clock.Now, DeafAfter: w.deafAfter,
 		Sealer: w.sealer, SecretLink: func(ref, token string) string { return secretBase + ref + "#" + token },
+		Flows: flows,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -356,8 +369,12 @@ func (w *world) startAway(grace time.Duration) *node {
 	if w.deafAfter > 0 {
 		periodic = append(periodic, eng.HealthJobs()...)
 	}
-	room, err := background.New(background.Config{Pool: st.Pool(), Periodic: periodic, Logger: log,
-		Testing: true, PollInterval: 200 * time.Millisecond})
+	bc := background.Config{Pool: st.Pool(), Periodic: periodic, Logger: log, Testing: true, PollInterval: 200 * time.Millisecond}
+	if w.flows != nil {
+		bc.Workers = river.NewWorkers()
+		bc.Queues = eng.Jobs(bc.Workers)
+	}
+	room, err := background.New(bc)
 	if err == nil {
 		err = room.Start(w.ctx)
 	}

@@ -90,8 +90,10 @@ func (w *world) waitElsewhere(what string, pred func(core.OutMessage) bool) core
 // (which no owner has spoken in) is shown there as a status card without
 // buttons, and as a card in the owner's direct chat on another channel;
 // the owner's tap there decides it once, and both cards end verified.
+// A flow's step card the same person asks for then goes the same way
+// (routedFlowStep), in the same gateway: make test's time.
 func approverElsewhere(w *world) {
-	w.routed = true
+	w.routed, w.flows = true, routedFlows
 	w.start(5 * time.Second)
 	w.sayElsewhere("/whoami", nil)
 	w.waitElsewhere("the owner's answer", func(m core.OutMessage) bool { return strings.Contains(m.Text, "owner trust") })
@@ -119,6 +121,7 @@ func approverElsewhere(w *world) {
 	if n := w.count(`SELECT count(*) FROM executions`); n != 1 {
 		w.t.Fatalf("%d executions; want exactly one", n)
 	}
+	routedFlowStep(w)
 }
 
 // noApproverReachable: with no owner reachable on any channel, an allowed

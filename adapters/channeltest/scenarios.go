@@ -113,6 +113,27 @@ func tapEditsCard(w *world) {
 			w.t.Errorf("card %s is shown in %d messages; want 1", card, n)
 		}
 	}
+	previewAltered(w)
+}
+
+// previewAltered: the preview a card showed is covered by the request's
+// signature; changed in the database after the card was sent, a tap on the
+// card runs nothing and is refused as altered (issue 28 point 5). It runs
+// in tapEditsCard's gateway (make test's time).
+func previewAltered(w *world) {
+	w.p.Say(w.t, Approver, "/run echo preview-conformance")
+	c := w.waitCard("echo preview-conformance")
+	if _, err := w.db.Pool().Exec(w.ctx, `UPDATE approvals SET preview = 'Program: echo (harmless)' WHERE id = $1`, string(c.Card)); err != nil {
+		w.t.Fatal(err)
+	}
+	w.p.Tap(w.t, Approver, c, "approve")
+	w.eventually("the tap on the altered card refused", 30*time.Second, func() (bool, string) {
+		n := w.count(`SELECT count(*) FROM audit_log WHERE kind = 'approval.refused' AND data->>'reason' = 'altered' AND data->>'approval' = $1`, string(c.Card))
+		return n == 1, fmt.Sprintf("%d refusals", n)
+	})
+	if n := w.count(`SELECT count(*) FROM executions WHERE approval_id = $1`, string(c.Card)); n != 0 {
+		w.t.Fatalf("the altered request ran %d time(s)", n)
+	}
 }
 
 // replayedTap: the same tap twice (a double tap, a stale client) runs the

@@ -134,6 +134,11 @@ func messageToTurn(m *discordgo.Message, w where, me string, ch core.ChannelName
 	if !m.Timestamp.IsZero() {
 		t.At = m.Timestamp.UTC()
 	}
+	if r := m.ReferencedMessage; r != nil && r.Author != nil && me != "" && r.Author.ID == me && r.ID != "" {
+		// A reply to the bot's own message (message_reference): its ref as
+		// the outbox recorded it, so a flow's card takes the reply.
+		t.ReplyTo = messageRef(m.ChannelID, r.ID)
+	}
 	// The text fallback: a typed choice becomes the very Tap a button
 	// sends, which the core validates like one (card, conversation,
 	// approver, state). Only it is delivered: the words are not a message.

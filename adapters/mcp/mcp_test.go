@@ -23,6 +23,7 @@ import (
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/agent"
+	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/callgate"
 	"github.com/silas-gateway/silas/core/consent"
 	"github.com/silas-gateway/silas/core/execute"
@@ -659,4 +660,53 @@ func (w *world) consentID() string {
 		w.t.Fatal(err)
 	}
 	return id
+}
+
+// An agent's call whose card could only go to a channel that is deaf now
+// (an open incident of the channel-health check: its tap could not arrive)
+// is refused at once with the reason and audited, nothing stored to wait
+// (issue 28 point 2); once the channel hears again, the card is shown.
+func TestOwnersChannelDeafRefusedAtOnce(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	a, err := w.connect(w.token("deaf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	incident := func(open bool) {
+		t.Helper()
+		err := w.st.Do(t.Context(), func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			if open {
+				_, err := tx.OpenIncident(ctx, "test", w.clock.now().Add(-time.Hour))
+				return nil, err
+			}
+			_, _, err := tx.CloseIncident(ctx, "test")
+			return nil, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	incident(true)
+	// Bounded well below the card's expiry: without the check the call
+	// would wait for a tap that cannot arrive.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	res := wait(t, a.start(ctx, "run_command", map[string]any{"argv": []string{"echo", "x"}}))
+	if !res.IsError || !strings.Contains(text(res), "deaf now (test: nothing heard from the platform") {
+		t.Fatalf("call = %v %q", res.IsError, text(res))
+	}
+	if n := w.count(`SELECT count(*) FROM approvals`); n != 0 {
+		t.Fatalf("approvals = %d; want none stored to wait", n)
+	}
+	if n := w.count(`SELECT count(*) FROM audit_log WHERE kind = 'approval.unroutable' AND actor = 'mcp:deaf'`); n != 1 {
+		t.Fatalf("approval.unroutable entries = %d; want 1", n)
+	}
+	incident(false)
+	ch := a.start(t.Context(), "run_command", map[string]any{"argv": []string{"echo", "x"}})
+	c := w.phone.card(t, "asking again once the channel hears", func(c *cards.Card) bool { return c.Status == cards.StatusPending })
+	w.tap(c.ID, "decline") // the call ends (its server side waits for a decision)
+	if res := wait(t, ch); !res.IsError || !strings.Contains(text(res), "Declined") {
+		t.Fatalf("call = %v %q", res.IsError, text(res))
+	}
 }

@@ -248,6 +248,12 @@ func eventToTurn(p *eventsPayload, me botInfo, ch core.ChannelName, method strin
 	if p.EventTime > 0 {
 		t.At = time.Unix(p.EventTime, 0).UTC()
 	}
+	if e.ThreadTS != "" && e.ThreadTS != e.TS && me.userID != "" && e.ParentUserID == me.userID {
+		// A reply in the thread under the bot's own message — Slack's way
+		// to reply to it: that message's ref as the outbox recorded it, in
+		// the conversation it was posted in, so a flow's card takes it.
+		t.ReplyTo, t.ReplyIn = ref(e.Channel, e.ThreadTS), conversation(ch, convChannel(kind, e.Channel, e.User), "")
+	}
 	return inbound{act: actDeliver, turn: t, thread: thread}
 }
 

@@ -26,7 +26,15 @@ type ClientFrame struct {
 	Text   string `json:"text,omitempty"`
 	CardID string `json:"card_id,omitempty"`
 	Choice string `json:"choice,omitempty"`
+	// ReplyTo (optional, message frames only) is the message_id of the
+	// bot's message the person replies to: a flow's gate or progress card
+	// takes the reply as its answer (core.Turn.ReplyTo).
+	ReplyTo string `json:"reply_to,omitempty"`
 }
+
+// replyToRe is the shape of a reply_to: a message_id as the server sends
+// them ("b-<key>", "m-<id>").
+var replyToRe = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,200}$`)
 
 // FrameError is a protocol error with the code sent back to the client.
 type FrameError struct {
@@ -79,6 +87,9 @@ func ParseFrame(b []byte) (ClientFrame, error) {
 		if f.CardID != "" || f.Choice != "" {
 			return f, bad("a message frame has no card_id or choice")
 		}
+		if f.ReplyTo != "" && !replyToRe.MatchString(f.ReplyTo) {
+			return f, bad("reply_to must be a message_id: 1-200 characters of A-Z a-z 0-9 _ - . :")
+		}
 		if !utf8.ValidString(f.Text) {
 			return f, &FrameError{Code: "bad_text", ID: f.ID, Message: "text is not valid UTF-8"}
 		}
@@ -98,6 +109,9 @@ func ParseFrame(b []byte) (ClientFrame, error) {
 		if f.Text != "" {
 			return f, bad("a tap frame has no text")
 		}
+		if f.ReplyTo != "" {
+			return f, bad("only a message frame has reply_to")
+		}
 		if f.CardID == "" || len(f.CardID) > 64 || !clientIDRe.MatchString(f.CardID) {
 			return f, bad("card_id is missing or malformed")
 		}
@@ -105,7 +119,7 @@ func ParseFrame(b []byte) (ClientFrame, error) {
 			return f, bad("choice is missing or malformed")
 		}
 	case "get_card":
-		if f.Text != "" || f.Choice != "" {
+		if f.Text != "" || f.Choice != "" || f.ReplyTo != "" {
 			return f, bad("a get_card frame has only id and card_id")
 		}
 		if f.CardID == "" || !clientIDRe.MatchString(f.CardID) {

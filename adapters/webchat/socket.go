@@ -311,6 +311,9 @@ func (a *Adapter) frameTurn(f ClientFrame) core.Turn {
 			t.Text, t.Tap = "", &tap
 		} else {
 			t.Text = catalog.Short(f.Text)
+			// A reply to one of the bot's messages: its message_id is the
+			// ref the outbox recorded when it delivered it.
+			t.ReplyTo = core.MessageRef(f.ReplyTo)
 		}
 	case "tap":
 		t.EventID = "t:" + f.ID

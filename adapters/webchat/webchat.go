@@ -34,6 +34,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -72,6 +73,8 @@ type Adapter struct {
 	// sess keeps logins and sessions: the database under serve
 	// (Config.Sessions), else this process's memory.
 	sess keeper
+	// graphs draws a flow run's picture (SetFlowGraphs; nil: none).
+	graphs atomic.Pointer[flowGraphs]
 
 	mu      sync.Mutex
 	inbox   core.Inbox
@@ -353,6 +356,8 @@ func (a *Adapter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.serveSession(w, r)
 	case strings.HasPrefix(p, "/outputs/"):
 		a.serveOutput(w, r)
+	case strings.HasPrefix(p, "/flows/"):
+		a.serveFlowGraph(w, r)
 	case p == "/" || p == "/index.html" || strings.HasPrefix(p, "/static/"):
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			methodNotAllowed(w, "GET, HEAD")

@@ -672,15 +672,29 @@ func TestFramesAndAcks(t *testing.T) {
 	want(t, c.next(), "type", "ack", "id", "t-1", "duplicate", false)
 	want(t, c.next(), "type", "message", "text", "reply to t:t-1")
 
+	// A reply to one of the bot's messages (the optional reply_to): its
+	// message_id is the turn's ReplyTo, the ref Send returned.
+	ref, err := f.a.Send(context.Background(), core.OutMessage{Text: "Which day?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(t, c.next(), "type", "message", "message_id", string(ref))
+	c.write(`{"type":"message","id":"m-r","text":"friday","reply_to":"` + string(ref) + `"}`)
+	want(t, c.next(), "type", "ack", "id", "m-r", "duplicate", false)
+	want(t, c.next(), "type", "message", "text", "reply to m:m-r")
+
 	// A retry with the same id: duplicate, nothing delivered again.
 	c.write(`{"type":"message","id":"m-1","text":"/run uname -a"}`)
 	want(t, c.next(), "type", "ack", "id", "m-1", "duplicate", true)
 
 	turns := f.inbox.recorded()
-	if len(turns) != 2 {
+	if len(turns) != 3 {
 		t.Fatalf("turns = %+v", turns)
 	}
 	m, tap := turns[0], turns[1]
+	if r := turns[2]; r.Text != "friday" || r.ReplyTo != ref || m.ReplyTo != "" {
+		t.Errorf("reply turn = %+v (want ReplyTo %q), message turn ReplyTo %q", r, ref, m.ReplyTo)
+	}
 	if m.Text != "/run uname -a" || m.Channel != "webchat" || m.Conversation != "webchat:local" || m.Sender != "webchat:local" ||
 		!m.Evidence.Authenticated || m.Evidence.Method != "webchat-session" || m.Tap != nil {
 		t.Errorf("message turn = %+v", m)
@@ -695,6 +709,8 @@ func TestFramesAndAcks(t *testing.T) {
 		{`{"type":"message","id":"bad id","text":"x"}`, "bad_frame", ""},
 		{`{"type":"message","id":"m-2","text":""}`, "bad_frame", "m-2"},
 		{`{"type":"launch","id":"x-1"}`, "unknown_type", "x-1"},
+		{`{"type":"message","id":"m-7","text":"x","reply_to":"a b"}`, "bad_frame", "m-7"},
+		{`{"type":"tap","id":"t-7","card_id":"c1","choice":"approve","reply_to":"b-1"}`, "bad_frame", "t-7"},
 		{`{"type":"message","id":"m-3","text":"` + strings.Repeat("é", MaxTextChars+1) + `"}`, "too_large", "m-3"},
 	}
 	for _, e := range errs {
@@ -726,7 +742,7 @@ func TestFramesAndAcks(t *testing.T) {
 	f.inbox.mu.Unlock()
 	c.write(`{"type":"message","id":"m-6","text":"x"}`)
 	want(t, c.next(), "type", "error", "id", "m-6", "code", "internal")
-	if len(f.inbox.recorded()) != 2 {
+	if len(f.inbox.recorded()) != 3 {
 		t.Errorf("refused frames were recorded")
 	}
 }

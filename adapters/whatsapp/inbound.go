@@ -190,6 +190,13 @@ func messageToTurn(evt *events.Message, me self, lids lidMap, ch core.ChannelNam
 	if !info.Timestamp.IsZero() {
 		t.At = info.Timestamp.UTC()
 	}
+	if id := ci.GetStanzaID(); id != "" && len(id) <= 128 {
+		if j, err := types.ParseJID(ci.GetParticipant()); err == nil && me.is(j) {
+			// A reply quoting the bot's own message: its ref as the outbox
+			// recorded it, so a flow's card takes the reply.
+			t.ReplyTo = ref(chat, id)
+		}
+	}
 	return inbound{act: actDeliver, turn: t, quoted: ci.GetStanzaID(), typed: typed}
 }
 

@@ -431,3 +431,22 @@ func TestLinkOfferedWhenNotLinked(t *testing.T) {
 		})
 	}
 }
+
+// TestReplyQuotingOwnMessageCarriesItsRef: a text quoting the bot's card
+// (a choice it does not name) is a message whose ReplyTo is the card's
+// ref as Send returned it (what the outbox records), so a flow's gate
+// takes it; quoting someone else's message carries none.
+func TestReplyQuotingOwnMessageCarriesItsRef(t *testing.T) {
+	b := setup(t, CardsNumbered)
+	r, err := b.a.Send(context.Background(), cardMsg(conv(owner), testCard(cards.StatusPending, approveDecline...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, id, _ := parseRef(r)
+	b.wa.emit(textEvent("Q1", owner, owner, "ship it on friday", &waE2E.ContextInfo{StanzaID: proto.String(id), Participant: proto.String(ownJID.String())}))
+	b.wa.emit(textEvent("Q2", owner, owner, "and this", &waE2E.ContextInfo{StanzaID: proto.String("ABC123"), Participant: proto.String(other.String())}))
+	turns := b.in.all()
+	if len(turns) != 2 || turns[0].Tap != nil || turns[0].Text != "ship it on friday" || turns[0].ReplyTo != r || turns[1].ReplyTo != "" {
+		t.Fatalf("turns %+v (card ref %q)", turns, r)
+	}
+}

@@ -44,6 +44,7 @@ type gatewayResult struct {
 	anon, file  int64         // bytes of rssEnd: heap, stacks (RssAnon); the binary's pages (RssFile)
 	binaryBytes int64
 	modelCalls  int64
+	modelConns  int64
 }
 
 // tcleanup is the part of testing.TB the Telegram fake needs.
@@ -63,6 +64,7 @@ type modelFake struct {
 	srv   *http.Server
 	url   string
 	calls atomic.Int64
+	conns atomic.Int64 // TCP connections the gateway opened (keep-alive: few)
 }
 
 const modelKey = "sk-silas-load"
@@ -90,12 +92,17 @@ func startModelFake() (*modelFake, error) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(answer)
 	})
-	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			m.conns.Add(1)
+		}
+	}}
 	go func() { _ = m.srv.Serve(ln) }()
 	return m, nil
 }
 
-// createDatabase makes an empty database next to dsn's and returns its URL.
+// createDatabase makes an empty database next to dsn's and returns its URL
+// (with DATABASE_URL set, its role needs CREATEDB).
 func (h *harness) createDatabase(ctx context.Context, dsn, name string) (string, error) {
 	u, err := url.Parse(dsn)
 	if err != nil || u.Scheme == "" {
@@ -117,10 +124,17 @@ func (h *harness) phaseGateway(ctx context.Context, dsn, kind string) (gatewayRe
 	if fi, err := os.Stat(h.o.silasBin); err == nil {
 		res.binaryBytes = fi.Size()
 	}
-	db, err := h.createDatabase(ctx, dsn, "silas_load_"+kind)
+	name := "silas_load_" + kind
+	db, err := h.createDatabase(ctx, dsn, name)
 	if err != nil {
 		return res, err
 	}
+	defer func() {
+		// Last (after serve stopped): DATABASE_URL may be someone's server.
+		if _, err := h.st.Pool().Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			fmt.Fprintf(os.Stderr, "silas-load: drop database %s: %v\n", name, err)
+		}
+	}()
 	var tc tcleanup
 	defer tc.run()
 	tg := telegramtest.NewServer(&tc, telegramtest.Options{NoRateLimits: true})
@@ -241,9 +255,9 @@ func (h *harness) phaseGateway(ctx context.Context, dsn, kind string) (gatewayRe
 		return res, err
 	}
 	a0, cpu0, pg0, t0 := answered(), procCPU(pid), h.pgCPU(), time.Now()
-	calls0 := int64(0)
+	calls0, conns0 := int64(0), int64(0)
 	if model != nil {
-		calls0 = model.calls.Load()
+		calls0, conns0 = model.calls.Load(), model.conns.Load()
 	}
 	if err := drive(time.Now().Add(h.o.gatewayDuration)); err != nil {
 		return res, err
@@ -252,6 +266,7 @@ func (h *harness) phaseGateway(ctx context.Context, dsn, kind string) (gatewayRe
 	res.answered, res.cpu, res.pg, res.wall = a1-a0, cpu1-cpu0, pg1-pg0, t1.Sub(t0)
 	if model != nil {
 		res.modelCalls = model.calls.Load() - calls0
+		res.modelConns = model.conns.Load() - conns0
 	}
 	res.peakRSS, res.rssEnd, res.anon, res.file = procRSS(pid)
 	// Let it finish what is in flight before the stop, so that a stop
@@ -367,7 +382,7 @@ func modelNote(g gatewayResult) string {
 	if g.kind != "llm" {
 		return ""
 	}
-	return fmt.Sprintf("; %d model calls", g.modelCalls)
+	return fmt.Sprintf("; %d model calls over %d new connections", g.modelCalls, g.modelConns)
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }

@@ -66,6 +66,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
@@ -89,6 +90,7 @@ import (
 	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
+	"github.com/silas-gateway/silas/internal/gcdefault"
 	"github.com/silas-gateway/silas/internal/pgcluster"
 	"github.com/silas-gateway/silas/internal/telemetry"
 )
@@ -136,7 +138,12 @@ type options struct {
 	gatewayDuration time.Duration
 }
 
-func main() { os.Exit(run()) }
+func main() {
+	// The collector's target as `silas serve` sets it (internal/gcdefault),
+	// so that the engine in this process is measured as it is deployed.
+	gcdefault.Apply()
+	os.Exit(run())
+}
 
 func run() int {
 	var o options
@@ -398,6 +405,25 @@ type usage struct {
 	walBytes           int64
 	sends, updates     int64
 	turnsDone, execRun int64
+	// alloc is what this process allocated on the heap, gcs how many
+	// garbage collections ran (runtime/metrics; exact counts, unlike the
+	// runtime's GC CPU estimate, which counts wall time of its workers and
+	// overstates on a machine whose CPUs are shared).
+	alloc, gcs uint64
+}
+
+// gcSamples are the runtime/metrics read for usage.alloc and usage.gcs.
+var gcSamples = []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+
+func readGC() (alloc, cycles uint64) {
+	metrics.Read(gcSamples)
+	if v := gcSamples[0].Value; v.Kind() == metrics.KindUint64 {
+		alloc = v.Uint64()
+	}
+	if v := gcSamples[1].Value; v.Kind() == metrics.KindUint64 {
+		cycles = v.Uint64()
+	}
+	return alloc, cycles
 }
 
 // cpuTimes is the first line of /proc/stat, in seconds of CPU.
@@ -434,6 +460,7 @@ type sampler struct {
 func (s *sampler) sample(ctx context.Context) (usage, error) {
 	u := usage{at: time.Now(), sends: s.ch.sends.Load(), updates: s.ch.updates.Load(), turnsDone: s.tr.done.Load(), execRun: s.ex.n.Load(),
 		machine: machineCPU()}
+	u.alloc, u.gcs = readGC()
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
 		u.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -524,13 +551,14 @@ type delta struct {
 	machine                   cpuTimes
 	txns, walBytes            int64
 	sends, updates, turns, ex int64
+	alloc, gcs                uint64
 }
 
 func diff(a, b usage) delta {
 	return delta{wall: b.at.Sub(a.at), self: b.self - a.self, kids: b.kids - a.kids, pg: b.pg - a.pg,
 		machine: cpuTimes{busy: b.machine.busy - a.machine.busy, idle: b.machine.idle - a.machine.idle, steal: b.machine.steal - a.machine.steal},
 		txns:    b.xid - a.xid, walBytes: b.walBytes - a.walBytes, sends: b.sends - a.sends, updates: b.updates - a.updates,
-		turns: b.turnsDone - a.turnsDone, ex: b.execRun - a.execRun}
+		turns: b.turnsDone - a.turnsDone, ex: b.execRun - a.execRun, alloc: b.alloc - a.alloc, gcs: b.gcs - a.gcs}
 }
 
 // ---------------------------------------------------------------------------
@@ -1053,9 +1081,10 @@ func (r *report) print(h *harness) {
 	tw.Flush()
 	fmt.Println()
 	fmt.Println("  resources per turn: CPU µs of this process (Go), its sandbox children and the PostgreSQL server; txns = write transactions;")
-	fmt.Println("  machine = all CPUs busy (any process), others = CPU used by processes outside this benchmark, steal = taken by the hypervisor")
+	fmt.Println("  machine = all CPUs busy (any process), others = CPU used by processes outside this benchmark, steal = taken by the hypervisor;")
+	fmt.Println("  alloc = kB this process allocated per turn, turns/GC = turns per garbage collection (runtime/metrics)")
 	tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "  phase\tturns\tGo µs\tsandbox µs\tpostgres µs\ttxns/turn\tturns/txn\tWAL B/turn\tmachine\tothers\tsteal\t\n")
+	fmt.Fprintf(tw, "  phase\tturns\tGo µs\talloc kB\tturns/GC\tsandbox µs\tpostgres µs\ttxns/turn\tturns/txn\tWAL B/turn\tmachine\tothers\tsteal\t\n")
 	for _, res := range r.resources {
 		n := float64(max(res.turns, 1))
 		per := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d.Microseconds())/n) }
@@ -1070,7 +1099,11 @@ func (r *report) print(h *harness) {
 		if h.sm == nil || h.sm.postmaster == 0 {
 			pgCPU = "n/a"
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%.2f\t%s\t%.0f\t%s\t%s\t%s\t\n", res.name, res.turns, per(res.d.self), per(res.d.kids), pgCPU,
+		allocPer, perGC := fmt.Sprintf("%.1f", float64(res.d.alloc)/1024/n), "-"
+		if res.d.gcs > 0 {
+			perGC = fmt.Sprintf("%.0f", n/float64(res.d.gcs))
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%.0f\t%s\t%s\t%s\t\n", res.name, res.turns, per(res.d.self), allocPer, perGC, per(res.d.kids), pgCPU,
 			float64(res.d.txns)/n, tpt, float64(res.d.walBytes)/n, pct(res.d.machine.busy), pct(max(0, res.d.machine.busy-ours)), pct(res.d.machine.steal))
 	}
 	tw.Flush()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,6 +56,14 @@ func doctorHealth(ctx context.Context, env *cliEnv, cfg *config.Config) []doctor
 		if err != nil {
 			return err
 		}
+		// With several instances, the report of the one that heard the
+		// channel last (the holder of its connection) says how it is; the
+		// newest report may be an idle instance's.
+		heard, err := st.HeardReports(ctx)
+		if err != nil {
+			return err
+		}
+		maps.Copy(reports, heard)
 		var chans []core.ChannelName
 		for _, a := range cfg.Adapters() {
 			if a.Enabled {

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/silas-gateway/silas/adapters/webchat"
 	"github.com/silas-gateway/silas/configs"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/flow"
@@ -219,4 +220,17 @@ func (emptyFS) Open(string) (fs.File, error) { return nil, fs.ErrNotExist }
 func flowsConfig(cfg *config.Config) *flowrun.Config {
 	return &flowrun.Config{Catalog: flowDirs(cfg), Options: flowOptions(cfg), MaxParallel: cfg.Flows.MaxParallel,
 		HTTPAllowDomains: cfg.Flows.HTTPAllowDomains}
+}
+
+// bindFlowGraphs gives the channels that show a run's picture (the web
+// chat) the flow runtime that draws it.
+func bindFlowGraphs(flows *flowrun.Runtime, channels []core.Channel) {
+	if flows == nil {
+		return
+	}
+	for _, ch := range channels {
+		if g, ok := ch.(interface{ SetFlowGraphs(webchat.FlowGraphs) }); ok {
+			g.SetFlowGraphs(flows)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/silas-gateway/silas/internal/caroots"
+	"github.com/silas-gateway/silas/internal/gcdefault"
 )
 
 func main() {
@@ -16,6 +17,7 @@ func main() {
 	// not in an init, so the sandbox's init, which never gets here, does
 	// not pay for parsing them.
 	caroots.Install()
+	gcdefault.Apply() // GOGC=200 unless the environment sets GOGC (internal/gcdefault)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

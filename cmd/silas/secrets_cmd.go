@@ -185,18 +185,19 @@ func cmdSecretsWeb(ctx context.Context, env *cliEnv, args []string) error {
 // for any request store: the engine (serve: the card update commits with
 // the value) or *store.Store (secrets-web: no card update).
 func newSecretsWebForm(cfg *config.Config, requests secretsweb.RequestStore, sealer *secrets.Sealer, log *slog.Logger) (*secretsweb.Server, error) {
-	return newSecureForm(cfg, requests, sealer, log, nil)
+	return newSecureForm(cfg, requests, sealer, log, nil, nil)
 }
 
-// newSecureForm is newSecretsWebForm with the passkey pages (serve's form;
-// nil: none).
-func newSecureForm(cfg *config.Config, requests secretsweb.RequestStore, sealer *secrets.Sealer, log *slog.Logger, passkeys secretsweb.Passkeys) (*secretsweb.Server, error) {
+// newSecureForm is newSecretsWebForm with the passkey pages and the
+// approval preview pages (serve's form; nil: none).
+func newSecureForm(cfg *config.Config, requests secretsweb.RequestStore, sealer *secrets.Sealer, log *slog.Logger, passkeys secretsweb.Passkeys,
+	previews secretsweb.PreviewSource) (*secretsweb.Server, error) {
 	sw := cfg.SecretsWeb
 	dir := sw.TLS.Dir
 	if dir == "" {
 		dir = filepath.Join(cfg.DataDir, "secrets-web")
 	}
-	deps := secretsweb.Deps{Requests: requests, Sealer: sealer, Logger: log, Passkeys: passkeys}
+	deps := secretsweb.Deps{Requests: requests, Sealer: sealer, Logger: log, Passkeys: passkeys, Previews: previews}
 	if sw.TLS.Mode == secretsweb.TLSACME {
 		// Certificates for the public host, answered with TLS-ALPN-01 on
 		// the form's own port (no port 80 needed); cached under dir.

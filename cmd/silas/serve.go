@@ -125,6 +125,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	peers.OnStop(store.ParseStopNotice, eng.StopRuns)       // another instance's /stop of a task whose actions run here
 	peers.OnHandOver(store.ParseHandOverNotice, eng.Nudged) // a conversation waiting for a connection this instance may hold
 	late.eng.Store(eng)
+	bindFlowGraphs(eng.Flows(), chans.channels) // the web chat's pictures of runs
 	form, err := serveForm(cfg, eng, sealer, log, late, su)
 	if err != nil {
 		return err
@@ -170,11 +171,13 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	// After each heartbeat while others exist: a dead instance's work, then
 	// the newest checkpoint (signed by whichever instance leads) into this
-	// instance's head file.
+	// instance's head file, then what this instance's channels heard (the
+	// channel-health check, on whichever instance leads, judges a channel
+	// by its holder's).
 	inst.OnBeat(func(ctx context.Context) error {
 		err := eng.TakeOver(ctx)
 		_, herr := checkpoints.SyncHead(ctx)
-		return errors.Join(err, herr)
+		return errors.Join(err, herr, eng.Health().Record(ctx))
 	})
 	if form != nil {
 		w.start("secrets_web", func() error { return form.ListenAndServe(runCtx) })
@@ -227,11 +230,12 @@ func serveForm(cfg *config.Config, eng *gateway.Gateway, sealer *secrets.Sealer,
 	if su != nil {
 		pk = su
 	}
-	form, err := newSecureForm(cfg, eng.SecureInput(), sealer, log, pk)
+	form, err := newSecureForm(cfg, eng.SecureInput(), sealer, log, pk, eng.Previews())
 	if err != nil {
 		return nil, err
 	}
 	eng.SecureInput().SetLink(form.Link)
+	eng.SetPreviewLink(form.PreviewURL) // a long preview's card links to its page
 	late.form.Store(form)
 	return form, nil
 }

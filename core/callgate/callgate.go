@@ -27,10 +27,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/store"
 )
@@ -49,7 +51,8 @@ var ErrUnauthorized = errors.New("callgate: invalid or revoked token")
 // owner declined, the card expired, policy blocked it. The caller shows
 // Message.
 type Refusal struct {
-	// Reason is one word: "declined", "expired", "refused", "no_owner".
+	// Reason is one word: "declined", "expired", "refused", "no_owner",
+	// "unroutable" (every owner's direct chat is on a deaf channel).
 	Reason  string
 	Message string
 }
@@ -75,6 +78,11 @@ type Config struct {
 	// wrote to Silas, the first whose core.DirectMessenger names a
 	// conversation with them gets the card (the web chat's own, say).
 	Channels []core.Channel
+	// Deaf lists the channels deaf now (core/health's open incidents),
+	// when set: a card on one could be shown but its tap would never
+	// arrive, so the card goes to an owner's direct conversation on a
+	// channel that hears, or the call is refused at once.
+	Deaf func(ctx context.Context) (map[core.ChannelName]time.Time, error)
 	// Key signs request_approval's decisions.
 	Key ed25519.PrivateKey
 	// TTL is how long a question's card can be answered (the approval
@@ -211,8 +219,61 @@ func (g *Gate) origin(ctx context.Context, c Caller) (core.Turn, error) {
 	if err != nil {
 		return core.Turn{}, fmt.Errorf("callgate: %w", err)
 	}
+	if d, err = g.hearing(ctx, c, owners, d); err != nil {
+		return core.Turn{}, err
+	}
 	return core.Turn{Channel: d.Channel, Conversation: d.Conversation, Sender: c.id, ChatKind: core.ChatDirect,
 		Evidence: core.Evidence{Authenticated: true, Method: EvidenceMethod}, At: g.cfg.Now()}, nil
+}
+
+// hearing is d when its channel is not deaf, else another direct
+// conversation of an owner on a running channel that is not; with none,
+// the call is refused now with the reason — never left to wait for a tap
+// that cannot arrive — and approval.unroutable records it.
+func (g *Gate) hearing(ctx context.Context, c Caller, owners []core.IdentityID, d core.DirectConversation) (core.DirectConversation, error) {
+	if g.cfg.Deaf == nil {
+		return d, nil
+	}
+	deaf, err := g.cfg.Deaf(ctx)
+	if err != nil {
+		return d, fmt.Errorf("callgate: %w", err)
+	}
+	if _, ok := deaf[d.Channel]; !ok {
+		return d, nil
+	}
+	all, err := g.cfg.Store.DirectConversations(ctx, owners, "")
+	if err != nil {
+		return d, fmt.Errorf("callgate: %w", err)
+	}
+	running := map[core.ChannelName]bool{}
+	for _, ch := range g.cfg.Channels {
+		running[ch.Name()] = true
+	}
+	var deafNames []string
+	for _, o := range all {
+		if _, ok := deaf[o.Channel]; ok {
+			if !slices.Contains(deafNames, string(o.Channel)) {
+				deafNames = append(deafNames, string(o.Channel))
+			}
+			continue
+		}
+		if running[o.Channel] {
+			return o, nil
+		}
+	}
+	if !slices.Contains(deafNames, string(d.Channel)) {
+		deafNames = append(deafNames, string(d.Channel))
+	}
+	reason := fmt.Sprintf("the owner's direct chats are on channels that are deaf now (%s: nothing heard from the platform, so a tap could not arrive)",
+		strings.Join(deafNames, ", "))
+	err = g.cfg.Store.Do(ctx, func(context.Context, *store.Tx) ([]audit.Entry, error) {
+		return []audit.Entry{{Kind: audit.KindApprovalUnroutable, Actor: string(c.id), Conversation: string(d.Conversation),
+			Data: map[string]any{"caller": string(c.id), "reason": reason}}}, nil
+	})
+	if err != nil {
+		return d, fmt.Errorf("callgate: %w", err)
+	}
+	return d, &Refusal{Reason: "unroutable", Message: "Nobody can answer this now: " + reason + ". I asked no one and nothing is waiting; nothing was run."}
 }
 
 // direct is the first conversation a channel names with one of owners.

@@ -90,7 +90,7 @@ var catalog = map[string]nodeSpec{
 		"method": enum("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"), "url": req(kTemplate), "headers": opt(kMap), "body": opt(kTemplate), "expect_status": intIn(100, 599)}, check: httpCheck},
 	"action.mcp": {summary: "call a pinned tool of an MCP server (mcp.servers) through policy, card and token; output {exit_code, result, verified}", fields: map[string]fieldSpec{
 		"server": req(kString), "tool": req(kString), "arguments": opt(kExprMap)}},
-	"agent.run": {needsModel: true, summary: "the LLM agent's executor on a goal, every tool call gated; output {result}", fields: map[string]fieldSpec{
+	"agent.run": {needsModel: true, summary: "the LLM agent's executor on a goal as a task, every tool call gated; output {result, task}", fields: map[string]fieldSpec{
 		"goal": req(kTemplate), "tools": opt(kStrings), "max_steps": intIn(1, 200)}},
 }
 

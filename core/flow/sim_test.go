@@ -149,6 +149,9 @@ func (s *sim) handle(tr Transition) {
 				s.maxRun = s.running
 			}
 			s.trace = append(s.trace, fmt.Sprintf("start %s#%d", c.Node, c.Attempt))
+			if len(c.Input) > 0 {
+				s.trace = append(s.trace, fmt.Sprintf("input %s#%d %s", c.Node, c.Attempt, c.Input))
+			}
 			s.starts[c.Node]++
 			oc := s.outcome(c.Node, s.starts[c.Node])
 			base := Event{Node: c.Node, Iteration: c.Iteration, Attempt: c.Attempt}

@@ -386,7 +386,7 @@ func (r *Runtime) Addressed(ctx context.Context, st core.StoredTurn) (bool, erro
 	if t.ReplyTo == "" || t.Text == "" || strings.HasPrefix(t.Text, "/") {
 		return false, nil
 	}
-	key, err := r.st.CardAt(ctx, t.Channel, t.Conversation, t.ReplyTo)
+	key, err := r.st.CardAt(ctx, t.Channel, t.RepliedIn(), t.ReplyTo)
 	if errors.Is(err, core.ErrNotFound) {
 		return false, nil
 	}
@@ -403,7 +403,7 @@ func (r *Runtime) Addressed(ctx context.Context, st core.StoredTurn) (bool, erro
 // that waits for nothing, is told so.
 func (r *Runtime) AnswerReply(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust core.Trust, out core.TaskOut) error {
 	t := st.Turn
-	key, err := r.st.CardAt(ctx, t.Channel, t.Conversation, t.ReplyTo)
+	key, err := r.st.CardAt(ctx, t.Channel, t.RepliedIn(), t.ReplyTo)
 	if err != nil {
 		return err
 	}
@@ -419,7 +419,7 @@ func (r *Runtime) AnswerReply(ctx context.Context, tx *store.Tx, st core.StoredT
 	if err != nil {
 		return err
 	}
-	if run.Conversation != t.Conversation {
+	if run.Conversation != t.RepliedIn() {
 		return nil
 	}
 	if !mayCommand(run, t.Sender, trust) {

@@ -3,6 +3,7 @@ package flowrun
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -313,10 +314,16 @@ func TestReplyToACard(t *testing.T) {
 	delivered(why, "m-why")
 	delivered(row.ProgressCard, "m-progress")
 	delivered("ask-unrelated", "m-other")
+	// in, when set, is the conversation the reply is in, with the card's
+	// (conv) as its ReplyIn: a Slack reply in the card's thread.
+	var in core.ConversationID
 	reply := func(ref, text string, who core.IdentityID, trust core.Trust) (bool, *shown) {
 		t.Helper()
 		turn := origin()
 		turn.Text, turn.ReplyTo, turn.Sender = text, core.MessageRef(ref), who
+		if in != "" {
+			turn.Conversation, turn.ReplyIn = in, conv
+		}
 		st := core.StoredTurn{Seq: 5, Turn: turn}
 		ok, err := b.rt.Addressed(b.ctx, st)
 		if err != nil {
@@ -351,6 +358,14 @@ func TestReplyToACard(t *testing.T) {
 	if _, got := reply("m-progress", "maybe", owner, core.TrustOwner); len(got.replies) != 1 || !strings.Contains(got.replies[0], "takes only its buttons") {
 		t.Fatalf("not a choice: %+v", got.replies)
 	}
+	// The same reply from another conversation (a thread) that does not
+	// say the card's is not the run's; saying it (ReplyIn), it is.
+	turn := origin()
+	turn.Conversation, turn.Text, turn.ReplyTo = conv+":thread", "B", "m-progress"
+	if ok, err := b.rt.Addressed(b.ctx, core.StoredTurn{Seq: 6, Turn: turn}); err != nil || ok {
+		t.Fatalf("a reply in another conversation was taken by the flow: %v %v", ok, err)
+	}
+	in = conv + ":thread"
 	reply("m-progress", " B ", owner, core.TrustOwner)
 	if got := b.statuses(t, run); got != "why=succeeded pick=succeeded log=succeeded" {
 		t.Fatalf("after the reply to the progress card: %s", got)
@@ -481,5 +496,28 @@ func TestForeachItemFails(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM flow_runs WHERE status = 'running'`); n != 0 {
 		t.Fatalf("%d runs still running", n)
+	}
+}
+
+// A run's picture shows its nodes in their stored states, for its own
+// conversation only.
+func TestGraphSVG(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]string{"say.yaml": sayFlow})
+	run := b.start(t, "say")
+	svg, err := b.rt.GraphSVG(b.ctx, conv, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`data-node="why" data-state="running"`, `data-node="pick" data-state="pending"`, "<svg "} {
+		if !strings.Contains(string(svg), want) {
+			t.Fatalf("picture lacks %q:\n%s", want, svg)
+		}
+	}
+	if _, err := b.rt.GraphSVG(b.ctx, "web:other", run); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("another conversation's run: %v", err)
+	}
+	if _, err := b.rt.GraphSVG(b.ctx, conv, "nope"); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("unknown run: %v", err)
 	}
 }

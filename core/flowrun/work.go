@@ -64,7 +64,7 @@ func (r *Runtime) start(ctx context.Context, tx *store.Tx, w *write, c flow.Comm
 			w.queue = append(w.queue, failEv(c, CodeConfig, err.Error(), true, nil))
 			return nil
 		}
-		pa.Step = fmt.Sprintf("node %s (%s), iteration %d, attempt %d", n.ID, n.Type, c.Iteration, c.Attempt) // the card's preview (issue 28)
+		pa.Step = stepPreview(n, c, sc.Inputs) // the card's preview (issue 28)
 		p, err := r.cfg.Approver.Propose(ctx, tx, ActionRequest{Run: w.row.ID, Flow: w.row.Flow, Version: w.row.Version, FlowHash: w.row.FlowHash,
 			Node: n.ID, Iteration: c.Iteration, Attempt: c.Attempt, Step: fmt.Sprintf("%s/%d/%d", n.ID, c.Iteration, c.Attempt), Owner: core.FlowOwner + w.row.ID, Origin: w.origin, Action: pa})
 		if err != nil {

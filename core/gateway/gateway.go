@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +44,7 @@ import (
 	"github.com/silas-gateway/silas/core/mcptools"
 	"github.com/silas-gateway/silas/core/outbox"
 	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/previewlink"
 	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/route"
 	"github.com/silas-gateway/silas/core/secrets"
@@ -233,6 +235,29 @@ type Gateway struct {
 	health *health.Monitor
 	mcp    *mcptools.Tools // nil: no mcp.servers
 	stepup *stepup.Service // nil: no passkey step-up
+	// previews is the source of the secure page's long approval previews;
+	// previewURL (set once the secure form runs) makes their links.
+	previews   previewlink.Pages
+	previewURL atomic.Pointer[func(id, token string) string]
+}
+
+// Previews is the secure page's source of approval requests' whole
+// previews (core/previewlink).
+func (g *Gateway) Previews() previewlink.Pages { return g.previews }
+
+// SetPreviewLink sets how a preview page's URL is made (the secure form's
+// PreviewURL): from then on a card whose preview is longer than it shows
+// links to it.
+func (g *Gateway) SetPreviewLink(f func(id, token string) string) { g.previewURL.Store(&f) }
+
+// previewLink is the link to request id's preview page ("" while the
+// secure form does not run).
+func (g *Gateway) previewLink(id core.ApprovalID) string {
+	f := g.previewURL.Load()
+	if f == nil {
+		return ""
+	}
+	return (*f)(string(id), previewlink.Token(g.previews.Key, id))
 }
 
 // New validates cfg and builds every room and the engine on them.
@@ -240,7 +265,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	g := &Gateway{}
+	g := &Gateway{previews: previewlink.Pages{Store: cfg.Store, Key: cfg.Key}}
 	channels := map[core.ChannelName]core.Channel{}
 	for _, ch := range cfg.Channels {
 		if _, dup := channels[ch.Name()]; dup {
@@ -281,7 +306,7 @@ func New(cfg Config) (*Gateway, error) {
 	// An edit of a routed card reaches its copies' conversations at once.
 	cfg.Store.OnFanOut(func(c core.ConversationID) { g.out.Kick(c, -1) })
 	proposer, err := propose.New(propose.Config{Key: cfg.Key, Policy: cfg.Policy, Approver: decider, ApprovalTTL: cfg.ApprovalTTL,
-		Preview: cfg.OutputPreview, StandingTTL: cfg.Consents.TTL, Now: cfg.Now})
+		Preview: cfg.OutputPreview, StandingTTL: cfg.Consents.TTL, PreviewLink: g.previewLink, Now: cfg.Now})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -338,6 +363,7 @@ func New(cfg Config) (*Gateway, error) {
 		Actions:  propose.Steps{Proposer: proposer, Trust: callgate.Trust{}, Runs: runs, Count: m, Standing: decider},
 		Owners:   owners,
 		Channels: cfg.Channels,
+		Deaf:     cfg.Store.OpenIncidents, // as the router: no card to a deaf channel
 		Key:      cfg.Key, TTL: cfg.ApprovalTTL, Kick: func(c core.ConversationID, n int) { g.out.Kick(c, n) }, Logger: cfg.Logger, Now: cfg.Now,
 	}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

@@ -35,6 +35,10 @@ const (
 	downAfter = 3 * BeatEvery
 	// probeTimeout bounds one channel's platform probe.
 	probeTimeout = 10 * time.Second
+	// reportsKept is how long a report no instance renewed is kept: each
+	// process writes rows of its own (instance names carry the pid), and
+	// the rows of processes long gone say nothing more.
+	reportsKept = 24 * time.Hour
 )
 
 // Store is what health reads and writes.
@@ -47,6 +51,8 @@ type Store interface {
 	LastTurnAt(ctx context.Context, ch core.ChannelName) (time.Time, error)
 	OpenIncidents(ctx context.Context) (map[core.ChannelName]time.Time, error)
 	ReportHealth(ctx context.Context, instance string, ch core.ChannelName, h core.ChannelHealth, now time.Time) error
+	HeardReports(ctx context.Context) (map[core.ChannelName]store.HealthReport, error)
+	PruneHealthReports(ctx context.Context, before time.Time) error
 }
 
 // Notify tells the owners through the channels other than from (""
@@ -98,8 +104,17 @@ func (m *Monitor) CheckEvery() time.Duration {
 // threshold opens an incident and tells the owners elsewhere; hearing
 // again closes it and tells them it recovered. Each report is recorded
 // (channel_reports) for doctor.
+//
+// In a cluster the check runs on one instance (River's leader) while a
+// channel's connection is held by whichever instance holds its lease:
+// the others' adapters hear nothing from it, and the one that held it
+// before keeps a stale last sign of life. So a channel is judged by the
+// newest sign of life any instance recorded (this process's own report
+// now, the others' through Record on their cluster heartbeat): the
+// holder's.
 func (m *Monitor) Check(ctx context.Context) error {
 	now := m.cfg.Now()
+	own := map[core.ChannelName]core.ChannelHealth{}
 	for _, ch := range m.cfg.Channels {
 		hr, ok := ch.(core.HealthReporter)
 		if !ok {
@@ -111,13 +126,29 @@ func (m *Monitor) Check(ctx context.Context) error {
 			cancel()
 		}
 		h := hr.Health()
-		// Recorded for doctor, which runs no adapter.
+		// Recorded for doctor, which runs no adapter, and for the
+		// instance that checks next.
 		if err := m.cfg.Store.ReportHealth(ctx, m.cfg.Instance, ch.Name(), h, now); err != nil {
 			return err
 		}
-		if m.cfg.DeafAfter <= 0 {
+		own[ch.Name()] = h
+	}
+	if err := m.cfg.Store.PruneHealthReports(ctx, now.Add(-reportsKept)); err != nil {
+		return err
+	}
+	if m.cfg.DeafAfter <= 0 || len(own) == 0 {
+		return nil
+	}
+	heard, err := m.cfg.Store.HeardReports(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ch := range m.cfg.Channels {
+		h, ok := own[ch.Name()]
+		if !ok {
 			continue
 		}
+		h = newest(h, heard[ch.Name()])
 		if h.LastEvent.IsZero() {
 			continue // not started yet: nothing to judge
 		}
@@ -183,6 +214,32 @@ func (m *Monitor) tell(ctx context.Context, from core.ChannelName, text string) 
 	}
 }
 
+// newest is the channel's health as the instance that heard from its
+// platform last reports it: this process's own, or r (another instance's
+// recorded report) when it heard later.
+func newest(own core.ChannelHealth, r store.HealthReport) core.ChannelHealth {
+	if r.Health.LastEvent.After(own.LastEvent) {
+		return r.Health
+	}
+	return own
+}
+
+// Record records each channel's liveness as this process sees it now,
+// without probing the platform: in a cluster every instance calls it on
+// its own heartbeat (core/cluster's OnBeat), so the instance that runs
+// Check also knows what the holder of each channel's connection heard.
+func (m *Monitor) Record(ctx context.Context) error {
+	now := m.cfg.Now()
+	for _, ch := range m.cfg.Channels {
+		if hr, ok := ch.(core.HealthReporter); ok {
+			if err := m.cfg.Store.ReportHealth(ctx, m.cfg.Instance, ch.Name(), hr.Health(), now); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Beat writes the heartbeat.
 func (m *Monitor) Beat(ctx context.Context) error {
 	return m.cfg.Store.Beat(ctx, m.cfg.Instance, m.cfg.Now())
@@ -244,11 +301,16 @@ func (m *Monitor) Status(ctx context.Context) ([]Line, error) {
 	if err != nil {
 		return nil, err
 	}
+	heard, err := m.cfg.Store.HeardReports(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out []Line
 	for _, ch := range m.cfg.Channels {
 		l := Line{Channel: ch.Name(), DeafSince: open[ch.Name()]}
 		if hr, ok := ch.(core.HealthReporter); ok {
-			l.Reported, l.Health = true, hr.Health()
+			// The holder's view in a cluster (see Check).
+			l.Reported, l.Health = true, newest(hr.Health(), heard[ch.Name()])
 		}
 		if l.LastMessage, err = m.cfg.Store.LastTurnAt(ctx, ch.Name()); err != nil {
 			return nil, err

@@ -178,4 +178,64 @@ func TestCheckRecordsReports(t *testing.T) {
 	if reports, err = st.HealthReports(ctx); err != nil || reports["slack"].Health.Connected || reports["slack"].Health.State != "reconnecting" {
 		t.Fatalf("after a reconnect: %+v, %v", reports, err)
 	}
+	// A process long gone left its rows; the check drops them, never a
+	// live one's.
+	if err := st.ReportHealth(ctx, "gone/1", "slack", core.ChannelHealth{State: "polling", LastEvent: clk.Now()}, clk.Now().Add(-48*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM channel_reports WHERE instance = 'gone/1'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("a gone instance's rows = %d, %v", n, err)
+	}
+	if reports, err = st.HealthReports(ctx); err != nil || reports["slack"].Instance != "test" {
+		t.Fatalf("the live report went too: %+v, %v", reports, err)
+	}
+}
+
+// TestClusterJudgedByTheHolder: two instances on one database serve the
+// same channel; the one that checks (River's leader) does not hold its
+// connection — it held it once, so its own last sign of life is old —
+// while the other holds it and records what it hears on its heartbeat
+// (Record). The channel is judged by the holder's liveness: not deaf while
+// the holder hears, deaf once it stops, told once. Checked to fail with
+// the checking instance's own report judged.
+func TestClusterJudgedByTheHolder(t *testing.T) {
+	t.Parallel()
+	leaderView := &deafable{name: "telegram"}
+	leader, tl, clk, st := setup(t, leaderView)
+	holderView := &deafable{name: "telegram"}
+	holder, err := health.New(health.Config{Store: st, Channels: []core.Channel{holderView}, Notify: tl.notify, DeafAfter: time.Minute,
+		Instance: "holder", Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	leaderView.set(core.ChannelHealth{State: "not polling: another instance holds telegram/telegram", LastEvent: clk.Now()})
+	clk.add(5 * time.Minute)
+	holderView.set(core.ChannelHealth{Connected: true, State: "polling", LastEvent: clk.Now()})
+	if err := holder.Record(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Check(ctx); err != nil || len(tl.text) != 0 {
+		t.Fatalf("a channel its holder hears was reported: %v %q", err, tl.text)
+	}
+	text, err := leader.Text(ctx)
+	if err != nil || !strings.Contains(text, "telegram: ok; polling") {
+		t.Fatalf("/status on the instance without the connection: %q, %v", text, err)
+	}
+	clk.add(2 * time.Minute) // the holder hears nothing more
+	if err := holder.Record(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := leader.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(tl.text) != 1 || !strings.Contains(tl.text[0], "the telegram channel has heard nothing") || !strings.Contains(tl.text[0], "polling") {
+		t.Fatalf("told %q; want one deaf notice with the holder's state", tl.text)
+	}
 }

@@ -44,6 +44,10 @@ type Config struct {
 	ApprovalTTL time.Duration
 	// Preview is how much of a long output a card shows.
 	Preview int
+	// PreviewLink, when set, is the secure page showing a request's whole
+	// preview ("" while there is none): a card whose preview is longer
+	// than it shows links to it.
+	PreviewLink func(core.ApprovalID) string
 	// StandingTTL is how long a standing approval given from a card lasts
 	// (its "Allow this for 1 h" choice, core/decide); 0: not offered.
 	StandingTTL time.Duration
@@ -173,6 +177,11 @@ func (pr *Proposer) Propose(st core.StoredTurn, trust core.Trust, pa core.Propos
 		return p
 	}
 	p.Card = render.OfferStanding(p.Card, req, pr.cfg.StandingTTL)
+	if pr.cfg.PreviewLink != nil && p.Card.Link == nil && render.PreviewClipped(req) {
+		if u := pr.cfg.PreviewLink(req.ID); u != "" {
+			p.Card.Link = &cards.Link{Label: "Full preview", URL: u}
+		}
+	}
 	p.note(audit.KindApprovalRequested, map[string]any{"approval": string(req.ID), "command": line, "risk": string(req.Risk),
 		"approvers": req.Approvers, "expires_at": req.ExpiresAt.UTC().Format(time.RFC3339)})
 	return p

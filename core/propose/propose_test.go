@@ -152,3 +152,53 @@ func TestApproveUnqueued(t *testing.T) {
 		t.Fatalf("approved a request not in the transaction: %v", err)
 	}
 }
+
+// TestLongPreviewLinksToTheSecurePage: a preview longer than a card shows
+// is stored and signed whole; its card shows the first part and links to
+// the secure page with all of it. A short one has no link, and neither
+// has any card while the secure form does not run.
+func TestLongPreviewLinksToTheSecurePage(t *testing.T) {
+	t.Parallel()
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	pol, err := policy.New([]policy.Rule{{Name: "default", Tool: "*", Decision: policy.AuthRequired, Risk: cards.RiskMedium}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := ""
+	p, err := propose.New(propose.Config{Key: key, Policy: pol, Approver: &approver{},
+		PreviewLink: func(id core.ApprovalID) string {
+			if link == "" {
+				return ""
+			}
+			return link + string(id)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := core.StoredTurn{Seq: 1, Turn: core.Turn{Channel: "test", Conversation: "test:chat", Sender: "test:alice"}}
+	long := core.ProposedAction{Action: core.Action{Tool: "shell", Argv: append([]string{"printf"}, strings.Split(strings.Repeat("argument ", 400), " ")...),
+		Verify: []verify.Check{verify.ExitCodeZero()}}, Intent: "print", Rationale: "asked"}
+	short := core.ProposedAction{Action: core.Action{Tool: "shell", Argv: []string{"ls"}, Verify: []verify.Check{verify.ExitCodeZero()}}, Intent: "list"}
+
+	got := p.Propose(st, core.TrustAuth, long)
+	if got.Card == nil || got.Card.Link != nil {
+		t.Fatalf("a link without the secure form: %+v", got.Card)
+	}
+	link = "https://secure.example/preview/"
+	got = p.Propose(st, core.TrustAuth, long)
+	a := *got.Request
+	if len([]rune(a.Preview)) <= 1500 || !strings.Contains(a.Preview, "Argument 400") {
+		t.Fatalf("stored preview (%d characters) is not whole", len([]rune(a.Preview)))
+	}
+	if err := decide.RequestIntact(key.Public().(ed25519.PublicKey), a); err != nil {
+		t.Fatalf("the whole preview is not what was signed: %v", err)
+	}
+	c := got.Card
+	if c.Link == nil || c.Link.URL != link+string(a.ID) || c.Link.Label != "Full preview" || strings.Contains(c.Details, "Argument 400") ||
+		!strings.Contains(c.Details, "all of it is on the secure page") {
+		t.Fatalf("card link %+v, details %d characters", c.Link, len([]rune(c.Details)))
+	}
+	if got := p.Propose(st, core.TrustAuth, short); got.Card.Link != nil {
+		t.Fatalf("a short preview links to the page: %+v", got.Card.Link)
+	}
+}

@@ -48,7 +48,12 @@ func Approval(a core.ApprovalRequest, ex *core.Execution, preview int) *cards.Ca
 	}
 	if a.Preview != "" {
 		// What will change, as signed with the request (issue 28).
-		c.Details = strings.TrimSpace(cards.ShowInvisible(a.Preview) + "\n\n" + c.Details)
+		// A long one is clipped here, whole on the secure page.
+		pv := Clip(cards.ShowInvisible(a.Preview), MaxPreview)
+		if PreviewClipped(a) {
+			pv += "\n(The preview continues: all of it is on the secure page behind the card's Full preview link.)"
+		}
+		c.Details = strings.TrimSpace(pv + "\n\n" + c.Details)
 	}
 	label := "Run " + "`" + Clip(cmd, cards.MaxLabel-6) + "`"
 	switch a.Status {

@@ -4,14 +4,25 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 )
 
 // MaxPreview bounds the preview a card carries (issue 28 point 5): a
-// card stays on a phone screen, collapsed there as its Details.
+// card stays on a phone screen, collapsed there as its Details. A longer
+// one is stored and signed whole (up to MaxStoredPreview), and the card
+// links to the secure page that shows all of it (core/previewlink).
 const MaxPreview = 1500
+
+// MaxStoredPreview bounds the preview stored and signed with a request.
+const MaxStoredPreview = 32000
+
+// PreviewClipped reports whether a's card shows only part of its preview.
+func PreviewClipped(a core.ApprovalRequest) bool {
+	return utf8.RuneCountInString(cards.ShowInvisible(a.Preview)) > MaxPreview
+}
 
 // Preview says what an action will change, from its canonical form, for
 // the card's expandable section: a program's resolved argv, one argument
@@ -62,7 +73,7 @@ func Preview(act core.Action, step string) string {
 			fmt.Fprintf(&b, "\nReceives secret %s as an environment variable (its value is never shown)", s)
 		}
 	}
-	return Clip(cards.ShowInvisible(b.String()), MaxPreview)
+	return Clip(cards.ShowInvisible(b.String()), MaxStoredPreview)
 }
 
 // fileChange recognises an MCP call that writes a file by its arguments,

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -36,6 +37,64 @@ func BenchmarkRunTrue(b *testing.B) {
 	}
 	b.ReportMetric(float64((cpuTime()+s.ZygoteCPU()-cpu0).Microseconds())/1000/float64(len(ds)), "cpu-ms")
 	reportPercentiles(b, ds, "")
+}
+
+// BenchmarkRunBurst is BenchmarkRunTrue with 8 runs at a time (taps in a
+// burst: the warm pool is empty most of the time and runs end together),
+// reporting cpu-ms per run and the start latency (Run's call to the
+// program's start).
+func BenchmarkRunBurst(b *testing.B) {
+	s := benchSandbox(b)
+	var mu sync.Mutex
+	ds := make([]time.Duration, 0, b.N)
+	cpu0 := cpuTime() + s.ZygoteCPU()
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for b.Loop() {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			t0 := time.Now()
+			res, err := s.Run(context.Background(), core.ExecRequest{Argv: []string{"date", "+%s%N"}})
+			if err != nil || res.ExitCode != 0 {
+				b.Errorf("run: %v exit %d %s", err, res.ExitCode, res.Stderr)
+				return
+			}
+			ns, err := strconv.ParseInt(strings.TrimSpace(string(res.Stdout)), 10, 64)
+			if err != nil {
+				b.Errorf("date output %q", res.Stdout)
+				return
+			}
+			mu.Lock()
+			ds = append(ds, time.Unix(0, ns).Sub(t0))
+			mu.Unlock()
+			_ = s.Cleanup(res.Dir)
+		})
+	}
+	wg.Wait()
+	b.ReportMetric(float64((cpuTime()+s.ZygoteCPU()-cpu0).Microseconds())/1000/float64(max(1, len(ds))), "cpu-ms")
+	reportPercentiles(b, ds, "start-")
+}
+
+// BenchmarkRelease measures what the gateway spends on a run's work dir
+// outside the run: made (newWorkDir) and released, kept as by default
+// (keep_work_for 24h). Each op adds a kept dir, so a cost that grows with
+// the kept dirs shows as cpu-ms rising with -benchtime.
+func BenchmarkRelease(b *testing.B) {
+	s := benchSandbox(b)
+	n := 0
+	cpu0 := cpuTime()
+	for b.Loop() {
+		d, err := s.newWorkDir()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Release(d); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1000/float64(max(1, n)), "cpu-ms")
 }
 
 // cpuTime is the user and system time of this process and of its children

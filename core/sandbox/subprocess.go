@@ -65,10 +65,11 @@ type Subprocess struct {
 	unavailable    error    // why isolated runs are refused; nil when the probe passed
 	log            *slog.Logger
 
-	pools  map[bool]chan *warmInit // by ExecRequest.Network
-	poolMu sync.Mutex              // guards closed; held while starting refills
-	poolWG sync.WaitGroup          // refills in progress
-	closed bool
+	pools     map[bool]chan *warmInit // by ExecRequest.Network
+	poolMu    sync.Mutex              // guards closed, refilling; held while starting refills
+	refilling map[bool]int            // refills under way, by network mode
+	poolWG    sync.WaitGroup          // refills in progress
+	closed    bool
 
 	// workTmpfs: the gateway stages each run's work dir in a tmpfs of
 	// limits.work bytes it hands to the init (root, a kernel with
@@ -140,6 +141,7 @@ func New(cfg Config) (*Subprocess, error) {
 		s.ports = DefaultNetworkPorts
 	}
 	s.pools = map[bool]chan *warmInit{false: make(chan *warmInit, poolSize), true: make(chan *warmInit, poolSize)}
+	s.refilling = map[bool]int{}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -731,17 +733,25 @@ func (s *Subprocess) refill(network bool) {
 	if s.closed || s.unavailable != nil || (network && s.netErr != nil) {
 		return
 	}
+	// Only as many as the pool lacks: runs ending together (a burst) each
+	// asked for one, and the extra inits were started and discarded — a
+	// whole init's CPU each.
+	if len(s.pools[network])+s.refilling[network] >= poolSize {
+		return
+	}
+	s.refilling[network]++
 	s.poolWG.Add(1)
 	go func() {
 		defer s.poolWG.Done()
 		w, err := s.spawn(network)
+		s.poolMu.Lock()
+		s.refilling[network]--
+		closed := s.closed
+		s.poolMu.Unlock()
 		if err != nil {
 			s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: could not start a warm init", slog.String("error", err.Error()))
 			return
 		}
-		s.poolMu.Lock()
-		closed := s.closed
-		s.poolMu.Unlock()
 		if !closed {
 			select {
 			case s.pools[network] <- w:

@@ -196,21 +196,33 @@ func TestKeptWorkAcrossRestart(t *testing.T) {
 		dirs = append(dirs, d)
 	}
 	first.Close()
-	// Released in the same few milliseconds, the markers' mtimes may be
-	// equal (the file system's clock is coarse): set apart by hand.
+	// Released in the same few milliseconds, their mtimes may be equal
+	// (the file system's clock is coarse): set apart by hand. The oldest
+	// is kept as an earlier version marked it: a file next to it.
 	for i, ago := range []time.Duration{2 * time.Hour, 30 * time.Minute} {
 		at := time.Now().Add(-ago)
-		if err := os.Chtimes(dirs[i]+keptSuffix, at, at); err != nil {
+		if err := os.Chtimes(dirs[i], at, at); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := os.Chmod(dirs[0], 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dirs[0]+keptSuffix, []byte("8192"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if at := time.Now().Add(-2 * time.Hour); os.Chtimes(dirs[0]+keptSuffix, at, at) != nil {
+		t.Fatal("chtimes")
 	}
 
 	// Room for two of the three dirs' size: the oldest kept one goes at
 	// the next release.
 	size := workBytes(dirs[1])
 	second := newSandbox(t, Config{BaseDir: base, KeepWorkFor: time.Hour, MaxKeptWork: 2*size + size/2})
-	if _, err := os.Lstat(dirs[0]); !os.IsNotExist(err) {
-		t.Fatalf("a work dir kept past keep_work_for survived the start: %v", err)
+	for _, p := range []string{dirs[0], dirs[0] + keptSuffix} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Fatalf("a work dir kept past keep_work_for survived the start: %v", err)
+		}
 	}
 	if _, err := os.Lstat(dirs[1]); err != nil {
 		t.Fatalf("a work dir within keep_work_for was removed at start: %v", err)

@@ -111,14 +111,18 @@ func (s *Store) ActiveFlowRuns(ctx context.Context) ([]core.FlowRun, error) {
 }
 
 // FlowRunsToSweep lists the running runs the sweep must advance: not
-// started yet, or with a running action attempt whose approval is no
+// started yet, with a running action attempt whose approval is no
 // longer open (settled by a path that queues no step job: a card's
-// expiry, or a job that gave up). A run waiting on a tap, a gate or a
-// timer is not listed, so waiting runs cost one query per sweep in all.
+// expiry, or a job that gave up), or with a running agent.run attempt
+// whose task ended (its step job gave up). A run waiting on a tap, a
+// gate, a timer or a running task is not listed, so waiting runs cost one
+// query per sweep in all.
 func (s *Store) FlowRunsToSweep(ctx context.Context) ([]core.FlowRun, error) {
 	out, err := collectFlowRuns(s.pool.Query(ctx, flowRunSelect+` r WHERE r.status = 'running' AND (r.seq = 0 OR EXISTS (
 		SELECT 1 FROM flow_attempts fa JOIN approvals a ON a.id = fa.approval_id
-		WHERE fa.run_id = r.id AND fa.status = 'running' AND a.status NOT IN ('pending', 'confirming')))
+		WHERE fa.run_id = r.id AND fa.status = 'running' AND a.status NOT IN ('pending', 'confirming')) OR EXISTS (
+		SELECT 1 FROM flow_attempts fa JOIN tasks k ON k.flow_run = fa.run_id AND k.flow_step = fa.node || '/' || fa.iteration || '/' || fa.attempt
+		WHERE fa.run_id = r.id AND fa.status = 'running' AND fa.type = 'agent.run' AND k.state IN ('done', 'stopped')))
 		ORDER BY r.created_at`))
 	if err != nil {
 		return nil, fmt.Errorf("store: flow runs to sweep: %w", err)

@@ -170,6 +170,10 @@ func (s *Store) HealthReports(ctx context.Context) (map[core.ChannelName]HealthR
 	if err != nil {
 		return nil, fmt.Errorf("store: health reports: %w", err)
 	}
+	return collectReports(rows)
+}
+
+func collectReports(rows pgx.Rows) (map[core.ChannelName]HealthReport, error) {
 	defer rows.Close()
 	out := map[core.ChannelName]HealthReport{}
 	for rows.Next() {
@@ -188,4 +192,27 @@ func (s *Store) HealthReports(ctx context.Context) (map[core.ChannelName]HealthR
 		return nil, fmt.Errorf("store: health reports: %w", err)
 	}
 	return out, nil
+}
+
+// HeardReports reads, for each channel, the report that heard from its
+// platform last, whichever instance made it: in a cluster only the
+// instance holding a channel's connection (its lease) hears it, the
+// others report it idle, so the newest sign of life any of them recorded
+// is the channel's.
+func (s *Store) HeardReports(ctx context.Context) (map[core.ChannelName]HealthReport, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (channel) channel, instance, connected, state, last_event, probe, reported_at
+		FROM channel_reports WHERE last_event IS NOT NULL ORDER BY channel, last_event DESC, reported_at DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("store: heard reports: %w", err)
+	}
+	return collectReports(rows)
+}
+
+// PruneHealthReports deletes the reports last made before before: those
+// of instances long gone (every serving instance renews its own rows).
+func (s *Store) PruneHealthReports(ctx context.Context, before time.Time) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM channel_reports WHERE reported_at < $1`, before); err != nil {
+		return fmt.Errorf("store: prune health reports: %w", err)
+	}
+	return nil
 }

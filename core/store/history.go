@@ -32,7 +32,7 @@ const transcriptBotSQL = `WITH anchors AS (
 			AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.channel = o.channel AND p.message_key = o.message_key
 				AND p.id < o.id AND p.status <> 'failed')
 		ORDER BY o.id DESC LIMIT $3)
-	SELECT a.id, a.message_key, a.created_at, l.id, l.payload, l.secret_output FROM anchors a
+	SELECT a.id, a.message_key, a.created_at, l.id AS version, l.payload, l.secret_output FROM anchors a
 	CROSS JOIN LATERAL (SELECT id, payload, secret_output FROM outbox l WHERE l.channel = $1 AND l.message_key = a.message_key
 		AND l.conversation = $2 AND l.status <> 'failed' AND ` + isMessageL + ` ORDER BY l.id DESC LIMIT 1) l
 	ORDER BY a.id`
@@ -46,9 +46,19 @@ const (
 
 // transcriptUserSQL reads the newest $3 user messages (turns with text;
 // taps are not messages) of conversation $2 on channel $1.
-const transcriptUserSQL = `SELECT seq, event_id, sender, body->>'text', received_at FROM turns
+const transcriptUserSQL = `SELECT seq, event_id, sender, body->>'text' AS text, received_at FROM turns
 	WHERE conversation = $2 AND channel = $1 AND COALESCE(body->>'text', '') <> '' AND body->'tap' IS NULL
 	ORDER BY seq DESC LIMIT $3`
+
+// transcriptSQL reads both in one statement (one round trip for the LLM
+// agent's history): a bot row is (false, anchor id, message key, first
+// stored at, newest job id, its payload, its secret_output mark, ”, ”), a
+// user row (true, seq, event id, received at, 0, NULL, false, sender,
+// text).
+const transcriptSQL = `WITH bot AS (` + transcriptBotSQL + `), usr AS (` + transcriptUserSQL + `)
+	SELECT false, id, message_key, created_at, version, payload, secret_output, ''::text, ''::text FROM bot
+	UNION ALL
+	SELECT true, seq, event_id, received_at, 0::bigint, NULL::jsonb, false, sender, text FROM usr`
 
 // Transcript returns the newest n messages of a conversation, user's and
 // bot's together, oldest first: ordered by when each was first stored, a
@@ -59,31 +69,26 @@ func (s *Store) Transcript(ctx context.Context, ch core.ChannelName, conv core.C
 		return nil, nil
 	}
 	out := make([]core.TranscriptEntry, 0, 2*n)
-	rows, err := s.pool.Query(ctx, transcriptBotSQL, ch, conv, n)
-	if err != nil {
-		return nil, fmt.Errorf("store: transcript: %w", err)
-	}
-	for rows.Next() {
-		e, err := scanBotEntry(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: transcript: %w", err)
-	}
-	rows, err = s.pool.Query(ctx, transcriptUserSQL, ch, conv, n)
+	rows, err := s.pool.Query(ctx, transcriptSQL, ch, conv, n)
 	if err != nil {
 		return nil, fmt.Errorf("store: transcript: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		e := core.TranscriptEntry{FromUser: true}
-		if err := rows.Scan(&e.Seq, &e.EventID, &e.Sender, &e.Text, &e.At); err != nil {
+		var fromUser bool
+		var bot botRow
+		var u core.TranscriptEntry
+		if err := rows.Scan(&fromUser, &bot.id, &bot.key, &bot.at, &bot.version, &bot.payload, &bot.secretOutput, &u.Sender, &u.Text); err != nil {
 			return nil, fmt.Errorf("store: transcript: %w", err)
+		}
+		if fromUser {
+			u.FromUser, u.Seq, u.EventID, u.At = true, bot.id, bot.key, bot.at
+			out = append(out, u)
+			continue
+		}
+		e, err := bot.entry()
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, e)
 	}
@@ -128,19 +133,33 @@ func (s *Store) TranscriptCard(ctx context.Context, ch core.ChannelName, conv co
 }
 
 func scanBotEntry(row interface{ Scan(...any) error }) (core.TranscriptEntry, error) {
-	var e core.TranscriptEntry
-	var payload []byte
-	var at time.Time
-	if err := row.Scan(&e.OutboxID, &e.MessageKey, &at, &e.Version, &payload, &e.SecretOutput); err != nil {
+	var b botRow
+	if err := row.Scan(&b.id, &b.key, &b.at, &b.version, &b.payload, &b.secretOutput); err != nil {
 		if err = notFound(err); errors.Is(err, core.ErrNotFound) {
-			return e, err
+			return core.TranscriptEntry{}, err
 		}
-		return e, fmt.Errorf("store: transcript: %w", err)
+		return core.TranscriptEntry{}, fmt.Errorf("store: transcript: %w", err)
 	}
+	return b.entry()
+}
+
+// botRow is a bot message as read: its first job (id, key, when) and its
+// newest (version, payload, mark).
+type botRow struct {
+	id           int64
+	key          string
+	at           time.Time
+	version      int64
+	payload      []byte
+	secretOutput bool
+}
+
+func (b botRow) entry() (core.TranscriptEntry, error) {
+	e := core.TranscriptEntry{OutboxID: b.id, MessageKey: b.key, Version: b.version, SecretOutput: b.secretOutput}
 	var m core.OutMessage
-	if err := json.Unmarshal(payload, &m); err != nil {
+	if err := json.Unmarshal(b.payload, &m); err != nil {
 		return e, fmt.Errorf("store: transcript: decode outbox job %d: %w", e.Version, err)
 	}
-	e.Text, e.Card, e.At = m.Text, m.Card, at
+	e.Text, e.Card, e.At = m.Text, m.Card, b.at
 	return e, nil
 }

@@ -564,6 +564,8 @@
   }
 
   // ---- rendering bot messages and cards --------------------------------------
+  let graphRev = 0; // makes each load of a run's picture a new request
+  let replyTo = null; // {messageId, intent}: the next message replies to that card
   function renderBot(messageId, data, replay) {
     const m = state.messages.get(messageId);
     const wasOpen = m.el.querySelector('details.card-details');
@@ -587,6 +589,25 @@
       const cardEl = renderCard(data.card, detailsOpen);
       const err = state.cardErrors.get(data.card.id);
       if (err) cardEl.append(h('p', { class: 'card-error', 'data-testid': 'card-error', role: 'alert' }, err));
+      if (/^(fgate|flow)-[A-Za-z0-9_-]{1,64}$/.test(data.card.id)) {
+        // A flow's gate or progress card: a reply to it answers the run's
+        // waiting question (the frame's optional reply_to).
+        const reply = h('button', { type: 'button', class: 'reply-btn', 'data-testid': 'reply' }, 'Reply');
+        reply.addEventListener('click', () => {
+          replyTo = { messageId, intent: str(data.card.intent) };
+          composerError('Replying to: ' + replyTo.intent);
+          ui.input.focus();
+        });
+        cardEl.append(reply);
+      }
+      if (/^flow-[A-Za-z0-9_-]{1,64}$/.test(data.card.id)) {
+        // A flow run's progress card: the run's graph, each node in its
+        // state, drawn by the server; loaded again at every edit of the
+        // card, so it follows the run (docs/flows.md).
+        graphRev += 1;
+        cardEl.append(h('img', { class: 'flow-graph', 'data-testid': 'flow-graph', alt: "The run's graph, each node in its state",
+          src: '/flows/' + data.card.id.slice(5) + '.svg?v=' + graphRev }));
+      }
       bubble.append(cardEl);
     }
     const t = fmtTime(data.at);
@@ -764,6 +785,7 @@
     }
     const id = newId('m');
     const frame = { type: 'message', id, text };
+    if (replyTo) frame.reply_to = replyTo.messageId;
     if (utf8Len(JSON.stringify(frame)) > MAX_FRAME_BYTES) {
       composerError('Message too large to send (over 64 KiB once encoded).');
       return;
@@ -778,6 +800,7 @@
     append(el, true);
     transmit(entry);
     ui.input.value = '';
+    replyTo = null;
     autosize();
   }
 
@@ -809,7 +832,7 @@
   }
   ui.input.addEventListener('input', () => {
     autosize();
-    if (ui.composerError.textContent) composerError('');
+    if (ui.composerError.textContent && !replyTo) composerError('');
   });
 
   // ---- start -------------------------------------------------------------------

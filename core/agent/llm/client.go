@@ -48,7 +48,8 @@ type Config struct {
 	// MaxRetryDelay caps one backoff wait (0: 8s). A server asking to wait
 	// longer than this ends the retries with its error.
 	MaxRetryDelay time.Duration
-	// HTTPClient is injected by tests; nil uses a plain http.Client.
+	// HTTPClient is injected by tests; nil uses an http.Client whose
+	// transport keeps connections to the endpoint open (keepAliveTransport).
 	HTTPClient *http.Client
 	// Logger gets one debug line per call (model, time, tokens); nil
 	// discards.
@@ -179,7 +180,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{}
+		hc = &http.Client{Transport: keepAliveTransport()}
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -396,4 +397,23 @@ func shorten(s string, n int) string {
 		return s
 	}
 	return string(r[:n-1]) + "…"
+}
+
+// maxIdlePerHost is how many idle connections to the model endpoint are
+// kept for reuse. http.DefaultTransport keeps 2: with more answers in
+// flight than that (one per conversation being answered) every extra
+// request opened a new TCP (and TLS) connection and closed it afterwards,
+// which cost the gateway more CPU than the answer itself with a fast model
+// (BENCHMARKS.md "Issue 26 — turns").
+const maxIdlePerHost = 64
+
+// keepAliveTransport is http.DefaultTransport's configuration (proxy from
+// the environment, timeouts, HTTP/2) with maxIdlePerHost idle connections.
+func keepAliveTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = maxIdlePerHost
+	if t.MaxIdleConns < maxIdlePerHost {
+		t.MaxIdleConns = maxIdlePerHost
+	}
+	return t
 }
