@@ -110,15 +110,6 @@ func (s *Store) OpenIncidents(ctx context.Context) (map[core.ChannelName]time.Ti
 	return out, rows.Err()
 }
 
-// CountPendingTurns counts the turns stored but not answered yet.
-func (s *Store) CountPendingTurns(ctx context.Context) (int, error) {
-	var n int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM turns WHERE status = 'pending'`).Scan(&n); err != nil {
-		return 0, fmt.Errorf("store: pending turns: %w", err)
-	}
-	return n, nil
-}
-
 // LastTurns maps each channel that ever received a turn to when its newest
 // one was received.
 func (s *Store) LastTurns(ctx context.Context) (map[core.ChannelName]time.Time, error) {
