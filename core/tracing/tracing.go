@@ -40,7 +40,11 @@ const (
 	SpanDeliver      = "silas.outbox.deliver" // one outbox job handed to its channel
 )
 
-// Attribute keys. Values are ids, enums and counts only.
+// Attribute keys. Values are ids, enums and counts only. On the spans of
+// every turn, tap and duplicate are set only when true and delivered only
+// when false: every attribute is paid for again in the export
+// (internal/telemetry BenchmarkTurnSpans), and a text turn's spans carry
+// none of them.
 const (
 	AttrApprovalID   = attribute.Key("silas.approval_id")
 	AttrChannel      = attribute.Key("silas.channel")
