@@ -199,8 +199,9 @@ func LinkTo(span trace.Span, traceparent string) {
 // TapOf is the span of the tap that decided approval id in this process
 // (Tapped), for its execution to link to; forgotten once read. The zero
 // SpanContext when there is none: tracing was off, or the execution runs
-// in another process than the tap (a takeover, a restart), where only the
-// proposal's stored traceparent joins them.
+// in another process than the tap (a takeover, a restart), which links to
+// the traceparent the decision stored on the approval row instead
+// (core/store TransitionApproval, approvals.tap_traceparent).
 func TapOf(id string) trace.SpanContext {
 	if !on.Load() {
 		return trace.SpanContext{}
