@@ -52,6 +52,9 @@ const (
 	KindChannelDeaf      Kind = "channel.deaf"
 	KindChannelRecovered Kind = "channel.recovered"
 	KindGatewayDown      Kind = "gateway.down"
+	// KindGatewayCaughtUp follows a KindGatewayDown: how many messages
+	// arrived while the gateway was down and how many were answered.
+	KindGatewayCaughtUp Kind = "gateway.caught_up"
 )
 
 // Executions and their verification.

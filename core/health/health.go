@@ -3,8 +3,9 @@
 // and the connection state), tells the owners on another channel when one
 // has been deaf past health.deaf_after — once per incident, and again when
 // it recovers —, beats the gateway's heartbeat so the next start after an
-// unclean stop reports the gap, and describes every channel's health for
-// /status and doctor.
+// unclean stop reports the gap (and, once the platforms' catch-up was
+// answered, how many messages arrived meanwhile), and describes every
+// channel's health for /status and doctor.
 //
 // Its periodic work (Check, Beat) runs as River periodic jobs of the
 // background room, never on a timer of its own; "once per incident" is a
@@ -39,6 +40,9 @@ const (
 	// process writes rows of its own (instance names carry the pid), and
 	// the rows of processes long gone say nothing more.
 	reportsKept = 24 * time.Hour
+	// defaultCatchUpSettle and defaultCatchUpBound: see Config.
+	defaultCatchUpSettle = 30 * time.Second
+	defaultCatchUpBound  = 2 * time.Minute
 )
 
 // Store is what health reads and writes.
@@ -47,7 +51,8 @@ type Store interface {
 	Beat(ctx context.Context, instance string, now time.Time) error
 	MarkStopped(ctx context.Context, now time.Time) error
 	LastBeat(ctx context.Context) (store.Heartbeat, error)
-	CountPendingTurns(ctx context.Context) (int, error)
+	OpenDowns(ctx context.Context) ([]store.Down, error)
+	DownTurns(ctx context.Context, d store.Down) (arrived, unanswered int, err error)
 	LastTurnAt(ctx context.Context, ch core.ChannelName) (time.Time, error)
 	OpenIncidents(ctx context.Context) (map[core.ChannelName]time.Time, error)
 	ReportHealth(ctx context.Context, instance string, ch core.ChannelName, h core.ChannelHealth, now time.Time) error
@@ -69,8 +74,19 @@ type Config struct {
 	DeafAfter time.Duration
 	// Instance names this process in the heartbeat.
 	Instance string
-	Now      func() time.Time
-	Logger   *slog.Logger
+	// CatchUpSettle is how long after a restart that followed an unclean
+	// stop the check waits before it follows the first notice up: the
+	// platforms deliver what was sent meanwhile once the channels connect
+	// (Telegram's getUpdates backlog, Slack's and Discord's redelivery,
+	// WhatsApp's offline sync), and a follow-up before that would count
+	// nothing. 0: 30 s.
+	CatchUpSettle time.Duration
+	// CatchUpBound is how long after the restart the follow-up waits for
+	// every such message to be answered before it says how many still
+	// are. 0: 2 minutes.
+	CatchUpBound time.Duration
+	Now          func() time.Time
+	Logger       *slog.Logger
 }
 
 // Monitor watches the channels and the gateway's heartbeat.
@@ -86,6 +102,12 @@ func New(cfg Config) (*Monitor, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.CatchUpSettle <= 0 {
+		cfg.CatchUpSettle = defaultCatchUpSettle
+	}
+	if cfg.CatchUpBound <= 0 {
+		cfg.CatchUpBound = defaultCatchUpBound
 	}
 	return &Monitor{cfg: cfg}, nil
 }
@@ -112,7 +134,12 @@ func (m *Monitor) CheckEvery() time.Duration {
 // newest sign of life any instance recorded (this process's own report
 // now, the others' through Record on their cluster heartbeat): the
 // holder's.
+//
+// It also follows up a restart after an unclean stop (CaughtUp).
 func (m *Monitor) Check(ctx context.Context) error {
+	if err := m.CaughtUp(ctx); err != nil {
+		return err
+	}
 	now := m.cfg.Now()
 	own := map[core.ChannelName]core.ChannelHealth{}
 	for _, ch := range m.cfg.Channels {
@@ -261,25 +288,91 @@ func (m *Monitor) Started(ctx context.Context) (string, error) {
 	}
 	var text string
 	if err == nil && hb.StoppedAt == nil && now.Sub(hb.BeatAt) > downAfter {
-		pending, err := m.cfg.Store.CountPendingTurns(ctx)
+		// The gap is recorded for the follow-up (CaughtUp) in the same
+		// transaction as the audit entry; of several instances starting
+		// at once, the one that records it tells the owners.
+		var d store.Down
+		opened := false
+		err = m.cfg.Store.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			var err error
+			if d, opened, err = tx.OpenDown(ctx, hb.BeatAt, now, m.cfg.Instance); err != nil || !opened {
+				return nil, err
+			}
+			return []audit.Entry{{Kind: audit.KindGatewayDown, Actor: "silas", Data: map[string]any{"from": hb.BeatAt.UTC().Format(time.RFC3339),
+				"to": now.UTC().Format(time.RFC3339), "pending": d.Pending}}}, nil
+		})
 		if err != nil {
 			return "", err
 		}
+		if !opened {
+			return "", m.Beat(ctx)
+		}
+		pending := d.Pending
 		text = fmt.Sprintf("Silas: the gateway was down from about %s to %s (it stopped without a clean shutdown).", clock(hb.BeatAt), clock(now))
 		if pending > 0 {
 			text += fmt.Sprintf(" %d message(s) it had not answered are being answered now;", pending)
 		}
 		text += " messages sent meanwhile are answered as the platforms deliver them."
-		err = m.cfg.Store.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
-			return []audit.Entry{{Kind: audit.KindGatewayDown, Actor: "silas", Data: map[string]any{"from": hb.BeatAt.UTC().Format(time.RFC3339),
-				"to": now.UTC().Format(time.RFC3339), "pending": pending}}}, nil
-		})
-		if err != nil {
-			return "", err
-		}
 		m.tell(ctx, "", text)
 	}
 	return text, m.Beat(ctx)
+}
+
+// CaughtUp follows up, once, each restart Started reported: once the
+// platforms' catch-up had CatchUpSettle to arrive and every message of the
+// gap is answered — or CatchUpBound after the restart, whatever is left —
+// the owners are told how many messages arrived while the gateway was
+// down (those unanswered at the restart and those whose platform time
+// falls in the gap) and how many were answered. The check job runs it
+// (on whichever instance leads); the follow-up is a compare-and-swap on
+// the gap's row, so it is sent once however many instances check.
+func (m *Monitor) CaughtUp(ctx context.Context) error {
+	downs, err := m.cfg.Store.OpenDowns(ctx)
+	if err != nil {
+		return err
+	}
+	now := m.cfg.Now()
+	for _, d := range downs {
+		since := now.Sub(d.To)
+		if since < m.cfg.CatchUpSettle {
+			continue
+		}
+		arrived, unanswered, err := m.cfg.Store.DownTurns(ctx, d)
+		if err != nil {
+			return err
+		}
+		if unanswered > 0 && since < m.cfg.CatchUpBound {
+			continue
+		}
+		closed := false
+		err = m.cfg.Store.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			var err error
+			if closed, err = tx.CloseDown(ctx, d.ID); err != nil || !closed {
+				return nil, err
+			}
+			return []audit.Entry{{Kind: audit.KindGatewayCaughtUp, Actor: "silas", Data: map[string]any{"from": d.From.UTC().Format(time.RFC3339),
+				"to": d.To.UTC().Format(time.RFC3339), "arrived": arrived, "answered": arrived - unanswered, "unanswered": unanswered}}}, nil
+		})
+		if err != nil {
+			return err
+		}
+		if closed {
+			m.tell(ctx, "", caughtUpText(d, arrived, unanswered))
+		}
+	}
+	return nil
+}
+
+func caughtUpText(d store.Down, arrived, unanswered int) string {
+	head := fmt.Sprintf("Silas: while the gateway was down (from about %s to %s), ", clock(d.From), clock(d.To))
+	switch {
+	case arrived == 0:
+		return head + "no message arrived."
+	case unanswered == 0:
+		return head + fmt.Sprintf("%d message(s) arrived; all %d were answered.", arrived, arrived)
+	default:
+		return head + fmt.Sprintf("%d message(s) arrived; %d answered, %d still being answered.", arrived, arrived-unanswered, unanswered)
+	}
 }
 
 // Line is one channel's health as /status and doctor show it.

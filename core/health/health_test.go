@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/health"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/pgtest"
@@ -237,5 +238,123 @@ func TestClusterJudgedByTheHolder(t *testing.T) {
 	}
 	if len(tl.text) != 1 || !strings.Contains(tl.text[0], "the telegram channel has heard nothing") || !strings.Contains(tl.text[0], "polling") {
 		t.Fatalf("told %q; want one deaf notice with the holder's state", tl.text)
+	}
+}
+
+// turnAt stores a turn the platform timestamped at, pending or answered.
+func turnAt(t *testing.T, st *store.Store, id string, at time.Time, answered bool) int64 {
+	t.Helper()
+	var seq int64
+	err := st.Do(context.Background(), func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		var err error
+		seq, _, err = tx.InsertTurn(ctx, core.Turn{Channel: "telegram", EventID: id, Conversation: "telegram:1", Sender: "telegram:1", Text: "hi", At: at})
+		return nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if answered {
+		answer(t, st, seq)
+	}
+	return seq
+}
+
+func answer(t *testing.T, st *store.Store, seq int64) {
+	t.Helper()
+	if _, err := st.Pool().Exec(context.Background(), `UPDATE turns SET status = 'done' WHERE seq = $1`, seq); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func countKind(t *testing.T, st *store.Store, kind audit.Kind) int {
+	t.Helper()
+	var n int
+	if err := st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM audit_log WHERE kind = $1`, kind).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// started is setup after a first start (a heartbeat), with when it beat.
+func started(t *testing.T) (*health.Monitor, *told, *clock, *store.Store, time.Time) {
+	t.Helper()
+	m, tl, clk, st := setup(t)
+	if _, err := m.Started(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return m, tl, clk, st, clk.Now()
+}
+
+// TestCaughtUpAfterUncleanStop: after a restart the first notice reported,
+// the check tells the owners once, on every channel, how many messages
+// arrived while the gateway was down — those unanswered at the restart and
+// those the platforms delivered afterwards timestamped inside the gap — and
+// that all were answered; not before the catch-up had time to arrive, nor
+// while some still wait and the bound has not passed; never twice, even
+// from another instance's check.
+func TestCaughtUpAfterUncleanStop(t *testing.T) {
+	t.Parallel()
+	m, tl, clk, st, t0 := started(t)
+	ctx := context.Background()
+	turnAt(t, st, "before-answered", t0.Add(-time.Minute), true)
+	pendingAtStop := turnAt(t, st, "before-pending", t0.Add(time.Second), false)
+	clk.add(10 * time.Minute) // killed: no clean stop, no beat since
+	if text, err := m.Started(ctx); err != nil || !strings.Contains(text, "1 message(s) it had not answered") {
+		t.Fatalf("first notice: %q, %v", text, err)
+	}
+	// The platforms' catch-up: two sent while down, one sent after.
+	meanwhile1 := turnAt(t, st, "meanwhile-1", t0.Add(3*time.Minute), false)
+	turnAt(t, st, "meanwhile-2", t0.Add(7*time.Minute), true)
+	turnAt(t, st, "after", clk.Now().Add(time.Second), false)
+	if err := m.Check(ctx); err != nil || len(tl.text) != 1 {
+		t.Fatalf("followed up before the catch-up could arrive: %v %q", err, tl.text)
+	}
+	clk.add(time.Minute)
+	if err := m.Check(ctx); err != nil || len(tl.text) != 1 {
+		t.Fatalf("followed up while messages of the gap wait: %v %q", err, tl.text)
+	}
+	answer(t, st, pendingAtStop)
+	answer(t, st, meanwhile1)
+	other, err := health.New(health.Config{Store: st, Notify: tl.notify, Instance: "other", Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mon := range []*health.Monitor{m, other, m} {
+		if err := mon.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(tl.text) != 2 || tl.from[1] != "" ||
+		!strings.Contains(tl.text[1], "while the gateway was down (from about "+t0.UTC().Format("2006-01-02 15:04:05 UTC")) ||
+		!strings.Contains(tl.text[1], "3 message(s) arrived; all 3 were answered.") {
+		t.Fatalf("told %q from %v; want one follow-up to every channel: 3 arrived, all answered", tl.text, tl.from)
+	}
+	if n := countKind(t, st, audit.KindGatewayCaughtUp); n != 1 {
+		t.Fatalf("%d %s entries; want 1", n, audit.KindGatewayCaughtUp)
+	}
+}
+
+// TestCaughtUpSaysWhatIsStillBeingAnswered: past the bound, the follow-up
+// says how many of the gap's messages are still being answered.
+func TestCaughtUpSaysWhatIsStillBeingAnswered(t *testing.T) {
+	t.Parallel()
+	m, tl, clk, st, t0 := started(t)
+	ctx := context.Background()
+	clk.add(10 * time.Minute)
+	if _, err := m.Started(ctx); err != nil {
+		t.Fatal(err)
+	}
+	turnAt(t, st, "meanwhile-1", t0.Add(time.Minute), true)
+	turnAt(t, st, "meanwhile-2", t0.Add(2*time.Minute), false)
+	clk.add(time.Minute)
+	if err := m.Check(ctx); err != nil || len(tl.text) != 1 {
+		t.Fatalf("followed up before the bound: %v %q", err, tl.text)
+	}
+	clk.add(2 * time.Minute)
+	if err := m.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(tl.text) != 2 || !strings.Contains(tl.text[1], "2 message(s) arrived; 1 answered, 1 still being answered.") {
+		t.Fatalf("told %q; want 2 arrived, 1 answered, 1 still being answered", tl.text)
 	}
 }

@@ -110,15 +110,6 @@ func (s *Store) OpenIncidents(ctx context.Context) (map[core.ChannelName]time.Ti
 	return out, rows.Err()
 }
 
-// CountPendingTurns counts the turns stored but not answered yet.
-func (s *Store) CountPendingTurns(ctx context.Context) (int, error) {
-	var n int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM turns WHERE status = 'pending'`).Scan(&n); err != nil {
-		return 0, fmt.Errorf("store: pending turns: %w", err)
-	}
-	return n, nil
-}
-
 // LastTurns maps each channel that ever received a turn to when its newest
 // one was received.
 func (s *Store) LastTurns(ctx context.Context) (map[core.ChannelName]time.Time, error) {
@@ -215,4 +206,84 @@ func (s *Store) PruneHealthReports(ctx context.Context, before time.Time) error 
 		return fmt.Errorf("store: prune health reports: %w", err)
 	}
 	return nil
+}
+
+// Down is a gap the gateway was down without a clean shutdown, as the
+// start that found it recorded it (gateway_downs).
+type Down struct {
+	ID       int64
+	From, To time.Time
+	// Instance is the one that told the owners at start.
+	Instance string
+	// Pending is how many turns were stored but unanswered at the restart;
+	// LastSeq the newest turn's seq then (0: none).
+	Pending int
+	LastSeq int64
+}
+
+// OpenDown records the gap from..to in the transaction with the turns
+// unanswered at the restart; false: a start had recorded it already (two
+// instances starting at once: the other tells the owners).
+func (t *Tx) OpenDown(ctx context.Context, from, to time.Time, instance string) (Down, bool, error) {
+	d := Down{From: from, To: to, Instance: instance}
+	err := t.queryRow(ctx, `INSERT INTO gateway_downs (down_from, down_to, instance, pending, last_seq)
+		SELECT $1, $2, $3, (SELECT count(*) FROM turns WHERE status = 'pending'), COALESCE((SELECT max(seq) FROM turns), 0)
+		ON CONFLICT (down_from) DO NOTHING RETURNING id, pending, last_seq`, from, to, instance).Scan(&d.ID, &d.Pending, &d.LastSeq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, false, nil
+	}
+	if err != nil {
+		return d, false, fmt.Errorf("store: open down gap: %w", err)
+	}
+	return d, true, nil
+}
+
+// OpenDowns reads the gaps not followed up yet, oldest first.
+func (s *Store) OpenDowns(ctx context.Context) ([]Down, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, down_from, down_to, instance, pending, last_seq FROM gateway_downs
+		WHERE reported_at IS NULL ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("store: open down gaps: %w", err)
+	}
+	defer rows.Close()
+	var out []Down
+	for rows.Next() {
+		var d Down
+		if err := rows.Scan(&d.ID, &d.From, &d.To, &d.Instance, &d.Pending, &d.LastSeq); err != nil {
+			return nil, fmt.Errorf("store: open down gaps: %w", err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: open down gaps: %w", err)
+	}
+	return out, nil
+}
+
+// DownTurns counts the turns of gap d: those unanswered at the restart
+// and those received since whose platform time falls in the gap (the
+// platforms' catch-up); unanswered is how many of them still are.
+func (s *Store) DownTurns(ctx context.Context, d Down) (arrived, unanswered int, err error) {
+	var late, latePending, oldPending int
+	err = s.pool.QueryRow(ctx, `SELECT
+			count(*) FILTER (WHERE seq > $1 AND (body->>'at')::timestamptz BETWEEN $2 AND $3),
+			count(*) FILTER (WHERE seq > $1 AND (body->>'at')::timestamptz BETWEEN $2 AND $3 AND status = 'pending'),
+			count(*) FILTER (WHERE seq <= $1 AND status = 'pending')
+		FROM turns WHERE seq > $1 OR status = 'pending'`, d.LastSeq, d.From, d.To).Scan(&late, &latePending, &oldPending)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: turns of down gap %d: %w", d.ID, err)
+	}
+	// A turn pending at the restart never becomes pending again, so those
+	// of them still pending are the unanswered ones.
+	return d.Pending + late, min(oldPending, d.Pending) + latePending, nil
+}
+
+// CloseDown marks gap id followed up in the transaction; false: it was
+// already (another instance's check told the owners).
+func (t *Tx) CloseDown(ctx context.Context, id int64) (bool, error) {
+	tag, err := t.exec(ctx, `UPDATE gateway_downs SET reported_at = $2 WHERE id = $1 AND reported_at IS NULL`, id, t.now())
+	if err != nil {
+		return false, fmt.Errorf("store: close down gap %d: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
