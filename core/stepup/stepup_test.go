@@ -629,7 +629,7 @@ func TestStepUpSpan(t *testing.T) {
 func attr(s tracetest.SpanStub, k attribute.Key) string {
 	for _, a := range s.Attributes {
 		if a.Key == k {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""

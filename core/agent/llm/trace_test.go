@@ -46,7 +46,7 @@ func TestChatSpan(t *testing.T) {
 	want := map[string]string{string(tracing.AttrModel): "small", string(tracing.AttrInputTokens): "30", string(tracing.AttrOutputTokens): "7"}
 	got := map[string]string{}
 	for _, a := range model[0].Attributes {
-		got[string(a.Key)] = a.Value.Emit()
+		got[string(a.Key)] = a.Value.String()
 	}
 	for k, v := range want {
 		if got[k] != v {
