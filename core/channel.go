@@ -117,6 +117,20 @@ type KeyedSender interface {
 	SendKeyed(ctx context.Context, key string, m OutMessage) (MessageRef, error)
 }
 
+// HeldSender is an optional capability of a channel that can send only
+// through a connection one instance holds at a time (WhatsApp: the linked
+// device, under its lease; issue 25). With several instances the outbox
+// leaves such a conversation to the instance that holds the connection
+// instead of retrying, here, sends that cannot succeed.
+type HeldSender interface {
+	// SendsHere reports whether this process holds the connection, up,
+	// now.
+	SendsHere() bool
+	// OnSendsHere sets f to run each time this process comes to hold the
+	// connection, up (the outbox then delivers what waited for it).
+	OnSendsHere(f func())
+}
+
 // Tap refusal reasons (TapAnswer.Refused): the tap changed nothing.
 const (
 	RefusedUnknownCard    = "unknown_card"

@@ -67,6 +67,10 @@ type ApprovalRequest struct {
 	// ("" when tracing was off): the tap, the execution and its card
 	// updates join that trace (core/tracing). Not signed, not hashed.
 	Traceparent string
+	// TapTraceparent is the W3C traceparent of the tap's decision that
+	// approved it ("" when tracing was off): its execution links to it,
+	// whichever instance runs it. Not signed, not hashed.
+	TapTraceparent string
 }
 
 // ExecStatus is where an execution stands. Transitions are compare-and-swap:

@@ -30,9 +30,13 @@ import (
 //     device); the StreamReplaced that follows the successor's connect is
 //     then expected and neither recorded nor told to the owner.
 //
-// Sending needs the connection, so only the holder sends; on another
-// instance a send fails as "not connected" and the outbox retries it.
-// Without a LeaseStore the channel runs as before.
+// Sending needs the connection, so only the holder sends: the channel is a
+// core.HeldSender, and with several instances the outbox hands a
+// WhatsApp conversation over to the instance whose SendsHere is true,
+// which delivers it (and, when its connection comes up, delivers what
+// waited: OnSendsHere). Alone, a send while disconnected fails as "not
+// connected" and the outbox retries it. Without a LeaseStore the channel
+// runs as before.
 
 // leaseName is the device lease of this channel.
 func (a *Adapter) leaseName() string { return "whatsapp/" + string(a.cfg.Name) }
@@ -116,4 +120,30 @@ func (a *Adapter) stateWriteFailed(what string, err error) {
 		return
 	}
 	a.log.Warn("whatsapp: "+what, slog.Any("err", err))
+}
+
+var _ core.HeldSender = (*Adapter)(nil)
+
+// SendsHere reports whether this process can send now: it holds the
+// device (or runs without leases) and is connected and logged in.
+func (a *Adapter) SendsHere() bool {
+	return a.holdingLive() && a.Status().Connected && a.cli.IsConnected()
+}
+
+// OnSendsHere sets f to run each time the device connects while this
+// process holds it (core.HeldSender).
+func (a *Adapter) OnSendsHere(f func()) {
+	a.mu.Lock()
+	a.sendsHere = f
+	a.mu.Unlock()
+}
+
+// connectedHere runs OnSendsHere's function after a connect while held.
+func (a *Adapter) connectedHere() {
+	a.mu.Lock()
+	f := a.sendsHere
+	a.mu.Unlock()
+	if f != nil && a.holdingLive() {
+		f()
+	}
 }

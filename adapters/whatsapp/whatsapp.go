@@ -76,6 +76,8 @@ type Adapter struct {
 	held *lease.Held
 	// inbound is the inbound liveness (Health).
 	inbound kit.Liveness
+	// sendsHere runs when the device connects while held (OnSendsHere).
+	sendsHere func()
 }
 
 var (
@@ -238,6 +240,7 @@ func (a *Adapter) handle(evt any) bool {
 			}
 		}
 		a.log.Info("whatsapp: connected")
+		a.connectedHere()
 	case *events.OfflineSyncPreview:
 		a.log.Info("whatsapp: delivering what arrived while offline", slog.Int("messages", e.Messages))
 	case *events.OfflineSyncCompleted:

@@ -794,7 +794,7 @@ func startTracing(ctx context.Context, o options, logger *slog.Logger) (tr *tele
 		}
 		return nil, "off", func() {}, nil
 	}
-	cfg := telemetry.Config{SamplingRatePerMillion: o.sampling, Exporter: tracetest.NewNoopExporter()}
+	cfg := telemetry.Config{SamplingRatePerMillion: o.sampling, Exporter: tracetest.NewNoopExporter(), Env: os.Environ()}
 	traced = fmt.Sprintf("%d per million, spans exported nowhere", o.sampling)
 	closeSink := func() {}
 	if o.otlp {

@@ -191,7 +191,8 @@ func cmdAuditVerify(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	headState := audit.HeadPresent
-	headCP, err := audit.ReadHead(*head)
+	headLines, err := audit.ReadHeadLines(*head)
+	headCP := audit.NewestHead(headLines)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		headState = audit.HeadMissing
@@ -215,7 +216,7 @@ func cmdAuditVerify(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	return withStore(ctx, env, func(st *store.Store) error {
-		rep, err := st.VerifyAuditAnchored(ctx, trusted, headCP, *head, entryKey)
+		rep, err := st.VerifyAuditAnchored(ctx, trusted, headCP, *head, entryKey, headLines...)
 		if err != nil {
 			return err
 		}

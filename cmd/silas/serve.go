@@ -20,6 +20,7 @@ import (
 
 	mcpadapter "github.com/silas-gateway/silas/adapters/mcp"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/cluster"
 	"github.com/silas-gateway/silas/core/consent"
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/gateway"
@@ -117,11 +118,12 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log, mcpTools, inst, peers.StopRuns, su)
+	eng, err := newEngine(cfg, db.store, chans, sb, sbDir, pol, key, sealer, reg, log, mcpTools, inst, peers, su)
 	if err != nil {
 		return err
 	}
-	peers.OnStop(store.ParseStopNotice, eng.StopRuns) // another instance's /stop of a task whose actions run here
+	peers.OnStop(store.ParseStopNotice, eng.StopRuns)       // another instance's /stop of a task whose actions run here
+	peers.OnHandOver(store.ParseHandOverNotice, eng.Nudged) // a conversation waiting for a connection this instance may hold
 	late.eng.Store(eng)
 	bindFlowGraphs(eng.Flows(), chans.channels) // the web chat's pictures of runs
 	form, err := serveForm(cfg, eng, sealer, log, late, su)
@@ -346,7 +348,7 @@ func newSandbox(cfg *config.Config, configPath string, log *slog.Logger) (*sandb
 // newEngine builds the agent and the engine over the channels (with the
 // task runtime when the LLM agent is configured).
 func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandbox.Subprocess, sbDir string, pol *policy.Policy,
-	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger, mcp *mcptools.Tools, inst gateway.Cluster, stopElsewhere func([]core.ApprovalID),
+	key ed25519.PrivateKey, sealer *secrets.Sealer, reg prometheus.Registerer, log *slog.Logger, mcp *mcptools.Tools, inst gateway.Cluster, peers *cluster.Listener,
 	su *stepup.Service) (*gateway.Gateway, error) {
 	ids := func(list []string) []core.IdentityID {
 		out := make([]core.IdentityID, len(list))
@@ -376,7 +378,7 @@ func newEngine(cfg *config.Config, st *store.Store, chans *channelSet, sb *sandb
 		OutputInlineMax: cfg.Output.InlineMaxChars, OutputPreview: cfg.Output.PreviewChars,
 		Registry: reg, Logger: log, Failpoint: os.Getenv("SILAS_FAILPOINT"),
 		Sealer: sealer, SecretTTL: cfg.Secrets.RequestTTL.Duration, Tasks: tasks, Consents: consentLimits(cfg), MCP: mcp,
-		Flows: withMCPFlows(flowsConfig(cfg), mcp), Cluster: inst, StopElsewhere: stopElsewhere, StepUp: su,
+		Flows: withMCPFlows(flowsConfig(cfg), mcp), Cluster: inst, StopElsewhere: peers.StopRuns, HandOver: peers.HandOver, StepUp: su,
 		FlowConsents: consent.Switches{RunWrites: cfg.Flows.RunWrites, Automatable: cfg.Flows.AutomatableExecution},
 	})
 }

@@ -30,18 +30,7 @@ func TestSlackSIGKILLBurst(t *testing.T) {
 	srv := slacktest.NewServer(t, slacktest.Options{})
 	dsn := storetest.NewDatabase(t)
 	dataDir := t.TempDir()
-	dir := t.TempDir()
-	bot, app := filepath.Join(dir, "bot"), filepath.Join(dir, "app")
-	if err := os.WriteFile(bot, []byte(slacktest.BotToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(app, []byte(slacktest.AppToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := []string{"SILAS_SLACK_ENABLED=true", "SILAS_SLACK_BOT_TOKEN=file:" + bot, "SILAS_SLACK_APP_TOKEN=file:" + app,
-		"SILAS_SLACK_BASE_URL=" + srv.URL, "SILAS_SLACK_DM_POLICY=open", "SILAS_SLACK_PING_INTERVAL=1s", "SILAS_SLACK_PING_TIMEOUT=1s",
-		"SILAS_IDENTITIES_OWNERS=webchat:local,slack:U0OLIVE"}
-	env = append(env, shortLease) // the restarted serve waits for the killed one's lease
+	env := append(slackSocketEnv(t, srv), shortLease) // the restarted serve waits for the killed one's lease
 	users := []string{"U0OLIVE", "U0SAM", "U0MIA"}
 	const perUser = 12
 	total := perUser * len(users)
@@ -139,6 +128,23 @@ func TestSlackSIGKILLBurst(t *testing.T) {
 	if strings.Contains(s.logs.String(), slacktest.BotToken) {
 		t.Error("the bot token appears in the log")
 	}
+}
+
+// slackSocketEnv configures Socket Mode against the fake srv, tokens as
+// file: (U0OLIVE is an owner, DMs open).
+func slackSocketEnv(t *testing.T, srv *slacktest.Server) []string {
+	t.Helper()
+	dir := t.TempDir()
+	bot, app := filepath.Join(dir, "bot"), filepath.Join(dir, "app")
+	if err := os.WriteFile(bot, []byte(slacktest.BotToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(app, []byte(slacktest.AppToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"SILAS_SLACK_ENABLED=true", "SILAS_SLACK_BOT_TOKEN=file:" + bot, "SILAS_SLACK_APP_TOKEN=file:" + app,
+		"SILAS_SLACK_BASE_URL=" + srv.URL, "SILAS_SLACK_DM_POLICY=open", "SILAS_SLACK_PING_INTERVAL=1s", "SILAS_SLACK_PING_TIMEOUT=1s",
+		"SILAS_IDENTITIES_OWNERS=webchat:local,slack:U0OLIVE"}
 }
 
 // TestSlackHTTPModeServe: `silas serve` with slack.mode http answers the

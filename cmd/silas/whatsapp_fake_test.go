@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"go.mau.fi/whatsmeow/proto/waAdv"
+	wastore "go.mau.fi/whatsmeow/store"
 	"go.mau.fi/whatsmeow/types"
 
 	"github.com/silas-gateway/silas/adapters/whatsapp"
@@ -58,45 +59,7 @@ func TestServeWhatsAppThroughFake(t *testing.T) {
 	bin := whatsappFakeBinary(t)
 	ctx := context.Background()
 	dsn := storetest.NewDatabase(t)
-	account := func() *waAdv.ADVSignedDeviceIdentity {
-		return &waAdv.ADVSignedDeviceIdentity{Details: []byte("d"), AccountSignature: make([]byte, 64), AccountSignatureKey: make([]byte, 32), DeviceSignature: make([]byte, 64)}
-	}
-	// The gateway's linked device, in its database (schema whatsmeow).
-	ds, err := whatsapp.OpenDeviceStore(ctx, dsn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ds.Close()
-	dev, err := ds.Device(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	devJID := types.NewADJID("4915100000001", 0, 3)
-	dev.ID, dev.Account = &devJID, account()
-	if err := dev.Save(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// The owner's phone, with its Signal state in a database of its own.
-	pds, err := whatsapp.OpenDeviceStore(ctx, storetest.NewDatabase(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pds.Close()
-	pdev, err := pds.Device(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pj := types.NewJID("4915112345678", types.DefaultUserServer)
-	pdev.ID, pdev.Account = &pj, account()
-	if err := pdev.Save(ctx); err != nil {
-		t.Fatal(err)
-	}
-	phone := whatsapptest.Phone{JID: pj, Store: pdev}
-	srv := whatsapptest.NewServer(t)
-	srv.AddPhone(phone)
-	root := srv.RootKey()
-	hook := srv.Addr() + " " + base64.StdEncoding.EncodeToString(root[:]) + " " + base64.StdEncoding.EncodeToString(srv.Certificate().Raw)
-
+	srv, phone, dev, hook := fakeWhatsApp(t, dsn)
 	s := startBinary(t, bin, dsn, t.TempDir(), "SILAS_WHATSAPP_ENABLED=true", "WHATSAPPTEST_FAKE_SERVER="+hook,
 		"SILAS_IDENTITIES_OWNERS=webchat:local,whatsapp:4915112345678")
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -123,6 +86,54 @@ func TestServeWhatsAppThroughFake(t *testing.T) {
 		return strings.Contains(fmt.Sprint(f["text"]), "WhatsApp logged Silas's linked device out") &&
 			strings.Contains(fmt.Sprint(f["text"]), "silas whatsapp link")
 	})
+}
+
+// fakeWhatsApp gives dsn a linked device (in its schema whatsmeow) and
+// starts whatsapptest's fake server with the owner's phone
+// (4915112345678): hook is WHATSAPPTEST_FAKE_SERVER's value for a binary
+// built with whatsappFakeBinary.
+func fakeWhatsApp(t *testing.T, dsn string) (srv *whatsapptest.Server, phone whatsapptest.Phone, dev *wastore.Device, hook string) {
+	t.Helper()
+	ctx := context.Background()
+	account := func() *waAdv.ADVSignedDeviceIdentity {
+		return &waAdv.ADVSignedDeviceIdentity{Details: []byte("d"), AccountSignature: make([]byte, 64), AccountSignatureKey: make([]byte, 32), DeviceSignature: make([]byte, 64)}
+	}
+	// The gateway's linked device, in its database (schema whatsmeow).
+	ds, err := whatsapp.OpenDeviceStore(ctx, dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ds.Close() })
+	dev, err = ds.Device(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devJID := types.NewADJID("4915100000001", 0, 3)
+	dev.ID, dev.Account = &devJID, account()
+	if err := dev.Save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The owner's phone, with its Signal state in a database of its own.
+	pds, err := whatsapp.OpenDeviceStore(ctx, storetest.NewDatabase(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pds.Close() })
+	pdev, err := pds.Device(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pj := types.NewJID("4915112345678", types.DefaultUserServer)
+	pdev.ID, pdev.Account = &pj, account()
+	if err := pdev.Save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	phone = whatsapptest.Phone{JID: pj, Store: pdev}
+	srv = whatsapptest.NewServer(t)
+	srv.AddPhone(phone)
+	root := srv.RootKey()
+	hook = srv.Addr() + " " + base64.StdEncoding.EncodeToString(root[:]) + " " + base64.StdEncoding.EncodeToString(srv.Certificate().Raw)
+	return srv, phone, dev, hook
 }
 
 func receivedContaining(srv *whatsapptest.Server, s string) bool {

@@ -114,3 +114,44 @@ func TestCheckCatchesRechainAndForgery(t *testing.T) {
 		t.Fatalf("the intact log: %+v", r.Problems)
 	}
 }
+
+// TestCheckComparesEveryHeadLine: a log truncated past a head line and
+// then grown again (the sequence reset, the gateway appending and signing
+// new checkpoints over the new rows, the old checkpoint rows deleted)
+// agrees with the head file's newest line; only the older line still
+// witnesses what was cut. Verify compares every line it reads.
+//
+// Checked to fail: with NewCheck ignoring older, "regrown" reports nothing.
+func TestCheckComparesEveryHeadLine(t *testing.T) {
+	t.Parallel()
+	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	sign := func(rows []Row, seq int64) Checkpoint {
+		c, err := Sign(key, seq, rows[seq-1].Hash, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	orig := chainOf(t, 40)
+	regrown := rechain(t, orig, 13) // rows 13.. cut, then appended anew
+	oldLine := sign(orig, 20)
+	newCPs := []Checkpoint{sign(orig, 10), sign(regrown, 30), sign(regrown, 40)}
+	head := newCPs[2]
+	check := func(older ...Checkpoint) *Report {
+		c := NewCheck([]ed25519.PublicKey{pub}, newCPs, &head, "head.log", older...)
+		for _, r := range regrown {
+			c.Row(r)
+		}
+		return c.Finish()
+	}
+	if r := check(); !r.OK() {
+		t.Fatalf("without the older lines the regrown log should pass (else this test proves nothing): %+v", r.Problems)
+	}
+	r := check(newCPs[0], oldLine, newCPs[1], head)
+	if r.OK() || r.Problems[0].Kind != ProblemRechained || r.Problems[0].Seq != 20 {
+		t.Fatalf("regrown: problems %+v; want %s at seq 20", r.Problems, ProblemRechained)
+	}
+	if r := check(sign(regrown, 20)); !r.OK() {
+		t.Fatalf("an older line that agrees: %+v", r.Problems)
+	}
+}

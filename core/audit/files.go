@@ -155,6 +155,30 @@ const headTail = 64 << 10
 // error wrapping fs.ErrNotExist. Lines that do not parse (a write cut short
 // by a crash) are skipped.
 func ReadHead(path string) (*Checkpoint, error) {
+	lines, err := ReadHeadLines(path)
+	if err != nil {
+		return nil, err
+	}
+	return NewestHead(lines), nil
+}
+
+// NewestHead returns the checkpoint with the highest seq (nil for none).
+func NewestHead(lines []Checkpoint) *Checkpoint {
+	var newest *Checkpoint
+	for i := range lines {
+		if newest == nil || lines[i].Seq > newest.Seq {
+			newest = &lines[i]
+		}
+	}
+	return newest
+}
+
+// ReadHeadLines returns every checkpoint among the last lines of the head
+// file (headTail), in file order. Verify compares all of them with the
+// log, not only the newest: a log truncated and then grown again past the
+// old head (a reset sequence, the gateway appending and checkpointing
+// anew) agrees with the newest line but not with the older ones.
+func ReadHeadLines(path string) ([]Checkpoint, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("audit: head file: %w", err)
@@ -171,7 +195,7 @@ func ReadHead(path string) (*Checkpoint, error) {
 		}
 		partial = true
 	}
-	var newest *Checkpoint
+	var lines []Checkpoint
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 4096), headTail+1)
 	for sc.Scan() {
@@ -179,15 +203,14 @@ func ReadHead(path string) (*Checkpoint, error) {
 			partial = false
 			continue
 		}
-		c, ok := parseHeadLine(sc.Bytes())
-		if ok && (newest == nil || c.Seq > newest.Seq) {
-			newest = &c
+		if c, ok := parseHeadLine(sc.Bytes()); ok {
+			lines = append(lines, c)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("audit: read head file: %w", err)
 	}
-	return newest, nil
+	return lines, nil
 }
 
 func parseHeadLine(b []byte) (Checkpoint, bool) {

@@ -111,8 +111,10 @@ func EntryMACProblem(m *MACer, k *EntryKey, r Row) (Problem, bool) {
 // NewCheck prepares a check. trusted are the audit public keys (from a file
 // the database cannot change); checkpoints are the database's; head is the
 // newest checkpoint of the head file outside the database (nil when there
-// is none), named headName in messages.
-func NewCheck(trusted []ed25519.PublicKey, checkpoints []Checkpoint, head *Checkpoint, headName string) *Check {
+// is none), named headName in messages; older are the head file's other
+// lines, each compared with the log as the newest is (the file is the
+// stronger witness for every line it holds).
+func NewCheck(trusted []ed25519.PublicKey, checkpoints []Checkpoint, head *Checkpoint, headName string, older ...Checkpoint) *Check {
 	c := &Check{chain: NewVerifier(), want: map[int64][]byte{}, chainOK: true}
 	r := &c.report
 	r.Checkpoints = len(checkpoints)
@@ -152,6 +154,23 @@ func NewCheck(trusted []ed25519.PublicKey, checkpoints []Checkpoint, head *Check
 			}
 			// The file is the stronger witness: the database cannot change it.
 			c.want[head.Seq] = head.Hash
+		}
+		for _, cp := range older {
+			if cp.Seq >= head.Seq {
+				continue // the newest was checked above (or repeats it)
+			}
+			if p, ok := signatureProblem(cp, trusted, "head file "+headName+": "); !ok {
+				r.Problems = append(r.Problems, p)
+				continue
+			}
+			if db, ok := byseq[cp.Seq]; ok && !db.Same(cp) {
+				r.Problems = append(r.Problems, Problem{Kind: ProblemHeadMismatch, Seq: cp.Seq,
+					Message: fmt.Sprintf("head file %s and the database disagree on the checkpoint at seq %d", headName, cp.Seq)})
+			}
+			// A missing row for it is not news here (the newest line
+			// already says whether checkpoint rows were deleted); the
+			// log's row at this seq must still hash as the file says.
+			c.want[cp.Seq] = cp.Hash
 		}
 	}
 	for s := range c.want {

@@ -4,8 +4,9 @@
 // paths stay as cheap as before), whether this process may still act on
 // its claims (Fresh: its own monotonic clock says the heartbeat did not
 // lapse, as core/lease does for a lease), and the LISTEN/NOTIFY listener
-// through which instances push web chat frames to each other's sockets
-// (Listener).
+// through which instances push web chat frames to each other's sockets,
+// ask each other to stop runs and hand conversations over to the holder
+// of a channel's connection (Listener).
 //
 // What a dead instance leaves (pending turns, executions, outbox lanes) is
 // taken over by the rooms that own it, through compare-and-swap in

@@ -19,6 +19,9 @@ type FrameStore interface {
 	Listen(ctx context.Context, ready func(), f func(payload string)) error
 	// PublishStop tells the other instances to kill these executions.
 	PublishStop(ctx context.Context, ids []core.ApprovalID) error
+	// PublishHandOver tells the other instances that conv's next outbox
+	// job waits for the holder of ch's connection.
+	PublishHandOver(ctx context.Context, ch core.ChannelName, conv core.ConversationID) error
 }
 
 // Listener pushes frames to, and receives them from, the other instances.
@@ -33,14 +36,18 @@ type Listener struct {
 	subs      map[core.ChannelName]func([]byte)
 	parseStop func(string) (string, []core.ApprovalID, bool)
 	stops     func([]core.ApprovalID)
+	parseHand func(string) (string, core.ChannelName, core.ConversationID, bool)
+	handed    func(core.ChannelName, core.ConversationID)
 	out       chan frame
 }
 
-// frame is a web chat frame for ch, or (stop set) executions to kill.
+// frame is a web chat frame for ch, or (stop set) executions to kill, or
+// (conv set) a conversation handed over to the holder of ch's connection.
 type frame struct {
 	ch   core.ChannelName
 	b    []byte
 	stop []core.ApprovalID
+	conv core.ConversationID
 }
 
 // NewListener makes a Listener; parse splits a notice's payload (the
@@ -97,6 +104,31 @@ func (l *Listener) StopRuns(ids []core.ApprovalID) {
 	}
 }
 
+// OnHandOver makes f receive the conversations other instances hand over
+// (HandOver); parse splits such a notice's payload (the store's
+// ParseHandOverNotice).
+func (l *Listener) OnHandOver(parse func(string) (origin string, ch core.ChannelName, conv core.ConversationID, ok bool), f func(core.ChannelName, core.ConversationID)) {
+	l.mu.Lock()
+	l.parseHand, l.handed = parse, f
+	l.mu.Unlock()
+}
+
+// HandOver tells the other instances that conv's next outbox job waits
+// for the instance holding ch's connection (core/outbox, a
+// core.HeldSender channel); that one delivers it. Like Publish it never
+// blocks and does nothing alone. A notice lost on the way leaves the job
+// to the holder's next recovery scan, or to its connection coming up.
+func (l *Listener) HandOver(ch core.ChannelName, conv core.ConversationID) {
+	if l.inst.Solo() {
+		return
+	}
+	select {
+	case l.out <- frame{ch: ch, conv: conv}:
+	default:
+		l.log.Warn("cluster: backlog full; a conversation waits for the connection holder's recovery scan", slog.String("channel", string(ch)))
+	}
+}
+
 // Run listens and publishes until ctx ends; ready is closed once LISTEN
 // took effect the first time.
 func (l *Listener) Run(ctx context.Context, ready chan<- struct{}) {
@@ -117,7 +149,16 @@ func (l *Listener) Run(ctx context.Context, ready chan<- struct{}) {
 func (l *Listener) receive(ctx context.Context, payload string) {
 	l.mu.Lock()
 	parseStop, stops := l.parseStop, l.stops
+	parseHand, handed := l.parseHand, l.handed
 	l.mu.Unlock()
+	if parseHand != nil {
+		if origin, ch, conv, ok := parseHand(payload); ok {
+			if origin != l.st.Instance() && handed != nil {
+				handed(ch, conv)
+			}
+			return
+		}
+	}
 	if parseStop != nil {
 		if origin, ids, ok := parseStop(payload); ok {
 			if origin != l.st.Instance() && stops != nil {
@@ -149,6 +190,12 @@ func (l *Listener) publish(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case f := <-l.out:
+			if f.conv != "" {
+				if err := l.st.PublishHandOver(ctx, f.ch, f.conv); err != nil && ctx.Err() == nil {
+					l.log.Warn("cluster: handing a conversation over failed; the connection's holder finds it at its next scan", slog.Any("err", err))
+				}
+				continue
+			}
 			if f.stop != nil {
 				if err := l.st.PublishStop(ctx, f.stop); err != nil && ctx.Err() == nil {
 					l.log.Warn("cluster: asking the other instances to stop runs failed; they run to their end", slog.Any("err", err))

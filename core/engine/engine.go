@@ -303,9 +303,16 @@ func (e *Engine) Deliver(ctx context.Context, t core.Turn) (res core.DeliverResu
 // endIntake ends the intake span: the channel, whether it was a tap and
 // what became of it — never the text.
 func endIntake(span trace.Span, t core.Turn, res core.DeliverResult, err error) {
-	span.SetAttributes(tracing.AttrChannel.String(string(t.Channel)), tracing.AttrTap.Bool(t.Tap != nil), tracing.AttrDuplicate.Bool(res.Duplicate))
-	if t.Tap != nil {
-		span.SetAttributes(tracing.AttrApprovalID.String(string(t.Tap.Card)))
+	// Flags only when true, in one call: every attribute is paid for again
+	// in the export (tracing.AttrTap).
+	switch {
+	case t.Tap != nil:
+		span.SetAttributes(tracing.AttrChannel.String(string(t.Channel)), tracing.AttrTap.Bool(true), tracing.AttrApprovalID.String(string(t.Tap.Card)))
+	default:
+		span.SetAttributes(tracing.AttrChannel.String(string(t.Channel)))
+	}
+	if res.Duplicate {
+		span.SetAttributes(tracing.AttrDuplicate.Bool(true))
 	}
 	if err != nil {
 		span.SetStatus(codes.Error, "turn not taken")

@@ -373,7 +373,11 @@ func (e *Engine) startTurn(ctx context.Context, st core.StoredTurn) (context.Con
 		ctx = trace.ContextWithSpanContext(ctx, v.(trace.SpanContext))
 	}
 	ctx, span := tracing.Start(ctx, tracing.SpanTurn)
-	span.SetAttributes(tracing.AttrChannel.String(string(st.Turn.Channel)), tracing.AttrTap.Bool(st.Turn.Tap != nil))
+	if st.Turn.Tap != nil {
+		span.SetAttributes(tracing.AttrChannel.String(string(st.Turn.Channel)), tracing.AttrTap.Bool(true))
+	} else {
+		span.SetAttributes(tracing.AttrChannel.String(string(st.Turn.Channel)))
+	}
 	return ctx, span
 }
 

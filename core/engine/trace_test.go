@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/tracing"
 )
 
@@ -26,13 +28,7 @@ import (
 // Not parallel: tracing is process-wide, and the package's parallel tests
 // wait until this one is done.
 func TestTraceFollowsACard(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	tracing.Enable(tp)
-	t.Cleanup(func() {
-		tracing.Enable(nil)
-		_ = tp.Shutdown(context.Background())
-	})
+	exp := recordSpans(t)
 	b := setup(t)
 	const canary = "cAnArY-7Qm2"
 	cmd := "echo " + canary
@@ -164,4 +160,57 @@ func names(spans tracetest.SpanStubs) string {
 		fmt.Fprintf(&b, "  %s trace=%s %v\n", s.Name, s.SpanContext.TraceID(), s.Attributes)
 	}
 	return b.String()
+}
+
+// TestTraceResumedExecutionLinksToTheTap: an execution another instance
+// or a restarted one runs (here: the in-memory link to the tap read and
+// dropped as it is claimed) still links to the tap's decision, through
+// the traceparent the decision stored on the approval row.
+func TestTraceResumedExecutionLinksToTheTap(t *testing.T) {
+	exp := recordSpans(t)
+	ch := newFakeChannel()
+	b := setupAccess(t, ch, ch, "", func(c *gateway.Config) {
+		// What a takeover or a restart leaves: no tap remembered here.
+		c.Hooks.ExecutionStarted = func(id core.ApprovalID) { tracing.TapOf(string(id)) }
+	})
+	b.send(t, owner, "/run echo resumed")
+	c := b.pendingCard(t, "echo resumed")
+	b.tap(t, owner, c.ID, "approve")
+	b.waitStatus(t, c.ID, cards.StatusDone)
+
+	id := string(c.ID)
+	var d, x *tracetest.SpanStub
+	deadline := time.Now().Add(10 * time.Second)
+	for d == nil || x == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no decision or execution span with %s=%s; spans:\n%s", tracing.AttrApprovalID, id, names(exp.GetSpans()))
+		}
+		time.Sleep(20 * time.Millisecond)
+		for _, s := range exp.GetSpans() {
+			if !hasAttr(s, string(tracing.AttrApprovalID), id) {
+				continue
+			}
+			switch s.Name {
+			case tracing.SpanDecide:
+				d = &s
+			case tracing.SpanExecute:
+				x = &s
+			}
+		}
+	}
+	if !linksToSpan(*x, d.SpanContext) {
+		t.Errorf("the resumed execution does not link to the tap's decision %s: %+v", d.SpanContext.SpanID(), x.Links)
+	}
+}
+
+// recordSpans turns tracing on for the test, each span recorded as it ends.
+func recordSpans(t *testing.T) *tracetest.InMemoryExporter {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	tracing.Enable(tp)
+	t.Cleanup(func() {
+		tracing.Enable(nil)
+		_ = tp.Shutdown(context.Background())
+	})
+	return exp
 }

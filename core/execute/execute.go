@@ -215,9 +215,14 @@ func (x *Executor) Run(ctx context.Context, id core.ApprovalID) {
 		x.cfg.Claimed(id)
 	}
 	// The run continues the proposal's trace (its traceparent is on the
-	// approval row), linked to the tap that queued it, and its card
-	// updates are delivered in it.
-	ctx, span := tracing.StartFrom(ctx, tracing.SpanExecute, r.a.Traceparent, tracing.TapOf(string(id)))
+	// approval row), linked to the tap that queued it — remembered here,
+	// or stored on the row by the decision when another instance or a
+	// restart runs it — and its card updates are delivered in it.
+	tap := tracing.TapOf(string(id))
+	if !tap.IsValid() {
+		tap = tracing.Parse(r.a.TapTraceparent)
+	}
+	ctx, span := tracing.StartFrom(ctx, tracing.SpanExecute, r.a.Traceparent, tap)
 	defer span.End()
 	if span.IsRecording() {
 		span.SetAttributes(tracing.AttrApprovalID.String(string(id)))

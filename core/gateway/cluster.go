@@ -81,3 +81,8 @@ func (s stopEverywhere) Stop(ids []core.ApprovalID) {
 // StopRuns kills executions running in this process (another instance's
 // stop of a task or flow, arriving through cluster.Listener.OnStop).
 func (g *Gateway) StopRuns(ids []core.ApprovalID) { g.exec.Stop(ids) }
+
+// Nudged runs conv's outbox lane if this instance holds ch's connection:
+// another instance handed the conversation over (outbox.Nudged, arriving
+// through cluster.Listener.OnHandOver).
+func (g *Gateway) Nudged(ch core.ChannelName, conv core.ConversationID) { g.out.Nudged(ch, conv) }

@@ -153,6 +153,10 @@ type Config struct {
 	// flow stopped here still runs there (cluster.Listener.StopRuns; nil:
 	// alone).
 	StopElsewhere func(ids []core.ApprovalID)
+	// HandOver tells the other instances that a conversation's next
+	// delivery waits for the instance holding its channel's connection
+	// (outbox.Config.Elsewhere; cluster.Listener.HandOver; nil: alone).
+	HandOver func(ch core.ChannelName, conv core.ConversationID)
 	// Failpoint, for crash tests only: "after-approve" or "after-execute"
 	// (the executor's) or "flow-after-step" (the flow runtime's) makes the
 	// process SIGKILL itself at that point.
@@ -277,7 +281,8 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.out = outbox.New(outbox.Config{Store: cfg.Store, Channels: channels, Logger: cfg.Logger, Now: cfg.Now, After: cfg.OutboxAfter,
-		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: m.outbox, Handles: handles, Cluster: outboxCluster(cfg.Cluster)})
+		MaxBackoff: cfg.OutboxMaxBackoff, Concurrency: cfg.Workers, Deliveries: m.outbox, Handles: handles, Cluster: outboxCluster(cfg.Cluster),
+		Elsewhere: cfg.HandOver})
 	if g.access, err = access.New(access.Config{Policies: cfg.Access, Owners: cfg.Owners, Book: book, Channels: channels, Key: cfg.Key,
 		Store: cfg.Store, Outbox: g.out, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -158,4 +160,154 @@ func TestLaneReadsUnderItsClaim(t *testing.T) {
 	if got := rec.list(); len(got) != 2 || got[0] != "first" || got[1] != "second" {
 		t.Fatalf("sent %q, want [first second]", got)
 	}
+}
+
+// heldChannel is a channel that sends only while this instance holds its
+// connection (core.HeldSender, as WhatsApp's device under its lease).
+type heldChannel struct {
+	recorder
+	mu     sync.Mutex
+	here   bool
+	onHere func()
+}
+
+func (h *heldChannel) SendsHere() bool { h.mu.Lock(); defer h.mu.Unlock(); return h.here }
+func (h *heldChannel) OnSendsHere(f func()) {
+	h.mu.Lock()
+	h.onHere = f
+	h.mu.Unlock()
+}
+
+func (h *heldChannel) Send(ctx context.Context, m core.OutMessage) (core.MessageRef, error) {
+	if !h.SendsHere() {
+		return "", errors.New("not connected")
+	}
+	return h.recorder.Send(ctx, m)
+}
+
+// hold gives (or takes) the connection; given, the channel says so.
+func (h *heldChannel) hold(here bool) {
+	h.mu.Lock()
+	h.here = here
+	f := h.onHere
+	h.mu.Unlock()
+	if here && f != nil {
+		f()
+	}
+}
+
+// TestLaneHandsOverToTheConnectionHolder: two instances on one database,
+// a channel only one of them can send on (WhatsApp's device). Jobs queued
+// on the instance without the connection are delivered by the one with
+// it, in order, once each; when the connection moves, the new holder
+// delivers; while nobody holds it nothing is sent and nothing is lost,
+// and the next holder delivers what waited once its connection is up.
+//
+// Checked to fail: without heldElsewhere, instance A's lane claims the
+// conversation, fails its sends ("not connected") and keeps retrying with
+// backoff while B cannot claim: the first wait times out.
+func TestLaneHandsOverToTheConnectionHolder(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dsn := storetest.NewDatabase(t)
+	open := func(id string) *store.Store {
+		st, err := store.Open(ctx, dsn, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		st.SetInstance(id)
+		if err := st.RegisterInstance(ctx, "host", 1, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	stA, stB := open("instance-a"), open("instance-b")
+	chA, chB := &heldChannel{}, &heldChannel{}
+	var obA, obB *Outbox
+	mk := func(st *store.Store, ch *heldChannel, other **Outbox) *Outbox {
+		return New(Config{Store: st, Channels: map[core.ChannelName]core.Channel{"wa": ch}, Cluster: withOthers{},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now, MaxBackoff: time.Minute,
+			// The cluster listener, in short: the notice reaches the other.
+			Elsewhere: func(ch core.ChannelName, conv core.ConversationID) { (*other).Nudged(ch, conv) }})
+	}
+	obA, obB = mk(stA, chA, &obB), mk(stB, chB, &obA)
+	var wg sync.WaitGroup
+	for _, ob := range []*Outbox{obA, obB} {
+		wg.Add(1)
+		go func() { defer wg.Done(); ob.Run(ctx) }()
+	}
+	defer func() { cancel(); wg.Wait() }()
+
+	const conv core.ConversationID = "wa:chat"
+	n := 0
+	// queue enqueues k messages through st and kicks its outbox, as a
+	// worker that answered a turn there does.
+	queue := func(st *store.Store, ob *Outbox, k int) {
+		for range k {
+			n++
+			m := core.OutMessage{Conversation: conv, Text: fmt.Sprintf("m%02d", n)}
+			if err := st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+				return nil, tx.QueueMessageThen("wa", core.OpSend, fmt.Sprintf("k-%d", n), m, func(int64) {})
+			}); err != nil {
+				t.Fatal(err)
+			}
+			ob.Kick(conv, 1)
+		}
+	}
+	waitSent := func(what string, total int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for len(chA.list())+len(chB.list()) < total || pendingOf(t, stA, conv) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: A sent %q, B sent %q", what, chA.list(), chB.list())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	chB.hold(true)
+	queue(stA, obA, 10)
+	waitSent("B holds, A queued", 10)
+	if len(chA.list()) != 0 {
+		t.Fatalf("A, without the connection, sent %q", chA.list())
+	}
+
+	// The connection moves to A.
+	chB.hold(false)
+	chA.hold(true)
+	queue(stB, obB, 5)
+	waitSent("A holds, B queued", 15)
+
+	// Nobody holds it (a failover in progress): nothing is sent.
+	chA.hold(false)
+	queue(stA, obA, 3)
+	queue(stB, obB, 2)
+	time.Sleep(200 * time.Millisecond)
+	if got := len(chA.list()) + len(chB.list()); got != 15 {
+		t.Fatalf("sent %d while no instance held the connection", got)
+	}
+	// B connects: what waited goes out.
+	chB.hold(true)
+	waitSent("B connected again", 20)
+
+	var all []string
+	all = append(all, chB.list()[:10]...)
+	all = append(all, chA.list()...)
+	all = append(all, chB.list()[10:]...)
+	for i, s := range all {
+		if want := fmt.Sprintf("m%02d", i+1); s != want {
+			t.Fatalf("delivered %q; want m01..m20 once each, in order", all)
+		}
+	}
+}
+
+func pendingOf(t *testing.T, st *store.Store, conv core.ConversationID) bool {
+	t.Helper()
+	ok, err := st.HasPendingOutbox(context.Background(), conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
 }

@@ -24,6 +24,17 @@ import (
 // The delivery record (outbox.status, written right after the send)
 // decides what the next owner sends: a job marked delivered is never
 // sent again. Alone on the database (Cluster.Solo) a lane claims nothing.
+//
+// A channel that sends only through a connection one instance holds
+// (core.HeldSender: WhatsApp's linked device, under its lease) is
+// delivered by that instance. Another instance's lane that reads such a
+// job gives its claim up, ends, and tells the others (Config.Elsewhere);
+// the holder's lane then claims the conversation and delivers (Nudged).
+// When no instance holds the connection (a failover in progress), the
+// next holder delivers what waited once its connection is up
+// (HeldSender.OnSendsHere). Nothing is sent by an instance that cannot
+// send it, so a job is neither retried into its give-up time there nor
+// sent twice: the claim and the delivery record decide as for any lane.
 
 // Cluster is this process's view of the instances on the database
 // (*cluster.Instance).
@@ -108,5 +119,75 @@ func (ob *Outbox) leaveLane(ctx context.Context, conv core.ConversationID, l *la
 	}
 	if ob.releaseLane(context.WithoutCancel(ctx), conv, l) && ctx.Err() == nil {
 		ob.Kick(conv, -1)
+	}
+}
+
+// heldElsewhere reports whether j must be sent by another instance: its
+// channel sends only through a connection this one does not hold
+// (core.HeldSender) and other instances exist. Alone, or for a job past
+// its give-up time, the lane tries itself (a failed send is retried, or
+// given up, as it always was).
+func (ob *Outbox) heldElsewhere(j core.OutboxJob) bool {
+	if ob.solo() {
+		return false
+	}
+	hs, ok := ob.channels[j.Channel].(core.HeldSender)
+	return ok && !hs.SendsHere() && ob.now().Sub(j.CreatedAt) <= giveUp
+}
+
+// handOver ends l without delivering: conv's next job needs the
+// connection of ch, which another instance holds. The claim goes first,
+// then the others are told, so the holder's lane finds the conversation
+// free. l ends unclaimed, so leaveLane kicks nothing (which would start
+// this instance's lane again, and again).
+func (ob *Outbox) handOver(ctx context.Context, conv core.ConversationID, l *lane, ch core.ChannelName) {
+	ob.endLane(conv)
+	if l.claimed {
+		l.claimed = false
+		if err := ob.st.ReleaseLane(context.WithoutCancel(ctx), conv); err != nil {
+			ob.log.Warn("outbox: releasing the conversation's lane failed (it is taken over when this instance stops)", slog.Any("err", err))
+		}
+	}
+	ob.log.Debug("outbox: another instance holds the channel's connection; handed the conversation over",
+		slog.String("channel", string(ch)), slog.String("conversation", string(conv)))
+	if ob.elsewhere != nil {
+		ob.elsewhere(ch, conv)
+	}
+}
+
+// Nudged is another instance's hand-over arriving (handOver): when this
+// instance holds ch's connection, conv's lane runs. Otherwise it is not
+// this instance's to deliver, and it does nothing (a lane here would only
+// hand over again).
+func (ob *Outbox) Nudged(ch core.ChannelName, conv core.ConversationID) {
+	if hs, ok := ob.channels[ch].(core.HeldSender); ok && hs.SendsHere() {
+		ob.Kick(conv, -1)
+	}
+}
+
+// whenSendsHere makes each core.HeldSender channel start, whenever this
+// instance comes to hold its connection, a lane for every conversation
+// of the channel with something pending: what other instances handed over
+// while no instance held it.
+func (ob *Outbox) whenSendsHere(ctx context.Context) {
+	for name, ch := range ob.channels {
+		hs, ok := ch.(core.HeldSender)
+		if !ok {
+			continue
+		}
+		hs.OnSendsHere(func() {
+			go func() {
+				convs, err := ob.st.PendingOutboxConversationsOf(ctx, name, 10000)
+				if err != nil {
+					if ctx.Err() == nil {
+						ob.log.Error("outbox: scanning for work that waited for the connection failed", slog.String("channel", string(name)), slog.Any("err", err))
+					}
+					return
+				}
+				for _, c := range convs {
+					ob.Kick(c, -1)
+				}
+			}()
+		})
 	}
 }

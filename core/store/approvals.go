@@ -12,17 +12,18 @@ import (
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
+	"github.com/silas-gateway/silas/core/tracing"
 )
 
 const approvalSelect = `SELECT id, channel, conversation, requester, COALESCE(turn_seq, 0), action_canonical, action_hash,
-	intent, rationale, risk, approvers, status, created_at, expires_at, COALESCE(decided_by, ''), decided_at, token, request_sig, COALESCE(task_id, ''), traceparent, preview FROM approvals`
+	intent, rationale, risk, approvers, status, created_at, expires_at, COALESCE(decided_by, ''), decided_at, token, request_sig, COALESCE(task_id, ''), traceparent, preview, COALESCE(tap_traceparent, '') FROM approvals`
 
 func scanApproval(row pgx.Row) (core.ApprovalRequest, error) {
 	var a core.ApprovalRequest
 	var risk, status string
 	var decidedAt *time.Time
 	err := row.Scan(&a.ID, &a.Channel, &a.Conversation, &a.Requester, &a.TurnSeq, &a.ActionCanonical, &a.ActionHash,
-		&a.Intent, &a.Rationale, &risk, &a.Approvers, &status, &a.CreatedAt, &a.ExpiresAt, &a.DecidedBy, &decidedAt, &a.Token, &a.Signature, &a.Task, &a.Traceparent, &a.Preview)
+		&a.Intent, &a.Rationale, &risk, &a.Approvers, &status, &a.CreatedAt, &a.ExpiresAt, &a.DecidedBy, &decidedAt, &a.Token, &a.Signature, &a.Task, &a.Traceparent, &a.Preview, &a.TapTraceparent)
 	if err != nil {
 		return a, notFound(err)
 	}
@@ -98,14 +99,22 @@ func (t *Tx) GetApproval(ctx context.Context, id core.ApprovalID) (core.Approval
 
 // TransitionApproval moves an approval from one of from to to, recording
 // the decider and (for approvals) the token. ok=false means it was no longer
-// in any of from: "already decided" is an answer, not an error.
+// in any of from: "already decided" is an answer, not an error. A
+// transition that records a token (an approval) also keeps the traceparent
+// of the decision's span in ctx (tracing on), for its execution to link to
+// wherever it runs: the same statement, no round trip of its own.
 func (t *Tx) TransitionApproval(ctx context.Context, id core.ApprovalID, from []core.ApprovalStatus, to core.ApprovalStatus, by core.IdentityID, token []byte) (bool, error) {
 	fs := make([]string, len(from))
 	for i, f := range from {
 		fs[i] = string(f)
 	}
-	tag, err := t.exec(ctx, `UPDATE approvals SET status = $3, decided_by = NULLIF($4, ''), decided_at = $5, token = COALESCE($6, token)
-		WHERE id = $1 AND status = ANY($2)`, id, fs, to, by, t.now(), token)
+	var tap string
+	if token != nil {
+		tap = tracing.Traceparent(ctx)
+	}
+	tag, err := t.exec(ctx, `UPDATE approvals SET status = $3, decided_by = NULLIF($4, ''), decided_at = $5, token = COALESCE($6, token),
+		tap_traceparent = COALESCE(NULLIF($7, ''), tap_traceparent)
+		WHERE id = $1 AND status = ANY($2)`, id, fs, to, by, t.now(), token, tap)
 	if err != nil {
 		return false, fmt.Errorf("store: transition approval %s: %w", id, err)
 	}

@@ -98,13 +98,14 @@ func (s *Store) AuditCheckpoints(ctx context.Context) ([]audit.Checkpoint, error
 // signed checkpoints (the database's, and head, the newest from the head
 // file, named headName in messages), trusting only signatures by the keys
 // in trusted, and, with entryKey, every row's entry MAC from its FromSeq
-// on. Problems are in the report; an error means the check could not run.
-func (s *Store) VerifyAuditAnchored(ctx context.Context, trusted []ed25519.PublicKey, head *audit.Checkpoint, headName string, entryKey *audit.EntryKey) (*audit.Report, error) {
+// on; older are the head file's other lines, compared as head is.
+// Problems are in the report; an error means the check could not run.
+func (s *Store) VerifyAuditAnchored(ctx context.Context, trusted []ed25519.PublicKey, head *audit.Checkpoint, headName string, entryKey *audit.EntryKey, older ...audit.Checkpoint) (*audit.Report, error) {
 	cps, err := s.AuditCheckpoints(ctx)
 	if err != nil {
 		return nil, err
 	}
-	chk := audit.NewCheck(trusted, cps, head, headName).WithEntryKey(entryKey)
+	chk := audit.NewCheck(trusted, cps, head, headName, older...).WithEntryKey(entryKey)
 	if err := s.walkAudit(ctx, func(r audit.Row) bool { chk.Row(r); return true }); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -251,6 +252,40 @@ func ParseStopNotice(payload string) (origin string, ids []core.ApprovalID, ok b
 		ids = append(ids, core.ApprovalID(id))
 	}
 	return rest[:i], ids, true
+}
+
+// handOverNotice is the payload of a hand-over notice after its "h:".
+type handOverNotice struct {
+	Origin       string `json:"o"`
+	Channel      string `json:"c"`
+	Conversation string `json:"v"`
+}
+
+// PublishHandOver tells the other instances that conv's next outbox job
+// waits for the instance holding ch's connection (core/outbox: a
+// core.HeldSender channel), payload "h:" and JSON, no row.
+func (s *Store) PublishHandOver(ctx context.Context, ch core.ChannelName, conv core.ConversationID) error {
+	b, err := json.Marshal(handOverNotice{Origin: s.instance, Channel: string(ch), Conversation: string(conv)})
+	if err != nil {
+		return fmt.Errorf("store: publish hand-over: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, `SELECT pg_notify('`+ClusterChannel+`', $1)`, "h:"+string(b)); err != nil {
+		return fmt.Errorf("store: publish hand-over: %w", err)
+	}
+	return nil
+}
+
+// ParseHandOverNotice splits a hand-over notice's payload.
+func ParseHandOverNotice(payload string) (origin string, ch core.ChannelName, conv core.ConversationID, ok bool) {
+	rest, ok := strings.CutPrefix(payload, "h:")
+	if !ok {
+		return "", "", "", false
+	}
+	var n handOverNotice
+	if err := json.Unmarshal([]byte(rest), &n); err != nil || n.Channel == "" || n.Conversation == "" {
+		return "", "", "", false
+	}
+	return n.Origin, core.ChannelName(n.Channel), core.ConversationID(n.Conversation), true
 }
 
 // Frame reads a published frame.

@@ -119,3 +119,28 @@ func TestParseStopNotice(t *testing.T) {
 		}
 	}
 }
+
+// A hand-over notice names its origin, channel and conversation, each of
+// which may hold colons; other notices and broken ones are not one.
+func TestParseHandOverNotice(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		payload string
+		origin  string
+		ch      core.ChannelName
+		conv    core.ConversationID
+		ok      bool
+	}{
+		{`h:{"o":"host:42:ab","c":"whatsapp","v":"whatsapp:49151@s.whatsapp.net"}`, "host:42:ab", "whatsapp", "whatsapp:49151@s.whatsapp.net", true},
+		{`h:{"o":"i","c":"whatsapp"}`, "", "", "", false},
+		{`h:{"o":"i"`, "", "", "", false},
+		{"s:i:id1", "", "", "", false},
+		{"f:12:host:42:ab12", "", "", "", false},
+	}
+	for _, tt := range tests {
+		origin, ch, conv, ok := ParseHandOverNotice(tt.payload)
+		if ok != tt.ok || origin != tt.origin || ch != tt.ch || conv != tt.conv {
+			t.Errorf("ParseHandOverNotice(%q) = %q %q %q %v", tt.payload, origin, ch, conv, ok)
+		}
+	}
+}

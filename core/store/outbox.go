@@ -156,6 +156,20 @@ func (s *Store) PendingOutboxConversations(ctx context.Context, limit int) ([]co
 	return out, nil
 }
 
+// PendingOutboxConversationsOf is PendingOutboxConversations for the jobs
+// of one channel.
+func (s *Store) PendingOutboxConversationsOf(ctx context.Context, ch core.ChannelName, limit int) ([]core.ConversationID, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT conversation FROM outbox WHERE status = 'pending' AND channel = $1 LIMIT $2`, ch, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: pending outbox conversations of %s: %w", ch, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[core.ConversationID])
+	if err != nil {
+		return nil, fmt.Errorf("store: pending outbox conversations of %s: %w", ch, err)
+	}
+	return out, nil
+}
+
 // QueueDelivered marks a job delivered (or superseded) and remembers the
 // platform ref.
 func (t *Tx) QueueDelivered(j core.OutboxJob, ref core.MessageRef, status core.OutboxStatus) {

@@ -40,7 +40,11 @@ const (
 	SpanDeliver      = "silas.outbox.deliver" // one outbox job handed to its channel
 )
 
-// Attribute keys. Values are ids, enums and counts only.
+// Attribute keys. Values are ids, enums and counts only. On the spans of
+// every turn, tap and duplicate are set only when true and delivered only
+// when false: every attribute is paid for again in the export
+// (internal/telemetry BenchmarkTurnSpans), and a text turn's spans carry
+// none of them.
 const (
 	AttrApprovalID   = attribute.Key("silas.approval_id")
 	AttrChannel      = attribute.Key("silas.channel")
@@ -195,8 +199,9 @@ func LinkTo(span trace.Span, traceparent string) {
 // TapOf is the span of the tap that decided approval id in this process
 // (Tapped), for its execution to link to; forgotten once read. The zero
 // SpanContext when there is none: tracing was off, or the execution runs
-// in another process than the tap (a takeover, a restart), where only the
-// proposal's stored traceparent joins them.
+// in another process than the tap (a takeover, a restart), which links to
+// the traceparent the decision stored on the approval row instead
+// (core/store TransitionApproval, approvals.tap_traceparent).
 func TapOf(id string) trace.SpanContext {
 	if !on.Load() {
 		return trace.SpanContext{}

@@ -136,10 +136,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Tracing, error) 
 	if cfg.Syncer {
 		opts = append(opts, sdktrace.WithSyncer(rec))
 	} else {
-		// The batch processor's queue is bounded (2048 spans, or
+		// The batch processor's queue is bounded (4096 spans, or
 		// OTEL_BSP_MAX_QUEUE_SIZE) and never blocks the span's caller:
 		// a collector that is down costs dropped spans, not slow turns.
-		opts = append(opts, sdktrace.WithBatcher(rec))
+		opts = append(opts, sdktrace.WithBatcher(rec, batchOptions(cfg.Env)...))
 	}
 	if r := cfg.SamplingRatePerMillion; r > 0 {
 		opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(float64(r)/1e6))))
@@ -149,6 +149,31 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Tracing, error) 
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(rec.handle))
 	tracing.Enable(tp)
 	return &Tracing{tp: tp, rec: rec, Endpoint: endpoint}, nil
+}
+
+// Batch sizes where OTEL_BSP_* leave them open. An export of 2048 spans
+// instead of the SDK's 512 costs about a tenth less CPU per span at 100 %
+// sampling (BenchmarkTurnSpans: fewer requests, resources and scopes to
+// encode); the queue holds two exports, so that one being sent does not
+// drop the next (≈ 4 MB at most).
+const (
+	exportBatch = 2048
+	queueSize   = 2 * exportBatch
+)
+
+// batchOptions are the batch processor's sizes unless the standard
+// variables set them (options given here would override the variables,
+// which the SDK reads itself).
+func batchOptions(environ []string) []sdktrace.BatchSpanProcessorOption {
+	env := envMap(environ)
+	var opts []sdktrace.BatchSpanProcessorOption
+	if env["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] == "" {
+		opts = append(opts, sdktrace.WithMaxExportBatchSize(exportBatch))
+	}
+	if env["OTEL_BSP_MAX_QUEUE_SIZE"] == "" {
+		opts = append(opts, sdktrace.WithMaxQueueSize(queueSize))
+	}
+	return opts
 }
 
 // Enabled reports whether spans are recorded.
