@@ -73,6 +73,9 @@ func NewClient(dev *store.Device, log *slog.Logger) Client {
 	// which the Signal ratchet can no longer decrypt — without this
 	// buffer that message would be lost.
 	c.EnableDecryptedEventBuffer = true
+	// A send and a decryption must not interleave on a session
+	// (sessionlock.go).
+	lockSessions(dev)
 	c.EnableAutoReconnect = false
 	// History sync blobs are not turns: never download them.
 	c.ManualHistorySyncDownload = true
@@ -107,6 +110,9 @@ func (w waClient) Own() (types.JID, types.JID) {
 	return pn, w.c.Store.GetLID().ToNonAD()
 }
 func (w waClient) SendMessage(ctx context.Context, to types.JID, m *waE2E.Message) (whatsmeow.SendResponse, error) {
+	mu := deviceLock(w.c.Store)
+	mu.Lock()
+	defer mu.Unlock()
 	return w.c.SendMessage(ctx, to, m)
 }
 func (w waClient) BuildPollCreation(name string, options []string, n int) *waE2E.Message {

@@ -12,9 +12,12 @@
 // messages WhatsApp delivers after a reconnect (the offline batch between
 // OfflineSyncPreview and OfflineSyncCompleted) are ordinary turns;
 // redeliveries are no-ops through the event id; history sync is never a
-// turn. Disconnects are retried with backoff; a logout, a replaced stream,
-// a ban, an outdated client are reported to the owner (Config.Notify) and
-// kept for `silas doctor` instead of being retried forever.
+// turn. A reply is never sent while a message on the same Signal session
+// is being decrypted (sessionlock.go): the phone would drop the next reply
+// as a reused counter. Disconnects are retried with backoff; a logout, a
+// replaced stream, a ban, an outdated client are reported to the owner
+// (Config.Notify) and kept for `silas doctor` instead of being retried
+// forever.
 //
 // The adapter never decides trust: it reports who sent what, where, and
 // that it came through the end-to-end session (core.Evidence).
