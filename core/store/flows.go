@@ -23,8 +23,12 @@ const flowRunSelect = `SELECT id, flow, version, flow_hash, document, file, chan
 func scanFlowRun(row pgx.Row) (core.FlowRun, error) {
 	var r core.FlowRun
 	var fin *time.Time
+	// jsonb into *[]byte: the bytes as stored. Into a json.RawMessage pgx
+	// would run json.Unmarshal over them — a validation of what jsonb
+	// already holds valid, and the largest cost of reading a run with
+	// many nodes (its state), on every transition.
 	err := row.Scan(&r.ID, &r.Flow, &r.Version, &r.FlowHash, &r.Document, &r.File, &r.Channel, &r.Conversation, &r.Requester,
-		&r.Origin, &r.Status, &r.State, &r.Seq, &r.ProgressCard, &r.Reason, &r.CreatedAt, &r.UpdatedAt, &fin, &r.Parent, &r.ParentStep, &r.ParentIndex)
+		(*[]byte)(&r.Origin), &r.Status, (*[]byte)(&r.State), &r.Seq, &r.ProgressCard, &r.Reason, &r.CreatedAt, &r.UpdatedAt, &fin, &r.Parent, &r.ParentStep, &r.ParentIndex)
 	if err != nil {
 		return r, notFound(err)
 	}
@@ -211,7 +215,8 @@ const flowAttemptSelect = `SELECT run_id, node, iteration, attempt, type, status
 func scanFlowAttempt(row pgx.Row) (core.FlowAttempt, error) {
 	var a core.FlowAttempt
 	var fin *time.Time
-	err := row.Scan(&a.Run, &a.Node, &a.Iteration, &a.Attempt, &a.Type, &a.Status, &a.Approval, &a.Card, &a.Output, &a.Error,
+	// jsonb as stored (see scanFlowRun).
+	err := row.Scan(&a.Run, &a.Node, &a.Iteration, &a.Attempt, &a.Type, &a.Status, &a.Approval, &a.Card, (*[]byte)(&a.Output), (*[]byte)(&a.Error),
 		&a.StartedAt, &fin)
 	if err != nil {
 		return a, notFound(err)
