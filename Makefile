@@ -27,7 +27,9 @@ build:
 TEST_FLAGS ?= -p 4 -parallel 4
 ## The longest-running packages first, so that the run does not end with one of them
 ## alone on a core (go test starts packages in the order given; ./... adds the rest once).
-TEST_PKGS ?= ./cmd/silas ./core/sandbox ./adapters/telegram/e2e ./core/store ./adapters/slack/e2e ./...
+## The list is by each package's time in a `make test` run (BENCHMARKS.md, stop 25).
+TEST_PKGS ?= ./cmd/silas ./adapters/whatsapp ./core/sandbox ./core/store ./adapters/telegram/e2e ./core/agent/llm \
+	./adapters/slack/e2e ./internal/pgcluster ./core/engine ./internal/browsertest ./adapters/telegram ./...
 export GORACE ?= atexit_sleep_ms=0
 ## Test binaries are linked without DWARF (-w): nothing in a test run reads it (stack
 ## traces and race reports symbolise from the binary's own tables), and linking ~40
