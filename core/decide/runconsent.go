@@ -20,9 +20,10 @@ import (
 //     restart after SIGKILL between the use and the run);
 //  2. otherwise propose the step's action as always (the request, its
 //     card), then ApproveInRun: the gate decides, and when it allows, the
-//     consent's use is counted, the action gets its own single-use token
-//     and the in-flight row is written — all in that transaction; when it
-//     refuses, nothing changes but the audited refusal, and the card asks.
+//     consent's use is counted with the in-flight row (one statement) and
+//     the action gets its own single-use token — all in that transaction;
+//     when it refuses, nothing changes but the audited refusal, and the
+//     card asks.
 //
 // MintRun is the tap on a run's consent card.
 
@@ -32,12 +33,16 @@ type RunTx interface {
 	Tx
 	// RunConsents reads, locked, the run's consents and the one named.
 	RunConsents(ctx context.Context, run, named string) ([]consent.Consent, error)
-	// UseConsent counts one use by compare-and-swap on the limits.
-	UseConsent(ctx context.Context, id string, units int) (uses, total int, ok bool, err error)
+	// LockRunStep is RunConsents and, read after the lock, whether (run,
+	// step) already ran under a consent, in one round trip.
+	LockRunStep(ctx context.Context, run, named, step string) ([]consent.Consent, bool, error)
 	// InFlight finds the first execution of (run, step) under a consent.
 	InFlight(ctx context.Context, run, step, consentID string) (core.ApprovalID, string, bool, error)
-	// ClaimInFlight records it; false when another transaction did first.
-	ClaimInFlight(ctx context.Context, run, step, consentID string, approval core.ApprovalID) (bool, error)
+	// UseConsentInFlight counts one use by compare-and-swap on the limits
+	// (used=false: refused by now, nothing written) and records the
+	// in-flight row (claimed=false: another transaction did first), in
+	// one statement.
+	UseConsentInFlight(ctx context.Context, id string, units int, run, step string, approval core.ApprovalID) (uses, total int, used, claimed bool, err error)
 }
 
 // ErrInFlightRace: another transaction ran the same (run, step) under a
@@ -75,24 +80,28 @@ func (d *Decider) ApproveInRun(ctx context.Context, tx RunTx, sw consent.Switche
 		return fail(err)
 	}
 	r.Op, r.Risk = consent.OpRun, a.Risk
-	cs, err := tx.RunConsents(ctx, r.Run, r.Consent)
+	// The in-flight row is read after the consents' lock (one round
+	// trip): a step that ran meanwhile is seen.
+	cs, ran, err := tx.LockRunStep(ctx, r.Run, r.Consent, r.Step)
 	if err != nil {
 		return fail(err)
 	}
-	// Read after the consents' lock: a step that ran meanwhile is seen.
-	if _, _, ok, err := tx.InFlight(ctx, r.Run, r.Step, ""); err != nil || ok {
-		if err != nil {
-			return fail(err)
-		}
+	if ran {
 		return fail(ErrInFlightRace)
 	}
 	c, code := consent.Gate(sw, d.pub, r, run, cs, tx.Now())
 	if code == "" {
-		uses, units, ok, err := tx.UseConsent(ctx, c.ID, r.Units())
+		// The use and the in-flight row in one statement, before the
+		// token: everything below fails the whole transaction, so a use
+		// that ran nothing is never committed.
+		uses, units, used, claimed, err := tx.UseConsentInFlight(ctx, c.ID, r.Units(), r.Run, r.Step, a.ID)
 		if err != nil {
 			return fail(err)
 		}
-		if !ok {
+		if used && !claimed {
+			return fail(ErrInFlightRace)
+		}
+		if !used {
 			// Read locked a moment ago: only the clock can have moved.
 			code = consent.Expired
 		}
@@ -112,13 +121,6 @@ func (d *Decider) ApproveInRun(ctx context.Context, tx RunTx, sw consent.Switche
 		// Counted above in this transaction: fail it rather than commit a
 		// use that ran nothing.
 		return fail(fmt.Errorf("consent %s: the request was no longer open", c.ID))
-	}
-	fresh, err := tx.ClaimInFlight(ctx, r.Run, r.Step, c.ID, a.ID)
-	if err != nil {
-		return fail(err)
-	}
-	if !fresh {
-		return fail(ErrInFlightRace)
 	}
 	for _, n := range res.Notes {
 		n.Data["consent"] = c.ID

@@ -204,18 +204,6 @@ func (t *Tx) InFlight(ctx context.Context, run, step, consentID string) (core.Ap
 	return id, by, true, nil
 }
 
-// ClaimInFlight records approval as the first execution of (run, step,
-// consent): false when another transaction recorded one first (the unique
-// key decides; the caller rolls back and asks again, finding it).
-func (t *Tx) ClaimInFlight(ctx context.Context, run, step, consentID string, approval core.ApprovalID) (bool, error) {
-	n, err := t.exec(ctx, `INSERT INTO consent_inflight (run_id, step, consent_id, approval_id, created_at)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, run, step, consentID, approval, t.now())
-	if err != nil {
-		return false, fmt.Errorf("store: claim in-flight step %s/%s: %w", run, step, err)
-	}
-	return n.RowsAffected() == 1, nil
-}
-
 // OfferRunConsent records run's consent card as offered; false when the
 // run was offered one already (a run is offered its card once).
 func (t *Tx) OfferRunConsent(ctx context.Context, o consent.Offer) (bool, error) {
@@ -318,4 +306,60 @@ func (t *Tx) OpenRunSteps(ctx context.Context, run string) ([]RunStep, error) {
 		return nil, fmt.Errorf("store: open steps of run %s: %w", run, err)
 	}
 	return out, nil
+}
+
+// LockRunStep is RunConsents and InFlight (under any consent) in one round
+// trip: the consents read locked, then — a later statement of the same
+// batch, so with a snapshot taken after the lock — whether run's step
+// already ran under a consent. A step that ran in a transaction which
+// held the lock before is seen.
+func (t *Tx) LockRunStep(ctx context.Context, run, named, step string) ([]consent.Consent, bool, error) {
+	var cs []consent.Consent
+	var ran bool
+	err := t.send(ctx, []extra{
+		{"consents of run", func(b *pgx.Batch) {
+			b.Queue(consentSelect+` WHERE (run_id = $1 AND scope = 'run') OR id = $2
+				ORDER BY created_at DESC LIMIT 64 FOR UPDATE`, run, named).Query(func(rows pgx.Rows) error {
+				var err error
+				cs, err = pgx.CollectRows(rows, rowToConsent)
+				return err
+			})
+		}},
+		{"in-flight step", func(b *pgx.Batch) {
+			b.Queue(`SELECT EXISTS (SELECT 1 FROM consent_inflight WHERE run_id = $1 AND step = $2)`, run, step).QueryRow(func(row pgx.Row) error {
+				return row.Scan(&ran)
+			})
+		}},
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("store: consents of run %s, step %s: %w", run, step, err)
+	}
+	return cs, ran, nil
+}
+
+// UseConsentInFlight is UseConsent and ClaimInFlight in one statement:
+// one use of consent id costing units counted by compare-and-swap on its
+// limits and approval recorded as the first execution of (run, step,
+// consent). used=false (nothing written) when the consent is revoked,
+// expired, exhausted or capped by now; claimed=false when another
+// transaction recorded the step first (the unique key decides; the use is
+// then counted in this statement, and the caller rolls back).
+func (t *Tx) UseConsentInFlight(ctx context.Context, id string, units int, run, step string, approval core.ApprovalID) (uses, total int, used, claimed bool, err error) {
+	now := t.now()
+	err = t.queryRow(ctx, `WITH u AS (
+			UPDATE consents SET uses = uses + 1, units = units + $2
+			WHERE id = $1 AND revoked_at IS NULL AND expires_at > $3 AND uses < max_uses AND units + $2 <= cost_cap
+			RETURNING uses, units),
+		c AS (
+			INSERT INTO consent_inflight (run_id, step, consent_id, approval_id, created_at)
+			SELECT $4, $5, $1, $6, $3 FROM u
+			ON CONFLICT DO NOTHING RETURNING 1)
+		SELECT u.uses, u.units, EXISTS (SELECT 1 FROM c) FROM u`, id, units, now, run, step, approval).Scan(&uses, &total, &claimed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, false, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, false, fmt.Errorf("store: use consent %s for step %s/%s: %w", id, run, step, err)
+	}
+	return uses, total, true, claimed, nil
 }

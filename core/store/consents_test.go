@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"testing"
 	"time"
 
@@ -82,3 +83,78 @@ func TestConsents(t *testing.T) {
 		t.Fatalf("audit: %v %v", rows, err)
 	}
 }
+
+// A flow step's use of a run consent: LockRunStep sees the step's
+// in-flight row once it is written; UseConsentInFlight counts the use and
+// writes the row in one statement, reports a step another transaction
+// claimed first, and writes nothing for a consent refused by now.
+func TestUseConsentInFlight(t *testing.T) {
+	t.Parallel()
+	s, ctx := setup(t)
+	_, key, _ := ed25519.GenerateKey(nil)
+	mint := func(created time.Time) consent.Consent {
+		a := core.Action{Tool: "shell", Argv: []string{"echo", "hi"}, Verify: []verify.Check{verify.ExitCodeZero()}}
+		c, err := consent.ForAction(core.NewID(), a, cards.RiskLow, "test:chat", "test:owner", created, 0,
+			consent.Limits{TTL: time.Hour, MaxTTL: 24 * time.Hour, MaxUses: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := consent.Sign(key, &c); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) { return nil, tx.InsertConsent(ctx, c) }); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	type got struct {
+		found, ran, used, claimed bool
+		uses                      int
+	}
+	step := func(c consent.Consent, step string, commit bool) got {
+		var g got
+		err := s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			a := testApproval(core.NewID(), tx.Now())
+			tx.QueueApproval(a)
+			cs, ran, err := tx.LockRunStep(ctx, "run-x", c.ID, step)
+			if err != nil {
+				return nil, err
+			}
+			g.ran = ran
+			for _, x := range cs {
+				g.found = g.found || x.ID == c.ID
+			}
+			g.uses, _, g.used, g.claimed, err = tx.UseConsentInFlight(ctx, c.ID, 1, "run-x", step, a.ID)
+			if err != nil {
+				return nil, err
+			}
+			if !commit {
+				return nil, errRollback
+			}
+			return nil, nil
+		})
+		if err != nil && (commit || err != errRollback) {
+			t.Fatal(err)
+		}
+		return g
+	}
+	c := mint(time.Now())
+	if g := step(c, "n/0/0", true); g != (got{found: true, used: true, claimed: true, uses: 1}) {
+		t.Fatalf("first: %+v", g)
+	}
+	if g := step(c, "n/0/0", false); g != (got{found: true, ran: true, used: true, uses: 2}) {
+		t.Fatalf("again: %+v", g)
+	}
+	if got, _ := s.GetConsent(ctx, c.ID); got.Uses != 1 {
+		t.Fatalf("counted %d uses", got.Uses)
+	}
+	old := mint(time.Now().Add(-2 * time.Hour))
+	if g := step(old, "n/0/1", true); g != (got{found: true}) {
+		t.Fatalf("expired: %+v", g)
+	}
+	if g := step(c, "n/0/1", true); g != (got{found: true, used: true, claimed: true, uses: 2}) {
+		t.Fatalf("other step after an expired consent: %+v", g)
+	}
+}
+
+var errRollback = errors.New("roll back")
