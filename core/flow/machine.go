@@ -433,7 +433,16 @@ func (s *step) skip(v int, n *Node) {
 // work nodes become ready for a slot.
 func (s *step) run(v int, n *Node) {
 	st := s.ns(n.ID)
-	sc := s.scopeNow()
+	// Only the inline nodes below read the scope: building it decodes every
+	// finished node's output, a cost per step that grows with the flow,
+	// not to be paid for a work node that only becomes ready. (n is
+	// pending, so it has no entry in the scope whether it is built before
+	// or after n is marked running.)
+	var sc Scope
+	switch n.Type {
+	case "control.if", "control.switch", "control.fail", "control.foreach":
+		sc = s.scopeNow()
+	}
 	st.Status = NodeRunning // inline nodes pass through running to final
 	switch n.Type {
 	case "control.noop":

@@ -91,6 +91,10 @@ type write struct {
 	// endedChildren are subflow and foreach attempts that failed in this
 	// write: their children still running are cancelled.
 	endedChildren []core.FlowAttempt
+	// open are the run's running attempts as read with the row (commitJob
+	// reads both in one round trip), when openRead; else outcomes reads them.
+	open     []core.FlowAttempt
+	openRead bool
 }
 
 func (r *Runtime) decode(row core.FlowRun) (*write, error) {
@@ -170,13 +174,9 @@ func (r *Runtime) apply(ctx context.Context, tx *store.Tx, w *write) error {
 	}
 	row := w.row
 	row.State, row.Seq, row.Status, row.Reason = state, w.fr.Seq, string(w.fr.Status), w.fr.Reason
-	ok, err := tx.UpdateFlowRun(ctx, row, w.row.Seq)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return errLost
-	}
+	// Queued with the transition rows, not a round trip of its own: a lost
+	// race fails the transaction's next send with errLost, before COMMIT.
+	tx.QueueUpdateFlowRun(row, w.row.Seq)
 	for _, a := range w.endedChildren {
 		if err := cancelChildren(ctx, tx, w.row.ID, a, "its parent's step ended"); err != nil {
 			return err
@@ -197,7 +197,7 @@ func (r *Runtime) apply(ctx context.Context, tx *store.Tx, w *write) error {
 
 // errLost: another writer advanced the run first; the transaction is
 // rolled back and the run read again.
-var errLost = errors.New("flowrun: the run changed meanwhile")
+var errLost = store.ErrFlowRunChanged
 
 // transition stores tr and carries out its commands.
 func (r *Runtime) transition(ctx context.Context, tx *store.Tx, w *write, tr flow.Transition) error {
@@ -266,7 +266,7 @@ func (r *Runtime) command(ctx context.Context, tx *store.Tx, w *write, c flow.Co
 // the run again and recomputes.
 func (r *Runtime) commitJob(ctx context.Context, id string, events func(w *write) ([]flow.Event, error)) error {
 	for range 5 {
-		row, err := r.st.GetFlowRun(ctx, id)
+		row, open, err := r.st.FlowRunOpen(ctx, id)
 		if errors.Is(err, core.ErrNotFound) {
 			return nil
 		}
@@ -280,6 +280,7 @@ func (r *Runtime) commitJob(ctx context.Context, id string, events func(w *write
 		if err != nil {
 			return err
 		}
+		probe.open, probe.openRead = open, true
 		evs, err := events(probe)
 		if err != nil {
 			return err
@@ -291,9 +292,10 @@ func (r *Runtime) commitJob(ctx context.Context, id string, events func(w *write
 		var w *write
 		err = r.st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
 			s = &jobSink{}
-			if w, err = r.decode(row); err != nil {
-				return nil, err
-			}
+			// The probe's decoding, not a second one: the machine never
+			// mutates a run it is given, so probe.fr is still the row's
+			// state when this op runs again (a batch retried op by op).
+			w = &write{row: row, p: probe.p, fr: probe.fr, origin: probe.origin}
 			w.queue, w.out, w.more = evs, s, probe.more
 			if err := r.spawnAll(ctx, tx, w); err != nil {
 				return nil, err

@@ -134,9 +134,12 @@ func timerEvent(w *write, t flowjob.Timer, now time.Time) (flow.Event, bool) {
 // outcomes reads what became of the run's running action attempts: a
 // settled approval or execution is the attempt's event.
 func (r *Runtime) outcomes(ctx context.Context, w *write) ([]flow.Event, error) {
-	atts, err := r.st.FlowAttempts(ctx, w.row.ID)
-	if err != nil {
-		return nil, err
+	atts := w.open
+	if !w.openRead {
+		var err error
+		if atts, err = r.st.FlowAttempts(ctx, w.row.ID); err != nil {
+			return nil, err
+		}
 	}
 	var evs []flow.Event
 	for _, a := range atts {

@@ -52,12 +52,17 @@ func startedEv(c flow.Command) flow.Event {
 // and system nodes) its result at once.
 func (r *Runtime) start(ctx context.Context, tx *store.Tx, w *write, c flow.Command) error {
 	n := w.p.f.Node(c.Node)
-	sc := w.p.m.Scope(w.fr)
+	// The scope (every finished node's output decoded) only for the nodes
+	// that render or evaluate with it, not for a wait or a subflow: its
+	// cost per transition grows with the flow. w.fr does not change in
+	// here, so it is the same scope whenever it is built.
+	scope := func() flow.Scope { return w.p.m.Scope(w.fr) }
 	att := core.FlowAttempt{Run: w.row.ID, Node: n.ID, Iteration: c.Iteration, Attempt: c.Attempt, Type: n.Type}
 	w.out.Audit(w.entry(audit.KindFlowNodeStarted, map[string]any{"node": n.ID, "type": n.Type, "iteration": c.Iteration, "attempt": c.Attempt}))
 	kind, action := r.kinds[n.Type]
 	switch {
 	case action:
+		sc := scope()
 		pa, err := kind.Propose(n, sc)
 		if err != nil {
 			tx.QueueFlowAttempt(att)
@@ -85,7 +90,7 @@ func (r *Runtime) start(ctx context.Context, tx *store.Tx, w *write, c flow.Comm
 	case n.Type == "control.gate":
 		att.Card = "fgate-" + core.NewID()
 		tx.QueueFlowAttempt(att)
-		prompt, err := n.Templates["prompt"].Render(sc)
+		prompt, err := n.Templates["prompt"].Render(scope())
 		if err != nil {
 			w.queue = append(w.queue, failEv(c, CodeConfig, err.Error(), true, nil))
 			return nil
@@ -94,7 +99,7 @@ func (r *Runtime) start(ctx context.Context, tx *store.Tx, w *write, c flow.Comm
 		w.queue = append(w.queue, startedEv(c))
 	case n.Type == "agent.run":
 		tx.QueueFlowAttempt(att)
-		return r.startAgent(ctx, tx, w, n, c, sc)
+		return r.startAgent(ctx, tx, w, n, c, scope())
 	case n.Type == "control.subflow" || n.Type == "control.foreach":
 		tx.QueueFlowAttempt(att)
 		ev, err := r.spawn(ctx, tx, w, n, c, nil)
@@ -128,7 +133,7 @@ func (r *Runtime) start(ctx context.Context, tx *store.Tx, w *write, c flow.Comm
 		w.queue = append(w.queue, startedEv(c))
 	default:
 		tx.QueueFlowAttempt(att)
-		ev, err := r.inline(ctx, tx, w, n, c, sc)
+		ev, err := r.inline(ctx, tx, w, n, c, scope())
 		if err != nil {
 			return err
 		}

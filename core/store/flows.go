@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/silas-gateway/silas/core"
 )
@@ -22,8 +23,12 @@ const flowRunSelect = `SELECT id, flow, version, flow_hash, document, file, chan
 func scanFlowRun(row pgx.Row) (core.FlowRun, error) {
 	var r core.FlowRun
 	var fin *time.Time
+	// jsonb into *[]byte: the bytes as stored. Into a json.RawMessage pgx
+	// would run json.Unmarshal over them — a validation of what jsonb
+	// already holds valid, and the largest cost of reading a run with
+	// many nodes (its state), on every transition.
 	err := row.Scan(&r.ID, &r.Flow, &r.Version, &r.FlowHash, &r.Document, &r.File, &r.Channel, &r.Conversation, &r.Requester,
-		&r.Origin, &r.Status, &r.State, &r.Seq, &r.ProgressCard, &r.Reason, &r.CreatedAt, &r.UpdatedAt, &fin, &r.Parent, &r.ParentStep, &r.ParentIndex)
+		(*[]byte)(&r.Origin), &r.Status, (*[]byte)(&r.State), &r.Seq, &r.ProgressCard, &r.Reason, &r.CreatedAt, &r.UpdatedAt, &fin, &r.Parent, &r.ParentStep, &r.ParentIndex)
 	if err != nil {
 		return r, notFound(err)
 	}
@@ -68,6 +73,31 @@ func (t *Tx) UpdateFlowRun(ctx context.Context, r core.FlowRun, prev int64) (boo
 	return tag.RowsAffected() == 1, nil
 }
 
+// ErrFlowRunChanged: QueueUpdateFlowRun found the run's stored seq no
+// longer the one it was read at — another writer stored a transition
+// first. The transaction fails and nothing of it is committed.
+var ErrFlowRunChanged = errors.New("store: the flow run changed meanwhile")
+
+// QueueUpdateFlowRun is UpdateFlowRun queued with the transaction's other
+// statements instead of a round trip of its own: when the stored seq is no
+// longer prev, the send that carries it (at the latest the one before
+// COMMIT) fails with ErrFlowRunChanged, so the transaction never commits.
+func (t *Tx) QueueUpdateFlowRun(r core.FlowRun, prev int64) {
+	var fin *time.Time
+	if r.Final() {
+		now := t.now()
+		fin = &now
+	}
+	t.later("update flow run", `UPDATE flow_runs SET state = $3, status = $4, seq = $5, reason = $6, updated_at = $7,
+		finished_at = COALESCE(finished_at, $8) WHERE id = $1 AND seq = $2`,
+		r.ID, prev, jsonbSafe(r.State), r.Status, r.Seq, displayText(r.Reason), t.now(), fin).Exec(func(ct pgconn.CommandTag) error {
+		if ct.RowsAffected() != 1 {
+			return fmt.Errorf("%w: run %s at seq %d", ErrFlowRunChanged, r.ID, prev)
+		}
+		return nil
+	})
+}
+
 // QueueFlowTransition records one transition of a run (unique on run and
 // seq, so a replayed one fails the transaction instead of doubling).
 func (t *Tx) QueueFlowTransition(run string, seq int64, event, commands json.RawMessage, ignored string) {
@@ -82,6 +112,37 @@ func (s *Store) GetFlowRun(ctx context.Context, id string) (core.FlowRun, error)
 		return r, fmt.Errorf("store: get flow run: %w", err)
 	}
 	return r, err
+}
+
+// FlowRunOpen reads a run and its running attempts (oldest first, as
+// FlowAttempts orders them) in one round trip. core.ErrNotFound when the
+// run does not exist.
+func (s *Store) FlowRunOpen(ctx context.Context, id string) (core.FlowRun, []core.FlowAttempt, error) {
+	var run core.FlowRun
+	var atts []core.FlowAttempt
+	var runErr, attErr error
+	b := &pgx.Batch{}
+	b.Queue(flowRunSelect+" WHERE id = $1", id).QueryRow(func(row pgx.Row) error {
+		run, runErr = scanFlowRun(row)
+		return nil
+	})
+	b.Queue(flowAttemptSelect+` WHERE run_id = $1 AND status = 'running' ORDER BY started_at, node, iteration, attempt`, id).Query(func(rows pgx.Rows) error {
+		atts, attErr = pgx.CollectRows(rows, func(r pgx.CollectableRow) (core.FlowAttempt, error) { return scanFlowAttempt(r) })
+		return nil
+	})
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return run, nil, fmt.Errorf("store: flow run open: %w", err)
+	}
+	if runErr != nil {
+		if errors.Is(runErr, core.ErrNotFound) {
+			return run, nil, runErr
+		}
+		return run, nil, fmt.Errorf("store: flow run open: %w", runErr)
+	}
+	if attErr != nil {
+		return run, nil, fmt.Errorf("store: flow run open: attempts: %w", attErr)
+	}
+	return run, atts, nil
 }
 
 // LockFlowRun reads a run inside the transaction, locking its row.
@@ -154,7 +215,8 @@ const flowAttemptSelect = `SELECT run_id, node, iteration, attempt, type, status
 func scanFlowAttempt(row pgx.Row) (core.FlowAttempt, error) {
 	var a core.FlowAttempt
 	var fin *time.Time
-	err := row.Scan(&a.Run, &a.Node, &a.Iteration, &a.Attempt, &a.Type, &a.Status, &a.Approval, &a.Card, &a.Output, &a.Error,
+	// jsonb as stored (see scanFlowRun).
+	err := row.Scan(&a.Run, &a.Node, &a.Iteration, &a.Attempt, &a.Type, &a.Status, &a.Approval, &a.Card, (*[]byte)(&a.Output), (*[]byte)(&a.Error),
 		&a.StartedAt, &fin)
 	if err != nil {
 		return a, notFound(err)

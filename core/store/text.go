@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -40,7 +41,9 @@ func classify(err error) error {
 // that skips each escaped character sees exactly the real escapes (an
 // escaped backslash followed by "u0000" is text, not an escape).
 func jsonbSafe(b []byte) []byte {
-	if !strings.Contains(string(b), `\u0000`) {
+	// bytes.Contains: string(b) would copy the document (a run's whole
+	// state, on every transition) just to look.
+	if !bytes.Contains(b, []byte(`\u0000`)) {
 		return b
 	}
 	out := make([]byte, 0, len(b))

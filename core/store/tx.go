@@ -151,13 +151,14 @@ func (t *Tx) parent(what string, id core.ApprovalID) error {
 	return nil
 }
 
-// later queues a statement whose result is not needed.
-func (t *Tx) later(label, sql string, args ...any) {
+// later queues a statement whose result is not needed (beyond a check
+// the caller may attach to the returned query: its error fails the send).
+func (t *Tx) later(label, sql string, args ...any) *pgx.QueuedQuery {
 	if t.queued == nil {
 		t.queued = &pgx.Batch{}
 	}
-	t.queued.Queue(sql, args...)
 	t.labels = append(t.labels, label)
+	return t.queued.Queue(sql, args...)
 }
 
 // flush sends queued statements, then the gathered multi-row ones, in one
