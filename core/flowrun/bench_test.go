@@ -15,6 +15,7 @@ import (
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/flowjob"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/internal/gcdefault"
 )
 
 // BenchmarkTransition measures the engine's overhead per node transition
@@ -25,6 +26,11 @@ import (
 // queued, the next timer job inserted). No action runs, so this is the
 // runtime's own cost. Reports p50/p99 per Advance.
 func BenchmarkTransition(b *testing.B) {
+	// The collector as `silas serve` sets it (internal/gcdefault: GOGC=200
+	// unless the environment says otherwise): the slowest transitions are
+	// the ones a collection lands on, and a test binary would otherwise
+	// run with Go's default of 100, which serve does not.
+	gcdefault.Apply()
 	var f strings.Builder
 	f.WriteString("name: chain\nversion: \"1\"\nnodes:\n")
 	for i := range 100 {
