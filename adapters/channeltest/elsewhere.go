@@ -97,30 +97,7 @@ func approverElsewhere(w *world) {
 	w.start(5 * time.Second)
 	w.sayElsewhere("/whoami", nil)
 	w.waitElsewhere("the owner's answer", func(m core.OutMessage) bool { return strings.Contains(m.Text, "owner trust") })
-	w.p.Say(w.t, Other, "/run echo approver-elsewhere")
-	// Without buttons a platform's view may not know the card's id: the
-	// status card is found by what it says.
-	status := w.waitMessage("the status card", func(m Message) bool {
-		return len(m.Buttons) == 0 && strings.Contains(m.Text, "echo approver-elsewhere") && strings.Contains(m.Text, "sent to elsewhere")
-	})
-	cp := w.waitElsewhere("the card", func(m core.OutMessage) bool {
-		return m.Card != nil && m.Card.Command == "echo approver-elsewhere" && len(m.Card.Choices) > 0
-	})
-	w.sayElsewhere("", &core.Tap{Card: cp.Card.ID, Choice: "approve"})
-	w.waitElsewhere("the card verified", func(m core.OutMessage) bool {
-		return m.Card != nil && m.Card.ID == cp.Card.ID && m.Card.Status == cards.StatusDone && len(m.Card.Choices) == 0
-	})
-	w.waitSame(status.ID, "the status card verified", func(m Message) bool {
-		return len(m.Buttons) == 0 && (m.Status == cards.StatusDone || strings.Contains(m.Text, "verified"))
-	})
-	w.sayElsewhere("", &core.Tap{Card: cp.Card.ID, Choice: "approve"}) // a second tap decides nothing
-	w.eventually("the second tap refused", 30*time.Second, func() (bool, string) {
-		n := w.count(`SELECT count(*) FROM audit_log WHERE kind = 'approval.refused' AND data->>'reason' = 'already_decided'`)
-		return n == 1, fmt.Sprintf("%d refusals", n)
-	})
-	if n := w.count(`SELECT count(*) FROM executions`); n != 1 {
-		w.t.Fatalf("%d executions; want exactly one", n)
-	}
+	routedRoundTrip(w, "/run echo approver-elsewhere", "echo approver-elsewhere", "", 1, 1)
 	routedFlowStep(w)
 }
 
@@ -179,4 +156,38 @@ func deafChannel(w *world) {
 	w.waitMessage("/status after recovery", func(m Message) bool {
 		return strings.Contains(m.Text, "Channels:") && strings.Contains(m.Text, string(name)+": ok")
 	})
+}
+
+// routedRoundTrip is one routed request end to end: Other says say in the
+// shared chat; a status card without buttons appears there and a copy
+// with choices in the owner's conversation elsewhere; the owner's tap on
+// the copy runs cmd once, the copy and the status card both end verified,
+// and a second tap decides nothing. refusals and executions are the
+// running totals the scenario expects after it (what names the request
+// in failure messages: "" for the /run, "the step's " for a flow step).
+func routedRoundTrip(w *world, say, cmd, what string, refusals, executions int) {
+	w.p.Say(w.t, Other, say)
+	// Without buttons a platform's view may not know the card's id: the
+	// status card is found by what it says.
+	status := w.waitMessage(what+"status card", func(m Message) bool {
+		return len(m.Buttons) == 0 && strings.Contains(m.Text, cmd) && strings.Contains(m.Text, "sent to elsewhere")
+	})
+	cp := w.waitElsewhere(what+"card", func(m core.OutMessage) bool {
+		return m.Card != nil && m.Card.Command == cmd && len(m.Card.Choices) > 0
+	})
+	w.sayElsewhere("", &core.Tap{Card: cp.Card.ID, Choice: "approve"})
+	w.waitElsewhere(what+"card verified", func(m core.OutMessage) bool {
+		return m.Card != nil && m.Card.ID == cp.Card.ID && m.Card.Status == cards.StatusDone && len(m.Card.Choices) == 0
+	})
+	w.waitSame(status.ID, what+"status card verified", func(m Message) bool {
+		return len(m.Buttons) == 0 && (m.Status == cards.StatusDone || strings.Contains(m.Text, "verified"))
+	})
+	w.sayElsewhere("", &core.Tap{Card: cp.Card.ID, Choice: "approve"}) // a second tap decides nothing
+	w.eventually(what+"second tap refused", 30*time.Second, func() (bool, string) {
+		n := w.count(`SELECT count(*) FROM audit_log WHERE kind = 'approval.refused' AND data->>'reason' = 'already_decided'`)
+		return n == refusals, fmt.Sprintf("%d refusals", n)
+	})
+	if n := w.count(`SELECT count(*) FROM executions`); n != executions {
+		w.t.Fatalf("%d executions; want %d (each routed request once)", n, executions)
+	}
 }
