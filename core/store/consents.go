@@ -13,6 +13,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/consent"
+	"github.com/silas-gateway/silas/core/tracing"
 )
 
 // Standing consents (core/consent). The store keeps them as minted and
@@ -337,6 +338,19 @@ func (t *Tx) LockRunStep(ctx context.Context, run, named, step string) ([]consen
 	return cs, ran, nil
 }
 
+// useInFlight are the first two parts of a statement counting a use of a
+// consent in flight: u, the use of consent $1 costing $2 units at $3, by
+// compare-and-swap on its limits; c, the in-flight row of run $4's step
+// $5 naming approval $6, only after that use (under its primary key).
+const useInFlight = `WITH u AS (
+			UPDATE consents SET uses = uses + 1, units = units + $2
+			WHERE id = $1 AND revoked_at IS NULL AND expires_at > $3 AND uses < max_uses AND units + $2 <= cost_cap
+			RETURNING uses, units),
+		c AS (
+			INSERT INTO consent_inflight (run_id, step, consent_id, approval_id, created_at)
+			SELECT $4, $5, $1, $6, $3 FROM u
+			ON CONFLICT DO NOTHING RETURNING 1)`
+
 // UseConsentInFlight is UseConsent and ClaimInFlight in one statement:
 // one use of consent id costing units counted by compare-and-swap on its
 // limits and approval recorded as the first execution of (run, step,
@@ -346,14 +360,7 @@ func (t *Tx) LockRunStep(ctx context.Context, run, named, step string) ([]consen
 // then counted in this statement, and the caller rolls back).
 func (t *Tx) UseConsentInFlight(ctx context.Context, id string, units int, run, step string, approval core.ApprovalID) (uses, total int, used, claimed bool, err error) {
 	now := t.now()
-	err = t.queryRow(ctx, `WITH u AS (
-			UPDATE consents SET uses = uses + 1, units = units + $2
-			WHERE id = $1 AND revoked_at IS NULL AND expires_at > $3 AND uses < max_uses AND units + $2 <= cost_cap
-			RETURNING uses, units),
-		c AS (
-			INSERT INTO consent_inflight (run_id, step, consent_id, approval_id, created_at)
-			SELECT $4, $5, $1, $6, $3 FROM u
-			ON CONFLICT DO NOTHING RETURNING 1)
+	err = t.queryRow(ctx, useInFlight+`
 		SELECT u.uses, u.units, EXISTS (SELECT 1 FROM c) FROM u`, id, units, now, run, step, approval).Scan(&uses, &total, &claimed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, 0, false, false, nil
@@ -362,4 +369,45 @@ func (t *Tx) UseConsentInFlight(ctx context.Context, id string, units int, run, 
 		return 0, 0, false, false, fmt.Errorf("store: use consent %s for step %s/%s: %w", id, run, step, err)
 	}
 	return uses, total, true, claimed, nil
+}
+
+// ApproveStepUnderConsent is UseConsentInFlight, TransitionApproval (to
+// approved, recording the token) and ConsumeNonce in one statement, each
+// part only when the one before it took effect: the use counted by
+// compare-and-swap on the consent's limits (Used=false: refused by now,
+// nothing written), the in-flight row under its primary key
+// (Claimed=false: another transaction recorded the step first), the
+// request's status by compare-and-swap from pending or confirming
+// (Approved=false: no longer open) and the token's nonce under its
+// unique keys (Fresh=false: consumed before, a replay). Anything short
+// of all four is the caller's cue to fail the transaction — nothing of a
+// partial write is committed. One round trip instead of three.
+func (t *Tx) ApproveStepUnderConsent(ctx context.Context, u consent.StepUse) (consent.StepUsed, error) {
+	var r consent.StepUsed
+	if err := t.parent("consent use", u.Approval); err != nil {
+		return r, err
+	}
+	now := t.now()
+	from := []string{string(core.ApprovalPending), string(core.ApprovalConfirming)}
+	err := t.queryRow(ctx, useInFlight+`,
+		a AS (
+			UPDATE approvals SET status = $7, decided_by = $8, decided_at = $3, token = $9,
+				tap_traceparent = COALESCE(NULLIF($10, ''), tap_traceparent)
+			WHERE id = $6 AND status = ANY($11) AND EXISTS (SELECT 1 FROM c)
+			RETURNING 1),
+		n AS (
+			INSERT INTO token_nonces (nonce, token_id, approval_id, consumed_at)
+			SELECT $12, $13, $6, $3 FROM a
+			ON CONFLICT DO NOTHING RETURNING 1)
+		SELECT u.uses, u.units, EXISTS (SELECT 1 FROM c), EXISTS (SELECT 1 FROM a), EXISTS (SELECT 1 FROM n) FROM u`,
+		u.Consent, u.Units, now, u.Run, u.Step, u.Approval, string(core.ApprovalApproved), string(u.By), u.Token,
+		tracing.Traceparent(ctx), from, u.Nonce, u.TokenID).Scan(&r.Uses, &r.Units, &r.Claimed, &r.Approved, &r.Fresh)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return consent.StepUsed{}, nil
+	}
+	if err != nil {
+		return consent.StepUsed{}, fmt.Errorf("store: approve %s under consent %s for step %s/%s: %w", u.Approval, u.Consent, u.Run, u.Step, err)
+	}
+	r.Used = true
+	return r, nil
 }
