@@ -51,6 +51,14 @@ type RunTx interface {
 // PriorInRun then answers with that execution.
 var ErrInFlightRace = errors.New("decide: this flow step already runs under a consent (another transaction was first); ask again")
 
+// ErrRanBefore is ErrInFlightRace as ApproveInRun finds it before
+// writing anything: the step's in-flight row, read under the consents'
+// lock, says it ran. Nothing of the use was written; the request just
+// proposed may be withdrawn and the first execution (PriorInRun) given
+// as the answer, in this same transaction. Any other ErrInFlightRace
+// must fail the transaction.
+var ErrRanBefore = fmt.Errorf("%w (seen before anything was written)", ErrInFlightRace)
+
 // PriorInRun returns the approval of the first execution of run's step
 // under a consent, if any.
 func (d *Decider) PriorInRun(ctx context.Context, tx RunTx, run, step string) (core.ApprovalID, bool, error) {
@@ -88,7 +96,7 @@ func (d *Decider) ApproveInRun(ctx context.Context, tx RunTx, sw consent.Switche
 		return fail(err)
 	}
 	if ran {
-		return fail(ErrInFlightRace)
+		return fail(ErrRanBefore)
 	}
 	now := tx.Now()
 	c, code := consent.Gate(sw, d.pub, r, run, cs, now)

@@ -411,3 +411,12 @@ func (t *Tx) ApproveStepUnderConsent(ctx context.Context, u consent.StepUse) (co
 	r.Used = true
 	return r, nil
 }
+
+// QueueWithdrawApproval deletes request id, proposed (inserted) earlier in
+// this transaction and referenced by nothing yet: a flow step found
+// already run under a consent answers with its first execution instead,
+// as if it had not been proposed again (core/flowconsent).
+func (t *Tx) QueueWithdrawApproval(id core.ApprovalID) {
+	t.later("withdraw approval", `DELETE FROM approvals WHERE id = $1 AND status = 'pending'`, id)
+	delete(t.approvals, id)
+}
