@@ -80,16 +80,25 @@ func orJSONList(b []byte) []byte {
 // refusal can say why), newest first. Locking serialises two uses of one
 // consent.
 func (t *Tx) ConsentsFor(ctx context.Context, conv core.ConversationID, tool string, since time.Time) ([]consent.Consent, error) {
-	rows, err := t.query(ctx, consentSelect+` WHERE conversation = $1 AND tool = $2 AND scope = 'conversation'
-		AND expires_at > $3::timestamptz - interval '1 day' ORDER BY created_at DESC LIMIT 64 FOR UPDATE`, conv, tool, since)
-	if err != nil {
-		return nil, fmt.Errorf("store: consents of %s: %w", conv, err)
-	}
-	out, err := pgx.CollectRows(rows, rowToConsent)
+	var out []consent.Consent
+	err := t.send(ctx, []extra{consentsRead("consents of conversation", &out, consentSelect+` WHERE conversation = $1 AND tool = $2 AND scope = 'conversation'
+		AND expires_at > $3::timestamptz - interval '1 day' ORDER BY created_at DESC LIMIT 64 FOR UPDATE`, conv, tool, since)})
 	if err != nil {
 		return nil, fmt.Errorf("store: consents of %s: %w", conv, err)
 	}
 	return out, nil
+}
+
+// consentsRead is a read of at most 64 consents into out, sent with the
+// queued statements (one round trip: a query of its own would cost two).
+func consentsRead(label string, out *[]consent.Consent, sql string, args ...any) extra {
+	return extra{label, func(b *pgx.Batch) {
+		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+			var err error
+			*out, err = pgx.CollectRows(rows, rowToConsent)
+			return err
+		})
+	}}
 }
 
 // UseConsent counts one use of consent id costing units, by
@@ -177,17 +186,16 @@ func (s *Store) RevokeConsent(ctx context.Context, id string, actor core.Identit
 // "none". Locking serialises two steps asking at once: the second sees
 // the first's use and its in-flight row.
 func (t *Tx) RunConsents(ctx context.Context, run, named string) ([]consent.Consent, error) {
-	rows, err := t.query(ctx, consentSelect+` WHERE (run_id = $1 AND scope = 'run') OR id = $2
-		ORDER BY created_at DESC LIMIT 64 FOR UPDATE`, run, named)
-	if err != nil {
-		return nil, fmt.Errorf("store: consents of run %s: %w", run, err)
-	}
-	out, err := pgx.CollectRows(rows, rowToConsent)
-	if err != nil {
+	var out []consent.Consent
+	if err := t.send(ctx, []extra{consentsRead("consents of run", &out, runConsentsSelect, run, named)}); err != nil {
 		return nil, fmt.Errorf("store: consents of run %s: %w", run, err)
 	}
 	return out, nil
 }
+
+// runConsentsSelect reads, locked, run $1's consents and the one named $2.
+const runConsentsSelect = consentSelect + ` WHERE (run_id = $1 AND scope = 'run') OR id = $2
+	ORDER BY created_at DESC LIMIT 64 FOR UPDATE`
 
 // InFlight returns the approval of the first execution of run's step
 // under a consent (consent "" : under any), if there is one.
@@ -318,14 +326,7 @@ func (t *Tx) LockRunStep(ctx context.Context, run, named, step string) ([]consen
 	var cs []consent.Consent
 	var ran bool
 	err := t.send(ctx, []extra{
-		{"consents of run", func(b *pgx.Batch) {
-			b.Queue(consentSelect+` WHERE (run_id = $1 AND scope = 'run') OR id = $2
-				ORDER BY created_at DESC LIMIT 64 FOR UPDATE`, run, named).Query(func(rows pgx.Rows) error {
-				var err error
-				cs, err = pgx.CollectRows(rows, rowToConsent)
-				return err
-			})
-		}},
+		consentsRead("consents of run", &cs, runConsentsSelect, run, named),
 		{"in-flight step", func(b *pgx.Batch) {
 			b.Queue(`SELECT EXISTS (SELECT 1 FROM consent_inflight WHERE run_id = $1 AND step = $2)`, run, step).QueryRow(func(row pgx.Row) error {
 				return row.Scan(&ran)
