@@ -709,8 +709,8 @@ func TestEscapeResources(t *testing.T) {
 		// that shares the bomb's count — as an ordinary user its uid's
 		// RLIMIT_NPROC, as root the run's pids cgroup — and a Go runtime
 		// that cannot start a thread it needs aborts (exit 2, its trace
-		// after the shells' "Cannot fork"; 1 run in 30 of the ordinary
-		// user's re-run under load). The init's exit ends the PID
+		// after the shells' "Cannot fork"; once in about 200 runs of the
+		// ordinary user's re-run under load). The init's exit ends the PID
 		// namespace, which ends the bomb too. So what is checked is what
 		// the boundary guarantees whenever the run ends: the bomb met the
 		// process limit, nothing of it outlives the run, and the gateway
