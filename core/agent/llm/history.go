@@ -3,7 +3,6 @@ package llm
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -32,11 +31,49 @@ const (
 	historySlack = 8
 )
 
-// idRe matches the core's random ids (core.NewID: 26 characters of
-// lower-case base32) — card and approval ids, and the output refs and
-// task card ids made of them — wherever a text quotes one, including
-// cards older than the history's window.
-var idRe = regexp.MustCompile(`\b[a-z2-7]{26}\b`)
+// idLen is the length of the core's random ids (core.NewID: 26
+// characters of lower-case base32) — card and approval ids, and the
+// output refs and task card ids made of them.
+const idLen = 26
+
+// cutIDs replaces every id of the core's form that s quotes — a word of
+// exactly idLen characters of [a-z2-7], as the regexp
+// \b[a-z2-7]{26}\b finds them (words of ASCII letters, digits and _) —
+// with "[id]", including ids of cards older than the history's window.
+// It is that regexp's ReplaceAllString without the regexp: it ran on
+// every text of every history message of every model call.
+func cutIDs(s string) string {
+	var b []byte // nil until an id is found
+	last := 0    // s[:last] is in b
+	for i := 0; i < len(s); {
+		if !isWordByte(s[i]) {
+			i++
+			continue
+		}
+		j, id := i, true
+		for ; j < len(s) && isWordByte(s[j]); j++ {
+			c := s[j]
+			id = id && (c >= 'a' && c <= 'z' || c >= '2' && c <= '7')
+		}
+		if id && j-i == idLen {
+			if b == nil {
+				b = make([]byte, 0, len(s))
+			}
+			b = append(append(b, s[last:i]...), "[id]"...)
+			last = j
+		}
+		i = j
+	}
+	if b == nil {
+		return s
+	}
+	return string(append(b, s[last:]...))
+}
+
+// isWordByte is regexp's \w: an ASCII letter, digit or underscore.
+func isWordByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
+}
 
 // outputReplyPrefix starts the engine's answer to /output, whose body is a
 // program's stored output (core/engine/output.go).
@@ -119,7 +156,7 @@ func historyMessage(e core.TranscriptEntry, in core.AgentInput, cardIDs []string
 		for _, id := range cardIDs {
 			s = strings.ReplaceAll(s, id, "[card]")
 		}
-		s = idRe.ReplaceAllString(s, "[id]")
+		s = cutIDs(s)
 		// No text, fenced or not, may look like a fence's edge.
 		s = strings.ReplaceAll(strings.ReplaceAll(s, "<<<", "‹‹‹"), ">>>", "›››")
 		return strings.TrimSpace(s)

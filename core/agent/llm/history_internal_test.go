@@ -1,0 +1,35 @@
+package llm
+
+import (
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// cutIDs is the regexp it replaced, on any text (the seeds run as a test).
+func FuzzCutIDs(f *testing.F) {
+	re := regexp.MustCompile(`\b[a-z2-7]{26}\b`)
+	id := "abcdefghijklmnopqrstuvwxy2"
+	for _, s := range []string{"", id, "card " + id + " done", id + id, id + "_", "_" + id, "é" + id + "é", id + "1", "x" + id, id + "8",
+		"A" + id, id + " " + id + "\n" + id[:25], "out-" + id, id + "-" + id, "abcdefghijklmnopqrstuvwxyz", "\xff" + id + "\xfe",
+		id[:25] + "8", id[:25] + "1", id[:25] + "A", id[:25] + "_", id[:25] + "-", "0" + id[1:], "Z" + id[1:]} {
+		f.Add(s)
+	}
+	// Random texts over the characters that matter, as the fuzzer would
+	// make them, without its instrumented build.
+	r := rand.New(rand.NewPCG(1, 26))
+	alphabet := []string{"a", "z", "2", "7", "8", "1", "A", "_", "-", " ", "\n", "é", "\xff", "abcdefghijklm", "nopqrstuvwxy2"}
+	for range 2000 {
+		var b strings.Builder
+		for range r.IntN(12) {
+			b.WriteString(alphabet[r.IntN(len(alphabet))])
+		}
+		f.Add(b.String())
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := cutIDs(s), re.ReplaceAllString(s, "[id]"); got != want {
+			t.Fatalf("cutIDs(%q) = %q, want %q", s, got, want)
+		}
+	})
+}
