@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/silas-gateway/silas/cards"
@@ -68,6 +69,47 @@ func cutIDs(s string) string {
 		return s
 	}
 	return string(append(b, s[last:]...))
+}
+
+// redactMemoBytes bounds the memo of redacted texts (keys and values).
+const redactMemoBytes = 1 << 20
+
+// redactMemo remembers redact.Redact's answers for history texts: every
+// model call of a conversation re-reads the same stored messages, and
+// scanning each of them for credentials again was a tenth of the LLM
+// path's CPU. Redact is a pure function of its text, so a remembered
+// answer is the answer; the memo is dropped whole when full.
+var redactMemo struct {
+	sync.Mutex
+	m     map[string]string
+	bytes int
+}
+
+// redacted is redact.Redact(s)'s text, remembered.
+func redacted(s string) string {
+	redactMemo.Lock()
+	out, ok := redactMemo.m[s]
+	redactMemo.Unlock()
+	if ok {
+		return out
+	}
+	out, _ = redact.Redact(s)
+	n := len(s) + len(out)
+	if n > redactMemoBytes/16 {
+		return out // too long to keep: rare, and scanned each time
+	}
+	key := strings.Clone(s) // not the whole row's buffer
+	if out == s {
+		out = key
+	}
+	redactMemo.Lock()
+	if redactMemo.m == nil || redactMemo.bytes+n > redactMemoBytes {
+		redactMemo.m, redactMemo.bytes = make(map[string]string), 0
+	}
+	redactMemo.m[key] = out
+	redactMemo.bytes += n
+	redactMemo.Unlock()
+	return out
 }
 
 // isWordByte is regexp's \w: an ASCII letter, digit or underscore.
@@ -152,7 +194,7 @@ func (a *Agent) history(ctx context.Context, in core.AgentInput) ([]Message, err
 // historyMessage renders one transcript entry ("" content: nothing to show).
 func historyMessage(e core.TranscriptEntry, in core.AgentInput, cardIDs []string) Message {
 	clean := func(s string) string {
-		s, _ = redact.Redact(s)
+		s = redacted(s)
 		for _, id := range cardIDs {
 			s = strings.ReplaceAll(s, id, "[card]")
 		}
