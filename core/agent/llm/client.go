@@ -155,16 +155,19 @@ func (e *APIError) Error() string {
 
 // Client talks to one OpenAI-compatible endpoint.
 type Client struct {
-	cfg    Config
-	chat   openai.ChatCompletionService
+	cfg Config
+	// api posts the chat-completions body encodeRequest wrote: the
+	// chat service's New would first marshal a params value the body
+	// replaces (encode.go says why the body is written here).
+	api    openai.Client
 	models openai.ModelService
 	log    *slog.Logger
 }
 
 // New returns a client for cfg. It makes no request.
 //
-// The SDK's services are built directly rather than through
-// openai.NewClient, which would also read OPENAI_API_KEY, OPENAI_ORG_ID,
+// The SDK's client and services are built directly (a struct literal)
+// rather than through openai.NewClient, which would also read OPENAI_API_KEY, OPENAI_ORG_ID,
 // OPENAI_CUSTOM_HEADERS… from the environment and send them to whatever
 // server llm.base_url names; Silas's configuration is the only source.
 func New(cfg Config) (*Client, error) {
@@ -201,7 +204,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	return &Client{
 		cfg:    cfg,
-		chat:   openai.NewChatCompletionService(opts...),
+		api:    openai.Client{Options: opts},
 		models: openai.NewModelService(opts...),
 		log:    log,
 	}, nil
@@ -254,9 +257,10 @@ func (c *Client) Chat(ctx context.Context, req Request) (Response, error) {
 	ctx, span := tracing.Start(ctx, tracing.SpanModel)
 	defer span.End()
 	start := time.Now()
-	// The body replaces the (empty) params' encoding; the SDK still sends,
-	// retries and decodes as before (encode.go says why).
-	res, err := c.chat.New(ctx, openai.ChatCompletionNewParams{}, option.WithRequestBody("application/json", body))
+	// The SDK still sends, authenticates (the key as a bearer token, as
+	// the chat service does), retries and decodes as before.
+	var res *openai.ChatCompletion
+	err = c.api.Post(ctx, "chat/completions", body, &res)
 	took := time.Since(start)
 	if span.IsRecording() {
 		// The model's name and what the call cost; never the prompt or

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
@@ -233,6 +235,51 @@ func TestOfferedToolsCached(t *testing.T) {
 					t.Fatalf("options %d tool %d: %s, want %s", i, j, got[j].wire, w)
 				}
 			}
+		}
+	}
+}
+
+// The request Chat makes carries the headers the SDK's chat service sent
+// — the key as a bearer token, or no Authorization without one — and the
+// same body.
+func TestChatSendsTheSDKsHeaders(t *testing.T) {
+	t.Parallel()
+	for _, key := range []string{"sk-test-key-1234", ""} {
+		fake := llmtest.New(t, key, "m")
+		c, err := New(Config{BaseURL: fake.BaseURL(), APIKey: key, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := []option.RequestOption{option.WithBaseURL(fake.BaseURL() + "/"), option.WithMaxRetries(0)}
+		if key != "" {
+			opts = append(opts, option.WithAPIKey(key))
+		}
+		req := Request{Model: "m", Messages: []Message{{Role: RoleUser, Content: "hi <there>"}}, Tools: offeredTools(ToolOptions{}), ToolChoice: "auto"}
+		params, err := buildParams(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake.Script(llmtest.Reply{Content: "one"}, llmtest.Reply{Content: "two"})
+		svc := openai.NewChatCompletionService(opts...)
+		if _, err := svc.New(context.Background(), params); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Chat(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		reqs := fake.Requests()
+		sdk, ours := reqs[0], reqs[1]
+		if ours.Body != sdk.Body {
+			t.Fatalf("key %q: body %s, the SDK's %s", key, ours.Body, sdk.Body)
+		}
+		for _, h := range []http.Header{sdk.Header, ours.Header} {
+			h.Del("X-Stainless-Timeout") // llm.timeout, set by New only
+		}
+		if fmt.Sprint(ours.Header) != fmt.Sprint(sdk.Header) {
+			t.Fatalf("key %q: headers\n%v\nthe SDK's\n%v", key, ours.Header, sdk.Header)
+		}
+		if got := ours.Header.Get("Authorization"); (key == "") != (got == "") {
+			t.Fatalf("key %q: Authorization %q", key, got)
 		}
 	}
 }
