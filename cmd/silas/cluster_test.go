@@ -135,7 +135,7 @@ func burstSize() (chats, perChat int, gap time.Duration) {
 // is configured through its documented keys (telegram.limits.*) to limits
 // a loaded test machine never reaches overall, and one a chat's replies
 // do reach after a takeover (its backlog); the fake enforces the same, and
-// the tests fail on any violation (checkBurstLimits).
+// the tests fail on its violations (checkBurstLimits).
 const (
 	burstPerChat   = 200 * time.Millisecond
 	burstPerSecond = 1000
@@ -157,11 +157,25 @@ func burstTelegram(t *testing.T) (*telegramtest.Server, []string) {
 		"SILAS_TELEGRAM_LIMITS_GLOBAL_PER_SECOND="+strconv.Itoa(burstPerSecond))
 }
 
-// checkBurstLimits fails on every request the fake refused for exceeding
-// its limits (the adapter's own): one would mean a reply sent out of pace.
-func checkBurstLimits(t *testing.T, srv *telegramtest.Server) {
+var chatViolationRe = regexp.MustCompile(`^chat (-?\d+): two messages`)
+
+// checkBurstLimits fails on the requests the fake refused for exceeding
+// its limits (the adapter's own), which would mean replies sent out of
+// pace, except for up to woken per chat: a paused instance may send, the
+// moment it wakes, what it was about to send when it was paused, before
+// it notices its heartbeat lapsed — a message the fake refuses when the
+// instance that took the chat over has just sent there (it is not
+// delivered; fencing shrinks that window, it cannot close it).
+func checkBurstLimits(t *testing.T, srv *telegramtest.Server, woken int) {
 	t.Helper()
+	perChat := map[string]int{}
 	for _, v := range srv.Violations() {
+		if m := chatViolationRe.FindStringSubmatch(v); m != nil && woken > 0 {
+			if perChat[m[1]]++; perChat[m[1]] <= woken {
+				t.Logf("fake Telegram (a send the woken instance had in hand): %s", v)
+				continue
+			}
+		}
 		t.Errorf("rate limit exceeded: %s", v)
 	}
 }
@@ -198,12 +212,23 @@ func TestClusterTelegramBurstFailover(t *testing.T) {
 	stored := func() int { return dbCount(t, dsn, `SELECT count(*) FROM turns WHERE channel = 'telegram'`) }
 	seen := map[*server]int{}
 	kills := 0
+	// takenOver logs, once, how long after the last kill another
+	// instance began to poll (the figure is not asserted: the failover
+	// time is measured in BENCHMARKS.md, TestClusterFailoverTimings).
+	var killed time.Time
+	takenOver := func(s *server) *server {
+		if s != nil && !killed.IsZero() {
+			t.Logf("another instance polls %s after the kill", time.Since(killed).Round(10*time.Millisecond))
+			killed = time.Time{}
+		}
+		return s
+	}
 	for _, at := range []int{total / 4, total / 2} {
 		deadline := time.Now().Add(60 * time.Second)
 		var holder *server
 		for holder == nil || stored() < at {
 			if holder == nil {
-				holder = pollingNow(servers, seen)
+				holder = takenOver(pollingNow(servers, seen))
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("waiting for a lease holder and %d turns: %d stored", at, stored())
@@ -212,6 +237,7 @@ func TestClusterTelegramBurstFailover(t *testing.T) {
 		}
 		seen = leaseLines(servers)
 		holder.kill(t)
+		killed = time.Now()
 		kills++
 		t.Logf("SIGKILLed the lease holder at %d turns stored", stored())
 	}
@@ -219,6 +245,9 @@ func TestClusterTelegramBurstFailover(t *testing.T) {
 
 	deadline := time.Now().Add(90 * time.Second)
 	for {
+		if !killed.IsZero() {
+			takenOver(pollingNow(servers, seen))
+		}
 		got := 0
 		for _, u := range users {
 			got += len(srv.Messages(u.ID))
@@ -238,7 +267,7 @@ func TestClusterTelegramBurstFailover(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	checkClusterBurst(t, dsn, srv, users, perChat, kills)
-	checkBurstLimits(t, srv)
+	checkBurstLimits(t, srv, 0)
 }
 
 // checkClusterBurst checks a burst's outcome: exactly once in the
@@ -337,6 +366,7 @@ func TestClusterSIGSTOPFencing(t *testing.T) {
 	if err := holder.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	paused := time.Now()
 	burst.Wait()
 	stopped := true
 	defer func() {
@@ -349,6 +379,7 @@ func TestClusterSIGSTOPFencing(t *testing.T) {
 	deadline = time.Now().Add(60 * time.Second)
 	for {
 		if s := pollingNow(servers, before); s != nil && s != holder {
+			t.Logf("another instance polls %s after the pause", time.Since(paused).Round(10*time.Millisecond))
 			break
 		}
 		if time.Now().After(deadline) {
@@ -379,7 +410,7 @@ func TestClusterSIGSTOPFencing(t *testing.T) {
 	t.Logf("survivor adoptions: %d; stale runs the woken instance dropped: %d; lanes it lost: %d", adopted,
 		strings.Count(holder.logs.String(), "dropping this run of it"), strings.Count(holder.logs.String(), "another instance delivers this conversation"))
 	checkClusterBurst(t, dsn, srv, users, perChat, 1)
-	checkBurstLimits(t, srv)
+	checkBurstLimits(t, srv, 1)
 }
 
 // waitEveryReply waits until perChat replies reached each of users' chats
