@@ -162,10 +162,10 @@ var chatViolationRe = regexp.MustCompile(`^chat (-?\d+): two messages`)
 // checkBurstLimits fails on the requests the fake refused for exceeding
 // its limits (the adapter's own), which would mean replies sent out of
 // pace, except for up to woken per chat: a paused instance may send, the
-// moment it wakes, what it was about to send when it was paused, before
-// it notices its heartbeat lapsed — a message the fake refuses when the
-// instance that took the chat over has just sent there (it is not
-// delivered; fencing shrinks that window, it cannot close it).
+// moment it wakes, a request it had begun when it was paused — past the
+// send check that holds back what was still waiting for the rate limit
+// (core.WithSendCheck) — which the fake refuses when the instance that
+// took the chat over has just sent there (so it is not delivered).
 func checkBurstLimits(t *testing.T, srv *telegramtest.Server, woken int) {
 	t.Helper()
 	perChat := map[string]int{}
@@ -407,8 +407,9 @@ func TestClusterSIGSTOPFencing(t *testing.T) {
 			adopted += strings.Count(s.logs.String(), "adopted a stopped instance's turns")
 		}
 	}
-	t.Logf("survivor adoptions: %d; stale runs the woken instance dropped: %d; lanes it lost: %d", adopted,
-		strings.Count(holder.logs.String(), "dropping this run of it"), strings.Count(holder.logs.String(), "another instance delivers this conversation"))
+	t.Logf("survivor adoptions: %d; stale runs the woken instance dropped: %d; lanes it lost: %d; sends it held back: %d", adopted,
+		strings.Count(holder.logs.String(), "dropping this run of it"), strings.Count(holder.logs.String(), "another instance delivers this conversation"),
+		strings.Count(holder.logs.String(), "heartbeat lapsed before the send"))
 	checkClusterBurst(t, dsn, srv, users, perChat, 1)
 	checkBurstLimits(t, srv, 1)
 }
