@@ -2,15 +2,12 @@ package callgate
 
 import (
 	"context"
-	"encoding/json"
-	"log/slog"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
-	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/internal/pgtest"
@@ -35,24 +32,13 @@ func TestQuestionCardNeverRegresses(t *testing.T) {
 	ctx := t.Context()
 	dsn := storetest.NewDatabase(t)
 	now := time.Now()
-	open := func(clock time.Time) *store.Store {
-		st, err := store.Open(ctx, dsn, store.Options{Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return clock }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(st.Close)
-		return st
-	}
 	// early answers before the question expires, late taps after.
-	early, late := open(now), open(now.Add(time.Hour))
+	early, late := storetest.OpenAt(t, dsn, now), storetest.OpenAt(t, dsn, now.Add(time.Hour))
 	g := &Gate{}
 	q := core.Question{ID: "q-" + core.NewID(), Kind: core.QuestionAsk, Caller: "agent", Channel: "test", Conversation: "owner-dm",
 		Text: "Deploy now?", Choices: []core.QuestionChoice{{ID: "yes", Label: "Yes"}, {ID: "no", Label: "No"}},
 		Status: core.QuestionPending, CreatedAt: now, ExpiresAt: now.Add(5 * time.Minute)}
-	do := func(st *store.Store, op func(ctx context.Context, tx *store.Tx) error) error {
-		return st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) { return nil, op(ctx, tx) })
-	}
-	if err := do(early, func(ctx context.Context, tx *store.Tx) error {
+	if err := storetest.Do(ctx, early, func(ctx context.Context, tx *store.Tx) error {
 		if err := tx.QueueQuestion(q); err != nil {
 			return err
 		}
@@ -62,96 +48,30 @@ func TestQuestionCardNeverRegresses(t *testing.T) {
 	}
 	// tap taps the card in tx and queues its edits as the engine does.
 	tap := func(ctx context.Context, tx *store.Tx) (core.TaskTap, error) {
-		var out taskOut
+		var out storetest.Shown
 		st := core.StoredTurn{Turn: core.Turn{Channel: q.Channel, Conversation: q.Conversation, Sender: "owner"}}
 		r, err := g.Tap(ctx, tx, st, core.TrustOwner, core.Tap{Card: cards.ID(q.ID), Choice: "yes"}, &out)
 		if err != nil {
 			return r, err
 		}
-		for _, c := range out.updates {
-			if err := tx.QueueMessage(q.Channel, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: q.Conversation, Card: c}); err != nil {
-				return r, err
-			}
-		}
-		return r, nil
+		return r, out.QueueEdits(tx, q.Channel, q.Conversation)
 	}
 
-	tapped, release := make(chan struct{}), make(chan struct{})
-	answered := make(chan error, 1)
-	go func() {
-		answered <- do(early, func(ctx context.Context, tx *store.Tx) error {
-			r, err := tap(ctx, tx)
-			close(tapped)
-			<-release
-			if err == nil && (!r.Handled || r.Refused != "") {
-				t.Errorf("the answering tap = %+v, want it answered", r)
-			}
-			return err
-		})
-	}()
-	<-tapped
-	var lateTap core.TaskTap
-	lated := make(chan error, 1)
-	go func() {
-		lated <- do(late, func(ctx context.Context, tx *store.Tx) (err error) {
-			lateTap, err = tap(ctx, tx)
-			return err
-		})
-	}()
-	// The late tap waits for the answer's row lock (the fix), or runs on.
-	waitBlockedOr(t, early, lated)
-	close(release)
-	if err := <-answered; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-lated; err != nil {
-		t.Fatal(err)
+	var firstTap, lateTap core.TaskTap
+	storetest.Interleave(t, early, func(ctx context.Context, tx *store.Tx) (err error) {
+		firstTap, err = tap(ctx, tx)
+		return err
+	}, late, func(ctx context.Context, tx *store.Tx) (err error) {
+		lateTap, err = tap(ctx, tx)
+		return err
+	})
+	if !firstTap.Handled || firstTap.Refused != "" {
+		t.Errorf("the answering tap = %+v, want it answered", firstTap)
 	}
 	if lateTap.Refused != core.RefusedAlreadyDecided {
 		t.Errorf("the late tap = %+v, want it refused as already decided", lateTap)
 	}
-	var payload []byte
-	if err := early.Pool().QueryRow(ctx, `SELECT payload FROM outbox WHERE message_key = $1 AND op = 'update' ORDER BY id DESC LIMIT 1`,
-		q.ID).Scan(&payload); err != nil {
-		t.Fatal(err)
-	}
-	var m core.OutMessage
-	if err := json.Unmarshal(payload, &m); err != nil || m.Card == nil {
-		t.Fatalf("last edit %s: %v", payload, err)
-	}
-	if m.Card.Status != cards.StatusDone {
-		t.Errorf("the card's last queued edit shows %q (%s), want %q: the question was answered", m.Card.Status, m.Card.Outcome, cards.StatusDone)
-	}
-}
-
-// taskOut collects what a tap shows.
-type taskOut struct{ updates []*cards.Card }
-
-func (o *taskOut) Reply(string, ...any) {}
-func (o *taskOut) Card(*cards.Card)     {}
-func (o *taskOut) Update(c *cards.Card) { o.updates = append(o.updates, c) }
-func (o *taskOut) Audit(...audit.Entry) {}
-func (o *taskOut) After(func())         {}
-
-// waitBlockedOr waits until a statement on the test's database waits for
-// a row lock, or done has a value (left for the caller to read).
-func waitBlockedOr(t *testing.T, st *store.Store, done chan error) {
-	t.Helper()
-	for {
-		select {
-		case err := <-done:
-			done <- err
-			return
-		default:
-		}
-		var n int
-		if err := st.Pool().QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple')`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			return
-		}
-		time.Sleep(time.Millisecond)
+	if c := storetest.LastEdit(t, early, q.ID); c.Status != cards.StatusDone {
+		t.Errorf("the card's last queued edit shows %q (%s), want %q: the question was answered", c.Status, c.Outcome, cards.StatusDone)
 	}
 }
