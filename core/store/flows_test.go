@@ -81,3 +81,54 @@ func TestFlowRunOpen(t *testing.T) {
 		t.Fatalf("open attempts = %+v, want b only", open)
 	}
 }
+
+// FlowRunOpenAt leaves out state, origin and document only while the run
+// is still at the seq the caller holds: once another writer moved it on,
+// the row comes back whole.
+func TestFlowRunOpenAt(t *testing.T) {
+	t.Parallel()
+	s, ctx := setup(t)
+	row := flowRunRow("r3")
+	row.State = json.RawMessage(`{"seq":0}`)
+	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+		tx.QueueInsertFlowRun(row)
+		return nil, nil
+	})
+	whole := func(got core.FlowRun, state string) {
+		t.Helper()
+		if string(got.State) != state || string(got.Document) != "d" || string(got.Origin) != "{}" {
+			t.Fatalf("whole row: state %q document %q origin %q", got.State, got.Document, got.Origin)
+		}
+	}
+	for _, have := range []int64{-1, 1} {
+		got, _, err := s.FlowRunOpenAt(ctx, row.ID, have)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole(got, `{"seq": 0}`)
+	}
+	got, _, err := s.FlowRunOpenAt(ctx, row.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Seq != 0 || got.State != nil || got.Document != nil || got.Origin != nil || got.ID != row.ID || got.FlowHash != "h" || got.Status != "running" {
+		t.Fatalf("at the held seq: %+v, want the row without state, document and origin", got)
+	}
+	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+		r := row
+		r.Seq, r.State = 1, json.RawMessage(`{"seq":1}`)
+		tx.QueueUpdateFlowRun(r, 0)
+		return nil, nil
+	})
+	got, _, err = s.FlowRunOpenAt(ctx, row.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Seq != 1 {
+		t.Fatalf("seq %d, want 1", got.Seq)
+	}
+	whole(got, `{"seq": 1}`)
+	if _, _, err := s.FlowRunOpenAt(ctx, "none", 0); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("missing run: err = %v", err)
+	}
+}
