@@ -46,10 +46,17 @@ type Tx interface {
 	// QueueTaskStep queues a step of task id (a River job), committed
 	// with the decision: a task learns of its declined call.
 	QueueTaskStep(id string)
+	// GetExecution reads the execution of a request read in this
+	// transaction, its row locked until commit (FOR SHARE): the state a
+	// tap on a stale card re-sends, which no transition of the execution
+	// can change before the re-send is committed (see currentCard).
+	GetExecution(ctx context.Context, id core.ApprovalID) (core.Execution, error)
 }
 
-// Executions reads the execution of a decided request, to show a tapper
-// of a stale card its current state.
+// Executions reads the execution of a decided request.
+//
+// Deprecated: the decider reads it in the tap's transaction
+// (Tx.GetExecution); Config.Executions is not read.
 type Executions interface {
 	GetExecution(ctx context.Context, id core.ApprovalID) (core.Execution, error)
 }
@@ -62,7 +69,10 @@ type Config struct {
 	TokenTTL time.Duration
 	// Preview is how much of a long output a card shows.
 	Preview int
-	// Executions is read only for a tap on an already approved card.
+	// Executions is not read: a tap on an already approved card reads
+	// the execution in its own transaction (Tx.GetExecution).
+	//
+	// Deprecated: kept so existing wiring compiles; set it or not.
 	Executions Executions
 	// Standing bounds the standing consents an owner may give from a card
 	// ("Allow this for 1 h"); a zero TTL: the choice is not offered.
@@ -252,7 +262,7 @@ func (d *Decider) tap(ctx context.Context, tx Tx, t core.Turn, trust core.Trust,
 	if !a.Status.Open() {
 		// Re-send the card's current state too: a client showing stale
 		// buttons (another tab, a lost update) catches up.
-		c, err := d.currentCard(ctx, a)
+		c, err := d.currentCard(ctx, tx, a)
 		if err != nil {
 			return Result{}, err
 		}
@@ -402,12 +412,23 @@ func (d *Decider) open(a core.ApprovalRequest) *cards.Card {
 	return d.card(a, nil)
 }
 
-// currentCard renders a decided request with its execution, if any.
-func (d *Decider) currentCard(ctx context.Context, a core.ApprovalRequest) (*cards.Card, error) {
-	if a.Status != core.ApprovalApproved || d.cfg.Executions == nil {
+// currentCard renders a decided request with its execution, if any, as
+// it stands when tx commits. The re-sent card is queued in tx, after every
+// edit already queued for it; so it must show the state no later edit
+// contradicts — a re-send showing "running" queued after the verdict's
+// "done" would be delivered last and leave the card regressed. Hence the
+// execution is read in tx, never through the pool: it sees a verdict
+// committed before, or queued earlier in tx (a group commit puts the
+// executor's transition and a tap in one transaction), and its row lock
+// makes a verdict not yet written wait for tx to commit, so its edit
+// comes after this one. (A read through the pool missed both: a verdict
+// queued earlier in tx, and one committed between the read and tx's
+// commit; either left the re-sent "running" last.)
+func (d *Decider) currentCard(ctx context.Context, tx Tx, a core.ApprovalRequest) (*cards.Card, error) {
+	if a.Status != core.ApprovalApproved {
 		return d.card(a, nil), nil
 	}
-	ex, err := d.cfg.Executions.GetExecution(ctx, a.ID)
+	ex, err := tx.GetExecution(ctx, a.ID)
 	if errors.Is(err, core.ErrNotFound) {
 		return d.card(a, nil), nil
 	}

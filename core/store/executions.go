@@ -43,6 +43,17 @@ func (s *Store) GetExecution(ctx context.Context, id core.ApprovalID) (core.Exec
 	return scanExecution(s.pool.QueryRow(ctx, execSelect+" WHERE approval_id = $1", id))
 }
 
+// GetExecution reads the execution of approval id in the transaction,
+// its row locked FOR SHARE until commit: what a tap on the decided
+// request's card re-sends (core/decide) is then the state the execution
+// still has when that edit is committed. An earlier transition is read
+// (committed, or queued earlier in this very transaction); a later one
+// waits for this transaction, so its edit of the card is queued after the
+// re-send's. (Lock order, approval then execution: see TransitionExecution.)
+func (t *Tx) GetExecution(ctx context.Context, id core.ApprovalID) (core.Execution, error) {
+	return scanExecution(t.queryRow(ctx, execSelect+" WHERE approval_id = $1 FOR SHARE", id))
+}
+
 // UnfinishedExecutions lists executions that a restart must resume (queued,
 // executed but unverified) or settle (running when the process died): with
 // several instances, those no live instance owns (a dead one's, or one
@@ -74,7 +85,15 @@ func (t *Tx) QueueExecution(id core.ApprovalID) error {
 	return nil
 }
 
-// TransitionExecution is compare-and-swap on an execution's status.
+// TransitionExecution is compare-and-swap on an execution's status. It
+// locks the approval's row first (FOR KEY SHARE), then the execution's (the
+// UPDATE): the order of a tap, which locks the approval (GetApproval, FOR
+// UPDATE) before it reads the execution to re-send its card
+// (GetExecution, FOR SHARE). In the opposite order a transition storing
+// long output (whose foreign key takes the approval's key-share lock too)
+// and such a tap could each wait for the other; in this one a transition
+// waits for a tap on its card to commit, or the tap waits for the
+// transition, and the later one's card edit is queued after the other's.
 func (t *Tx) TransitionExecution(ctx context.Context, id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate) (bool, error) {
 	var result []byte
 	if u.Result != nil {
@@ -87,6 +106,7 @@ func (t *Tx) TransitionExecution(ctx context.Context, id core.ApprovalID, from, 
 	if len(u.Report) > 0 {
 		report = jsonbSafe(u.Report)
 	}
+	t.later("lock approval", `SELECT FROM approvals WHERE id = $1 FOR KEY SHARE`, id)
 	now := t.now()
 	var started, finished *time.Time
 	if u.Started {
