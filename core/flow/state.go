@@ -3,6 +3,7 @@ package flow
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 )
 
@@ -166,18 +167,12 @@ func AsStored(r *Run) (*Run, error) {
 	return &c, nil
 }
 
+// clone copies r for a step: the node states are shared until the step
+// changes one (step.ns copies it then).
 func (r *Run) clone() *Run {
 	c := *r
 	c.Inputs = r.Inputs // never mutated after Start
-	c.Nodes = make(map[string]*NodeState, len(r.Nodes))
-	for k, v := range r.Nodes {
-		n := *v
-		if v.Error != nil {
-			e := *v.Error
-			n.Error = &e
-		}
-		c.Nodes[k] = &n
-	}
+	c.Nodes = maps.Clone(r.Nodes)
 	c.Edges = append([]EdgeStatus(nil), r.Edges...)
 	return &c
 }
