@@ -26,7 +26,8 @@ import (
 // queued, the next timer job inserted). No action runs, so this is the
 // runtime's own cost. Reports p50/p99 per Advance, and this process's CPU
 // per Advance (user+system, the mean: on a shared machine the figure
-// that moves least with other load; PostgreSQL's is not in it).
+// that moves least with other load; PostgreSQL's is not in it) and the
+// bytes it allocates (the mean; what sets how often the collector runs).
 func BenchmarkTransition(b *testing.B) {
 	// The collector as `silas serve` sets it (internal/gcdefault: GOGC=200
 	// unless the environment says otherwise): the slowest transitions are
@@ -45,6 +46,8 @@ func BenchmarkTransition(b *testing.B) {
 	bd := setup(b, map[string]string{"chain.yaml": f.String()})
 	var times []time.Duration
 	var cpu time.Duration
+	var alloc uint64
+	var ms goruntime.MemStats
 	b.ResetTimer()
 	for b.Loop() {
 		row, err := Start(bd.ctx, bd.st, bd.rt.cfg.Catalog, "chain", nil, origin(), 4)
@@ -54,6 +57,8 @@ func BenchmarkTransition(b *testing.B) {
 		if err := bd.rt.Advance(bd.ctx, row.ID, nil); err != nil {
 			b.Fatal(err)
 		}
+		goruntime.ReadMemStats(&ms)
+		alloc -= ms.TotalAlloc
 		for i := range 100 {
 			t0, c0 := time.Now(), cpuTime()
 			if err := bd.rt.Advance(bd.ctx, row.ID, &flowjob.Timer{Node: fmt.Sprintf("n%d", i), Kind: "wait", Attempt: 1}); err != nil {
@@ -62,6 +67,8 @@ func BenchmarkTransition(b *testing.B) {
 			times = append(times, time.Since(t0))
 			cpu += cpuTime() - c0
 		}
+		goruntime.ReadMemStats(&ms)
+		alloc += ms.TotalAlloc
 		if r, _ := bd.st.GetFlowRun(bd.ctx, row.ID); r.Status != "succeeded" {
 			b.Fatalf("run %s", r.Status)
 		}
@@ -71,6 +78,7 @@ func BenchmarkTransition(b *testing.B) {
 	b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50-ms/transition")
 	b.ReportMetric(float64(times[len(times)*99/100].Microseconds())/1000, "p99-ms/transition")
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(len(times)), "cpu-ms/transition")
+	b.ReportMetric(float64(alloc)/1024/float64(len(times)), "alloc-kB/transition")
 }
 
 const gateOnly = `name: waiter
