@@ -23,6 +23,8 @@ package flowrun
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -134,8 +136,13 @@ func (d Dirs) Lookup(name string) (*flow.Flow, []byte, error) {
 		if err != nil {
 			continue
 		}
-		// Parsed again from these bytes: the pinned document is exactly
-		// what the run is stepped with.
+		// The pinned document is exactly what the run is stepped with: the
+		// flow as listed when these are the bytes it was parsed from (the
+		// same file name and options: Parse would give it again), else
+		// parsed again from them (the file changed in between).
+		if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) == f.Hash {
+			return f, b, nil
+		}
 		g, err := flow.Parse(f.File, b, d.Options)
 		if err != nil {
 			return nil, nil, err
