@@ -221,7 +221,11 @@ func (c *connTx) before(ctx context.Context) error {
 	if !c.t.begun {
 		c.t.later("begin", "SELECT 1") // BEGIN goes first, with whatever is queued
 	}
-	return c.t.flush(ctx)
+	if err := c.t.flush(ctx); err != nil {
+		c.errBefore = err
+		return err
+	}
+	return nil
 }
 
 func (c *connTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
