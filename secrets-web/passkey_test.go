@@ -83,7 +83,7 @@ func passkeySetup(t *testing.T) *pkBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Executions: b.db, StepUp: su})
+	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, StepUp: su})
 	p := &pkBundle{bundle: b, su: su, d: d, key: key, runs: &startedRuns{}}
 	su.Bind(d, p.runs, nil)
 	lazy.Passkeys = su

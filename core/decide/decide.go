@@ -53,14 +53,6 @@ type Tx interface {
 	GetExecution(ctx context.Context, id core.ApprovalID) (core.Execution, error)
 }
 
-// Executions reads the execution of a decided request.
-//
-// Deprecated: the decider reads it in the tap's transaction
-// (Tx.GetExecution); Config.Executions is not read.
-type Executions interface {
-	GetExecution(ctx context.Context, id core.ApprovalID) (core.Execution, error)
-}
-
 // Config wires a Decider.
 type Config struct {
 	// Key signs approval tokens; its public half checks request signatures.
@@ -69,11 +61,6 @@ type Config struct {
 	TokenTTL time.Duration
 	// Preview is how much of a long output a card shows.
 	Preview int
-	// Executions is not read: a tap on an already approved card reads
-	// the execution in its own transaction (Tx.GetExecution).
-	//
-	// Deprecated: kept so existing wiring compiles; set it or not.
-	Executions Executions
 	// Standing bounds the standing consents an owner may give from a card
 	// ("Allow this for 1 h"); a zero TTL: the choice is not offered.
 	Standing consent.Limits

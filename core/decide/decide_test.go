@@ -47,7 +47,7 @@ func setup(t *testing.T) *bundle {
 	}
 	t.Cleanup(st.Close)
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Preview: 2000, Executions: st})
+	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Preview: 2000})
 	return &bundle{ctx: ctx, st: st, key: key, d: d, now: time.Now()}
 }
 

@@ -48,7 +48,7 @@ func setupRun(t testing.TB) *runBundle {
 	t.Cleanup(st.Close)
 	b.st = st
 	_, b.key, _ = ed25519.GenerateKey(rand.Reader)
-	b.d = decide.New(decide.Config{Key: b.key, TokenTTL: 10 * time.Minute, Preview: 2000, Executions: st})
+	b.d = decide.New(decide.Config{Key: b.key, TokenTTL: 10 * time.Minute, Preview: 2000})
 	return b
 }
 

@@ -278,7 +278,7 @@ func TestConsentCardRouted(t *testing.T) {
 	t.Cleanup(st.Close)
 	_, key, _ := ed25519.GenerateKey(nil)
 	on := consent.Switches{RunWrites: true, Automatable: true}
-	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Preview: 2000, Executions: st})
+	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Preview: 2000})
 	doc := []byte("name: one\nversion: \"1\"\ndescription: one step\nnodes:\n  - id: a\n    type: action.shell\n    config:\n      command: \"echo a\"\n")
 	f, err := flow.Parse("one.yaml", doc, flow.Options{})
 	if err != nil {
@@ -390,7 +390,7 @@ func TestConsentCardOfferedAgainAfterExpiry(t *testing.T) {
 	t.Cleanup(st.Close)
 	_, key, _ := ed25519.GenerateKey(nil)
 	on := consent.Switches{RunWrites: true, Automatable: true}
-	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Preview: 2000, Executions: st})
+	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Preview: 2000})
 	ap := Approver{Decider: d, Switches: on}
 	doc := []byte("name: one\nversion: \"1\"\ndescription: one step\nnodes:\n  - id: a\n    type: action.shell\n    config:\n      command: \"echo a\"\n")
 	f, err := flow.Parse("one.yaml", doc, flow.Options{})

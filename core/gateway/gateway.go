@@ -291,7 +291,7 @@ func New(cfg Config) (*Gateway, error) {
 		TTL: cfg.SecretTTL, Now: cfg.Now, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	dc := decide.Config{Key: cfg.Key, TokenTTL: cfg.TokenTTL, Preview: cfg.OutputPreview, Executions: cfg.Store,
+	dc := decide.Config{Key: cfg.Key, TokenTTL: cfg.TokenTTL, Preview: cfg.OutputPreview,
 		Standing: cfg.Consents, NoSelfApproval: cfg.NoSelfApproval}
 	if cfg.StepUp != nil {
 		dc.StepUp = cfg.StepUp // never a typed nil in the interface

@@ -85,7 +85,7 @@ func setup(t *testing.T) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Preview: 2000, Executions: st, StepUp: s})
+	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Preview: 2000, StepUp: s})
 	b := &bundle{ctx: ctx, st: st, key: key, d: d, s: s, runs: &runs{}}
 	s.Bind(d, b.runs, nil)
 	b.auth, err = softauthn.New(origin)
