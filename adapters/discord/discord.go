@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -155,7 +156,9 @@ func (a *Adapter) newSession() (*discordgo.Session, error) {
 // that mention the bot, which is all Silas reads (docs/discord.md).
 const Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages | discordgo.IntentsDirectMessages
 
-// rebase rewrites discordgo's fixed API prefix to the configured base URL.
+// rebase rewrites discordgo's fixed API prefix to the configured base URL,
+// and pads the rate-limit reset discordgo reads from each answer
+// (padResetAfter).
 type rebase struct {
 	base string
 	next http.RoundTripper
@@ -175,7 +178,34 @@ func (t rebase) RoundTrip(r *http.Request) (*http.Response, error) {
 		r.URL = nu
 		r.Host = nu.Host
 	}
-	return t.next.RoundTrip(r)
+	resp, err := t.next.RoundTrip(r)
+	if err == nil {
+		padResetAfter(resp.Header)
+	}
+	return resp, err
+}
+
+// resetMargin is added to every X-RateLimit-Reset-After before discordgo
+// reads it. A bucket that ran out waits exactly until its reset, and
+// "exactly" falls short: the header has millisecond precision, and
+// discordgo turns it into a duration by truncating the fraction's product
+// with 1000 (1.003 s becomes 1.002 s; a third of the values above a
+// second lose a millisecond). The next message then reaches Discord up to
+// a millisecond before the bucket resets: one over the limit, a 429
+// that counts toward the invalid-request limit. discord.js waits 50 ms
+// past every reset for the same reason (its REST "offset").
+const resetMargin = 50 * time.Millisecond
+
+func padResetAfter(h http.Header) {
+	v := h.Get("X-RateLimit-Reset-After")
+	if v == "" {
+		return
+	}
+	sec, err := strconv.ParseFloat(v, 64)
+	if err != nil || sec < 0 {
+		return // discordgo reports a malformed header itself
+	}
+	h.Set("X-RateLimit-Reset-After", strconv.FormatFloat(sec+resetMargin.Seconds(), 'f', 3, 64))
 }
 
 // Name implements core.Channel.

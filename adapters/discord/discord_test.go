@@ -4,6 +4,9 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
+	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -194,5 +197,50 @@ func TestCommandsEqual(t *testing.T) {
 	changed[0].Description = "something else"
 	if commandsEqual(changed, Commands()) {
 		t.Fatal("a changed description is not noticed")
+	}
+}
+
+// stubRT answers every request with a rate-limit reset of resetAfter.
+type stubRT struct{ resetAfter string }
+
+func (s stubRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	h := http.Header{}
+	h.Set("X-RateLimit-Remaining", "0")
+	h.Set("X-RateLimit-Reset-After", s.resetAfter)
+	return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(strings.NewReader("{}")), Request: r}, nil
+}
+
+// TestBucketWaitsOutTheAnnouncedReset: a bucket that ran out waits at
+// least the X-RateLimit-Reset-After Discord announced. discordgo alone
+// waits a millisecond less for a third of the values (it truncates the
+// fraction's product with 1000: 1.003 s → 1.002 s), and a message sent at
+// that instant was one over the limit (the Discord fake flagged it in
+// TestStormAndOutage).
+func TestBucketWaitsOutTheAnnouncedReset(t *testing.T) {
+	t.Parallel()
+	for _, ra := range []string{"1.003", "1.005", "2.009", "4.999", "0.250", "0"} {
+		announced, err := strconv.ParseFloat(ra, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := time.Duration(math.Round(announced*1000)) * time.Millisecond
+		cli := &http.Client{Transport: rebase{base: "http://discord.invalid/api/v10", next: stubRT{ra}}}
+		rl := discordgo.NewRatelimiter()
+		b := rl.LockBucket("channels/1/messages")
+		start := time.Now()
+		resp, err := cli.Get(discordgo.EndpointChannelMessages("1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if err := b.Release(resp.Header); err != nil {
+			t.Fatal(err)
+		}
+		wait := rl.GetWaitTime(b, 1)
+		// The bucket resets no later than now+wait (a stall here only
+		// adds to it); the reset was announced after start.
+		if got := time.Now().Add(wait).Sub(start); got < want {
+			t.Errorf("Reset-After %s: the bucket waits until %v after the answer, short of %v", ra, got, want)
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/silas-gateway/silas/core"
 )
 
 // Limits are a platform's outbound rate limits.
@@ -84,7 +86,8 @@ func NewLimiter[K comparable](l Limits, c Clock, isGroup func(K) bool) *Limiter[
 
 // Wait blocks until a message to chat may be sent (or ctx ends) and returns
 // the release func to call once the request is done; calling it again does
-// nothing.
+// nothing. After its waits it runs ctx's send check (core.CheckSend) and
+// returns that error instead when the sender may no longer send.
 func (l *Limiter[K]) Wait(ctx context.Context, chat K) (release func(), err error) {
 	l.mu.Lock()
 	c := l.chats[chat]
@@ -116,6 +119,18 @@ func (l *Limiter[K]) Wait(ctx context.Context, chat K) (release func(), err erro
 		return giveUp(err)
 	}
 	if err := l.waitGlobal(ctx); err != nil {
+		return giveUp(err)
+	}
+	// The sender may have lost the right to send while it waited (a
+	// process paused here by its host wakes with its waits long over):
+	// the last check before the platform call (core.WithSendCheck). The
+	// global token goes back unused: no message went out.
+	if err := core.CheckSend(ctx); err != nil {
+		l.mu.Lock()
+		l.active--
+		close(l.freed)
+		l.freed = make(chan struct{})
+		l.mu.Unlock()
 		return giveUp(err)
 	}
 	var once sync.Once

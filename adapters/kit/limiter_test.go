@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/silas-gateway/silas/core"
 )
 
 // telegramLimits are Telegram's documented limits, the demanding case.
@@ -186,5 +188,36 @@ func TestLimiterSeededGroupWaits(t *testing.T) {
 				t.Errorf("first send after %s; want %s", got, tc.wait)
 			}
 		})
+	}
+}
+
+// TestLimiterSendCheck: a sender that lost the right to send while it
+// waited (its send check fails, core.WithSendCheck) gets the check's
+// error, not a turn: nothing counts as sent, so the next message to the
+// chat and the next global token are not held back by it.
+func TestLimiterSendCheck(t *testing.T) {
+	vc := &vclock{t: time.Unix(1_800_000_000, 0)}
+	l := NewLimiter(Limits{PerChatInterval: time.Second, GlobalPerSecond: 1}, vc, isGroup)
+	vc.advance(time.Second) // past the start's per-chat pause
+	stale := errors.New("stale")
+	refused := core.WithSendCheck(context.Background(), func() error { return stale })
+	if rel, err := l.Wait(refused, 7); !errors.Is(err, stale) || rel != nil {
+		t.Fatalf("Wait with a failing check = %v, %v; want the check's error", rel != nil, err)
+	}
+	before := vc.Now()
+	rel, err := l.Wait(context.Background(), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel()
+	if waited := vc.Now().Sub(before); waited != 0 {
+		t.Errorf("the next message waited %s after a refused one; want none", waited)
+	}
+	passes := core.WithSendCheck(context.Background(), func() error { return nil })
+	vc.advance(time.Second)
+	if rel, err := l.Wait(passes, 8); err != nil {
+		t.Fatal(err)
+	} else {
+		rel()
 	}
 }

@@ -78,6 +78,9 @@ type Adapter struct {
 	inbound kit.Liveness
 	// sendsHere runs when the device connects while held (OnSendsHere).
 	sendsHere func()
+	// problemMu orders a Connected's clearing of the problem against
+	// fatal's recording of one (both read, then write, status and state).
+	problemMu sync.Mutex
 }
 
 var (
@@ -232,15 +235,7 @@ func (a *Adapter) handle(evt any) bool {
 		a.inbound.Heard(a.cfg.Now(), "connected")
 		return a.onMessage(ctx, e)
 	case *events.Connected:
-		a.inbound.Heard(a.cfg.Now(), "connected")
-		a.setStatus(Status{Connected: true})
-		if a.cfg.State != nil {
-			if err := a.setState(ctx, "problem", ""); err != nil {
-				a.stateWriteFailed("could not clear the recorded problem", err)
-			}
-		}
-		a.log.Info("whatsapp: connected")
-		a.connectedHere()
+		a.onConnected(ctx)
 	case *events.OfflineSyncPreview:
 		a.log.Info("whatsapp: delivering what arrived while offline", slog.Int("messages", e.Messages))
 	case *events.OfflineSyncCompleted:
@@ -287,6 +282,32 @@ func (a *Adapter) handle(evt any) bool {
 	return true
 }
 
+// onConnected records a connection, clearing a problem recorded by an
+// earlier process (the owner linked again and restarted). whatsmeow
+// dispatches Connected from a goroutine of its own, after the post-login
+// IQs, so it can arrive after a fatal event of the same connection (a
+// logout's stream error fails those IQs at once; LoggedOut is dispatched
+// beside it). Once this process recorded a problem it connects no more
+// (connect), so a Connected after it is that older connection's: the
+// problem stands.
+func (a *Adapter) onConnected(ctx context.Context) {
+	a.problemMu.Lock()
+	defer a.problemMu.Unlock()
+	if p := a.Status().Problem; p != "" {
+		a.log.Info("whatsapp: a connection from before the problem reported connected late; the problem stands", slog.String("problem", p))
+		return
+	}
+	a.inbound.Heard(a.cfg.Now(), "connected")
+	a.setStatus(Status{Connected: true})
+	if a.cfg.State != nil {
+		if err := a.setState(ctx, "problem", ""); err != nil {
+			a.stateWriteFailed("could not clear the recorded problem", err)
+		}
+	}
+	a.log.Info("whatsapp: connected")
+	a.connectedHere()
+}
+
 func (a *Adapter) forceReconnect() {
 	a.mu.Lock()
 	a.status.Connected, a.status.At, a.force = false, a.cfg.Now(), true
@@ -323,6 +344,7 @@ func (a *Adapter) setStatus(s Status) {
 func (a *Adapter) fatal(ctx context.Context, text string) {
 	a.log.Error("whatsapp: "+text, slog.String("event", "fatal"))
 	told := false
+	a.problemMu.Lock()
 	if a.cfg.State != nil {
 		prev, ok, err := a.cfg.State.GetState(ctx, a.cfg.Name, "problem")
 		told = err == nil && ok && prev != ""
@@ -331,6 +353,7 @@ func (a *Adapter) fatal(ctx context.Context, text string) {
 		}
 	}
 	a.setStatus(Status{Problem: text})
+	a.problemMu.Unlock()
 	if a.cfg.Notify != nil && !told {
 		a.cfg.Notify(ctx, "WhatsApp: "+text)
 	}

@@ -271,6 +271,13 @@ func TestFatalEventsNotifyAndStopReconnecting(t *testing.T) {
 			if !strings.Contains(got, tc.want) || !strings.Contains(b.a.Status().Problem, tc.want) {
 				t.Fatalf("owner told %q, status %q; want %q", got, b.a.Status().Problem, tc.want)
 			}
+			// whatsmeow dispatches Connected from its own goroutine after
+			// the post-login IQs: the old connection's can come after the
+			// fatal event, and must not clear the problem.
+			b.wa.emit(&events.Connected{})
+			if p := b.a.Status().Problem; !strings.Contains(p, tc.want) {
+				t.Fatalf("a late Connected of the old connection cleared the problem: status %q", p)
+			}
 			b.wa.emit(&events.Disconnected{})
 			time.Sleep(50 * time.Millisecond) // a reconnect would have happened by now (1ms backoff)
 			if b.wa.IsConnected() {

@@ -91,6 +91,7 @@ func cardState(t *testing.T, ctx context.Context, cardID string) map[string]any 
 }
 
 func TestBrowserWebChat(t *testing.T) {
+	t.Parallel() // a browser, a server and a database of its own
 	// The browser first: without one the test skips before starting a
 	// database and a server.
 	bctx := browsertest.New(t)
@@ -213,6 +214,7 @@ func TestBrowserWebChat(t *testing.T) {
 // the address bar and clear the stale "session ended" state. A first visit
 // shows what to type.
 func TestBrowserSignInInOpenTab(t *testing.T) {
+	t.Parallel() // a browser, a server and a database of its own
 	bctx := browsertest.New(t)
 	dsn := storetest.NewDatabase(t)
 	data := t.TempDir()

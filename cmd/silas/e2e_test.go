@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -36,13 +37,36 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	silasBin = filepath.Join(dir, "silas")
-	if err := buildSilas(silasBin); err != nil {
+	if err := buildSilas(context.Background(), silasBin); err != nil {
 		fmt.Fprintf(os.Stderr, "building silas: %v\n", err)
 		os.Exit(1)
 	}
+	flag.Parse()
+	if runsAny(flag.Lookup("test.run").Value.String(), whatsappFakeTests) {
+		startWhatsAppFakeBuild()
+	}
 	code := pgtest.Main(m)
+	stopWhatsAppFakeBuild()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// runsAny reports whether a -run pattern may select one of the tests
+// (its first, top-level element; an invalid one is go test's to report).
+func runsAny(pattern string, tests []string) bool {
+	if pattern == "" {
+		return true
+	}
+	re, err := regexp.Compile(strings.SplitN(pattern, "/", 2)[0])
+	if err != nil {
+		return true
+	}
+	for _, name := range tests {
+		if re.MatchString(name) {
+			return true
+		}
+	}
+	return false
 }
 
 // buildSilas builds this package's binary (with the given build tags) at
@@ -53,7 +77,7 @@ func TestMain(m *testing.M) {
 // this machine per binary. go run strips the symbol table and DWARF, as the
 // tests need neither. -exec makes go run copy the executable instead of
 // running it.
-func buildSilas(path string, tags ...string) error {
+func buildSilas(ctx context.Context, path string, tags ...string) error {
 	args := []string{"run"}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
@@ -64,7 +88,7 @@ func buildSilas(path string, tags ...string) error {
 	}
 	defer os.RemoveAll(tmp)
 	args = append(args, "-exec", "cp --target-directory="+tmp, ".")
-	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	// The copy is named after the package's directory (silas).

@@ -62,7 +62,12 @@ type tgFlow struct {
 
 func startTelegramFlows(t *testing.T, files map[string]string) *tgFlow {
 	t.Helper()
-	srv := telegramtest.NewServer(t, telegramtest.Options{})
+	// The flows are about their steps, not Telegram's pace: at its one
+	// message a second per chat, the cards and notes of one flow took most
+	// of the test's time. The adapter and the fake share a fifth of it
+	// (the adapter through its documented key; the fake's slack the same
+	// share of the interval as at Telegram's).
+	srv := telegramtest.NewServer(t, telegramtest.Options{Limits: fastTelegramLimits})
 	dsn := storetest.NewDatabase(t)
 	data, flows := t.TempDir(), t.TempDir()
 	for name, src := range files {
@@ -72,7 +77,7 @@ func startTelegramFlows(t *testing.T, files map[string]string) *tgFlow {
 	}
 	s := startServer(t, dsn, data, "SILAS_TELEGRAM_ENABLED=true", "SILAS_TELEGRAM_TOKEN="+srv.Token, "SILAS_TELEGRAM_BASE_URL="+srv.URL,
 		"SILAS_TELEGRAM_DM_POLICY=open", "SILAS_TELEGRAM_POLL_TIMEOUT=1s", "SILAS_TELEGRAM_BOT_USERNAME="+srv.BotUsername,
-		"SILAS_IDENTITIES_OWNERS=webchat:local,telegram:1001", "SILAS_FLOWS_DIR="+flows)
+		"SILAS_IDENTITIES_OWNERS=webchat:local,telegram:1001", "SILAS_FLOWS_DIR="+flows, fastTelegramEnv)
 	olive := telegramtest.User{ID: 1001, FirstName: "Olive"}
 	return &tgFlow{t: t, srv: srv, s: s, dsn: dsn, data: data, olive: olive, chat: telegramtest.Private(olive)}
 }

@@ -11,6 +11,14 @@ import (
 	"github.com/silas-gateway/silas/internal/storetest"
 )
 
+// fastTelegramLimits are a fifth of Telegram's per-chat pace, for tests
+// about something else than the pace: the fake enforces them (its slack
+// the same share of the interval as at Telegram's 1 s), and
+// fastTelegramEnv gives the adapter the same through its documented key.
+var fastTelegramLimits = telegramtest.Limits{PerChat: 200 * time.Millisecond, Slack: 60 * time.Millisecond}
+
+const fastTelegramEnv = "SILAS_TELEGRAM_LIMITS_PER_CHAT_INTERVAL=200ms"
+
 // TestTelegramSIGKILLBurst runs the real binary with Telegram polling a
 // fake Bot API and kills it with SIGKILL twice while a burst of updates
 // arrives. Every update is stored and answered exactly once: the offset
@@ -22,12 +30,16 @@ import (
 // counted and bounded — one per chat per kill — not forbidden.
 func TestTelegramSIGKILLBurst(t *testing.T) {
 	t.Parallel()
-	srv := telegramtest.NewServer(t, telegramtest.Options{})
+	// The burst is about SIGKILLs, not Telegram's pace: at its one message
+	// a second per chat the 15 replies of each chat alone took 15 s. The
+	// adapter and the fake share a faster pace (fastTelegramLimits), and
+	// any violation fails.
+	srv := telegramtest.NewServer(t, telegramtest.Options{Limits: fastTelegramLimits})
 	dsn := storetest.NewDatabase(t)
 	dataDir := t.TempDir()
 	env := []string{"SILAS_TELEGRAM_ENABLED=true", "SILAS_TELEGRAM_TOKEN=" + srv.Token, "SILAS_TELEGRAM_BASE_URL=" + srv.URL,
 		"SILAS_TELEGRAM_DM_POLICY=open", "SILAS_TELEGRAM_POLL_TIMEOUT=1s", "SILAS_TELEGRAM_BOT_USERNAME=" + srv.BotUsername,
-		"SILAS_IDENTITIES_OWNERS=webchat:local,telegram:1001"}
+		fastTelegramEnv, "SILAS_IDENTITIES_OWNERS=webchat:local,telegram:1001"}
 	env = append(env, shortLease) // the restarted serve waits for the killed one's lease
 	users := []telegramtest.User{{ID: 1001, FirstName: "Olive"}, {ID: 2002, FirstName: "Sam"}, {ID: 3003, FirstName: "Mia"}}
 	const perUser = 15
@@ -131,6 +143,9 @@ func TestTelegramSIGKILLBurst(t *testing.T) {
 				t.Errorf("user %d got an unexpected message %q", u.ID, text)
 			}
 		}
+	}
+	for _, v := range srv.Violations() {
+		t.Errorf("rate limit exceeded: %s", v)
 	}
 	// Each chat's lane has at most one send whose record is not yet
 	// committed, so a kill can double at most one reply per chat.

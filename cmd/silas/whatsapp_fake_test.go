@@ -27,21 +27,51 @@ import (
 	"github.com/silas-gateway/silas/internal/storetest"
 )
 
+// The silas binary built with -tags whatsappfake (the hook that lets
+// WHATSAPPTEST_FAKE_SERVER point the channel at the fake server). TestMain
+// starts its build in the background once the plain binary is built:
+// built when the first test needing it started, each test waiting for it
+// held one of the package's parallel slots for the whole build (over 20 s
+// of a 35 s test under make test's load).
 var (
-	fakeBinOnce sync.Once
-	fakeBin     string
-	fakeBinErr  error
+	fakeBinOnce   sync.Once
+	fakeBinDone   = make(chan struct{})
+	fakeBin       string
+	fakeBinErr    error
+	fakeBinCancel context.CancelFunc
 )
 
-// whatsappFakeBinary builds silas with -tags whatsappfake (the hook that
-// lets WHATSAPPTEST_FAKE_SERVER point the channel at the fake server),
-// once per test process.
+// whatsappFakeTests are the tests that run the whatsappfake binary.
+var whatsappFakeTests = []string{"TestServeWhatsAppThroughFake", "TestClusterWhatsAppHandOver"}
+
+// startWhatsAppFakeBuild starts the build unless it has started.
+func startWhatsAppFakeBuild() {
+	fakeBinOnce.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		fakeBinCancel = cancel
+		fakeBin = filepath.Join(filepath.Dir(silasBin), "silas-whatsappfake")
+		go func() {
+			defer close(fakeBinDone)
+			fakeBinErr = buildSilas(ctx, fakeBin, "whatsappfake")
+		}()
+	})
+}
+
+// stopWhatsAppFakeBuild ends a build no test waited for (a -run that
+// selected none of whatsappFakeTests' tests after all) and waits for it.
+func stopWhatsAppFakeBuild() {
+	if fakeBinCancel != nil {
+		fakeBinCancel()
+		<-fakeBinDone
+	}
+}
+
+// whatsappFakeBinary waits for the whatsappfake binary (starting its
+// build if TestMain did not).
 func whatsappFakeBinary(t *testing.T) string {
 	t.Helper()
-	fakeBinOnce.Do(func() {
-		fakeBin = filepath.Join(filepath.Dir(silasBin), "silas-whatsappfake")
-		fakeBinErr = buildSilas(fakeBin, "whatsappfake")
-	})
+	startWhatsAppFakeBuild()
+	<-fakeBinDone
 	if fakeBinErr != nil {
 		t.Fatalf("building silas -tags whatsappfake: %v", fakeBinErr)
 	}

@@ -13,7 +13,9 @@
 // it applies only to actions the policy sends to a person, at low or
 // medium risk), never covers a shell, an interpreter or a wrapper
 // (core/policy's Opaque), and never writes anything: the store counts uses
-// in the caller's transaction. This package is pure.
+// in the caller's transaction. This package is pure, but for a memo of the
+// consents whose signature verified (verified.go), which only saves
+// verifying an unchanged row again.
 package consent
 
 import (
@@ -276,10 +278,22 @@ func Sign(key ed25519.PrivateKey, c *Consent) error {
 	return nil
 }
 
-// Verify reports whether c is the consent that was signed.
+// Verify reports whether c is the consent that was signed. A consent
+// unchanged since it last verified under pub is not verified again
+// (verified.go says why that is safe).
 func Verify(pub ed25519.PublicKey, c Consent) bool {
+	if len(c.Signature) != ed25519.SignatureSize {
+		return false
+	}
+	if verifiedBefore(pub, c) {
+		return true
+	}
 	b, err := c.SigningBytes()
-	return err == nil && len(c.Signature) == ed25519.SignatureSize && ed25519.Verify(pub, b, c.Signature)
+	if err != nil || !ed25519.Verify(pub, b, c.Signature) {
+		return false
+	}
+	rememberVerified(pub, c)
+	return true
 }
 
 // Limits bound what a mint may ask for (config consents.*).

@@ -239,6 +239,31 @@ func Gate(sw Switches, pub ed25519.PublicKey, r Request, run RunFacts, cs []Cons
 	return Consent{}, why
 }
 
+// StepUse is one use of a run consent by a flow step, as the caller's
+// transaction writes it in one statement (core/store's
+// ApproveStepUnderConsent): the use of Consent costing Units, the
+// in-flight row (Run, Step) naming Approval, and the request approved by
+// By with its freshly minted Token, whose Nonce and TokenID are consumed.
+type StepUse struct {
+	Consent   string
+	Units     int
+	Run, Step string
+	Approval  core.ApprovalID
+	By        core.IdentityID
+	Token     []byte
+	Nonce     []byte
+	TokenID   string
+}
+
+// StepUsed is what that statement did: Used (the use counted; Uses and
+// Units are the counts after it), Claimed (the in-flight row written),
+// Approved (the request moved to approved) and Fresh (the nonce
+// consumed), each only when the one before it is true.
+type StepUsed struct {
+	Uses, Units                    int
+	Used, Claimed, Approved, Fresh bool
+}
+
 func coverableRisk(r cards.Risk) bool { return r == cards.RiskLow || r == cards.RiskMedium }
 
 // CheckRun says whether c, a run consent, lets r's step run now: "" when

@@ -365,15 +365,7 @@ func (d *Decider) approveWith(ctx context.Context, tx Tx, a core.ApprovalRequest
 	if a.Risk == cards.RiskIrreversible && proof == nil {
 		return Result{}, fmt.Errorf("%w (%s)", ErrNeedsPasskey, a.ID)
 	}
-	now := tx.Now()
-	tok, err := approval.Mint(d.cfg.Key, core.NewID(), a.ActionHash, string(a.Conversation), string(by), now, d.cfg.TokenTTL)
-	if err != nil {
-		return Result{}, err
-	}
-	if err := approval.Check(d.pub, tok, a.ActionHash, now); err != nil {
-		return Result{}, fmt.Errorf("decide: freshly minted token does not verify: %w", err)
-	}
-	raw, err := tok.Marshal()
+	tok, raw, err := d.mint(a, by, tx.Now())
 	if err != nil {
 		return Result{}, err
 	}
@@ -386,8 +378,33 @@ func (d *Decider) approveWith(ctx context.Context, tx Tx, a core.ApprovalRequest
 		return Result{}, err
 	}
 	if !fresh {
-		return Result{}, errors.New("decide: token nonce already consumed (replay)")
+		return Result{}, errReplay
 	}
+	return d.approved(tx, a, by, tok, raw, proof)
+}
+
+var errReplay = errors.New("decide: token nonce already consumed (replay)")
+
+// mint mints a's single-use token for by and checks it: the token and its
+// stored bytes.
+func (d *Decider) mint(a core.ApprovalRequest, by core.IdentityID, now time.Time) (approval.Signed, []byte, error) {
+	tok, err := approval.Mint(d.cfg.Key, core.NewID(), a.ActionHash, string(a.Conversation), string(by), now, d.cfg.TokenTTL)
+	if err != nil {
+		return approval.Signed{}, nil, err
+	}
+	if err := approval.Check(d.pub, tok, a.ActionHash, now); err != nil {
+		return approval.Signed{}, nil, fmt.Errorf("decide: freshly minted token does not verify: %w", err)
+	}
+	raw, err := tok.Marshal()
+	if err != nil {
+		return approval.Signed{}, nil, err
+	}
+	return tok, raw, nil
+}
+
+// approved is what follows an approval whose token (raw) was recorded and
+// its nonce consumed in tx: the execution queued and the Result.
+func (d *Decider) approved(tx Tx, a core.ApprovalRequest, by core.IdentityID, tok approval.Signed, raw []byte, proof *Proof) (Result, error) {
 	if err := tx.QueueExecution(a.ID); err != nil {
 		return Result{}, err
 	}

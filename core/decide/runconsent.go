@@ -20,8 +20,9 @@ import (
 //     restart after SIGKILL between the use and the run);
 //  2. otherwise propose the step's action as always (the request, its
 //     card), then ApproveInRun: the gate decides, and when it allows, the
-//     consent's use is counted with the in-flight row (one statement) and
-//     the action gets its own single-use token — all in that transaction;
+//     action gets its own single-use token, and the consent's use, the
+//     in-flight row, the approval with the token and its nonce are
+//     written in one statement — all in that transaction;
 //     when it refuses, nothing changes but the audited refusal, and the
 //     card asks.
 //
@@ -38,17 +39,25 @@ type RunTx interface {
 	LockRunStep(ctx context.Context, run, named, step string) ([]consent.Consent, bool, error)
 	// InFlight finds the first execution of (run, step) under a consent.
 	InFlight(ctx context.Context, run, step, consentID string) (core.ApprovalID, string, bool, error)
-	// UseConsentInFlight counts one use by compare-and-swap on the limits
-	// (used=false: refused by now, nothing written) and records the
-	// in-flight row (claimed=false: another transaction did first), in
-	// one statement.
-	UseConsentInFlight(ctx context.Context, id string, units int, run, step string, approval core.ApprovalID) (uses, total int, used, claimed bool, err error)
+	// ApproveStepUnderConsent counts the consent's use by compare-and-swap
+	// on its limits, records the in-flight row, approves the request with
+	// its token and consumes the token's nonce — in one statement, each
+	// part only when the one before it took effect (consent.StepUsed).
+	ApproveStepUnderConsent(ctx context.Context, u consent.StepUse) (consent.StepUsed, error)
 }
 
 // ErrInFlightRace: another transaction ran the same (run, step) under a
 // consent between PriorInRun and ApproveInRun. Roll back and ask again:
 // PriorInRun then answers with that execution.
 var ErrInFlightRace = errors.New("decide: this flow step already runs under a consent (another transaction was first); ask again")
+
+// ErrRanBefore is ErrInFlightRace as ApproveInRun finds it before
+// writing anything: the step's in-flight row, read under the consents'
+// lock, says it ran. Nothing of the use was written; the request just
+// proposed may be withdrawn and the first execution (PriorInRun) given
+// as the answer, in this same transaction. Any other ErrInFlightRace
+// must fail the transaction.
+var ErrRanBefore = fmt.Errorf("%w (seen before anything was written)", ErrInFlightRace)
 
 // PriorInRun returns the approval of the first execution of run's step
 // under a consent, if any.
@@ -87,40 +96,42 @@ func (d *Decider) ApproveInRun(ctx context.Context, tx RunTx, sw consent.Switche
 		return fail(err)
 	}
 	if ran {
-		return fail(ErrInFlightRace)
+		return fail(ErrRanBefore)
 	}
-	c, code := consent.Gate(sw, d.pub, r, run, cs, tx.Now())
-	if code == "" {
-		// The use and the in-flight row in one statement, before the
-		// token: everything below fails the whole transaction, so a use
-		// that ran nothing is never committed.
-		uses, units, used, claimed, err := tx.UseConsentInFlight(ctx, c.ID, r.Units(), r.Run, r.Step, a.ID)
-		if err != nil {
-			return fail(err)
-		}
-		if used && !claimed {
-			return fail(ErrInFlightRace)
-		}
-		if !used {
-			// Read locked a moment ago: only the clock can have moved.
-			code = consent.Expired
-		}
-		c.Uses, c.Units = uses, units
-	}
+	now := tx.Now()
+	c, code := consent.Gate(sw, d.pub, r, run, cs, now)
 	if code != "" {
-		res := Result{}
-		res.note(audit.KindConsentRefused, map[string]any{"approval": string(a.ID), "run": r.Run, "node": r.Node, "step": r.Step,
-			"code": string(code), "words": code.Words()})
-		return res, consent.Consent{}, code, nil
+		return refusedInRun(r, a, code), consent.Consent{}, code, nil
 	}
-	res, err := d.approve(ctx, tx, a, core.IdentityID("consent:"+c.ID))
+	// The gate allowed it: the action's own single-use token, then — in
+	// one statement, everything in this transaction — the use counted,
+	// the in-flight row, the request approved with the token and its
+	// nonce consumed. Anything short of all of it fails the transaction,
+	// so a use that ran nothing is never committed.
+	by := core.IdentityID("consent:" + c.ID)
+	tok, raw, err := d.mint(a, by, now)
 	if err != nil {
 		return fail(err)
 	}
-	if res.Queued == "" {
-		// Counted above in this transaction: fail it rather than commit a
-		// use that ran nothing.
+	u, err := tx.ApproveStepUnderConsent(ctx, consent.StepUse{Consent: c.ID, Units: r.Units(), Run: r.Run, Step: r.Step, Approval: a.ID,
+		By: by, Token: raw, Nonce: tok.Token.Nonce, TokenID: tok.Token.TokenID})
+	switch {
+	case err != nil:
+		return fail(err)
+	case !u.Used:
+		// Read locked a moment ago: only the clock can have moved.
+		return refusedInRun(r, a, consent.Expired), consent.Consent{}, consent.Expired, nil
+	case !u.Claimed:
+		return fail(ErrInFlightRace)
+	case !u.Approved:
 		return fail(fmt.Errorf("consent %s: the request was no longer open", c.ID))
+	case !u.Fresh:
+		return fail(errReplay)
+	}
+	c.Uses, c.Units = u.Uses, u.Units
+	res, err := d.approved(tx, a, by, tok, raw, nil)
+	if err != nil {
+		return fail(err)
 	}
 	for _, n := range res.Notes {
 		n.Data["consent"] = c.ID
@@ -128,6 +139,15 @@ func (d *Decider) ApproveInRun(ctx context.Context, tx RunTx, sw consent.Switche
 	res.note(audit.KindConsentUsed, map[string]any{"consent": c.ID, "approval": string(a.ID), "run": r.Run, "node": r.Node, "step": r.Step,
 		"uses": c.Uses, "max_uses": c.MaxUses, "units": c.Units, "cost_cap": c.CostCap})
 	return res, c, "", nil
+}
+
+// refusedInRun is a step's refusal under a run consent: nothing changed
+// but its consent.refused note.
+func refusedInRun(r consent.Request, a core.ApprovalRequest, code consent.Code) Result {
+	res := Result{}
+	res.note(audit.KindConsentRefused, map[string]any{"approval": string(a.ID), "run": r.Run, "node": r.Node, "step": r.Step,
+		"code": string(code), "words": code.Words()})
+	return res
 }
 
 // ErrNotOffered: run consents are off (flows.run_writes and

@@ -71,12 +71,10 @@ func (ap Approver) Propose(ctx context.Context, tx *store.Tx, req flowrun.Action
 	}
 	var rtx decide.RunTx = tx
 	key := StepKey(req)
-	if id, ok, err := ap.Decider.PriorInRun(ctx, rtx, req.Run, key); err != nil || ok {
-		// Asked again (a retried job): the first execution answers.
-		return propose.Step{Approval: id}, err
-	}
 	var refused consent.Code
+	var proposed core.ApprovalID
 	under := func(ctx context.Context, _ propose.Tx, a core.ApprovalRequest) (decide.Result, string, *decide.Note, error) {
+		proposed = a.ID
 		r, c, code, err := ap.Decider.ApproveInRun(ctx, rtx, ap.Switches, consent.Request{Run: req.Run, Node: req.Node, Step: key},
 			facts(req.Flow, req.Version), a)
 		if err != nil {
@@ -89,6 +87,18 @@ func (ap Approver) Propose(ctx context.Context, tx *store.Tx, req flowrun.Action
 		return r, render.RunConsentLine(req.Node, c), nil, nil
 	}
 	p, err := ap.Steps.ProposeUnder(ctx, tx, req.Owner, req.Origin, req.Action, under)
+	if errors.Is(err, decide.ErrRanBefore) {
+		// Asked again (a retried job): the first execution answers, and
+		// the request proposed meanwhile is withdrawn. Looked for only
+		// here, not before every step: the check that found it travelled
+		// with the proposal and the consents' lock, in one round trip.
+		id, ok, perr := ap.Decider.PriorInRun(ctx, rtx, req.Run, key)
+		if perr != nil || !ok {
+			return propose.Step{}, errors.Join(err, perr)
+		}
+		tx.QueueWithdrawApproval(proposed)
+		return propose.Step{Approval: id}, nil
+	}
 	if err != nil || refused == "" {
 		return p, err
 	}

@@ -19,6 +19,8 @@ import (
 	"github.com/silas-gateway/silas/core/decide"
 	"github.com/silas-gateway/silas/core/flow"
 	"github.com/silas-gateway/silas/core/flowrun"
+	"github.com/silas-gateway/silas/core/policy"
+	"github.com/silas-gateway/silas/core/propose"
 	"github.com/silas-gateway/silas/core/render"
 	"github.com/silas-gateway/silas/core/route"
 	"github.com/silas-gateway/silas/core/store"
@@ -138,15 +140,9 @@ func (s *sink) After(f func())               {}
 // (bad_signature); the tap that mints stores exactly the grant the card
 // stated, signed, and audits it.
 func TestConsentCardTap(t *testing.T) {
-	ctx := context.Background()
-	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	pub, key, _ := ed25519.GenerateKey(nil)
+	ctx, st, key, d := setupDecider(t)
+	pub := key.Public().(ed25519.PublicKey)
 	on := consent.Switches{RunWrites: true, Automatable: true}
-	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Preview: 2000, Executions: st})
 	taps := Taps{Approver: Approver{Decider: d, Switches: on}}
 	doc := []byte("name: two\nversion: \"1\"\ndescription: two steps\nnodes:\n  - id: a\n    type: action.shell\n    config:\n      command: \"echo a\"\n" +
 		"  - id: b\n    type: action.shell\n    config:\n      command: \"echo b\"\nedges:\n  - {from: a, to: b}\n")
@@ -496,5 +492,115 @@ func TestConsentCardOfferedAgainAfterExpiry(t *testing.T) {
 	mu.Unlock()
 	if n := reoffer(declined); n != 0 || status(declined) != consent.OfferDeclined {
 		t.Fatalf("a declined card was offered again: %d", n)
+	}
+}
+
+// setupDecider is a store on a fresh database and a decider with its key.
+func setupDecider(t *testing.T) (context.Context, *store.Store, ed25519.PrivateKey, *decide.Decider) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	_, key, _ := ed25519.GenerateKey(nil)
+	return ctx, st, key, decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Preview: 2000})
+}
+
+type ownerBook struct{}
+
+func (ownerBook) Of(context.Context, core.Turn) (core.Trust, string) { return core.TrustOwner, "" }
+
+type noRuns struct{}
+
+func (noRuns) Start(core.ApprovalID)  {}
+func (noRuns) Stop([]core.ApprovalID) {}
+
+// A step asked again after it ran under the run's consent (a retried job)
+// answers with its first execution, in a transaction that commits: the
+// request proposed again is withdrawn, nothing is approved or counted a
+// second time. Another step of the run still runs under the consent.
+func TestStepAskedAgainAnswersFirst(t *testing.T) {
+	ctx, st, key, d := setupDecider(t)
+	on := consent.Switches{RunWrites: true, Automatable: true}
+	pol, err := policy.New([]policy.Rule{{Name: "default", Tool: "*", Decision: policy.AuthRequired, Risk: cards.RiskLow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := propose.New(propose.Config{Key: key, Policy: pol, Approver: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap := Approver{Steps: propose.Steps{Proposer: p, Trust: ownerBook{}, Runs: noRuns{}}, Decider: d, Switches: on}
+	doc := []byte("name: one\nversion: \"1\"\ndescription: one step\nnodes:\n  - id: a\n    type: action.shell\n    config:\n      command: \"echo a\"\n")
+	f, err := flow.Parse("one.yaml", doc, flow.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := core.Turn{Channel: "web", Conversation: "web:1", Sender: "web:owner"}
+	run, err := flowrun.NewRun(f, doc, origin, nil, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, ok, err := Plan(run)
+	if err != nil || !ok {
+		t.Fatalf("plan: %v %v", ok, err)
+	}
+	g.MaxUses, g.CostCap = 5, 5
+	var c consent.Consent
+	err = st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		tx.QueueInsertFlowRun(run)
+		var err error
+		if c, _, err = d.MintRun(tx, on, g, origin.Conversation, origin.Sender, core.TrustOwner); err != nil {
+			return nil, err
+		}
+		return nil, tx.InsertConsent(ctx, c)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(attempt int) propose.Step {
+		t.Helper()
+		var s propose.Step
+		err := st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			var err error
+			s, err = ap.Propose(ctx, tx, flowrun.ActionRequest{Run: run.ID, Flow: run.Flow, Version: run.Version, Node: "a", Attempt: attempt,
+				Owner: core.FlowOwner + run.ID, Origin: origin, Action: core.ProposedAction{Action: core.Action{Tool: "shell", Argv: []string{"echo", "a"}}, Intent: "a"}})
+			return s.Audit, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	count := func(sql string) int {
+		t.Helper()
+		var n int
+		if err := st.Pool().QueryRow(ctx, sql).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	first := ask(1)
+	if !first.Approved || first.Approval == "" {
+		t.Fatalf("first ask: %+v", first)
+	}
+	for range 2 {
+		if again := ask(1); again.Approval != first.Approval || again.Approved || again.Messages != 0 {
+			t.Fatalf("asked again: %+v, want the first %s", again, first.Approval)
+		}
+	}
+	if n := count(`SELECT count(*) FROM approvals`); n != 1 {
+		t.Fatalf("%d requests stored", n)
+	}
+	if got, _ := st.GetConsent(ctx, c.ID); got.Uses != 1 {
+		t.Fatalf("counted %d uses", got.Uses)
+	}
+	if next := ask(2); !next.Approved || next.Approval == first.Approval {
+		t.Fatalf("the next attempt: %+v", next)
+	}
+	if n := count(`SELECT count(*) FROM approvals WHERE status = 'approved'`); n != 2 {
+		t.Fatalf("%d requests approved", n)
 	}
 }

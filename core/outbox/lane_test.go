@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -310,4 +311,117 @@ func pendingOf(t *testing.T, st *store.Store, conv core.ConversationID) bool {
 		t.Fatal(err)
 	}
 	return ok
+}
+
+// pausable is this instance's view of the cluster, with a heartbeat that
+// can lapse (a pause past the TTL) and come back under a new generation.
+type pausable struct {
+	mu  sync.Mutex
+	gen uint64
+	ok  bool
+}
+
+func (*pausable) Solo() bool { return false }
+func (p *pausable) Fresh() (uint64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gen, p.ok
+}
+func (p *pausable) set(gen uint64, ok bool) { p.mu.Lock(); p.gen, p.ok = gen, ok; p.mu.Unlock() }
+
+// pausedInWait is a channel whose sends wait for the platform's rate
+// limit, as the adapters' do (kit.Limiter), and this process is paused in
+// that wait: its heartbeat lapses before the wait ends. The limiter's last
+// step, the send check, decides whether the send goes out.
+type pausedInWait struct {
+	recorder
+	cluster *pausable
+	refused chan struct{}
+}
+
+func (p *pausedInWait) Send(ctx context.Context, m core.OutMessage) (core.MessageRef, error) {
+	if gen, ok := p.cluster.Fresh(); ok && gen == 0 {
+		p.cluster.set(0, false) // paused while waiting its turn
+	}
+	if err := core.CheckSend(ctx); err != nil {
+		select {
+		case p.refused <- struct{}{}:
+		default:
+		}
+		return "", err
+	}
+	return p.recorder.Send(ctx, m)
+}
+
+// TestLaneSendsNothingAfterALapse: the lane is cleared to deliver (fresh
+// heartbeat, claim made), then the process is paused in the adapter's
+// rate-limit wait past its heartbeat. Waking, it must not send with the
+// claim it made before: the job stays pending, not failed and not counted
+// as an attempt, and is delivered once after the heartbeat came back and
+// the lane claimed the conversation again. Without the send check the
+// message went out at once with the stale claim.
+func TestLaneSendsNothingAfterALapse(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dsn := storetest.NewDatabase(t)
+	st, err := store.Open(ctx, dsn, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	st.SetInstance("instance-a")
+	if err := st.RegisterInstance(ctx, "host", 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	const conv core.ConversationID = "test:paused"
+	m := core.OutMessage{Conversation: conv, Text: "reply"}
+	if err := st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		return nil, tx.QueueMessageThen("test", core.OpSend, "k-paused", m, func(int64) {})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cl := &pausable{ok: true}
+	ch := &pausedInWait{cluster: cl, refused: make(chan struct{}, 1)}
+	ob := New(Config{Store: st, Channels: map[core.ChannelName]core.Channel{"test": ch}, Cluster: cl,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now, MaxBackoff: time.Minute})
+	done := make(chan struct{})
+	go func() { defer close(done); ob.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-ch.refused:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the send was not refused; sent %q", ch.list())
+	}
+	if got := ch.list(); len(got) != 0 {
+		t.Fatalf("sent %q with the claim made before the lapse", got)
+	}
+	row := func() string {
+		return dbString(t, st, `SELECT status || ' attempts=' || attempts FROM outbox WHERE message_key = 'k-paused'`)
+	}
+	if r := row(); r != "pending attempts=0" {
+		t.Fatalf("after the refused send the job is %s, want pending attempts=0", r)
+	}
+	// The heartbeat comes back under a new generation: the lane claims
+	// again and delivers, once.
+	cl.set(1, true)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.HasPrefix(row(), "delivered") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job is %s; sent %q", row(), ch.list())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := ch.list(); len(got) != 1 {
+		t.Fatalf("sent %q, want the reply once", got)
+	}
+}
+
+func dbString(t *testing.T, st *store.Store, q string) string {
+	t.Helper()
+	var s string
+	if err := st.Pool().QueryRow(context.Background(), q).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -96,6 +96,25 @@ func (ob *Outbox) mayDeliver(ctx context.Context, conv core.ConversationID, l *l
 	return laneRead
 }
 
+// sendCheck gives a delivery's context the check the adapters run just
+// before the platform call (core.WithSendCheck): mayDeliver's answer may be
+// stale by then, as the adapter's rate-limit wait comes between, and a
+// process paused in that wait must not send on waking. The check holds
+// while this process's heartbeat is fresh and has not lapsed since the
+// lane was cleared to deliver (the generation mayDeliver saw).
+func (ob *Outbox) sendCheck(ctx context.Context, l *lane) context.Context {
+	if ob.cluster == nil {
+		return ctx
+	}
+	want := l.gen
+	return core.WithSendCheck(ctx, func() error {
+		if gen, ok := ob.cluster.Fresh(); !ok || gen != want {
+			return core.ErrNotCurrent
+		}
+		return nil
+	})
+}
+
 // releaseLane gives l's claim up once it found nothing pending, and
 // reports whether a job arrived meanwhile (one another instance queued
 // while this lane held the claim: it left the job to this lane), so the

@@ -340,7 +340,7 @@ func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane
 		}
 		// Deliveries use a context of their own so that shutdown lets an
 		// in-flight send finish (bounded by the adapter's timeouts).
-		delivered := ob.deliver(context.WithoutCancel(ctx), j, superseded, ref)
+		delivered := ob.deliver(ob.sendCheck(context.WithoutCancel(ctx), l), j, superseded, ref)
 		if !delivered {
 			// Its retry time is in the database now: read from here on.
 			ob.mu.Lock()
@@ -481,6 +481,12 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 	var perm *core.PermanentError
 	log := ob.jobLog(j)
 	switch {
+	case errors.Is(err, core.ErrNotCurrent):
+		// Not sent, and not a failure: the lane checks its claim again
+		// (lanes.go, sendCheck) and whoever holds it delivers the job.
+		log.WarnContext(ctx, "outbox: this instance's heartbeat lapsed before the send; not sent")
+		ob.results.WithLabelValues("not_current").Inc()
+		return false
 	case errors.As(err, &rl):
 		wait := max(rl.RetryAfter, 100*time.Millisecond)
 		log.WarnContext(ctx, "outbox: rate limited", slog.Duration("retry_after", wait))

@@ -200,11 +200,10 @@ func (s Steps) ProposeUnder(ctx context.Context, tx Tx, task string, origin core
 			s.Count.Decision(l)
 		}
 	case under != nil:
-		a, err := tx.GetApproval(ctx, p.Request.ID)
-		if err != nil {
-			return Step{}, err
-		}
-		r, l, refused, err := under(ctx, tx, a)
+		// Decided as queued, not read back (a round trip): a row this
+		// transaction inserts is seen, changed and locked by no other
+		// before it commits.
+		r, l, refused, err := under(ctx, tx, *p.Request)
 		if err != nil {
 			return Step{}, err
 		}
@@ -213,7 +212,7 @@ func (s Steps) ProposeUnder(ctx context.Context, tx Tx, task string, origin core
 			if plan.Refused != "" {
 				// No consent covers it and nobody can receive its card: the
 				// stored request is closed now, never left to expire unseen.
-				if _, err := tx.(RoutesTx).TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending}, core.ApprovalDeclined, "silas:unroutable", nil); err != nil {
+				if _, err := tx.(RoutesTx).TransitionApproval(ctx, p.Request.ID, []core.ApprovalStatus{core.ApprovalPending}, core.ApprovalDeclined, "silas:unroutable", nil); err != nil {
 					return Step{}, err
 				}
 				s.unroutable(&out, p, plan, note)

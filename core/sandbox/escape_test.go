@@ -701,22 +701,33 @@ func TestEscapeResources(t *testing.T) {
 	// program.
 	b := setupEscape(t, Config{MaxProcs: 64})
 	t.Run("fork bomb", func(t *testing.T) {
-		// The shell stays to watch its bomb: the run ends at the timeout.
-		// It forks once, before the bomb exists, then waits in a builtin
-		// loop: any later fork of its own (`sleep`, or the second half of
-		// a pipeline started from it, as in `f; while …`) can meet the full
-		// process table, and dash exits 2 on a failed fork — the flake of
-		// the ordinary user's re-run (3 runs in 15 with the bomb started
-		// as `f(){ f|f& };f; while …`, none in 30 this way).
+		// The shell stays to watch its bomb: it forks once, before the
+		// bomb exists, then waits in a builtin loop (a later fork of its
+		// own could meet the full process table, and dash exits 2 on a
+		// failed fork), so the run usually ends at the timeout. It may
+		// end sooner, and that is no escape: the init is a Go program
+		// that shares the bomb's count — as an ordinary user its uid's
+		// RLIMIT_NPROC, as root the run's pids cgroup — and a Go runtime
+		// that cannot start a thread it needs aborts (exit 2, its trace
+		// after the shells' "Cannot fork"; once in about 200 runs of the
+		// ordinary user's re-run under load). The init's exit ends the PID
+		// namespace, which ends the bomb too. So what is checked is what
+		// the boundary guarantees whenever the run ends: the bomb met the
+		// process limit, nothing of it outlives the run, and the gateway
+		// runs the next program as before.
 		bomb := "(f(){ f|f& };f) & while :; do :; done"
 		res := run(t, b.s, core.ExecRequest{Argv: []string{"sh", "-c", bomb}, Timeout: 3 * time.Second})
-		if !res.TimedOut {
-			t.Errorf("the bomb's run did not time out: exit %d, stderr:\n%.300s", res.ExitCode, res.Stderr)
+		if !res.TimedOut && res.ExitCode == 0 {
+			t.Errorf("the bomb's run neither timed out nor failed: exit 0, stderr:\n%.300s", res.Stderr)
 		}
 		if !strings.Contains(string(res.Stderr), "fork") {
 			t.Errorf("stderr shows no failed fork (stopped by the process limit):\n%.500s", res.Stderr)
 		}
 		waitGone(t, "sh\x00-c\x00"+bomb+"\x00")
+		after := run(t, b.s, core.ExecRequest{Argv: []string{"sh", "-c", "echo after the bomb"}})
+		if after.ExitCode != 0 || string(after.Stdout) != "after the bomb\n" {
+			t.Errorf("the run after the bomb's: exit %d, stdout %q, stderr %.300s", after.ExitCode, after.Stdout, after.Stderr)
+		}
 	})
 	t.Run("memory bomb", func(t *testing.T) {
 		// Touching a gigabyte of pages takes a while on a busy machine;

@@ -1178,5 +1178,9 @@ func (w *capWriter) Write(p []byte) (int, error) {
 // initEnv is the init's whole environment (nothing of the gateway's; the
 // program gets only its own, see buildEnv). One P: the init runs one
 // goroutine at a time, and a Go process starts and exits cheaper with one
-// (fewer threads, per-P caches and GC workers to set up).
-var initEnv = []string{"GOMAXPROCS=1"}
+// (fewer threads, per-P caches and GC workers to set up). No traceback:
+// the init shares the run's stderr, which reaches the chat and the model,
+// so should its runtime die (a fork bomb that fills the process table
+// leaves it no thread to start) only the fatal line goes there, not the
+// init's goroutine stacks, registers and source paths.
+var initEnv = []string{"GOMAXPROCS=1", "GOTRACEBACK=none"}

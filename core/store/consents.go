@@ -13,6 +13,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/consent"
+	"github.com/silas-gateway/silas/core/tracing"
 )
 
 // Standing consents (core/consent). The store keeps them as minted and
@@ -79,16 +80,25 @@ func orJSONList(b []byte) []byte {
 // refusal can say why), newest first. Locking serialises two uses of one
 // consent.
 func (t *Tx) ConsentsFor(ctx context.Context, conv core.ConversationID, tool string, since time.Time) ([]consent.Consent, error) {
-	rows, err := t.query(ctx, consentSelect+` WHERE conversation = $1 AND tool = $2 AND scope = 'conversation'
-		AND expires_at > $3::timestamptz - interval '1 day' ORDER BY created_at DESC LIMIT 64 FOR UPDATE`, conv, tool, since)
-	if err != nil {
-		return nil, fmt.Errorf("store: consents of %s: %w", conv, err)
-	}
-	out, err := pgx.CollectRows(rows, rowToConsent)
+	var out []consent.Consent
+	err := t.send(ctx, []extra{consentsRead("consents of conversation", &out, consentSelect+` WHERE conversation = $1 AND tool = $2 AND scope = 'conversation'
+		AND expires_at > $3::timestamptz - interval '1 day' ORDER BY created_at DESC LIMIT 64 FOR UPDATE`, conv, tool, since)})
 	if err != nil {
 		return nil, fmt.Errorf("store: consents of %s: %w", conv, err)
 	}
 	return out, nil
+}
+
+// consentsRead is a read of at most 64 consents into out, sent with the
+// queued statements (one round trip: a query of its own would cost two).
+func consentsRead(label string, out *[]consent.Consent, sql string, args ...any) extra {
+	return extra{label, func(b *pgx.Batch) {
+		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+			var err error
+			*out, err = pgx.CollectRows(rows, rowToConsent)
+			return err
+		})
+	}}
 }
 
 // UseConsent counts one use of consent id costing units, by
@@ -176,17 +186,16 @@ func (s *Store) RevokeConsent(ctx context.Context, id string, actor core.Identit
 // "none". Locking serialises two steps asking at once: the second sees
 // the first's use and its in-flight row.
 func (t *Tx) RunConsents(ctx context.Context, run, named string) ([]consent.Consent, error) {
-	rows, err := t.query(ctx, consentSelect+` WHERE (run_id = $1 AND scope = 'run') OR id = $2
-		ORDER BY created_at DESC LIMIT 64 FOR UPDATE`, run, named)
-	if err != nil {
-		return nil, fmt.Errorf("store: consents of run %s: %w", run, err)
-	}
-	out, err := pgx.CollectRows(rows, rowToConsent)
-	if err != nil {
+	var out []consent.Consent
+	if err := t.send(ctx, []extra{consentsRead("consents of run", &out, runConsentsSelect, run, named)}); err != nil {
 		return nil, fmt.Errorf("store: consents of run %s: %w", run, err)
 	}
 	return out, nil
 }
+
+// runConsentsSelect reads, locked, run $1's consents and the one named $2.
+const runConsentsSelect = consentSelect + ` WHERE (run_id = $1 AND scope = 'run') OR id = $2
+	ORDER BY created_at DESC LIMIT 64 FOR UPDATE`
 
 // InFlight returns the approval of the first execution of run's step
 // under a consent (consent "" : under any), if there is one.
@@ -317,14 +326,7 @@ func (t *Tx) LockRunStep(ctx context.Context, run, named, step string) ([]consen
 	var cs []consent.Consent
 	var ran bool
 	err := t.send(ctx, []extra{
-		{"consents of run", func(b *pgx.Batch) {
-			b.Queue(consentSelect+` WHERE (run_id = $1 AND scope = 'run') OR id = $2
-				ORDER BY created_at DESC LIMIT 64 FOR UPDATE`, run, named).Query(func(rows pgx.Rows) error {
-				var err error
-				cs, err = pgx.CollectRows(rows, rowToConsent)
-				return err
-			})
-		}},
+		consentsRead("consents of run", &cs, runConsentsSelect, run, named),
 		{"in-flight step", func(b *pgx.Batch) {
 			b.Queue(`SELECT EXISTS (SELECT 1 FROM consent_inflight WHERE run_id = $1 AND step = $2)`, run, step).QueryRow(func(row pgx.Row) error {
 				return row.Scan(&ran)
@@ -337,6 +339,19 @@ func (t *Tx) LockRunStep(ctx context.Context, run, named, step string) ([]consen
 	return cs, ran, nil
 }
 
+// useInFlight are the first two parts of a statement counting a use of a
+// consent in flight: u, the use of consent $1 costing $2 units at $3, by
+// compare-and-swap on its limits; c, the in-flight row of run $4's step
+// $5 naming approval $6, only after that use (under its primary key).
+const useInFlight = `WITH u AS (
+			UPDATE consents SET uses = uses + 1, units = units + $2
+			WHERE id = $1 AND revoked_at IS NULL AND expires_at > $3 AND uses < max_uses AND units + $2 <= cost_cap
+			RETURNING uses, units),
+		c AS (
+			INSERT INTO consent_inflight (run_id, step, consent_id, approval_id, created_at)
+			SELECT $4, $5, $1, $6, $3 FROM u
+			ON CONFLICT DO NOTHING RETURNING 1)`
+
 // UseConsentInFlight is UseConsent and ClaimInFlight in one statement:
 // one use of consent id costing units counted by compare-and-swap on its
 // limits and approval recorded as the first execution of (run, step,
@@ -346,14 +361,7 @@ func (t *Tx) LockRunStep(ctx context.Context, run, named, step string) ([]consen
 // then counted in this statement, and the caller rolls back).
 func (t *Tx) UseConsentInFlight(ctx context.Context, id string, units int, run, step string, approval core.ApprovalID) (uses, total int, used, claimed bool, err error) {
 	now := t.now()
-	err = t.queryRow(ctx, `WITH u AS (
-			UPDATE consents SET uses = uses + 1, units = units + $2
-			WHERE id = $1 AND revoked_at IS NULL AND expires_at > $3 AND uses < max_uses AND units + $2 <= cost_cap
-			RETURNING uses, units),
-		c AS (
-			INSERT INTO consent_inflight (run_id, step, consent_id, approval_id, created_at)
-			SELECT $4, $5, $1, $6, $3 FROM u
-			ON CONFLICT DO NOTHING RETURNING 1)
+	err = t.queryRow(ctx, useInFlight+`
 		SELECT u.uses, u.units, EXISTS (SELECT 1 FROM c) FROM u`, id, units, now, run, step, approval).Scan(&uses, &total, &claimed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, 0, false, false, nil
@@ -362,4 +370,54 @@ func (t *Tx) UseConsentInFlight(ctx context.Context, id string, units int, run, 
 		return 0, 0, false, false, fmt.Errorf("store: use consent %s for step %s/%s: %w", id, run, step, err)
 	}
 	return uses, total, true, claimed, nil
+}
+
+// ApproveStepUnderConsent is UseConsentInFlight, TransitionApproval (to
+// approved, recording the token) and ConsumeNonce in one statement, each
+// part only when the one before it took effect: the use counted by
+// compare-and-swap on the consent's limits (Used=false: refused by now,
+// nothing written), the in-flight row under its primary key
+// (Claimed=false: another transaction recorded the step first), the
+// request's status by compare-and-swap from pending or confirming
+// (Approved=false: no longer open) and the token's nonce under its
+// unique keys (Fresh=false: consumed before, a replay). Anything short
+// of all four is the caller's cue to fail the transaction — nothing of a
+// partial write is committed. One round trip instead of three.
+func (t *Tx) ApproveStepUnderConsent(ctx context.Context, u consent.StepUse) (consent.StepUsed, error) {
+	var r consent.StepUsed
+	if err := t.parent("consent use", u.Approval); err != nil {
+		return r, err
+	}
+	now := t.now()
+	from := []string{string(core.ApprovalPending), string(core.ApprovalConfirming)}
+	err := t.queryRow(ctx, useInFlight+`,
+		a AS (
+			UPDATE approvals SET status = $7, decided_by = $8, decided_at = $3, token = $9,
+				tap_traceparent = COALESCE(NULLIF($10, ''), tap_traceparent)
+			WHERE id = $6 AND status = ANY($11) AND EXISTS (SELECT 1 FROM c)
+			RETURNING 1),
+		n AS (
+			INSERT INTO token_nonces (nonce, token_id, approval_id, consumed_at)
+			SELECT $12, $13, $6, $3 FROM a
+			ON CONFLICT DO NOTHING RETURNING 1)
+		SELECT u.uses, u.units, EXISTS (SELECT 1 FROM c), EXISTS (SELECT 1 FROM a), EXISTS (SELECT 1 FROM n) FROM u`,
+		u.Consent, u.Units, now, u.Run, u.Step, u.Approval, string(core.ApprovalApproved), string(u.By), u.Token,
+		tracing.Traceparent(ctx), from, u.Nonce, u.TokenID).Scan(&r.Uses, &r.Units, &r.Claimed, &r.Approved, &r.Fresh)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return consent.StepUsed{}, nil
+	}
+	if err != nil {
+		return consent.StepUsed{}, fmt.Errorf("store: approve %s under consent %s for step %s/%s: %w", u.Approval, u.Consent, u.Run, u.Step, err)
+	}
+	r.Used = true
+	return r, nil
+}
+
+// QueueWithdrawApproval deletes request id, proposed (inserted) earlier in
+// this transaction and referenced by nothing yet: a flow step found
+// already run under a consent answers with its first execution instead,
+// as if it had not been proposed again (core/flowconsent).
+func (t *Tx) QueueWithdrawApproval(id core.ApprovalID) {
+	t.later("withdraw approval", `DELETE FROM approvals WHERE id = $1 AND status = 'pending'`, id)
+	delete(t.approvals, id)
 }

@@ -92,21 +92,7 @@ func TestUseConsentInFlight(t *testing.T) {
 	t.Parallel()
 	s, ctx := setup(t)
 	_, key, _ := ed25519.GenerateKey(nil)
-	mint := func(created time.Time) consent.Consent {
-		a := core.Action{Tool: "shell", Argv: []string{"echo", "hi"}, Verify: []verify.Check{verify.ExitCodeZero()}}
-		c, err := consent.ForAction(core.NewID(), a, cards.RiskLow, "test:chat", "test:owner", created, 0,
-			consent.Limits{TTL: time.Hour, MaxTTL: 24 * time.Hour, MaxUses: 5})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := consent.Sign(key, &c); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) { return nil, tx.InsertConsent(ctx, c) }); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	mint := func(created time.Time) consent.Consent { return storedConsent(t, ctx, s, key, created, 5) }
 	type got struct {
 		found, ran, used, claimed bool
 		uses                      int
@@ -157,4 +143,88 @@ func TestUseConsentInFlight(t *testing.T) {
 	}
 }
 
+// ApproveStepUnderConsent writes each part only when the one before it
+// took effect: the use, the in-flight row, the approval and the nonce;
+// a step claimed before, a request no longer open and a replayed nonce
+// are each reported, and a consent refused by now writes nothing.
+func TestApproveStepUnderConsent(t *testing.T) {
+	t.Parallel()
+	s, ctx := setup(t)
+	_, key, _ := ed25519.GenerateKey(nil)
+	mint := func(created time.Time) consent.Consent { return storedConsent(t, ctx, s, key, created, 9) }
+	first := core.NewID()
+	// use runs one use in its own transaction (committed when commit),
+	// on approval id (inserted when new) with nonce.
+	use := func(c consent.Consent, id, step, nonce string, isNew, commit bool) consent.StepUsed {
+		var got consent.StepUsed
+		err := s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			if isNew {
+				tx.QueueApproval(testApproval(id, tx.Now()))
+			} else if _, err := tx.GetApproval(ctx, core.ApprovalID(id)); err != nil {
+				return nil, err
+			}
+			var err error
+			got, err = tx.ApproveStepUnderConsent(ctx, consent.StepUse{Consent: c.ID, Units: 1, Run: "run-y", Step: step,
+				Approval: core.ApprovalID(id), By: core.IdentityID("consent:" + c.ID), Token: []byte(`{"t":1}`), Nonce: []byte(nonce), TokenID: "tok-" + nonce})
+			if err == nil && !commit {
+				err = errRollback
+			}
+			return nil, err
+		})
+		if err != nil && (commit || err != errRollback) {
+			t.Fatal(err)
+		}
+		return got
+	}
+	c := mint(time.Now())
+	if g := use(c, first, "n/0/0", "nonce-1", true, true); g != (consent.StepUsed{Uses: 1, Units: 1, Used: true, Claimed: true, Approved: true, Fresh: true}) {
+		t.Fatalf("first: %+v", g)
+	}
+	if a, err := s.GetApproval(ctx, core.ApprovalID(first)); err != nil || a.Status != core.ApprovalApproved || a.DecidedBy != core.IdentityID("consent:"+c.ID) {
+		t.Fatalf("approval after the first use: %+v %v", a, err)
+	}
+	if g := use(c, core.NewID(), "n/0/0", "nonce-2", true, false); g != (consent.StepUsed{Uses: 2, Units: 2, Used: true}) {
+		t.Fatalf("a step claimed before: %+v", g)
+	}
+	if g := use(c, first, "n/0/1", "nonce-3", false, false); g != (consent.StepUsed{Uses: 2, Units: 2, Used: true, Claimed: true}) {
+		t.Fatalf("a request no longer open: %+v", g)
+	}
+	if g := use(c, core.NewID(), "n/0/2", "nonce-1", true, false); g != (consent.StepUsed{Uses: 2, Units: 2, Used: true, Claimed: true, Approved: true}) {
+		t.Fatalf("a replayed nonce: %+v", g)
+	}
+	if got, _ := s.GetConsent(ctx, c.ID); got.Uses != 1 || got.Units != 1 {
+		t.Fatalf("counted %d uses, %d units", got.Uses, got.Units)
+	}
+	old := mint(time.Now().Add(-2 * time.Hour))
+	id := core.NewID()
+	if g := use(old, id, "n/0/3", "nonce-4", true, true); g != (consent.StepUsed{}) {
+		t.Fatalf("expired: %+v", g)
+	}
+	if a, err := s.GetApproval(ctx, core.ApprovalID(id)); err != nil || a.Status != core.ApprovalPending {
+		t.Fatalf("approval after an expired consent: %+v %v", a, err)
+	}
+	if got, _ := s.GetConsent(ctx, old.ID); got.Uses != 0 {
+		t.Fatalf("expired consent counted %d uses", got.Uses)
+	}
+}
+
 var errRollback = errors.New("roll back")
+
+// storedConsent stores a consent for `echo hi` in test:chat, signed with
+// key, minted at created, allowing maxUses uses.
+func storedConsent(t *testing.T, ctx context.Context, s *Store, key ed25519.PrivateKey, created time.Time, maxUses int) consent.Consent {
+	t.Helper()
+	a := core.Action{Tool: "shell", Argv: []string{"echo", "hi"}, Verify: []verify.Check{verify.ExitCodeZero()}}
+	c, err := consent.ForAction(core.NewID(), a, cards.RiskLow, "test:chat", "test:owner", created, 0,
+		consent.Limits{TTL: time.Hour, MaxTTL: 24 * time.Hour, MaxUses: maxUses})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := consent.Sign(key, &c); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) { return nil, tx.InsertConsent(ctx, c) }); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

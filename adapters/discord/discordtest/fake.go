@@ -99,6 +99,14 @@ type Limits struct {
 	GlobalPerSecond int
 }
 
+// ceilMillis is d in whole milliseconds, rounded up: the headers' precision.
+// A bucket announces its reset no earlier than it resets (rounded to the
+// nearest, a reset-after could be half a millisecond short, and a client
+// that waits exactly that long would be counted in the old window).
+func ceilMillis(d time.Duration) int {
+	return int((d + time.Millisecond - 1) / time.Millisecond)
+}
+
 // DiscordLimits are Discord's documented limits.
 var DiscordLimits = Limits{PerChannel: 5, Window: 5 * time.Second, GlobalPerSecond: 50}
 
@@ -705,8 +713,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	route := r.Method + " " + idRe.ReplaceAllString(path, "/{id}")
 	parts := strings.Split(strings.Trim(path, "/"), "/")
 	isIx := strings.HasPrefix(path, "/interactions/") || strings.HasPrefix(path, "/webhooks/")
-	now := time.Now()
 	s.mu.Lock()
+	// The instant the request is counted at: taken under the lock, so
+	// windows open and fill in the order requests are counted.
+	now := time.Now()
 	s.calls[route]++
 	if s.outage {
 		s.outageHits++
@@ -754,7 +764,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		if b.n >= s.limits.PerChannel {
 			s.violate("%s %s: over the limit of %d per %s", route, key, s.limits.PerChannel, s.limits.Window)
-			retry = int(b.start.Add(s.limits.Window).Sub(now) / time.Millisecond)
+			retry = ceilMillis(b.start.Add(s.limits.Window).Sub(now))
 			faulted = true
 		} else {
 			b.n++
@@ -767,12 +777,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-RateLimit-Bucket", strings.Fields(key)[0]+"-messages")
 		w.Header().Set("X-RateLimit-Limit", strconv.Itoa(s.limits.PerChannel))
 		w.Header().Set("X-RateLimit-Remaining", strconv.Itoa(s.limits.PerChannel-b.n))
-		reset := b.start.Add(s.limits.Window).Sub(now)
+		reset := ceilMillis(b.start.Add(s.limits.Window).Sub(now))
 		if faulted {
-			reset = time.Duration(retry) * time.Millisecond
+			reset = retry
 			w.Header().Set("X-RateLimit-Remaining", "0")
 		}
-		w.Header().Set("X-RateLimit-Reset-After", strconv.FormatFloat(reset.Seconds(), 'f', 3, 64))
+		w.Header().Set("X-RateLimit-Reset-After", strconv.FormatFloat(float64(reset)/1000, 'f', 3, 64))
 	}
 	s.mu.Unlock()
 	if !isIx && r.Header.Get("Authorization") != "Bot "+Token {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/shared"
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/silas-gateway/silas/core/tracing"
@@ -90,6 +89,10 @@ type Tool struct {
 	Name        string
 	Description string
 	Parameters  map[string]any
+	// wire is the SDK's encoding of the definition, made once by
+	// offeredTools (which never hands out a tool to change); nil: Chat
+	// encodes the tool on each call.
+	wire []byte
 }
 
 // Request is one chat-completions call.
@@ -152,16 +155,19 @@ func (e *APIError) Error() string {
 
 // Client talks to one OpenAI-compatible endpoint.
 type Client struct {
-	cfg    Config
-	chat   openai.ChatCompletionService
+	cfg Config
+	// api posts the chat-completions body encodeRequest wrote: the
+	// chat service's New would first marshal a params value the body
+	// replaces (encode.go says why the body is written here).
+	api    openai.Client
 	models openai.ModelService
 	log    *slog.Logger
 }
 
 // New returns a client for cfg. It makes no request.
 //
-// The SDK's services are built directly rather than through
-// openai.NewClient, which would also read OPENAI_API_KEY, OPENAI_ORG_ID,
+// The SDK's client and services are built directly (a struct literal)
+// rather than through openai.NewClient, which would also read OPENAI_API_KEY, OPENAI_ORG_ID,
 // OPENAI_CUSTOM_HEADERS… from the environment and send them to whatever
 // server llm.base_url names; Silas's configuration is the only source.
 func New(cfg Config) (*Client, error) {
@@ -198,7 +204,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	return &Client{
 		cfg:    cfg,
-		chat:   openai.NewChatCompletionService(opts...),
+		api:    openai.Client{Options: opts},
 		models: openai.NewModelService(opts...),
 		log:    log,
 	}, nil
@@ -244,14 +250,17 @@ func (c *Client) ListModels(ctx context.Context) ([]string, error) {
 // Chat makes one chat-completions call (POST /chat/completions), retried on
 // 429 and 5xx as configured, and returns the first choice.
 func (c *Client) Chat(ctx context.Context, req Request) (Response, error) {
-	params, err := buildParams(req)
+	body, err := encodeRequest(req)
 	if err != nil {
 		return Response{}, err
 	}
 	ctx, span := tracing.Start(ctx, tracing.SpanModel)
 	defer span.End()
 	start := time.Now()
-	res, err := c.chat.New(ctx, params)
+	// The SDK still sends, authenticates (the key as a bearer token, as
+	// the chat service does), retries and decodes as before.
+	var res *openai.ChatCompletion
+	err = c.api.Post(ctx, "chat/completions", body, &res)
 	took := time.Since(start)
 	if span.IsRecording() {
 		// The model's name and what the call cost; never the prompt or
@@ -293,64 +302,6 @@ func (c *Client) Chat(ctx context.Context, req Request) (Response, error) {
 		slog.Int64("prompt_tokens", out.Usage.PromptTokens), slog.Int64("completion_tokens", out.Usage.CompletionTokens),
 		slog.Int("tool_calls", len(out.ToolCalls)), slog.String("finish_reason", out.FinishReason))
 	return out, nil
-}
-
-// buildParams maps a Request onto the SDK's parameters.
-func buildParams(req Request) (openai.ChatCompletionNewParams, error) {
-	var p openai.ChatCompletionNewParams
-	if strings.TrimSpace(req.Model) == "" {
-		return p, errors.New("llm: chat completions: no model named")
-	}
-	if len(req.Messages) == 0 {
-		return p, errors.New("llm: chat completions: no messages")
-	}
-	p.Model = shared.ChatModel(req.Model)
-	for i, m := range req.Messages {
-		switch m.Role {
-		case RoleSystem:
-			p.Messages = append(p.Messages, openai.SystemMessage(m.Content))
-		case RoleUser:
-			p.Messages = append(p.Messages, openai.UserMessage(m.Content))
-		case RoleTool:
-			if m.ToolCallID == "" {
-				return p, fmt.Errorf("llm: chat completions: message %d is a tool result without a tool call id", i)
-			}
-			p.Messages = append(p.Messages, openai.ToolMessage(m.Content, m.ToolCallID))
-		case RoleAssistant:
-			a := openai.ChatCompletionAssistantMessageParam{}
-			if m.Content != "" {
-				a.Content.OfString = openai.String(m.Content)
-			}
-			for _, tc := range m.ToolCalls {
-				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-						ID:       tc.ID,
-						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
-					},
-				})
-			}
-			p.Messages = append(p.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
-		default:
-			return p, fmt.Errorf("llm: chat completions: message %d has unknown role %q", i, m.Role)
-		}
-	}
-	for _, t := range req.Tools {
-		fd := shared.FunctionDefinitionParam{Name: t.Name, Parameters: shared.FunctionParameters(t.Parameters)}
-		if t.Description != "" {
-			fd.Description = openai.String(t.Description)
-		}
-		p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(fd))
-	}
-	switch req.ToolChoice {
-	case "":
-	case "auto", "none", "required":
-		p.ToolChoice.OfAuto = openai.String(req.ToolChoice)
-	default:
-		p.ToolChoice.OfFunctionToolChoice = &openai.ChatCompletionNamedToolChoiceParam{
-			Function: openai.ChatCompletionNamedToolChoiceFunctionParam{Name: req.ToolChoice},
-		}
-	}
-	return p, nil
 }
 
 // wrap turns an SDK error into a clear one that never carries the key.

@@ -3,9 +3,9 @@ package llm
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/silas-gateway/silas/cards"
@@ -32,11 +32,90 @@ const (
 	historySlack = 8
 )
 
-// idRe matches the core's random ids (core.NewID: 26 characters of
-// lower-case base32) — card and approval ids, and the output refs and
-// task card ids made of them — wherever a text quotes one, including
-// cards older than the history's window.
-var idRe = regexp.MustCompile(`\b[a-z2-7]{26}\b`)
+// idLen is the length of the core's random ids (core.NewID: 26
+// characters of lower-case base32) — card and approval ids, and the
+// output refs and task card ids made of them.
+const idLen = 26
+
+// cutIDs replaces every id of the core's form that s quotes — a word of
+// exactly idLen characters of [a-z2-7], as the regexp
+// \b[a-z2-7]{26}\b finds them (words of ASCII letters, digits and _) —
+// with "[id]", including ids of cards older than the history's window.
+// It is that regexp's ReplaceAllString without the regexp: it ran on
+// every text of every history message of every model call.
+func cutIDs(s string) string {
+	var b []byte // nil until an id is found
+	last := 0    // s[:last] is in b
+	for i := 0; i < len(s); {
+		if !isWordByte(s[i]) {
+			i++
+			continue
+		}
+		j, id := i, true
+		for ; j < len(s) && isWordByte(s[j]); j++ {
+			c := s[j]
+			id = id && (c >= 'a' && c <= 'z' || c >= '2' && c <= '7')
+		}
+		if id && j-i == idLen {
+			if b == nil {
+				b = make([]byte, 0, len(s))
+			}
+			b = append(append(b, s[last:i]...), "[id]"...)
+			last = j
+		}
+		i = j
+	}
+	if b == nil {
+		return s
+	}
+	return string(append(b, s[last:]...))
+}
+
+// redactMemoBytes bounds the memo of redacted texts (keys and values).
+const redactMemoBytes = 1 << 20
+
+// redactMemo remembers redact.Redact's answers for history texts: every
+// model call of a conversation re-reads the same stored messages, and
+// scanning each of them for credentials again was a tenth of the LLM
+// path's CPU. Redact is a pure function of its text, so a remembered
+// answer is the answer; the memo is dropped whole when full.
+var redactMemo struct {
+	sync.Mutex
+	m     map[string]string
+	bytes int
+}
+
+// redacted is redact.Redact(s)'s text, remembered.
+func redacted(s string) string {
+	redactMemo.Lock()
+	out, ok := redactMemo.m[s]
+	redactMemo.Unlock()
+	if ok {
+		return out
+	}
+	out, _ = redact.Redact(s)
+	n := len(s) + len(out)
+	if n > redactMemoBytes/16 {
+		return out // too long to keep: rare, and scanned each time
+	}
+	key := strings.Clone(s) // not the whole row's buffer
+	if out == s {
+		out = key
+	}
+	redactMemo.Lock()
+	if redactMemo.m == nil || redactMemo.bytes+n > redactMemoBytes {
+		redactMemo.m, redactMemo.bytes = make(map[string]string), 0
+	}
+	redactMemo.m[key] = out
+	redactMemo.bytes += n
+	redactMemo.Unlock()
+	return out
+}
+
+// isWordByte is regexp's \w: an ASCII letter, digit or underscore.
+func isWordByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
+}
 
 // outputReplyPrefix starts the engine's answer to /output, whose body is a
 // program's stored output (core/engine/output.go).
@@ -115,11 +194,11 @@ func (a *Agent) history(ctx context.Context, in core.AgentInput) ([]Message, err
 // historyMessage renders one transcript entry ("" content: nothing to show).
 func historyMessage(e core.TranscriptEntry, in core.AgentInput, cardIDs []string) Message {
 	clean := func(s string) string {
-		s, _ = redact.Redact(s)
+		s = redacted(s)
 		for _, id := range cardIDs {
 			s = strings.ReplaceAll(s, id, "[card]")
 		}
-		s = idRe.ReplaceAllString(s, "[id]")
+		s = cutIDs(s)
 		// No text, fenced or not, may look like a fence's edge.
 		s = strings.ReplaceAll(strings.ReplaceAll(s, "<<<", "‹‹‹"), ">>>", "›››")
 		return strings.TrimSpace(s)

@@ -118,7 +118,7 @@ func (p Proxy) Decide(ctx context.Context, userText string, untrusted bool, hist
 	msgs := append(append([]Message{{Role: RoleSystem, Content: ProxyPrompt + secretNote(p.SecretNames)}}, history...), Message{Role: RoleUser, Content: msg})
 	var r Route
 	for round := 0; round < 2; round++ {
-		res, err := p.Client.Chat(ctx, Request{Model: p.Client.cfg.Models.Proxy, Messages: msgs, Tools: Tools(opts), ToolChoice: "auto"})
+		res, err := p.Client.Chat(ctx, Request{Model: p.Client.cfg.Models.Proxy, Messages: msgs, Tools: offeredTools(opts), ToolChoice: "auto"})
 		if err != nil {
 			return r, err
 		}
@@ -272,7 +272,7 @@ func (e Executor) Next(ctx context.Context, b Briefing) (ExecOutcome, error) {
 	// An invalid call gets one repair round-trip with the error as its
 	// tool result; the runtime counts both calls against the budget.
 	for round := 0; round < 2; round++ {
-		res, err := e.Client.Chat(ctx, Request{Model: e.Client.cfg.Models.Executor, Messages: msgs, Tools: Tools(opts), ToolChoice: "auto"})
+		res, err := e.Client.Chat(ctx, Request{Model: e.Client.cfg.Models.Executor, Messages: msgs, Tools: offeredTools(opts), ToolChoice: "auto"})
 		if err != nil {
 			if round > 0 {
 				out.Usage.Calls++ // the failed repair call counts too
