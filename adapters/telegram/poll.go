@@ -46,6 +46,7 @@ const (
 	stateOffset   = "offset"
 	stateOffsetAt = "offset_at"
 	staleOffset   = 6 * 24 * time.Hour
+	offsetAtEvery = time.Minute
 	pollLimit     = 100
 )
 
@@ -115,7 +116,14 @@ func (a *Adapter) saveOffset(ctx context.Context, held *lease.Held, id int64) bo
 		a.log.Warn("telegram: could not store the polling offset", slog.Int64("update_id", id), slog.Any("err", err))
 		return true
 	}
-	_ = a.setOffsetState(ctx, held, stateOffsetAt, a.now().UTC().Format(time.RFC3339))
+	// offset_at only tells a restart whether the offset is over six days
+	// old (staleOffset), so once a minute is precise enough: written with
+	// every update it was a second write transaction per message.
+	if now := a.now(); now.Sub(a.offsetAtSaved) >= offsetAtEvery {
+		if a.setOffsetState(ctx, held, stateOffsetAt, now.UTC().Format(time.RFC3339)) == nil {
+			a.offsetAtSaved = now
+		}
+	}
 	return true
 }
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -300,5 +301,42 @@ func TestRunRefusesASecondRun(t *testing.T) {
 	waitFor(t, "the first poll", func() bool { return len(b.srv.Calls("getUpdates")) > 0 })
 	if err := b.a.Run(context.Background(), b.in); err == nil {
 		t.Fatal("a second Run on the same adapter started")
+	}
+}
+
+// offset_at is stored with the first update handled and then at most once
+// a minute: it only dates the offset for staleOffset, and written with
+// every update it was a second write transaction per message.
+func TestPollingStoresOffsetAtOncePerMinute(t *testing.T) {
+	b := setup(t, telegramtest.Options{}, nil)
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	b.a.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	offsetAtWrites := func() (n int) {
+		b.st.mu.Lock()
+		defer b.st.mu.Unlock()
+		for _, w := range b.st.writes {
+			if strings.HasPrefix(w, stateOffsetAt+"=") {
+				n++
+			}
+		}
+		return n
+	}
+	var last int64
+	for i := range 4 {
+		last = b.srv.SendMessage(telegramtest.Msg{Chat: telegramtest.Private(owner), From: owner, Text: fmt.Sprint("msg ", i)})
+	}
+	b.start(t)
+	b.waitTurn(t, last)
+	waitFor(t, "the offset stored", func() bool { return b.st.get(stateOffset) == strconv.FormatInt(last, 10) })
+	if n := offsetAtWrites(); n != 1 {
+		t.Fatalf("offset_at written %d times for 4 updates within a minute; want 1", n)
+	}
+	clock.Add(int64(offsetAtEvery))
+	last = b.srv.SendMessage(telegramtest.Msg{Chat: telegramtest.Private(owner), From: owner, Text: "a minute later"})
+	b.waitTurn(t, last)
+	waitFor(t, "the offset stored", func() bool { return b.st.get(stateOffset) == strconv.FormatInt(last, 10) })
+	if n := offsetAtWrites(); n != 2 {
+		t.Fatalf("offset_at written %d times after a minute passed; want 2", n)
 	}
 }

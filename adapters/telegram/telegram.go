@@ -60,6 +60,9 @@ type Adapter struct {
 	username string
 	moved    kit.Moves         // edits of a gone message go to its replacement (its own lock)
 	memState map[string]string // offset when no StateStore is configured
+	// offsetAtSaved is when the poll loop last stored offset_at (only the
+	// poll goroutine reads or writes it; one poll loop runs at a time).
+	offsetAtSaved time.Time
 	// instance names this process as a lease holder (unique per start).
 	instance string
 	// groupSends are each group's send times of the last minute, as stored

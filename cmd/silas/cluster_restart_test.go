@@ -116,7 +116,9 @@ func TestClusterRollingRestart(t *testing.T) {
 		cd := card(f)
 		return cd != nil && cd.ID == running.ID && (cd.Status == cards.StatusDone || cd.Status == cards.StatusInterrupted)
 	})
-	runs := func(marker string) int { return countRuns(t, holder.dataDir, marker) + countRuns(t, other.dataDir, marker) }
+	runs := func(marker string) int {
+		return countRuns(t, holder.dataDir, marker) + countRuns(t, other.dataDir, marker)
+	}
 	for _, m := range []string{"rolling-first", "rolling-second"} {
 		if n := runs(m); n != 1 {
 			t.Errorf("%s ran %d times, want once", m, n)

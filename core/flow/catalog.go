@@ -160,7 +160,7 @@ type cfgCheck struct {
 	node  *Node
 	field string
 	at    *yaml.Node
-	up    map[string]bool
+	v     int // the node's index
 }
 
 func (c *cfgCheck) run(spec nodeSpec, cfg *yaml.Node) {
@@ -290,9 +290,9 @@ func (c *cfgCheck) expr(key, field string, v *yaml.Node, k kind) {
 // reads applies the upstream rule; a loop's while may also read its body,
 // which has run by the time while is evaluated (do-while).
 func (c *cfgCheck) reads(v *yaml.Node, field string, x *Expr, key string) {
-	up := c.up
+	up := c.l.upOf(c.v)
 	if c.node.Type == "control.loop" && key == "while" {
-		up = c.l.f.loopScope(c.node.ID, c.up)
+		up = c.l.f.loopScope(c.node.ID, up)
 	}
 	c.l.reads(v, field, x, up, c.node.ID, false)
 }

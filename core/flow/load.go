@@ -58,6 +58,18 @@ type loader struct {
 	cfgs   []*yaml.Node
 	whens  []*yaml.Node
 	policy []*yaml.Node
+	// up is upstream(), computed when the first expression is checked:
+	// a flow without expressions (a long chain of waits) never pays for
+	// its quadratic size.
+	up []map[string]bool
+}
+
+// upOf is what is upstream of node v (see upstream).
+func (l *loader) upOf(v int) map[string]bool {
+	if l.up == nil {
+		l.up = l.upstream()
+	}
+	return l.up[v]
 }
 
 func (l *loader) errf(n *yaml.Node, field, format string, a ...any) {
@@ -419,7 +431,6 @@ func (l *loader) link() {
 	if len(l.errs) > 0 {
 		return
 	}
-	up := l.upstream()
 	for i, e := range f.Edges {
 		field := fmt.Sprintf("edges[%d].when", i)
 		w := l.whens[i]
@@ -435,7 +446,7 @@ func (l *loader) link() {
 			l.errf(w, field, "%v", err)
 			continue
 		}
-		scope := up[f.index[e.From]]
+		scope := l.upOf(f.index[e.From])
 		if from := f.index[e.From]; f.loops[from] != nil && slices.Contains(f.loops[from].exit, i) {
 			scope = f.loopScope(e.From, scope)
 		}
@@ -447,7 +458,7 @@ func (l *loader) link() {
 		if !ok {
 			continue
 		}
-		c := &cfgCheck{l: l, node: n, field: "nodes." + n.ID + ".config", up: up[i]}
+		c := &cfgCheck{l: l, node: n, field: "nodes." + n.ID + ".config", v: i}
 		c.run(spec, l.cfgs[i])
 	}
 }

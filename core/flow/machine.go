@@ -72,7 +72,7 @@ func (m *Machine) Step(r *Run, ev Event) (*Run, Transition, error) {
 		e := *ev.Error
 		ev.Error = &e
 	}
-	s := &step{m: m, r: r.clone(), ev: ev}
+	s := &step{m: m, r: r.clone(), ev: ev, own: map[string]bool{}}
 	s.r.Seq++
 	s.apply()
 	if s.ignored == "" {
@@ -89,9 +89,31 @@ type step struct {
 	cmds    []Command
 	ignored string
 	scope   map[string]any // nodes.<id> values, built on first use
+	// own are the nodes whose state this step copied from the run it was
+	// given (copy on write: a step changes a few nodes, and copying all
+	// of a long flow's on every step was most of its cost); nil when the
+	// step owns them all (a new run).
+	own map[string]bool
 }
 
-func (s *step) ns(id string) *NodeState { return s.r.Nodes[id] }
+// ns is node id's state, to change: the step's own copy.
+func (s *step) ns(id string) *NodeState {
+	st := s.r.Nodes[id]
+	if s.own == nil || s.own[id] || st == nil {
+		return st
+	}
+	c := *st
+	if st.Error != nil {
+		e := *st.Error
+		c.Error = &e
+	}
+	s.r.Nodes[id] = &c
+	s.own[id] = true
+	return &c
+}
+
+// peek is node id's state, only to read.
+func (s *step) peek(id string) *NodeState { return s.r.Nodes[id] }
 
 func (s *step) apply() {
 	ev := s.ev
@@ -196,7 +218,7 @@ func (s *step) setScope(id string) {
 	if s.scope == nil {
 		return
 	}
-	st := s.ns(id)
+	st := s.peek(id)
 	delete(s.scope, id)
 	switch {
 	case st.Status == NodeSkipped:
@@ -327,10 +349,10 @@ func (s *step) fail(n *Node, e *NodeError, out json.RawMessage) {
 // cancelAll ends every node that has not: running attempts get a stop.
 func (s *step) cancelAll(reason string) {
 	for _, n := range s.m.f.Nodes {
-		st := s.ns(n.ID)
-		if st.Status.Final() {
+		if s.peek(n.ID).Status.Final() {
 			continue
 		}
+		st := s.ns(n.ID)
 		if st.Status == NodeRunning {
 			s.cmds = append(s.cmds, Command{Kind: CmdStop, Node: n.ID, Iteration: st.Iteration, Attempt: st.Attempt, Reason: reason})
 		}
@@ -347,8 +369,7 @@ func (s *step) settle() {
 	for changed := true; changed && s.r.Status == RunRunning; {
 		changed = false
 		for v, n := range f.Nodes {
-			st := s.ns(n.ID)
-			switch st.Status {
+			switch s.peek(n.ID).Status {
 			case NodeLooping:
 				changed = s.loopTurn(v, n) || changed
 			case NodePending:
@@ -542,13 +563,13 @@ func (s *step) startReady() {
 		}
 	}
 	for _, n := range s.m.f.Nodes {
-		st := s.ns(n.ID)
-		if st.Status != NodeReady {
+		if s.peek(n.ID).Status != NodeReady {
 			continue
 		}
 		if s.r.MaxParallel > 0 && running >= s.r.MaxParallel {
 			return
 		}
+		st := s.ns(n.ID)
 		running++
 		st.Status = NodeRunning
 		st.Attempt++
@@ -594,7 +615,7 @@ func (s *step) loopTurn(v int, n *Node) bool {
 	ls := s.m.f.loops[v]
 	failed := false
 	for b := range ls.body {
-		bs := s.ns(s.m.f.Nodes[b].ID)
+		bs := s.peek(s.m.f.Nodes[b].ID)
 		if !bs.Status.Final() {
 			return false
 		}

@@ -86,9 +86,15 @@ func (s *sim) run(inputs map[string]any, maxParallel int) *Run {
 			return s.r
 		}
 		ev.At = s.now
+		given, _ := json.Marshal(s.r)
 		r, tr, err := s.m.Step(s.r, ev)
 		if err != nil {
 			s.t.Fatal(err)
+		}
+		// Step never mutates the run it is given (it copies a node's state
+		// on write): the runtime steps again from a run it holds.
+		if after, _ := json.Marshal(s.r); string(after) != string(given) {
+			s.t.Fatalf("Step changed the run it was given:\n%s\n%s", given, after)
 		}
 		s.roundTrip(r)
 		s.transitionTrip(tr)

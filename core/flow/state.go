@@ -3,6 +3,7 @@ package flow
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 )
 
@@ -141,18 +142,37 @@ func DecodeRun(b []byte) (*Run, error) {
 	return &r, nil
 }
 
+// AsStored returns r as DecodeRun reads it back once stored, without the
+// round trip through JSON: the same run (shared, not copied: a Run is
+// never mutated once a step returned it), its inputs as decoding gives
+// them (a whole number bound as a float comes back an int64). The
+// runtime steps a run it just stored from this instead of decoding it
+// again; the other fields read back as they are (node outputs differ at
+// most in the JSON's spacing, and are only ever decoded).
+func AsStored(r *Run) (*Run, error) {
+	c := *r
+	if len(r.Inputs) > 0 {
+		b, err := json.Marshal(r.Inputs)
+		if err != nil {
+			return nil, fmt.Errorf("flow: run inputs: %w", err)
+		}
+		c.Inputs = nil
+		if err := json.Unmarshal(b, &c.Inputs); err != nil {
+			return nil, fmt.Errorf("flow: run inputs: %w", err)
+		}
+		for k, v := range c.Inputs {
+			c.Inputs[k] = normalize(v)
+		}
+	}
+	return &c, nil
+}
+
+// clone copies r for a step: the node states are shared until the step
+// changes one (step.ns copies it then).
 func (r *Run) clone() *Run {
 	c := *r
 	c.Inputs = r.Inputs // never mutated after Start
-	c.Nodes = make(map[string]*NodeState, len(r.Nodes))
-	for k, v := range r.Nodes {
-		n := *v
-		if v.Error != nil {
-			e := *v.Error
-			n.Error = &e
-		}
-		c.Nodes[k] = &n
-	}
+	c.Nodes = maps.Clone(r.Nodes)
 	c.Edges = append([]EdgeStatus(nil), r.Edges...)
 	return &c
 }

@@ -266,7 +266,12 @@ func (r *Runtime) command(ctx context.Context, tx *store.Tx, w *write, c flow.Co
 // the run again and recomputes.
 func (r *Runtime) commitJob(ctx context.Context, id string, events func(w *write) ([]flow.Event, error)) error {
 	for range 5 {
-		row, open, err := r.st.FlowRunOpen(ctx, id)
+		h, holding := r.holding(id)
+		have := int64(-1)
+		if holding {
+			have = h.seq
+		}
+		row, open, err := r.st.FlowRunOpenAt(ctx, id, have)
 		if errors.Is(err, core.ErrNotFound) {
 			return nil
 		}
@@ -276,8 +281,11 @@ func (r *Runtime) commitJob(ctx context.Context, id string, events func(w *write
 		if row.Final() {
 			return nil
 		}
-		probe, err := r.decode(row)
-		if err != nil {
+		var probe *write
+		if holding && row.Seq == h.seq {
+			// Read without state, origin and document: as held.
+			probe = &write{row: row, p: h.p, fr: h.fr, origin: h.origin}
+		} else if probe, err = r.decode(row); err != nil {
 			return err
 		}
 		probe.open, probe.openRead = open, true
@@ -315,6 +323,7 @@ func (r *Runtime) commitJob(ctx context.Context, id string, events func(w *write
 			return err
 		}
 		r.failpoint("flow-after-step")
+		r.hold(w)
 		r.committed(w, s.after)
 		if n := s.messages() + w.messages; n > 0 {
 			r.out.Kick(row.Conversation, n)

@@ -3,6 +3,7 @@ package flowrun
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/silas-gateway/silas/cards"
@@ -33,20 +34,27 @@ func (r *Runtime) progressCard(w *write) *cards.Card {
 }
 
 func progress(id, name, version, run string, f *flow.Flow, fr *flow.Run) *cards.Card {
+	// Written piece by piece (it is rendered on every step of a run, for
+	// every node): "✓ id (type) — status[, attempt N][: code]" a line.
 	var d strings.Builder
+	d.Grow(48 * len(f.Nodes))
 	for _, n := range f.Nodes {
 		st := fr.Nodes[n.ID]
 		if st == nil {
 			continue
 		}
-		line := fmt.Sprintf("%s %s (%s) — %s", nodeMark[st.Status], n.ID, n.Type, st.Status)
+		for _, part := range [...]string{nodeMark[st.Status], " ", n.ID, " (", n.Type, ") — ", string(st.Status)} {
+			d.WriteString(part)
+		}
 		if st.Attempt > 1 {
-			line += fmt.Sprintf(", attempt %d", st.Attempt)
+			d.WriteString(", attempt ")
+			d.WriteString(strconv.Itoa(st.Attempt))
 		}
 		if st.Error != nil && st.Status.Final() {
-			line += ": " + st.Error.Code
+			d.WriteString(": ")
+			d.WriteString(st.Error.Code)
 		}
-		d.WriteString(line + "\n")
+		d.WriteString("\n")
 	}
 	c := &cards.Card{ID: cards.ID(id), Kind: cards.KindInfo,
 		Intent: render.Clip(cards.ShowInvisible(fmt.Sprintf("Flow %s v%s — run %s", name, version, ShortID(run))), cards.MaxIntent),

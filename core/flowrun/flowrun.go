@@ -23,6 +23,8 @@ package flowrun
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -134,8 +136,13 @@ func (d Dirs) Lookup(name string) (*flow.Flow, []byte, error) {
 		if err != nil {
 			continue
 		}
-		// Parsed again from these bytes: the pinned document is exactly
-		// what the run is stepped with.
+		// The pinned document is exactly what the run is stepped with: the
+		// flow as listed when these are the bytes it was parsed from (the
+		// same file name and options: Parse would give it again), else
+		// parsed again from them (the file changed in between).
+		if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) == f.Hash {
+			return f, b, nil
+		}
 		g, err := flow.Parse(f.File, b, d.Options)
 		if err != nil {
 			return nil, nil, err
@@ -196,7 +203,27 @@ type Runtime struct {
 
 	mu       sync.Mutex
 	machines map[string]*pinned // by flow hash
+	// held are runs as this process's step jobs last stored them (see
+	// hold), by run id.
+	held map[string]held
 }
+
+// held is a run as a step job of this process committed it: the next
+// step reads the row without its state, origin and document while it is
+// still at seq (store.FlowRunOpenAt) and goes on from here, instead of
+// reading and decoding them again — on a long flow the largest cost of a
+// step. Another writer's transition (a tap, a second process) moves the
+// seq on, and the row is read whole again.
+type held struct {
+	seq    int64
+	p      *pinned
+	fr     *flow.Run
+	origin core.Turn
+}
+
+// maxHeld bounds the runs held; past it the map starts again empty (a
+// miss only costs the read it saves).
+const maxHeld = 1024
 
 type pinned struct {
 	f *flow.Flow
@@ -223,7 +250,32 @@ func New(cfg Config, actions Actions, out Outbox) (*Runtime, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Runtime{cfg: cfg, st: cfg.Store, log: cfg.Logger, actions: actions, out: out, kinds: actionKinds(cfg), machines: map[string]*pinned{}}, nil
+	return &Runtime{cfg: cfg, st: cfg.Store, log: cfg.Logger, actions: actions, out: out, kinds: actionKinds(cfg), machines: map[string]*pinned{},
+		held: map[string]held{}}, nil
+}
+
+// holding returns run id as this process last stored it, if it does.
+func (r *Runtime) holding(id string) (held, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.held[id]
+	return h, ok
+}
+
+// hold keeps w's run as its committed write stored it (dropped once the
+// run is over: nothing steps it again).
+func (r *Runtime) hold(w *write) {
+	fr, err := flow.AsStored(w.fr)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil || w.fr.Status != flow.RunRunning {
+		delete(r.held, w.row.ID)
+		return
+	}
+	if len(r.held) >= maxHeld {
+		clear(r.held)
+	}
+	r.held[w.row.ID] = held{seq: w.fr.Seq, p: w.p, fr: fr, origin: w.origin}
 }
 
 // machine returns the state machine of a run's pinned document, parsed

@@ -118,11 +118,27 @@ func (s *Store) GetFlowRun(ctx context.Context, id string) (core.FlowRun, error)
 // FlowAttempts orders them) in one round trip. core.ErrNotFound when the
 // run does not exist.
 func (s *Store) FlowRunOpen(ctx context.Context, id string) (core.FlowRun, []core.FlowAttempt, error) {
+	return s.FlowRunOpenAt(ctx, id, -1)
+}
+
+// flowRunSelectAt is flowRunSelect leaving out state, origin and document
+// when the run's seq is still $2.
+const flowRunSelectAt = `SELECT id, flow, version, flow_hash, CASE WHEN seq = $2 THEN NULL ELSE document END, file, channel, conversation,
+	requester, CASE WHEN seq = $2 THEN NULL ELSE origin END, status, CASE WHEN seq = $2 THEN NULL ELSE state END, seq, progress_card,
+	reason, created_at, updated_at, finished_at, COALESCE(parent_run, ''), parent_step, parent_index FROM flow_runs`
+
+// FlowRunOpenAt is FlowRunOpen for a caller that already holds the run as
+// of seq have (the runtime, which stored it): a run still at that seq
+// comes back without its State, Origin and Document (empty), which are
+// the largest columns — decompressed, sent and scanned on every step of
+// a long flow otherwise. A run at another seq comes back whole. The
+// compare-and-swap on seq makes (run, seq) name one stored state.
+func (s *Store) FlowRunOpenAt(ctx context.Context, id string, have int64) (core.FlowRun, []core.FlowAttempt, error) {
 	var run core.FlowRun
 	var atts []core.FlowAttempt
 	var runErr, attErr error
 	b := &pgx.Batch{}
-	b.Queue(flowRunSelect+" WHERE id = $1", id).QueryRow(func(row pgx.Row) error {
+	b.Queue(flowRunSelectAt+" WHERE id = $1", id, have).QueryRow(func(row pgx.Row) error {
 		run, runErr = scanFlowRun(row)
 		return nil
 	})

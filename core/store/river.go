@@ -147,23 +147,41 @@ func (t *Tx) QueueFlowTimer(id string, timer flowjob.Timer, at time.Time) {
 
 // insertJobs inserts the queued River jobs on the transaction's
 // connection, after everything queued before them.
-func (t *Tx) insertJobs(ctx context.Context) error {
+func (t *Tx) insertJobs(ctx context.Context) error { return t.insertJobsThen(ctx, nil) }
+
+// insertJobsThen inserts the queued River jobs after everything queued
+// before them, then sends then (the writer's chain lock and head): River's
+// insert carries the queued statements before it and then after it in its
+// own round trip (connTx.Query), so the statements keep their order — the
+// chain lock still after every row the ops write, River's included — at
+// the cost of one round trip instead of three. Without jobs it is send.
+func (t *Tx) insertJobsThen(ctx context.Context, then []extra) error {
 	if len(t.jobs) == 0 {
-		return nil
+		return t.send(ctx, then)
 	}
 	if t.river == nil {
 		return errors.New("store: QueueJob: the store has no job inserter")
 	}
-	if !t.begun {
-		t.later("begin", "SELECT 1") // send BEGIN with whatever else is queued
-	}
-	if err := t.flush(ctx); err != nil {
-		return err
-	}
 	jobs := t.jobs
 	t.jobs = nil
-	if _, err := t.river.InsertManyTx(ctx, connTx{t.conn.Conn()}, jobs); err != nil {
+	c := &connTx{c: t.conn.Conn(), t: t, then: then}
+	_, err := t.river.InsertManyTx(ctx, c, jobs)
+	if c.rows != nil {
+		c.rows.Close() // River closes what it reads; this is in case it did not
+	}
+	if c.errBefore != nil {
+		// Ours, not River's: a statement queued before the insert failed
+		// (errors.Is must see, for example, ErrFlowRunChanged).
+		return c.errBefore
+	}
+	if err != nil {
 		return fmt.Errorf("store: insert %d job(s): %w", len(jobs), err)
+	}
+	if c.errAfter != nil {
+		return c.errAfter
+	}
+	if !c.piped {
+		return t.send(ctx, c.then) // River sent no query to carry them
 	}
 	return nil
 }
@@ -171,34 +189,146 @@ func (t *Tx) insertJobs(ctx context.Context) error {
 // connTx lends River the writer's transaction: the writer began it by hand
 // on this connection (Tx) and alone commits or rolls it back, so those
 // are refused here, and so is a nested transaction (River's inserts need
-// none).
-type connTx struct{ c *pgx.Conn }
+// none). River's first query (the insert) carries what the Tx has queued
+// before it and then after it, in one round trip; any other statement
+// River sends first is preceded by the queued ones in a round trip of
+// their own.
+type connTx struct {
+	c *pgx.Conn
+	t *Tx
+	// then are sent after River's first query, their results read once
+	// River closed its rows; nil once sent.
+	then  []extra
+	piped bool       // River's first query carried the queued statements
+	rows  *pipedRows // its rows
+	// errBefore and errAfter are of statements of ours sent before and
+	// after River's query, in its round trip.
+	errBefore, errAfter error
+}
 
 var errTxOwned = errors.New("store: the transaction belongs to the store's writer")
 
-func (connTx) Begin(context.Context) (pgx.Tx, error) { return nil, errTxOwned }
-func (connTx) Commit(context.Context) error          { return errTxOwned }
-func (connTx) Rollback(context.Context) error        { return errTxOwned }
-func (t connTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
-	return t.c.CopyFrom(ctx, table, cols, src)
+func (*connTx) Begin(context.Context) (pgx.Tx, error) { return nil, errTxOwned }
+func (*connTx) Commit(context.Context) error          { return errTxOwned }
+func (*connTx) Rollback(context.Context) error        { return errTxOwned }
+
+// before sends the queued statements ahead of a statement River sends
+// that cannot carry them.
+func (c *connTx) before(ctx context.Context) error {
+	if c.rows != nil && !c.rows.done {
+		return errors.New("store: River sent a statement before closing its rows")
+	}
+	if !c.t.begun {
+		c.t.later("begin", "SELECT 1") // BEGIN goes first, with whatever is queued
+	}
+	if err := c.t.flush(ctx); err != nil {
+		c.errBefore = err
+		return err
+	}
+	return nil
 }
-func (t connTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return t.c.SendBatch(ctx, b)
+
+func (c *connTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if err := c.before(ctx); err != nil {
+		return 0, err
+	}
+	return c.c.CopyFrom(ctx, table, cols, src)
 }
-func (connTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
-func (t connTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	return t.c.Prepare(ctx, name, sql)
+func (c *connTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := c.before(ctx); err != nil {
+		return errBatch{err}
+	}
+	return c.c.SendBatch(ctx, b)
 }
-func (t connTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return t.c.Exec(ctx, sql, args...)
+func (*connTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
+func (c *connTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	return c.c.Prepare(ctx, name, sql)
 }
-func (t connTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return t.c.Query(ctx, sql, args...)
+func (c *connTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := c.before(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return c.c.Exec(ctx, sql, args...)
 }
-func (t connTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return t.c.QueryRow(ctx, sql, args...)
+func (c *connTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := c.before(ctx); err != nil {
+		return errRow{err}
+	}
+	return c.c.QueryRow(ctx, sql, args...)
 }
-func (t connTx) Conn() *pgx.Conn { return t.c }
+func (c *connTx) Conn() *pgx.Conn { return c.c }
+
+// Query sends River's query; the first one carries the Tx's queued
+// statements (and BEGIN) before it and then after it.
+func (c *connTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if c.piped {
+		if err := c.before(ctx); err != nil {
+			return nil, err
+		}
+		return c.c.Query(ctx, sql, args...)
+	}
+	c.piped = true
+	then := c.then
+	c.then = nil
+	b, labels, turns := c.t.assemble([]extra{{"river insert", func(b *pgx.Batch) { b.Queue(sql, args...) }}})
+	n := len(labels) - 1 // River's query
+	for _, x := range then {
+		x.queue(b)
+		labels = append(labels, x.label)
+	}
+	br := c.c.SendBatch(ctx, b)
+	if err := readResults(br, b, labels, 0, n); err != nil {
+		c.errBefore = err
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	c.rows = &pipedRows{Rows: rows, close: func() {
+		if err := readResults(br, b, labels, n+1, len(labels)); err != nil {
+			c.errAfter = err
+			return
+		}
+		if err := br.Close(); err != nil {
+			c.errAfter = fmt.Errorf("store: %w", err)
+			return
+		}
+		if err := c.t.storedTurns(ctx, turns); err != nil {
+			c.errAfter = err
+		}
+	}}
+	return c.rows, nil
+}
+
+// pipedRows are River's rows in a batch of ours: closing them reads the
+// results of the statements sent after them.
+type pipedRows struct {
+	pgx.Rows
+	close func()
+	done  bool
+}
+
+func (r *pipedRows) Close() {
+	r.Rows.Close()
+	if !r.done {
+		r.done = true
+		r.close()
+	}
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+type errBatch struct{ err error }
+
+func (b errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+func (b errBatch) Query() (pgx.Rows, error)         { return nil, b.err }
+func (b errBatch) QueryRow() pgx.Row                { return errRow(b) }
+func (b errBatch) Close() error                     { return b.err }
+func (errBatch) Tx() pgx.Tx                         { return nil }
 
 // jobInserter is the part of a River client Tx.QueueJob uses.
 type jobInserter interface {

@@ -177,11 +177,30 @@ type extra struct {
 // multi-row ones and then extras, in one round trip, and reads every
 // result in order (running callbacks).
 func (t *Tx) send(ctx context.Context, extras []extra) error {
-	if len(extras) == 0 && (t.queued == nil || t.queued.Len() == 0) && len(t.turns) == 0 && len(t.enqueues) == 0 && len(t.finishes) == 0 && len(t.delivered) == 0 {
+	if len(extras) == 0 && !t.pending() {
 		return nil
 	}
-	b := &pgx.Batch{}
-	var labels []string
+	b, labels, turns := t.assemble(extras)
+	br := t.conn.SendBatch(ctx, b)
+	if err := readResults(br, b, labels, 0, len(labels)); err != nil {
+		return err
+	}
+	if err := br.Close(); err != nil {
+		return err
+	}
+	return t.storedTurns(ctx, turns)
+}
+
+// pending says statements are queued.
+func (t *Tx) pending() bool {
+	return (t.queued != nil && t.queued.Len() > 0) || len(t.turns) > 0 || len(t.enqueues) > 0 || len(t.finishes) > 0 || len(t.delivered) > 0
+}
+
+// assemble builds send's batch: BEGIN (the first time), the queued
+// statements, the gathered multi-row ones, then extras; labels name them
+// in order, and turns are the turns it inserts (for storedTurns).
+func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []queuedTurn) {
+	b = &pgx.Batch{}
 	if !t.begun {
 		b.Queue("BEGIN")
 		labels = append(labels, "begin")
@@ -192,7 +211,7 @@ func (t *Tx) send(ctx context.Context, extras []extra) error {
 		labels = append(labels, t.labels...)
 	}
 	t.queued, t.labels = nil, nil
-	turns := t.turns
+	turns = t.turns
 	t.turns = nil
 	if len(turns) > 0 {
 		queueTurns(b, turns, t.now(), t.instance)
@@ -247,8 +266,13 @@ func (t *Tx) send(ctx context.Context, extras []extra) error {
 		x.queue(b)
 		labels = append(labels, x.label)
 	}
-	br := t.conn.SendBatch(ctx, b)
-	for i, l := range labels {
+	return b, labels, turns
+}
+
+// readResults reads the results of b's statements from..to-1, in order;
+// on an error it closes br and returns the error, labelled.
+func readResults(br pgx.BatchResults, b *pgx.Batch, labels []string, from, to int) error {
+	for i := from; i < to; i++ {
 		// Results are read in order; a statement with a callback gets it
 		// here (Close would run it too, but without the label).
 		var err error
@@ -259,12 +283,15 @@ func (t *Tx) send(ctx context.Context, extras []extra) error {
 		}
 		if err != nil {
 			br.Close()
-			return fmt.Errorf("store: %s: %w", l, err)
+			return fmt.Errorf("store: %s: %w", labels[i], err)
 		}
 	}
-	if err := br.Close(); err != nil {
-		return err
-	}
+	return nil
+}
+
+// storedTurns tells the turns a batch inserted that were stored already
+// (then callbacks) their seq.
+func (t *Tx) storedTurns(ctx context.Context, turns []queuedTurn) error {
 	// Events that were already stored (a redelivery, a repeat within this
 	// batch, or a concurrent transaction that stored the same event first)
 	// need their seq: one more round trip, with a fresh snapshot, only then.

@@ -230,18 +230,17 @@ func (w *writer) commit(batch []*request) (err error) {
 		}
 		entries = append(entries, e...)
 	}
-	if err := tx.insertJobs(ctx); err != nil {
-		return err
-	}
-	// What the ops queued, the chain lock and the head: one round trip
-	// (together with BEGIN when no op needed a result earlier). Taking the
-	// lock before the Finally functions run costs nothing with one writer
-	// loop (nothing else in this process contends for it) and saves a round
+	// What the ops queued, the River jobs they queued, the chain lock and
+	// the head: one round trip (together with BEGIN when no op needed a
+	// result earlier; River's insert carries the rest, insertJobsThen), in
+	// that order — the lock after every row the ops write. Taking the lock
+	// before the Finally functions run costs nothing with one writer loop
+	// (nothing else in this process contends for it) and saves a round
 	// trip: their statements go with the audit rows and COMMIT.
 	var seq int64
 	prev := audit.Genesis
 	headErr := pgx.ErrNoRows
-	err = tx.send(ctx, []extra{
+	err = tx.insertJobsThen(ctx, []extra{
 		{"audit lock", func(b *pgx.Batch) { b.Queue("SELECT pg_advisory_xact_lock($1)", int64(auditLockKey)) }},
 		{"audit head", func(b *pgx.Batch) {
 			b.Queue("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").QueryRow(func(row pgx.Row) error {
