@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/lease"
+	"github.com/silas-gateway/silas/internal/lazyre"
 )
 
 // Receiving modes (Config.Mode).
@@ -103,12 +103,12 @@ type Config struct {
 }
 
 var (
-	snowflakeRe = regexp.MustCompile(`^[0-9]{1,20}$`)
+	snowflakeRe = lazyre.New(`^[0-9]{1,20}$`)
 	// tokenRe is deliberately loose (printable ASCII, no spaces): real
 	// tokens are three dot-separated base64url parts, which doctor checks
 	// (realTokenRe), but a self-hosted or test API may issue others.
-	tokenRe     = regexp.MustCompile(`^[!-~]{8,512}$`)
-	realTokenRe = regexp.MustCompile(`^[A-Za-z0-9_-]{10,100}\.[A-Za-z0-9_-]{3,20}\.[A-Za-z0-9_-]{10,200}$`)
+	tokenRe     = lazyre.New(`^[!-~]{8,512}$`)
+	realTokenRe = lazyre.New(`^[A-Za-z0-9_-]{10,100}\.[A-Za-z0-9_-]{3,20}\.[A-Za-z0-9_-]{10,200}$`)
 )
 
 // Defaults are the discord: section's defaults before the file is read;

@@ -1,7 +1,6 @@
 package discord
 
 import (
-	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -11,6 +10,7 @@ import (
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/commands/catalog"
+	"github.com/silas-gateway/silas/internal/lazyre"
 )
 
 // Inbound conversion: one message or interaction becomes at most one
@@ -63,7 +63,7 @@ type where struct {
 	allowed bool
 }
 
-var mentionRe = regexp.MustCompile(`<@!?([0-9]{1,20})>`)
+var mentionRe = lazyre.New(`<@!?([0-9]{1,20})>`)
 
 // messageToTurn converts a message. me is the bot's user id ("" when not
 // yet known: then guild messages cannot be told to address the bot and are

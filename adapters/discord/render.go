@@ -3,13 +3,13 @@ package discord
 import (
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/bwmarrin/discordgo"
 
 	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/internal/lazyre"
 )
 
 // Rendering: a card is one message with one embed (title, description in
@@ -46,8 +46,8 @@ func noMentions() *discordgo.MessageAllowedMentions {
 // Custom ids: "c:<card id>:<choice id>", the same opaque shape Telegram
 // uses; the core validates card and choice.
 var (
-	cardIDRe   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-	choiceIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,16}$`)
+	cardIDRe   = lazyre.New(`^[A-Za-z0-9_-]{1,64}$`)
+	choiceIDRe = lazyre.New(`^[A-Za-z0-9_-]{1,16}$`)
 )
 
 func customID(card cards.ID, choice string) (string, error) {

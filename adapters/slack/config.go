@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/lease"
+	"github.com/silas-gateway/silas/internal/lazyre"
 )
 
 // Receiving modes (Config.Mode).
@@ -144,10 +144,10 @@ const (
 )
 
 var (
-	botTokenRe = regexp.MustCompile(`^xoxb-[A-Za-z0-9-]{8,250}$`)
-	appTokenRe = regexp.MustCompile(`^xapp-[A-Za-z0-9-]{8,250}$`)
-	secretRe   = regexp.MustCompile(`^[A-Za-z0-9]{16,128}$`)
-	teamRe     = regexp.MustCompile(`^[TE][A-Z0-9]{2,30}$`)
+	botTokenRe = lazyre.New(`^xoxb-[A-Za-z0-9-]{8,250}$`)
+	appTokenRe = lazyre.New(`^xapp-[A-Za-z0-9-]{8,250}$`)
+	secretRe   = lazyre.New(`^[A-Za-z0-9]{16,128}$`)
+	teamRe     = lazyre.New(`^[TE][A-Z0-9]{2,30}$`)
 )
 
 // Defaults are the slack: section's defaults before the file is read. Most

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -14,6 +13,7 @@ import (
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/commands/catalog"
+	"github.com/silas-gateway/silas/internal/lazyre"
 )
 
 // Inbound conversion: one Slack event, interaction or slash command becomes
@@ -131,8 +131,8 @@ func convChannel(kind, channel, user string) string {
 func identity(user string) core.IdentityID { return core.IdentityID("slack:" + user) }
 
 var (
-	idRe = regexp.MustCompile(`^[A-Z0-9]{2,40}$`)
-	tsRe = regexp.MustCompile(`^[0-9]{1,12}\.[0-9]{1,8}$`)
+	idRe = lazyre.New(`^[A-Z0-9]{2,40}$`)
+	tsRe = lazyre.New(`^[0-9]{1,12}\.[0-9]{1,8}$`)
 )
 
 // eventsPayload is the Events API's outer envelope (HTTP body, or a Socket
@@ -259,7 +259,7 @@ func eventToTurn(p *eventsPayload, me botInfo, ch core.ChannelName, method strin
 
 // slackRef matches Slack's angle-bracket references: <@U…>, <@U…|name>,
 // <#C…|name>, <!here>, <http://…|label>.
-var slackRef = regexp.MustCompile(`<([^<>]*)>`)
+var slackRef = lazyre.New(`<([^<>]*)>`)
 
 // normalizeText removes the bot's mention, turns Slack's references back
 // into what the person typed and undoes Slack's escaping of & < >. It
@@ -300,8 +300,8 @@ func normalizeText(s, botUser string) (string, bool) {
 // Button values: "c:<card id>:<choice id>", also the action_id. Card ids
 // are the core's ids (up to 40 of A-Z a-z 0-9 _ -), choice ids at most 16.
 var (
-	cardIDRe   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,40}$`)
-	choiceIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,16}$`)
+	cardIDRe   = lazyre.New(`^[A-Za-z0-9_-]{1,40}$`)
+	choiceIDRe = lazyre.New(`^[A-Za-z0-9_-]{1,16}$`)
 )
 
 // buttonValue encodes a choice.

@@ -1,7 +1,6 @@
 package whatsapp
 
 import (
-	"regexp"
 	"strings"
 	"unicode/utf8"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/commands/catalog"
+	"github.com/silas-gateway/silas/internal/lazyre"
 )
 
 // Inbound conversion: one *events.Message becomes at most one core.Turn.
@@ -70,7 +70,7 @@ func phoneOf(j, alt types.JID, lids lidMap) types.JID {
 	return types.JID{}
 }
 
-var digitsRe = regexp.MustCompile(`^[0-9]{5,20}$`)
+var digitsRe = lazyre.New(`^[0-9]{5,20}$`)
 
 // identityOf is "whatsapp:<phone digits>", or — when WhatsApp hides the
 // number behind a LID the LID store cannot map — "whatsapp:lid-<lid>",

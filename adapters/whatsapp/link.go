@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strings"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"rsc.io/qr"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/internal/lazyre"
 )
 
 // Linking, link state and unlinking, for `silas whatsapp link|status|
@@ -50,7 +50,7 @@ func (s *DeviceStore) State(ctx context.Context) (LinkState, error) {
 	return LinkState{Linked: true, JID: *d.ID, PushName: d.PushName}, nil
 }
 
-var phoneRe = regexp.MustCompile(`^[0-9]{7,15}$`)
+var phoneRe = lazyre.New(`^[0-9]{7,15}$`)
 
 // PhoneDigits reads a phone number in international form ("+49 151
 // 2345-678") as its digits; it refuses anything that is not one (E.164:

@@ -57,6 +57,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	log := newLogger(cfg, env.stderr)
+	trimExecutable(log)
 	tr, err := startTracing(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -189,6 +190,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) error {
 	for _, ch := range chans.channels {
 		w.start("channel "+string(ch.Name()), func() error { return ch.Run(adaptersCtx, eng) })
 	}
+	settleStartup(log)
 	addr := "http://" + ln.Addr().String()
 	log.Info("silas is serving", slog.String("address", addr), slog.String("version", version))
 	// The terminal's links name a loopback address for a wildcard listener

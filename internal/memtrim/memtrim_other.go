@@ -1,0 +1,6 @@
+//go:build !linux
+
+package memtrim
+
+// Executable does nothing where there is no /proc/self/smaps.
+func Executable() (int64, error) { return 0, nil }
