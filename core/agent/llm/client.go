@@ -156,10 +156,13 @@ func (e *APIError) Error() string {
 // Client talks to one OpenAI-compatible endpoint.
 type Client struct {
 	cfg Config
-	// api posts the chat-completions body encodeRequest wrote: the
-	// chat service's New would first marshal a params value the body
-	// replaces (encode.go says why the body is written here).
-	api    openai.Client
+	// chat posts the chat-completions body encodeRequest wrote, given
+	// whole as the request body (encode.go says why the body is written
+	// here); its params are empty. The chat service, not openai.Client:
+	// the Client struct holds every service of the SDK, and using it
+	// linked their code too (+22 MB of binary, ≈ 3 MB of peak RSS;
+	// BENCHMARKS.md "Issue 26 — RSS").
+	chat   openai.ChatCompletionService
 	models openai.ModelService
 	log    *slog.Logger
 }
@@ -204,7 +207,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	return &Client{
 		cfg:    cfg,
-		api:    openai.Client{Options: opts},
+		chat:   openai.NewChatCompletionService(opts...),
 		models: openai.NewModelService(opts...),
 		log:    log,
 	}, nil
@@ -259,8 +262,7 @@ func (c *Client) Chat(ctx context.Context, req Request) (Response, error) {
 	start := time.Now()
 	// The SDK still sends, authenticates (the key as a bearer token, as
 	// the chat service does), retries and decodes as before.
-	var res *openai.ChatCompletion
-	err = c.api.Post(ctx, "chat/completions", body, &res)
+	res, err := c.chat.New(ctx, openai.ChatCompletionNewParams{}, option.WithRequestBody("application/json", body))
 	took := time.Since(start)
 	if span.IsRecording() {
 		// The model's name and what the call cost; never the prompt or
