@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,7 +100,13 @@ func TestClusterSlackSocketFailover(t *testing.T) {
 		t.Logf("SIGKILLed the socket holder at %d turns stored", stored())
 	}
 	sent.Wait()
-	checkSlackBurst(t, dsn, srv, servers, users, perUser, kills, true)
+	// Not in the order sent: an event Slack wrote to the killed holder's
+	// socket and was never acknowledged comes back only when Slack
+	// retries it, after later events reached the new socket (Socket Mode
+	// has no cursor; docs/operations.md). Replies follow the stored
+	// turns' order (checkSlackBurst), and with these 1,000 messages the
+	// order sent was lost in about one run in two.
+	checkSlackBurst(t, dsn, srv, servers, users, perUser, kills, false)
 	// No ghost socket: one open at a time, and one open now.
 	if m := srv.MaxLive(); m > 1 {
 		t.Errorf("%d Socket Mode connections at once", m)
@@ -169,6 +176,38 @@ func checkSlackBurst(t *testing.T, dsn string, srv *slacktest.Server, servers []
 	for _, u := range users {
 		next := 0
 		seen := map[int]int{}
+		// The outbox's promise holds whatever the platform did: a DM's
+		// replies go out in the order its turns were stored (a reply
+		// sent again just before a stop aside).
+		var order []int
+		rows, err := testPool(t, dsn).Query(t.Context(), `SELECT body->>'text' FROM turns
+			WHERE channel = 'slack' AND conversation = 'slack:' || $1 ORDER BY seq`, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var text string
+			if err := rows.Scan(&text); err != nil {
+				t.Fatal(err)
+			}
+			if sm := numberedRe.FindStringSubmatch(text); sm != nil {
+				n, _ := strconv.Atoi(sm[1])
+				order = append(order, n)
+			}
+		}
+		rows.Close()
+		var replies []int
+		for _, m := range srv.Messages(dm(u)) {
+			if sm := numberedRe.FindStringSubmatch(m.Text); sm != nil {
+				n, _ := strconv.Atoi(sm[1])
+				if len(replies) == 0 || replies[len(replies)-1] != n {
+					replies = append(replies, n)
+				}
+			}
+		}
+		if !slices.Equal(replies, order) {
+			t.Errorf("%s: replies %v, not in the order the turns were stored %v", u, replies, order)
+		}
 		for _, m := range srv.Messages(dm(u)) {
 			sm := numberedRe.FindStringSubmatch(m.Text)
 			if sm == nil {
