@@ -209,8 +209,13 @@ func (g *Gate) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust 
 	}
 	now := tx.Now()
 	if !now.Before(q.ExpiresAt) {
-		if _, err := tx.SettleQuestion(ctx, q.ID, core.QuestionExpired, "", ""); err != nil {
+		// The row is locked (GetQuestion), so the settle cannot lose; if
+		// it ever does, the card is left as it is rather than edited to
+		// a state that did not happen.
+		if ok, err := tx.SettleQuestion(ctx, q.ID, core.QuestionExpired, "", ""); err != nil {
 			return core.TaskTap{}, err
+		} else if !ok {
+			return refuse(core.RefusedAlreadyDecided, "Already decided: nothing was changed.")
 		}
 		q.Status = core.QuestionExpired
 		out.Update(render.CallerQuestion(q))

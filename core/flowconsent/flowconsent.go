@@ -387,8 +387,13 @@ func (t Taps) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust c
 	card := render.RunConsentOffer(o.Grant, o.Grant.TTL)
 	card.Choices = nil
 	if tap.Choice == "decline" {
-		if _, err := tx.DecideRunConsentOffer(ctx, run, consent.OfferDeclined, "", st.Turn.Sender); err != nil {
+		// The offer is locked (RunConsentOffer); should the decision
+		// still lose, the card is not edited to a state that did not
+		// happen.
+		if ok, err := tx.DecideRunConsentOffer(ctx, run, consent.OfferDeclined, "", st.Turn.Sender); err != nil {
 			return core.TaskTap{}, err
+		} else if !ok {
+			return refuse("already_decided", "That consent card was already answered: nothing was changed.")
 		}
 		card.Status, card.Outcome = cards.StatusDeclined, "Declined: each step of the run asks with its own card."
 		out.Update(card)

@@ -262,8 +262,12 @@ func (t *Tools) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, trust
 	case c.Status != "pending":
 		return refuse(core.RefusedAlreadyDecided, fmt.Sprintf("Already %s: nothing was changed.", c.Status))
 	case !tx.Now().Before(c.ExpiresAt):
-		if _, err := tx.SettleMCPPinCard(ctx, c.ID, "expired", ""); err != nil {
+		// Locked row (GetMCPPinCard): the settle cannot lose; if it ever
+		// does, the card is not edited to a state that did not happen.
+		if ok, err := tx.SettleMCPPinCard(ctx, c.ID, "expired", ""); err != nil {
 			return core.TaskTap{}, err
+		} else if !ok {
+			return refuse(core.RefusedAlreadyDecided, "Already decided: nothing was changed.")
 		}
 		out.Update(settledCard(c, cards.StatusExpired, "Expired: nothing was pinned; the next sync asks again."))
 		return refuse(core.RefusedExpired, "This card has expired: nothing was pinned.")
