@@ -34,6 +34,36 @@ func (s *server) dead() bool {
 	}
 }
 
+// startSlackBurstCluster starts n instances in Socket Mode against a fake
+// Slack, for a burst about failover rather than Slack's pace: at one post
+// a second per channel a DM's 20 replies alone would take 20 s, and at the
+// adapter's default 20 calls a second across channels 1,000 replies 50 s,
+// so the adapter is given 200 ms per channel and 1,000 a second through
+// its documented keys, and the fake demands the per-channel spacing (with
+// its usual 100 ms tolerance).
+func startSlackBurstCluster(t *testing.T, n int) (*slacktest.Server, string, []*server) {
+	t.Helper()
+	const perChannel = 200 * time.Millisecond
+	srv := slacktest.NewServer(t, slacktest.Options{PerChannelInterval: perChannel})
+	dsn := storetest.NewDatabase(t)
+	servers := startCluster(t, dsn, n, append(slackSocketEnv(t, srv),
+		"SILAS_SLACK_LIMITS_PER_CHANNEL_INTERVAL="+perChannel.String(), "SILAS_SLACK_LIMITS_GLOBAL_PER_SECOND=1000")...)
+	return srv, dsn, servers
+}
+
+// slackBurst is issue 25's burst, 1,000 messages over 50 DMs (users
+// padded to 50, 20 each, 2 ms apart); with -short the users, messages per
+// user and gap given.
+func slackBurst(users []string, perUser int, gap time.Duration) ([]string, int, time.Duration) {
+	if testing.Short() {
+		return users, perUser, gap
+	}
+	for i := len(users); i < 50; i++ {
+		users = append(users, fmt.Sprintf("U0B%03d", i))
+	}
+	return users, 20, 2 * time.Millisecond
+}
+
 // TestClusterSlackSocketFailover: three instances in Socket Mode against
 // the fake Slack; only the holder of the lease slack/slack opens a socket.
 // The holder is SIGKILLed mid-burst, then the next holder: another
@@ -44,27 +74,11 @@ func (s *server) dead() bool {
 // most once per DM per kill, as in TestSlackSIGKILLBurst).
 //
 // The burst is issue 25's: 1,000 messages over 50 DMs (-short: 32 over
-// 4). It is about the SIGKILLs, not Slack's pace: at one post a second
-// per channel the 20 replies of each DM alone would take 20 s, and at
-// the adapter's default 20 calls a second across channels the 1,000
-// replies 50 s, so the adapter is given 200 ms per channel and 1,000 a
-// second through its documented keys, and the fake demands the
-// per-channel spacing (with its usual 100 ms tolerance).
+// 4), at lifted limits (startSlackBurstCluster).
 func TestClusterSlackSocketFailover(t *testing.T) {
 	t.Parallel()
-	const perChannel = 200 * time.Millisecond
-	srv := slacktest.NewServer(t, slacktest.Options{PerChannelInterval: perChannel})
-	dsn := storetest.NewDatabase(t)
-	servers := startCluster(t, dsn, 3, append(slackSocketEnv(t, srv),
-		"SILAS_SLACK_LIMITS_PER_CHANNEL_INTERVAL="+perChannel.String(), "SILAS_SLACK_LIMITS_GLOBAL_PER_SECOND=1000")...)
-	users := []string{"U0OLIVE", "U0SAM", "U0MIA", "U0LEO"}
-	perUser, gap := 8, 20*time.Millisecond
-	if !testing.Short() {
-		for i := len(users); i < 50; i++ {
-			users = append(users, fmt.Sprintf("U0B%03d", i))
-		}
-		perUser, gap = 20, 2*time.Millisecond
-	}
+	srv, dsn, servers := startSlackBurstCluster(t, 3)
+	users, perUser, gap := slackBurst([]string{"U0OLIVE", "U0SAM", "U0MIA", "U0LEO"}, 8, 20*time.Millisecond)
 	dm := func(u string) string { return "D" + u[1:] }
 	total := perUser * len(users)
 	var sent sync.WaitGroup
@@ -246,22 +260,11 @@ func checkSlackBurst(t *testing.T, dsn string, srv *slacktest.Server, servers []
 // order per DM is not kept across the pause (see checkSlackBurst's call).
 //
 // The burst is issue 25's 1,000 messages over 50 DMs (-short: 18 over 3),
-// with the adapter's pace lifted as in TestClusterSlackSocketFailover.
+// at lifted limits (startSlackBurstCluster).
 func TestClusterSlackSIGSTOP(t *testing.T) {
 	t.Parallel()
-	const perChannel = 200 * time.Millisecond
-	srv := slacktest.NewServer(t, slacktest.Options{PerChannelInterval: perChannel})
-	dsn := storetest.NewDatabase(t)
-	servers := startCluster(t, dsn, 2, append(slackSocketEnv(t, srv),
-		"SILAS_SLACK_LIMITS_PER_CHANNEL_INTERVAL="+perChannel.String(), "SILAS_SLACK_LIMITS_GLOBAL_PER_SECOND=1000")...)
-	users := []string{"U0OLIVE", "U0SAM", "U0MIA"}
-	perUser, gap := 6, 10*time.Millisecond
-	if !testing.Short() {
-		for i := len(users); i < 50; i++ {
-			users = append(users, fmt.Sprintf("U0B%03d", i))
-		}
-		perUser, gap = 20, 2*time.Millisecond
-	}
+	srv, dsn, servers := startSlackBurstCluster(t, 2)
+	users, perUser, gap := slackBurst([]string{"U0OLIVE", "U0SAM", "U0MIA"}, 6, 10*time.Millisecond)
 	dm := func(u string) string { return "D" + u[1:] }
 	send := func(from, to int) {
 		for n := from; n < to; n++ {
