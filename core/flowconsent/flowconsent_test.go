@@ -270,15 +270,8 @@ func (r *fixedRouter) Plan(_ context.Context, a core.ApprovalRequest, _ core.Tru
 // started — and the tap there mints the consent. When no owner can
 // receive it, no consent card is sent at all.
 func TestConsentCardRouted(t *testing.T) {
-	ctx := context.Background()
-	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	_, key, _ := ed25519.GenerateKey(nil)
+	ctx, st, _, d := setupDecider(t)
 	on := consent.Switches{RunWrites: true, Automatable: true}
-	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute, Preview: 2000})
 	doc := []byte("name: one\nversion: \"1\"\ndescription: one step\nnodes:\n  - id: a\n    type: action.shell\n    config:\n      command: \"echo a\"\n")
 	f, err := flow.Parse("one.yaml", doc, flow.Options{})
 	if err != nil {
