@@ -24,9 +24,11 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // invariant 9). The answer's transaction is held open after its tap; the
 // late tap must wait for it (the question's row lock, Tx.GetQuestion) and
 // then see the answer. Were the question read without the lock, the late
-// tap would read it pending, try to expire it (its compare-and-swap fails
-// once the answer commits, but the card's edit is queued regardless) and
-// queue "expired" after "answered".
+// tap would read it pending and try to expire it; its compare-and-swap
+// fails once the answer commits, and since f927b06 a lost
+// compare-and-swap queues no edit either — so this test fails only when
+// both guards are gone (checked: with neither, "expired" is queued after
+// "answered").
 func TestQuestionCardNeverRegresses(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

@@ -22,9 +22,11 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // (security invariant 9). The decline's transaction is held open after
 // its tap; the late tap must wait for the card's row lock
 // (Tx.GetMCPPinCard, FOR UPDATE) and then see it declined. Read without
-// the lock, the late tap would see it pending, fail its expiry
-// compare-and-swap once the decline commits, and still queue "expired"
-// after "declined".
+// the lock, the late tap would see it pending and fail its expiry
+// compare-and-swap once the decline commits; since f927b06 a lost
+// compare-and-swap queues no edit either, so this test fails only when
+// both guards are gone (checked: with neither, "expired" is queued after
+// "declined").
 func TestPinCardNeverRegresses(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
