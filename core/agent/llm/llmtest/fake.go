@@ -244,7 +244,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 	default:
 		s.mu.Unlock()
-		s.t.Errorf("llmtest: chat request %d with nothing scripted", len(s.requests))
+		s.t.Errorf("llmtest: chat request %d with nothing scripted (%s)", len(s.requests), describe(req))
 		writeError(w, http.StatusInternalServerError, "server_error", "llmtest: nothing scripted", 0)
 		return
 	}
@@ -413,4 +413,30 @@ func writeError(w http.ResponseWriter, status int, code, msg string, retryAfterM
 		w.Header().Set("Retry-After-Ms", strconv.Itoa(retryAfterMs))
 	}
 	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": code, "param": nil, "code": code}})
+}
+
+// describe names an unscripted request by the start of its system prompt
+// and its last message, so a test that failed on one says which call of
+// the gateway's made it.
+func describe(req ChatRequest) string {
+	clip := func(s string) string {
+		if r := []rune(s); len(r) > 120 {
+			return string(r[:120]) + "…"
+		}
+		return s
+	}
+	var sys, last string
+	for _, m := range req.Messages {
+		if m.Role == "system" && sys == "" {
+			sys = clip(m.Text())
+		}
+	}
+	if n := len(req.Messages); n > 0 {
+		m := req.Messages[n-1]
+		last = m.Role + ": " + clip(m.Text())
+		if len(m.ToolCalls) > 0 {
+			last += fmt.Sprintf(" (%d tool calls)", len(m.ToolCalls))
+		}
+	}
+	return fmt.Sprintf("%d messages; system %q; last %q", len(req.Messages), sys, last)
 }
