@@ -7,13 +7,13 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/silas-gateway/silas/adapters/kit"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/internal/lazyre"
 )
 
 // Receiving modes (Config.Mode).
@@ -173,9 +173,9 @@ var knownUpdates = []string{
 }
 
 var (
-	tokenRe    = regexp.MustCompile(`^[0-9]{1,20}:[A-Za-z0-9_-]{10,200}$`)
-	secretRe   = regexp.MustCompile(`^[A-Za-z0-9_-]{24,256}$`)
-	usernameRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{3,31}$`)
+	tokenRe    = lazyre.New(`^[0-9]{1,20}:[A-Za-z0-9_-]{10,200}$`)
+	secretRe   = lazyre.New(`^[A-Za-z0-9_-]{24,256}$`)
+	usernameRe = lazyre.New(`^[A-Za-z][A-Za-z0-9_]{3,31}$`)
 )
 
 // webhookPorts are the ports Telegram's own servers deliver webhooks to.

@@ -3,11 +3,11 @@ package telegram
 import (
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
 	"unicode/utf16"
 
 	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/internal/lazyre"
 )
 
 // Rendering: every message uses HTML parse mode. Everything that is not our
@@ -80,8 +80,8 @@ type inlineButton struct {
 // lower-case base32 characters (other ids up to 40 characters of
 // A-Z a-z 0-9 _ - are accepted); choice ids are at most 16 characters.
 var (
-	cardIDRe   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,40}$`)
-	choiceIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,16}$`)
+	cardIDRe   = lazyre.New(`^[A-Za-z0-9_-]{1,40}$`)
+	choiceIDRe = lazyre.New(`^[A-Za-z0-9_-]{1,16}$`)
 )
 
 // callbackData encodes a choice as compact, opaque button data.

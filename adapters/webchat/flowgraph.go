@@ -5,10 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strings"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/internal/lazyre"
 )
 
 // A flow run's picture (docs/flows.md, issue 23): GET /flows/<run>.svg
@@ -35,7 +35,7 @@ func (a *Adapter) SetFlowGraphs(g FlowGraphs) {
 	a.graphs.Store(&flowGraphs{g})
 }
 
-var runIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var runIDRe = lazyre.New(`^[A-Za-z0-9_-]{1,64}$`)
 
 // graphCSP: the picture is an image, nothing in it runs or loads.
 const graphCSP = "default-src 'none'; style-src 'unsafe-inline'"

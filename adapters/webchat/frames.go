@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/silas-gateway/silas/cards"
+	"github.com/silas-gateway/silas/internal/lazyre"
 )
 
 // Limits of the protocol (docs/webchat-protocol.md).
@@ -17,7 +17,7 @@ const (
 	MaxTextChars  = 16000
 )
 
-var clientIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var clientIDRe = lazyre.New(`^[A-Za-z0-9_-]{1,64}$`)
 
 // ClientFrame is a frame from the browser.
 type ClientFrame struct {
@@ -34,7 +34,7 @@ type ClientFrame struct {
 
 // replyToRe is the shape of a reply_to: a message_id as the server sends
 // them ("b-<key>", "m-<id>").
-var replyToRe = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,200}$`)
+var replyToRe = lazyre.New(`^[A-Za-z0-9_.:-]{1,200}$`)
 
 // FrameError is a protocol error with the code sent back to the client.
 type FrameError struct {

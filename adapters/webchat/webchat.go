@@ -30,7 +30,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,6 +40,7 @@ import (
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/internal/httpserve"
+	"github.com/silas-gateway/silas/internal/lazyre"
 )
 
 //go:embed static
@@ -61,7 +61,7 @@ type ConversationOutputSource interface {
 }
 
 // outputRefRe is the shape of a ref /outputs/ accepts (protocol §5).
-var outputRefRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+var outputRefRe = lazyre.New(`^[A-Za-z0-9_-]{1,128}$`)
 
 // Adapter is the web chat channel.
 type Adapter struct {

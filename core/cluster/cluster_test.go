@@ -3,8 +3,11 @@ package cluster
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/silas-gateway/silas/core"
 )
 
 // fakeStore answers the heartbeat with fixed counts of other rows.
@@ -47,5 +50,40 @@ func TestWaitSeen(t *testing.T) {
 				t.Errorf("WaitSeen() = %v, want %v", got, tc.wait)
 			}
 		})
+	}
+}
+
+// TestBacklog: what waits for the publisher comes out in the order given,
+// up to maxBacklog; past it a push is refused (and the caller warns),
+// and taking everything makes room again.
+func TestBacklog(t *testing.T) {
+	b := backlog{ready: make(chan struct{}, 1)}
+	for i := range maxBacklog {
+		if !b.push(frame{conv: core.ConversationID(strconv.Itoa(i))}) {
+			t.Fatalf("push %d refused below the bound", i)
+		}
+	}
+	if b.push(frame{conv: "over"}) {
+		t.Fatal("a push past maxBacklog was queued")
+	}
+	select {
+	case <-b.ready:
+	default:
+		t.Fatal("no ready token after pushes")
+	}
+	got := b.take()
+	if len(got) != maxBacklog {
+		t.Fatalf("took %d frames, want %d", len(got), maxBacklog)
+	}
+	for i, f := range got {
+		if want := core.ConversationID(strconv.Itoa(i)); f.conv != want {
+			t.Fatalf("frame %d is %q, want %q (order lost)", i, f.conv, want)
+		}
+	}
+	if len(b.take()) != 0 {
+		t.Fatal("take left frames behind")
+	}
+	if !b.push(frame{conv: "again"}) {
+		t.Fatal("a push after take was refused")
 	}
 }

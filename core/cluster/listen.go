@@ -38,7 +38,7 @@ type Listener struct {
 	stops     func([]core.ApprovalID)
 	parseHand func(string) (string, core.ChannelName, core.ConversationID, bool)
 	handed    func(core.ChannelName, core.ConversationID)
-	out       chan frame
+	out       backlog
 }
 
 // frame is a web chat frame for ch, or (stop set) executions to kill, or
@@ -53,7 +53,48 @@ type frame struct {
 // NewListener makes a Listener; parse splits a notice's payload (the
 // store's ParseFrameNotice).
 func NewListener(st FrameStore, inst *Instance, parse func(string) (int64, string, bool), log *slog.Logger) *Listener {
-	return &Listener{st: st, inst: inst, parse: parse, log: log, subs: map[core.ChannelName]func([]byte){}, out: make(chan frame, 4096)}
+	return &Listener{st: st, inst: inst, parse: parse, log: log, subs: map[core.ChannelName]func([]byte){},
+		out: backlog{ready: make(chan struct{}, 1)}}
+}
+
+// maxBacklog bounds the frames, stops and hand-overs waiting for the
+// publisher; past it they are dropped with a warning.
+const maxBacklog = 4096
+
+// backlog is what waits for the publisher, in the order given. It holds
+// what waits rather than its bound: a channel of maxBacklog frames kept
+// 320 kB of heap in every gateway, alone on its database or not, and
+// three times that in the collector's goal (BENCHMARKS.md "Issue 26 —
+// RSS").
+type backlog struct {
+	mu    sync.Mutex
+	q     []frame
+	ready chan struct{} // one token: q may be non-empty
+}
+
+// push queues f; false when maxBacklog frames already wait.
+func (b *backlog) push(f frame) bool {
+	b.mu.Lock()
+	if len(b.q) >= maxBacklog {
+		b.mu.Unlock()
+		return false
+	}
+	b.q = append(b.q, f)
+	b.mu.Unlock()
+	select {
+	case b.ready <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// take returns everything queued, oldest first, and empties the queue.
+func (b *backlog) take() []frame {
+	b.mu.Lock()
+	q := b.q
+	b.q = nil
+	b.mu.Unlock()
+	return q
 }
 
 // Subscribe makes f receive the frames other instances publish for ch.
@@ -71,9 +112,7 @@ func (l *Listener) Publish(ch core.ChannelName, b []byte) {
 	if l.inst.Solo() {
 		return
 	}
-	select {
-	case l.out <- frame{ch: ch, b: b}:
-	default:
+	if !l.out.push(frame{ch: ch, b: b}) {
 		l.log.Warn("cluster: frame backlog full; a page on another instance misses a frame until it reconnects", slog.String("channel", string(ch)))
 	}
 }
@@ -97,9 +136,7 @@ func (l *Listener) StopRuns(ids []core.ApprovalID) {
 	if l.inst.Solo() || len(ids) == 0 {
 		return
 	}
-	select {
-	case l.out <- frame{stop: ids}:
-	default:
+	if !l.out.push(frame{stop: ids}) {
 		l.log.Warn("cluster: backlog full; a stopped task's actions on another instance run to their end", slog.Int("runs", len(ids)))
 	}
 }
@@ -122,9 +159,7 @@ func (l *Listener) HandOver(ch core.ChannelName, conv core.ConversationID) {
 	if l.inst.Solo() {
 		return
 	}
-	select {
-	case l.out <- frame{ch: ch, conv: conv}:
-	default:
+	if !l.out.push(frame{ch: ch, conv: conv}) {
 		l.log.Warn("cluster: backlog full; a conversation waits for the connection holder's recovery scan", slog.String("channel", string(ch)))
 	}
 }
@@ -189,22 +224,31 @@ func (l *Listener) publish(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case f := <-l.out:
-			if f.conv != "" {
-				if err := l.st.PublishHandOver(ctx, f.ch, f.conv); err != nil && ctx.Err() == nil {
-					l.log.Warn("cluster: handing a conversation over failed; the connection's holder finds it at its next scan", slog.Any("err", err))
+		case <-l.out.ready:
+			for _, f := range l.out.take() {
+				if ctx.Err() != nil {
+					return
 				}
-				continue
-			}
-			if f.stop != nil {
-				if err := l.st.PublishStop(ctx, f.stop); err != nil && ctx.Err() == nil {
-					l.log.Warn("cluster: asking the other instances to stop runs failed; they run to their end", slog.Any("err", err))
-				}
-				continue
-			}
-			if err := l.st.PublishFrame(ctx, f.ch, f.b); err != nil && ctx.Err() == nil {
-				l.log.Warn("cluster: publishing a frame failed; pages on other instances see it on reconnect", slog.Any("err", err))
+				l.publishOne(ctx, f)
 			}
 		}
+	}
+}
+
+func (l *Listener) publishOne(ctx context.Context, f frame) {
+	if f.conv != "" {
+		if err := l.st.PublishHandOver(ctx, f.ch, f.conv); err != nil && ctx.Err() == nil {
+			l.log.Warn("cluster: handing a conversation over failed; the connection's holder finds it at its next scan", slog.Any("err", err))
+		}
+		return
+	}
+	if f.stop != nil {
+		if err := l.st.PublishStop(ctx, f.stop); err != nil && ctx.Err() == nil {
+			l.log.Warn("cluster: asking the other instances to stop runs failed; they run to their end", slog.Any("err", err))
+		}
+		return
+	}
+	if err := l.st.PublishFrame(ctx, f.ch, f.b); err != nil && ctx.Err() == nil {
+		l.log.Warn("cluster: publishing a frame failed; pages on other instances see it on reconnect", slog.Any("err", err))
 	}
 }

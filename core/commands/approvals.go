@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/render"
+	"github.com/silas-gateway/silas/internal/lazyre"
 )
 
 // pending answers /pending: the conversation's open approvals.
@@ -98,7 +98,7 @@ const outputRefPrefix = "out-"
 
 // outputArgRe is the shape /output accepts: a stored-output ref or the
 // card id it belongs to.
-var outputArgRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+var outputArgRe = lazyre.New(`^[A-Za-z0-9_-]{1,128}$`)
 
 // output answers "/output <ref>" with an execution's stored output: the
 // whole of a long one. It is limited to people who may decide that card,

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"cel.dev/cel-go/cel"
@@ -37,9 +38,13 @@ func Load(file string, opts Options) (*Flow, error) {
 }
 
 var (
-	nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	// Compiled on first use, not in every process that links the package
+	// (a counted repetition compiles to a long program kept for the
+	// process's life: internal/lazyre, which this pure package may not
+	// import, says more).
+	nameRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
 	// Ids are CEL identifiers so expressions can say nodes.<id>.
-	identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+	identRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`) })
 	// CEL's reserved words cannot follow a dot in an expression.
 	reserved = map[string]bool{"as": true, "break": true, "const": true, "continue": true, "else": true,
 		"for": true, "function": true, "if": true, "import": true, "in": true, "let": true, "loop": true,
@@ -163,7 +168,7 @@ func (l *loader) top(root *yaml.Node) {
 		switch it.key {
 		case "name":
 			if s, ok := l.str(it.v, "name"); ok {
-				if !nameRe.MatchString(s) {
+				if !nameRe().MatchString(s) {
 					l.errf(it.v, "name", "%q: use lower-case letters, digits, '.', '_' and '-' (at most 64)", s)
 				}
 				f.Name = s
@@ -225,7 +230,7 @@ func (l *loader) boolean(n *yaml.Node, field string) (bool, bool) {
 func (l *loader) inputs(n *yaml.Node) {
 	for _, it := range l.items(n, "inputs") {
 		field := "inputs." + it.key
-		if !identRe.MatchString(it.key) || reserved[it.key] {
+		if !identRe().MatchString(it.key) || reserved[it.key] {
 			l.errf(it.k, field, "an input name is a letter or '_' then letters, digits or '_' (not a CEL reserved word)")
 			continue
 		}
@@ -308,7 +313,7 @@ func (l *loader) nodes(seq *yaml.Node) {
 		case node.ID == "":
 			l.errf(nn, field+".id", "missing")
 			continue
-		case !identRe.MatchString(node.ID) || reserved[node.ID]:
+		case !identRe().MatchString(node.ID) || reserved[node.ID]:
 			l.errf(nn, field+".id", "%q: an id is a letter or '_' then letters, digits or '_' (expressions say nodes.<id>), not a CEL reserved word", node.ID)
 			continue
 		}

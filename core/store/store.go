@@ -111,6 +111,7 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 	if opt.QueryTracer != nil {
 		cfg.ConnConfig.Tracer = opt.QueryTracer
 	}
+	noDescriptionCache(cfg.ConnConfig, dsn)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: connect: %w", err)

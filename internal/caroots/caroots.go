@@ -11,6 +11,7 @@ package caroots
 
 import (
 	"crypto/x509"
+	"encoding/pem"
 	"sync"
 
 	"golang.org/x/crypto/x509roots/fallback/bundle"
@@ -23,19 +24,28 @@ var once sync.Once
 // sandbox's init (the same binary, re-executed for every run, which never
 // reaches main) should not pay. Calls after the first do nothing.
 func Install() {
-	once.Do(func() {
-		p := x509.NewCertPool()
-		for c := range bundle.Roots() {
-			cert, err := x509.ParseCertificate(c.Certificate)
-			if err != nil {
-				continue // the bundle is generated from parsed certificates; skip rather than stop the gateway
-			}
-			if c.Constraint == nil {
-				p.AddCert(cert)
-			} else {
-				p.AddCertWithConstraint(cert, c.Constraint)
-			}
+	once.Do(func() { x509.SetFallbackRoots(pool()) })
+}
+
+// pool holds the embedded roots the way crypto/x509 holds the system's:
+// as DER, parsed again only when a verification needs that root. Parsed
+// certificates kept 437 kB of heap for as long as the process made no TLS
+// connection (crypto/x509 keeps the fallback until its first
+// verification), three times that in the collector's goal; this way 195
+// kB (BENCHMARKS.md "Issue 26 — RSS"). A root with a constraint the
+// certificate cannot carry (a distrust date) is added parsed, with it.
+func pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	for c := range bundle.Roots() {
+		if c.Constraint == nil {
+			p.AppendCertsFromPEM(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate}))
+			continue
 		}
-		x509.SetFallbackRoots(p)
-	})
+		cert, err := x509.ParseCertificate(c.Certificate)
+		if err != nil {
+			continue // the bundle is generated from parsed certificates; skip rather than stop the gateway
+		}
+		p.AddCertWithConstraint(cert, c.Constraint)
+	}
+	return p
 }

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/x509roots/fallback/bundle"
 )
 
 // TestFallbackWithoutSystemRoots: on a system without CA roots (what
@@ -31,5 +33,26 @@ func TestFallbackWithoutSystemRoots(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "empty=false err=<nil>") {
 		t.Fatalf("without system roots the pool is empty or fails:\n%s", out)
+	}
+}
+
+// TestPoolHoldsTheBundle: the lazily parsed pool holds every root of the
+// bundle, the constrained ones included — the same set as parsing each.
+func TestPoolHoldsTheBundle(t *testing.T) {
+	want := x509.NewCertPool()
+	n := 0
+	for c := range bundle.Roots() {
+		cert, err := x509.ParseCertificate(c.Certificate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.AddCertWithConstraint(cert, c.Constraint)
+		n++
+	}
+	if n == 0 {
+		t.Fatal("the bundle is empty")
+	}
+	if !pool().Equal(want) {
+		t.Fatal("the pool does not hold the bundle's roots")
 	}
 }
