@@ -46,8 +46,18 @@ type Tx interface {
 	// RecordedDecision reads what storage holds of the decision that
 	// consumed a token (the gate).
 	RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []byte, tokenID string) (core.Decision, error)
+	// GetApprovalDecision is GetApproval, then RecordedDecision for the
+	// token expected on the row, in one round trip.
+	GetApprovalDecision(ctx context.Context, id core.ApprovalID, nonce []byte, tokenID string) (core.ApprovalRequest, core.Decision, error)
 	// TransitionExecution is compare-and-swap on an execution's status.
 	TransitionExecution(ctx context.Context, id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate) (bool, error)
+	// QueueTransitionExecution is TransitionExecution sent with the next
+	// round trip: applied learns whether it applied before any Finally
+	// function runs.
+	QueueTransitionExecution(id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate, applied func(bool)) error
+	// Finally runs f once the statements queued so far were sent; the
+	// entries it returns are appended with the transaction's.
+	Finally(f func() ([]audit.Entry, error))
 	// QueueOutput stores an execution's full output under ref; secret
 	// marks the output of an action that received a secret, which is
 	// shown only after the owner's tap and never given to a model.
@@ -206,8 +216,13 @@ type note struct {
 // execution no recorded decision stands behind goes queued → refused
 // without reaching the sandbox.
 func (x *Executor) Run(ctx context.Context, id core.ApprovalID) {
+	x.run1(ctx, id, expected{})
+}
+
+// run1 is Run with the token the claim expects on the row, when known.
+func (x *Executor) run1(ctx context.Context, id core.ApprovalID, want expected) {
 	x.failpoint("after-approve")
-	r := x.claim(ctx, id)
+	r := x.claim(ctx, id, want)
 	if r == nil {
 		return
 	}
@@ -234,8 +249,11 @@ func (x *Executor) Run(ctx context.Context, id core.ApprovalID) {
 
 // claim passes the gate and moves the execution queued → running (or →
 // refused) in one transaction, the approval row locked. It returns the
-// claimed execution, nil when there is nothing to run.
-func (x *Executor) claim(ctx context.Context, id core.ApprovalID) *execution {
+// claimed execution, nil when there is nothing to run. want is the token
+// the decision recorded, when this process made it: the gate's read of the
+// recorded decision then travels with the approval's (the gate still
+// checks the row's token, and reads again when the row's differs).
+func (x *Executor) claim(ctx context.Context, id core.ApprovalID, want expected) *execution {
 	log := x.log.With(slog.String("approval", string(id)))
 	// The op writes its own variables, read only once Do succeeded.
 	var claimed *execution
@@ -244,10 +262,15 @@ func (x *Executor) claim(ctx context.Context, id core.ApprovalID) *execution {
 	err := x.cfg.Store.Do(ctx, func(ctx context.Context, tx Tx) ([]audit.Entry, error) {
 		claimed, refused = nil, ""
 		var err error
-		if a, err = tx.GetApproval(ctx, id); err != nil {
+		pre := want
+		if pre.ok {
+			if a, pre.d, err = tx.GetApprovalDecision(ctx, id, pre.nonce, pre.tokenID); err != nil {
+				return nil, err
+			}
+		} else if a, err = tx.GetApproval(ctx, id); err != nil {
 			return nil, err
 		}
-		tok, act, reason, err := x.admit(ctx, tx, a)
+		tok, act, reason, err := x.admit(ctx, tx, a, pre)
 		if err != nil {
 			return nil, err
 		}
@@ -261,12 +284,23 @@ func (x *Executor) claim(ctx context.Context, id core.ApprovalID) *execution {
 			}
 			return entries, err
 		}
-		entries, ok, err := x.transition(ctx, tx, r, core.ExecRunning, core.ExecUpdate{Started: true},
-			note{kind: audit.KindExecutionStarted, data: map[string]any{}})
-		if ok {
-			claimed = r
+		// The claim's compare-and-swap travels with the audit chain's lock
+		// instead of a round trip of its own; its entry is written only
+		// if it applied (a claim shows no card and settles no task, so
+		// the entry is all that depends on it).
+		u := core.ExecUpdate{Started: true}
+		var applied bool
+		if err := tx.QueueTransitionExecution(id, core.ExecQueued, core.ExecRunning, u, func(ok bool) { applied = ok }); err != nil {
+			return nil, err
 		}
-		return entries, err
+		tx.Finally(func() ([]audit.Entry, error) {
+			if !applied {
+				return nil, nil
+			}
+			claimed = r
+			return x.entries(r, u, note{kind: audit.KindExecutionStarted, data: map[string]any{}}), nil
+		})
+		return nil, nil
 	})
 	if err != nil {
 		log.Error("could not start execution; it stays queued and resumes at next start", slog.Any("err", err))
@@ -501,19 +535,24 @@ func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.
 			return nil, false, err
 		}
 	}
+	return x.entries(r, u, notes...), true, nil
+}
+
+// entries are the audit entries of a transition of r with u.
+func (x *Executor) entries(r *execution, u core.ExecUpdate, notes ...note) []audit.Entry {
 	entries := make([]audit.Entry, 0, len(notes))
 	for _, n := range notes {
 		data := make(map[string]any, len(n.data)+2)
 		for k, v := range n.data {
 			data[k] = v
 		}
-		data["approval"] = string(id)
+		data["approval"] = string(r.a.ID)
 		if n.reason && u.Reason != "" {
 			data["reason"] = u.Reason
 		}
 		entries = append(entries, audit.Entry{Kind: n.kind, Actor: "silas", Conversation: string(r.a.Conversation), Data: data})
 	}
-	return entries, true, nil
+	return entries
 }
 
 // settles: to is an outcome a task's call can report (the call waits
