@@ -276,31 +276,14 @@ func (x *Executor) claim(ctx context.Context, id core.ApprovalID, want expected)
 		}
 		r := &execution{a: a, ex: core.Execution{ApprovalID: id, Status: core.ExecQueued}, act: act,
 			approver: core.IdentityID(tok.Token.Approver), log: log}
+		// Either way the compare-and-swap travels with the audit chain's
+		// lock instead of a round trip of its own (queueTransition).
 		if reason != "" {
-			entries, ok, err := x.transition(ctx, tx, r, core.ExecRefused, core.ExecUpdate{Reason: reason, Done: true},
+			return nil, x.queueTransition(tx, r, core.ExecRefused, core.ExecUpdate{Reason: reason, Done: true}, func() { refused = reason },
 				note{kind: audit.KindExecutionRefused, data: map[string]any{}, reason: true})
-			if ok {
-				refused = reason
-			}
-			return entries, err
 		}
-		// The claim's compare-and-swap travels with the audit chain's lock
-		// instead of a round trip of its own; its entry is written only
-		// if it applied (a claim shows no card and settles no task, so
-		// the entry is all that depends on it).
-		u := core.ExecUpdate{Started: true}
-		var applied bool
-		if err := tx.QueueTransitionExecution(id, core.ExecQueued, core.ExecRunning, u, func(ok bool) { applied = ok }); err != nil {
-			return nil, err
-		}
-		tx.Finally(func() ([]audit.Entry, error) {
-			if !applied {
-				return nil, nil
-			}
-			claimed = r
-			return x.entries(r, u, note{kind: audit.KindExecutionStarted, data: map[string]any{}}), nil
-		})
-		return nil, nil
+		return nil, x.queueTransition(tx, r, core.ExecRunning, core.ExecUpdate{Started: true}, func() { claimed = r },
+			note{kind: audit.KindExecutionStarted, data: map[string]any{}})
 	})
 	if err != nil {
 		log.Error("could not start execution; it stays queued and resumes at next start", slog.Any("err", err))
@@ -489,9 +472,8 @@ func (x *Executor) verdict(ctx context.Context, id core.ApprovalID, act core.Act
 func (x *Executor) record(ctx context.Context, r *execution, to core.ExecStatus, u core.ExecUpdate, notes ...note) bool {
 	var applied bool
 	err := x.cfg.Store.Do(ctx, func(ctx context.Context, tx Tx) ([]audit.Entry, error) {
-		entries, ok, err := x.transition(ctx, tx, r, to, u, notes...)
-		applied = ok
-		return entries, err
+		applied = false
+		return nil, x.queueTransition(tx, r, to, u, func() { applied = true }, notes...)
 	})
 	if err != nil {
 		r.log.Error("could not record the execution's transition", slog.String("to", string(to)), slog.Any("err", err))
@@ -505,16 +487,35 @@ func (x *Executor) record(ctx context.Context, r *execution, to core.ExecStatus,
 	return true
 }
 
-// transition moves r's execution from its carried status to to in tx,
-// stores long output, enqueues the card update that shows the new state
-// (but for the claim) and returns the audit entries. r itself is not changed (the transaction
-// may be retried).
-func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.ExecStatus, u core.ExecUpdate, notes ...note) ([]audit.Entry, bool, error) {
-	id := r.a.ID
-	ok, err := tx.TransitionExecution(ctx, id, r.ex.Status, to, u)
-	if err != nil || !ok {
-		return nil, false, err
+// queueTransition moves r's execution from its carried status to to in
+// tx: a compare-and-swap sent with the transaction's next round trip (the
+// audit chain's lock) instead of one of its own. What depends on it
+// applying — the task's step, long output stored, the card update that
+// shows the new state (but for the claim) and the audit entries — is
+// queued in a Finally function, once it is known to have applied; then
+// applied runs. r itself is not changed (the transaction may be retried).
+func (x *Executor) queueTransition(tx Tx, r *execution, to core.ExecStatus, u core.ExecUpdate, applied func(), notes ...note) error {
+	var ok bool
+	if err := tx.QueueTransitionExecution(r.a.ID, r.ex.Status, to, u, func(b bool) { ok = b }); err != nil {
+		return err
 	}
+	tx.Finally(func() ([]audit.Entry, error) {
+		if !ok {
+			return nil, nil
+		}
+		entries, err := x.transitioned(tx, r, to, u, notes...)
+		if err == nil {
+			applied()
+		}
+		return entries, err
+	})
+	return nil
+}
+
+// transitioned queues what follows a transition of r's execution to to
+// that applied in tx, and returns its audit entries.
+func (x *Executor) transitioned(tx Tx, r *execution, to core.ExecStatus, u core.ExecUpdate, notes ...note) ([]audit.Entry, error) {
+	id := r.a.ID
 	if r.a.Task != "" && settles(to) {
 		// The task reads what became of its call: wake it with this
 		// commit (the approval row carries its task; nothing is read).
@@ -523,7 +524,7 @@ func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.
 	if u.Result != nil && u.Result.OutputRef != "" {
 		// Marked at the source: this execution knows it received secrets.
 		if err := tx.QueueOutput(u.Result.OutputRef, id, fullOutput(u.Result), len(r.act.Secrets) > 0); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 	}
 	// The claim shows nothing new: the decision's card already says
@@ -532,10 +533,10 @@ func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.
 		ex := after(r.ex, to, u)
 		c := render.Approval(r.a, &ex, x.cfg.OutputPreview)
 		if err := tx.QueueMessage(r.a.Channel, core.OpUpdate, string(id), core.OutMessage{Conversation: r.a.Conversation, Card: c}); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 	}
-	return x.entries(r, u, notes...), true, nil
+	return x.entries(r, u, notes...), nil
 }
 
 // entries are the audit entries of a transition of r with u.
