@@ -81,6 +81,20 @@ type Routes interface {
 	ApprovalRoute(ctx context.Context, id core.ApprovalID, conv core.ConversationID) (core.ApprovalRoute, error)
 }
 
+// RouteReader is a Tx that reads a request (its row locked) and its route
+// into a conversation in one round trip (store.Tx): what Tap reads first.
+type RouteReader interface {
+	Routes
+	GetApprovalRoute(ctx context.Context, id core.ApprovalID, conv core.ConversationID) (a core.ApprovalRequest, r core.ApprovalRoute, routeErr, err error)
+}
+
+// Approver is a Tx that records an approval and consumes its token's nonce
+// in one statement (store.Tx): the nonce only when the approval applied,
+// as TransitionApproval and ConsumeNonce called in turn do.
+type Approver interface {
+	Approve(ctx context.Context, id core.ApprovalID, from []core.ApprovalStatus, by core.IdentityID, token, nonce []byte, tokenID string) (ok, fresh bool, err error)
+}
+
 // Decider turns taps on approval cards into decisions.
 type Decider struct {
 	cfg Config
@@ -174,12 +188,28 @@ func Refusal(tap core.Tap, reason, msg string, card *cards.Card) Result {
 // compare-and-swap. ErrNoApproval: the card is not an approval request.
 func (d *Decider) Tap(ctx context.Context, tx Tx, t core.Turn, trust core.Trust) (Result, error) {
 	tap := *t.Tap
-	a, err := tx.GetApproval(ctx, core.ApprovalID(tap.Card))
+	var a core.ApprovalRequest
+	var err error
+	// The route of the request into the tapper's conversation, read with
+	// the request when the Tx can (one round trip); else asked below.
+	var read *routeRead
+	if rr, ok := tx.(RouteReader); ok {
+		read = &routeRead{}
+		a, read.r, read.err, err = rr.GetApprovalRoute(ctx, core.ApprovalID(tap.Card), t.Conversation)
+	} else {
+		a, err = tx.GetApproval(ctx, core.ApprovalID(tap.Card))
+	}
 	if errors.Is(err, core.ErrNotFound) {
 		return Result{}, ErrNoApproval
 	}
 	if err != nil {
 		return Result{}, err
+	}
+	routeOf := func(rs Routes) (core.ApprovalRoute, error) {
+		if read != nil {
+			return read.r, read.err
+		}
+		return rs.ApprovalRoute(ctx, a.ID, t.Conversation)
 	}
 	route := core.ApprovalRoute{Kind: core.RouteStatus}
 	if a.Conversation != t.Conversation {
@@ -190,13 +220,13 @@ func (d *Decider) Tap(ctx context.Context, tx Tx, t core.Turn, trust core.Trust)
 		if !ok {
 			return Refusal(tap, "unknown_card", "Unknown card: nothing was changed.", nil), nil
 		}
-		if route, err = rs.ApprovalRoute(ctx, a.ID, t.Conversation); errors.Is(err, core.ErrNotFound) {
+		if route, err = routeOf(rs); errors.Is(err, core.ErrNotFound) {
 			return Refusal(tap, "unknown_card", "Unknown card: nothing was changed.", nil), nil
 		} else if err != nil {
 			return Result{}, err
 		}
 	} else if rs, ok := tx.(Routes); ok {
-		if r, err := rs.ApprovalRoute(ctx, a.ID, t.Conversation); err == nil {
+		if r, err := routeOf(rs); err == nil {
 			route = r
 		} else if !errors.Is(err, core.ErrNotFound) {
 			return Result{}, err
@@ -225,6 +255,12 @@ func (d *Decider) Tap(ctx context.Context, tx Tx, t core.Turn, trust core.Trust)
 		}
 	}
 	return r, nil
+}
+
+// routeRead is a route read together with its request.
+type routeRead struct {
+	r   core.ApprovalRoute
+	err error
 }
 
 // StatusCard is c as the requesting conversation of a routed request
@@ -356,12 +392,15 @@ func (d *Decider) approveWith(ctx context.Context, tx Tx, a core.ApprovalRequest
 	if err != nil {
 		return Result{}, err
 	}
-	ok, err := tx.TransitionApproval(ctx, a.ID, []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}, core.ApprovalApproved, by, raw)
-	if err != nil || !ok {
-		return Result{}, err
+	from := []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming}
+	var ok, fresh bool
+	if ap, can := tx.(Approver); can {
+		// One statement: the nonce is consumed only if the approval applied.
+		ok, fresh, err = ap.Approve(ctx, a.ID, from, by, raw, tok.Token.Nonce, tok.Token.TokenID)
+	} else if ok, err = tx.TransitionApproval(ctx, a.ID, from, core.ApprovalApproved, by, raw); err == nil && ok {
+		fresh, err = tx.ConsumeNonce(ctx, tok.Token.Nonce, tok.Token.TokenID, a.ID)
 	}
-	fresh, err := tx.ConsumeNonce(ctx, tok.Token.Nonce, tok.Token.TokenID, a.ID)
-	if err != nil {
+	if err != nil || !ok {
 		return Result{}, err
 	}
 	if !fresh {

@@ -90,6 +90,12 @@ func (c *countingTx) GetApproval(ctx context.Context, id core.ApprovalID) (core.
 	return c.Tx.GetApproval(ctx, id)
 }
 
+// GetApprovalRoute reads the row too (with its route, in one round trip).
+func (c *countingTx) GetApprovalRoute(ctx context.Context, id core.ApprovalID, conv core.ConversationID) (core.ApprovalRequest, core.ApprovalRoute, error, error) {
+	c.reads++
+	return c.Tx.GetApprovalRoute(ctx, id, conv)
+}
+
 // tap decides a tap in a transaction of its own, writing the decision's
 // notes; reads is how often an approval row was read.
 func (b *bundle) tap(t *testing.T, who core.IdentityID, trust core.Trust, inConv core.ConversationID, card core.ApprovalID, choice string) (r decide.Result, reads int, err error) {

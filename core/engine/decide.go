@@ -111,6 +111,12 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 	return refuse("unknown_card", "Unknown card: nothing was changed.")
 }
 
+// approvedStarter is a Runs that can start an execution with the request
+// its decision approved (execute.Executor).
+type approvedStarter interface {
+	StartApproved(a core.ApprovalRequest)
+}
+
 // applyDecision adds what a decision shows to the turn's outcome: card
 // updates and audit entries in its transaction; once committed, the answer
 // to the tapper and the execution it calls for (a declined task call's
@@ -139,6 +145,13 @@ func (e *Engine) applyDecision(o *outcome, r decide.Result) {
 		e.count.Decision(l)
 	}
 	if id := r.Queued; id != "" {
-		o.after = append(o.after, func() { e.exec.Start(id) })
+		if s, ok := e.exec.(approvedStarter); ok && r.Approved.ID == id {
+			// The claim reads the decision of the token just recorded
+			// with the approval row (core/execute).
+			a := r.Approved
+			o.after = append(o.after, func() { s.StartApproved(a) })
+		} else {
+			o.after = append(o.after, func() { e.exec.Start(id) })
+		}
 	}
 }

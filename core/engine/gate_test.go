@@ -446,3 +446,59 @@ func TestInterruptedCardStatus(t *testing.T) {
 		t.Fatalf("the interrupted action ran again: %q", runs)
 	}
 }
+
+// TestClaimChecksTheRowsToken: the claim of an execution this process's
+// tap approved reads the recorded decision of the token that decision
+// minted together with the approval row; the gate still judges the row
+// as it is when claimed. A row whose token was replaced after the
+// decision (by a validly signed token whose nonce nobody consumed), or
+// whose consumed nonce was deleted, is refused, not run.
+func TestClaimChecksTheRowsToken(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		edit  func(t *testing.T, b *bundle, key ed25519.PrivateKey, id core.ApprovalID)
+		wantR string
+	}{
+		{"token replaced", func(t *testing.T, b *bundle, key ed25519.PrivateKey, id core.ApprovalID) {
+			// The same token id, another nonce: only the nonce tells it
+			// from the decision's token.
+			var hash, raw []byte
+			mustScan(t, b.st.Pool().QueryRow(b.ctx, `SELECT action_hash, token FROM approvals WHERE id = $1`, string(id)), &hash, &raw)
+			old, err := approval.Unmarshal(raw)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			tok, err := approval.Mint(key, old.Token.TokenID, hash, "test:chat", string(owner), b.clock.Now(), 10*time.Minute)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			raw, _ = tok.Marshal()
+			if _, err := b.st.Pool().Exec(b.ctx, `UPDATE approvals SET token = $2 WHERE id = $1`, string(id), raw); err != nil {
+				t.Error(err)
+			}
+		}, "its nonce was not consumed"},
+		{"consumed nonce deleted", func(t *testing.T, b *bundle, _ ed25519.PrivateKey, id core.ApprovalID) {
+			if _, err := b.st.Pool().Exec(b.ctx, `DELETE FROM token_nonces WHERE approval_id = $1`, string(id)); err != nil {
+				t.Error(err)
+			}
+		}, "its nonce was not consumed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b, key := setupKey(t)
+			b.before = func(id core.ApprovalID) { tc.edit(t, b, key, id) }
+			b.send(t, owner, "/run echo edited")
+			c := b.pendingCard(t, "echo edited")
+			b.tap(t, owner, c.ID, "approve")
+			b.waitStatus(t, c.ID, cards.StatusRefused)
+			var status, reason string
+			mustScan(t, b.st.Pool().QueryRow(b.ctx, `SELECT status, COALESCE(reason, '') FROM executions WHERE approval_id = $1`, string(c.ID)), &status, &reason)
+			if status != "refused" || !strings.Contains(reason, tc.wantR) {
+				t.Fatalf("execution %s, %q; want refused, %q", status, reason, tc.wantR)
+			}
+		})
+	}
+}

@@ -46,8 +46,18 @@ type Tx interface {
 	// RecordedDecision reads what storage holds of the decision that
 	// consumed a token (the gate).
 	RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []byte, tokenID string) (core.Decision, error)
+	// GetApprovalDecision is GetApproval, then RecordedDecision for the
+	// token expected on the row, in one round trip.
+	GetApprovalDecision(ctx context.Context, id core.ApprovalID, nonce []byte, tokenID string) (core.ApprovalRequest, core.Decision, error)
 	// TransitionExecution is compare-and-swap on an execution's status.
 	TransitionExecution(ctx context.Context, id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate) (bool, error)
+	// QueueTransitionExecution is TransitionExecution sent with the next
+	// round trip: applied learns whether it applied before any Finally
+	// function runs.
+	QueueTransitionExecution(id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate, applied func(bool)) error
+	// Finally runs f once the statements queued so far were sent; the
+	// entries it returns are appended with the transaction's.
+	Finally(f func() ([]audit.Entry, error))
 	// QueueOutput stores an execution's full output under ref; secret
 	// marks the output of an action that received a secret, which is
 	// shown only after the owner's tap and never given to a model.
@@ -206,8 +216,13 @@ type note struct {
 // execution no recorded decision stands behind goes queued → refused
 // without reaching the sandbox.
 func (x *Executor) Run(ctx context.Context, id core.ApprovalID) {
+	x.run1(ctx, id, expected{})
+}
+
+// run1 is Run with the token the claim expects on the row, when known.
+func (x *Executor) run1(ctx context.Context, id core.ApprovalID, want expected) {
 	x.failpoint("after-approve")
-	r := x.claim(ctx, id)
+	r := x.claim(ctx, id, want)
 	if r == nil {
 		return
 	}
@@ -234,8 +249,11 @@ func (x *Executor) Run(ctx context.Context, id core.ApprovalID) {
 
 // claim passes the gate and moves the execution queued → running (or →
 // refused) in one transaction, the approval row locked. It returns the
-// claimed execution, nil when there is nothing to run.
-func (x *Executor) claim(ctx context.Context, id core.ApprovalID) *execution {
+// claimed execution, nil when there is nothing to run. want is the token
+// the decision recorded, when this process made it: the gate's read of the
+// recorded decision then travels with the approval's (the gate still
+// checks the row's token, and reads again when the row's differs).
+func (x *Executor) claim(ctx context.Context, id core.ApprovalID, want expected) *execution {
 	log := x.log.With(slog.String("approval", string(id)))
 	// The op writes its own variables, read only once Do succeeded.
 	var claimed *execution
@@ -244,29 +262,28 @@ func (x *Executor) claim(ctx context.Context, id core.ApprovalID) *execution {
 	err := x.cfg.Store.Do(ctx, func(ctx context.Context, tx Tx) ([]audit.Entry, error) {
 		claimed, refused = nil, ""
 		var err error
-		if a, err = tx.GetApproval(ctx, id); err != nil {
+		pre := want
+		if pre.ok {
+			if a, pre.d, err = tx.GetApprovalDecision(ctx, id, pre.nonce, pre.tokenID); err != nil {
+				return nil, err
+			}
+		} else if a, err = tx.GetApproval(ctx, id); err != nil {
 			return nil, err
 		}
-		tok, act, reason, err := x.admit(ctx, tx, a)
+		tok, act, reason, err := x.admit(ctx, tx, a, pre)
 		if err != nil {
 			return nil, err
 		}
 		r := &execution{a: a, ex: core.Execution{ApprovalID: id, Status: core.ExecQueued}, act: act,
 			approver: core.IdentityID(tok.Token.Approver), log: log}
+		// Either way the compare-and-swap travels with the audit chain's
+		// lock instead of a round trip of its own (queueTransition).
 		if reason != "" {
-			entries, ok, err := x.transition(ctx, tx, r, core.ExecRefused, core.ExecUpdate{Reason: reason, Done: true},
+			return nil, x.queueTransition(tx, r, core.ExecRefused, core.ExecUpdate{Reason: reason, Done: true}, func() { refused = reason },
 				note{kind: audit.KindExecutionRefused, data: map[string]any{}, reason: true})
-			if ok {
-				refused = reason
-			}
-			return entries, err
 		}
-		entries, ok, err := x.transition(ctx, tx, r, core.ExecRunning, core.ExecUpdate{Started: true},
+		return nil, x.queueTransition(tx, r, core.ExecRunning, core.ExecUpdate{Started: true}, func() { claimed = r },
 			note{kind: audit.KindExecutionStarted, data: map[string]any{}})
-		if ok {
-			claimed = r
-		}
-		return entries, err
 	})
 	if err != nil {
 		log.Error("could not start execution; it stays queued and resumes at next start", slog.Any("err", err))
@@ -455,9 +472,8 @@ func (x *Executor) verdict(ctx context.Context, id core.ApprovalID, act core.Act
 func (x *Executor) record(ctx context.Context, r *execution, to core.ExecStatus, u core.ExecUpdate, notes ...note) bool {
 	var applied bool
 	err := x.cfg.Store.Do(ctx, func(ctx context.Context, tx Tx) ([]audit.Entry, error) {
-		entries, ok, err := x.transition(ctx, tx, r, to, u, notes...)
-		applied = ok
-		return entries, err
+		applied = false
+		return nil, x.queueTransition(tx, r, to, u, func() { applied = true }, notes...)
 	})
 	if err != nil {
 		r.log.Error("could not record the execution's transition", slog.String("to", string(to)), slog.Any("err", err))
@@ -471,16 +487,35 @@ func (x *Executor) record(ctx context.Context, r *execution, to core.ExecStatus,
 	return true
 }
 
-// transition moves r's execution from its carried status to to in tx,
-// stores long output, enqueues the card update that shows the new state
-// (but for the claim) and returns the audit entries. r itself is not changed (the transaction
-// may be retried).
-func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.ExecStatus, u core.ExecUpdate, notes ...note) ([]audit.Entry, bool, error) {
-	id := r.a.ID
-	ok, err := tx.TransitionExecution(ctx, id, r.ex.Status, to, u)
-	if err != nil || !ok {
-		return nil, false, err
+// queueTransition moves r's execution from its carried status to to in
+// tx: a compare-and-swap sent with the transaction's next round trip (the
+// audit chain's lock) instead of one of its own. What depends on it
+// applying — the task's step, long output stored, the card update that
+// shows the new state (but for the claim) and the audit entries — is
+// queued in a Finally function, once it is known to have applied; then
+// applied runs. r itself is not changed (the transaction may be retried).
+func (x *Executor) queueTransition(tx Tx, r *execution, to core.ExecStatus, u core.ExecUpdate, applied func(), notes ...note) error {
+	var ok bool
+	if err := tx.QueueTransitionExecution(r.a.ID, r.ex.Status, to, u, func(b bool) { ok = b }); err != nil {
+		return err
 	}
+	tx.Finally(func() ([]audit.Entry, error) {
+		if !ok {
+			return nil, nil
+		}
+		entries, err := x.transitioned(tx, r, to, u, notes...)
+		if err == nil {
+			applied()
+		}
+		return entries, err
+	})
+	return nil
+}
+
+// transitioned queues what follows a transition of r's execution to to
+// that applied in tx, and returns its audit entries.
+func (x *Executor) transitioned(tx Tx, r *execution, to core.ExecStatus, u core.ExecUpdate, notes ...note) ([]audit.Entry, error) {
+	id := r.a.ID
 	if r.a.Task != "" && settles(to) {
 		// The task reads what became of its call: wake it with this
 		// commit (the approval row carries its task; nothing is read).
@@ -489,7 +524,7 @@ func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.
 	if u.Result != nil && u.Result.OutputRef != "" {
 		// Marked at the source: this execution knows it received secrets.
 		if err := tx.QueueOutput(u.Result.OutputRef, id, fullOutput(u.Result), len(r.act.Secrets) > 0); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 	}
 	// The claim shows nothing new: the decision's card already says
@@ -498,22 +533,27 @@ func (x *Executor) transition(ctx context.Context, tx Tx, r *execution, to core.
 		ex := after(r.ex, to, u)
 		c := render.Approval(r.a, &ex, x.cfg.OutputPreview)
 		if err := tx.QueueMessage(r.a.Channel, core.OpUpdate, string(id), core.OutMessage{Conversation: r.a.Conversation, Card: c}); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 	}
+	return x.entries(r, u, notes...), nil
+}
+
+// entries are the audit entries of a transition of r with u.
+func (x *Executor) entries(r *execution, u core.ExecUpdate, notes ...note) []audit.Entry {
 	entries := make([]audit.Entry, 0, len(notes))
 	for _, n := range notes {
 		data := make(map[string]any, len(n.data)+2)
 		for k, v := range n.data {
 			data[k] = v
 		}
-		data["approval"] = string(id)
+		data["approval"] = string(r.a.ID)
 		if n.reason && u.Reason != "" {
 			data["reason"] = u.Reason
 		}
 		entries = append(entries, audit.Entry{Kind: n.kind, Actor: "silas", Conversation: string(r.a.Conversation), Data: data})
 	}
-	return entries, true, nil
+	return entries
 }
 
 // settles: to is an outcome a task's call can report (the call waits

@@ -83,14 +83,18 @@ func (x *Executor) checkApproval(a core.ApprovalRequest) (tok approval.Signed, a
 // "token.consumed" audit entry for this approval and token, in this
 // conversation, linked into the chain — and no "execution.started" entry
 // for it yet. reason is "" when the execution may run.
-func (x *Executor) admit(ctx context.Context, tx Tx, a core.ApprovalRequest) (tok approval.Signed, act core.Action, reason string, err error) {
+// pre is the recorded decision already read for the token the claim
+// expected, used only when that is the row's token.
+func (x *Executor) admit(ctx context.Context, tx Tx, a core.ApprovalRequest, pre expected) (tok approval.Signed, act core.Action, reason string, err error) {
 	tok, act, reason = x.checkApproval(a)
 	if reason != "" {
 		return tok, act, reason, nil
 	}
-	d, err := tx.RecordedDecision(ctx, a.ID, tok.Token.Nonce, tok.Token.TokenID)
-	if err != nil {
-		return tok, act, "", err
+	d := pre.d
+	if !pre.ok || !bytes.Equal(pre.nonce, tok.Token.Nonce) || pre.tokenID != tok.Token.TokenID {
+		if d, err = tx.RecordedDecision(ctx, a.ID, tok.Token.Nonce, tok.Token.TokenID); err != nil {
+			return tok, act, "", err
+		}
 	}
 	switch {
 	case d.NonceApproval == nil || *d.NonceApproval != a.ID || d.NonceTokenID == nil || *d.NonceTokenID != tok.Token.TokenID:
@@ -104,6 +108,25 @@ func (x *Executor) admit(ctx context.Context, tx Tx, a core.ApprovalRequest) (to
 		return tok, act, "this approval's execution was started before; an approval runs once", nil
 	}
 	return tok, act, "", nil
+}
+
+// expected is the token a claim expects on the approval's row (the one
+// this process's decision recorded) and, once read, the recorded decision
+// of that token.
+type expected struct {
+	ok      bool
+	nonce   []byte
+	tokenID string
+	d       core.Decision
+}
+
+// expect is the token of an approved request, as its decision recorded it.
+func expect(a core.ApprovalRequest) expected {
+	tok, err := approval.Unmarshal(a.Token)
+	if err != nil || len(tok.Token.Nonce) == 0 || tok.Token.TokenID == "" {
+		return expected{}
+	}
+	return expected{ok: true, nonce: tok.Token.Nonce, tokenID: tok.Token.TokenID}
 }
 
 // linked reports whether the decision's audit entry hashes to its stored

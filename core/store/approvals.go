@@ -121,6 +121,61 @@ func (t *Tx) TransitionApproval(ctx context.Context, id core.ApprovalID, from []
 	return tag.RowsAffected() == 1, nil
 }
 
+// Approve is TransitionApproval to approved (by, token) and, only when that
+// applied, ConsumeNonce of the token's nonce, in one statement: a tap's
+// decision in one round trip instead of two. ok=false: the request was no
+// longer in any of from (nothing written); fresh=false: the nonce was
+// consumed before, a replay (the caller rolls the transaction back).
+func (t *Tx) Approve(ctx context.Context, id core.ApprovalID, from []core.ApprovalStatus, by core.IdentityID, token, nonce []byte, tokenID string) (ok, fresh bool, err error) {
+	fs := make([]string, len(from))
+	for i, f := range from {
+		fs[i] = string(f)
+	}
+	var applied, consumed int
+	err = t.queryRow(ctx, `WITH u AS (UPDATE approvals SET status = $3, decided_by = NULLIF($4, ''), decided_at = $5, token = COALESCE($6, token),
+			tap_traceparent = COALESCE(NULLIF($7, ''), tap_traceparent)
+			WHERE id = $1 AND status = ANY($2) RETURNING id),
+		n AS (INSERT INTO token_nonces (nonce, token_id, approval_id, consumed_at) SELECT $8, $9, id, $5 FROM u
+			ON CONFLICT DO NOTHING RETURNING 1)
+		SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM n)`,
+		id, fs, core.ApprovalApproved, by, t.now(), token, tracing.Traceparent(ctx), nonce, tokenID).Scan(&applied, &consumed)
+	if err != nil {
+		return false, false, fmt.Errorf("store: approve %s: %w", id, err)
+	}
+	return applied == 1, consumed == 1, nil
+}
+
+// GetApprovalRoute is GetApproval and ApprovalRoute of the same request
+// into conv, in one round trip (the row is locked by the first statement
+// before the second reads). routeErr is ApprovalRoute's error
+// (core.ErrNotFound: not routed there); err is GetApproval's.
+func (t *Tx) GetApprovalRoute(ctx context.Context, id core.ApprovalID, conv core.ConversationID) (a core.ApprovalRequest, r core.ApprovalRoute, routeErr, err error) {
+	var aErr error
+	err = t.send(ctx, []extra{
+		{"lock approval", func(b *pgx.Batch) {
+			b.Queue(approvalSelect+" WHERE id = $1 FOR UPDATE", id).QueryRow(func(row pgx.Row) error {
+				a, aErr = scanApproval(row)
+				return nil
+			})
+		}},
+		{"approval route", func(b *pgx.Batch) {
+			b.Queue(routeSelect+` WHERE approval_id = $1 AND conversation = $2`, id, conv).QueryRow(func(row pgx.Row) error {
+				r, routeErr = scanRoute(row)
+				routeErr = notFound(routeErr)
+				return nil
+			})
+		}},
+	})
+	if err != nil {
+		return a, r, nil, err
+	}
+	if aErr != nil {
+		return a, r, nil, aErr
+	}
+	t.seen(a.ID)
+	return a, r, routeErr, nil
+}
+
 // ConsumeNonce records a token's nonce. ok=false means it was consumed
 // before: a replay.
 func (t *Tx) ConsumeNonce(ctx context.Context, nonce []byte, tokenID string, id core.ApprovalID) (bool, error) {
@@ -138,31 +193,85 @@ func (t *Tx) ConsumeNonce(ctx context.Context, nonce []byte, tokenID string, id 
 // literals in the statement (not parameters) so the planner can use the
 // partial indexes of migration 00006.
 func (t *Tx) RecordedDecision(ctx context.Context, id core.ApprovalID, nonce []byte, tokenID string) (core.Decision, error) {
-	var d core.Decision
-	var nApproval, nToken, kind, actor, conv, data *string
-	var seq *int64
-	var at *time.Time
-	var prevHash, hash []byte
-	err := t.queryRow(ctx, `SELECT n.approval_id, n.token_id,
+	var sc decisionScan
+	if err := t.queryRow(ctx, recordedDecisionSQL, nonce, tokenID, id).Scan(sc.dest()...); err != nil {
+		return core.Decision{}, fmt.Errorf("store: recorded decision of %s: %w", id, err)
+	}
+	return sc.decision()
+}
+
+// GetApprovalDecision is GetApproval followed by RecordedDecision for the
+// token (nonce, tokenID) the caller expects on the row, sent together in
+// one round trip: the row is locked by the first statement before the
+// second reads, as when they are two calls. The caller compares the token
+// of the row it got with the one it expected; the decision read is for
+// that token only (when they differ, it calls RecordedDecision with the
+// row's).
+func (t *Tx) GetApprovalDecision(ctx context.Context, id core.ApprovalID, nonce []byte, tokenID string) (core.ApprovalRequest, core.Decision, error) {
+	var a core.ApprovalRequest
+	var aErr, dErr error
+	var sc decisionScan
+	err := t.send(ctx, []extra{
+		{"lock approval", func(b *pgx.Batch) {
+			b.Queue(approvalSelect+" WHERE id = $1 FOR UPDATE", id).QueryRow(func(row pgx.Row) error {
+				a, aErr = scanApproval(row)
+				return nil
+			})
+		}},
+		{"recorded decision", func(b *pgx.Batch) {
+			b.Queue(recordedDecisionSQL, nonce, tokenID, id).QueryRow(func(row pgx.Row) error {
+				dErr = row.Scan(sc.dest()...)
+				return nil
+			})
+		}},
+	})
+	if err != nil {
+		return a, core.Decision{}, err
+	}
+	if aErr != nil {
+		return a, core.Decision{}, aErr
+	}
+	t.seen(a.ID)
+	if dErr != nil {
+		return a, core.Decision{}, fmt.Errorf("store: recorded decision of %s: %w", id, dErr)
+	}
+	d, err := sc.decision()
+	return a, d, err
+}
+
+const recordedDecisionSQL = `SELECT n.approval_id, n.token_id,
 			l.seq, l.at, l.kind, l.actor, l.conversation, l.data::text, l.prev_hash, l.hash,
 			(SELECT p.hash FROM audit_log p WHERE p.seq = l.seq - 1),
 			(SELECT x.prev_hash FROM audit_log x WHERE x.seq = l.seq + 1),
-			EXISTS (SELECT 1 FROM audit_log s WHERE s.kind = '`+string(audit.KindExecutionStarted)+`' AND s.data->>'approval' = $3)
+			EXISTS (SELECT 1 FROM audit_log s WHERE s.kind = '` + string(audit.KindExecutionStarted) + `' AND s.data->>'approval' = $3)
 		FROM (SELECT 1) AS one
 		LEFT JOIN token_nonces n ON n.nonce = $1
-		LEFT JOIN LATERAL (SELECT * FROM audit_log WHERE kind = '`+string(audit.KindTokenConsumed)+`' AND data->>'token_id' = $2 AND data->>'approval' = $3
-			ORDER BY seq LIMIT 1) l ON true`, nonce, tokenID, id).
-		Scan(&nApproval, &nToken, &seq, &at, &kind, &actor, &conv, &data, &prevHash, &hash, &d.PrevHash, &d.NextPrevHash, &d.Started)
-	if err != nil {
-		return core.Decision{}, fmt.Errorf("store: recorded decision of %s: %w", id, err)
+		LEFT JOIN LATERAL (SELECT * FROM audit_log WHERE kind = '` + string(audit.KindTokenConsumed) + `' AND data->>'token_id' = $2 AND data->>'approval' = $3
+			ORDER BY seq LIMIT 1) l ON true`
+
+// decisionScan is the row of recordedDecisionSQL.
+type decisionScan struct {
+	d                                    core.Decision
+	nApproval, nToken, kind, actor, conv *string
+	data                                 *string
+	seq                                  *int64
+	at                                   *time.Time
+	prevHash, hash                       []byte
+}
+
+func (s *decisionScan) dest() []any {
+	return []any{&s.nApproval, &s.nToken, &s.seq, &s.at, &s.kind, &s.actor, &s.conv, &s.data, &s.prevHash, &s.hash, &s.d.PrevHash, &s.d.NextPrevHash, &s.d.Started}
+}
+
+func (s *decisionScan) decision() (core.Decision, error) {
+	d := s.d
+	if s.nApproval != nil {
+		a := core.ApprovalID(*s.nApproval)
+		d.NonceApproval, d.NonceTokenID = &a, s.nToken
 	}
-	if nApproval != nil {
-		a := core.ApprovalID(*nApproval)
-		d.NonceApproval, d.NonceTokenID = &a, nToken
-	}
-	if seq != nil {
-		r := audit.Row{Seq: *seq, At: *at, Entry: audit.Entry{Kind: audit.Kind(*kind), Actor: *actor, Conversation: *conv},
-			DataJSON: []byte(*data), PrevHash: prevHash, Hash: hash}
+	if s.seq != nil {
+		r := audit.Row{Seq: *s.seq, At: *s.at, Entry: audit.Entry{Kind: audit.Kind(*s.kind), Actor: *s.actor, Conversation: *s.conv},
+			DataJSON: []byte(*s.data), PrevHash: s.prevHash, Hash: s.hash}
 		if err := json.Unmarshal(r.DataJSON, &r.Entry.Data); err != nil {
 			return core.Decision{}, fmt.Errorf("store: decode audit row %d: %w", r.Seq, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/silas-gateway/silas/core"
 )
@@ -95,11 +96,43 @@ func (t *Tx) QueueExecution(id core.ApprovalID) error {
 // waits for a tap on its card to commit, or the tap waits for the
 // transition, and the later one's card edit is queued after the other's.
 func (t *Tx) TransitionExecution(ctx context.Context, id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate) (bool, error) {
+	sql, args, err := t.transitionExecution(id, from, to, u)
+	if err != nil {
+		return false, err
+	}
+	tag, err := t.exec(ctx, sql, args...)
+	if err != nil {
+		return false, fmt.Errorf("store: transition execution %s: %w", id, err)
+	}
+	return t.transitioned(id, tag), nil
+}
+
+// QueueTransitionExecution is TransitionExecution sent with the
+// transaction's next round trip instead of one of its own (the claim's:
+// with the audit chain's lock). applied is told whether it applied once
+// the statement was sent, before any Finally function runs; nothing the
+// caller queues after it may depend on it applying — what does goes in a
+// Finally function.
+func (t *Tx) QueueTransitionExecution(id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate, applied func(bool)) error {
+	sql, args, err := t.transitionExecution(id, from, to, u)
+	if err != nil {
+		return err
+	}
+	t.later("transition execution", sql, args...).Exec(func(tag pgconn.CommandTag) error {
+		applied(t.transitioned(id, tag))
+		return nil
+	})
+	return nil
+}
+
+// transitionExecution queues the approval's lock and returns the
+// execution's compare-and-swap statement (see TransitionExecution).
+func (t *Tx) transitionExecution(id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate) (string, []any, error) {
 	var result []byte
 	if u.Result != nil {
 		var err error
 		if result, err = encodeRecord(u.Result); err != nil {
-			return false, fmt.Errorf("store: marshal result: %w", err)
+			return "", nil, fmt.Errorf("store: marshal result: %w", err)
 		}
 	}
 	var report []byte
@@ -115,21 +148,22 @@ func (t *Tx) TransitionExecution(ctx context.Context, id core.ApprovalID, from, 
 	if u.Done {
 		finished = &now
 	}
-	tag, err := t.exec(ctx, `UPDATE executions SET status = $3,
+	return `UPDATE executions SET status = $3,
 		result = COALESCE($4, result), report = COALESCE($5, report), reason = COALESCE(NULLIF($6, ''), reason),
 		started_at = COALESCE($7, started_at), finished_at = COALESCE($8, finished_at),
 		instance = CASE WHEN $3 = 'running' THEN $9 ELSE instance END
-		WHERE approval_id = $1 AND status = $2`, id, from, to, result, report, u.Reason, started, finished, t.instance)
-	if err != nil {
-		return false, fmt.Errorf("store: transition execution %s: %w", id, err)
-	}
+		WHERE approval_id = $1 AND status = $2`, []any{id, from, to, result, report, u.Reason, started, finished, t.instance}, nil
+}
+
+// transitioned reports whether a transition's statement applied.
+func (t *Tx) transitioned(id core.ApprovalID, tag pgconn.CommandTag) bool {
 	if tag.RowsAffected() != 1 {
-		return false, nil
+		return false
 	}
 	// An execution row exists only for a committed approval: its output
 	// may reference the approval without reading it again (see ErrOrder).
 	t.seen(id)
-	return true, nil
+	return true
 }
 
 // QueueOutput stores an execution's full output under ref; secret marks

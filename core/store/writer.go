@@ -259,9 +259,14 @@ func (w *writer) commit(batch []*request) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := tx.insertJobs(ctx); err != nil { // jobs a Finally function queued
-		return err
+	if len(tx.jobs) > 0 { // jobs a Finally function queued
+		if err := tx.insertJobs(ctx); err != nil {
+			return err
+		}
 	}
+	// Statements a Finally function queued (an executor's card update once
+	// its transition applied) go with the audit rows and COMMIT, after the
+	// chain lock as before: no round trip of their own.
 	entries = append(entries, more...)
 	// COMMIT of a transaction that failed earlier answers ROLLBACK, not an
 	// error (as pgx.Tx.Commit checks too).

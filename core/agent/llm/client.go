@@ -7,11 +7,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/silas-gateway/silas/core/tracing"
@@ -89,7 +88,7 @@ type Tool struct {
 	Name        string
 	Description string
 	Parameters  map[string]any
-	// wire is the SDK's encoding of the definition, made once by
+	// wire is the JSON encoding of the definition, made once by
 	// offeredTools (which never hands out a tool to change); nil: Chat
 	// encodes the tool on each call.
 	wire []byte
@@ -153,30 +152,30 @@ func (e *APIError) Error() string {
 	return s
 }
 
-// Client talks to one OpenAI-compatible endpoint.
+// Client talks to one OpenAI-compatible endpoint: POST /chat/completions
+// and GET /models, nothing else (send.go says why there is no SDK).
 type Client struct {
-	cfg Config
-	// chat posts the chat-completions body encodeRequest wrote, given
-	// whole as the request body (encode.go says why the body is written
-	// here); its params are empty. The chat service, not openai.Client:
-	// the Client struct holds every service of the SDK, and using it
-	// linked their code too (+22 MB of binary, ≈ 3 MB of peak RSS;
-	// BENCHMARKS.md "Issue 26 — RSS").
-	chat   openai.ChatCompletionService
-	models openai.ModelService
+	cfg    Config
+	http   *http.Client
+	chat   endpoint
+	models endpoint
 	log    *slog.Logger
 }
 
 // New returns a client for cfg. It makes no request.
 //
-// The SDK's client and services are built directly (a struct literal)
-// rather than through openai.NewClient, which would also read OPENAI_API_KEY, OPENAI_ORG_ID,
-// OPENAI_CUSTOM_HEADERS… from the environment and send them to whatever
-// server llm.base_url names; Silas's configuration is the only source.
+// Only Silas's configuration is used: nothing is read from the
+// environment (an SDK would read OPENAI_API_KEY, OPENAI_ORG_ID,
+// OPENAI_CUSTOM_HEADERS… and send them to whatever server llm.base_url
+// names).
 func New(cfg Config) (*Client, error) {
 	u, err := checkBaseURL(cfg.BaseURL)
 	if err != nil {
 		return nil, err
+	}
+	base, err := url.Parse(u)
+	if err != nil {
+		return nil, fmt.Errorf("llm: base URL %q: %w", cfg.BaseURL, err)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 60 * time.Second
@@ -191,33 +190,40 @@ func New(cfg Config) (*Client, error) {
 	if hc == nil {
 		hc = &http.Client{Transport: keepAliveTransport()}
 	}
+	// A copy, so the caller's client is not changed; its transport (and
+	// so its kept-alive connections) is shared.
+	own := *hc
+	next := own.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	own.Transport = originTransport{origin: base, next: next}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	opts := []option.RequestOption{
-		option.WithBaseURL(u),
-		option.WithHTTPClient(hc),
-		option.WithMaxRetries(cfg.MaxRetries),
-		option.WithMaxRetryDelay(cfg.MaxRetryDelay),
-		option.WithRequestTimeout(cfg.Timeout),
-	}
+	h := baseHeader()
+	h.Set("X-Stainless-Timeout", strconv.Itoa(int(cfg.Timeout.Seconds())))
 	if cfg.APIKey != "" {
-		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+		h.Set("Authorization", "Bearer "+cfg.APIKey)
 	}
-	return &Client{
-		cfg:    cfg,
-		chat:   openai.NewChatCompletionService(opts...),
-		models: openai.NewModelService(opts...),
-		log:    log,
-	}, nil
+	post := h.Clone()
+	post.Set("Content-Type", "application/json")
+	c := &Client{cfg: cfg, http: &own, log: log}
+	if c.chat, err = newEndpoint(base, "chat/completions", post); err != nil {
+		return nil, err
+	}
+	if c.models, err = newEndpoint(base, "models", h); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // Models returns the configured role models.
 func (c *Client) Models() Models { return c.cfg.Models }
 
 // checkBaseURL accepts an http(s) URL without credentials, query or
-// fragment and returns it with a trailing slash (the SDK joins paths).
+// fragment and returns it with a trailing slash (paths are joined to it).
 func checkBaseURL(s string) (string, error) {
 	u, err := url.Parse(strings.TrimSpace(s))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -239,13 +245,13 @@ func checkBaseURL(s string) (string, error) {
 // ListModels returns the ids of the models the endpoint serves
 // (GET /models).
 func (c *Client) ListModels(ctx context.Context) ([]string, error) {
-	page, err := c.models.List(ctx)
+	body, err := c.do(ctx, c.models, nil)
 	if err != nil {
 		return nil, c.wrap(ctx, "list models", err)
 	}
-	ids := make([]string, 0, len(page.Data))
-	for _, m := range page.Data {
-		ids = append(ids, m.ID)
+	ids, err := decodeModels(body)
+	if err != nil {
+		return nil, c.wrap(ctx, "list models", fmt.Errorf("the answer is not JSON: %w", err))
 	}
 	return ids, nil
 }
@@ -260,9 +266,13 @@ func (c *Client) Chat(ctx context.Context, req Request) (Response, error) {
 	ctx, span := tracing.Start(ctx, tracing.SpanModel)
 	defer span.End()
 	start := time.Now()
-	// The SDK still sends, authenticates (the key as a bearer token, as
-	// the chat service does), retries and decodes as before.
-	res, err := c.chat.New(ctx, openai.ChatCompletionNewParams{}, option.WithRequestBody("application/json", body))
+	raw, err := c.do(ctx, c.chat, body)
+	var res decodedChat
+	if err == nil {
+		if res, err = decodeChat(raw); err != nil && !errors.Is(err, errNotObject) {
+			err = fmt.Errorf("the answer is not JSON: %w", err)
+		}
+	}
 	took := time.Since(start)
 	if span.IsRecording() {
 		// The model's name and what the call cost; never the prompt or
@@ -279,26 +289,21 @@ func (c *Client) Chat(ctx context.Context, req Request) (Response, error) {
 		c.log.Warn("model call failed", slog.String("model", req.Model), slog.Duration("took", took), slog.String("err", err.Error()))
 		return Response{}, err
 	}
-	if len(res.Choices) == 0 {
+	if res.Choices == 0 {
 		return Response{}, fmt.Errorf("llm: chat completions: the answer from %s has no choices", req.Model)
 	}
-	ch := res.Choices[0]
 	out := Response{
 		Model:        res.Model,
-		Content:      ch.Message.Content,
-		Refusal:      ch.Message.Refusal,
-		FinishReason: ch.FinishReason,
-		Usage: Usage{
-			PromptTokens:     res.Usage.PromptTokens,
-			CompletionTokens: res.Usage.CompletionTokens,
-			TotalTokens:      res.Usage.TotalTokens,
-		},
+		Content:      res.Content,
+		Refusal:      res.Refusal,
+		FinishReason: res.FinishReason,
+		Usage:        res.Usage,
 	}
-	for _, tc := range ch.Message.ToolCalls {
+	for _, tc := range res.ToolCalls {
 		if tc.Type != "" && tc.Type != "function" {
 			return Response{}, fmt.Errorf("llm: chat completions: %s called a %q tool; only function tools are offered", req.Model, tc.Type)
 		}
-		out.ToolCalls = append(out.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		out.ToolCalls = append(out.ToolCalls, tc.ToolCall)
 	}
 	c.log.Debug("model call", slog.String("model", req.Model), slog.Duration("took", took),
 		slog.Int64("prompt_tokens", out.Usage.PromptTokens), slog.Int64("completion_tokens", out.Usage.CompletionTokens),
@@ -306,19 +311,21 @@ func (c *Client) Chat(ctx context.Context, req Request) (Response, error) {
 	return out, nil
 }
 
-// wrap turns an SDK error into a clear one that never carries the key.
+// wrap turns an error of the call into a clear one that never carries
+// the key.
 func (c *Client) wrap(ctx context.Context, op string, err error) error {
-	var ae *openai.Error
-	if errors.As(err, &ae) {
-		return &APIError{Op: op, Status: ae.StatusCode, Code: c.scrub(ae.Code), Type: c.scrub(ae.Type), Message: c.scrub(shorten(ae.Message, 300))}
+	var f *apiFailure
+	if errors.As(err, &f) {
+		msg, code, typ := apiErrorText(f.body)
+		return &APIError{Op: op, Status: f.status, Code: c.scrub(code), Type: c.scrub(typ), Message: c.scrub(shorten(msg, 300))}
 	}
 	msg := err.Error()
 	switch {
 	case ctx.Err() != nil:
 		msg = "gave up: " + ctx.Err().Error()
 	case errors.Is(err, context.DeadlineExceeded):
-		// The SDK retries connection errors and retryable statuses, never an
-		// attempt that ran out of time (it returns at once): one request
+		// Connection errors and retryable statuses are retried, never an
+		// attempt that ran out of time (do returns at once): one request
 		// was made, whatever llm.max_retries says.
 		msg = fmt.Sprintf("no answer within %s (llm.timeout)", c.cfg.Timeout)
 	}

@@ -1,30 +1,30 @@
 package llm
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
-
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/shared"
 )
 
-// The request body is written here rather than by the SDK: building
-// openai.ChatCompletionNewParams and letting its MarshalJSON walk the
-// params, every tool schema's maps included, by reflection cost more CPU
-// per model call than the rest of the client (BENCHMARKS.md "Issue 26 —
-// LLM path"). The bytes are exactly the SDK's — same member order, same
-// escaping (none of HTML, \u2028/\u2029 and control characters escaped,
-// invalid UTF-8 as \ufffd) — which TestEncodeRequestMatchesSDK checks
-// against the SDK's own encoding. The tool definitions, the static part
-// of every request, are still encoded by the SDK: once per tool (Tools
-// caches them), not once per call.
+// The request body is written here directly: building the SDK's
+// parameters (openai-go, which the client used before) and letting their
+// MarshalJSON walk them, every tool schema's maps included, by reflection
+// cost more CPU per model call than the rest of the client (BENCHMARKS.md
+// "Issue 26 — LLM path"). The bytes are exactly what that SDK wrote — same
+// member order, same escaping (none of HTML, \u2028/\u2029 and control
+// characters escaped, invalid UTF-8 as \ufffd) — which
+// TestEncodeRequestMatchesSDK checks against bodies the SDK wrote
+// (testdata/sdk_bodies.json). The tool definitions, the static part of
+// every request, are encoded once per tool (offeredTools caches them), not
+// once per call.
 
 // encodeRequest writes req as the JSON body of POST /chat/completions,
-// byte for byte what the SDK writes for the same request.
+// byte for byte what the SDK wrote for the same request.
 func encodeRequest(req Request) ([]byte, error) {
 	if strings.TrimSpace(req.Model) == "" {
 		return nil, errors.New("llm: chat completions: no model named")
@@ -124,8 +124,9 @@ func encodeRequest(req Request) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// encoded is the tool's definition as the SDK encodes it: the copy Tools
-// made when it built the tool, or encoded now for a tool built elsewhere.
+// encoded is the tool's definition as encodeTool writes it: the copy
+// offeredTools made when it built the tool, or encoded now for a tool
+// built elsewhere.
 func (t Tool) encoded() ([]byte, error) {
 	if t.wire != nil {
 		return t.wire, nil
@@ -133,22 +134,33 @@ func (t Tool) encoded() ([]byte, error) {
 	return encodeTool(t)
 }
 
-// encodeTool is the SDK's encoding of one tool definition.
+// encodeTool writes one tool definition as the SDK did: name,
+// description (when there is one), parameters (when not nil, with
+// encoding/json's sorted keys and no HTML escaping, as the SDK's encoder
+// — a copy of encoding/json — wrote them).
 func encodeTool(t Tool) ([]byte, error) {
-	fd := shared.FunctionDefinitionParam{Name: t.Name, Parameters: shared.FunctionParameters(t.Parameters)}
+	b := append(make([]byte, 0, 256), `{"function":{"name":`...)
+	b = appendJSONString(b, t.Name)
 	if t.Description != "" {
-		fd.Description = openai.String(t.Description)
+		b = append(b, `,"description":`...)
+		b = appendJSONString(b, t.Description)
 	}
-	u := openai.ChatCompletionFunctionTool(fd)
-	w, err := u.MarshalJSON()
-	if err != nil {
-		return nil, fmt.Errorf("llm: chat completions: tool %q: %w", t.Name, err)
+	if t.Parameters != nil {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(t.Parameters); err != nil {
+			return nil, fmt.Errorf("llm: chat completions: tool %q: %w", t.Name, err)
+		}
+		b = append(b, `,"parameters":`...)
+		b = append(b, bytes.TrimSuffix(buf.Bytes(), []byte{'\n'})...)
 	}
-	return w, nil
+	return append(b, `},"type":"function"}`...), nil
 }
 
 // appendJSONString appends s as a JSON string the way the SDK's encoder
-// (a copy of encoding/json with HTML escaping off) writes it.
+// (a copy of encoding/json with HTML escaping off) wrote it, which is
+// encoding/json's Encoder with SetEscapeHTML(false).
 func appendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
@@ -211,7 +223,7 @@ var toolSets struct {
 	m map[string][]Tool
 }
 
-// offeredTools is Tools(o) with each definition's SDK encoding made once
+// offeredTools is Tools(o) with each definition's encoding made once
 // and kept: the same tools are offered on every call of a role. The slice
 // and its tools are shared, never to be changed.
 func offeredTools(o ToolOptions) []Tool {
@@ -224,7 +236,7 @@ func offeredTools(o ToolOptions) []Tool {
 	}
 	ts = Tools(o)
 	for i := range ts {
-		// A tool the SDK cannot encode keeps no encoding: Chat then
+		// A tool that cannot be encoded keeps no encoding: Chat then
 		// encodes it per call and reports the error there.
 		ts[i].wire, _ = encodeTool(ts[i])
 	}

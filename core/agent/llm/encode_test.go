@@ -1,8 +1,11 @@
 package llm
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"runtime"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,81 +13,91 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/shared"
-
 	"github.com/silas-gateway/silas/core/agent/llm/llmtest"
 )
 
-// sdkBody is the body the client sent before encodeRequest: the SDK's
-// parameters built from req (buildParams) and encoded by their
-// MarshalJSON, which the SDK sent as it was.
-func sdkBody(req Request) ([]byte, error) {
-	p, err := buildParams(req)
-	if err != nil {
-		return nil, err
+// refBody is the body openai-go v3.96.0 (the SDK the client used
+// before) wrote for req, written by encoding/json from structs whose
+// members are in the SDK's order: the reference encodeRequest is held to
+// for any request. TestEncodeRequestMatchesSDK holds refBody to bodies the
+// SDK itself wrote (testdata/sdk_bodies.json).
+func refBody(req Request) ([]byte, error) {
+	type refFunction struct {
+		Arguments string `json:"arguments"`
+		Name      string `json:"name"`
 	}
-	return p.MarshalJSON()
-}
-
-// buildParams maps a Request onto the SDK's parameters, as Chat did before
-// it wrote the body itself: the reference encodeRequest is held to.
-func buildParams(req Request) (openai.ChatCompletionNewParams, error) {
-	var p openai.ChatCompletionNewParams
+	type refCall struct {
+		ID       string      `json:"id"`
+		Function refFunction `json:"function"`
+		Type     string      `json:"type"`
+	}
+	type refMessage struct {
+		Content    *string   `json:"content,omitempty"`
+		ToolCalls  []refCall `json:"tool_calls,omitempty"`
+		ToolCallID string    `json:"tool_call_id,omitempty"`
+		Role       Role      `json:"role"`
+	}
+	type refToolFunction struct {
+		Name        string         `json:"name"`
+		Description string         `json:"description,omitempty"`
+		Parameters  map[string]any `json:"parameters,omitzero"`
+	}
+	type refTool struct {
+		Function refToolFunction `json:"function"`
+		Type     string          `json:"type"`
+	}
+	type refRequest struct {
+		Messages   []refMessage `json:"messages"`
+		Model      string       `json:"model"`
+		ToolChoice any          `json:"tool_choice,omitempty"`
+		Tools      []refTool    `json:"tools,omitempty"`
+	}
 	if strings.TrimSpace(req.Model) == "" {
-		return p, errors.New("llm: chat completions: no model named")
+		return nil, errors.New("llm: chat completions: no model named")
 	}
 	if len(req.Messages) == 0 {
-		return p, errors.New("llm: chat completions: no messages")
+		return nil, errors.New("llm: chat completions: no messages")
 	}
-	p.Model = shared.ChatModel(req.Model)
+	r := refRequest{Model: req.Model}
 	for i, m := range req.Messages {
+		rm := refMessage{Role: m.Role}
 		switch m.Role {
-		case RoleSystem:
-			p.Messages = append(p.Messages, openai.SystemMessage(m.Content))
-		case RoleUser:
-			p.Messages = append(p.Messages, openai.UserMessage(m.Content))
+		case RoleSystem, RoleUser:
+			rm.Content = &m.Content
 		case RoleTool:
 			if m.ToolCallID == "" {
-				return p, fmt.Errorf("llm: chat completions: message %d is a tool result without a tool call id", i)
+				return nil, fmt.Errorf("llm: chat completions: message %d is a tool result without a tool call id", i)
 			}
-			p.Messages = append(p.Messages, openai.ToolMessage(m.Content, m.ToolCallID))
+			rm.Content, rm.ToolCallID = &m.Content, m.ToolCallID
 		case RoleAssistant:
-			a := openai.ChatCompletionAssistantMessageParam{}
 			if m.Content != "" {
-				a.Content.OfString = openai.String(m.Content)
+				rm.Content = &m.Content
 			}
 			for _, tc := range m.ToolCalls {
-				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-						ID:       tc.ID,
-						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
-					},
-				})
+				rm.ToolCalls = append(rm.ToolCalls, refCall{ID: tc.ID, Function: refFunction{Arguments: tc.Arguments, Name: tc.Name}, Type: "function"})
 			}
-			p.Messages = append(p.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
 		default:
-			return p, fmt.Errorf("llm: chat completions: message %d has unknown role %q", i, m.Role)
+			return nil, fmt.Errorf("llm: chat completions: message %d has unknown role %q", i, m.Role)
 		}
+		r.Messages = append(r.Messages, rm)
 	}
 	for _, t := range req.Tools {
-		fd := shared.FunctionDefinitionParam{Name: t.Name, Parameters: shared.FunctionParameters(t.Parameters)}
-		if t.Description != "" {
-			fd.Description = openai.String(t.Description)
-		}
-		p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(fd))
+		r.Tools = append(r.Tools, refTool{Function: refToolFunction{Name: t.Name, Description: t.Description, Parameters: t.Parameters}, Type: "function"})
 	}
 	switch req.ToolChoice {
 	case "":
 	case "auto", "none", "required":
-		p.ToolChoice.OfAuto = openai.String(req.ToolChoice)
+		r.ToolChoice = req.ToolChoice
 	default:
-		p.ToolChoice.OfFunctionToolChoice = &openai.ChatCompletionNamedToolChoiceParam{
-			Function: openai.ChatCompletionNamedToolChoiceFunctionParam{Name: req.ToolChoice},
-		}
+		r.ToolChoice = map[string]any{"function": map[string]string{"name": req.ToolChoice}, "type": "function"}
 	}
-	return p, nil
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // encodeCases are requests of every shape Chat sends: each role, empty
@@ -122,13 +135,62 @@ func oddCases() []Request {
 	}
 }
 
+// fixedCases are requests of every shape whose bodies openai-go v3.96.0
+// wrote into testdata/sdk_bodies.json (fixed texts and tools, unlike
+// encodeCases, whose prompts and tool set change with the code).
+func fixedCases() []Request {
+	tricky := "quotes \" backslash \\ <html> & 'apos' \u2028 \u2029 é 日本 😀 \x00 \x01 \x08 \x0c \x1f \x7f \n\r\t bad utf8 \xff\xfe \xe2\x82 end"
+	calls := []ToolCall{{ID: "call_1", Name: "shell", Arguments: `{"argv":["echo","<hi>"],"intent":"Say \"hi\""}`}, {ID: "call_2", Name: "read_file", Arguments: "{}"}}
+	schema := map[string]any{"type": "object", "required": []any{"argv", "intent"}, "additionalProperties": false,
+		"properties": map[string]any{"argv": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "minItems": 1.0, "maxItems": 64},
+			"intent": map[string]any{"type": "string", "description": "Why, in <one> line & \u2028 no more", "pattern": "^[^\\n]+$"}}}
+	tools := []Tool{{Name: "shell", Description: "Run a command <argv> & report.\nQuoted \"x\"", Parameters: schema},
+		{Name: "only"}, {Name: "empty", Parameters: map[string]any{}},
+		{Name: "t", Description: tricky, Parameters: map[string]any{"type": "object", "b": 1.5, "a": []string{"<", "&"}, "n": nil, "z": true, "big": 1e21, "small": 1e-7, "neg": 0.0}}}
+	return append([]Request{
+		{Model: "gpt-4o-mini", Messages: []Message{{Role: RoleSystem, Content: "You are <the proxy>.\n"}, {Role: RoleUser, Content: tricky}}, Tools: tools[:1], ToolChoice: "auto"},
+		{Model: "m", Messages: []Message{{Role: RoleSystem, Content: "exec"}, {Role: RoleUser, Content: "step"},
+			{Role: RoleAssistant, ToolCalls: calls}, {Role: RoleTool, ToolCallID: "call_1", Content: tricky}, {Role: RoleTool, ToolCallID: "call_2", Content: ""},
+			{Role: RoleAssistant, Content: "text and a call", ToolCalls: calls[:1]}, {Role: RoleTool, ToolCallID: "call_1", Content: "ok"},
+			{Role: RoleAssistant, Content: tricky}, {Role: RoleUser, Content: ""}, {Role: RoleSystem, Content: ""}},
+			Tools: tools, ToolChoice: "required"},
+		{Model: "m\"<odd>", Messages: []Message{{Role: RoleUser, Content: "x"}}, Tools: tools[1:], ToolChoice: "only"},
+		{Model: "m", Messages: []Message{{Role: RoleUser, Content: "x"}}, Tools: tools, ToolChoice: "none"},
+	}, oddCases()...)
+}
+
 // The body Chat writes is, byte for byte, the one the SDK wrote from the
-// same request; and a bad request fails with the same error.
+// same request (its own bodies for fixedCases, refBody for every shape of
+// request with today's prompts and tools); and a bad request fails with
+// the same error.
 func TestEncodeRequestMatchesSDK(t *testing.T) {
 	t.Parallel()
-	for i, req := range append(encodeCases(), oddCases()...) {
+	raw, err := os.ReadFile("testdata/sdk_bodies.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sdk []string
+	if err := json.Unmarshal(raw, &sdk); err != nil {
+		t.Fatal(err)
+	}
+	fixed := fixedCases()
+	if len(sdk) != len(fixed) {
+		t.Fatalf("%d recorded bodies for %d fixed cases", len(sdk), len(fixed))
+	}
+	for i, req := range fixed {
+		for name, enc := range map[string]func(Request) ([]byte, error){"encodeRequest": encodeRequest, "refBody": refBody} {
+			got, err := enc(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != sdk[i] {
+				t.Errorf("fixed case %d: %s differs from the SDK's body:\n got %s\nwant %s", i, name, got, sdk[i])
+			}
+		}
+	}
+	for i, req := range encodeCases() {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			want, err := sdkBody(req)
+			want, err := refBody(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -141,17 +203,20 @@ func TestEncodeRequestMatchesSDK(t *testing.T) {
 			}
 		})
 	}
-	bad := []Request{
-		{Model: " ", Messages: []Message{{Role: RoleUser, Content: "x"}}},
-		{Model: "m"},
-		{Model: "m", Messages: []Message{{Role: RoleUser, Content: "x"}, {Role: RoleTool, Content: "no id"}}},
-		{Model: "m", Messages: []Message{{Role: "developer", Content: "x"}}},
+	bad := []struct {
+		req  Request
+		want string
+	}{
+		{Request{Model: " ", Messages: []Message{{Role: RoleUser, Content: "x"}}}, "llm: chat completions: no model named"},
+		{Request{Model: "m"}, "llm: chat completions: no messages"},
+		{Request{Model: "m", Messages: []Message{{Role: RoleUser, Content: "x"}, {Role: RoleTool, Content: "no id"}}}, "llm: chat completions: message 1 is a tool result without a tool call id"},
+		{Request{Model: "m", Messages: []Message{{Role: "developer", Content: "x"}}}, `llm: chat completions: message 0 has unknown role "developer"`},
 	}
-	for i, req := range bad {
-		_, werr := sdkBody(req)
-		_, gerr := encodeRequest(req)
-		if werr == nil || gerr == nil || werr.Error() != gerr.Error() {
-			t.Errorf("bad request %d: error %v, want %v", i, gerr, werr)
+	for i, tt := range bad {
+		_, rerr := refBody(tt.req)
+		_, gerr := encodeRequest(tt.req)
+		if rerr == nil || gerr == nil || gerr.Error() != tt.want || rerr.Error() != tt.want {
+			t.Errorf("bad request %d: error %v (reference %v), want %s", i, gerr, rerr, tt.want)
 		}
 	}
 }
@@ -185,14 +250,16 @@ func TestChatSendsTheSDKsBody(t *testing.T) {
 		}
 	}
 	for i, req := range cases {
-		want, _ := sdkBody(req)
+		want, _ := refBody(req)
 		if !got[string(want)] {
 			t.Errorf("case %d: the endpoint never received the SDK's body %s", i, want)
 		}
 	}
 }
 
-// Any text is escaped as the SDK escapes it (the seeds run as a test).
+// Any text is escaped as the SDK escaped it: as encoding/json's Encoder
+// with HTML escaping off (the SDK's encoder is a copy of it; the seeds run
+// as a test).
 func FuzzAppendJSONString(f *testing.F) {
 	for _, s := range []string{"", "plain", "\"\\/", "<>&", "\u2028\u2029", "\xff", "\xe2\x80", "é😀", "\x00\x1f\x7f", "\b\f\n\r\t"} {
 		f.Add(s)
@@ -202,13 +269,15 @@ func FuzzAppendJSONString(f *testing.F) {
 		f.Add("x" + string([]byte{byte(c), 0x80, byte(255 - c)}) + "\u2028y")
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		want, err := openai.UserMessage(s).MarshalJSON()
-		if err != nil {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
 			t.Fatal(err)
 		}
-		got := `{"content":` + string(appendJSONString(nil, s)) + `,"role":"user"}`
-		if got != string(want) {
-			t.Fatalf("%q: got %s, want %s", s, got, want)
+		got := string(appendJSONString(nil, s)) + "\n"
+		if got != want.String() {
+			t.Fatalf("%q: got %s, want %s", s, got, want.String())
 		}
 	})
 }
@@ -240,46 +309,45 @@ func TestOfferedToolsCached(t *testing.T) {
 }
 
 // The request Chat makes carries the headers the SDK's chat service sent
-// — the key as a bearer token, or no Authorization without one — and the
-// same body.
+// (recorded from openai-go v3.96.0) — the key as a bearer token, or no
+// Authorization without one — and the same body.
 func TestChatSendsTheSDKsHeaders(t *testing.T) {
 	t.Parallel()
 	for _, key := range []string{"sk-test-key-1234", ""} {
 		fake := llmtest.New(t, key, "m")
-		c, err := New(Config{BaseURL: fake.BaseURL(), APIKey: key, Timeout: 10 * time.Second})
+		c, err := New(Config{BaseURL: fake.BaseURL(), APIKey: key, Timeout: 90 * time.Second})
 		if err != nil {
 			t.Fatal(err)
-		}
-		opts := []option.RequestOption{option.WithBaseURL(fake.BaseURL() + "/"), option.WithMaxRetries(0)}
-		if key != "" {
-			opts = append(opts, option.WithAPIKey(key))
 		}
 		req := Request{Model: "m", Messages: []Message{{Role: RoleUser, Content: "hi <there>"}}, Tools: offeredTools(ToolOptions{}), ToolChoice: "auto"}
-		params, err := buildParams(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fake.Script(llmtest.Reply{Content: "one"}, llmtest.Reply{Content: "two"})
-		svc := openai.NewChatCompletionService(opts...)
-		if _, err := svc.New(context.Background(), params); err != nil {
-			t.Fatal(err)
-		}
+		fake.Script(llmtest.Reply{Content: "one"})
 		if _, err := c.Chat(context.Background(), req); err != nil {
 			t.Fatal(err)
 		}
-		reqs := fake.Requests()
-		sdk, ours := reqs[0], reqs[1]
-		if ours.Body != sdk.Body {
-			t.Fatalf("key %q: body %s, the SDK's %s", key, ours.Body, sdk.Body)
+		got := fake.Requests()[0]
+		if want, _ := refBody(req); got.Body != string(want) {
+			t.Fatalf("key %q: body %s, the SDK's %s", key, got.Body, want)
 		}
-		for _, h := range []http.Header{sdk.Header, ours.Header} {
-			h.Del("X-Stainless-Timeout") // llm.timeout, set by New only
+		want := http.Header{
+			"Accept":                      {"application/json"},
+			"Accept-Encoding":             {"gzip"},
+			"Content-Length":              {fmt.Sprint(len(got.Body))},
+			"Content-Type":                {"application/json"},
+			"User-Agent":                  {"OpenAI/Go 3.96.0"},
+			"X-Stainless-Arch":            {map[string]string{"amd64": "x64", "386": "x32", "arm64": "arm64", "arm": "arm"}[runtime.GOARCH]},
+			"X-Stainless-Lang":            {"go"},
+			"X-Stainless-Os":              {map[string]string{"linux": "Linux", "darwin": "MacOS", "windows": "Windows", "freebsd": "FreeBSD"}[runtime.GOOS]},
+			"X-Stainless-Package-Version": {"3.96.0"},
+			"X-Stainless-Retry-Count":     {"0"},
+			"X-Stainless-Runtime":         {"go"},
+			"X-Stainless-Runtime-Version": {runtime.Version()},
+			"X-Stainless-Timeout":         {"90"},
 		}
-		if fmt.Sprint(ours.Header) != fmt.Sprint(sdk.Header) {
-			t.Fatalf("key %q: headers\n%v\nthe SDK's\n%v", key, ours.Header, sdk.Header)
+		if key != "" {
+			want.Set("Authorization", "Bearer "+key)
 		}
-		if got := ours.Header.Get("Authorization"); (key == "") != (got == "") {
-			t.Fatalf("key %q: Authorization %q", key, got)
+		if fmt.Sprint(got.Header) != fmt.Sprint(want) {
+			t.Fatalf("key %q: headers\n%v\nthe SDK's\n%v", key, got.Header, want)
 		}
 	}
 }
