@@ -367,10 +367,22 @@ func shorten(s string, n int) string {
 // (BENCHMARKS.md "Issue 26 — turns").
 const maxIdlePerHost = 64
 
+// writeBuffer is the size of each connection's write buffer. A request
+// (headers and body) that fits is sent in one write to the socket: with
+// the default 4 kB, a chat-completions request — the prompt, the tool
+// definitions and the history, 4–10 kB — took two or three, and each
+// write to a local endpoint cost the gateway a system call and the
+// kernel's delivery (BENCHMARKS.md "Issue 26 — LLM path"). It is
+// allocated per open connection: a few in practice, maxIdlePerHost at
+// most.
+const writeBuffer = 32 << 10
+
 // keepAliveTransport is http.DefaultTransport's configuration (proxy from
-// the environment, timeouts, HTTP/2) with maxIdlePerHost idle connections.
+// the environment, timeouts, HTTP/2) with maxIdlePerHost idle connections
+// and a write buffer that holds a whole request.
 func keepAliveTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.WriteBufferSize = writeBuffer
 	t.MaxIdleConnsPerHost = maxIdlePerHost
 	if t.MaxIdleConns < maxIdlePerHost {
 		t.MaxIdleConns = maxIdlePerHost

@@ -130,3 +130,26 @@ func TestRedirectStaysOnOrigin(t *testing.T) {
 		t.Fatalf("ListModels = %v, %v", ids, err)
 	}
 }
+
+// The proxy's request with a full history window of ordinary messages
+// fits the connection's write buffer with room for the headers, so it
+// goes to the endpoint in one write (writeBuffer says why).
+func TestWriteBufferHoldsARequest(t *testing.T) {
+	t.Parallel()
+	msgs := []Message{{Role: RoleSystem, Content: ProxyPrompt}}
+	for i := range DefaultHistoryMessages {
+		role := RoleUser
+		if i%2 == 1 {
+			role = RoleAssistant
+		}
+		msgs = append(msgs, Message{Role: role, Content: strings.Repeat("an ordinary chat message ", 12)})
+	}
+	body, err := encodeRequest(Request{Model: "gpt-4o-mini", Messages: msgs, Tools: offeredTools(ToolOptions{Planner: true}), ToolChoice: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const headers = 1 << 10
+	if got := keepAliveTransport().WriteBufferSize; len(body)+headers > got {
+		t.Fatalf("a %d-byte request and its headers do not fit the %d-byte write buffer", len(body), got)
+	}
+}
