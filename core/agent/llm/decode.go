@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -278,14 +279,15 @@ func scanNumber(b []byte, i int) (int, error) {
 }
 
 // members calls f with each member of the object v (scan checked it),
-// in order, until f returns false. A member named twice is passed twice:
-// callers keep the first (see firstOf).
-func (v jval) members(f func(key string, val jval) bool) {
+// in order, until f returns false; key is the member's name as written
+// (quoted, escapes and all: see keyIs). A member named twice is passed
+// twice: fields keeps the first.
+func (v jval) members(f func(key []byte, val jval) bool) {
 	b := v.raw
 	i := skipSpace(b, 1)
 	for i < len(b) && b[i] == '"' {
 		kend, _ := scanString(b, i)
-		key := unquote(b[i:kend])
+		key := b[i:kend]
 		i = skipSpace(b, kend)
 		i = skipSpace(b, i+1) // the colon
 		vend, _ := scanValue(b, i, 0)
@@ -317,9 +319,9 @@ func (v jval) elements(f func(val jval)) {
 // of each name; a member not there stays the zero jval (kindNull).
 func (v jval) fields(names []string, out []jval) {
 	seen := 0
-	v.members(func(key string, val jval) bool {
+	v.members(func(key []byte, val jval) bool {
 		for i, n := range names {
-			if key == n && out[i].raw == nil {
+			if out[i].raw == nil && keyIs(key, n) {
 				out[i] = val
 				seen++
 				break
@@ -327,6 +329,16 @@ func (v jval) fields(names []string, out []jval) {
 		}
 		return seen < len(names)
 	})
+}
+
+// keyIs reports whether the quoted member name key is name, without
+// allocating unless the name has escapes.
+func keyIs(key []byte, name string) bool {
+	inner := key[1 : len(key)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner) == name
+	}
+	return unquote(key) == name
 }
 
 // text is v read as text (the SDK's leniency: see the file comment).
