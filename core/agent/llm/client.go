@@ -251,7 +251,7 @@ func (c *Client) ListModels(ctx context.Context) ([]string, error) {
 	}
 	ids, err := decodeModels(body)
 	if err != nil {
-		return nil, c.wrap(ctx, "list models", fmt.Errorf("the answer is not JSON: %w", err))
+		return nil, c.wrap(ctx, "list models", notJSON(err))
 	}
 	return ids, nil
 }
@@ -269,8 +269,8 @@ func (c *Client) Chat(ctx context.Context, req Request) (Response, error) {
 	raw, err := c.do(ctx, c.chat, body)
 	var res decodedChat
 	if err == nil {
-		if res, err = decodeChat(raw); err != nil && !errors.Is(err, errNotObject) {
-			err = fmt.Errorf("the answer is not JSON: %w", err)
+		if res, err = decodeChat(raw); err != nil {
+			err = notJSON(err)
 		}
 	}
 	took := time.Since(start)

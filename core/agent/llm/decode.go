@@ -569,6 +569,15 @@ type decodedChat struct {
 // errNotObject is an answer that is JSON but not an object.
 var errNotObject = errors.New("the answer is not a JSON object")
 
+// notJSON says what a decoding error means: the answer is not JSON (a
+// syntax error) or not an object.
+func notJSON(err error) error {
+	if errors.Is(err, errNotObject) {
+		return err
+	}
+	return fmt.Errorf("the answer is not JSON: %w", err)
+}
+
 // decodeChat reads a chat-completions answer (see the file comment).
 func decodeChat(body []byte) (decodedChat, error) {
 	var d decodedChat
