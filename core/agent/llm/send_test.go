@@ -153,3 +153,27 @@ func TestWriteBufferHoldsARequest(t *testing.T) {
 		t.Fatalf("a %d-byte request and its headers do not fit the %d-byte write buffer", len(body), got)
 	}
 }
+
+// An answer that is not JSON, or not an object, fails Chat and ListModels
+// with an error that says so.
+func TestAnswerNotJSON(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{`{"choices":[`: "the answer is not JSON: unexpected end of JSON input", `[]`: "the answer is not a JSON object"} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(body))
+		}))
+		c, err := New(Config{BaseURL: srv.URL + "/v1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, cerr := c.Chat(context.Background(), Request{Model: "m", Messages: []Message{{Role: RoleUser, Content: "hi"}}})
+		_, lerr := c.ListModels(context.Background())
+		srv.Close()
+		for _, err := range []error{cerr, lerr} {
+			if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "not JSON: the answer") {
+				t.Errorf("%s: err = %v, want %q", body, err, want)
+			}
+		}
+	}
+}

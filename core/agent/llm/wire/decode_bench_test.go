@@ -1,4 +1,4 @@
-package llm
+package wire
 
 import (
 	"encoding/json"
@@ -28,7 +28,7 @@ func BenchmarkDecodeChat(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if d, err := decodeChat(c.body); err != nil || d.Choices != 1 {
+				if d, err := DecodeChat(c.body); err != nil || d.Choices != 1 {
 					b.Fatal(d, err)
 				}
 			}
