@@ -11,8 +11,10 @@ import (
 // before it touched (internal/memtrim): serve calls it when it starts —
 // after every linked package's initialisation, the SDKs of disabled
 // platforms' included — and once it is serving.
-func trimExecutable(log *slog.Logger) {
-	n, err := memtrim.Executable()
+func trimExecutable(log *slog.Logger) { trimWith(log, memtrim.Executable) }
+
+func trimWith(log *slog.Logger, trim func() (int64, error)) {
+	n, err := trim()
 	if err != nil {
 		// Only the resident set is at stake, never behaviour.
 		log.Debug("could not give back the executable's start-up pages", slog.Any("err", err))
@@ -23,8 +25,10 @@ func trimExecutable(log *slog.Logger) {
 
 // settleStartup runs once serve is serving: start-up's garbage must not
 // set the heap goal (internal/gcdefault), and the code and data only
-// start-up ran need not stay resident.
+// start-up ran need not stay resident — nor, mapped back by a later fault,
+// their cached neighbours (memtrim.ExecutableUncached: from here on the
+// gateway touches its working set only).
 func settleStartup(log *slog.Logger) {
 	gcdefault.Settle()
-	trimExecutable(log)
+	trimWith(log, memtrim.ExecutableUncached)
 }

@@ -9,7 +9,7 @@ import (
 
 	"cel.dev/cel-go/cel"
 	"github.com/google/jsonschema-go/jsonschema"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 type kind int

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"cel.dev/cel-go/cel"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // Options change what Load accepts.

@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/silas-gateway/silas/adapters/discord"
 	"github.com/silas-gateway/silas/adapters/slack"

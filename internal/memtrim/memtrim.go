@@ -9,7 +9,10 @@
 // time). Half the gateway's peak resident set was such clean pages of its
 // own binary, most of them never used again (BENCHMARKS.md "Issue 26 —
 // RSS (this session)"). Dropped, they stay in the page cache: what is used
-// again maps back with a minor fault.
+// again maps back with a minor fault. ExecutableUncached, for a process
+// past its start-up, also takes the binary's pages that no process maps
+// out of the page cache, so that what maps back is what is used, not its
+// cached neighbours.
 //
 // It must never drop a page whose contents differ from the file: it
 // touches only the executable's read-only mappings, and only those

@@ -10,13 +10,32 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Executable drops the resident pages of the running executable's
 // read-only mappings (code, read-only data) from this process's page
 // tables (madvise MADV_DONTNEED; the page cache keeps them). It returns
 // how many bytes were resident in the mappings it dropped.
-func Executable() (int64, error) {
+func Executable() (int64, error) { return trim(false) }
+
+// ExecutableUncached is Executable for a process past its start-up, that
+// will touch only its working set from now on: it also makes each later
+// fault on those mappings map the one page it needs (MADV_RANDOM: no
+// read-ahead) and takes the executable's pages that no process maps out
+// of the page cache (POSIX_FADV_DONTNEED).
+//
+// Why: a fault maps every page the page cache holds around it (64 kB of
+// fault-around, or the whole large folio read-ahead built), so with the
+// binary cached whole a gateway touching 7 MB of it kept 25 MB resident
+// (BENCHMARKS.md "Issue 26 — RSS"). Read back one page at a time, what
+// it maps is what it touches, plus what other processes running the
+// binary (the sandbox's zygote) keep cached. The price: each page of the
+// working set is read from disk once, at its first use after this call.
+func ExecutableUncached() (int64, error) { return trim(true) }
+
+func trim(uncache bool) (int64, error) {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
 		return 0, fmt.Errorf("memtrim: %w", err)
@@ -30,12 +49,44 @@ func Executable() (int64, error) {
 		if !m.droppable(exe) {
 			continue
 		}
-		if _, _, errno := syscall.Syscall(syscall.SYS_MADVISE, m.start, m.end-m.start, syscall.MADV_DONTNEED); errno != 0 {
-			return dropped, fmt.Errorf("memtrim: madvise %#x-%#x: %w", m.start, m.end, errno)
+		// MADV_RANDOM first: a fault between the two calls reads one page.
+		if uncache {
+			if err := madvise(m, syscall.MADV_RANDOM); err != nil {
+				return dropped, err
+			}
+		}
+		if err := madvise(m, syscall.MADV_DONTNEED); err != nil {
+			return dropped, err
 		}
 		dropped += m.rss
 	}
-	return dropped, nil
+	if !uncache {
+		return dropped, nil
+	}
+	// /proc/self/exe opens the file this process runs even when an
+	// upgrade replaced the path.
+	return dropped, uncacheFile("/proc/self/exe")
+}
+
+// uncacheFile takes path's pages that no process maps out of the page
+// cache.
+func uncacheFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("memtrim: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return fmt.Errorf("memtrim: fadvise %s: %w", path, err)
+	}
+	return nil
+}
+
+func madvise(m mapping, advice int) error {
+	if _, _, errno := syscall.Syscall(syscall.SYS_MADVISE, m.start, m.end-m.start, uintptr(advice)); errno != 0 {
+		return fmt.Errorf("memtrim: madvise(%d) %#x-%#x: %w", advice, m.start, m.end, errno)
+	}
+	return nil
 }
 
 // mapping is one entry of /proc/self/smaps.

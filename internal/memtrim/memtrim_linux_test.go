@@ -4,7 +4,13 @@ package memtrim
 
 import (
 	"os"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 const sample = `00400000-020dc000 r-xp 00000000 fe:00 11855841                           /usr/bin/silas
@@ -100,4 +106,78 @@ func TestExecutable(t *testing.T) {
 		t.Fatalf("dropped %d bytes; resident %d before, %d after", dropped, before, after)
 	}
 	t.Logf("dropped %d kB; resident %d kB before, %d kB after", dropped>>10, before>>10, after>>10)
+}
+
+// TestExecutableUncached: after the call, later faults on the code read
+// no read-ahead: the mapping is marked random-read ("rr" in smaps).
+func TestExecutableUncached(t *testing.T) {
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ExecutableUncached(); err != nil {
+		t.Fatal(err)
+	}
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	random, inExeCode := false, false
+	for _, line := range strings.Split(string(smaps), "\n") {
+		if f := strings.Fields(line); len(f) >= 6 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
+			inExeCode = f[1] == "r-xp" && strings.TrimSpace(line[strings.Index(line, f[5]):]) == exe
+			continue
+		}
+		if inExeCode && strings.HasPrefix(line, "VmFlags:") {
+			random = slices.Contains(strings.Fields(line)[1:], "rr")
+		}
+	}
+	if !random {
+		t.Error("the executable's code is not marked random-read after ExecutableUncached")
+	}
+}
+
+// TestUncacheFile: a file's pages that nobody maps leave the page cache
+// (mincore on a mapping nobody touched reports the cache's pages). The
+// file is synced first: dirty pages stay until written back.
+func TestUncacheFile(t *testing.T) {
+	path := t.TempDir() + "/f"
+	page := os.Getpagesize()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(make([]byte, 64*page)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, 64*page, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	cached := func() int {
+		vec := make([]byte, 64)
+		if _, _, errno := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+			t.Fatal(errno)
+		}
+		n := 0
+		for _, v := range vec {
+			n += int(v & 1)
+		}
+		return n
+	}
+	before := cached()
+	if before == 0 {
+		t.Skip("the file's pages did not stay in the page cache: nothing to drop")
+	}
+	if err := uncacheFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if after := cached(); after != 0 {
+		t.Errorf("pages in the page cache: %d before, %d after", before, after)
+	}
 }
