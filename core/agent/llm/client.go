@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/codes"
 
+	"github.com/silas-gateway/silas/core/agent/llm/wire"
 	"github.com/silas-gateway/silas/core/tracing"
 )
 
@@ -249,9 +250,9 @@ func (c *Client) ListModels(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, c.wrap(ctx, "list models", err)
 	}
-	ids, err := decodeModels(body)
+	ids, err := wire.DecodeModels(body)
 	if err != nil {
-		return nil, c.wrap(ctx, "list models", fmt.Errorf("the answer is not JSON: %w", err))
+		return nil, c.wrap(ctx, "list models", err)
 	}
 	return ids, nil
 }
@@ -267,11 +268,9 @@ func (c *Client) Chat(ctx context.Context, req Request) (Response, error) {
 	defer span.End()
 	start := time.Now()
 	raw, err := c.do(ctx, c.chat, body)
-	var res decodedChat
+	var res wire.Chat
 	if err == nil {
-		if res, err = decodeChat(raw); err != nil && !errors.Is(err, errNotObject) {
-			err = fmt.Errorf("the answer is not JSON: %w", err)
-		}
+		res, err = wire.DecodeChat(raw)
 	}
 	took := time.Since(start)
 	if span.IsRecording() {
@@ -297,13 +296,13 @@ func (c *Client) Chat(ctx context.Context, req Request) (Response, error) {
 		Content:      res.Content,
 		Refusal:      res.Refusal,
 		FinishReason: res.FinishReason,
-		Usage:        res.Usage,
+		Usage:        Usage{PromptTokens: res.Usage.PromptTokens, CompletionTokens: res.Usage.CompletionTokens, TotalTokens: res.Usage.TotalTokens},
 	}
 	for _, tc := range res.ToolCalls {
 		if tc.Type != "" && tc.Type != "function" {
 			return Response{}, fmt.Errorf("llm: chat completions: %s called a %q tool; only function tools are offered", req.Model, tc.Type)
 		}
-		out.ToolCalls = append(out.ToolCalls, tc.ToolCall)
+		out.ToolCalls = append(out.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
 	}
 	c.log.Debug("model call", slog.String("model", req.Model), slog.Duration("took", took),
 		slog.Int64("prompt_tokens", out.Usage.PromptTokens), slog.Int64("completion_tokens", out.Usage.CompletionTokens),
@@ -316,7 +315,7 @@ func (c *Client) Chat(ctx context.Context, req Request) (Response, error) {
 func (c *Client) wrap(ctx context.Context, op string, err error) error {
 	var f *apiFailure
 	if errors.As(err, &f) {
-		msg, code, typ := apiErrorText(f.body)
+		msg, code, typ := wire.ErrorText(f.body)
 		return &APIError{Op: op, Status: f.status, Code: c.scrub(code), Type: c.scrub(typ), Message: c.scrub(shorten(msg, 300))}
 	}
 	msg := err.Error()
@@ -367,10 +366,22 @@ func shorten(s string, n int) string {
 // (BENCHMARKS.md "Issue 26 — turns").
 const maxIdlePerHost = 64
 
+// writeBuffer is the size of each connection's write buffer. A request
+// (headers and body) that fits is sent in one write to the socket: with
+// the default 4 kB, a chat-completions request — the prompt, the tool
+// definitions and the history, 4–10 kB — took two or three, and each
+// write to a local endpoint cost the gateway a system call and the
+// kernel's delivery (BENCHMARKS.md "Issue 26 — LLM path"). It is
+// allocated per open connection: a few in practice, maxIdlePerHost at
+// most.
+const writeBuffer = 32 << 10
+
 // keepAliveTransport is http.DefaultTransport's configuration (proxy from
-// the environment, timeouts, HTTP/2) with maxIdlePerHost idle connections.
+// the environment, timeouts, HTTP/2) with maxIdlePerHost idle connections
+// and a write buffer that holds a whole request.
 func keepAliveTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.WriteBufferSize = writeBuffer
 	t.MaxIdleConnsPerHost = maxIdlePerHost
 	if t.MaxIdleConns < maxIdlePerHost {
 		t.MaxIdleConns = maxIdlePerHost

@@ -130,3 +130,50 @@ func TestRedirectStaysOnOrigin(t *testing.T) {
 		t.Fatalf("ListModels = %v, %v", ids, err)
 	}
 }
+
+// The proxy's request with a full history window of ordinary messages
+// fits the connection's write buffer with room for the headers, so it
+// goes to the endpoint in one write (writeBuffer says why).
+func TestWriteBufferHoldsARequest(t *testing.T) {
+	t.Parallel()
+	msgs := []Message{{Role: RoleSystem, Content: ProxyPrompt}}
+	for i := range DefaultHistoryMessages {
+		role := RoleUser
+		if i%2 == 1 {
+			role = RoleAssistant
+		}
+		msgs = append(msgs, Message{Role: role, Content: strings.Repeat("an ordinary chat message ", 12)})
+	}
+	body, err := encodeRequest(Request{Model: "gpt-4o-mini", Messages: msgs, Tools: offeredTools(ToolOptions{Planner: true}), ToolChoice: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const headers = 1 << 10
+	if got := keepAliveTransport().WriteBufferSize; len(body)+headers > got {
+		t.Fatalf("a %d-byte request and its headers do not fit the %d-byte write buffer", len(body), got)
+	}
+}
+
+// An answer that is not JSON, or not an object, fails Chat and ListModels
+// with an error that says so.
+func TestAnswerNotJSON(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{`{"choices":[`: "the answer is not JSON: unexpected end of JSON input", `[]`: "the answer is not a JSON object"} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(body))
+		}))
+		c, err := New(Config{BaseURL: srv.URL + "/v1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, cerr := c.Chat(context.Background(), Request{Model: "m", Messages: []Message{{Role: RoleUser, Content: "hi"}}})
+		_, lerr := c.ListModels(context.Background())
+		srv.Close()
+		for _, err := range []error{cerr, lerr} {
+			if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "not JSON: the answer") {
+				t.Errorf("%s: err = %v, want %q", body, err, want)
+			}
+		}
+	}
+}

@@ -1,6 +1,17 @@
-package llm
+// Package wire reads the answers of an OpenAI-compatible endpoint — a
+// chat completion, the model list, an error answer — out of their JSON
+// bodies, by hand and without reflection, as openai-go v3 (the SDK the
+// model client replaced) read them. It is its own package so that its
+// fuzz target, which gets outside input, can run (core/agent/llm's tests
+// link the sandbox, which go test -fuzz cannot build).
+//
+// What this package must never do: panic or fail to return on any body,
+// read more than the first JSON value, or decide anything about what an
+// answer means — core/agent/llm does.
+package wire
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -30,7 +41,8 @@ import (
 //
 // TestDecodeMatchesSDK holds these rules to the SDK's answers, recorded in
 // testdata/sdk_answers.json; FuzzDecodeChat checks any body decodes
-// without a panic.
+// without a panic. Chat, not this package, applies what an answer means
+// (no choices, a tool call of another type).
 
 // maxDepth is how deeply arrays and objects may nest, as in encoding/json.
 const maxDepth = 10000
@@ -278,14 +290,15 @@ func scanNumber(b []byte, i int) (int, error) {
 }
 
 // members calls f with each member of the object v (scan checked it),
-// in order, until f returns false. A member named twice is passed twice:
-// callers keep the first (see firstOf).
-func (v jval) members(f func(key string, val jval) bool) {
+// in order, until f returns false; key is the member's name as written
+// (quoted, escapes and all: see keyIs). A member named twice is passed
+// twice: fields keeps the first.
+func (v jval) members(f func(key []byte, val jval) bool) {
 	b := v.raw
 	i := skipSpace(b, 1)
 	for i < len(b) && b[i] == '"' {
 		kend, _ := scanString(b, i)
-		key := unquote(b[i:kend])
+		key := b[i:kend]
 		i = skipSpace(b, kend)
 		i = skipSpace(b, i+1) // the colon
 		vend, _ := scanValue(b, i, 0)
@@ -317,9 +330,9 @@ func (v jval) elements(f func(val jval)) {
 // of each name; a member not there stays the zero jval (kindNull).
 func (v jval) fields(names []string, out []jval) {
 	seen := 0
-	v.members(func(key string, val jval) bool {
+	v.members(func(key []byte, val jval) bool {
 		for i, n := range names {
-			if key == n && out[i].raw == nil {
+			if out[i].raw == nil && keyIs(key, n) {
 				out[i] = val
 				seen++
 				break
@@ -327,6 +340,16 @@ func (v jval) fields(names []string, out []jval) {
 		}
 		return seen < len(names)
 	})
+}
+
+// keyIs reports whether the quoted member name key is name, without
+// allocating unless the name has escapes.
+func keyIs(key []byte, name string) bool {
+	inner := key[1 : len(key)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner) == name
+	}
+	return unquote(key) == name
 }
 
 // text is v read as text (the SDK's leniency: see the file comment).
@@ -537,39 +560,56 @@ var (
 	modelNames      = []string{"id"}
 )
 
-// decodedCall is one tool call of an answer with the type it named.
-type decodedCall struct {
-	Type string
-	ToolCall
+// Call is one tool call of an answer: its id, the type it named
+// ("function", or empty, for the only kind Silas offers) and the
+// function's name and arguments (the JSON text the model wrote).
+type Call struct {
+	ID, Type, Name, Arguments string
 }
 
-// decodedChat is what Chat uses of a chat-completions answer.
-type decodedChat struct {
+// Usage is the token counts an answer reported.
+type Usage struct {
+	PromptTokens, CompletionTokens, TotalTokens int64
+}
+
+// Chat is what a chat-completions answer says: how many choices it has
+// and the first one's message.
+type Chat struct {
 	Model        string
 	Choices      int
 	Content      string
 	Refusal      string
 	FinishReason string
-	ToolCalls    []decodedCall
+	ToolCalls    []Call
 	Usage        Usage
 }
 
-// errNotObject is an answer that is JSON but not an object.
-var errNotObject = errors.New("the answer is not a JSON object")
+// ErrNotObject is an answer that is JSON but not an object.
+var ErrNotObject = errors.New("the answer is not a JSON object")
 
-// decodeChat reads a chat-completions answer (see the file comment).
-func decodeChat(body []byte) (decodedChat, error) {
-	var d decodedChat
+// DecodeChat reads a chat-completions answer (see the file comment). Its
+// error says what is wrong: not JSON, or not an object.
+func DecodeChat(body []byte) (Chat, error) {
+	var d Chat
 	v, err := firstValue(body)
 	if err != nil {
-		return d, err
+		return d, notJSON(err)
 	}
+	return d, decodeChatValue(v, &d)
+}
+
+// notJSON is a syntax error, said as such.
+func notJSON(err error) error {
+	return fmt.Errorf("the answer is not JSON: %w", err)
+}
+
+func decodeChatValue(v jval, d *Chat) error {
 	switch v.kind {
 	case kindNull:
-		return d, nil
+		return nil
 	case kindObject:
 	default:
-		return d, errNotObject
+		return ErrNotObject
 	}
 	var top [3]jval
 	v.fields(completionNames, top[:])
@@ -581,7 +621,7 @@ func decodeChat(body []byte) (decodedChat, error) {
 	}
 	choices := top[1]
 	if !choices.objectsOrNulls() {
-		return d, nil
+		return nil
 	}
 	var first jval
 	choices.elements(func(e jval) {
@@ -591,21 +631,21 @@ func decodeChat(body []byte) (decodedChat, error) {
 		d.Choices++
 	})
 	if first.kind != kindObject {
-		return d, nil
+		return nil
 	}
 	var ch [2]jval
 	first.fields(choiceNames, ch[:])
 	d.FinishReason = ch[0].text()
 	msg := ch[1]
 	if msg.kind != kindObject {
-		return d, nil
+		return nil
 	}
 	var m [3]jval
 	msg.fields(messageNames, m[:])
 	d.Content, d.Refusal = m[0].text(), m[1].text()
 	if calls := m[2]; calls.objectsOrNulls() {
 		calls.elements(func(e jval) {
-			var c decodedCall
+			var c Call
 			if e.kind == kindObject {
 				var f [3]jval
 				e.fields(callNames, f[:])
@@ -619,21 +659,22 @@ func decodeChat(body []byte) (decodedChat, error) {
 			d.ToolCalls = append(d.ToolCalls, c)
 		})
 	}
-	return d, nil
+	return nil
 }
 
-// decodeModels reads the ids of a GET /models answer.
-func decodeModels(body []byte) ([]string, error) {
+// DecodeModels reads the ids of a GET /models answer; its error is
+// DecodeChat's.
+func DecodeModels(body []byte) ([]string, error) {
 	v, err := firstValue(body)
 	if err != nil {
-		return nil, err
+		return nil, notJSON(err)
 	}
 	switch v.kind {
 	case kindNull:
 		return nil, nil
 	case kindObject:
 	default:
-		return nil, errNotObject
+		return nil, ErrNotObject
 	}
 	var data [1]jval
 	v.fields(listNames, data[:])
@@ -651,11 +692,11 @@ func decodeModels(body []byte) ([]string, error) {
 	return ids, nil
 }
 
-// apiErrorText is what an error answer's body says: the message, code
+// ErrorText is what an error answer's body says: the message, code
 // and type of its "error" object. The SDK failed with a decoding error
 // (and lost the status) when "error" held a string; its text is the
 // message here.
-func apiErrorText(body []byte) (msg, code, typ string) {
+func ErrorText(body []byte) (msg, code, typ string) {
 	v, err := firstValue(body)
 	if err != nil || v.kind != kindObject {
 		return "", "", ""

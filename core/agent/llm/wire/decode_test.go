@@ -1,4 +1,4 @@
-package llm
+package wire
 
 import (
 	"bytes"
@@ -8,6 +8,16 @@ import (
 	"strings"
 	"testing"
 )
+
+// response is the llm.Response the recorded answers were read into.
+type response struct {
+	Model        string
+	Content      string
+	Refusal      string
+	ToolCalls    []struct{ ID, Name, Arguments string }
+	FinishReason string
+	Usage        struct{ PromptTokens, CompletionTokens, TotalTokens int64 }
+}
 
 // sdkAnswer is one body and what openai-go v3.96.0 (the SDK the client
 // used before) read from it, recorded into testdata/sdk_answers.json by a
@@ -21,7 +31,7 @@ type sdkAnswer struct {
 		// body of null), where Chat must fail.
 		Err   bool      `json:"err"`
 		Panic bool      `json:"panic"`
-		Resp  *Response `json:"resp"`
+		Resp  *response `json:"resp"`
 	} `json:"chat"`
 	Models    []string `json:"models"`
 	ModelsErr bool     `json:"models_err"`
@@ -30,18 +40,20 @@ type sdkAnswer struct {
 	Error *[3]string `json:"error"`
 }
 
-// chatOutcome is what Chat makes of an answer's body.
-func chatOutcome(body []byte) (*Response, bool) {
-	d, err := decodeChat(body)
+// chatOutcome is what llm's Chat makes of an answer's body: a failure
+// without choices or with a tool call of another type.
+func chatOutcome(body []byte) (*response, bool) {
+	d, err := DecodeChat(body)
 	if err != nil || d.Choices == 0 {
 		return nil, false
 	}
-	out := Response{Model: d.Model, Content: d.Content, Refusal: d.Refusal, FinishReason: d.FinishReason, Usage: d.Usage}
+	out := response{Model: d.Model, Content: d.Content, Refusal: d.Refusal, FinishReason: d.FinishReason}
+	out.Usage.PromptTokens, out.Usage.CompletionTokens, out.Usage.TotalTokens = d.Usage.PromptTokens, d.Usage.CompletionTokens, d.Usage.TotalTokens
 	for _, tc := range d.ToolCalls {
 		if tc.Type != "" && tc.Type != "function" {
 			return nil, false
 		}
-		out.ToolCalls = append(out.ToolCalls, tc.ToolCall)
+		out.ToolCalls = append(out.ToolCalls, struct{ ID, Name, Arguments string }{tc.ID, tc.Name, tc.Arguments})
 	}
 	return &out, true
 }
@@ -76,7 +88,7 @@ func TestDecodeMatchesSDK(t *testing.T) {
 		case !reflect.DeepEqual(got, a.Chat.Resp):
 			t.Errorf("%q:\n got %+v\nwant %+v", body, got, a.Chat.Resp)
 		}
-		ids, err := decodeModels(body)
+		ids, err := DecodeModels(body)
 		if !a.ModelsErr && (err != nil || !reflect.DeepEqual(ids, a.Models)) {
 			t.Errorf("%q: models %q, %v; want %q", body, ids, err, a.Models)
 		}
@@ -84,7 +96,7 @@ func TestDecodeMatchesSDK(t *testing.T) {
 			t.Errorf("%q: models %q, the SDK failed", body, ids)
 		}
 		if a.Error != nil {
-			msg, code, typ := apiErrorText(body)
+			msg, code, typ := ErrorText(body)
 			if [3]string{msg, code, typ} != *a.Error {
 				t.Errorf("%q: error answer %q %q %q, want %q", body, msg, code, typ, *a.Error)
 			}
@@ -96,7 +108,7 @@ func TestDecodeMatchesSDK(t *testing.T) {
 // the client keeps it and uses the text.
 func TestAPIErrorTextFromString(t *testing.T) {
 	t.Parallel()
-	if msg, _, _ := apiErrorText([]byte(`{"error":"model overloaded"}`)); msg != "model overloaded" {
+	if msg, _, _ := ErrorText([]byte(`{"error":"model overloaded"}`)); msg != "model overloaded" {
 		t.Fatalf("message %q", msg)
 	}
 }
@@ -119,8 +131,8 @@ func FuzzDecodeChat(f *testing.F) {
 	f.Add([]byte(strings.Repeat("[", 10001) + strings.Repeat("]", 10001)))
 	f.Add([]byte(`{"choices":` + strings.Repeat("[", 9990) + strings.Repeat("]", 9990) + `}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		d1, err1 := decodeChat(body)
-		d2, err2 := decodeChat(body)
+		d1, err1 := DecodeChat(body)
+		d2, err2 := DecodeChat(body)
 		if (err1 == nil) != (err2 == nil) || !reflect.DeepEqual(d1, d2) {
 			t.Fatalf("%q: decoded differently twice", body)
 		}
@@ -133,7 +145,7 @@ func FuzzDecodeChat(f *testing.F) {
 		if ferr != nil && err1 == nil {
 			t.Fatalf("%q: not JSON, decoded", body)
 		}
-		_, _ = decodeModels(body)
-		_, _, _ = apiErrorText(body)
+		_, _ = DecodeModels(body)
+		_, _, _ = ErrorText(body)
 	})
 }
