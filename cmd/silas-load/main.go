@@ -362,6 +362,10 @@ type execTracker struct {
 	sched   map[core.ApprovalID]int64
 	started map[core.ApprovalID]int64
 	rec     recorder
+	// decided is tap → its decision committed (Deliver of a tap in an idle
+	// conversation returns once its transaction committed): the first of
+	// the path's two commits; the rest of rec is the claim's.
+	decided recorder
 	n       atomic.Int64
 }
 
@@ -1028,6 +1032,13 @@ func (h *harness) approvalRound(ctx context.Context, rep *report, n int, rate fl
 	}
 	rep.add(label+" approval tap → execution start: p50 / p99 / max", fmt.Sprintf("%s / %s / %s", ms(taps.p50), ms(taps.p99), ms(taps.max)),
 		fmt.Sprintf("%s; %d executions verified", how, finished))
+	dec := h.ex.decided.dist()
+	rep.add("    of which tap → decision committed: p50 / p99 / max", fmt.Sprintf("%s / %s / %s", ms(dec.p50), ms(dec.p99), ms(dec.max)),
+		"the tap's transaction; the rest is the claim's")
+	if disk, err := fsyncLatency(h.tmp, 500*time.Millisecond); err == nil {
+		rep.add("    this disk now: 8 kB write + fdatasync p50 / p99 / max", fmt.Sprintf("%s / %s / %s", ms(disk.p50), ms(disk.p99), ms(disk.max)),
+			fmt.Sprintf("%d syncs in %s after the round, beside %s (each tap waits for two commits)", disk.n, 500*time.Millisecond, filepath.Join(h.tmp, "pg")))
+	}
 	rep.add("    /run turns/s (card creation)", fmt.Sprintf("%.0f", cardRate), fmt.Sprintf("%d cards, %d senders", n, min(h.o.concurrency, n)))
 	return taps, d, nil
 }
@@ -1333,6 +1344,7 @@ func (h *harness) tapAll(ctx context.Context, rate float64, seqs []int64) (dist,
 		return dist{}, fmt.Errorf("found %d pending approvals, want %d", len(list), len(seqs))
 	}
 	h.ex.rec.reset()
+	h.ex.decided.reset()
 	interval := time.Duration(float64(time.Second) / rate) // 0: all at once
 	start := nowNS() + int64(10*time.Millisecond)
 	var wg sync.WaitGroup
@@ -1349,7 +1361,9 @@ func (h *harness) tapAll(ctx context.Context, rate float64, seqs []int64) (dist,
 				Evidence: core.Evidence{Authenticated: true, Method: "load"}}
 			if _, _, err := h.deliver(ctx, t, sched, nil); err != nil {
 				firstErr.CompareAndSwap(nil, err)
+				return
 			}
+			h.ex.decided.add(time.Duration(nowNS() - sched))
 		})
 	}
 	wg.Wait()
@@ -1366,6 +1380,32 @@ func (h *harness) tapAll(ctx context.Context, rate float64, seqs []int64) (dist,
 		}
 	}
 	return h.ex.rec.dist(), nil
+}
+
+// fsyncLatency writes 8 kB and fdatasyncs it in a file under dir (the
+// throwaway cluster's disk) every 2 ms for d: what one commit's WAL flush
+// costs on this disk right now, whose outliers every commit on the tap's
+// path pays too.
+func fsyncLatency(dir string, d time.Duration) (dist, error) {
+	f, err := os.CreateTemp(dir, "fsync-")
+	if err != nil {
+		return dist{}, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	var r recorder
+	buf := make([]byte, 8192)
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		start := time.Now()
+		if _, err := f.WriteAt(buf, 0); err != nil {
+			return dist{}, err
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			return dist{}, err
+		}
+		r.add(time.Since(start))
+	}
+	return r.dist(), nil
 }
 
 // waitExecutions waits until the executions of the approvals requested by

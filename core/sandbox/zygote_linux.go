@@ -312,7 +312,7 @@ func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = io.Copy(c.w, c.r)
+			copyOutput(c.w, c.r)
 		}()
 	}
 	go func() {
@@ -458,4 +458,18 @@ func (s *Subprocess) ZygoteCPU() time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}
+
+// copyBufs are the buffers of the forked inits' output copies (two per
+// run, each held until its init exits): pooled, not 32 kB of garbage per
+// copy — io.Copy's own buffer was a quarter of what an execution
+// allocated in silas-load's phase (c).
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+// copyOutput copies r to w until r's end through a pooled buffer.
+func copyOutput(w io.Writer, r *os.File) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	// Only r's Read: its WriteTo would copy through a buffer of its own.
+	_, _ = io.CopyBuffer(w, struct{ io.Reader }{r}, *bp)
 }

@@ -108,6 +108,17 @@ func (s *Store) auditEntryKey(head int64) (*audit.EntryKey, error) {
 	return k, nil
 }
 
+// entryKeyLoaded reports whether appending needs no entry key to be
+// loaded or made first (none configured, or loaded already).
+func (s *Store) entryKeyLoaded() bool {
+	if s.entryKeyFile == "" {
+		return true
+	}
+	s.entryKeyMu.Lock()
+	defer s.entryKeyMu.Unlock()
+	return s.entryKey != nil
+}
+
 // AuditEntryKey loads (or makes) the entry key now, under the chain lock,
 // so that serve's checkpointer has it before the first append. nil when
 // the store was opened without Options.EntryKeyFile.

@@ -144,3 +144,59 @@ func TestParseHandOverNotice(t *testing.T) {
 		}
 	}
 }
+
+// TestFencedFinishWithKnownHead: the fence holds when the writer sends
+// COMMIT in the round trip of the finish (it knows the chain's head from
+// its last commit): the stale instance's transaction fails with
+// core.ErrFenced on the server and commits nothing it queued.
+func TestFencedFinishWithKnownHead(t *testing.T) {
+	t.Parallel()
+	a, ctx, dsn := setupDSN(t, Options{})
+	b := openStore(t, dsn, Options{})
+	a.SetInstance("instance-a")
+	b.SetInstance("instance-b")
+	for _, s := range []*Store{a, b} {
+		if err := s.RegisterInstance(ctx, "host", 1, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seq int64
+	if err := a.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+		var err error
+		seq, _, err = tx.InsertTurn(ctx, testTurn("webchat", "fence-head"))
+		return []audit.Entry{{Kind: "test.stored", Actor: "test"}}, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	conv := testTurn("webchat", "fence-head").Conversation
+	if err := a.StopInstance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.AdoptTurns(ctx, "", 0); err != nil || len(got) != 1 {
+		t.Fatalf("adopted = %v, %v", got, err)
+	}
+	finish := func(s *Store) error {
+		return s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			tx.QueueFinishTurn(seq, core.TurnDone, "")
+			if err := tx.QueueMessage("webchat", core.OpSend, "r-"+core.NewID(), core.OutMessage{Conversation: conv, Text: "reply"}); err != nil {
+				return nil, err
+			}
+			return []audit.Entry{{Kind: "test.finished", Actor: "test"}}, nil
+		})
+	}
+	if err := finish(a); !errors.Is(err, core.ErrFenced) {
+		t.Fatalf("the stale instance's finish = %v, want core.ErrFenced", err)
+	}
+	if n := count(t, a, `SELECT count(*) FROM outbox`); n != 0 {
+		t.Fatalf("the fenced transaction left %d outbox rows", n)
+	}
+	if n := count(t, a, `SELECT count(*) FROM audit_log WHERE kind = 'test.finished'`); n != 0 {
+		t.Fatalf("the fenced transaction left %d audit entries", n)
+	}
+	if err := finish(b); err != nil {
+		t.Fatalf("the adopting instance's finish: %v", err)
+	}
+	if _, err := a.VerifyAudit(ctx); err != nil {
+		t.Fatalf("audit chain: %v", err)
+	}
+}

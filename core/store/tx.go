@@ -191,6 +191,28 @@ func (t *Tx) send(ctx context.Context, extras []extra) error {
 	return t.storedTurns(ctx, turns)
 }
 
+// unchecked reports whether nothing queued checks its result on this side
+// (a callback that may fail the transaction, a Finally function, a
+// gathered statement with a check, River jobs): then COMMIT may travel in
+// the same round trip as the queued statements, since no error can come
+// back after it that should have rolled them back.
+func (t *Tx) unchecked() bool {
+	// Finishing turns checks on the server (a fenced instance's
+	// transaction fails there); the outbox rows' callback only collects
+	// their ids (its count check cannot fail for a plain insert).
+	if len(t.finally) > 0 || len(t.jobs) > 0 || len(t.turns) > 0 {
+		return false
+	}
+	if t.queued != nil {
+		for _, q := range t.queued.QueuedQueries {
+			if q.Fn != nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // pending says statements are queued.
 func (t *Tx) pending() bool {
 	return (t.queued != nil && t.queued.Len() > 0) || len(t.turns) > 0 || len(t.enqueues) > 0 || len(t.finishes) > 0 || len(t.delivered) > 0
@@ -234,17 +256,22 @@ func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []qu
 		// not finished here was adopted by another instance, or finished
 		// already: its processing is a stale second one, and nothing it
 		// queued may commit.
+		//
+		// The check fails the transaction on the server (a division by
+		// zero), not only here: nothing after it in the same round trip —
+		// COMMIT, when the writer sends it along (unchecked) — can commit.
 		b.Queue(`WITH f AS (UPDATE turns SET status = u.status, processed_at = $2, error = NULLIF(u.err, '')
 				FROM unnest($1::bigint[], $3::text[], $4::text[]) AS u(seq, status, err)
 				WHERE turns.seq = u.seq AND turns.status = 'pending' AND (turns.instance IS NULL OR turns.instance = $5 OR $5 IS NULL)
 				RETURNING 1)
-			SELECT count(*) FROM f`, seqs, t.now(), sts, errs, t.instance).QueryRow(func(r pgx.Row) error {
-			var n int
-			if err := r.Scan(&n); err != nil {
+			SELECT count(*), 1 / (CASE WHEN count(*) = $6 THEN 1 ELSE 0 END) FROM f`, seqs, t.now(), sts, errs, t.instance, len(seqs)).QueryRow(func(r pgx.Row) error {
+			var n, one int
+			if err := r.Scan(&n, &one); err != nil {
+				var pe *pgconn.PgError
+				if errors.As(err, &pe) && pe.Code == "22012" { // division_by_zero: the check above
+					return fmt.Errorf("some of %d turns are no longer this instance's to finish: %w", len(seqs), core.ErrFenced)
+				}
 				return err
-			}
-			if n != len(seqs) {
-				return fmt.Errorf("%d of %d turns are no longer this instance's to finish: %w", len(seqs)-n, len(seqs), core.ErrFenced)
 			}
 			return nil
 		})

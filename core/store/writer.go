@@ -40,10 +40,16 @@ type writer struct {
 	bg       chan *request // DoBackground: may wait bgDelay for company
 	bgDelay  time.Duration
 	maxBatch int
-	stop     chan struct{}
-	stopped  chan struct{}
-	once     sync.Once
-	loops    sync.WaitGroup
+	// nloops is how many loops run; with one, head is the audit chain's
+	// head as this writer's last commit left it (headOK), used by the
+	// next commit instead of reading it (knownHead).
+	nloops  int
+	head    chainHead
+	headOK  bool
+	stop    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+	loops   sync.WaitGroup
 }
 
 // defaultWriters is how many transactions may be open at once. One: a
@@ -59,7 +65,7 @@ const defaultWriters = 1
 var ErrClosed = errors.New("store: closed")
 
 func newWriter(s *Store, maxBatch, loops int) *writer {
-	w := &writer{s: s, reqs: make(chan *request, 4*maxBatch), bg: make(chan *request, 4*maxBatch), maxBatch: maxBatch, stop: make(chan struct{}), stopped: make(chan struct{})}
+	w := &writer{s: s, reqs: make(chan *request, 4*maxBatch), bg: make(chan *request, 4*maxBatch), maxBatch: maxBatch, nloops: loops, stop: make(chan struct{}), stopped: make(chan struct{})}
 	w.loops.Add(loops)
 	for range loops {
 		go w.loop()
@@ -181,7 +187,7 @@ func (w *writer) loop() {
 }
 
 func (w *writer) run(batch []*request) {
-	err := classify(w.commit(batch))
+	err := classify(w.commitOnce(batch))
 	if err == nil || len(batch) == 1 {
 		for _, r := range batch {
 			r.done <- err
@@ -190,11 +196,26 @@ func (w *writer) run(batch []*request) {
 	}
 	// Isolate the failing op: retry each alone.
 	for _, r := range batch {
-		r.done <- classify(w.commit([]*request{r}))
+		r.done <- classify(w.commitOnce([]*request{r}))
 	}
 }
 
+// commitOnce is commit, run a second time (reading the chain's head) when
+// the head it knew had moved: nothing had committed.
+func (w *writer) commitOnce(batch []*request) error {
+	err := w.commit(batch)
+	if errors.Is(err, errStaleHead) {
+		err = w.commit(batch)
+	}
+	return err
+}
+
 func (w *writer) commit(batch []*request) (err error) {
+	defer func() {
+		if err != nil {
+			w.forgetHead()
+		}
+	}()
 	// The writer outlives callers' contexts; bound each transaction instead.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -230,6 +251,42 @@ func (w *writer) commit(batch []*request) (err error) {
 		}
 		entries = append(entries, e...)
 	}
+	// COMMIT of a transaction that failed earlier answers ROLLBACK, not an
+	// error (as pgx.Tx.Commit checks too).
+	commit := extra{"commit", func(b *pgx.Batch) {
+		b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
+			if ct.String() != "COMMIT" {
+				return pgx.ErrTxCommitRollback
+			}
+			return nil
+		})
+	}}
+	lock := extra{"audit lock", func(b *pgx.Batch) { b.Queue("SELECT pg_advisory_xact_lock($1)", int64(auditLockKey)) }}
+	if head, ok := w.knownHead(); ok && tx.unchecked() {
+		// The chain's head is known from this writer's last commit, and
+		// nothing queued checks its result on this side (so nothing can
+		// fail the transaction once COMMIT is sent): what the ops queued,
+		// the lock, a check that the head is still that one (another
+		// process may have appended since), the rows and COMMIT in one
+		// round trip instead of two — a delivery mark's batch. A stale
+		// head fails the check, and with it the transaction, before
+		// anything commits; the batch is then run again reading the
+		// head (commitOnce).
+		rows, next, err := w.auditRows(entries, head)
+		if err != nil {
+			return err
+		}
+		extras := []extra{lock}
+		if rows != nil {
+			extras = append(extras, headCheck(head), *rows)
+		}
+		if err := tx.send(ctx, append(extras, commit)); err != nil {
+			return err
+		}
+		committed = true
+		w.setHead(next)
+		return nil
+	}
 	// What the ops queued, the River jobs they queued, the chain lock and
 	// the head: one round trip (together with BEGIN when no op needed a
 	// result earlier; River's insert carries the rest, insertJobsThen), in
@@ -237,14 +294,13 @@ func (w *writer) commit(batch []*request) (err error) {
 	// before the Finally functions run costs nothing with one writer loop
 	// (nothing else in this process contends for it) and saves a round
 	// trip: their statements go with the audit rows and COMMIT.
-	var seq int64
-	prev := audit.Genesis
+	head := chainHead{prev: audit.Genesis}
 	headErr := pgx.ErrNoRows
 	err = tx.insertJobsThen(ctx, []extra{
-		{"audit lock", func(b *pgx.Batch) { b.Queue("SELECT pg_advisory_xact_lock($1)", int64(auditLockKey)) }},
+		lock,
 		{"audit head", func(b *pgx.Batch) {
 			b.Queue("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").QueryRow(func(row pgx.Row) error {
-				headErr = row.Scan(&seq, &prev)
+				headErr = row.Scan(&head.seq, &head.prev)
 				return nil
 			})
 		}},
@@ -268,27 +324,83 @@ func (w *writer) commit(batch []*request) (err error) {
 	// its transition applied) go with the audit rows and COMMIT, after the
 	// chain lock as before: no round trip of their own.
 	entries = append(entries, more...)
-	// COMMIT of a transaction that failed earlier answers ROLLBACK, not an
-	// error (as pgx.Tx.Commit checks too).
-	commit := extra{"commit", func(b *pgx.Batch) {
-		b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
-			if ct.String() != "COMMIT" {
-				return pgx.ErrTxCommitRollback
+	rows, next, err := w.auditRows(entries, head)
+	if err != nil {
+		return err
+	}
+	extras := []extra{commit}
+	if rows != nil {
+		extras = []extra{*rows, commit}
+	}
+	if err := tx.send(ctx, extras); err != nil {
+		return err
+	}
+	committed = true
+	w.setHead(next)
+	return nil
+}
+
+// chainHead is the audit chain's last entry: its seq and hash (seq 0 and
+// the genesis hash for an empty log).
+type chainHead struct {
+	seq  int64
+	prev []byte
+}
+
+// errStaleHead: the audit chain's head was not the one this writer last
+// wrote (another process appended); nothing was committed.
+var errStaleHead = errors.New("store: the audit chain's head moved")
+
+// knownHead is the head this writer's last commit left, when it may be
+// used: one writer loop (with several, each would find the others' heads)
+// and an entry key already loaded (a new one is made under the lock).
+func (w *writer) knownHead() (chainHead, bool) {
+	if w.nloops != 1 || !w.headOK || !w.s.entryKeyLoaded() {
+		return chainHead{}, false
+	}
+	return w.head, true
+}
+
+// setHead remembers the head a commit left; forgetHead, after a failed
+// one, makes the next commit read it.
+func (w *writer) setHead(h chainHead) {
+	if w.nloops == 1 && h.seq > 0 {
+		w.head, w.headOK = h, true
+	}
+}
+
+func (w *writer) forgetHead() {
+	if w.nloops == 1 {
+		w.headOK = false
+	}
+}
+
+// headCheck fails the transaction (division by zero, before the rows and
+// COMMIT run) unless the chain's last entry is still h.
+func headCheck(h chainHead) extra {
+	return extra{"audit head check", func(b *pgx.Batch) {
+		b.Queue(`SELECT 1 / (SELECT count(*)::int FROM (SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1) l
+			WHERE l.seq = $1 AND l.hash = $2)`, h.seq, h.prev).QueryRow(func(row pgx.Row) error {
+			var one int
+			if err := row.Scan(&one); err != nil {
+				return fmt.Errorf("%w (%v)", errStaleHead, err)
 			}
 			return nil
 		})
 	}}
+}
+
+// auditRows is the statement appending entries after head, and the head it
+// leaves; nil (and head) when there are no entries.
+func (w *writer) auditRows(entries []audit.Entry, head chainHead) (*extra, chainHead, error) {
 	if len(entries) == 0 {
-		if err := tx.send(ctx, []extra{commit}); err != nil {
-			return err
-		}
-		committed = true
-		return nil
+		return nil, head, nil
 	}
+	seq, prev := head.seq, head.prev
 	// The entry key, loaded (or made, MACing from seq+1) under the lock.
 	ek, err := w.s.auditEntryKey(seq)
 	if err != nil {
-		return err
+		return nil, head, err
 	}
 	var mac *audit.MACer
 	if ek != nil {
@@ -298,11 +410,9 @@ func (w *writer) commit(batch []*request) (err error) {
 	prepared := make([]audit.Prepared, len(entries))
 	for i, e := range entries {
 		if prepared[i], err = audit.Prepare(now, e); err != nil {
-			return err
+			return nil, head, err
 		}
 	}
-	// Statements the Finally functions queued, the rows and COMMIT: one
-	// more round trip.
 	n := len(prepared)
 	seqs, ats, kinds, actors, convs, datas, prevs, hashes, macs := make([]int64, n), make([]time.Time, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
@@ -315,19 +425,11 @@ func (w *writer) commit(batch []*request) (err error) {
 		}
 		prev = h
 	}
-	err = tx.send(ctx, []extra{
-		{"audit append", func(b *pgx.Batch) {
-			b.Queue(`INSERT INTO audit_log (seq, at, kind, actor, conversation, data, prev_hash, hash, mac)
+	return &extra{"audit append", func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO audit_log (seq, at, kind, actor, conversation, data, prev_hash, hash, mac)
 				SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bytea[], $8::bytea[], $9::bytea[])`,
-				seqs, ats, kinds, actors, convs, datas, prevs, hashes, macs)
-		}},
-		commit,
-	})
-	if err != nil {
-		return err
-	}
-	committed = true
-	return nil
+			seqs, ats, kinds, actors, convs, datas, prevs, hashes, macs)
+	}}, chainHead{seq: seq, prev: prev}, nil
 }
 
 // auditLockKey serialises appends to the chain across processes (serve and
