@@ -101,28 +101,44 @@ lint:
 	$(STATICCHECK) ./...
 	$(STATICCHECK) -tags whatsappfake ./adapters/whatsapp ./cmd/silas
 
-## fuzz: run each fuzz target for FUZZTIME (default 30s)
+## fuzz: run each fuzz target for FUZZTIME (default 30s); silas_fuzz leaves the sandbox zygote's
+## nosplit fork code out, which fuzz instrumentation pushes past its stack limit
 FUZZTIME ?= 30s
+FUZZ = $(GO) test -tags silas_fuzz -run '^$$' -fuzztime $(FUZZTIME)
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzTransform$$' -fuzztime $(FUZZTIME) ./core/canon
-	$(GO) test -run '^$$' -fuzz '^FuzzParseFrame$$' -fuzztime $(FUZZTIME) ./adapters/webchat
-	$(GO) test -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME) ./core/agent
-	$(GO) test -run '^$$' -fuzz '^FuzzUpdateToTurn$$' -fuzztime $(FUZZTIME) ./adapters/telegram
-	$(GO) test -run '^$$' -fuzz '^FuzzParseTextTap$$' -fuzztime $(FUZZTIME) ./adapters/kit
-	$(GO) test -run '^$$' -fuzz '^FuzzSplitText$$' -fuzztime $(FUZZTIME) ./adapters/kit
-	$(GO) test -run '^$$' -fuzz '^FuzzFastData$$' -fuzztime $(FUZZTIME) ./core/audit
-	$(GO) test -run '^$$' -fuzz '^FuzzParseHeadLine$$' -fuzztime $(FUZZTIME) ./core/audit
-	$(GO) test -run '^$$' -fuzz '^FuzzScan$$' -fuzztime $(FUZZTIME) ./core/redact
-	$(GO) test -run '^$$' -fuzz '^FuzzRedactValues$$' -fuzztime $(FUZZTIME) ./core/redact
-	$(GO) test -run '^$$' -fuzz '^FuzzSplitScript$$' -fuzztime $(FUZZTIME) ./core/policy
-	$(GO) test -run '^$$' -fuzz '^FuzzEvaluate$$' -fuzztime $(FUZZTIME) ./core/policy
-	$(GO) test -run '^$$' -fuzz '^FuzzJSONBSafe$$' -fuzztime $(FUZZTIME) ./core/store
-	$(GO) test -run '^$$' -fuzz '^FuzzFrameIntake$$' -fuzztime $(FUZZTIME) ./adapters/webchat
-	$(GO) test -run '^$$' -fuzz '^FuzzWebhookIntake$$' -fuzztime $(FUZZTIME) ./adapters/telegram/e2e
-	$(GO) test -run '^$$' -fuzz '^FuzzHistoryMessage$$' -fuzztime $(FUZZTIME) ./core/agent/llm
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeChat$$' -fuzztime $(FUZZTIME) ./core/agent/llm/wire
-	$(GO) test -run '^$$' -fuzz '^FuzzMachine$$' -fuzztime $(FUZZTIME) ./core/flow
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./core/flow
+	$(FUZZ) -fuzz '^FuzzTransform$$' ./core/canon
+	$(FUZZ) -fuzz '^FuzzParseFrame$$' ./adapters/webchat
+	$(FUZZ) -fuzz '^FuzzSplit$$' ./core/agent
+	$(FUZZ) -fuzz '^FuzzUpdateToTurn$$' ./adapters/telegram
+	$(FUZZ) -fuzz '^FuzzParseTextTap$$' ./adapters/kit
+	$(FUZZ) -fuzz '^FuzzSplitText$$' ./adapters/kit
+	$(FUZZ) -fuzz '^FuzzFastData$$' ./core/audit
+	$(FUZZ) -fuzz '^FuzzParseHeadLine$$' ./core/audit
+	$(FUZZ) -fuzz '^FuzzScan$$' ./core/redact
+	$(FUZZ) -fuzz '^FuzzRedactValues$$' ./core/redact
+	$(FUZZ) -fuzz '^FuzzSplitScript$$' ./core/policy
+	$(FUZZ) -fuzz '^FuzzEvaluate$$' ./core/policy
+	$(FUZZ) -fuzz '^FuzzJSONBSafe$$' ./core/store
+	$(FUZZ) -fuzz '^FuzzFrameIntake$$' ./adapters/webchat
+	$(FUZZ) -fuzz '^FuzzWebhookIntake$$' ./adapters/telegram/e2e
+	$(FUZZ) -fuzz '^FuzzHistoryMessage$$' ./core/agent/llm
+	$(FUZZ) -fuzz '^FuzzDecodeChat$$' ./core/agent/llm/wire
+	$(FUZZ) -fuzz '^FuzzMachine$$' ./core/flow
+	$(FUZZ) -fuzz '^FuzzParse$$' ./core/flow
+	$(FUZZ) -fuzz '^FuzzInteractionToTurn$$' ./adapters/discord
+	$(FUZZ) -fuzz '^FuzzMessageToTurn$$' ./adapters/discord
+	$(FUZZ) -fuzz '^FuzzRenderCard$$' ./adapters/discord
+	$(FUZZ) -fuzz '^FuzzPayloads$$' ./adapters/slack
+	$(FUZZ) -fuzz '^FuzzRenderCard$$' ./adapters/slack
+	$(FUZZ) -fuzz '^FuzzMessageToTurn$$' ./adapters/whatsapp
+	$(FUZZ) -fuzz '^FuzzNumberedReply$$' ./adapters/whatsapp
+	$(FUZZ) -fuzz '^FuzzPhoneDigits$$' ./adapters/whatsapp
+	$(FUZZ) -fuzz '^FuzzAppendJSONString$$' ./core/agent/llm
+	$(FUZZ) -fuzz '^FuzzCutIDs$$' ./core/agent/llm
+	$(FUZZ) -fuzz '^FuzzDecodeArgs$$' ./core/agent/llm
+	$(FUZZ) -fuzz '^FuzzParse$$' ./core/agent/llm/plan
+	$(FUZZ) -fuzz '^FuzzGate$$' ./core/consent
+	$(FUZZ) -fuzz '^FuzzServiceLink$$' ./internal/config
 
 ## bench: Go benchmarks plus the load driver, on real PostgreSQL (figures go in BENCHMARKS.md); the
 ## LLM task runtime's per-step overhead runs STEPS steps (enough for a p99)
