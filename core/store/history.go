@@ -59,14 +59,14 @@ const transcriptUserSQL = `SELECT seq, event_id, sender, body->>'text' AS text, 
 	ORDER BY seq DESC LIMIT $3`
 
 // transcriptSQL reads both in one statement (one round trip for the LLM
-// agent's history): a bot row is (false, anchor id, message key, first
+// agent's history): a bot row is (rowBot, anchor id, message key, first
 // stored at, newest job id, its text, its card, its secret_output mark,
-// ”), a user row (true, seq, event id, received at, 0, text, NULL, false,
-// sender).
+// ”), a user row (rowUser, seq, event id, received at, 0, text, NULL,
+// false, sender).
 const transcriptSQL = `WITH bot AS (` + transcriptBotSQL + `), usr AS (` + transcriptUserSQL + `)
-	SELECT false, id, message_key, created_at, version, text, card, secret_output, ''::text FROM bot
+	SELECT 0::int2, id, message_key, created_at, version, text, card, secret_output, ''::text FROM bot
 	UNION ALL
-	SELECT true, seq, event_id, received_at, 0::bigint, text, NULL::jsonb, false, sender FROM usr`
+	SELECT 1::int2, seq, event_id, received_at, 0::bigint, text, NULL::jsonb, false, sender FROM usr`
 
 // Transcript returns the newest n messages of a conversation, user's and
 // bot's together, oldest first: ordered by when each was first stored, a
@@ -77,12 +77,19 @@ func (s *Store) Transcript(ctx context.Context, ch core.ChannelName, conv core.C
 	return out, err
 }
 
+// A transcript row's kind, its first column.
+const (
+	rowBot        = 0
+	rowUser       = 1
+	rowSecretName = 2
+)
+
 // transcriptNamesSQL is transcriptSQL with one more row per stored secret:
-// (NULL, its place in ListSecrets' order, its name, …). Names only: a
+// (rowSecretName, its place in ListSecrets' order, its name, …). Names only: a
 // secret's value is never read here.
 const transcriptNamesSQL = transcriptSQL + `
 	UNION ALL
-	SELECT NULL::boolean, row_number() OVER (ORDER BY name), name, now(), 0::bigint, ''::text, NULL::jsonb, false, ''::text FROM secrets`
+	SELECT 2::int2, row_number() OVER (ORDER BY name), name, now(), 0::bigint, ''::text, NULL::jsonb, false, ''::text FROM secrets`
 
 // TranscriptAndSecretNames is Transcript together with the stored
 // secrets' names (never their values), in ListSecrets' order, read in the
@@ -118,17 +125,22 @@ func (s *Store) transcript(ctx context.Context, query string, ch core.ChannelNam
 		return nil, nil, fmt.Errorf("store: transcript: %w", err)
 	}
 	defer rows.Close()
+	// Scanned into the same variables row after row: each would otherwise
+	// be allocated per row.
+	var (
+		kind   int16
+		bot    botRow
+		sender core.IdentityID
+	)
 	for rows.Next() {
-		var fromUser *bool
-		var bot botRow
-		var sender core.IdentityID
-		if err := rows.Scan(&fromUser, &bot.id, &bot.key, &bot.at, &bot.version, &bot.text, &bot.card, &bot.secretOutput, &sender); err != nil {
+		kind, bot, sender = 0, botRow{}, ""
+		if err := rows.Scan(&kind, &bot.id, &bot.key, &bot.at, &bot.version, &bot.text, &bot.card, &bot.secretOutput, &sender); err != nil {
 			return nil, nil, fmt.Errorf("store: transcript: %w", err)
 		}
 		switch {
-		case fromUser == nil: // a secret's name
+		case kind == rowSecretName:
 			names, namesAt = append(names, bot.key), append(namesAt, bot.id)
-		case *fromUser:
+		case kind == rowUser:
 			out = append(out, core.TranscriptEntry{FromUser: true, Seq: bot.id, EventID: bot.key, At: bot.at, Sender: sender, Text: bot.text})
 		default:
 			e, err := bot.entry()
