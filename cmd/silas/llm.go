@@ -69,9 +69,13 @@ func newAgent(cfg *config.Config, log *slog.Logger) (core.Agent, error) {
 
 // withHistory lets the LLM agent's proxy read the conversation's recent
 // messages from storage (llm.history.*); other agents need none.
+//
+// The store also reads the secrets' names withSecretNames lists in the
+// history's round trip: one query per message for both.
 func withHistory(ag core.Agent, h llm.HistorySource) {
 	if la, ok := ag.(*llm.Agent); ok {
 		la.History = h
+		_, la.SecretNamesWithHistory = h.(llm.HistoryAndSecretNames)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/silas-gateway/silas/core/agent"
 	"github.com/silas-gateway/silas/core/agent/llm"
 	"github.com/silas-gateway/silas/core/secrets"
+	"github.com/silas-gateway/silas/core/store"
 )
 
 type noHistory struct{}
@@ -65,4 +66,23 @@ func TestWithSecretNames(t *testing.T) {
 		t.Fatalf("SecretNames = %v, %v", names, err)
 	}
 	withSecretNames(agent.Command{}, nil) // nothing to set, no panic
+}
+
+// serve's store reads the secrets' names in the history's round trip; a
+// source that cannot leaves them to SecretNames.
+func TestWithHistoryStoreReadsSecretNames(t *testing.T) {
+	cfg := llmTestConfig(t, "http://127.0.0.1:9/v1")
+	ag, err := newAgent(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ag.(*llm.Agent)
+	withHistory(ag, (*store.Store)(nil))
+	if !a.SecretNamesWithHistory {
+		t.Fatal("the store's history does not read the secrets' names")
+	}
+	withHistory(ag, noHistory{})
+	if a.SecretNamesWithHistory {
+		t.Fatal("a history without names is asked for them")
+	}
 }

@@ -32,10 +32,18 @@ const transcriptBotSQL = `WITH anchors AS (
 			AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.channel = o.channel AND p.message_key = o.message_key
 				AND p.id < o.id AND p.status <> 'failed')
 		ORDER BY o.id DESC LIMIT $3)
-	SELECT a.id, a.message_key, a.created_at, l.id AS version, l.payload, l.secret_output FROM anchors a
+	SELECT a.id, a.message_key, a.created_at, l.id AS version, ` + botContent + `, l.secret_output FROM anchors a
 	CROSS JOIN LATERAL (SELECT id, payload, secret_output FROM outbox l WHERE l.channel = $1 AND l.message_key = a.message_key
 		AND l.conversation = $2 AND l.status <> 'failed' AND ` + isMessageL + ` ORDER BY l.id DESC LIMIT 1) l
 	ORDER BY a.id`
+
+// botContent is what the transcript needs of a bot message's newest job
+// (l): its text and its card, taken out of the payload by PostgreSQL, so
+// the rest of it (an answer job's tap, the conversation) is never sent
+// nor decoded. Payloads are core.OutMessage as encoding/json writes it
+// (exact keys; "card" omitted when there is none), so this reads what
+// decoding the whole payload read.
+const botContent = `COALESCE(l.payload->>'text', '') AS text, NULLIF(l.payload->'card', 'null'::jsonb) AS card`
 
 // isMessage keeps outbox rows that are a message or an edit of one: a
 // tap's answer without a card is neither.
@@ -51,49 +59,113 @@ const transcriptUserSQL = `SELECT seq, event_id, sender, body->>'text' AS text, 
 	ORDER BY seq DESC LIMIT $3`
 
 // transcriptSQL reads both in one statement (one round trip for the LLM
-// agent's history): a bot row is (false, anchor id, message key, first
-// stored at, newest job id, its payload, its secret_output mark, ”, ”), a
-// user row (true, seq, event id, received at, 0, NULL, false, sender,
-// text).
+// agent's history): a bot row is (rowBot, anchor id, message key, first
+// stored at, newest job id, its text, its card, its secret_output mark,
+// ”), a user row (rowUser, seq, event id, received at, 0, text, NULL,
+// false, sender).
 const transcriptSQL = `WITH bot AS (` + transcriptBotSQL + `), usr AS (` + transcriptUserSQL + `)
-	SELECT false, id, message_key, created_at, version, payload, secret_output, ''::text, ''::text FROM bot
+	SELECT 0::int2, id, message_key, created_at, version, text, card, secret_output, ''::text FROM bot
 	UNION ALL
-	SELECT true, seq, event_id, received_at, 0::bigint, NULL::jsonb, false, sender, text FROM usr`
+	SELECT 1::int2, seq, event_id, received_at, 0::bigint, text, NULL::jsonb, false, sender FROM usr`
 
 // Transcript returns the newest n messages of a conversation, user's and
 // bot's together, oldest first: ordered by when each was first stored, a
 // user's message before a bot message stored at the same instant (an
 // inline reply commits with its turn), then by sequence.
 func (s *Store) Transcript(ctx context.Context, ch core.ChannelName, conv core.ConversationID, n int) ([]core.TranscriptEntry, error) {
+	out, _, err := s.transcript(ctx, transcriptSQL, ch, conv, n)
+	return out, err
+}
+
+// A transcript row's kind, its first column.
+const (
+	rowBot        = 0
+	rowUser       = 1
+	rowSecretName = 2
+)
+
+// transcriptNamesSQL is transcriptSQL with one more row per stored secret:
+// (rowSecretName, its place in ListSecrets' order, its name, …). Names only: a
+// secret's value is never read here.
+const transcriptNamesSQL = transcriptSQL + `
+	UNION ALL
+	SELECT 2::int2, row_number() OVER (ORDER BY name), name, now(), 0::bigint, ''::text, NULL::jsonb, false, ''::text FROM secrets`
+
+// TranscriptAndSecretNames is Transcript together with the stored
+// secrets' names (never their values), in ListSecrets' order, read in the
+// same statement: the LLM agent needs both for every message, and one
+// round trip reads them as they are at that moment in the database,
+// whichever instance stored them.
+func (s *Store) TranscriptAndSecretNames(ctx context.Context, ch core.ChannelName, conv core.ConversationID, n int) ([]core.TranscriptEntry, []string, error) {
 	if n <= 0 {
-		return nil, nil
+		// No transcript wanted: only the names, as ListSecrets lists them.
+		infos, err := s.ListSecrets(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		names := make([]string, len(infos))
+		for i, info := range infos {
+			names[i] = info.Name
+		}
+		return nil, names, nil
+	}
+	return s.transcript(ctx, transcriptNamesSQL, ch, conv, n)
+}
+
+// transcript runs transcriptSQL or transcriptNamesSQL.
+func (s *Store) transcript(ctx context.Context, query string, ch core.ChannelName, conv core.ConversationID, n int) ([]core.TranscriptEntry, []string, error) {
+	if n <= 0 {
+		return nil, nil, nil
 	}
 	out := make([]core.TranscriptEntry, 0, 2*n)
-	rows, err := s.pool.Query(ctx, transcriptSQL, ch, conv, n)
+	names := []string{}
+	var namesAt []int64
+	rows, err := s.pool.Query(ctx, query, ch, conv, n)
 	if err != nil {
-		return nil, fmt.Errorf("store: transcript: %w", err)
+		return nil, nil, fmt.Errorf("store: transcript: %w", err)
 	}
 	defer rows.Close()
+	// Scanned into the same variables row after row: each would otherwise
+	// be allocated per row.
+	var (
+		kind   int16
+		bot    botRow
+		sender core.IdentityID
+	)
 	for rows.Next() {
-		var fromUser bool
-		var bot botRow
-		var u core.TranscriptEntry
-		if err := rows.Scan(&fromUser, &bot.id, &bot.key, &bot.at, &bot.version, &bot.payload, &bot.secretOutput, &u.Sender, &u.Text); err != nil {
-			return nil, fmt.Errorf("store: transcript: %w", err)
+		kind, bot, sender = 0, botRow{}, ""
+		if err := rows.Scan(&kind, &bot.id, &bot.key, &bot.at, &bot.version, &bot.text, &bot.card, &bot.secretOutput, &sender); err != nil {
+			return nil, nil, fmt.Errorf("store: transcript: %w", err)
 		}
-		if fromUser {
-			u.FromUser, u.Seq, u.EventID, u.At = true, bot.id, bot.key, bot.at
-			out = append(out, u)
-			continue
+		switch {
+		case kind == rowSecretName:
+			names, namesAt = append(names, bot.key), append(namesAt, bot.id)
+		case kind == rowUser:
+			out = append(out, core.TranscriptEntry{FromUser: true, Seq: bot.id, EventID: bot.key, At: bot.at, Sender: sender, Text: bot.text})
+		default:
+			e, err := bot.entry()
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, e)
 		}
-		e, err := bot.entry()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: transcript: %w", err)
+		return nil, nil, fmt.Errorf("store: transcript: %w", err)
+	}
+	// A UNION ALL promises no order: the names are put back in ListSecrets'
+	// (the database's collation, not byte order).
+	if !slices.IsSorted(namesAt) {
+		idx := make([]int, len(names))
+		for i := range idx {
+			idx[i] = i
+		}
+		slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(namesAt[a], namesAt[b]) })
+		sorted := make([]string, len(names))
+		for i, j := range idx {
+			sorted[i] = names[j]
+		}
+		names = sorted
 	}
 	slices.SortFunc(out, func(a, b core.TranscriptEntry) int {
 		if c := a.At.Compare(b.At); c != 0 {
@@ -110,14 +182,14 @@ func (s *Store) Transcript(ctx context.Context, ch core.ChannelName, conv core.C
 	if len(out) > n {
 		out = out[len(out)-n:]
 	}
-	return out, nil
+	return out, names, nil
 }
 
 // TranscriptCard returns the message that carries card id in a
 // conversation, in its newest state. The engine enqueues a card's message
 // under the card's id as message key. ErrNotFound: no such card there.
 func (s *Store) TranscriptCard(ctx context.Context, ch core.ChannelName, conv core.ConversationID, id cards.ID) (core.TranscriptEntry, error) {
-	row := s.pool.QueryRow(ctx, `SELECT f.id, f.message_key, f.created_at, l.id, l.payload, l.secret_output
+	row := s.pool.QueryRow(ctx, `SELECT f.id, f.message_key, f.created_at, l.id, `+botContent+`, l.secret_output
 		FROM (SELECT id, message_key, created_at FROM outbox o WHERE channel = $1 AND message_key = $3 AND conversation = $2
 			AND status <> 'failed' AND `+isMessage+` ORDER BY id LIMIT 1) f
 		CROSS JOIN LATERAL (SELECT id, payload, secret_output FROM outbox l WHERE l.channel = $1 AND l.message_key = $3
@@ -134,7 +206,7 @@ func (s *Store) TranscriptCard(ctx context.Context, ch core.ChannelName, conv co
 
 func scanBotEntry(row interface{ Scan(...any) error }) (core.TranscriptEntry, error) {
 	var b botRow
-	if err := row.Scan(&b.id, &b.key, &b.at, &b.version, &b.payload, &b.secretOutput); err != nil {
+	if err := row.Scan(&b.id, &b.key, &b.at, &b.version, &b.text, &b.card, &b.secretOutput); err != nil {
 		if err = notFound(err); errors.Is(err, core.ErrNotFound) {
 			return core.TranscriptEntry{}, err
 		}
@@ -144,22 +216,23 @@ func scanBotEntry(row interface{ Scan(...any) error }) (core.TranscriptEntry, er
 }
 
 // botRow is a bot message as read: its first job (id, key, when) and its
-// newest (version, payload, mark).
+// newest (version, text, card, mark).
 type botRow struct {
 	id           int64
 	key          string
 	at           time.Time
 	version      int64
-	payload      []byte
+	text         string
+	card         []byte // the card's JSON; nil: no card
 	secretOutput bool
 }
 
 func (b botRow) entry() (core.TranscriptEntry, error) {
-	e := core.TranscriptEntry{OutboxID: b.id, MessageKey: b.key, Version: b.version, SecretOutput: b.secretOutput}
-	var m core.OutMessage
-	if err := json.Unmarshal(b.payload, &m); err != nil {
-		return e, fmt.Errorf("store: transcript: decode outbox job %d: %w", e.Version, err)
+	e := core.TranscriptEntry{OutboxID: b.id, MessageKey: b.key, Version: b.version, SecretOutput: b.secretOutput, Text: b.text, At: b.at}
+	if b.card != nil {
+		if err := json.Unmarshal(b.card, &e.Card); err != nil {
+			return e, fmt.Errorf("store: transcript: decode outbox job %d: %w", e.Version, err)
+		}
 	}
-	e.Text, e.Card, e.At = m.Text, m.Card, b.at
 	return e, nil
 }

@@ -44,6 +44,13 @@ type Agent struct {
 	// proxy (never their values; a missing one gets the secure-input
 	// card when a call that declares it is approved).
 	SecretNames func(context.Context) ([]string, error)
+	// SecretNamesWithHistory says History (a HistoryAndSecretNames) reads
+	// the same names SecretNames lists (core/store: the secrets table), so
+	// when the history is read they come with it, in one round trip, as
+	// they are in the database then — a secret stored through another
+	// instance is named in the next message. SecretNames still answers
+	// when no history is read or that read failed.
+	SecretNamesWithHistory bool
 	// MCPTools, when set, lists the pinned tools of the configured MCP
 	// servers (core/mcptools), offered to the proxy next to its own.
 	MCPTools func(context.Context) ([]MCPTool, error)
@@ -68,7 +75,7 @@ func (a *Agent) Respond(ctx context.Context, in core.AgentInput) (core.Proposal,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	hist, err := a.history(ctx, in)
+	hist, names, named, err := a.history(ctx, in)
 	if err != nil {
 		// The message can still be answered on its own.
 		log.Warn("could not read the conversation's history; answering without it", slog.String("conversation", string(in.Conversation)),
@@ -76,9 +83,11 @@ func (a *Agent) Respond(ctx context.Context, in core.AgentInput) (core.Proposal,
 	}
 	proxy := a.Proxy
 	if a.SecretNames != nil {
-		names, err := a.SecretNames(ctx)
-		if err != nil {
-			log.Warn("could not list the stored secrets' names; answering without them", slog.Any("err", err))
+		if !named {
+			names, err = a.SecretNames(ctx)
+			if err != nil {
+				log.Warn("could not list the stored secrets' names; answering without them", slog.Any("err", err))
+			}
 		}
 		proxy.SecretNames = names
 	}

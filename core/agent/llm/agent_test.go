@@ -489,3 +489,76 @@ func TestAgentSeveralCallsSaysOnlyTheFirstWasTaken(t *testing.T) {
 		}
 	}
 }
+
+// namesHistory is a HistoryAndSecretNames whose names say where they were
+// read; fail makes the combined read fail.
+type namesHistory struct {
+	fail bool
+}
+
+func (namesHistory) Transcript(context.Context, core.ChannelName, core.ConversationID, int) ([]core.TranscriptEntry, error) {
+	return nil, nil
+}
+
+func (h namesHistory) TranscriptAndSecretNames(context.Context, core.ChannelName, core.ConversationID, int) ([]core.TranscriptEntry, []string, error) {
+	if h.fail {
+		return nil, nil, errors.New("database down")
+	}
+	return nil, []string{"read_with_history"}, nil
+}
+
+// With SecretNamesWithHistory the names come with the history, in its
+// round trip; SecretNames answers when no history is read or that read
+// failed, and always without the flag.
+func TestProxySecretNamesWithHistory(t *testing.T) {
+	t.Parallel()
+	listed := func(context.Context) ([]string, error) { return []string{"listed_apart"}, nil }
+	tests := []struct {
+		name    string
+		hist    llm.HistorySource
+		flag    bool
+		seq     int64
+		want    string
+		listing int
+	}{
+		{"with the history", namesHistory{}, true, 5, "read_with_history", 0},
+		{"history failed", namesHistory{fail: true}, true, 5, "listed_apart", 1},
+		{"no history read", namesHistory{}, true, 0, "listed_apart", 1},
+		{"flag off", namesHistory{}, false, 5, "listed_apart", 1},
+		{"history cannot", noNames{}, true, 5, "listed_apart", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := llmtest.New(t, testKey, "small")
+			client, err := llm.New(llm.Config{BaseURL: fake.BaseURL(), APIKey: testKey, Models: llm.Models{Proxy: "small"},
+				Timeout: 30 * time.Second, MaxRetries: 1, MaxRetryDelay: 5 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls := 0
+			ag := &llm.Agent{Proxy: llm.Proxy{Client: client}, Planner: llm.Planner{Client: client}, Fallback: agent.Command{},
+				History: tt.hist, SecretNamesWithHistory: tt.flag,
+				SecretNames: func(ctx context.Context) ([]string, error) { calls++; return listed(ctx) }}
+			fake.Script(llmtest.Reply{Content: "ok"})
+			p, err := ag.Respond(context.Background(), core.AgentInput{Channel: "test", Conversation: "test:chat", Seq: tt.seq,
+				Sender: owner, Trust: core.TrustOwner, Text: "hello"})
+			if err != nil || p.Reply != "ok" {
+				t.Fatalf("Respond = %+v, %v", p, err)
+			}
+			sys := fake.Requests()[0].Messages[0].Text()
+			if !strings.Contains(sys, "Stored secrets (names only; you never see a value): "+tt.want+".") {
+				t.Fatalf("system prompt:\n%s\nwant %q", sys, tt.want)
+			}
+			if calls != tt.listing {
+				t.Fatalf("SecretNames called %d times, want %d", calls, tt.listing)
+			}
+		})
+	}
+}
+
+// noNames is a HistorySource that cannot read the names.
+type noNames struct{}
+
+func (noNames) Transcript(context.Context, core.ChannelName, core.ConversationID, int) ([]core.TranscriptEntry, error) {
+	return nil, nil
+}

@@ -19,6 +19,14 @@ type HistorySource interface {
 	Transcript(ctx context.Context, ch core.ChannelName, conv core.ConversationID, n int) ([]core.TranscriptEntry, error)
 }
 
+// HistoryAndSecretNames is a HistorySource that also reads the stored
+// secrets' names (never values) in the transcript's round trip
+// (core/store.Store implements it).
+type HistoryAndSecretNames interface {
+	HistorySource
+	TranscriptAndSecretNames(ctx context.Context, ch core.ChannelName, conv core.ConversationID, n int) ([]core.TranscriptEntry, []string, error)
+}
+
 // Default bounds of the history the proxy is given.
 const (
 	DefaultHistoryMessages = 12
@@ -145,7 +153,11 @@ const outputReplyPrefix = "Output out-"
 //     scanner recognises is cut again rather than trusted to have been.
 //     Secret values are never typed into the transcript: they arrive
 //     through the secure form, never through the chat.
-func (a *Agent) history(ctx context.Context, in core.AgentInput) ([]Message, error) {
+//
+// With SecretNamesWithHistory (and History a HistoryAndSecretNames) it
+// also returns the stored secrets' names, read in the same statement, and
+// named true; named false: they were not read.
+func (a *Agent) history(ctx context.Context, in core.AgentInput) (msgs []Message, names []string, named bool, err error) {
 	n := a.HistoryMessages
 	if n == 0 {
 		n = DefaultHistoryMessages
@@ -157,11 +169,17 @@ func (a *Agent) history(ctx context.Context, in core.AgentInput) ([]Message, err
 	// Without the turn's place in storage the current message cannot be
 	// told apart from history (nor later turns from earlier ones).
 	if a.History == nil || n < 0 || in.Seq <= 0 || in.Channel == "" {
-		return nil, nil
+		return nil, nil, false, nil
 	}
-	entries, err := a.History.Transcript(ctx, in.Channel, in.Conversation, n+historySlack)
+	var entries []core.TranscriptEntry
+	if hs, ok := a.History.(HistoryAndSecretNames); ok && a.SecretNamesWithHistory && a.SecretNames != nil {
+		entries, names, err = hs.TranscriptAndSecretNames(ctx, in.Channel, in.Conversation, n+historySlack)
+		named = err == nil
+	} else {
+		entries, err = a.History.Transcript(ctx, in.Channel, in.Conversation, n+historySlack)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("llm: history: %w", err)
+		return nil, nil, false, fmt.Errorf("llm: history: %w", err)
 	}
 	var ids []string
 	for _, e := range entries {
@@ -188,7 +206,7 @@ func (a *Agent) history(ctx context.Context, in core.AgentInput) ([]Message, err
 		out = append(out, m)
 	}
 	slices.Reverse(out)
-	return tidyHistory(out), nil
+	return tidyHistory(out), names, named, nil
 }
 
 // historyMessage renders one transcript entry ("" content: nothing to show).

@@ -110,7 +110,7 @@ func newLLMBench(b *testing.B, baseURL string) *llmBench {
 		b.Fatal(err)
 	}
 	ag := &llm.Agent{Proxy: llm.Proxy{Client: client}, Planner: llm.Planner{Client: client}, Fallback: agent.Command{}, Tasks: true,
-		History: st, SecretNames: func(ctx context.Context) ([]string, error) {
+		History: st, SecretNamesWithHistory: true, SecretNames: func(ctx context.Context) ([]string, error) {
 			infos, err := st.ListSecrets(ctx)
 			names := make([]string, 0, len(infos))
 			for _, i := range infos {
