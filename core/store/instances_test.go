@@ -17,15 +17,7 @@ import (
 // nothing of a live instance is adopted, and its lane cannot be claimed.
 func TestTurnTakeoverFenced(t *testing.T) {
 	t.Parallel()
-	a, ctx, dsn := setupDSN(t, Options{})
-	b := openStore(t, dsn, Options{})
-	a.SetInstance("instance-a")
-	b.SetInstance("instance-b")
-	for _, s := range []*Store{a, b} {
-		if err := s.RegisterInstance(ctx, "host", 1, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, b, ctx := twoInstances(t)
 	var seq int64
 	if err := a.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
 		var err error
@@ -151,15 +143,7 @@ func TestParseHandOverNotice(t *testing.T) {
 // core.ErrFenced on the server and commits nothing it queued.
 func TestFencedFinishWithKnownHead(t *testing.T) {
 	t.Parallel()
-	a, ctx, dsn := setupDSN(t, Options{})
-	b := openStore(t, dsn, Options{})
-	a.SetInstance("instance-a")
-	b.SetInstance("instance-b")
-	for _, s := range []*Store{a, b} {
-		if err := s.RegisterInstance(ctx, "host", 1, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, b, ctx := twoInstances(t)
 	var seq int64
 	if err := a.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
 		var err error
@@ -199,4 +183,20 @@ func TestFencedFinishWithKnownHead(t *testing.T) {
 	if _, err := a.VerifyAudit(ctx); err != nil {
 		t.Fatalf("audit chain: %v", err)
 	}
+}
+
+// twoInstances is two stores on one database, registered as live
+// instances "instance-a" and "instance-b".
+func twoInstances(t *testing.T) (a, b *Store, ctx context.Context) {
+	t.Helper()
+	a, ctx, dsn := setupDSN(t, Options{})
+	b = openStore(t, dsn, Options{})
+	a.SetInstance("instance-a")
+	b.SetInstance("instance-b")
+	for _, s := range []*Store{a, b} {
+		if err := s.RegisterInstance(ctx, "host", 1, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, b, ctx
 }

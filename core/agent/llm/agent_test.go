@@ -449,11 +449,7 @@ func TestProxyToldSecretNames(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fake := llmtest.New(t, testKey, "small")
-			client, err := llm.New(llm.Config{BaseURL: fake.BaseURL(), APIKey: testKey, Models: llm.Models{Proxy: "small"},
-				Timeout: 30 * time.Second, MaxRetries: 1, MaxRetryDelay: 5 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
+			client, _ := newClient(t, fake, proxyOnly)
 			ag := &llm.Agent{Proxy: llm.Proxy{Client: client}, Planner: llm.Planner{Client: client}, Fallback: agent.Command{}, SecretNames: tt.names}
 			fake.Script(llmtest.Reply{Content: "ok"})
 			p, err := ag.Respond(context.Background(), core.AgentInput{Conversation: "test:chat", Sender: owner, Trust: core.TrustOwner, Text: "hello"})
@@ -530,11 +526,7 @@ func TestProxySecretNamesWithHistory(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fake := llmtest.New(t, testKey, "small")
-			client, err := llm.New(llm.Config{BaseURL: fake.BaseURL(), APIKey: testKey, Models: llm.Models{Proxy: "small"},
-				Timeout: 30 * time.Second, MaxRetries: 1, MaxRetryDelay: 5 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
+			client, _ := newClient(t, fake, proxyOnly)
 			calls := 0
 			ag := &llm.Agent{Proxy: llm.Proxy{Client: client}, Planner: llm.Planner{Client: client}, Fallback: agent.Command{},
 				History: tt.hist, SecretNamesWithHistory: tt.flag,
@@ -561,4 +553,11 @@ type noNames struct{}
 
 func (noNames) Transcript(context.Context, core.ChannelName, core.ConversationID, int) ([]core.TranscriptEntry, error) {
 	return nil, nil
+}
+
+// proxyOnly is newClient's configuration for the proxy's tests: its
+// model only, one retry, a long timeout.
+func proxyOnly(c *llm.Config) {
+	c.Models = llm.Models{Proxy: "small"}
+	c.Timeout, c.MaxRetries = 30*time.Second, 1
 }
