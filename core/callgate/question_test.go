@@ -48,25 +48,11 @@ func TestQuestionCardNeverRegresses(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// tap taps the card in tx and queues its edits as the engine does.
-	tap := func(ctx context.Context, tx *store.Tx) (core.TaskTap, error) {
-		var out storetest.Shown
-		st := core.StoredTurn{Turn: core.Turn{Channel: q.Channel, Conversation: q.Conversation, Sender: "owner"}}
-		r, err := g.Tap(ctx, tx, st, core.TrustOwner, core.Tap{Card: cards.ID(q.ID), Choice: "yes"}, &out)
-		if err != nil {
-			return r, err
-		}
-		return r, out.QueueEdits(tx, q.Channel, q.Conversation)
-	}
-
-	var firstTap, lateTap core.TaskTap
-	storetest.Interleave(t, early, func(ctx context.Context, tx *store.Tx) (err error) {
-		firstTap, err = tap(ctx, tx)
-		return err
-	}, late, func(ctx context.Context, tx *store.Tx) (err error) {
-		lateTap, err = tap(ctx, tx)
-		return err
-	})
+	st := core.StoredTurn{Turn: core.Turn{Channel: q.Channel, Conversation: q.Conversation, Sender: "owner"}}
+	firstTap, lateTap := storetest.InterleaveTaps(t, early, late, q.Channel, q.Conversation,
+		func(ctx context.Context, tx *store.Tx, out *storetest.Shown) (core.TaskTap, error) {
+			return g.Tap(ctx, tx, st, core.TrustOwner, core.Tap{Card: cards.ID(q.ID), Choice: "yes"}, out)
+		})
 	if !firstTap.Handled || firstTap.Refused != "" {
 		t.Errorf("the answering tap = %+v, want it answered", firstTap)
 	}

@@ -40,25 +40,12 @@ func TestPinCardNeverRegresses(t *testing.T) {
 	if err := storetest.Do(ctx, early, func(ctx context.Context, tx *store.Tx) error { return tx.AddMCPPinCard(ctx, c) }); err != nil {
 		t.Fatal(err)
 	}
-	// tap taps "Not now" in tx and queues its edits as the engine does.
-	tap := func(ctx context.Context, tx *store.Tx) (core.TaskTap, error) {
-		var out storetest.Shown
-		st := core.StoredTurn{Turn: core.Turn{Channel: c.Channel, Conversation: c.Conversation, Sender: "owner"}}
-		r, err := tools.Tap(ctx, tx, st, core.TrustOwner, core.Tap{Card: cards.ID(c.ID), Choice: choiceNotNow}, &out)
-		if err != nil {
-			return r, err
-		}
-		return r, out.QueueEdits(tx, c.Channel, c.Conversation)
-	}
-
-	var firstTap, lateTap core.TaskTap
-	storetest.Interleave(t, early, func(ctx context.Context, tx *store.Tx) (err error) {
-		firstTap, err = tap(ctx, tx)
-		return err
-	}, late, func(ctx context.Context, tx *store.Tx) (err error) {
-		lateTap, err = tap(ctx, tx)
-		return err
-	})
+	// Each taps "Not now".
+	st := core.StoredTurn{Turn: core.Turn{Channel: c.Channel, Conversation: c.Conversation, Sender: "owner"}}
+	firstTap, lateTap := storetest.InterleaveTaps(t, early, late, c.Channel, c.Conversation,
+		func(ctx context.Context, tx *store.Tx, out *storetest.Shown) (core.TaskTap, error) {
+			return tools.Tap(ctx, tx, st, core.TrustOwner, core.Tap{Card: cards.ID(c.ID), Choice: choiceNotNow}, out)
+		})
 	if !firstTap.Handled || firstTap.Refused != "" {
 		t.Errorf("the decline = %+v, want it taken", firstTap)
 	}

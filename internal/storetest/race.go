@@ -119,3 +119,24 @@ func (s *Shown) QueueEdits(tx *store.Tx, ch core.ChannelName, conv core.Conversa
 	}
 	return nil
 }
+
+// InterleaveTaps is Interleave of one tap, tapped first through a (held
+// open after it) and then through b: each tap shows its card edits into a
+// Shown of its own, queued in its transaction as the engine queues a
+// tap's. It returns both taps' results.
+func InterleaveTaps(t testing.TB, a, b *store.Store, ch core.ChannelName, conv core.ConversationID,
+	tap func(ctx context.Context, tx *store.Tx, out *Shown) (core.TaskTap, error)) (first, second core.TaskTap) {
+	t.Helper()
+	queued := func(r *core.TaskTap) func(ctx context.Context, tx *store.Tx) error {
+		return func(ctx context.Context, tx *store.Tx) error {
+			var out Shown
+			var err error
+			if *r, err = tap(ctx, tx, &out); err != nil {
+				return err
+			}
+			return out.QueueEdits(tx, ch, conv)
+		}
+	}
+	Interleave(t, a, queued(&first), b, queued(&second))
+	return first, second
+}

@@ -114,14 +114,7 @@ const owner core.IdentityID = "test:owner"
 func setup(t *testing.T) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := sandbox.New(sandbox.Config{BaseDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, sb := openStoreSandbox(t, ctx)
 	t.Cleanup(func() { sb.Close() })
 	fake := llmtest.New(t, testKey, "small", "big")
 	client, err := llm.New(llm.Config{BaseURL: fake.BaseURL(), APIKey: testKey, Models: llm.Models{Proxy: "small", Planner: "big", Executor: "small"},
@@ -560,4 +553,20 @@ func (noNames) Transcript(context.Context, core.ChannelName, core.ConversationID
 func proxyOnly(c *llm.Config) {
 	c.Models = llm.Models{Proxy: "small"}
 	c.Timeout, c.MaxRetries = 30*time.Second, 1
+}
+
+// openStoreSandbox opens a store on a new database and a sandbox in a
+// temporary directory for the engine under test; the caller closes both,
+// after its engine stopped.
+func openStoreSandbox(tb testing.TB, ctx context.Context) (*store.Store, *sandbox.Subprocess) {
+	tb.Helper()
+	st, err := store.Open(ctx, storetest.NewDatabase(tb), store.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sb, err := sandbox.New(sandbox.Config{BaseDir: tb.TempDir()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st, sb
 }

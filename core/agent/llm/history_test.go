@@ -25,11 +25,8 @@ import (
 	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
 	"github.com/silas-gateway/silas/core/render"
-	"github.com/silas-gateway/silas/core/sandbox"
 	"github.com/silas-gateway/silas/core/secrets"
-	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
-	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // fakeHistory serves a fixed transcript as the store would: the newest n
@@ -400,14 +397,7 @@ func TestProxyHistoryThroughTheEngine(t *testing.T) {
 func historyGateway(t *testing.T, inlineMax int) (*harness, *secrets.Sealer, *string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.Open(ctx, storetest.NewDatabase(t), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := sandbox.New(sandbox.Config{BaseDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, sb := openStoreSandbox(t, ctx)
 	t.Cleanup(func() { sb.Close() })
 	sk, err := secrets.GenerateKey()
 	if err != nil {

@@ -21,10 +21,7 @@ import (
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
-	"github.com/silas-gateway/silas/core/sandbox"
-	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/verify"
-	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // answerChannel is a platform that signals every text message it is sent
@@ -96,14 +93,7 @@ type llmBench struct {
 
 func newLLMBench(b *testing.B, baseURL string) *llmBench {
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.Open(ctx, storetest.NewDatabase(b), store.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	sb, err := sandbox.New(sandbox.Config{BaseDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	st, sb := openStoreSandbox(b, ctx)
 	client, err := llm.New(llm.Config{BaseURL: baseURL, APIKey: testKey, Models: llm.Models{Proxy: "m", Planner: "m", Executor: "m"},
 		Timeout: 30 * time.Second})
 	if err != nil {

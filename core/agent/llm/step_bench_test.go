@@ -23,11 +23,8 @@ import (
 	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/gateway"
 	"github.com/silas-gateway/silas/core/policy"
-	"github.com/silas-gateway/silas/core/sandbox"
-	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/tasks"
 	"github.com/silas-gateway/silas/core/verify"
-	"github.com/silas-gateway/silas/internal/storetest"
 	"github.com/silas-gateway/silas/internal/taskwire"
 )
 
@@ -121,14 +118,7 @@ func benchResponder(clk *stepClock) llmtest.Responder {
 // per step.
 func BenchmarkTaskStepOverhead(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.Open(ctx, storetest.NewDatabase(b), store.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	sb, err := sandbox.New(sandbox.Config{BaseDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	st, sb := openStoreSandbox(b, ctx)
 	clk := &stepClock{replied: make(chan time.Time, 4), asked: make(chan time.Time, 4), cards: make(chan cardSeen, 4), done: make(chan struct{}, 4)}
 	fake := llmtest.New(b, testKey, "m")
 	fake.Respond(benchResponder(clk))
