@@ -312,16 +312,7 @@ func TestPollingStoresOffsetAtOncePerMinute(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
 	b.a.now = func() time.Time { return time.Unix(0, clock.Load()) }
-	offsetAtWrites := func() (n int) {
-		b.st.mu.Lock()
-		defer b.st.mu.Unlock()
-		for _, w := range b.st.writes {
-			if strings.HasPrefix(w, stateOffsetAt+"=") {
-				n++
-			}
-		}
-		return n
-	}
+	offsetAtWrites := func() int { return b.st.writesOf(stateOffsetAt) }
 	var last int64
 	for i := range 4 {
 		last = b.srv.SendMessage(telegramtest.Msg{Chat: telegramtest.Private(owner), From: owner, Text: fmt.Sprint("msg ", i)})
@@ -346,16 +337,7 @@ func TestPollingStoresOffsetAtOncePerMinute(t *testing.T) {
 // before the next getUpdates confirms the batch to Telegram.
 func TestPollingStoresOffsetOncePerBatch(t *testing.T) {
 	b := setup(t, telegramtest.Options{}, nil)
-	offsetWrites := func() (n int) {
-		b.st.mu.Lock()
-		defer b.st.mu.Unlock()
-		for _, w := range b.st.writes {
-			if strings.HasPrefix(w, stateOffset+"=") {
-				n++
-			}
-		}
-		return n
-	}
+	offsetWrites := func() int { return b.st.writesOf(stateOffset) }
 	var last int64
 	for i := range 5 {
 		last = b.srv.SendMessage(telegramtest.Msg{Chat: telegramtest.Private(owner), From: owner, Text: fmt.Sprint("msg ", i)})
