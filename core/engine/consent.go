@@ -57,7 +57,7 @@ func (e *Engine) standing(o *outcome, p propose.Proposal) {
 			}
 		}
 		o.reply("%s", render.StandingLine(p.Card.Command, c, nil))
-		e.applyDecision(o, r)
+		e.applyDecision(o, r, nil)
 		return nil
 	}
 }
@@ -90,7 +90,7 @@ func (e *Engine) revokeTap(ctx context.Context, tx *store.Tx, o *outcome, tap co
 	if !ok {
 		return false, nil
 	}
-	refuse := func(reason, msg string) { e.applyDecision(o, decide.Refusal(tap, reason, msg, nil)) }
+	refuse := func(reason, msg string) { e.applyDecision(o, decide.Refusal(tap, reason, msg, nil), nil) }
 	switch {
 	case tap.Choice != "revoke":
 		refuse("bad_choice", "Unknown choice: nothing was changed.")
