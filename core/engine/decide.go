@@ -50,11 +50,9 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 				o.after = append(o.after, u.After)
 			}
 		}
-		if err := storeConsent(ctx, tx, &r); err != nil {
-			return err
-		}
+		dropConsent(&r)
 		e.applyDecision(o, r, tx)
-		return nil
+		return storeConsent(ctx, tx, r)
 	}
 	if handled, err := e.revokeTap(ctx, tx, o, tap); handled || err != nil {
 		return err

@@ -89,3 +89,17 @@ func TestTapHeldStaysQueued(t *testing.T) {
 		t.Fatalf("execution %s with %d start entries, want queued, none", status, started)
 	}
 }
+
+// TestStandingTapClaimedWithDecision: the tap on "Allow this for 1 h"
+// stores its consent with the decision and is claimed with it too (the
+// consent's insert, a round trip of its own, comes after the claim).
+func TestStandingTapClaimedWithDecision(t *testing.T) {
+	t.Parallel()
+	b, _ := setupStanding(t, 2)
+	b.mintStanding(t, "echo hi")
+	n := b.count(t, `SELECT count(*) FROM audit_log s JOIN audit_log c ON c.kind = 'token.consumed' AND c.data->>'approval' = s.data->>'approval'
+		AND c.xmin::text = s.xmin::text WHERE s.kind = 'execution.started'`)
+	if consents := b.count(t, `SELECT count(*) FROM consents`); n != 1 || consents != 1 {
+		t.Fatalf("%d executions claimed with their decision, %d consents; want 1, 1", n, consents)
+	}
+}
