@@ -431,9 +431,12 @@ func (t *lockedThread) do(f func() error) error {
 	return <-done
 }
 
-// ZygoteCPU is the CPU time the running zygote has used so far (user and
-// system, from /proc): the part of the sandbox's cost that is not in the
-// gateway's children's rusage until the zygote is reaped. Zero without one.
+// ZygoteCPU is the CPU time the running zygote has used so far (every
+// thread's time on a CPU, from /proc/<pid>/task/*/schedstat, in ns): the
+// part of the sandbox's cost that is not in the gateway's children's
+// rusage until the zygote is reaped. Zero without one. (/proc/<pid>/stat's
+// utime and stime count in 10 ms ticks: a whole benchmark's zygote CPU
+// came out as a handful of ticks.)
 func (s *Subprocess) ZygoteCPU() time.Duration {
 	s.zygMu.Lock()
 	z := s.zyg
@@ -441,23 +444,23 @@ func (s *Subprocess) ZygoteCPU() time.Duration {
 	if z == nil || z.dead.Load() {
 		return 0
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(z.cmd.Process.Pid) + "/stat")
+	dir := "/proc/" + strconv.Itoa(z.cmd.Process.Pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
 	if err != nil {
 		return 0
 	}
-	// Fields after the command (which may hold spaces): state is the 3rd;
-	// utime and stime the 14th and 15th.
-	_, rest, ok := strings.Cut(string(b), ") ")
-	if !ok {
-		return 0
+	var d time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + t.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		// "<ns on a CPU> <ns waiting> <timeslices>"
+		f, _, _ := strings.Cut(string(b), " ")
+		ns, _ := strconv.ParseInt(f, 10, 64)
+		d += time.Duration(ns)
 	}
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	return d
 }
 
 // copyBufs are the buffers of the forked inits' output copies (two per
