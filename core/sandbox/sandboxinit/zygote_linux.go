@@ -217,7 +217,17 @@ func zygoteMain(status *os.File, specJSON []byte) int {
 	watch, _ := json.Marshal(z.watch)
 	fmt.Fprintf(status, "%c %s\n", StatusReady, watch)
 	status.Close()
-	z.serve(fdRun)
+	// Served from a goroutine of its own: this one runs in a package's
+	// init, where the runtime keeps it locked to the main thread, and a
+	// locked goroutine that waits in the network poller hands its P to
+	// another thread and back on every wake-up (two thread switches per
+	// fork). This one just waits.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		z.serve(fdRun)
+	}()
+	<-done
 	return 0
 }
 
