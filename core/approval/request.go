@@ -2,12 +2,9 @@ package approval
 
 import (
 	"crypto/ed25519"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/silas-gateway/silas/core/canon"
 )
 
 // Request is what the gateway signs when it proposes an action for
@@ -51,6 +48,20 @@ var (
 // text[] reads back as), so a stored request signs the same as it did
 // before it was stored.
 func (r Request) SigningBytes() ([]byte, error) {
+	r = r.asStored()
+	b := append(make([]byte, 0, 512), requestContext...)
+	if b, ok := r.appendCanonical(b); ok {
+		return b, nil
+	}
+	c, err := r.signingJSON()
+	if err != nil {
+		return nil, err
+	}
+	return append(b, c...), nil
+}
+
+// asStored is r as reading it back from the database gives it.
+func (r Request) asStored() Request {
 	r.CreatedAt = r.CreatedAt.UTC().Truncate(time.Microsecond)
 	r.ExpiresAt = r.ExpiresAt.UTC().Truncate(time.Microsecond)
 	if r.Approvers == nil {
@@ -59,15 +70,7 @@ func (r Request) SigningBytes() ([]byte, error) {
 	if r.ActionHash == nil {
 		r.ActionHash = []byte{}
 	}
-	raw, err := json.Marshal(r)
-	if err != nil {
-		return nil, fmt.Errorf("approval: marshal request: %w", err)
-	}
-	c, err := canon.Transform(raw)
-	if err != nil {
-		return nil, fmt.Errorf("approval: canonicalise request: %w", err)
-	}
-	return append([]byte(requestContext), c...), nil
+	return r
 }
 
 // SignRequest signs a request as proposed.

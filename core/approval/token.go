@@ -13,8 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/silas-gateway/silas/core/canon"
 )
 
 // Scope of a token.
@@ -55,11 +53,10 @@ var (
 func (t Token) SigningBytes() ([]byte, error) {
 	t.IssuedAt = t.IssuedAt.UTC()
 	t.ExpiresAt = t.ExpiresAt.UTC()
-	raw, err := json.Marshal(t)
-	if err != nil {
-		return nil, fmt.Errorf("approval: marshal token: %w", err)
+	if b, ok := t.appendCanonical(make([]byte, 0, 320)); ok {
+		return b, nil
 	}
-	return canon.Transform(raw)
+	return t.signingJSON()
 }
 
 // Mint builds and signs a single-use token for actionHash.
