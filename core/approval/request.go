@@ -91,7 +91,7 @@ func VerifyRequest(pub ed25519.PublicKey, r Request, sig []byte) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRequestInvalid, err)
 	}
-	if len(sig) != ed25519.SignatureSize || !ed25519.Verify(pub, b, sig) {
+	if !verify(pub, b, sig) {
 		return ErrRequestAltered
 	}
 	return nil

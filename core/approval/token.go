@@ -90,7 +90,7 @@ func Check(pub ed25519.PublicKey, s Signed, actionHash []byte, now time.Time) er
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if len(s.Signature) != ed25519.SignatureSize || !ed25519.Verify(pub, b, s.Signature) {
+	if !verify(pub, b, s.Signature) {
 		return ErrBadSignature
 	}
 	if s.Token.Scope != ScopeSingle || s.Token.MaxExecutions != 1 {
