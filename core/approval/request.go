@@ -49,7 +49,14 @@ var (
 // before it was stored.
 func (r Request) SigningBytes() ([]byte, error) {
 	r = r.asStored()
-	b := append(make([]byte, 0, 512), requestContext...)
+	// Room for the members' names and fixed-size values, and the strings
+	// as they are when nothing in them is escaped.
+	n := len(requestContext) + 256 + len(r.ID) + len(r.Channel) + len(r.Conversation) + len(r.Requester) +
+		len(r.ActionHash)*4/3 + len(r.Intent) + len(r.Rationale) + len(r.Risk) + len(r.Preview)
+	for _, a := range r.Approvers {
+		n += len(a) + 3
+	}
+	b := append(make([]byte, 0, n), requestContext...)
 	if b, ok := r.appendCanonical(b); ok {
 		return b, nil
 	}
