@@ -113,6 +113,9 @@ func (s Signed) Marshal() ([]byte, error) { return json.Marshal(s) }
 
 // Unmarshal decodes a stored token.
 func Unmarshal(b []byte) (Signed, error) {
+	if s, ok := decodeStored(b); ok {
+		return s, nil
+	}
 	var s Signed
 	if err := json.Unmarshal(b, &s); err != nil {
 		return Signed{}, fmt.Errorf("%w: decode: %v", ErrInvalid, err)
