@@ -137,6 +137,7 @@ type options struct {
 	// The gateway phases (gateway.go): the silas binary, chats and
 	// messages in flight per chat, measured length.
 	silasBin        string
+	gateways        string
 	chats           int
 	chatWindow      int
 	gatewayDuration time.Duration
@@ -177,6 +178,7 @@ func run() int {
 	fs.IntVar(&o.sampling, "trace-sampling", 0, "tracing on with this sampling_rate_per_million, spans exported nowhere (0 = off, as by default)")
 	fs.BoolVar(&o.otlp, "trace-otlp", false, "with --trace-sampling: export over OTLP/HTTP to a collector in this process that discards what it gets")
 	fs.StringVar(&o.silasBin, "silas", "", "the silas binary for phases (e) and (f): `silas serve` with the Telegram fake, command agent then LLM agent (empty skips them; make bench builds it)")
+	fs.StringVar(&o.gateways, "gateways", "command,llm", "(e), (f): which gateway phases run, in order: command (e), llm (f)")
 	fs.IntVar(&o.chats, "chats", 50, "(e), (f): Telegram private chats")
 	fs.IntVar(&o.chatWindow, "chat-window", 4, "(e), (f): messages each chat keeps in flight")
 	fs.DurationVar(&o.gatewayDuration, "gateway-duration", 8*time.Second, "(e), (f): measured length (after --warmup)")
@@ -891,7 +893,10 @@ func (h *harness) phases(ctx context.Context, rep *report) error {
 	}
 	rep.add("(d) token mint+verify/s", "see BenchmarkMintCheck", "go test -bench MintCheck ./core/approval")
 	if o.silasBin != "" && o.chats > 0 {
-		for _, kind := range []string{"command", "llm"} {
+		for _, kind := range strings.Split(o.gateways, ",") {
+			if kind != "command" && kind != "llm" {
+				return fmt.Errorf("--gateways: %q is neither command nor llm", kind)
+			}
 			g, err := h.phaseGateway(ctx, h.dsn, kind)
 			if err != nil {
 				return fmt.Errorf("(%s) gateway: %w", phaseLetter(kind), err)
