@@ -79,22 +79,24 @@ type markChain struct {
 
 // repeatable reports whether delivering j again would show nothing new: an
 // update that was superseded (nothing was sent), an in-place edit of a
-// card (prev known, the channel edits in place), or a tap's answer on a
-// channel without AnswerTap that was only such an edit (answered is
-// whether the channel's AnswerTap ran: its notice may be a message).
-func repeatable(j core.OutboxJob, caps core.Capabilities, prev core.MessageRef, superseded, answered bool) bool {
+// card (prev known, the channel edits in place), or a tap's answer that is
+// only such an edit — on a channel without AnswerTap (ta nil) when it
+// refuses nothing with a notice (a refusal's notice is a message there),
+// else when the channel says its answer is (core.RepeatableAnswerer).
+func repeatable(j core.OutboxJob, caps core.Capabilities, prev core.MessageRef, superseded bool, ta core.TapAnswerer) bool {
 	editsInPlace := prev != "" && caps.EditInPlace
 	switch j.Op {
 	case core.OpUpdate:
 		return superseded || editsInPlace
 	case core.OpAnswer:
-		if answered || j.Answer == nil {
-			return false
+		if j.Answer == nil || (j.Message.Card != nil && !editsInPlace) {
+			return false // the card's state went as a new message
 		}
-		if j.Answer.Refused != "" && strings.TrimSpace(j.Answer.Text) != "" {
-			return false // the refusal is a message (answerTapWith)
+		if ta != nil {
+			ra, ok := ta.(core.RepeatableAnswerer)
+			return ok && ra.AnswerRepeatable(*j.Answer)
 		}
-		return j.Message.Card == nil || editsInPlace
+		return j.Answer.Refused == "" || strings.TrimSpace(j.Answer.Text) == ""
 	}
 	return false
 }

@@ -254,3 +254,49 @@ func TestUnmarkedEditRepeatedNotTheMessage(t *testing.T) {
 		t.Fatalf("instance B sent %q and edits %q; want only the card's last state again, as an edit", sentB, editsB)
 	}
 }
+
+type plainAnswerer struct{}
+
+func (plainAnswerer) AnswerTap(context.Context, core.TapAnswer) error { return nil }
+
+type quietAnswerer struct{ plainAnswerer }
+
+func (quietAnswerer) AnswerRepeatable(a core.TapAnswer) bool { return a.Handle != "" }
+
+// Which deliveries are recorded lazily: only those a repeat shows nobody.
+func TestRepeatable(t *testing.T) {
+	t.Parallel()
+	edits := core.Capabilities{EditInPlace: true, Buttons: true}
+	noEdits := core.Capabilities{Buttons: true}
+	c := card("c1", cards.StatusApproved)
+	answer := func(a core.TapAnswer, m core.OutMessage) core.OutboxJob {
+		return core.OutboxJob{Op: core.OpAnswer, Answer: &a, Message: m}
+	}
+	approved := core.TapAnswer{Handle: "q1", Text: "Approved: running it now."}
+	refused := core.TapAnswer{Handle: "q1", Text: "You may not decide this request.", Refused: core.RefusedNotApprover}
+	for _, tc := range []struct {
+		name       string
+		j          core.OutboxJob
+		caps       core.Capabilities
+		prev       core.MessageRef
+		superseded bool
+		ta         core.TapAnswerer
+		want       bool
+	}{
+		{"a new message", core.OutboxJob{Op: core.OpSend, Message: core.OutMessage{Text: "hi"}}, edits, "", false, nil, false},
+		{"a card edited in place", core.OutboxJob{Op: core.OpUpdate, Message: c}, edits, "ref", false, nil, true},
+		{"a superseded edit", core.OutboxJob{Op: core.OpUpdate, Message: c}, edits, "ref", true, nil, true},
+		{"an edit of a card never delivered (a new message)", core.OutboxJob{Op: core.OpUpdate, Message: c}, edits, "", false, nil, false},
+		{"an edit where the channel cannot edit (a new message)", core.OutboxJob{Op: core.OpUpdate, Message: c}, noEdits, "ref", false, nil, false},
+		{"an answer as an edit, no AnswerTap", answer(approved, c), edits, "ref", false, nil, true},
+		{"a refusal's notice as a message, no AnswerTap", answer(refused, c), edits, "ref", false, nil, false},
+		{"an answer whose card goes as a new message", answer(approved, c), edits, "", false, nil, false},
+		{"an answer through AnswerTap, repeat unknown", answer(approved, c), edits, "ref", false, plainAnswerer{}, false},
+		{"an answer through AnswerTap the channel says repeats quietly", answer(approved, c), edits, "ref", false, quietAnswerer{}, true},
+		{"the same without the tap's query", answer(core.TapAnswer{Text: "x"}, c), edits, "ref", false, quietAnswerer{}, false},
+	} {
+		if got := repeatable(tc.j, tc.caps, tc.prev, tc.superseded, tc.ta); got != tc.want {
+			t.Errorf("%s: repeatable = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -448,7 +448,7 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 	var ref core.MessageRef
 	var err error
 	status := core.OutboxDelivered
-	answered := false
+	var ta core.TapAnswerer
 	// The semaphore bounds concurrent platform calls only; recording the
 	// result waits for a group commit, which many lanes share.
 	ob.deliverSem <- struct{}{}
@@ -456,8 +456,7 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 	j.Message = renderFor(caps, j.Message)
 	switch j.Op {
 	case core.OpAnswer:
-		ta := ob.tapAnswerer(ch, &j)
-		answered = ta != nil
+		ta = ob.tapAnswerer(ch, &j)
 		ref, err = answerTapWith(ctx, ch, ta, caps, j, prev)
 	case core.OpUpdate:
 		if superseded {
@@ -474,7 +473,7 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 	}
 	if err == nil {
 		m := mark{j: j, ref: ref, status: status}
-		if repeatable(j, caps, prev, superseded, answered) {
+		if repeatable(j, caps, prev, superseded, ta) {
 			// Delivering it again shows nothing: its mark rides in a
 			// later transaction and the lane goes on (marks.go).
 			ob.markLater(m)
