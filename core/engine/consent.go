@@ -57,7 +57,7 @@ func (e *Engine) standing(o *outcome, p propose.Proposal) {
 			}
 		}
 		o.reply("%s", render.StandingLine(p.Card.Command, c, nil))
-		e.applyDecision(o, r, nil)
+		e.applyDecision(o, r, tx)
 		return nil
 	}
 }

@@ -132,11 +132,13 @@ type decisionClaimer interface {
 // carries it (core/outbox makes it a message only on channels that cannot
 // answer a tap).
 //
-// With tx (a tap's decision), the execution the decision queued is
-// claimed in that same transaction when this process's executor runs it
-// at once (core/execute ClaimWithDecision): its start is one commit away
-// from the tap instead of two. Otherwise — or when the executor declines —
-// it is claimed once committed, in a transaction of its own.
+// With tx (the decision's transaction: a tap's, or a turn's whose action
+// a policy or a standing consent approved), the execution the decision
+// queued is claimed in that same transaction when this process's executor
+// runs it at once (core/execute ClaimWithDecision): its start is one
+// commit away from the decision instead of two. Otherwise — or when the
+// executor declines — it is claimed once committed, in a transaction of
+// its own.
 func (e *Engine) applyDecision(o *outcome, r decide.Result, tx *store.Tx) {
 	o.updates = append(o.updates, r.Updates...)
 	for _, n := range r.Notes {
@@ -161,7 +163,11 @@ func (e *Engine) applyDecision(o *outcome, r decide.Result, tx *store.Tx) {
 	if id == "" {
 		return
 	}
-	if c, ok := e.exec.(decisionClaimer); ok && tx != nil && r.Approved.ID == id {
+	// Not once in-flight work is being cancelled (the shutdown's grace is
+	// over): whether the caller then learns of the commit is a race, and
+	// a claimed execution it never starts is interrupted at the next start,
+	// where a queued one runs.
+	if c, ok := e.exec.(decisionClaimer); ok && tx != nil && r.Approved.ID == id && e.workCtx.Err() == nil {
 		// The gate reads the entries this transaction appends (the
 		// decision's "token.consumed"); the claim's entry follows them.
 		if cl, started, _ := c.ClaimWithDecision(tx, r.Approved, o.audit); cl != nil {

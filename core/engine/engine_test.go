@@ -321,6 +321,14 @@ func TestRunLowRiskOneTap(t *testing.T) {
 	if n := b.executions(t); n != 1 {
 		t.Fatalf("executions = %d, want 1", n)
 	}
+	// A card edit's delivery mark is recorded lazily (core/outbox, store
+	// DoLazy: in the next transaction, or LazyDelay after the edit): the
+	// tap's answer's rode in the claim's transaction while the claim had
+	// one; claimed with the decision, it may come after the card shows
+	// done. Wait for it before reading the log.
+	for deadline := time.Now().Add(5 * time.Second); !auditKinds(t, b)["message.update"] && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	n, err := b.st.VerifyAudit(b.ctx)
 	if err != nil {
 		t.Fatalf("audit: %v", err)

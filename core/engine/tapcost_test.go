@@ -92,14 +92,21 @@ func TestTapHeldStaysQueued(t *testing.T) {
 
 // TestStandingTapClaimedWithDecision: the tap on "Allow this for 1 h"
 // stores its consent with the decision and is claimed with it too (the
-// consent's insert, a round trip of its own, comes after the claim).
+// consent's insert, a round trip of its own, comes after the claim); so is
+// the run the consent then approves in its /run turn's transaction.
 func TestStandingTapClaimedWithDecision(t *testing.T) {
 	t.Parallel()
-	b, _ := setupStanding(t, 2)
+	b, sc := setupStanding(t, 2)
 	b.mintStanding(t, "echo hi")
-	n := b.count(t, `SELECT count(*) FROM audit_log s JOIN audit_log c ON c.kind = 'token.consumed' AND c.data->>'approval' = s.data->>'approval'
-		AND c.xmin::text = s.xmin::text WHERE s.kind = 'execution.started'`)
-	if consents := b.count(t, `SELECT count(*) FROM consents`); n != 1 || consents != 1 {
+	const withDecision = `SELECT count(*) FROM audit_log s JOIN audit_log c ON c.kind = 'token.consumed' AND c.data->>'approval' = s.data->>'approval'
+		AND c.xmin::text = s.xmin::text WHERE s.kind = 'execution.started'`
+	if n, consents := b.count(t, withDecision), b.count(t, `SELECT count(*) FROM consents`); n != 1 || consents != 1 {
 		t.Fatalf("%d executions claimed with their decision, %d consents; want 1, 1", n, consents)
+	}
+	if c, asked := b.runCard(t, sc, "echo hi"); asked || c.Status != cards.StatusDone {
+		t.Fatalf("under the consent: asked=%v card=%+v", asked, c)
+	}
+	if n := b.count(t, withDecision); n != 2 {
+		t.Fatalf("%d executions claimed with their decision, want 2", n)
 	}
 }
