@@ -134,6 +134,18 @@ func (s *fakeState) SetState(_ context.Context, ch core.ChannelName, key, value 
 	return nil
 }
 
+// writesOf counts the writes of key.
+func (s *fakeState) writesOf(key string) (n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.writes {
+		if strings.HasPrefix(w, key+"=") {
+			n++
+		}
+	}
+	return n
+}
+
 func (s *fakeState) get(key string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

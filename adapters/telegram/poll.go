@@ -32,12 +32,22 @@ import (
 //     retried (with backoff) before going on, so nothing is skipped — up to
 //     maxDeliverAttempts, after which the update is quarantined
 //     (quarantine.go) so one poisoned update cannot block the others;
-//  3. after each Deliver stores that update_id under the state key
-//     "offset" (core.StateStore);
+//  3. once the batch is delivered, stores its last update_id under the
+//     state key "offset" (core.StateStore) — one write per batch, not per
+//     update (it was a fenced write transaction of its own per message);
 //  4. asks for more — which is what confirms the handled updates.
 //
-// A crash between 2 and 3 redelivers the update after a restart; the core's
-// intake is idempotent on the event id, so that is a no-op.
+// Nothing is confirmed to Telegram before the offset covering it is stored
+// (3 comes before 4), so no update is lost. A crash, a lost lease or a
+// failed offset write between 2 and 3 redelivers the batch's delivered
+// updates after a restart or to the next holder; the core's intake stores
+// a turn once per event id (a unique constraint: the second delivery,
+// even a concurrent one from another instance, is a duplicate and answered
+// by nobody), so that is a no-op — as it was for the one update a crash
+// between Deliver and its own offset write redelivered before. A holder
+// paused past its lease may deliver the rest of its batch on waking (the
+// same no-op) and then stops at its fenced offset write, before asking for
+// more.
 //
 // Telegram picks a random next update_id after a week without updates, so
 // an offset older than staleOffset is not reused.
@@ -102,7 +112,7 @@ func (a *Adapter) loadOffset(ctx context.Context) int64 {
 	}
 }
 
-// saveOffset stores the handled update id; false means a newer holder of
+// saveOffset stores the last handled update id; false means a newer holder of
 // the polling lease exists (held: this process's holding, nil without a
 // lease), and this poll must stop without asking for more.
 func (a *Adapter) saveOffset(ctx context.Context, held *lease.Held, id int64) bool {
@@ -138,6 +148,7 @@ func (a *Adapter) poll(ctx context.Context, in core.Inbox, held *lease.Held) {
 			// Everything below next was confirmed by the last call.
 			next = 0
 		}
+		asked := next
 		batch, err := a.getUpdates(ctx, next)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -180,13 +191,13 @@ func (a *Adapter) poll(ctx context.Context, in core.Inbox, held *lease.Held) {
 				a.log.Warn("telegram: malformed update dropped", slog.Int64("update_id", id), slog.Any("err", derr))
 				a.quarantine(ctx, in, id, raw, derr, 1)
 			} else if !a.deliverRetrying(ctx, in, raw, u) {
-				return // ctx ended; this update was not acknowledged
-			}
-			if !a.saveOffset(ctx, held, id) {
-				return
+				return // ctx ended; this update and the batch's delivered ones were not acknowledged
 			}
 			next = id + 1
 			lastProgress = a.now()
+		}
+		if next > asked && !a.saveOffset(ctx, held, next-1) {
+			return
 		}
 	}
 }

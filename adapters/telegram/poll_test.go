@@ -312,16 +312,7 @@ func TestPollingStoresOffsetAtOncePerMinute(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
 	b.a.now = func() time.Time { return time.Unix(0, clock.Load()) }
-	offsetAtWrites := func() (n int) {
-		b.st.mu.Lock()
-		defer b.st.mu.Unlock()
-		for _, w := range b.st.writes {
-			if strings.HasPrefix(w, stateOffsetAt+"=") {
-				n++
-			}
-		}
-		return n
-	}
+	offsetAtWrites := func() int { return b.st.writesOf(stateOffsetAt) }
 	var last int64
 	for i := range 4 {
 		last = b.srv.SendMessage(telegramtest.Msg{Chat: telegramtest.Private(owner), From: owner, Text: fmt.Sprint("msg ", i)})
@@ -338,5 +329,27 @@ func TestPollingStoresOffsetAtOncePerMinute(t *testing.T) {
 	waitFor(t, "the offset stored", func() bool { return b.st.get(stateOffset) == strconv.FormatInt(last, 10) })
 	if n := offsetAtWrites(); n != 2 {
 		t.Fatalf("offset_at written %d times after a minute passed; want 2", n)
+	}
+}
+
+// The offset is stored once per getUpdates batch, after its last update
+// was delivered (it was a fenced write transaction per update), and
+// before the next getUpdates confirms the batch to Telegram.
+func TestPollingStoresOffsetOncePerBatch(t *testing.T) {
+	b := setup(t, telegramtest.Options{}, nil)
+	offsetWrites := func() int { return b.st.writesOf(stateOffset) }
+	var last int64
+	for i := range 5 {
+		last = b.srv.SendMessage(telegramtest.Msg{Chat: telegramtest.Private(owner), From: owner, Text: fmt.Sprint("msg ", i)})
+	}
+	b.start(t)
+	b.waitTurn(t, last)
+	waitFor(t, "the offset stored", func() bool { return b.st.get(stateOffset) == strconv.FormatInt(last, 10) })
+	waitFor(t, "the next getUpdates", func() bool { return len(b.srv.Calls("getUpdates")) >= 2 })
+	if n := offsetWrites(); n != 1 {
+		t.Fatalf("offset written %d times for one batch of 5 updates; want 1", n)
+	}
+	if got := b.srv.Calls("getUpdates")[1].Params["offset"]; got != strconv.FormatInt(last+1, 10) {
+		t.Fatalf("the getUpdates after the batch asked from %s; want %d", got, last+1)
 	}
 }

@@ -115,7 +115,9 @@ func New(cfg Config) (*Adapter, error) {
 	if r.HTTPClient != nil {
 		transport = r.HTTPClient.Transport
 	}
-	client := &http.Client{Timeout: r.HTTPTimeout, Transport: transport}
+	// The SDK's requests go through sizedBodies (transport.go); getUpdates
+	// (call) sends a body of known length already.
+	client := &http.Client{Timeout: r.HTTPTimeout, Transport: sizedBodies{next: cmp.Or(transport, http.DefaultTransport)}}
 	a.poller = &http.Client{Timeout: r.PollTimeout + r.HTTPTimeout, Transport: transport}
 	// The limiter sleeps: it keeps to a clock of its own (the wall clock
 	// outside tests).

@@ -45,6 +45,7 @@ type gatewayResult struct {
 	binaryBytes int64
 	modelCalls  int64
 	modelConns  int64
+	txns, wal   int64 // the cluster's write transactions and WAL bytes over the window (its other clients idle)
 }
 
 // tcleanup is the part of testing.TB the Telegram fake needs.
@@ -255,6 +256,7 @@ func (h *harness) phaseGateway(ctx context.Context, dsn, kind string) (gatewayRe
 		return res, err
 	}
 	a0, cpu0, pg0, t0 := answered(), procCPU(pid), h.pgCPU(), time.Now()
+	xid0, wal0 := h.xidWAL(ctx)
 	calls0, conns0 := int64(0), int64(0)
 	if model != nil {
 		calls0, conns0 = model.calls.Load(), model.conns.Load()
@@ -263,6 +265,8 @@ func (h *harness) phaseGateway(ctx context.Context, dsn, kind string) (gatewayRe
 		return res, err
 	}
 	a1, cpu1, pg1, t1 := answered(), procCPU(pid), h.pgCPU(), time.Now()
+	xid1, wal1 := h.xidWAL(ctx)
+	res.txns, res.wal = xid1-xid0, wal1-wal0
 	res.answered, res.cpu, res.pg, res.wall = a1-a0, cpu1-cpu0, pg1-pg0, t1.Sub(t0)
 	if model != nil {
 		res.modelCalls = model.calls.Load() - calls0
@@ -286,6 +290,14 @@ func phaseLetter(kind string) string {
 		return "f"
 	}
 	return "e"
+}
+
+// xidWAL reads the cluster's next transaction id and WAL position (0, 0
+// when it cannot).
+func (h *harness) xidWAL(ctx context.Context) (xid, wal int64) {
+	_ = h.st.Pool().QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+		pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&xid, &wal)
+	return xid, wal
 }
 
 func (h *harness) pgCPU() time.Duration {
@@ -374,6 +386,8 @@ func (r *report) gatewayRows(g gatewayResult) {
 		fmt.Sprintf("%d answered in %s", g.answered, g.wall.Round(time.Millisecond)))
 	r.add(fmt.Sprintf("(%s) gateway CPU per answered message (Go / postgres)", l), fmt.Sprintf("%s / %s", ms(g.cpu/n), ms(g.pg/n)),
 		fmt.Sprintf("silas serve process; postgres: the whole server%s", modelNote(g)))
+	r.add(fmt.Sprintf("(%s) gateway write transactions / WAL per answered message", l), fmt.Sprintf("%.2f / %.0f B", float64(g.txns)/float64(n), float64(g.wal)/float64(n)),
+		"the whole cluster's (its other databases idle meanwhile)")
 	r.add(fmt.Sprintf("(%s) gateway peak RSS (VmHWM) / RSS at the end", l), fmt.Sprintf("%.1f / %.1f MB", mb(g.peakRSS), mb(g.rssEnd)),
 		fmt.Sprintf("at the end %.1f MB anonymous (heap, stacks) + %.1f MB of the binary's pages; binary %.1f MB", mb(g.anon), mb(g.file), mb(g.binaryBytes)))
 }

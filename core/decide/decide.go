@@ -406,6 +406,11 @@ func (d *Decider) approveWith(ctx context.Context, tx Tx, a core.ApprovalRequest
 	if !fresh {
 		return Result{}, errReplay
 	}
+	if tp := tracing.Traceparent(ctx); tp != "" {
+		// As the approval row now stores it (the tap's span): the
+		// request carried on links its execution to this decision.
+		a.TapTraceparent = tp
+	}
 	return d.approved(tx, a, by, tok, raw, proof)
 }
 

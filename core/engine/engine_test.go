@@ -166,6 +166,9 @@ type bundle struct {
 	// (gateway.Config.HoldExecution and BeforeExecute).
 	hold   func(core.ApprovalID) bool
 	before func(core.ApprovalID)
+	// apart: claim executions apart from their decisions
+	// (gateway.Config.ClaimApart).
+	apart bool
 }
 
 const owner core.IdentityID = "test:owner"
@@ -216,6 +219,9 @@ func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access trust.Acc
 		Verifier: &verify.Runner{Commands: execute.SandboxChecks{Sandbox: sb}}, Policy: pol, Key: key,
 		Owners: []core.IdentityID{owner}, Allowed: []core.IdentityID{"test:friend"}, Now: clk.Now,
 		Access: accessMap(access),
+		// A test that edits the rows between the decision and the claim
+		// needs the claim in a transaction of its own.
+		ClaimApart: func(core.ApprovalID) bool { return b.before != nil || b.apart },
 	}
 	for _, o := range opts {
 		o(&cfg)

@@ -26,11 +26,22 @@ import (
 
 // transcriptBotSQL reads the newest $3 bot messages of conversation $2 on
 // channel $1 (anchored at their first job) with their newest content.
+//
+// A job is an anchor when it is its message's first job that did not fail:
+// its id is the smallest of those under its key. That is written as a
+// scalar subquery, looked up per candidate in outbox_message_key (channel,
+// message_key, id), and not as NOT EXISTS (an earlier such job): the
+// planner may run an anti-join's inner side unparameterised, and did with
+// the statistics of a young table (a fresh database, before autovacuum
+// analysed it) — every candidate then rescanned all of the channel's jobs,
+// ≈ 11,000 rows and 5 ms of PostgreSQL's CPU per LLM message with 700
+// jobs in the table, growing with it (BENCHMARKS.md, "Issue 26 — LLM path,
+// margin"). message_key is NOT NULL, so both forms keep the same rows.
 const transcriptBotSQL = `WITH anchors AS (
 		SELECT o.id, o.message_key, o.created_at FROM outbox o
 		WHERE o.conversation = $2 AND o.channel = $1 AND o.status <> 'failed' AND ` + isMessage + `
-			AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.channel = o.channel AND p.message_key = o.message_key
-				AND p.id < o.id AND p.status <> 'failed')
+			AND o.id = (SELECT min(p.id) FROM outbox p WHERE p.channel = o.channel AND p.message_key = o.message_key
+				AND p.status <> 'failed')
 		ORDER BY o.id DESC LIMIT $3)
 	SELECT a.id, a.message_key, a.created_at, l.id AS version, ` + botContent + `, l.secret_output FROM anchors a
 	CROSS JOIN LATERAL (SELECT id, payload, secret_output FROM outbox l WHERE l.channel = $1 AND l.message_key = a.message_key
