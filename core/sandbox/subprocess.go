@@ -645,6 +645,7 @@ type warmInit struct {
 	zygote *zygote
 	pid    int
 	pidfd  *os.File      // the init's pidfd, in the network poller
+	proc   *os.Process   // instead, on kernels without PIDFD_NONBLOCK (before 5.10)
 	pipes  []*os.File    // our ends of its stdout and stderr
 	copied chan struct{} // closed when both are copied to the capture
 
@@ -658,6 +659,10 @@ func (w *warmInit) kill() { w.signal(syscall.SIGKILL) }
 func (w *warmInit) signal(sig os.Signal) {
 	if w.cmd != nil {
 		_ = w.cmd.Process.Signal(sig)
+		return
+	}
+	if w.proc != nil {
+		_ = w.proc.Signal(sig)
 		return
 	}
 	// Through the pidfd: once the init is reaped it refers to no

@@ -320,8 +320,12 @@ func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 	pfd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err == nil {
 		w.pidfd = os.NewFile(uintptr(pfd), "init")
+	} else if err == unix.EINVAL || err == unix.ENOSYS {
+		// No PIDFD_NONBLOCK (before Linux 5.10) or no pidfd_open (5.3): waited for in
+		// wait4, as os/exec does.
+		w.proc, err = os.FindProcess(pid)
 	}
-	if err != nil || w.pidfd == nil {
+	if err != nil || (w.pidfd == nil && w.proc == nil) {
 		_ = unix.Kill(pid, unix.SIGKILL)
 		var ws unix.WaitStatus
 		_, _ = unix.Wait4(pid, &ws, 0, nil)
@@ -363,6 +367,15 @@ func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 
 // waitZygoteInit waits for the zygote's init w to exit and reaps it.
 func (w *warmInit) waitZygoteInit() error {
+	if w.proc != nil {
+		ps, err := w.proc.Wait()
+		if err != nil {
+			return err
+		}
+		w.waited = true
+		w.ws, _ = ps.Sys().(syscall.WaitStatus)
+		return nil
+	}
 	rc, err := w.pidfd.SyscallConn()
 	if err != nil {
 		return err
