@@ -125,6 +125,7 @@ type options struct {
 	workers       int
 	maxBatch      int
 	writers       int
+	lazyDelay     time.Duration
 	timeout       time.Duration
 	drainTimeout  time.Duration
 	verbose       bool
@@ -172,6 +173,7 @@ func run() int {
 	fs.IntVar(&o.workers, "workers", 0, "gateway.Config.Workers (0 = gateway default)")
 	fs.IntVar(&o.maxBatch, "maxbatch", 0, "store.Options.MaxBatch (0 = store default)")
 	fs.IntVar(&o.writers, "writers", 0, "store.Options.Writers: group-commit transactions open at once (0 = store default)")
+	fs.DurationVar(&o.lazyDelay, "lazy-delay", 0, "store.Options.LazyDelay: how long a card edit's delivery mark waits for a transaction to ride in (0 = store default)")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "how long to wait for unfinished turns or executions at the end of a phase before failing")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 5*time.Second, "how long to wait for the outbox to deliver its backlog after a phase (not draining is reported, not an error)")
 	fs.BoolVar(&o.verbose, "v", false, "log engine warnings and progress")
@@ -683,7 +685,7 @@ func load(ctx context.Context, o options) error {
 		return err
 	}
 	defer stopTracing()
-	st, err := store.Open(ctx, dsn, store.Options{Logger: logger, MaxConns: int32(o.maxConns), MaxBatch: o.maxBatch, Writers: o.writers,
+	st, err := store.Open(ctx, dsn, store.Options{Logger: logger, MaxConns: int32(o.maxConns), MaxBatch: o.maxBatch, Writers: o.writers, LazyDelay: o.lazyDelay,
 		QueryTracer: tr.QueryTracer()})
 	if err != nil {
 		return err

@@ -24,7 +24,8 @@ import (
 // The delivery record (outbox.status, written right after the send, or
 // for a repeatable card edit a little later: marks.go) decides what the
 // next owner sends: a job marked delivered is never sent again, and a
-// lane settles its marks before it gives its claim up. Alone on the database (Cluster.Solo) a lane claims nothing.
+// lane settles its marks before it gives its claim up. Alone on the
+// database (Cluster.Solo) a lane claims nothing.
 //
 // A channel that sends only through a connection one instance holds
 // (core.HeldSender: WhatsApp's linked device, under its lease) is

@@ -18,15 +18,17 @@ import (
 // of an execution cost a write transaction of its own.
 //
 // Now a job whose delivery can be repeated without anyone seeing a second
-// message (repeatable: an in-place edit of a card to the same state, which
-// every adapter accepts — Telegram's 400 "message is not modified" is a
-// success, Discord and Slack accept an identical edit, WhatsApp compares
-// the text it stored as shown, the web chat re-sends the state it stores —
-// or an edit superseded by a newer one, which sends nothing) is marked
-// lazily: the mark is queued to ride in whatever transaction the store's
-// writer runs next (store.DoLazy, at most LazyDelay later) and the lane
-// goes on at once. Everything else (a new message, a tap's answer that
-// shows a notice) is marked as before, and the lane waits for it.
+// message (repeatable) is marked lazily: an in-place edit of a card to the
+// same state, which every adapter accepts (Telegram's 400 "message is not
+// modified" is a success, Discord and Slack accept an identical edit,
+// WhatsApp compares the text it stored as shown, the web chat pushes the
+// same state as an in-place update); an edit superseded by a newer one,
+// which sends nothing; a tap's answer that is only such an edit, or that
+// the channel declares repeatable (core.RepeatableAnswerer). The mark is
+// queued to ride in whatever transaction the store's writer runs next
+// (store.DoLazy, at most LazyDelay later) and the lane goes on at once.
+// Everything else (a new message, a tap's answer that shows a notice) is
+// marked as before, and the lane waits for it.
 //
 // The marks of one conversation commit in delivery order: a conversation
 // has at most one lazy transaction in flight (its chain); marks made
@@ -231,7 +233,7 @@ func nothing(context.Context, *store.Tx) ([]audit.Entry, error) { return nil, ni
 // store that cannot commit leaves them to the next process, which repeats
 // those deliveries invisibly).
 func (ob *Outbox) settleAll(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	ob.markMu.Lock()
 	convs := make([]core.ConversationID, 0, len(ob.marks))

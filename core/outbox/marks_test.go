@@ -242,7 +242,7 @@ func TestUnmarkedEditRepeatedNotTheMessage(t *testing.T) {
 	}
 	// A is killed here: its marks never commit (its store's writer holds
 	// them; nothing else runs there). B takes the conversation over.
-	stB := w.open(0)
+	stB := w.open(20 * time.Millisecond) // its marks commit soon
 	chB := &cardChannel{}
 	w.run(stB, chB)
 	w.waitFor("B's delivery", func() bool {
