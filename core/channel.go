@@ -191,3 +191,12 @@ type TapAnswer struct {
 type TapAnswerer interface {
 	AnswerTap(ctx context.Context, a TapAnswer) error
 }
+
+// RepeatableAnswerer is an optional capability of a TapAnswerer: whether
+// AnswerTap(a), done a second time, shows nobody anything new (the card's
+// edit is identical and the platform takes one answer per tap, quietly
+// refusing the rest). The outbox then records the answer's delivery
+// lazily, as it does an in-place edit of a card (core/outbox marks.go).
+type RepeatableAnswerer interface {
+	AnswerRepeatable(a TapAnswer) bool
+}

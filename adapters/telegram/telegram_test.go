@@ -752,6 +752,13 @@ func TestAnswerTapWithCardEditsTheTappedMessage(t *testing.T) {
 	if a := b.srv.Answers(); len(a) != 1 {
 		t.Fatalf("answers = %+v", a)
 	}
+	// So the outbox may record it lazily (AnswerRepeatable): the repeat
+	// edited nothing either. A typed tap's notice is a message: not so.
+	typed := ans
+	typed.Handle = ""
+	if after, _ := b.srv.Message(1001, m.ID); after.Edits != 1 || !b.a.AnswerRepeatable(ans) || b.a.AnswerRepeatable(typed) {
+		t.Fatalf("after a repeated answer %d edits; AnswerRepeatable %v, for a typed tap %v", after.Edits, b.a.AnswerRepeatable(ans), b.a.AnswerRepeatable(typed))
+	}
 	if caps := core.CapabilitiesOf(b.a); !caps.Buttons || !caps.EditInPlace || caps.MaxTextLen != MaxMessageLen {
 		t.Fatalf("capabilities = %+v", caps)
 	}

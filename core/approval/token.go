@@ -13,8 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/silas-gateway/silas/core/canon"
 )
 
 // Scope of a token.
@@ -55,11 +53,10 @@ var (
 func (t Token) SigningBytes() ([]byte, error) {
 	t.IssuedAt = t.IssuedAt.UTC()
 	t.ExpiresAt = t.ExpiresAt.UTC()
-	raw, err := json.Marshal(t)
-	if err != nil {
-		return nil, fmt.Errorf("approval: marshal token: %w", err)
+	if b, ok := t.appendCanonical(make([]byte, 0, 320)); ok {
+		return b, nil
 	}
-	return canon.Transform(raw)
+	return t.signingJSON()
 }
 
 // Mint builds and signs a single-use token for actionHash.
@@ -93,7 +90,7 @@ func Check(pub ed25519.PublicKey, s Signed, actionHash []byte, now time.Time) er
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if len(s.Signature) != ed25519.SignatureSize || !ed25519.Verify(pub, b, s.Signature) {
+	if !verify(pub, b, s.Signature) {
 		return ErrBadSignature
 	}
 	if s.Token.Scope != ScopeSingle || s.Token.MaxExecutions != 1 {
@@ -116,6 +113,9 @@ func (s Signed) Marshal() ([]byte, error) { return json.Marshal(s) }
 
 // Unmarshal decodes a stored token.
 func Unmarshal(b []byte) (Signed, error) {
+	if s, ok := decodeStored(b); ok {
+		return s, nil
+	}
 	var s Signed
 	if err := json.Unmarshal(b, &s); err != nil {
 		return Signed{}, fmt.Errorf("%w: decode: %v", ErrInvalid, err)

@@ -42,6 +42,16 @@ func Transform(doc []byte) (out []byte, err error) {
 			out, err = nil, fmt.Errorf("canon: internal error: %v", r)
 		}
 	}()
+	if out, ok := transformDirect(doc); ok {
+		return out, nil
+	}
+	return transformGeneral(doc)
+}
+
+// transformGeneral is Transform through encoding/json and jcs: the path for
+// every document the direct path gives up on, and the reference it is
+// checked against.
+func transformGeneral(doc []byte) (out []byte, err error) {
 	// Two independent parsers must both accept the document. jcs is the
 	// canonicalizer; encoding/json is what the rest of the gateway decodes
 	// with, so requiring it to agree keeps a parser differential from

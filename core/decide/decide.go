@@ -406,6 +406,11 @@ func (d *Decider) approveWith(ctx context.Context, tx Tx, a core.ApprovalRequest
 	if !fresh {
 		return Result{}, errReplay
 	}
+	if tp := tracing.Traceparent(ctx); tp != "" {
+		// As the approval row now stores it (the tap's span): the
+		// request carried on links its execution to this decision.
+		a.TapTraceparent = tp
+	}
 	return d.approved(tx, a, by, tok, raw, proof)
 }
 
@@ -434,7 +439,10 @@ func (d *Decider) approved(tx Tx, a core.ApprovalRequest, by core.IdentityID, to
 	if err := tx.QueueExecution(a.ID); err != nil {
 		return Result{}, err
 	}
-	a.Status, a.DecidedBy, a.Token = core.ApprovalApproved, by, raw
+	// DecidedAt as the approval row stores it (tx's clock): an execution
+	// claimed with this decision carries this request, not a re-read row,
+	// and the tap → result metric measures from it.
+	a.Status, a.DecidedBy, a.DecidedAt, a.Token = core.ApprovalApproved, by, tx.Now(), raw
 	r := Result{Updates: []*cards.Card{d.card(a, &core.Execution{Status: core.ExecQueued})}, Toast: "Approved: running it now.", Queued: a.ID, Approved: a}
 	r.note(audit.KindApprovalApproved, map[string]any{"approval": string(a.ID), "by": string(by), "risk": string(a.Risk)})
 	r.note(audit.KindTokenMinted, map[string]any{"approval": string(a.ID), "token_id": tok.Token.TokenID,

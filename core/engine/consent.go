@@ -57,29 +57,36 @@ func (e *Engine) standing(o *outcome, p propose.Proposal) {
 			}
 		}
 		o.reply("%s", render.StandingLine(p.Card.Command, c, nil))
-		e.applyDecision(o, r)
+		e.applyDecision(o, r, tx)
 		return nil
 	}
 }
 
-// storeConsent stores the consent a tap minted, with its decision; when
-// the action was refused after all (not ready to run), no consent is
-// stored and its mint note goes.
-func storeConsent(ctx context.Context, tx *store.Tx, r *decide.Result) error {
+// storeConsent stores the consent a tap minted, with its decision (after
+// applyDecision: its insert is a round trip of its own, which the
+// decision's execution insert, claimed or not, may ride in); when the
+// action was refused after all (not ready to run), no consent is stored
+// and dropConsent took its mint note out first.
+func storeConsent(ctx context.Context, tx *store.Tx, r decide.Result) error {
 	if r.Consent == nil {
 		return nil
 	}
-	if r.Queued == "" {
-		notes := r.Notes[:0:0]
-		for _, n := range r.Notes {
-			if n.Kind != audit.KindConsentMinted {
-				notes = append(notes, n)
-			}
-		}
-		r.Notes, r.Consent = notes, nil
-		return nil
-	}
 	return tx.InsertConsent(ctx, *r.Consent)
+}
+
+// dropConsent takes the consent a tap minted, and its mint note, out of a
+// result whose action was refused after all.
+func dropConsent(r *decide.Result) {
+	if r.Consent == nil || r.Queued != "" {
+		return
+	}
+	notes := r.Notes[:0:0]
+	for _, n := range r.Notes {
+		if n.Kind != audit.KindConsentMinted {
+			notes = append(notes, n)
+		}
+	}
+	r.Notes, r.Consent = notes, nil
 }
 
 // revokeTap decides a tap on a /consents card's Revoke: handled=false when
@@ -90,7 +97,7 @@ func (e *Engine) revokeTap(ctx context.Context, tx *store.Tx, o *outcome, tap co
 	if !ok {
 		return false, nil
 	}
-	refuse := func(reason, msg string) { e.applyDecision(o, decide.Refusal(tap, reason, msg, nil)) }
+	refuse := func(reason, msg string) { e.applyDecision(o, decide.Refusal(tap, reason, msg, nil), nil) }
 	switch {
 	case tap.Choice != "revoke":
 		refuse("bad_choice", "Unknown choice: nothing was changed.")

@@ -5,8 +5,10 @@ import (
 	"errors"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/commands"
 	"github.com/silas-gateway/silas/core/decide"
+	"github.com/silas-gateway/silas/core/execute"
 	"github.com/silas-gateway/silas/core/store"
 	"github.com/silas-gateway/silas/core/tracing"
 )
@@ -19,7 +21,7 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 	ctx, span := tracing.Start(ctx, tracing.SpanDecide)
 	defer span.End()
 	refuse := func(reason, msg string) error {
-		e.applyDecision(o, decide.Refusal(tap, reason, msg, nil))
+		e.applyDecision(o, decide.Refusal(tap, reason, msg, nil), nil)
 		return nil
 	}
 	r, err := e.decider.Tap(ctx, tx, o.st.Turn, o.trust)
@@ -48,11 +50,9 @@ func (e *Engine) decide(ctx context.Context, tx *store.Tx, o *outcome, tap core.
 				o.after = append(o.after, u.After)
 			}
 		}
-		if err := storeConsent(ctx, tx, &r); err != nil {
-			return err
-		}
-		e.applyDecision(o, r)
-		return nil
+		dropConsent(&r)
+		e.applyDecision(o, r, tx)
+		return storeConsent(ctx, tx, r)
 	}
 	if handled, err := e.revokeTap(ctx, tx, o, tap); handled || err != nil {
 		return err
@@ -117,6 +117,13 @@ type approvedStarter interface {
 	StartApproved(a core.ApprovalRequest)
 }
 
+// decisionClaimer is a Runs that can claim an execution in the
+// transaction of the decision that approved it (execute.Executor).
+type decisionClaimer interface {
+	ClaimWithDecision(tx execute.ClaimTx, a core.ApprovalRequest, entries []audit.Entry) (*execute.Claimed, audit.Entry, string)
+	StartClaimed(c *execute.Claimed)
+}
+
 // applyDecision adds what a decision shows to the turn's outcome: card
 // updates and audit entries in its transaction; once committed, the answer
 // to the tapper and the execution it calls for (a declined task call's
@@ -124,7 +131,15 @@ type approvedStarter interface {
 // is a notice to the tapper, not news for the chat: the tap's one answer
 // carries it (core/outbox makes it a message only on channels that cannot
 // answer a tap).
-func (e *Engine) applyDecision(o *outcome, r decide.Result) {
+//
+// With tx (the decision's transaction: a tap's, or a turn's whose action
+// a policy or a standing consent approved), the execution the decision
+// queued is claimed in that same transaction when this process's executor
+// runs it at once (core/execute ClaimWithDecision): its start is one
+// commit away from the decision instead of two. Otherwise — or when the
+// executor declines — it is claimed once committed, in a transaction of
+// its own.
+func (e *Engine) applyDecision(o *outcome, r decide.Result, tx *store.Tx) {
 	o.updates = append(o.updates, r.Updates...)
 	for _, n := range r.Notes {
 		o.note(n.Kind, n.Data)
@@ -144,14 +159,29 @@ func (e *Engine) applyDecision(o *outcome, r decide.Result) {
 	if l := r.Outcome(); l != "" {
 		e.count.Decision(l)
 	}
-	if id := r.Queued; id != "" {
-		if s, ok := e.exec.(approvedStarter); ok && r.Approved.ID == id {
-			// The claim reads the decision of the token just recorded
-			// with the approval row (core/execute).
-			a := r.Approved
-			o.after = append(o.after, func() { s.StartApproved(a) })
-		} else {
-			o.after = append(o.after, func() { e.exec.Start(id) })
+	id := r.Queued
+	if id == "" {
+		return
+	}
+	// Not once in-flight work is being cancelled (the shutdown's grace is
+	// over): whether the caller then learns of the commit is a race, and
+	// a claimed execution it never starts is interrupted at the next start,
+	// where a queued one runs.
+	if c, ok := e.exec.(decisionClaimer); ok && tx != nil && r.Approved.ID == id && e.workCtx.Err() == nil {
+		// The gate reads the entries this transaction appends (the
+		// decision's "token.consumed"); the claim's entry follows them.
+		if cl, started, _ := c.ClaimWithDecision(tx, r.Approved, o.audit); cl != nil {
+			o.audit = append(o.audit, started)
+			o.after = append(o.after, func() { c.StartClaimed(cl) })
+			return
 		}
+	}
+	if s, ok := e.exec.(approvedStarter); ok && r.Approved.ID == id {
+		// The claim reads the decision of the token just recorded
+		// with the approval row (core/execute).
+		a := r.Approved
+		o.after = append(o.after, func() { s.StartApproved(a) })
+	} else {
+		o.after = append(o.after, func() { e.exec.Start(id) })
 	}
 }

@@ -355,7 +355,7 @@ func (e *Engine) propose(ctx context.Context, o *outcome, pa core.ProposedAction
 		if err != nil {
 			return err
 		}
-		e.applyDecision(o, r)
+		e.applyDecision(o, r, tx)
 		return nil
 	}
 	return p, nil

@@ -1,5 +1,7 @@
 // Package execute is the executor: it claims a queued execution through
-// the gate (the recorded decision behind it), runs the approved action in
+// the gate (the recorded decision behind it) — or, in the transaction of
+// the decision that approved it, one this process runs at once (claim.go)
+// — runs the approved action in
 // the sandbox, has the result verified and records each transition once.
 // The approval and the execution are read once, when the execution is
 // claimed with the approval row locked, and carried as values from the
@@ -144,6 +146,12 @@ type Config struct {
 	// row: after the claim the executor runs the row it checked, carried as
 	// a value, so a later edit of the row changes nothing.
 	BeforeRun func(id core.ApprovalID)
+	// Apart, for tests only: returning true keeps a freshly approved
+	// execution out of its decision's transaction (ClaimWithDecision
+	// declines it), so Start claims it in a transaction of its own — the
+	// window BeforeRun runs in, and the path of an execution this process
+	// does not run at once.
+	Apart func(id core.ApprovalID) bool
 }
 
 // ToolRunner runs the approved actions of one tool other than "shell"
@@ -226,6 +234,13 @@ func (x *Executor) run1(ctx context.Context, id core.ApprovalID, want expected) 
 	if r == nil {
 		return
 	}
+	x.runClaimed(ctx, r)
+}
+
+// runClaimed runs an execution whose claim committed (in a transaction of
+// its own, or with its decision).
+func (x *Executor) runClaimed(ctx context.Context, r *execution) {
+	id := r.a.ID
 	if x.cfg.Claimed != nil {
 		x.cfg.Claimed(id)
 	}

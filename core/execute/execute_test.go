@@ -189,16 +189,26 @@ func (b *bundle) decided(t *testing.T, argv []string, checks ...verify.Check) co
 // decidedAction is decided for a whole action.
 func (b *bundle) decidedAction(t *testing.T, act core.Action) core.ApprovalID {
 	t.Helper()
+	return b.decideWith(t, b.key, act, nil)
+}
+
+// decideWith proposes act signed by key and approves it as a tap does
+// (core/decide) in one transaction; then, when set, runs in that
+// transaction with the decision and its entries and returns the entries
+// to write.
+func (b *bundle) decideWith(t *testing.T, key ed25519.PrivateKey, act core.Action,
+	then func(tx *store.Tx, r decide.Result, entries []audit.Entry) []audit.Entry) core.ApprovalID {
+	t.Helper()
 	canonical, _ := act.Canonical()
 	hash, _ := act.Hash()
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	a := core.ApprovalRequest{ID: core.ApprovalID(core.NewID()), Channel: "test", Conversation: conv, Requester: owner,
 		ActionCanonical: canonical, ActionHash: hash, Intent: "test", Rationale: "test", Risk: cards.RiskLow,
 		Approvers: []string{"role:owner"}, Status: core.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(5 * time.Minute)}
-	if err := decide.SignRequest(b.key, &a); err != nil {
+	if err := decide.SignRequest(key, &a); err != nil {
 		t.Fatal(err)
 	}
-	d := decide.New(decide.Config{Key: b.key, TokenTTL: 10 * time.Minute})
+	d := decide.New(decide.Config{Key: key, TokenTTL: 10 * time.Minute})
 	err := b.st.Do(b.ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
 		tx.QueueApproval(a)
 		r, err := d.Tap(ctx, tx, core.Turn{Conversation: conv, Sender: owner, Tap: &core.Tap{Card: cards.ID(a.ID), Choice: "approve"}}, core.TrustOwner)
@@ -211,6 +221,9 @@ func (b *bundle) decidedAction(t *testing.T, act core.Action) core.ApprovalID {
 		var entries []audit.Entry
 		for _, n := range r.Notes {
 			entries = append(entries, audit.Entry{Kind: n.Kind, Actor: string(owner), Conversation: string(conv), Data: n.Data})
+		}
+		if then != nil {
+			entries = then(tx, r, entries)
 		}
 		return entries, nil
 	})

@@ -167,6 +167,11 @@ type Config struct {
 	// an approved execution is claimed.
 	HoldExecution func(id core.ApprovalID) bool
 	BeforeExecute func(id core.ApprovalID)
+	// ClaimApart, for tests only (execute.Config.Apart): true claims a
+	// freshly approved execution in a transaction of its own after its
+	// decision committed, not in the decision's — the window
+	// BeforeExecute runs in.
+	ClaimApart func(id core.ApprovalID) bool
 	// StepUp is the passkey step-up irreversible requests need
 	// (core/stepup); New binds it to the decider and the executor. nil:
 	// an irreversible request is refused.
@@ -324,7 +329,7 @@ func New(cfg Config) (*Gateway, error) {
 		Store: execStore{cfg.Store}, Key: pub, Sandbox: cfg.Sandbox, Verifier: cfg.Verifier, Tools: tools,
 		Secrets:     execute.Sealed{Store: cfg.Store, Sealer: cfg.Sealer, Asker: g.secure},
 		ExecTimeout: cfg.ExecTimeout, OutputInlineMax: cfg.OutputInlineMax, OutputPreview: cfg.OutputPreview,
-		Logger: cfg.Logger, Now: cfg.Now, Failpoint: cfg.Failpoint, Hold: cfg.HoldExecution, BeforeRun: cfg.BeforeExecute,
+		Logger: cfg.Logger, Now: cfg.Now, Failpoint: cfg.Failpoint, Hold: cfg.HoldExecution, BeforeRun: cfg.BeforeExecute, Apart: cfg.ClaimApart,
 		Claimed: cfg.Hooks.ExecutionStarted,
 		Recorded: func(a core.ApprovalRequest, to core.ExecStatus) {
 			m.executions.WithLabelValues(string(to)).Inc()

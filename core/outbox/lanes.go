@@ -21,9 +21,11 @@ import (
 // still act (Cluster.Fresh: its heartbeat did not lapse); after a lapse
 // (a pause past the heartbeat's TTL) it claims again, so an instance that
 // wakes up after another took its lane over sends nothing more there.
-// The delivery record (outbox.status, written right after the send)
-// decides what the next owner sends: a job marked delivered is never
-// sent again. Alone on the database (Cluster.Solo) a lane claims nothing.
+// The delivery record (outbox.status, written right after the send, or
+// for a repeatable card edit a little later: marks.go) decides what the
+// next owner sends: a job marked delivered is never sent again, and a
+// lane settles its marks before it gives its claim up. Alone on the
+// database (Cluster.Solo) a lane claims nothing.
 //
 // A channel that sends only through a connection one instance holds
 // (core.HeldSender: WhatsApp's linked device, under its lease) is
@@ -121,6 +123,9 @@ func (ob *Outbox) sendCheck(ctx context.Context, l *lane) context.Context {
 // lane goes on. Only the lane's goroutine touches l.claimed.
 func (ob *Outbox) releaseLane(ctx context.Context, conv core.ConversationID, l *lane) (more bool) {
 	l.claimed = false
+	// The next holder reads what is pending: what this lane delivered
+	// must be recorded first, or it is delivered again (marks.go).
+	ob.settle(ctx, conv)
 	if err := ob.st.ReleaseLane(ctx, conv); err != nil {
 		ob.log.Warn("outbox: releasing the conversation's lane failed (it is taken over when this instance stops)", slog.Any("err", err))
 		return false
@@ -163,6 +168,7 @@ func (ob *Outbox) handOver(ctx context.Context, conv core.ConversationID, l *lan
 	ob.endLane(conv)
 	if l.claimed {
 		l.claimed = false
+		ob.settle(ctx, conv)
 		if err := ob.st.ReleaseLane(context.WithoutCancel(ctx), conv); err != nil {
 			ob.log.Warn("outbox: releasing the conversation's lane failed (it is taken over when this instance stops)", slog.Any("err", err))
 		}

@@ -96,6 +96,11 @@ type Outbox struct {
 	// a retry does not repeat parts; in memory, like a lane.
 	splitMu sync.Mutex
 	splits  map[int64]splitProgress
+
+	// marks are the lazy delivery marks on their way, by conversation
+	// (marks.go).
+	markMu sync.Mutex
+	marks  map[core.ConversationID]*markChain
 }
 
 // New builds an Outbox; it delivers nothing until Run.
@@ -108,7 +113,7 @@ func New(cfg Config) *Outbox {
 	}
 	return &Outbox{
 		after: cfg.After, st: cfg.Store, channels: cfg.Channels, log: cfg.Logger, now: cfg.Now, maxBackoff: cfg.MaxBackoff,
-		results: cfg.Deliveries, handles: cfg.Handles, cluster: cfg.Cluster, elsewhere: cfg.Elsewhere, lanes: map[core.ConversationID]*lane{}, splits: map[int64]splitProgress{}, missed: map[core.ConversationID]bool{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
+		results: cfg.Deliveries, handles: cfg.Handles, cluster: cfg.Cluster, elsewhere: cfg.Elsewhere, lanes: map[core.ConversationID]*lane{}, splits: map[int64]splitProgress{}, marks: map[core.ConversationID]*markChain{}, missed: map[core.ConversationID]bool{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
 	}
 }
 
@@ -260,7 +265,7 @@ func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane
 		var ref core.MessageRef
 		if !fromMem {
 			var err error
-			j, superseded, ref, err = ob.st.NextOutboxJob(ctx, conv)
+			j, superseded, ref, err = ob.st.NextOutboxJob(ctx, conv, ob.unmarked(conv)...)
 			if errors.Is(err, core.ErrNotFound) {
 				ob.mu.Lock()
 				select {
@@ -407,6 +412,7 @@ func (ob *Outbox) Run(ctx context.Context) {
 		ob.lanesCtx = nil
 		ob.mu.Unlock()
 		ob.laneWG.Wait()
+		ob.settleAll(ctx)
 	}()
 	<-ctx.Done()
 }
@@ -442,6 +448,7 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 	var ref core.MessageRef
 	var err error
 	status := core.OutboxDelivered
+	var ta core.TapAnswerer
 	// The semaphore bounds concurrent platform calls only; recording the
 	// result waits for a group commit, which many lanes share.
 	ob.deliverSem <- struct{}{}
@@ -449,7 +456,8 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 	j.Message = renderFor(caps, j.Message)
 	switch j.Op {
 	case core.OpAnswer:
-		ref, err = answerTapWith(ctx, ch, ob.tapAnswerer(ch, &j), caps, j, prev)
+		ta = ob.tapAnswerer(ch, &j)
+		ref, err = answerTapWith(ctx, ch, ta, caps, j, prev)
 	case core.OpUpdate:
 		if superseded {
 			status = core.OutboxSuperseded // a newer edit of the same card follows
@@ -464,13 +472,19 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 		ob.forgetSplit(j.ID)
 	}
 	if err == nil {
-		// Nobody waits for this record but the lane's next delivery, so it
-		// may share a transaction with other work (see DoBackground).
-		derr := ob.st.DoBackground(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
-			tx.QueueDelivered(j, ref, status)
-			return []audit.Entry{{Kind: messageKind(j.Op), Actor: "silas", Conversation: string(j.Conversation),
-				Data: map[string]any{"job": j.ID, "key": j.MessageKey, "status": string(status)}}}, nil
-		})
+		m := mark{j: j, ref: ref, status: status}
+		if repeatable(j, caps, prev, superseded, ta) {
+			// Delivering it again shows nothing: its mark rides in a
+			// later transaction and the lane goes on (marks.go).
+			ob.markLater(m)
+			ob.results.WithLabelValues(string(status)).Inc()
+			return true
+		}
+		// A repeat would be seen: the lane waits for the mark, which goes
+		// after the conversation's lazy ones. Nobody else waits for it, so
+		// it may share a transaction with other work (see DoBackground).
+		ob.settle(ctx, j.Conversation)
+		derr := ob.st.DoBackground(ctx, markOp([]mark{m}))
 		if derr != nil {
 			ob.jobLog(j).ErrorContext(ctx, "outbox: delivered but could not record it; it may be delivered again", slog.Any("err", derr))
 		}

@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const cgroupRoot = "/sys/fs/cgroup"
@@ -96,8 +99,17 @@ func ownCgroups() (map[string]string, error) {
 
 // runCgroup is one run's cgroup directories (the pids one, or the
 // unified one, first).
+//
+// It keeps descriptors open for what every run does to it (open, walk
+// and close of a cgroupfs path were two thirds of the CPU of the join
+// and of the emptiness check): each dir's cgroup.procs for writing
+// (add), the pids cgroup's pids.current for reading, each dir itself
+// (openat of its cgroup.procs, which a kept descriptor would read stale).
 type runCgroup struct {
 	dirs      []string
+	procs     []int // each dir's cgroup.procs, open for writing
+	dirFDs    []int // each dir (O_PATH)
+	current   int   // pids.current of dirs[0]; -1 until opened
 	owner     *cgroups
 	maxProcs  int
 	maxMemory int64
@@ -117,7 +129,7 @@ func (c *cgroups) create(maxProcs int, maxMemory int64) (*runCgroup, error) {
 	c.made++
 	name := strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatInt(c.made, 10)
 	c.mu.Unlock()
-	rc := &runCgroup{owner: c, maxProcs: maxProcs, maxMemory: maxMemory}
+	rc := &runCgroup{owner: c, maxProcs: maxProcs, maxMemory: maxMemory, current: -1}
 	// files are written in order; optional ones are skipped when the
 	// kernel does not have them.
 	type file struct {
@@ -134,6 +146,21 @@ func (c *cgroups) create(maxProcs int, maxMemory int64) (*runCgroup, error) {
 			err := os.WriteFile(filepath.Join(d, f.name), []byte(f.value), 0)
 			if err != nil && !(f.optional && errors.Is(err, os.ErrNotExist)) {
 				return fmt.Errorf("%s: %w", f.name, err)
+			}
+		}
+		dfd, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		rc.dirFDs = append(rc.dirFDs, dfd)
+		pfd, err := unix.Openat(dfd, "cgroup.procs", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("cgroup.procs: %w", err)
+		}
+		rc.procs = append(rc.procs, pfd)
+		if rc.current < 0 {
+			if rc.current, err = unix.Openat(dfd, "pids.current", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+				return fmt.Errorf("pids.current: %w", err)
 			}
 		}
 		return nil
@@ -163,8 +190,10 @@ func (c *cgroups) create(maxProcs int, maxMemory int64) (*runCgroup, error) {
 
 // add moves pid into the run's cgroups.
 func (rc *runCgroup) add(pid int) error {
-	for _, d := range rc.dirs {
-		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+	var b [20]byte
+	p := strconv.AppendInt(b[:0], int64(pid), 10)
+	for _, fd := range rc.procs {
+		if _, err := unix.Write(fd, p); err != nil {
 			return fmt.Errorf("sandbox: cgroup: add process: %w", err)
 		}
 	}
@@ -194,16 +223,24 @@ func (rc *runCgroup) put() {
 
 // empty reports whether no task is in the run's cgroups or still counted
 // in its pids cgroup (an exited task is counted until it is released).
+//
+// pids.current 0 says no task is in the pids cgroup (the unified one in
+// v2), where cgroup.procs could only say fewer; a v1 memory cgroup is
+// read for its tasks as well.
 func (rc *runCgroup) empty() bool {
-	for i, d := range rc.dirs {
-		if i == 0 {
-			b, err := os.ReadFile(filepath.Join(d, "pids.current"))
-			if err != nil || strings.TrimSpace(string(b)) != "0" {
-				return false
-			}
+	var b [32]byte
+	n, err := unix.Pread(rc.current, b[:], 0)
+	if err != nil || strings.TrimSpace(string(b[:max(n, 0)])) != "0" {
+		return false
+	}
+	for _, dfd := range rc.dirFDs[1:] {
+		fd, err := unix.Openat(dfd, "cgroup.procs", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return false
 		}
-		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-		if err != nil || len(strings.TrimSpace(string(b))) > 0 {
+		n, err := unix.Read(fd, b[:])
+		unix.Close(fd)
+		if err != nil || n != 0 {
 			return false
 		}
 	}
@@ -224,6 +261,12 @@ func (c *cgroups) drain() {
 // remove deletes the run's cgroups; the PID namespace is gone by then, so
 // they are empty (a short retry covers the kernel's asynchronous teardown).
 func (rc *runCgroup) remove() {
+	for _, fd := range slices.Concat(rc.procs, rc.dirFDs, []int{rc.current}) {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	rc.procs, rc.dirFDs, rc.current = nil, nil, -1
 	for _, d := range rc.dirs {
 		for i := 0; i < 50; i++ {
 			err := os.Remove(d)

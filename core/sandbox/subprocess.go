@@ -550,7 +550,7 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	timer.Stop()
 	stopWatch()
 	dur := time.Since(start)
-	if w.state == nil {
+	if !w.waited {
 		return fail(fmt.Errorf("sandbox: wait %q: %w", req.Argv[0], waitErr))
 	}
 	st := parseStatus(statusBytes)
@@ -563,8 +563,7 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	case st.execErr != "":
 		return fail(fmt.Errorf("sandbox: %s", st.execErr))
 	case !st.ready && !killed.Load():
-		ws, _ := w.state.Sys().(syscall.WaitStatus)
-		return fail(fmt.Errorf("sandbox: the sandbox's init died before it was ready (exit %d): %w", exitCode(ws), core.ErrIsolationUnavailable))
+		return fail(fmt.Errorf("sandbox: the sandbox's init died before it was ready (exit %d): %w", exitCode(w.ws), core.ErrIsolationUnavailable))
 	}
 
 	res := core.ExecResult{
@@ -584,8 +583,7 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	default:
 		// The init ended without reporting: it was killed (the memory
 		// cgroup's OOM killer, or the program signalled it).
-		ws, _ := w.state.Sys().(syscall.WaitStatus)
-		res.ExitCode = exitCode(ws)
+		res.ExitCode = exitCode(w.ws)
 		if res.ExitCode == 0 {
 			res.ExitCode = 128 + int(syscall.SIGKILL)
 		}
@@ -645,10 +643,14 @@ type warmInit struct {
 	// An init forked by the zygote (zygote_linux.go): our child, not
 	// started through os/exec.
 	zygote *zygote
-	proc   *os.Process
+	pid    int
+	pidfd  *os.File      // the init's pidfd, in the network poller
+	proc   *os.Process   // instead, on kernels without PIDFD_NONBLOCK (before 5.10)
 	pipes  []*os.File    // our ends of its stdout and stderr
 	copied chan struct{} // closed when both are copied to the capture
-	state  *os.ProcessState
+
+	waited bool               // the init was waited for: ws is its status
+	ws     syscall.WaitStatus // (either kind of init)
 }
 
 // kill ends the init, and with it the whole run.
@@ -659,7 +661,17 @@ func (w *warmInit) signal(sig os.Signal) {
 		_ = w.cmd.Process.Signal(sig)
 		return
 	}
-	_ = w.proc.Signal(sig)
+	if w.proc != nil {
+		_ = w.proc.Signal(sig)
+		return
+	}
+	// Through the pidfd: once the init is reaped it refers to no
+	// process, whichever took its pid since.
+	if rc, err := w.pidfd.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			_ = unix.PidfdSendSignal(int(fd), sig.(syscall.Signal), nil, 0)
+		})
+	}
 }
 
 // wait waits for the init to exit and its output to be copied (up to
@@ -667,11 +679,13 @@ func (w *warmInit) signal(sig os.Signal) {
 func (w *warmInit) wait() error {
 	if w.cmd != nil {
 		err := w.cmd.Wait()
-		w.state = w.cmd.ProcessState
+		if ps := w.cmd.ProcessState; ps != nil {
+			w.waited = true
+			w.ws, _ = ps.Sys().(syscall.WaitStatus)
+		}
 		return err
 	}
-	var err error
-	w.state, err = w.proc.Wait()
+	err := w.waitZygoteInit()
 	select {
 	case <-w.copied:
 	case <-time.After(waitDelay):
@@ -694,6 +708,9 @@ func (w *warmInit) release() {
 	}
 	if w.cg != nil {
 		w.cg.put()
+	}
+	if w.pidfd != nil {
+		w.pidfd.Close()
 	}
 	w.net.stop()
 }

@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,12 +40,12 @@ import (
 // zygoteStartTimeout bounds how long a zygote may take to build its root.
 const zygoteStartTimeout = 10 * time.Second
 
-// zygoteReplyTimeout (seconds) bounds how long a fork's reply may take.
-const zygoteReplyTimeout = 10
+// zygoteReplyTimeout bounds how long a fork's reply may take.
+const zygoteReplyTimeout = 10 * time.Second
 
 type zygote struct {
 	cmd   *exec.Cmd
-	sock  int         // SOCK_SEQPACKET, our end
+	sock  *os.File    // SOCK_SEQPACKET, our end, non-blocking (the network poller); nil once stopped
 	watch []string    // hidden paths not covered, visible if they appeared
 	mu    sync.Mutex  // one fork's request and reply at a time
 	dead  atomic.Bool // set under mu; read without it
@@ -149,9 +150,17 @@ func (s *Subprocess) startZygote() (*zygote, error) {
 		unix.Close(sp[0])
 		return nil, fmt.Errorf("sandbox: start the zygote: %w", err)
 	}
-	z := &zygote{cmd: cmd, sock: sp[0]}
-	// A zygote that stops answering is replaced, not waited for.
-	_ = unix.SetsockoptTimeval(z.sock, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: zygoteReplyTimeout})
+	// Waited on in the network poller, not in a blocking read: a
+	// goroutine blocked in a system call keeps the runtime's sysmon
+	// polling. A zygote that stops answering is replaced, not waited for
+	// (fork's deadline).
+	if err := unix.SetNonblock(sp[0], true); err != nil {
+		unix.Close(sp[0])
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("sandbox: zygote socket: %w", err)
+	}
+	z := &zygote{cmd: cmd, sock: os.NewFile(uintptr(sp[0]), "zygote")}
 	line := make(chan string, 1)
 	go func() {
 		l, _ := bufio.NewReader(statusR).ReadString('\n')
@@ -183,9 +192,9 @@ func (z *zygote) stop() {
 }
 
 func (z *zygote) stopLocked() {
-	if z.sock >= 0 {
-		unix.Close(z.sock) // the zygote exits on EOF
-		z.sock = -1
+	if z.sock != nil {
+		z.sock.Close() // the zygote exits on EOF
+		z.sock = nil
 	}
 	z.dead.Store(true)
 	_ = z.cmd.Process.Kill()
@@ -205,22 +214,32 @@ func (z *zygote) fork(fds []int) (int, error) {
 	if z.dead.Load() {
 		return 0, errZygoteGone
 	}
-	if err := unix.Sendmsg(z.sock, []byte{sandboxinit.ZygoteFork}, unix.UnixRights(fds...), nil, 0); err != nil {
+	rc, err := z.sock.SyscallConn()
+	if err != nil {
 		z.stopLocked()
-		return 0, fmt.Errorf("%w: send: %w", errZygoteGone, err)
+		return 0, fmt.Errorf("%w: %w", errZygoteGone, err)
+	}
+	var serr error
+	if err := rc.Write(func(fd uintptr) bool {
+		for serr = unix.EINTR; serr == unix.EINTR; {
+			serr = unix.Sendmsg(int(fd), []byte{sandboxinit.ZygoteFork}, unix.UnixRights(fds...), nil, 0)
+		}
+		return serr != unix.EAGAIN
+	}); err != nil || serr != nil {
+		z.stopLocked()
+		return 0, fmt.Errorf("%w: send: %w", errZygoteGone, cmp.Or(err, serr))
 	}
 	buf := make([]byte, 4096)
 	var n int
-	var err error
-	for {
-		n, err = unix.Read(z.sock, buf)
-		if err != unix.EINTR {
-			break
+	_ = z.sock.SetReadDeadline(time.Now().Add(zygoteReplyTimeout))
+	if err := rc.Read(func(fd uintptr) bool {
+		for serr = unix.EINTR; serr == unix.EINTR; {
+			n, serr = unix.Read(int(fd), buf)
 		}
-	}
-	if err != nil || n == 0 {
+		return serr != unix.EAGAIN
+	}); err != nil || serr != nil || n == 0 {
 		z.stopLocked()
-		return 0, fmt.Errorf("%w: it died", errZygoteGone)
+		return 0, fmt.Errorf("%w: it died or did not answer", errZygoteGone)
 	}
 	reply := string(buf[:n])
 	switch reply[0] {
@@ -294,13 +313,27 @@ func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 		return nil, err
 	}
 	// Our child (CLONE_PARENT): nobody else reaps it, so the pid stays
-	// its until we wait for it.
-	if w.proc, err = os.FindProcess(pid); err != nil {
+	// its until we wait for it. Its pidfd is waited on in the network
+	// poller (waitZygoteInit): a goroutine blocked in wait4 for the whole
+	// run kept the runtime's sysmon polling every 20 µs–10 ms.
+	w.pid = pid
+	pfd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err == nil {
+		w.pidfd = os.NewFile(uintptr(pfd), "init")
+	} else if err == unix.EINVAL || err == unix.ENOSYS {
+		// No PIDFD_NONBLOCK (before Linux 5.10) or no pidfd_open (5.3): waited for in
+		// wait4, as os/exec does.
+		w.proc, err = os.FindProcess(pid)
+	}
+	if err != nil || (w.pidfd == nil && w.proc == nil) {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, 0, nil)
 		closeAll(ours...)
 		if w.cg != nil {
 			w.cg.put()
 		}
-		return nil, fmt.Errorf("sandbox: the forked init: %w", err)
+		return nil, fmt.Errorf("sandbox: the forked init: pidfd: %w", err)
 	}
 	w.copied = make(chan struct{})
 	w.pipes = []*os.File{outR, errR}
@@ -330,6 +363,48 @@ func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 		return nil, err
 	}
 	return w, nil
+}
+
+// waitZygoteInit waits for the zygote's init w to exit and reaps it.
+func (w *warmInit) waitZygoteInit() error {
+	if w.proc != nil {
+		ps, err := w.proc.Wait()
+		if err != nil {
+			return err
+		}
+		w.waited = true
+		w.ws, _ = ps.Sys().(syscall.WaitStatus)
+		return nil
+	}
+	rc, err := w.pidfd.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var werr error
+	err = rc.Read(func(uintptr) bool {
+		var ws syscall.WaitStatus
+		var n int
+		for {
+			if n, werr = syscall.Wait4(w.pid, &ws, syscall.WNOHANG, nil); werr != syscall.EINTR {
+				break
+			}
+		}
+		switch {
+		case werr != nil:
+			return true
+		case n == 0:
+			return false // running: its pidfd turns readable when it exits
+		}
+		w.waited, w.ws = true, ws
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("sandbox: wait for the init: %w", err)
+	}
+	if werr != nil {
+		return fmt.Errorf("sandbox: wait for the init: %w", werr)
+	}
+	return nil
 }
 
 // zygoteFits reports whether the zygote's warm init w can take a run in
@@ -431,9 +506,12 @@ func (t *lockedThread) do(f func() error) error {
 	return <-done
 }
 
-// ZygoteCPU is the CPU time the running zygote has used so far (user and
-// system, from /proc): the part of the sandbox's cost that is not in the
-// gateway's children's rusage until the zygote is reaped. Zero without one.
+// ZygoteCPU is the CPU time the running zygote has used so far (every
+// thread's time on a CPU, from /proc/<pid>/task/*/schedstat, in ns): the
+// part of the sandbox's cost that is not in the gateway's children's
+// rusage until the zygote is reaped. Zero without one. (/proc/<pid>/stat's
+// utime and stime count in 10 ms ticks: a whole benchmark's zygote CPU
+// came out as a handful of ticks.)
 func (s *Subprocess) ZygoteCPU() time.Duration {
 	s.zygMu.Lock()
 	z := s.zyg
@@ -441,23 +519,23 @@ func (s *Subprocess) ZygoteCPU() time.Duration {
 	if z == nil || z.dead.Load() {
 		return 0
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(z.cmd.Process.Pid) + "/stat")
+	dir := "/proc/" + strconv.Itoa(z.cmd.Process.Pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
 	if err != nil {
 		return 0
 	}
-	// Fields after the command (which may hold spaces): state is the 3rd;
-	// utime and stime the 14th and 15th.
-	_, rest, ok := strings.Cut(string(b), ") ")
-	if !ok {
-		return 0
+	var d time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + t.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		// "<ns on a CPU> <ns waiting> <timeslices>"
+		f, _, _ := strings.Cut(string(b), " ")
+		ns, _ := strconv.ParseInt(f, 10, 64)
+		d += time.Duration(ns)
 	}
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	return d
 }
 
 // copyBufs are the buffers of the forked inits' output copies (two per

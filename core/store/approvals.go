@@ -132,17 +132,47 @@ func (t *Tx) Approve(ctx context.Context, id core.ApprovalID, from []core.Approv
 		fs[i] = string(f)
 	}
 	var applied, consumed int
+	var started bool
+	// The last column is the gate's "no start of this execution recorded"
+	// (as RecordedDecision reads it), for a claim with the decision
+	// (Decided): an index probe in the same statement, no round trip.
 	err = t.queryRow(ctx, `WITH u AS (UPDATE approvals SET status = $3, decided_by = NULLIF($4, ''), decided_at = $5, token = COALESCE($6, token),
 			tap_traceparent = COALESCE(NULLIF($7, ''), tap_traceparent)
 			WHERE id = $1 AND status = ANY($2) RETURNING id),
 		n AS (INSERT INTO token_nonces (nonce, token_id, approval_id, consumed_at) SELECT $8, $9, id, $5 FROM u
 			ON CONFLICT DO NOTHING RETURNING 1)
-		SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM n)`,
-		id, fs, core.ApprovalApproved, by, t.now(), token, tracing.Traceparent(ctx), nonce, tokenID).Scan(&applied, &consumed)
+		SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM n),
+			EXISTS (SELECT 1 FROM audit_log s WHERE s.kind = '`+string(audit.KindExecutionStarted)+`' AND s.data->>'approval' = $1)`,
+		id, fs, core.ApprovalApproved, by, t.now(), token, tracing.Traceparent(ctx), nonce, tokenID).Scan(&applied, &consumed, &started)
 	if err != nil {
 		return false, false, fmt.Errorf("store: approve %s: %w", id, err)
 	}
+	if applied == 1 && consumed == 1 {
+		if t.decided == nil {
+			t.decided = map[core.ApprovalID]decided{}
+		}
+		t.decided[id] = decided{nonce: nonce, tokenID: tokenID, started: started}
+	}
 	return applied == 1, consumed == 1, nil
+}
+
+// decided is an approval this transaction approved (Approve).
+type decided struct {
+	nonce   []byte
+	tokenID string
+	started bool
+}
+
+// Decided is what this transaction recorded of its approval of id
+// (Approve): the nonce it consumed for id under tokenID, and whether the
+// audit log already recorded a start of id's execution when it did. ok is
+// false when no approval of id consumed a nonce in this transaction. It
+// is the recorded decision the execution gate reads (RecordedDecision),
+// as this transaction writes it: what a claim with the decision checks
+// (core/execute ClaimWithDecision).
+func (t *Tx) Decided(id core.ApprovalID) (nonce []byte, tokenID string, startedBefore, ok bool) {
+	d, ok := t.decided[id]
+	return d.nonce, d.tokenID, d.started, ok
 }
 
 // GetApprovalRoute is GetApproval and ApprovalRoute of the same request

@@ -82,8 +82,39 @@ func (t *Tx) QueueExecution(id core.ApprovalID) error {
 	if err := t.parent("execution", id); err != nil {
 		return err
 	}
-	t.later("insert execution", `INSERT INTO executions (approval_id, status, created_at, instance) VALUES ($1, 'queued', $2, $3)`, id, t.now(), t.instance)
+	q := t.later("insert execution", `INSERT INTO executions (approval_id, status, created_at, instance) VALUES ($1, 'queued', $2, $3)`, id, t.now(), t.instance)
+	if t.execs == nil {
+		t.execs = map[core.ApprovalID]*pgx.QueuedQuery{}
+	}
+	t.execs[id] = q
 	return nil
+}
+
+// ClaimQueuedExecution makes the execution of approval id, queued in this
+// transaction (QueueExecution) and not sent yet, one this process claimed:
+// it is inserted running, started now, its instance this store's — the
+// row the claim's compare-and-swap (queued → running, TransitionExecution)
+// would leave, without a transaction of its own. The caller passed the
+// execution gate in this transaction (core/execute ClaimWithDecision).
+// false: no such insert is waiting (never queued here, or sent already —
+// a refusal wrote the row), and nothing changed.
+func (t *Tx) ClaimQueuedExecution(id core.ApprovalID) bool {
+	q, ok := t.execs[id]
+	if !ok {
+		return false
+	}
+	delete(t.execs, id)
+	created := q.Arguments[1]
+	q.SQL = `INSERT INTO executions (approval_id, status, created_at, started_at, instance) VALUES ($1, 'running', $2, $3, $4)`
+	q.Arguments = []any{id, created, t.now(), t.instance}
+	for i := len(t.labels) - 1; i >= 0; i-- {
+		if t.labels[i] == "insert execution" {
+			// The label of a statement that fails names what it was.
+			t.labels[i] = "insert claimed execution"
+			break
+		}
+	}
+	return true
 }
 
 // TransitionExecution is compare-and-swap on an execution's status. It

@@ -110,17 +110,24 @@ func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
 // NextOutboxJob returns a conversation's oldest pending job, whether a newer
 // pending edit of the same message supersedes it, and the platform ref of
 // the message it edits (empty if none was recorded). ErrNotFound: nothing
-// pending.
-func (s *Store) NextOutboxJob(ctx context.Context, conv core.ConversationID) (j core.OutboxJob, superseded bool, ref core.MessageRef, err error) {
+// pending. Jobs in skip are passed over: the caller delivered them and
+// their record has not committed yet (core/outbox's lazy marks).
+func (s *Store) NextOutboxJob(ctx context.Context, conv core.ConversationID, skip ...int64) (j core.OutboxJob, superseded bool, ref core.MessageRef, err error) {
 	var op string
 	var payload []byte
 	var r *string
+	args := []any{conv}
+	where := `o.conversation = $1 AND o.status = 'pending'`
+	if len(skip) > 0 {
+		args = append(args, skip)
+		where += ` AND o.id <> ALL($2::bigint[])`
+	}
 	err = s.pool.QueryRow(ctx, `SELECT o.id, o.channel, o.conversation, o.op, o.message_key, o.payload, o.attempts, o.next_at, o.created_at,
 			o.op = 'update' AND EXISTS (SELECT 1 FROM outbox l WHERE l.status = 'pending' AND l.channel = o.channel
 				AND l.message_key = o.message_key AND l.op = 'update' AND l.id > o.id),
 			s.ref
 		FROM outbox o LEFT JOIN sent_messages s ON s.channel = o.channel AND s.message_key = o.message_key
-		WHERE o.conversation = $1 AND o.status = 'pending' ORDER BY o.id LIMIT 1`, conv).
+		WHERE `+where+` ORDER BY o.id LIMIT 1`, args...).
 		Scan(&j.ID, &j.Channel, &j.Conversation, &op, &j.MessageKey, &payload, &j.Attempts, &j.NextAt, &j.CreatedAt, &superseded, &r)
 	if err != nil {
 		return j, false, "", notFound(err)

@@ -54,6 +54,9 @@ type Options struct {
 	// BackgroundDelay is how long an operation given to DoBackground may
 	// wait for others to share its transaction (default 3ms).
 	BackgroundDelay time.Duration
+	// LazyDelay is how long an operation given to DoLazy may wait for
+	// others to share its transaction (default 200ms).
+	LazyDelay time.Duration
 	// EntryKeyFile is the audit entry key (core/audit/mac.go): when set,
 	// every appended row carries its MAC, and the first append creates the
 	// key if there is none (MACing from the head at that moment on). ""
@@ -142,8 +145,11 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 	if opt.BackgroundDelay <= 0 {
 		opt.BackgroundDelay = 3 * time.Millisecond
 	}
+	if opt.LazyDelay <= 0 {
+		opt.LazyDelay = defaultLazyDelay
+	}
 	s.w = newWriter(s, opt.MaxBatch, opt.Writers)
-	s.w.bgDelay = opt.BackgroundDelay
+	s.w.bgDelay, s.w.lazyDelay = opt.BackgroundDelay, opt.LazyDelay
 	return s, nil
 }
 

@@ -65,6 +65,12 @@ type Tx struct {
 	// approvals this transaction inserted or read: the parents its
 	// executions and outputs may reference (see ErrOrder).
 	approvals map[core.ApprovalID]bool
+	// execs are the execution inserts QueueExecution queued and not sent
+	// yet (ClaimQueuedExecution may still make them claimed ones).
+	execs map[core.ApprovalID]*pgx.QueuedQuery
+	// decided are the approvals this transaction approved, with the token
+	// whose nonce it consumed (Approve; see Decided).
+	decided map[core.ApprovalID]decided
 	// finally runs after the batch's statements were sent (see Finally).
 	finally []func() ([]audit.Entry, error)
 	// fanned are the conversations an edit of a routed card was fanned
@@ -232,7 +238,7 @@ func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []qu
 		b.QueuedQueries = append(b.QueuedQueries, t.queued.QueuedQueries...)
 		labels = append(labels, t.labels...)
 	}
-	t.queued, t.labels = nil, nil
+	t.queued, t.labels, t.execs = nil, nil, nil
 	turns = t.turns
 	t.turns = nil
 	if len(turns) > 0 {

@@ -24,6 +24,9 @@ type Op func(ctx context.Context, tx *Tx) ([]audit.Entry, error)
 type request struct {
 	op   Op
 	done chan error
+	// then, when set (DoLazy), gets the result instead of done; it runs on
+	// the writer's goroutine and must not block.
+	then func(error)
 	// span is the caller's span (invalid when tracing is off): the op's
 	// statements and the jobs it queues belong to the caller's trace.
 	span trace.SpanContext
@@ -35,11 +38,13 @@ type request struct {
 // once so one batch's round trips overlap another's commit; only the audit
 // append (under the chain lock) and the commit are serial.
 type writer struct {
-	s        *Store
-	reqs     chan *request
-	bg       chan *request // DoBackground: may wait bgDelay for company
-	bgDelay  time.Duration
-	maxBatch int
+	s         *Store
+	reqs      chan *request
+	bg        chan *request // DoBackground: may wait bgDelay for company
+	bgDelay   time.Duration
+	lazy      chan *request // DoLazy: may wait lazyDelay for company
+	lazyDelay time.Duration
+	maxBatch  int
 	// nloops is how many loops run; with one, head is the audit chain's
 	// head as this writer's last commit left it (headOK), used by the
 	// next commit instead of reading it (knownHead).
@@ -61,11 +66,18 @@ type writer struct {
 // closed-loop throughput.
 const defaultWriters = 1
 
+// defaultLazyDelay is how long a DoLazy op waits for a transaction to ride
+// in. Long enough that at a few approvals a second the mark of a card's
+// last edit meets the next tap's transaction (50 taps/s: one every few ms;
+// 10/s: ≈ 90 ms after an execution's verdict), short enough that a store
+// whose traffic stopped records it soon. Nobody waits for it.
+const defaultLazyDelay = 200 * time.Millisecond
+
 // ErrClosed is returned by Do after Close.
 var ErrClosed = errors.New("store: closed")
 
 func newWriter(s *Store, maxBatch, loops int) *writer {
-	w := &writer{s: s, reqs: make(chan *request, 4*maxBatch), bg: make(chan *request, 4*maxBatch), maxBatch: maxBatch, nloops: loops, stop: make(chan struct{}), stopped: make(chan struct{})}
+	w := &writer{s: s, reqs: make(chan *request, 4*maxBatch), bg: make(chan *request, 4*maxBatch), lazy: make(chan *request, 4*maxBatch), maxBatch: maxBatch, nloops: loops, stop: make(chan struct{}), stopped: make(chan struct{})}
 	w.loops.Add(loops)
 	for range loops {
 		go w.loop()
@@ -90,6 +102,36 @@ func (s *Store) Do(ctx context.Context, op Op) error { return s.do(ctx, op, s.w.
 // such records ride along in other transactions instead of each paying
 // for a commit of its own. An ordinary Do arriving meanwhile ends the wait.
 func (s *Store) DoBackground(ctx context.Context, op Op) error { return s.do(ctx, op, s.w.bg) }
+
+// DoLazy queues op and returns at once; then gets its result (nil once
+// committed) on the writer's goroutine, so it must not block. The op waits
+// up to Options.LazyDelay for company: any Do ends the wait (the op rides
+// in that transaction), a DoBackground shortens it to BackgroundDelay. It
+// is for records whose only cost when late is a repeat nobody sees (the
+// outbox's mark of a card edit that re-applying changes nothing, see
+// core/outbox/marks.go): at a steady load they cost no commit of their own.
+// After Close, then gets ErrClosed (or nothing, when Close won the race
+// with the queueing: the op then never runs).
+func (s *Store) DoLazy(op Op, then func(error)) {
+	r := &request{op: op, then: then}
+	select {
+	case <-s.w.stop:
+		then(ErrClosed)
+		return
+	case s.w.lazy <- r:
+		return
+	default:
+	}
+	// The queue is full (or then queues the next op from the writer's own
+	// goroutine): wait for room elsewhere.
+	go func() {
+		select {
+		case s.w.lazy <- r:
+		case <-s.w.stop:
+			then(ErrClosed)
+		}
+	}()
+}
 
 func (s *Store) do(ctx context.Context, op Op, q chan *request) error {
 	r := &request{op: op, done: make(chan error, 1), span: trace.SpanContextFromContext(ctx)}
@@ -128,11 +170,13 @@ func (w *writer) loop() {
 	timer.Stop()
 	for {
 		var first *request
-		background := false
+		var delay time.Duration // how long first may wait for company
 		select {
 		case first = <-w.reqs:
 		case first = <-w.bg:
-			background = true
+			delay = w.bgDelay
+		case first = <-w.lazy:
+			delay = w.lazyDelay
 		case <-w.stop:
 			// Finish what is already queued, then stop.
 			for {
@@ -141,19 +185,30 @@ func (w *writer) loop() {
 					w.run([]*request{r})
 				case r := <-w.bg:
 					w.run([]*request{r})
+				case r := <-w.lazy:
+					w.run([]*request{r})
 				default:
 					return
 				}
 			}
 		}
 		batch = append(batch[:0], first)
-		if background {
-			// Wait a little for company; any ordinary request ends the wait.
-			timer.Reset(w.bgDelay)
+		if delay > 0 {
+			// Wait for company; any ordinary request ends the wait, a
+			// background one shortens a lazy one's.
+			deadline := time.Now().Add(delay)
+			timer.Reset(delay)
 		wait:
 			for len(batch) < w.maxBatch {
 				select {
 				case r := <-w.bg:
+					batch = append(batch, r)
+					if d := time.Now().Add(w.bgDelay); d.Before(deadline) {
+						// Reset drops a pending expiry (go.mod ≥ 1.23).
+						deadline = d
+						timer.Reset(w.bgDelay)
+					}
+				case r := <-w.lazy:
 					batch = append(batch, r)
 				case r := <-w.reqs:
 					batch = append(batch, r)
@@ -178,6 +233,8 @@ func (w *writer) loop() {
 				batch = append(batch, r)
 			case r := <-w.bg:
 				batch = append(batch, r)
+			case r := <-w.lazy:
+				batch = append(batch, r)
 			default:
 				break fill
 			}
@@ -190,14 +247,22 @@ func (w *writer) run(batch []*request) {
 	err := classify(w.commitOnce(batch))
 	if err == nil || len(batch) == 1 {
 		for _, r := range batch {
-			r.done <- err
+			r.finish(err)
 		}
 		return
 	}
 	// Isolate the failing op: retry each alone.
 	for _, r := range batch {
-		r.done <- classify(w.commitOnce([]*request{r}))
+		r.finish(classify(w.commitOnce([]*request{r})))
 	}
+}
+
+func (r *request) finish(err error) {
+	if r.then != nil {
+		r.then(err)
+		return
+	}
+	r.done <- err
 }
 
 // commitOnce is commit, run a second time (reading the chain's head) when

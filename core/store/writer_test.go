@@ -346,3 +346,57 @@ func TestDoBackground(t *testing.T) {
 		t.Fatalf("audit rows = %d, want 21", n)
 	}
 }
+
+// DoLazy: the op returns at once and waits for company — it commits in the
+// transaction of the next Do (one write transaction for both), and a
+// DoBackground ends its wait within BackgroundDelay. Alone, it commits
+// after LazyDelay.
+func TestDoLazyRidesAlong(t *testing.T) {
+	t.Parallel()
+	s, ctx, _ := setupDSN(t, Options{LazyDelay: time.Hour})
+	entry := func(actor string) Op {
+		return func(context.Context, *Tx) ([]audit.Entry, error) {
+			return []audit.Entry{{Kind: "test.lazy", Actor: actor}}, nil
+		}
+	}
+	xmin := func(actor string) string {
+		t.Helper()
+		var x string
+		if err := s.Pool().QueryRow(ctx, `SELECT coalesce(max(xmin::text), '') FROM audit_log WHERE actor = $1`, actor).Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	done := make(chan error, 3)
+	s.DoLazy(entry("lazy1"), func(err error) { done <- err })
+	time.Sleep(30 * time.Millisecond)
+	if x := xmin("lazy1"); x != "" {
+		t.Fatalf("the lazy op committed alone (xmin %s); want it waiting for company", x)
+	}
+	if err := s.Do(ctx, entry("ordinary")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if a, b := xmin("lazy1"), xmin("ordinary"); a == "" || a != b {
+		t.Fatalf("lazy op in transaction %q, the next Do in %q; want the same", a, b)
+	}
+	// A background op ends a lazy one's wait (both then commit together).
+	s.DoLazy(entry("lazy2"), func(err error) { done <- err })
+	if err := s.DoBackground(ctx, entry("background")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if a, b := xmin("lazy2"), xmin("background"); a == "" || a != b {
+		t.Fatalf("lazy op in transaction %q, the background one in %q; want the same", a, b)
+	}
+	// Alone, it commits after LazyDelay.
+	s2, _, _ := setupDSN(t, Options{LazyDelay: 20 * time.Millisecond})
+	s2.DoLazy(entry("alone"), func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -276,6 +276,11 @@ func childInit(a *forkArgs) {
 		setupFailed(a, stepAmbient, e)
 	}
 	for c := uintptr(0); c <= unix.CAP_LAST_CAP; c++ {
+		// The zygote emptied its own bounding set (zygoteMain): each drop
+		// is a new set of credentials, so only what is still in it.
+		if in, e := sys(syscall.SYS_PRCTL, unix.PR_CAPBSET_READ, c, 0); e == 0 && in == 0 {
+			continue
+		}
 		if _, e := sys(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e != 0 && e != syscall.EINVAL {
 			setupFailed(a, stepBounding, e)
 		}
@@ -328,21 +333,15 @@ func childInit(a *forkArgs) {
 		setupFailed(a, stepSeccomp, e)
 	}
 
-	// The program, in its own process group, in /work.
-	pid, e := sys6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	// The program, in its own process group, in /work: vforked
+	// (programCloneFlags), this process waits until its execve.
+	pid, e := rawVfork(syscall.SYS_CLONE, programCloneFlags, 0, 0)
 	if e != 0 {
 		report(a, StatusExecErr, stepStart, uint32(e))
 		exitNow(125)
 	}
 	if pid == 0 {
-		sys(syscall.SYS_SETPGID, 0, 0, 0)
-		if _, e := sys(syscall.SYS_CHDIR, uintptr(unsafe.Pointer(a.work)), 0, 0); e != 0 {
-			report(a, StatusExecErr, stepStart, uint32(e))
-			exitNow(127)
-		}
-		_, e := sys(syscall.SYS_EXECVE, a.ptrs[zygoteMaxPtr-1], uintptr(unsafe.Pointer(&a.ptrs[0])), uintptr(unsafe.Pointer(&a.ptrs[argc+1])))
-		report(a, StatusExecErr, stepStart, uint32(e))
-		exitNow(127)
+		execProgram(a, argc)
 	}
 	// Reap everything (orphans are re-parented here) until the program
 	// ends; then report and exit, which kills the rest.
@@ -360,4 +359,22 @@ func childInit(a *forkArgs) {
 			exitNow(0)
 		}
 	}
+}
+
+// execProgram is the program's side of the vfork: it runs on this
+// process's stack below childInit's frame (never returning into it, so
+// the init's frame is as the init left it) until execve replaces it.
+//
+//go:norace
+//go:nosplit
+//go:noinline
+func execProgram(a *forkArgs, argc uintptr) {
+	sys(syscall.SYS_SETPGID, 0, 0, 0)
+	if _, e := sys(syscall.SYS_CHDIR, uintptr(unsafe.Pointer(a.work)), 0, 0); e != 0 {
+		report(a, StatusExecErr, stepStart, uint32(e))
+		exitNow(127)
+	}
+	_, e := sys(syscall.SYS_EXECVE, a.ptrs[zygoteMaxPtr-1], uintptr(unsafe.Pointer(&a.ptrs[0])), uintptr(unsafe.Pointer(&a.ptrs[argc+1])))
+	report(a, StatusExecErr, stepStart, uint32(e))
+	exitNow(127)
 }

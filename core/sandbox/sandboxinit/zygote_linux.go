@@ -139,6 +139,7 @@ type zygote struct {
 	devNull int
 	filter  []unix.SockFilter
 	args    *forkArgs // reused: each child has its own copy of it
+	reply   []byte    // the last fork's reply, reused
 }
 
 func zygoteMain(status *os.File, specJSON []byte) int {
@@ -177,6 +178,15 @@ func zygoteMain(status *os.File, specJSON []byte) int {
 	if auditArch == 0 {
 		return fail(errors.New("init: no seccomp filter for this architecture"))
 	}
+	// The bounding set limits only what an execve may gain, and the
+	// zygote never execs: it drops it whole, so its inits have nothing
+	// left to drop one credential change at a time (they still check
+	// every capability). Its own effective capabilities stay.
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fail(fmt.Errorf("init: drop capability %d from the bounding set: %w", c, err))
+		}
+	}
 	devNull, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fail(fmt.Errorf("init: /dev/null: %w", err))
@@ -207,20 +217,66 @@ func zygoteMain(status *os.File, specJSON []byte) int {
 	watch, _ := json.Marshal(z.watch)
 	fmt.Fprintf(status, "%c %s\n", StatusReady, watch)
 	status.Close()
-	z.serve(fdRun)
+	// Served from a goroutine of its own: this one runs in a package's
+	// init, where the runtime keeps it locked to the main thread, and a
+	// locked goroutine that waits in the network poller hands its P to
+	// another thread and back on every wake-up (two thread switches per
+	// fork). This one just waits.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		z.serve(fdRun)
+	}()
+	<-done
 	return 0
 }
 
 // serve forks inits until the gateway closes its end of the socket.
+//
+// Between two forks the zygote waits in Go's network poller, not in a
+// blocking system call, and what it does for a fork is raw system calls:
+// the runtime's sysmon thread polls every 20 µs to 10 ms while a goroutine
+// sits in a system call, is woken by the next one that enters, and sleeps
+// while every P is idle. Waiting in recvmsg kept it polling; it was about
+// a tenth of the zygote's CPU per run (BENCHMARKS.md "Issue 26 — sandbox
+// CPU").
 func (z *zygote) serve(sock int) {
-	buf := make([]byte, 64)
-	oob := make([]byte, unix.CmsgSpace(ZygoteFDs*4))
+	if err := unix.SetNonblock(sock, true); err != nil {
+		return
+	}
+	rc, err := os.NewFile(uintptr(sock), "gateway").SyscallConn()
+	if err != nil {
+		return
+	}
+	var (
+		buf   [64]byte
+		oob   [64]byte // unix.CmsgSpace(ZygoteFDs*4) and then some: a larger one is cut (MSG_CTRUNC)
+		iov   = unix.Iovec{Base: &buf[0]}
+		hdr   = unix.Msghdr{Iov: &iov, Iovlen: 1, Control: &oob[0]}
+		n     uintptr
+		errno syscall.Errno
+		reply []byte
+	)
+	iov.SetLen(len(buf))
+	recv := func(fd uintptr) bool {
+		hdr.SetControllen(len(oob))
+		hdr.Flags = 0
+		n, _, errno = syscall.RawSyscall(syscall.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&hdr)), unix.MSG_CMSG_CLOEXEC)
+		return errno != syscall.EAGAIN
+	}
+	send := func(fd uintptr) bool {
+		_, _, errno = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&reply[0])), uintptr(len(reply)))
+		return errno != syscall.EAGAIN
+	}
 	for {
-		n, oobn, flags, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err == unix.EINTR {
+		if err := rc.Read(recv); err != nil {
+			return
+		}
+		if errno == syscall.EINTR {
 			continue
 		}
-		if err != nil || (n == 0 && oobn == 0) {
+		oobn := int(hdr.Controllen)
+		if errno != 0 || (n == 0 && oobn == 0) {
 			return // the gateway is gone: so are its runs
 		}
 		var fds []int
@@ -233,17 +289,28 @@ func (z *zygote) serve(sock int) {
 				}
 			}
 		}
-		reply := z.fork(buf[:n], flags, fds)
+		reply = z.fork(buf[:n], int(hdr.Flags), fds)
 		for _, f := range fds {
-			unix.Close(f)
+			rawClose(f)
 		}
-		if _, err := unix.Write(sock, reply); err != nil {
-			return
+		for {
+			if err := rc.Write(send); err != nil {
+				return
+			}
+			if errno != syscall.EINTR {
+				break
+			}
 		}
-		if reply[0] == ZygoteStale {
+		if errno != 0 || reply[0] == ZygoteStale {
 			return
 		}
 	}
+}
+
+// rawClose closes fd without entering the runtime's system call path
+// (see serve).
+func rawClose(fd int) {
+	syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(fd), 0, 0)
 }
 
 // fork forks one init and returns the reply for the gateway.
@@ -262,25 +329,26 @@ func (z *zygote) fork(msg []byte, flags int, fds []int) []byte {
 	a := z.args
 	// The child's sources, at cfdLow and up: moving them into 0–4 there
 	// never overwrites one not yet moved.
-	src := []int{z.devNull, fds[0], fds[1], fds[2], fds[3]}
+	src := [cfdCount]int{z.devNull, fds[0], fds[1], fds[2], fds[3]}
 	for i, f := range src {
-		d, err := unix.FcntlInt(uintptr(f), unix.F_DUPFD_CLOEXEC, cfdLow)
-		if err != nil {
+		d, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(f), syscall.F_DUPFD_CLOEXEC, cfdLow)
+		if e != 0 {
 			for _, c := range a.fds[:i] {
-				unix.Close(c)
+				rawClose(c)
 			}
-			return bad(fmt.Errorf("zygote: dup: %w", err))
+			return bad(fmt.Errorf("zygote: dup: %w", e))
 		}
-		a.fds[i] = d
+		a.fds[i] = int(d)
 	}
 	pid, errno := forkInit(a)
 	for _, f := range a.fds {
-		unix.Close(f)
+		rawClose(f)
 	}
 	if errno != 0 {
 		return bad(fmt.Errorf("zygote: clone (namespaces): %w", errno))
 	}
-	return fmt.Appendf(nil, "%c %d", ZygotePid, pid)
+	z.reply = strconv.AppendInt(append(z.reply[:0], ZygotePid, ' '), int64(pid), 10)
+	return z.reply
 }
 
 // llRule is one Landlock path rule the child adds.
