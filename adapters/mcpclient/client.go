@@ -222,16 +222,17 @@ func (c *Client) session(ctx context.Context, server string) (*session, error) {
 	c.sessions[server] = s
 	go func() {
 		// A session that ends (the server exited, the connection broke)
-		// is forgotten, so the next use connects afresh.
+		// is forgotten, so the next use connects afresh, and closed: the
+		// SDK's tools/list_changed listen (and its goroutine) ends only on
+		// ClientSession.Close, so each session the server ended would
+		// otherwise stay behind.
 		_ = s.cs.Wait()
 		c.mu.Lock()
 		if c.sessions[server] == s {
 			delete(c.sessions, server)
 		}
 		c.mu.Unlock()
-		if s.stop != nil {
-			s.stop()
-		}
+		s.close()
 	}()
 	return s, nil
 }

@@ -3,6 +3,7 @@ package mcpclient_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -93,40 +94,56 @@ func (f *fake) callsOf(tool string) []call {
 	return out
 }
 
-// transport connects the client to a fresh server session (in memory);
-// kill ends the newest one from the server's side.
+// transport connects the client to a fresh server session over an
+// in-memory pipe; kill ends the newest one from the server's side.
 func (f *fake) transport(ctx context.Context) (func(string) (sdk.Transport, error), func()) {
 	var mu sync.Mutex
 	var last *sdk.ServerSession
+	var lastPipe net.Conn
 	connect := func(string) (sdk.Transport, error) {
-		ct, st := sdk.NewInMemoryTransports()
-		ss, err := f.srv.Connect(ctx, st, nil)
+		// sdk.NewInMemoryTransports, but keeping the server's end of the
+		// pipe, which kill closes.
+		cp, sp := net.Pipe()
+		ss, err := f.srv.Connect(ctx, &sdk.IOTransport{Reader: sp, Writer: sp}, nil)
 		if err != nil {
 			return nil, err
 		}
 		f.conns.Add(1)
 		mu.Lock()
-		last = ss
+		last, lastPipe = ss, sp
 		mu.Unlock()
-		return ct, nil
+		return &sdk.IOTransport{Reader: cp, Writer: cp}, nil
 	}
 	kill := func() {
 		mu.Lock()
-		ss := last
+		ss, sp := last, lastPipe
 		mu.Unlock()
 		if ss == nil {
 			return
 		}
-		// The SDK's ServerSession.Close waits for the connection's
-		// goroutines and once hung for the whole suite's timeout (go-sdk
-		// v1.8.0, in-memory transport): bounded here, so a stuck close
-		// fails the test that needs it instead of the whole run.
+		// The server ends the session the way a server process does when it
+		// exits: its end of the pipe closes. Not ss.Close: in go-sdk v1.8.0
+		// that can wait forever. The client opens a subscriptions/listen
+		// with each session (mcp/client.go:354-356); the server's handler
+		// releases the request queue (jsonrpc2.Async, mcp/server.go:2003-2005)
+		// before it records its ID in ss.listenIDs (server.go:2019-2022),
+		// so the tools/list sent after it can be answered first. A Close that
+		// snapshots listenIDs (server.go:2150-2156) before the record
+		// cancels nothing, and conn.Close (internal/jsonrpc2/conn.go:504-508)
+		// waits for in-flight requests, while the listen parks on ctx.Done
+		// (server.go:1315) until the peer cancels it or the pipe breaks —
+		// which Close only does once they are done. A closed pipe ends the
+		// reader, which cancels every incoming request, recorded or not
+		// (conn.go:541-561).
+		_ = sp.Close()
 		done := make(chan struct{})
-		go func() { ss.Close(); close(done) }()
+		go func() { _ = ss.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			panic("mcpclient fake: the server session did not close within 10s")
+			// Bounded, so a stuck session fails the test that needs it
+			// instead of hanging the whole run.
+			panic("mcpclient fake: the server session did not end within 10s of its pipe closing")
 		}
 	}
 	return connect, kill
