@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/silas-gateway/silas/core/canon"
 )
 
 // Fast canonical encoding. Audit data is made of a few simple types
@@ -11,7 +13,7 @@ import (
 // 8785 output can be written directly instead of marshalling and then
 // re-parsing through canon.Transform: this runs for every audit entry, on
 // the writer's path. Anything outside those types (floats, integers beyond
-// 2^53, invalid UTF-8, non-ASCII keys, other types) makes the encoder give up
+// 2^53, non-ASCII keys, other types) makes the encoder give up
 // and the caller takes the general path, so the result is always what
 // canon.Transform would produce (TestFastMatchesTransform and FuzzFastData
 // check exactly that).
@@ -27,7 +29,7 @@ func appendCanonical(b []byte, v any) (_ []byte, ok bool) {
 	case nil:
 		return append(b, "null"...), true
 	case string:
-		return appendCanonicalString(b, x)
+		return canon.AppendString(b, x), true
 	case bool:
 		return strconv.AppendBool(b, x), true
 	case int:
@@ -45,9 +47,7 @@ func appendCanonical(b []byte, v any) (_ []byte, ok bool) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			if b, ok = appendCanonicalString(b, s); !ok {
-				return b, false
-			}
+			b = canon.AppendString(b, s)
 		}
 		return append(b, ']'), true
 	case []any:
@@ -101,53 +101,13 @@ func appendCanonicalObject(b []byte, m map[string]any) ([]byte, bool) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b, _ = appendCanonicalString(b, k)
+		b = canon.AppendString(b, k)
 		b = append(b, ':')
 		if b, ok = appendCanonical(b, m[k]); !ok {
 			return b, false
 		}
 	}
 	return append(b, '}'), true
-}
-
-// appendCanonicalString writes s as RFC 8785 does (section 3.2.2.2): only
-// '"', '\\' and control characters are escaped, with the short forms where
-// JSON has them and lower-case \u00xx otherwise; everything else, '<' and
-// U+2028 included, is written as is. Invalid UTF-8 takes the general path
-// (encoding/json would replace it).
-func appendCanonicalString(b []byte, s string) ([]byte, bool) {
-	if !utf8.ValidString(s) {
-		return b, false
-	}
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\b':
-			b = append(b, '\\', 'b')
-		case '\t':
-			b = append(b, '\\', 't')
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\f':
-			b = append(b, '\\', 'f')
-		case '\r':
-			b = append(b, '\\', 'r')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"'), true
 }
 
 // prepareFast is Prepare without the general path; ok=false when the entry
@@ -162,21 +122,15 @@ func prepareFast(at string, e Entry) (data, prefix []byte, ok bool) {
 	// kind; "seq" is appended last by Canonical.
 	p := make([]byte, 0, len(data)+len(e.Actor)+len(e.Conversation)+len(e.Kind)+len(at)+64)
 	p = append(p, `{"actor":`...)
-	if p, ok = appendCanonicalString(p, e.Actor); !ok {
-		return nil, nil, false
-	}
+	p = canon.AppendString(p, e.Actor)
 	p = append(p, `,"at":`...)
-	p, _ = appendCanonicalString(p, at)
+	p = canon.AppendString(p, at)
 	p = append(p, `,"conversation":`...)
-	if p, ok = appendCanonicalString(p, e.Conversation); !ok {
-		return nil, nil, false
-	}
+	p = canon.AppendString(p, e.Conversation)
 	p = append(p, `,"data":`...)
 	p = append(p, data...)
 	p = append(p, `,"kind":`...)
-	if p, ok = appendCanonicalString(p, string(e.Kind)); !ok {
-		return nil, nil, false
-	}
+	p = canon.AppendString(p, string(e.Kind))
 	p = append(p, `,"seq":`...)
 	return data, p, true
 }
