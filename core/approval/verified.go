@@ -2,6 +2,7 @@ package approval
 
 import (
 	"crypto/ed25519"
+	"crypto/sha256"
 	"sync"
 )
 
@@ -12,10 +13,13 @@ import (
 // Ed25519 verification is a pure function of the public key, the message
 // and the signature, so the gate's second verification of exactly the
 // same bytes can be answered from memory — and only then: the set is keyed
-// by the whole public key, signature and message, so an edited row, another
-// key or another signature is verified afresh. Only successes are kept;
-// the set is small and forgets the oldest first (a decision's gate runs
-// milliseconds after it).
+// by the whole public key and signature and the message's SHA-256, so an
+// edited row, another key or another signature is verified afresh (a hit
+// for another message would need a SHA-256 collision, which Ed25519's own
+// SHA-512 of the message already relies on not happening), and an entry
+// stays 128 bytes however long the request's preview (up to 32,000
+// characters). Only successes are kept; the set is small and forgets the
+// oldest first (a decision's gate runs milliseconds after it).
 const verifiedCap = 256
 
 type verifiedSet struct {
@@ -33,10 +37,11 @@ func verify(pub ed25519.PublicKey, msg, sig []byte) bool {
 	if len(sig) != ed25519.SignatureSize || len(pub) != ed25519.PublicKeySize {
 		return len(sig) == ed25519.SignatureSize && ed25519.Verify(pub, msg, sig) // as before: a bad key panics there
 	}
-	// Key and signature have fixed sizes, so the concatenation is
+	// Key, signature and digest have fixed sizes, so the concatenation is
 	// unambiguous.
-	var buf [1024]byte
-	k := append(append(append(buf[:0], pub...), sig...), msg...)
+	var buf [ed25519.PublicKeySize + ed25519.SignatureSize + sha256.Size]byte
+	sum := sha256.Sum256(msg)
+	k := append(append(append(buf[:0], pub...), sig...), sum[:]...)
 	verified.mu.Lock()
 	_, ok := verified.keys[string(k)]
 	verified.mu.Unlock()
