@@ -37,6 +37,10 @@
 //
 // After each phase the driver waits up to --drain-timeout for the outbox to
 // deliver its backlog, and reports how long that took or how much was left.
+// Then (--upkeep, on by default) it vacuums the tables the phase changed
+// (and analyzes those autovacuum would) and charges the cost to that phase,
+// so that the vacuum a phase's rows need is counted with it rather than
+// landing, through autovacuum, in a later phase's figures.
 // With --cpuprofile and --trace it profiles this process (pprof over all
 // phases; an execution trace of phase (a)). The per-turn resource table
 // counts CPU of this process, of the PostgreSQL server when it runs on this
@@ -114,8 +118,11 @@ type options struct {
 	tapRate      float64
 	burst        int
 	noSync       bool
-	cpuProfile   string
-	memProfile   string
+	// upkeep: after each phase, vacuum (and analyze) what it changed and
+	// charge what that costs to the phase (settle).
+	upkeep     bool
+	cpuProfile string
+	memProfile string
 	// tapCPUProfile / tapMemProfile: the same, of tap → verified in (c)
 	// only (the window its "Go µs" and "alloc kB" are measured over).
 	tapCPUProfile string
@@ -163,6 +170,7 @@ func run() int {
 	fs.IntVar(&o.approvals, "approvals", 200, "pending approvals to create and tap (0 skips the phase)")
 	fs.Float64Var(&o.tapRate, "tap-rate", 50, "approval taps per second")
 	fs.IntVar(&o.burst, "burst", 200, "after (c), this many more approvals tapped all at once (0 skips it)")
+	fs.BoolVar(&o.upkeep, "upkeep", true, "after each phase, VACUUM (and ANALYZE where autovacuum would) the tables it changed, charged to that phase; false leaves that to autovacuum, in whatever phase comes next (as before 2026-11-27)")
 	fs.BoolVar(&o.noSync, "nosync", false, "throwaway cluster without durability (fsync, synchronous_commit off): for comparison only")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (all phases) to `file`")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of this process (all phases; go tool pprof -sample_index=alloc_space) to `file`")
@@ -561,8 +569,13 @@ func serverCPU(postmaster int) time.Duration {
 }
 
 type delta struct {
-	wall                      time.Duration
-	self, kids, pg            time.Duration
+	wall           time.Duration
+	self, kids, pg time.Duration
+	// upkeep is the part of the CPU above (all of it PostgreSQL's, but for
+	// the VACUUM and CHECKPOINT requests of this process) spent by settle
+	// after the phase; upkeepWAL the WAL it wrote (in walBytes too).
+	upkeep                    time.Duration
+	upkeepWAL                 int64
 	machine                   cpuTimes
 	txns, walBytes            int64
 	sends, updates, turns, ex int64
@@ -879,6 +892,10 @@ func (h *harness) phases(ctx context.Context, rep *report) error {
 		if _, _, err := h.drain(ctx); err != nil {
 			return err
 		}
+		// The warm-up's upkeep is nobody's: not reported.
+		if _, err := h.settle(ctx); err != nil {
+			return err
+		}
 	}
 	if err := h.phaseClosed(ctx, rep); err != nil {
 		return err
@@ -961,6 +978,9 @@ func (h *harness) phaseClosed(ctx context.Context, rep *report) error {
 	d := diff(u0, u1)
 	drained, err := h.drainAfter(ctx, rep, "(a)")
 	if err != nil {
+		return err
+	}
+	if d, err = h.settleInto(ctx, d); err != nil {
 		return err
 	}
 	tps := float64(cl.turns) / cl.wall.Seconds()
@@ -1058,7 +1078,11 @@ func (h *harness) approvalRound(ctx context.Context, rep *report, n int, rate fl
 	if _, err := h.drainAfter(ctx, rep, "the /run turns"); err != nil {
 		return dist{}, delta{}, err
 	}
-	rep.resources = append(rep.resources, resRow{label + " /run → card", diff(u0, u1), int64(n)})
+	cards, err := h.settleInto(ctx, diff(u0, u1))
+	if err != nil {
+		return dist{}, delta{}, err
+	}
+	rep.resources = append(rep.resources, resRow{label + " /run → card", cards, int64(n)})
 	stopProfiles, err := h.startTapProfiles(label)
 	if err != nil {
 		return dist{}, delta{}, err
@@ -1085,7 +1109,10 @@ func (h *harness) approvalRound(ctx context.Context, rep *report, n int, rate fl
 	if _, err := h.drainAfter(ctx, rep, "the taps"); err != nil {
 		return dist{}, delta{}, err
 	}
-	d := diff(u2, u3)
+	d, err := h.settleInto(ctx, diff(u2, u3))
+	if err != nil {
+		return dist{}, delta{}, err
+	}
 	rep.resources = append(rep.resources, resRow{label + " tap → verified", d, int64(n)})
 	how := fmt.Sprintf("%d taps at %.0f/s", taps.n, rate)
 	if math.IsInf(rate, 1) {
@@ -1128,6 +1155,9 @@ func (h *harness) phaseOpen(ctx context.Context, rep *report) error {
 	if err != nil {
 		return err
 	}
+	if d, err = h.settleInto(ctx, d); err != nil {
+		return err
+	}
 	rep.add(fmt.Sprintf("(b) latency at %.0f turns/s offered: p50 / p90 / p99 / max", o.rate),
 		fmt.Sprintf("%s / %s / %s / %s", ms(ol.lat.p50), ms(ol.lat.p90), ms(ol.lat.p99), ms(ol.lat.max)),
 		fmt.Sprintf("%d turns; target p99 ≤ %s: %s", ol.lat.n, ms(targetP99), met(ol.lat.p99 <= targetP99)))
@@ -1158,9 +1188,10 @@ func (r *report) print(h *harness) {
 	fmt.Println()
 	fmt.Println("  resources per turn: CPU µs of this process (Go), its sandbox children and the PostgreSQL server; txns = write transactions;")
 	fmt.Println("  machine = all CPUs busy (any process), others = CPU used by processes outside this benchmark, steal = taken by the hypervisor;")
-	fmt.Println("  alloc = kB this process allocated per turn, turns/GC = turns per garbage collection (runtime/metrics)")
+	fmt.Println("  alloc = kB this process allocated per turn, turns/GC = turns per garbage collection (runtime/metrics);")
+	fmt.Println("  of it upkeep = the part of the CPU (nearly all PostgreSQL's) spent vacuuming what the phase changed, after it (--upkeep)")
 	tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "  phase\tturns\tGo µs\talloc kB\tturns/GC\tsandbox µs\tpostgres µs\ttxns/turn\tturns/txn\tWAL B/turn\tmachine\tothers\tsteal\t\n")
+	fmt.Fprintf(tw, "  phase\tturns\tGo µs\talloc kB\tturns/GC\tsandbox µs\tpostgres µs\tof it upkeep\ttxns/turn\tturns/txn\tWAL B/turn\tmachine\tothers\tsteal\t\n")
 	for _, res := range r.resources {
 		n := float64(max(res.turns, 1))
 		per := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d.Microseconds())/n) }
@@ -1179,7 +1210,7 @@ func (r *report) print(h *harness) {
 		if res.d.gcs > 0 {
 			perGC = fmt.Sprintf("%.0f", n/float64(res.d.gcs))
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%.0f\t%s\t%s\t%s\t\n", res.name, res.turns, per(res.d.self), allocPer, perGC, per(res.d.kids), pgCPU,
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%.0f\t%s\t%s\t%s\t\n", res.name, res.turns, per(res.d.self), allocPer, perGC, per(res.d.kids), pgCPU, per(res.d.upkeep),
 			float64(res.d.txns)/n, tpt, float64(res.d.walBytes)/n, pct(res.d.machine.busy), pct(max(0, res.d.machine.busy-ours)), pct(res.d.machine.steal))
 	}
 	tw.Flush()
@@ -1537,6 +1568,110 @@ func (h *harness) drain(ctx context.Context) (time.Duration, int, error) {
 			return 0, 0, err
 		}
 	}
+}
+
+// settle does now the upkeep that the writes so far left to PostgreSQL's
+// background workers, and returns what it cost: VACUUM of every table with
+// dead or new rows since its last vacuum (the work autovacuum does for them
+// sooner or later: pruning, index entries, the visibility map; PostgreSQL
+// skips index passes when few rows died), ANALYZE of the tables past
+// autovacuum's own analyze threshold (50 rows + 10 % changed: what it would
+// analyze next). No CHECKPOINT: right after one, the first change to every
+// page writes the whole page to the WAL again, so a checkpoint before each
+// short phase would charge it the full-page images that a 5-minute
+// checkpoint interval spreads over thousands of changes (27.9 instead of
+// 13 kB of WAL per execution when we tried); and the checkpointer does not
+// run during a default run (5 minutes, 1 GB of WAL). Without it the upkeep lands in whichever phase runs next, at autovacuum's
+// whim: in stop 28, (a)'s 47,000 turns put 11.3 ms of PostgreSQL CPU on each
+// of (c)'s executions (3.9 ms when (c) ran after a 1 s (a)), and its writes
+// met the taps' commits. Each phase is charged its own upkeep instead
+// (settleInto). The write transactions ANALYZE takes are not a phase's: they
+// are left out of its count.
+func (h *harness) settle(ctx context.Context) (delta, error) {
+	if !h.o.upkeep {
+		return delta{}, nil
+	}
+	u0, err := h.sm.sample(ctx)
+	if err != nil {
+		return delta{}, err
+	}
+	// A backend reports its table counts to the statistics PostgreSQL keeps
+	// at most once a second, and an idle one only after 10 s: ask every idle
+	// connection to flush now, so that the list below sees the whole phase.
+	for _, c := range h.st.Pool().AcquireAllIdle(ctx) {
+		_, err := c.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		c.Release()
+		if err != nil {
+			return delta{}, fmt.Errorf("upkeep: %w", err)
+		}
+	}
+	rows, err := h.st.Pool().Query(ctx, `SELECT format($$%I.%I$$, s.schemaname, s.relname),
+		s.n_dead_tup > 0 OR s.n_ins_since_vacuum > 0,
+		s.n_mod_since_analyze > 50 + 0.1 * greatest(c.reltuples, 0)
+		FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+		WHERE s.n_dead_tup > 0 OR s.n_ins_since_vacuum > 0 OR s.n_mod_since_analyze > 50 + 0.1 * greatest(c.reltuples, 0)
+		ORDER BY 1`)
+	if err != nil {
+		return delta{}, fmt.Errorf("upkeep: %w", err)
+	}
+	type table struct {
+		name            string
+		vacuum, analyze bool
+	}
+	var tables []table
+	for rows.Next() {
+		var t table
+		if err := rows.Scan(&t.name, &t.vacuum, &t.analyze); err != nil {
+			rows.Close()
+			return delta{}, fmt.Errorf("upkeep: %w", err)
+		}
+		tables = append(tables, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return delta{}, fmt.Errorf("upkeep: %w", err)
+	}
+	for _, t := range tables {
+		what := "VACUUM"
+		switch {
+		case t.vacuum && t.analyze:
+			what = "VACUUM (ANALYZE)"
+		case t.analyze:
+			what = "ANALYZE"
+		}
+		start := time.Now()
+		if _, err := h.st.Pool().Exec(ctx, what+" "+t.name); err != nil {
+			return delta{}, fmt.Errorf("upkeep: %s %s: %w", what, t.name, err)
+		}
+		if h.o.verbose {
+			progress("upkeep: %s %s: %s", what, t.name, time.Since(start).Round(10*time.Microsecond))
+		}
+	}
+	u1, err := h.sm.sample(ctx)
+	if err != nil {
+		return delta{}, err
+	}
+	return diff(u0, u1), nil
+}
+
+// settleInto settles after a phase and adds the upkeep's CPU, WAL and time
+// to the phase's figures d (not its write transactions: see settle).
+func (h *harness) settleInto(ctx context.Context, d delta) (delta, error) {
+	up, err := h.settle(ctx)
+	if err != nil {
+		return d, err
+	}
+	d.wall += up.wall
+	d.self += up.self
+	d.kids += up.kids
+	d.pg += up.pg
+	d.machine.busy += up.machine.busy
+	d.machine.idle += up.machine.idle
+	d.machine.steal += up.machine.steal
+	d.walBytes += up.walBytes
+	d.upkeep += up.self + up.kids + up.pg
+	d.upkeepWAL += up.walBytes
+	return d, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
