@@ -76,6 +76,9 @@ type Tx struct {
 	// fanned are the conversations an edit of a routed card was fanned
 	// out to (routes.go), told to the store's FanOut hook once committed.
 	fanned []core.ConversationID
+	// inline are the turns InsertInlineTurn stored done in this
+	// transaction (QueueFinishTurn of them writes nothing more).
+	inline map[int64]bool
 }
 
 type queuedTurn struct {
