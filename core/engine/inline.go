@@ -145,12 +145,13 @@ func (e *Engine) deliverTap(t core.Turn) (res core.DeliverResult, ok bool, err e
 }
 
 // storeWithOutcome stores the turn of o, not stored yet, first in tx —
-// pending, finished by the outcome's own completion — with its
+// done at once (store.Tx.InsertInlineTurn: the outcome's own completion
+// in the same transaction then writes nothing more) — with its
 // turn.received entry, and gives the entries noted before it existed their
 // seq. dup: it was stored before; nothing is to be done.
 func (e *Engine) storeWithOutcome(ctx context.Context, tx *store.Tx, o *outcome) (dup bool, err error) {
 	t := o.st.Turn
-	seq, dup, err := tx.InsertTurn(ctx, t)
+	seq, dup, err := tx.InsertInlineTurn(ctx, t)
 	o.st.Seq = seq
 	if err != nil || dup {
 		return dup, err

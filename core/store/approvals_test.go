@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
@@ -365,5 +366,64 @@ func TestTransitionCAS(t *testing.T) {
 				t.Fatalf("execution after its life cycle: %+v", e)
 			}
 		})
+	}
+}
+
+// TestTransitionLocksApprovalFirst: an execution's transition takes the
+// approval's key-share lock before it touches the execution's row (the
+// lock order a tap keeps: approval, then execution; see
+// TransitionExecution), now that both are one statement. While a tap's
+// transaction holds the approval, the transition waits — and the
+// execution's row is still free for that tap to lock.
+func TestTransitionLocksApprovalFirst(t *testing.T) {
+	t.Parallel()
+	s, ctx := setup(t)
+	insertApproval(t, ctx, s, "ap1", true)
+
+	tap, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tap.Rollback(context.Background())
+	if _, err := tap.Exec(ctx, `SELECT FROM approvals WHERE id = 'ap1' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		ok  bool
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var ok bool
+		err := s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			var err error
+			ok, err = tx.TransitionExecution(ctx, "ap1", core.ExecQueued, core.ExecRunning, core.ExecUpdate{Started: true})
+			return nil, err
+		})
+		done <- result{ok, err}
+	}()
+	// The transition waits for the approval's lock.
+	deadline := time.Now().Add(10 * time.Second)
+	for queryInt(t, ctx, s, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) == 0 {
+		select {
+		case r := <-done:
+			t.Fatalf("the transition did not wait for the approval held by a tap (ok %v, err %v)", r.ok, r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the transition neither waited for the approval's lock nor finished")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Meanwhile it holds nothing of the execution: the tap can still lock
+	// the row (GetExecution: FOR SHARE) without waiting.
+	if _, err := tap.Exec(ctx, `SELECT FROM executions WHERE approval_id = 'ap1' FOR SHARE NOWAIT`); err != nil {
+		t.Fatalf("the waiting transition had locked the execution's row already: %v", err)
+	}
+	if err := tap.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.err != nil || !r.ok {
+		t.Fatalf("transition after the tap: ok %v, err %v; want applied", r.ok, r.err)
 	}
 }

@@ -62,7 +62,9 @@ func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
 	edits := false
 	for i, j := range jobs {
 		chans[i], convs[i], ops[i], keys[i], payloads[i], secret[i] = string(j.ch), string(j.conv), string(j.op), j.key, j.payload, j.secret
-		edits = edits || j.op == core.OpUpdate || j.op == core.OpAnswer
+		// An edit of a card known to have no route needs no fan-out
+		// (unrouted.go).
+		edits = edits || (j.op == core.OpUpdate || j.op == core.OpAnswer) && t.fansOut(j.ch, j.key)
 	}
 	insert := `INSERT INTO outbox (channel, conversation, op, message_key, payload, secret_output, created_at, next_at)
 		SELECT channel, conversation, op, message_key, payload, secret_output, $6, $6
@@ -109,7 +111,12 @@ func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
 
 // NextOutboxJob returns a conversation's oldest pending job, whether a newer
 // pending edit of the same message supersedes it, and the platform ref of
-// the message it edits (empty if none was recorded). ErrNotFound: nothing
+// the message it edits (empty if none was recorded). The ref is a scalar
+// subquery on sent_messages' primary key, run for the one row returned —
+// not a LEFT JOIN, which the planner made a hash join over a seq scan of
+// every sent message while the table was small (each call of an
+// execution's three, in silas-load), and which is more plan to set up on
+// every call either way. ErrNotFound: nothing
 // pending. Jobs in skip are passed over: the caller delivered them and
 // their record has not committed yet (core/outbox's lazy marks).
 func (s *Store) NextOutboxJob(ctx context.Context, conv core.ConversationID, skip ...int64) (j core.OutboxJob, superseded bool, ref core.MessageRef, err error) {
@@ -125,8 +132,8 @@ func (s *Store) NextOutboxJob(ctx context.Context, conv core.ConversationID, ski
 	err = s.pool.QueryRow(ctx, `SELECT o.id, o.channel, o.conversation, o.op, o.message_key, o.payload, o.attempts, o.next_at, o.created_at,
 			o.op = 'update' AND EXISTS (SELECT 1 FROM outbox l WHERE l.status = 'pending' AND l.channel = o.channel
 				AND l.message_key = o.message_key AND l.op = 'update' AND l.id > o.id),
-			s.ref
-		FROM outbox o LEFT JOIN sent_messages s ON s.channel = o.channel AND s.message_key = o.message_key
+			(SELECT s.ref FROM sent_messages s WHERE s.channel = o.channel AND s.message_key = o.message_key)
+		FROM outbox o
 		WHERE `+where+` ORDER BY o.id LIMIT 1`, args...).
 		Scan(&j.ID, &j.Channel, &j.Conversation, &op, &j.MessageKey, &payload, &j.Attempts, &j.NextAt, &j.CreatedAt, &superseded, &r)
 	if err != nil {

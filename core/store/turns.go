@@ -24,11 +24,50 @@ func (t *Tx) InsertTurn(ctx context.Context, turn core.Turn) (seq int64, dup boo
 	return seq, dup, nil
 }
 
+// InsertInlineTurn is InsertTurn for a turn this transaction also
+// processes (a tap answered inline, core/engine): the row is stored done at
+// once, and this transaction's QueueFinishTurn(seq, core.TurnDone, "") of
+// it writes nothing more. Stored pending and finished a moment later, the
+// row was written twice: the finish's UPDATE changes status, which the
+// pending partial indexes name, so it cannot be a HOT update — a second
+// heap tuple and four more index entries per tap (and both pending indexes
+// took, then lost, an entry), for a state no other transaction can ever
+// see. The outcomes are the same: the turn commits done with the rest of
+// its processing, or not at all (an error rolls the whole transaction
+// back, the insert with it). Nothing is lost from the finish's fence
+// either: it can only refuse a turn another instance adopted, and no
+// instance can adopt a row before it commits. A finish of it as failed
+// (no caller does that in the same transaction today) is still written.
+func (t *Tx) InsertInlineTurn(ctx context.Context, turn core.Turn) (seq int64, dup bool, err error) {
+	if err := t.QueueTurn(turn, core.TurnDone, func(s int64, d bool) { seq, dup = s, d }); err != nil {
+		return 0, false, err
+	}
+	if err := t.flush(ctx); err != nil {
+		return 0, false, err
+	}
+	if !dup {
+		if t.inline == nil {
+			t.inline = map[int64]bool{}
+		}
+		t.inline[seq] = true
+	}
+	return seq, dup, nil
+}
+
 // QueueFinishTurn marks a pending turn processed (done or failed). It is
 // fenced: a turn another instance adopted (this one was taken for dead: a
 // pause past its heartbeat) is not finished, and the whole transaction
 // fails with core.ErrFenced, so nothing its processing queued commits.
+// A turn this transaction stored with InsertInlineTurn is done already:
+// finishing it done writes nothing, and failed rewrites its status.
 func (t *Tx) QueueFinishTurn(seq int64, status core.TurnStatus, errText string) {
+	if t.inline[seq] {
+		if status != core.TurnDone {
+			t.later("fail inline turn", `UPDATE turns SET status = $2, error = NULLIF($3, ''), processed_at = $4 WHERE seq = $1`,
+				seq, string(status), errText, t.now())
+		}
+		return
+	}
 	t.finishes = append(t.finishes, queuedFinish{seq: seq, status: status, err: errText})
 }
 

@@ -232,3 +232,74 @@ func TestQueueTurnConcurrentRedelivery(t *testing.T) {
 		t.Errorf("turns = %d, want %d", n, events)
 	}
 }
+
+// TestInlineTurnStoredOnce: a turn stored and processed in one transaction
+// (InsertInlineTurn, a tap answered inline) is written once, done — its
+// finish in the same transaction writes no second row version (the first
+// tuple of a fresh table stays the live one: ctid (0,1)) — while a finish
+// as failed is still written, and an op that fails leaves nothing.
+func TestInlineTurnStoredOnce(t *testing.T) {
+	t.Parallel()
+	s, ctx := setup(t)
+	inline := func(ev string, status core.TurnStatus, fail bool) (int64, error) {
+		var seq int64
+		err := s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			var dup bool
+			var err error
+			seq, dup, err = tx.InsertInlineTurn(ctx, testTurn("webchat", ev))
+			if err != nil || dup {
+				return nil, err
+			}
+			tx.QueueFinishTurn(seq, status, "it broke")
+			if fail {
+				return nil, fmt.Errorf("processing failed")
+			}
+			return []audit.Entry{{Kind: "turn.received", Conversation: "webchat:chat1", Data: map[string]any{"seq": seq}}}, nil
+		})
+		return seq, err
+	}
+	seq, err := inline("done-1", core.TurnDone, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status, errText string
+	var first, processed bool
+	mustScan(t, s.Pool().QueryRow(ctx, `SELECT status, COALESCE(error, ''), ctid = '(0,1)'::tid, processed_at IS NOT NULL FROM turns WHERE seq = $1`, seq),
+		&status, &errText, &first, &processed)
+	if status != "done" || errText != "" || !processed {
+		t.Errorf("inline turn: status %q, error %q, processed %v; want done, no error, processed", status, errText, processed)
+	}
+	if !first {
+		t.Error("the inline turn's row was written twice (its finish in the same transaction updated it)")
+	}
+	if n := queryInt(t, ctx, s, `SELECT count(*) FROM turns WHERE status = 'pending'`); n != 0 {
+		t.Errorf("%d pending turns, want 0", n)
+	}
+
+	seq, err = inline("failed-1", core.TurnFailed, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustScan(t, s.Pool().QueryRow(ctx, `SELECT status, COALESCE(error, '') FROM turns WHERE seq = $1`, seq), &status, &errText)
+	if status != "failed" || errText != "it broke" {
+		t.Errorf("inline turn finished failed: status %q, error %q; want failed, %q", status, errText, "it broke")
+	}
+
+	if _, err := inline("rolled-back", core.TurnDone, true); err == nil {
+		t.Fatal("the failing op committed")
+	}
+	if n := queryInt(t, ctx, s, `SELECT count(*) FROM turns WHERE event_id = 'rolled-back'`); n != 0 {
+		t.Errorf("a failed op's inline turn was stored (%d rows)", n)
+	}
+	// A redelivery of a stored event stores nothing and is reported as one.
+	err = s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+		_, dup, err := tx.InsertInlineTurn(ctx, testTurn("webchat", "done-1"))
+		if err == nil && !dup {
+			err = fmt.Errorf("a redelivered inline turn was not a duplicate")
+		}
+		return nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -76,6 +76,17 @@ type Tx struct {
 	// fanned are the conversations an edit of a routed card was fanned
 	// out to (routes.go), told to the store's FanOut hook once committed.
 	fanned []core.ConversationID
+	// inline are the turns InsertInlineTurn stored done in this
+	// transaction (QueueFinishTurn of them writes nothing more).
+	inline map[int64]bool
+	// created are the cards of the approvals this transaction inserts
+	// (their channel and id), routed the approvals (by id) and routedKeys
+	// the messages it stored routes for; noRoutes is the store's memory of
+	// cards without a route (unrouted.go).
+	created    []cardKey
+	routed     map[string]bool
+	routedKeys map[cardKey]bool
+	noRoutes   *unroutedCards
 }
 
 type queuedTurn struct {
@@ -266,11 +277,23 @@ func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []qu
 		// The check fails the transaction on the server (a division by
 		// zero), not only here: nothing after it in the same round trip —
 		// COMMIT, when the writer sends it along (unchecked) — can commit.
-		b.Queue(`WITH f AS (UPDATE turns SET status = u.status, processed_at = $2, error = NULLIF(u.err, '')
+		//
+		// One turn (a worker's, at a moderate load: the usual case) gets
+		// a statement without unnest: see singleRow.
+		var q *pgx.QueuedQuery
+		if len(fs) == 1 {
+			q = b.Queue(`WITH f AS (UPDATE turns SET status = $3, processed_at = $2, error = NULLIF($4, '')
+				WHERE turns.seq = $1 AND turns.status = 'pending' AND (turns.instance IS NULL OR turns.instance = $5 OR $5 IS NULL)
+				RETURNING 1)
+			SELECT count(*), 1 / (CASE WHEN count(*) = 1 THEN 1 ELSE 0 END) FROM f`, seqs[0], t.now(), sts[0], errs[0], t.instance)
+		} else {
+			q = b.Queue(`WITH f AS (UPDATE turns SET status = u.status, processed_at = $2, error = NULLIF(u.err, '')
 				FROM unnest($1::bigint[], $3::text[], $4::text[]) AS u(seq, status, err)
 				WHERE turns.seq = u.seq AND turns.status = 'pending' AND (turns.instance IS NULL OR turns.instance = $5 OR $5 IS NULL)
 				RETURNING 1)
-			SELECT count(*), 1 / (CASE WHEN count(*) = $6 THEN 1 ELSE 0 END) FROM f`, seqs, t.now(), sts, errs, t.instance, len(seqs)).QueryRow(func(r pgx.Row) error {
+			SELECT count(*), 1 / (CASE WHEN count(*) = $6 THEN 1 ELSE 0 END) FROM f`, seqs, t.now(), sts, errs, t.instance, len(seqs))
+		}
+		q.QueryRow(func(r pgx.Row) error {
 			var n, one int
 			if err := r.Scan(&n, &one); err != nil {
 				var pe *pgconn.PgError
@@ -290,9 +313,14 @@ func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []qu
 		for i, d := range ds {
 			ids[i], sts[i] = d.id, string(d.status)
 		}
-		b.Queue(`UPDATE outbox SET status = u.status, delivered_at = $2, attempts = attempts + 1
-			FROM unnest($1::bigint[], $3::text[]) AS u(id, status)
-			WHERE outbox.id = u.id AND outbox.status = 'pending'`, ids, t.now(), sts)
+		if len(ds) == 1 { // see singleRow
+			b.Queue(`UPDATE outbox SET status = $3, delivered_at = $2, attempts = attempts + 1
+				WHERE id = $1 AND status = 'pending'`, ids[0], t.now(), sts[0])
+		} else {
+			b.Queue(`UPDATE outbox SET status = u.status, delivered_at = $2, attempts = attempts + 1
+				FROM unnest($1::bigint[], $3::text[]) AS u(id, status)
+				WHERE outbox.id = u.id AND outbox.status = 'pending'`, ids, t.now(), sts)
+		}
 		labels = append(labels, "outbox delivered")
 	}
 	for _, x := range extras {
@@ -302,6 +330,17 @@ func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []qu
 	return b, labels, turns
 }
 
+// singleRow: the multi-row UPDATEs (finishing turns, marking outbox jobs)
+// have a variant for one row without unnest. PostgreSQL plans a prepared
+// statement afresh for its first five runs on a connection, then keeps
+// its generic plan unless that plan's estimated cost is above the custom
+// plans' — and an unnest of a parameter is estimated at 10 rows (100 for
+// a function without a row estimate), of a constant array at its length:
+// the generic plan of the unnest form always looks dearer than a custom
+// one for the usual single row, so each run was planned anew (four in five
+// finishes, seven in ten marks in silas-load's phase (c)). Without unnest,
+// generic and custom plans are the same: planned once per connection.
+//
 // readResults reads the results of b's statements from..to-1, in order;
 // on an error it closes br and returns the error, labelled.
 func readResults(br pgx.BatchResults, b *pgx.Batch, labels []string, from, to int) error {
