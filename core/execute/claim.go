@@ -92,7 +92,7 @@ func (x *Executor) ClaimWithDecision(tx ClaimTx, a core.ApprovalRequest, entries
 		return nil, started, ""
 	}
 	u := core.ExecUpdate{Started: true}
-	r := &execution{a: a, ex: core.Execution{ApprovalID: id, Status: core.ExecRunning}, act: act,
+	r := &execution{a: a, ex: core.Execution{ApprovalID: id, Status: core.ExecRunning}, act: act, decoded: true,
 		approver: core.IdentityID(tok.Token.Approver), log: log}
 	return &Claimed{r: r}, x.entries(r, u, note{kind: audit.KindExecutionStarted, data: map[string]any{}})[0], ""
 }

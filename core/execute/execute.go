@@ -33,6 +33,7 @@ import (
 
 	"go.opentelemetry.io/otel/codes"
 
+	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/redact"
@@ -204,6 +205,12 @@ type execution struct {
 	a   core.ApprovalRequest
 	ex  core.Execution
 	act core.Action
+	// decoded: act is a.ActionCanonical decoded (the gate's decode of a
+	// claimed execution, or a resumed one's), so its cards render from it
+	// instead of decoding the action again (render.ApprovalOf). False for
+	// an execution refused at its claim or marked interrupted at a start,
+	// whose act may be empty or partial.
+	decoded bool
 	// approver is the identity the token names (who asked for it to run).
 	approver core.IdentityID
 	log      *slog.Logger
@@ -289,7 +296,7 @@ func (x *Executor) claim(ctx context.Context, id core.ApprovalID, want expected)
 		if err != nil {
 			return nil, err
 		}
-		r := &execution{a: a, ex: core.Execution{ApprovalID: id, Status: core.ExecQueued}, act: act,
+		r := &execution{a: a, ex: core.Execution{ApprovalID: id, Status: core.ExecQueued}, act: act, decoded: reason == "",
 			approver: core.IdentityID(tok.Token.Approver), log: log}
 		// Either way the compare-and-swap travels with the audit chain's
 		// lock instead of a round trip of its own (queueTransition).
@@ -546,12 +553,21 @@ func (x *Executor) transitioned(tx Tx, r *execution, to core.ExecStatus, u core.
 	// "running…" (a queued and a running execution look the same).
 	if to != core.ExecRunning {
 		ex := after(r.ex, to, u)
-		c := render.Approval(r.a, &ex, x.cfg.OutputPreview)
+		c := r.card(&ex, x.cfg.OutputPreview)
 		if err := tx.QueueMessage(r.a.Channel, core.OpUpdate, string(id), core.OutMessage{Conversation: r.a.Conversation, Card: c}); err != nil {
 			return nil, err
 		}
 	}
 	return x.entries(r, u, notes...), nil
+}
+
+// card renders r's approval card showing ex, from the carried action when
+// the gate decoded it (the same card render.Approval makes from the row).
+func (r *execution) card(ex *core.Execution, preview int) *cards.Card {
+	if r.decoded {
+		return render.ApprovalOf(r.a, r.act, ex, preview)
+	}
+	return render.Approval(r.a, ex, preview)
 }
 
 // entries are the audit entries of a transition of r with u.
@@ -647,6 +663,7 @@ func (x *Executor) resumed(ctx context.Context, ex core.Execution, log *slog.Log
 		if err := json.Unmarshal(a.ActionCanonical, &r.act); err != nil {
 			return nil, fmt.Errorf("decode action: %w", err)
 		}
+		r.decoded = true
 	}
 	return r, nil
 }
