@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"slices"
@@ -177,6 +178,19 @@ func TestClaimWithDecisionGate(t *testing.T) {
 			a.ActionCanonical = []byte(`{"argv":["touch","/tmp/pwned-by-silas-test"],"network":false,"tool":"shell","verify":[]}`)
 			return e
 		}}, nil, "changed after approval"},
+		// The same action, encoded otherwise: its bytes no longer hash to
+		// the token's value, so the gate re-encodes the decoded action (as
+		// it always did), the token holds, and the request's own hash says
+		// what changed — the reason the gate gave before it hashed the
+		// stored bytes directly.
+		{"the same action encoded otherwise", offer{edit: func(a *core.ApprovalRequest, e []audit.Entry) []audit.Entry {
+			var v any
+			if err := json.Unmarshal(a.ActionCanonical, &v); err != nil {
+				panic(err)
+			}
+			a.ActionCanonical, _ = json.MarshalIndent(v, "", "  ")
+			return e
+		}}, nil, "the request was altered after it was proposed"},
 		{"nonce not this token's", offer{wrap: func(tx *store.Tx) execute.ClaimTx { return otherNonce{tx} }}, nil, "its nonce was not consumed"},
 		{"no token.consumed entry", offer{edit: func(_ *core.ApprovalRequest, e []audit.Entry) []audit.Entry {
 			return slices.DeleteFunc(e, func(x audit.Entry) bool { return x.Kind == audit.KindTokenConsumed })
