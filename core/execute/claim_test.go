@@ -1,6 +1,7 @@
 package execute_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -323,4 +325,47 @@ func TestClaimedWithDecisionThenCrashed(t *testing.T) {
 	if got := strings.Join(b.kinds(t, res.id), " "); got != want {
 		t.Errorf("audit: %s\nwant:  %s", got, want)
 	}
+}
+
+// TestRefusalLogNamesTheApproval: the executor makes its per-execution
+// logger only where it logs a line; every such line still names the
+// approval, as the logger it carried per execution did.
+func TestRefusalLogNamesTheApproval(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	x := b.executor(t, func(c *execute.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+		c.Now = func() time.Time { return time.Now().Add(time.Hour) } // the token expired before execution
+	})
+	res := b.decideAndClaim(t, x, offer{})
+	if res.claimed != nil {
+		t.Fatal("claimed with an expired token")
+	}
+	x.Run(b.ctx, res.id)
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	for _, msg := range []string{"the execution gate refused to claim", "execution refused before it started"} {
+		i := strings.Index(out, msg)
+		if i < 0 {
+			t.Fatalf("no %q line in:\n%s", msg, out)
+		}
+		line, _, _ := strings.Cut(out[i:], "\n")
+		if !strings.Contains(line, "approval="+string(res.id)) {
+			t.Errorf("%q does not name the approval: %s", msg, line)
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

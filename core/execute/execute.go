@@ -213,7 +213,14 @@ type execution struct {
 	decoded bool
 	// approver is the identity the token names (who asked for it to run).
 	approver core.IdentityID
-	log      *slog.Logger
+}
+
+// logFor is the executor's logger for the execution of id: the approval
+// on every line. Made where a line is logged, not per execution: most
+// executions log nothing, and slog's With costs a logger and its
+// attributes (formatted up front by the text and JSON handlers) each time.
+func (x *Executor) logFor(id core.ApprovalID) *slog.Logger {
+	return x.log.With(slog.String("approval", string(id)))
 }
 
 // note is an audit entry of a transition, before the approval id (and the
@@ -276,7 +283,6 @@ func (x *Executor) runClaimed(ctx context.Context, r *execution) {
 // recorded decision then travels with the approval's (the gate still
 // checks the row's token, and reads again when the row's differs).
 func (x *Executor) claim(ctx context.Context, id core.ApprovalID, want expected) *execution {
-	log := x.log.With(slog.String("approval", string(id)))
 	// The op writes its own variables, read only once Do succeeded.
 	var claimed *execution
 	var refused string
@@ -297,7 +303,7 @@ func (x *Executor) claim(ctx context.Context, id core.ApprovalID, want expected)
 			return nil, err
 		}
 		r := &execution{a: a, ex: core.Execution{ApprovalID: id, Status: core.ExecQueued}, act: act, decoded: reason == "",
-			approver: core.IdentityID(tok.Token.Approver), log: log}
+			approver: core.IdentityID(tok.Token.Approver)}
 		// Either way the compare-and-swap travels with the audit chain's
 		// lock instead of a round trip of its own (queueTransition).
 		if reason != "" {
@@ -308,11 +314,11 @@ func (x *Executor) claim(ctx context.Context, id core.ApprovalID, want expected)
 			note{kind: audit.KindExecutionStarted, data: map[string]any{}})
 	})
 	if err != nil {
-		log.Error("could not start execution; it stays queued and resumes at next start", slog.Any("err", err))
+		x.logFor(id).Error("could not start execution; it stays queued and resumes at next start", slog.Any("err", err))
 		return nil
 	}
 	if refused != "" {
-		log.Warn("execution refused before it started", slog.String("reason", refused))
+		x.logFor(id).Warn("execution refused before it started", slog.String("reason", refused))
 		x.recorded(a, core.ExecRefused)
 		return nil
 	}
@@ -326,7 +332,7 @@ func (x *Executor) claim(ctx context.Context, id core.ApprovalID, want expected)
 // follows.
 func (x *Executor) run(ctx context.Context, r *execution) {
 	refuse := func(reason string) {
-		r.log.WarnContext(ctx, "execution refused", slog.String("reason", reason))
+		x.logFor(r.a.ID).WarnContext(ctx, "execution refused", slog.String("reason", reason))
 		x.record(ctx, r, core.ExecRefused, core.ExecUpdate{Reason: reason, Done: true},
 			note{kind: audit.KindExecutionRefused, data: map[string]any{}, reason: true})
 	}
@@ -455,7 +461,7 @@ func runsChecks(checks []verify.Check) bool {
 // executed execution to verified or failed. Only this marks work done.
 func (x *Executor) verify(ctx context.Context, r *execution) {
 	if r.ex.Result == nil {
-		r.log.Error("verification: the execution has no recorded result")
+		x.logFor(r.a.ID).Error("verification: the execution has no recorded result")
 		return
 	}
 	to, u, verdict := x.verdict(ctx, r.a.ID, r.act, r.ex.Result)
@@ -498,7 +504,7 @@ func (x *Executor) record(ctx context.Context, r *execution, to core.ExecStatus,
 		return nil, x.queueTransition(tx, r, to, u, func() { applied = true }, notes...)
 	})
 	if err != nil {
-		r.log.Error("could not record the execution's transition", slog.String("to", string(to)), slog.Any("err", err))
+		x.logFor(r.a.ID).Error("could not record the execution's transition", slog.String("to", string(to)), slog.Any("err", err))
 		return false
 	}
 	if !applied {
@@ -633,7 +639,7 @@ func (x *Executor) Resume(ctx context.Context) ([]func(context.Context), error) 
 		case core.ExecExecuted:
 			log.Info("resuming verification")
 			work = append(work, func(ctx context.Context) {
-				if r, err := x.resumed(ctx, ex, log); err != nil {
+				if r, err := x.resumed(ctx, ex); err != nil {
 					log.Error("verification: load approval", slog.Any("err", err))
 				} else {
 					x.verify(ctx, r)
@@ -641,7 +647,7 @@ func (x *Executor) Resume(ctx context.Context) ([]func(context.Context), error) 
 			})
 		case core.ExecRunning:
 			log.Warn("execution was running when the gateway stopped; marking it interrupted")
-			r, err := x.resumed(ctx, ex, log)
+			r, err := x.resumed(ctx, ex)
 			if err != nil {
 				return nil, fmt.Errorf("execute: resume %s: %w", id, err)
 			}
@@ -653,12 +659,12 @@ func (x *Executor) Resume(ctx context.Context) ([]func(context.Context), error) 
 }
 
 // resumed is an execution a previous process left, with its approval.
-func (x *Executor) resumed(ctx context.Context, ex core.Execution, log *slog.Logger) (*execution, error) {
+func (x *Executor) resumed(ctx context.Context, ex core.Execution) (*execution, error) {
 	a, err := x.cfg.Store.GetApproval(ctx, ex.ApprovalID)
 	if err != nil {
 		return nil, err
 	}
-	r := &execution{a: a, ex: ex, log: log}
+	r := &execution{a: a, ex: ex}
 	if ex.Status == core.ExecExecuted {
 		if err := json.Unmarshal(a.ActionCanonical, &r.act); err != nil {
 			return nil, fmt.Errorf("decode action: %w", err)
