@@ -83,17 +83,16 @@ func (x *Executor) ClaimWithDecision(tx ClaimTx, a core.ApprovalRequest, entries
 	if reason == "" {
 		reason = decidedHere(a, tok.Token.Nonce, tok.Token.TokenID, nonce, tokenID, startedBefore, entries)
 	}
-	log := x.log.With(slog.String("approval", string(id)))
 	if reason != "" {
-		log.Warn("the execution gate refused to claim an execution with its decision; it stays queued for its claim", slog.String("reason", reason))
+		x.logFor(id).Warn("the execution gate refused to claim an execution with its decision; it stays queued for its claim", slog.String("reason", reason))
 		return nil, started, reason
 	}
 	if !tx.ClaimQueuedExecution(id) {
 		return nil, started, ""
 	}
 	u := core.ExecUpdate{Started: true}
-	r := &execution{a: a, ex: core.Execution{ApprovalID: id, Status: core.ExecRunning}, act: act,
-		approver: core.IdentityID(tok.Token.Approver), log: log}
+	r := &execution{a: a, ex: core.Execution{ApprovalID: id, Status: core.ExecRunning}, act: act, decoded: true,
+		approver: core.IdentityID(tok.Token.Approver)}
 	return &Claimed{r: r}, x.entries(r, u, note{kind: audit.KindExecutionStarted, data: map[string]any{}})[0], ""
 }
 

@@ -1,13 +1,16 @@
 package execute_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,6 +180,19 @@ func TestClaimWithDecisionGate(t *testing.T) {
 			a.ActionCanonical = []byte(`{"argv":["touch","/tmp/pwned-by-silas-test"],"network":false,"tool":"shell","verify":[]}`)
 			return e
 		}}, nil, "changed after approval"},
+		// The same action, encoded otherwise: its bytes no longer hash to
+		// the token's value, so the gate re-encodes the decoded action (as
+		// it always did), the token holds, and the request's own hash says
+		// what changed — the reason the gate gave before it hashed the
+		// stored bytes directly.
+		{"the same action encoded otherwise", offer{edit: func(a *core.ApprovalRequest, e []audit.Entry) []audit.Entry {
+			var v any
+			if err := json.Unmarshal(a.ActionCanonical, &v); err != nil {
+				panic(err)
+			}
+			a.ActionCanonical, _ = json.MarshalIndent(v, "", "  ")
+			return e
+		}}, nil, "the request was altered after it was proposed"},
 		{"nonce not this token's", offer{wrap: func(tx *store.Tx) execute.ClaimTx { return otherNonce{tx} }}, nil, "its nonce was not consumed"},
 		{"no token.consumed entry", offer{edit: func(_ *core.ApprovalRequest, e []audit.Entry) []audit.Entry {
 			return slices.DeleteFunc(e, func(x audit.Entry) bool { return x.Kind == audit.KindTokenConsumed })
@@ -309,4 +325,47 @@ func TestClaimedWithDecisionThenCrashed(t *testing.T) {
 	if got := strings.Join(b.kinds(t, res.id), " "); got != want {
 		t.Errorf("audit: %s\nwant:  %s", got, want)
 	}
+}
+
+// TestRefusalLogNamesTheApproval: the executor makes its per-execution
+// logger only where it logs a line; every such line still names the
+// approval, as the logger it carried per execution did.
+func TestRefusalLogNamesTheApproval(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	x := b.executor(t, func(c *execute.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+		c.Now = func() time.Time { return time.Now().Add(time.Hour) } // the token expired before execution
+	})
+	res := b.decideAndClaim(t, x, offer{})
+	if res.claimed != nil {
+		t.Fatal("claimed with an expired token")
+	}
+	x.Run(b.ctx, res.id)
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	for _, msg := range []string{"the execution gate refused to claim", "execution refused before it started"} {
+		i := strings.Index(out, msg)
+		if i < 0 {
+			t.Fatalf("no %q line in:\n%s", msg, out)
+		}
+		line, _, _ := strings.Cut(out[i:], "\n")
+		if !strings.Contains(line, "approval="+string(res.id)) {
+			t.Errorf("%q does not name the approval: %s", msg, line)
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -33,6 +33,7 @@ import (
 
 	"go.opentelemetry.io/otel/codes"
 
+	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 	"github.com/silas-gateway/silas/core/redact"
@@ -204,9 +205,22 @@ type execution struct {
 	a   core.ApprovalRequest
 	ex  core.Execution
 	act core.Action
+	// decoded: act is a.ActionCanonical decoded (the gate's decode of a
+	// claimed execution, or a resumed one's), so its cards render from it
+	// instead of decoding the action again (render.ApprovalOf). False for
+	// an execution refused at its claim or marked interrupted at a start,
+	// whose act may be empty or partial.
+	decoded bool
 	// approver is the identity the token names (who asked for it to run).
 	approver core.IdentityID
-	log      *slog.Logger
+}
+
+// logFor is the executor's logger for the execution of id: the approval
+// on every line. Made where a line is logged, not per execution: most
+// executions log nothing, and slog's With costs a logger and its
+// attributes (formatted up front by the text and JSON handlers) each time.
+func (x *Executor) logFor(id core.ApprovalID) *slog.Logger {
+	return x.log.With(slog.String("approval", string(id)))
 }
 
 // note is an audit entry of a transition, before the approval id (and the
@@ -269,7 +283,6 @@ func (x *Executor) runClaimed(ctx context.Context, r *execution) {
 // recorded decision then travels with the approval's (the gate still
 // checks the row's token, and reads again when the row's differs).
 func (x *Executor) claim(ctx context.Context, id core.ApprovalID, want expected) *execution {
-	log := x.log.With(slog.String("approval", string(id)))
 	// The op writes its own variables, read only once Do succeeded.
 	var claimed *execution
 	var refused string
@@ -289,8 +302,8 @@ func (x *Executor) claim(ctx context.Context, id core.ApprovalID, want expected)
 		if err != nil {
 			return nil, err
 		}
-		r := &execution{a: a, ex: core.Execution{ApprovalID: id, Status: core.ExecQueued}, act: act,
-			approver: core.IdentityID(tok.Token.Approver), log: log}
+		r := &execution{a: a, ex: core.Execution{ApprovalID: id, Status: core.ExecQueued}, act: act, decoded: reason == "",
+			approver: core.IdentityID(tok.Token.Approver)}
 		// Either way the compare-and-swap travels with the audit chain's
 		// lock instead of a round trip of its own (queueTransition).
 		if reason != "" {
@@ -301,11 +314,11 @@ func (x *Executor) claim(ctx context.Context, id core.ApprovalID, want expected)
 			note{kind: audit.KindExecutionStarted, data: map[string]any{}})
 	})
 	if err != nil {
-		log.Error("could not start execution; it stays queued and resumes at next start", slog.Any("err", err))
+		x.logFor(id).Error("could not start execution; it stays queued and resumes at next start", slog.Any("err", err))
 		return nil
 	}
 	if refused != "" {
-		log.Warn("execution refused before it started", slog.String("reason", refused))
+		x.logFor(id).Warn("execution refused before it started", slog.String("reason", refused))
 		x.recorded(a, core.ExecRefused)
 		return nil
 	}
@@ -319,7 +332,7 @@ func (x *Executor) claim(ctx context.Context, id core.ApprovalID, want expected)
 // follows.
 func (x *Executor) run(ctx context.Context, r *execution) {
 	refuse := func(reason string) {
-		r.log.WarnContext(ctx, "execution refused", slog.String("reason", reason))
+		x.logFor(r.a.ID).WarnContext(ctx, "execution refused", slog.String("reason", reason))
 		x.record(ctx, r, core.ExecRefused, core.ExecUpdate{Reason: reason, Done: true},
 			note{kind: audit.KindExecutionRefused, data: map[string]any{}, reason: true})
 	}
@@ -448,7 +461,7 @@ func runsChecks(checks []verify.Check) bool {
 // executed execution to verified or failed. Only this marks work done.
 func (x *Executor) verify(ctx context.Context, r *execution) {
 	if r.ex.Result == nil {
-		r.log.Error("verification: the execution has no recorded result")
+		x.logFor(r.a.ID).Error("verification: the execution has no recorded result")
 		return
 	}
 	to, u, verdict := x.verdict(ctx, r.a.ID, r.act, r.ex.Result)
@@ -491,7 +504,7 @@ func (x *Executor) record(ctx context.Context, r *execution, to core.ExecStatus,
 		return nil, x.queueTransition(tx, r, to, u, func() { applied = true }, notes...)
 	})
 	if err != nil {
-		r.log.Error("could not record the execution's transition", slog.String("to", string(to)), slog.Any("err", err))
+		x.logFor(r.a.ID).Error("could not record the execution's transition", slog.String("to", string(to)), slog.Any("err", err))
 		return false
 	}
 	if !applied {
@@ -546,12 +559,21 @@ func (x *Executor) transitioned(tx Tx, r *execution, to core.ExecStatus, u core.
 	// "running…" (a queued and a running execution look the same).
 	if to != core.ExecRunning {
 		ex := after(r.ex, to, u)
-		c := render.Approval(r.a, &ex, x.cfg.OutputPreview)
+		c := r.card(&ex, x.cfg.OutputPreview)
 		if err := tx.QueueMessage(r.a.Channel, core.OpUpdate, string(id), core.OutMessage{Conversation: r.a.Conversation, Card: c}); err != nil {
 			return nil, err
 		}
 	}
 	return x.entries(r, u, notes...), nil
+}
+
+// card renders r's approval card showing ex, from the carried action when
+// the gate decoded it (the same card render.Approval makes from the row).
+func (r *execution) card(ex *core.Execution, preview int) *cards.Card {
+	if r.decoded {
+		return render.ApprovalOf(r.a, r.act, ex, preview)
+	}
+	return render.Approval(r.a, ex, preview)
 }
 
 // entries are the audit entries of a transition of r with u.
@@ -617,7 +639,7 @@ func (x *Executor) Resume(ctx context.Context) ([]func(context.Context), error) 
 		case core.ExecExecuted:
 			log.Info("resuming verification")
 			work = append(work, func(ctx context.Context) {
-				if r, err := x.resumed(ctx, ex, log); err != nil {
+				if r, err := x.resumed(ctx, ex); err != nil {
 					log.Error("verification: load approval", slog.Any("err", err))
 				} else {
 					x.verify(ctx, r)
@@ -625,7 +647,7 @@ func (x *Executor) Resume(ctx context.Context) ([]func(context.Context), error) 
 			})
 		case core.ExecRunning:
 			log.Warn("execution was running when the gateway stopped; marking it interrupted")
-			r, err := x.resumed(ctx, ex, log)
+			r, err := x.resumed(ctx, ex)
 			if err != nil {
 				return nil, fmt.Errorf("execute: resume %s: %w", id, err)
 			}
@@ -637,16 +659,17 @@ func (x *Executor) Resume(ctx context.Context) ([]func(context.Context), error) 
 }
 
 // resumed is an execution a previous process left, with its approval.
-func (x *Executor) resumed(ctx context.Context, ex core.Execution, log *slog.Logger) (*execution, error) {
+func (x *Executor) resumed(ctx context.Context, ex core.Execution) (*execution, error) {
 	a, err := x.cfg.Store.GetApproval(ctx, ex.ApprovalID)
 	if err != nil {
 		return nil, err
 	}
-	r := &execution{a: a, ex: ex, log: log}
+	r := &execution{a: a, ex: ex}
 	if ex.Status == core.ExecExecuted {
 		if err := json.Unmarshal(a.ActionCanonical, &r.act); err != nil {
 			return nil, fmt.Errorf("decode action: %w", err)
 		}
+		r.decoded = true
 	}
 	return r, nil
 }

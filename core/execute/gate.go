@@ -3,6 +3,7 @@ package execute
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,8 +47,18 @@ func (x *Executor) checkApproval(a core.ApprovalRequest) (tok approval.Signed, a
 	if err := json.Unmarshal(a.ActionCanonical, &act); err != nil {
 		return tok, act, "stored action unreadable"
 	}
-	hash, err := act.Hash()
-	if err != nil {
+	// The token binds the SHA-256 of the action's canonical JSON. The
+	// stored bytes are that JSON as proposed (core/propose stores
+	// Action.Canonical and its hash; RequestIntact below holds them to the
+	// signed hash): when they hash to the token's value they are the bytes
+	// the decision minted it for, and re-encoding their decoding gives the
+	// same value — so it is not computed again (a marshal and an RFC 8785
+	// pass per execution, issue 26). Any other bytes take the old way, so
+	// every refusal and its reason stay as they were.
+	var hash []byte
+	if sum := sha256.Sum256(a.ActionCanonical); bytes.Equal(sum[:], tok.Token.ActionHash) {
+		hash = sum[:]
+	} else if hash, err = act.Hash(); err != nil {
 		return tok, act, "action cannot be hashed"
 	}
 	if err := approval.Check(x.cfg.Key, tok, hash, x.cfg.Now()); err != nil {

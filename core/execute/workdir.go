@@ -18,6 +18,6 @@ func (x *Executor) release(r *execution, dir string) {
 		return
 	}
 	if err := wr.Release(dir); err != nil {
-		r.log.Warn("could not release the work dir", slog.Any("err", err))
+		x.logFor(r.a.ID).Warn("could not release the work dir", slog.Any("err", err))
 	}
 }

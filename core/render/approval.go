@@ -20,9 +20,25 @@ const TaskStopped core.IdentityID = "silas:task-stopped"
 // on the state, so a re-render is idempotent. preview is how much of a
 // stored (long) output the card shows.
 func Approval(a core.ApprovalRequest, ex *core.Execution, preview int) *cards.Card {
-	cmd := a.Intent
 	var act core.Action
-	if err := json.Unmarshal(a.ActionCanonical, &act); err == nil {
+	decoded := json.Unmarshal(a.ActionCanonical, &act) == nil
+	return approval(a, act, decoded, ex, preview)
+}
+
+// ApprovalOf is Approval for a caller that holds a's action already
+// decoded from a.ActionCanonical (the executor: its gate decoded the action
+// it runs). It renders the same card without decoding the action again —
+// an execution's cards were each decoding it anew (issue 26).
+func ApprovalOf(a core.ApprovalRequest, act core.Action, ex *core.Execution, preview int) *cards.Card {
+	return approval(a, act, true, ex, preview)
+}
+
+// approval renders a's card from its action act; decoded is false when
+// a.ActionCanonical did not decode (the card then shows the intent as the
+// command, and whatever of act was decoded before the error).
+func approval(a core.ApprovalRequest, act core.Action, decoded bool, ex *core.Execution, preview int) *cards.Card {
+	cmd := a.Intent
+	if decoded {
 		cmd = act.CommandLine()
 	}
 	// Bidi controls from user text are shown, not obeyed (before
