@@ -165,3 +165,42 @@ func TestLostInitReaped(t *testing.T) {
 		t.Fatal("a child not holding the run socket was killed")
 	}
 }
+
+// TestZygoteInitsInheritNoBoundingSet: the bounding set is a per-thread
+// attribute and an init inherits the one of the zygote's thread that
+// forked it, whichever the runtime ran the fork on: a warm init, forked
+// and waiting for its run (it has dropped nothing itself yet), has an
+// empty one — else each init dropped the 40 capabilities one credential
+// change at a time.
+func TestZygoteInitsInheritNoBoundingSet(t *testing.T) {
+	s := zygoteSandbox(t)
+	for range 3 {
+		if res := run(t, s, core.ExecRequest{Argv: []string{"true"}}); res.ExitCode != 0 {
+			t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
+		}
+	}
+	w, err := s.take(false) // a warm one, or one forked now: both wait for their run
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.discard()
+	if w.zygote == nil {
+		t.Fatal("the init does not come from the zygote")
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(w.pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+			found = true
+			if strings.TrimSpace(v) != "0000000000000000" {
+				t.Errorf("a forked init's bounding set before its run: %s, want empty", strings.TrimSpace(v))
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no CapBnd in the init's status")
+	}
+}
