@@ -590,10 +590,14 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	}
 
 	full, copyErr := st.workFull, st.workCopyErr
-	if stg != nil {
+	// The init has exited: its PID namespace, every process of the run,
+	// is gone, and nothing writes the stage any more. A fresh dir is
+	// empty (only this run has it), so when the run left its stage empty
+	// too there is nothing to copy back, and an empty tmpfs is not full:
+	// the statfs and both trees' reads are skipped (a run that writes
+	// nothing in its work dir, `echo x`, is the common one).
+	if stg != nil && !(fresh && stg.empty()) {
 		full = workDirFull(stg.path)
-		// The init has exited: its PID namespace, every process of the
-		// run, is gone, and nothing writes the stage any more.
 		if err := stg.copyBack(dir, s.limits.work, int(s.uid), int(s.gid)); err != nil {
 			copyErr = err.Error()
 		}

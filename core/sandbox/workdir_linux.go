@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -110,6 +111,18 @@ func (st *stage) fill(dir string, limit int64, uid, gid int) error {
 // run is gone by then: nothing changes either tree while it copies.
 func (st *stage) copyBack(dir string, limit int64, uid, gid int) error {
 	return sandboxinit.CopyBack(st.path, dir, limit, uid, gid)
+}
+
+// empty reports whether the stage holds nothing (an error: not known to
+// be empty).
+func (st *stage) empty() bool {
+	f, err := os.Open(st.path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	_, err = f.Readdirnames(1)
+	return err == io.EOF
 }
 
 // remove lets the stage go (the kernel frees it with its last reference).

@@ -246,3 +246,35 @@ func TestKeptWorkAcrossRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestStageEmpty: a fresh run whose stage is left empty skips the copy
+// back and the full check (run), relying on these: an empty stage reads
+// as empty, one with anything in it does not, and an empty stage — even
+// the smallest — is never full.
+func TestStageEmpty(t *testing.T) {
+	s := newSandbox(t, Config{MaxWork: 4096})
+	if !s.workTmpfs {
+		t.Skip("no gateway-made stages here (not root, or no fsmount)")
+	}
+	st, err := s.newStage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.remove()
+	if !st.empty() {
+		t.Fatal("a new stage is not empty")
+	}
+	if workDirFull(st.path) {
+		t.Fatal("an empty stage is full")
+	}
+	if err := os.Mkdir(filepath.Join(st.path, "d"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if st.empty() {
+		t.Fatal("a stage with a dir in it is empty")
+	}
+	gone := &stage{fd: -1, path: filepath.Join(t.TempDir(), "nonexistent")}
+	if gone.empty() {
+		t.Fatal("a stage that cannot be read is empty")
+	}
+}
