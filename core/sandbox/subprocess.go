@@ -80,6 +80,7 @@ type Subprocess struct {
 	workMu      sync.Mutex // serialises Release and pruning; guards kept, keptBytes
 	kept        []keptWork // released work dirs kept, oldest first (nil: not read from the base dir yet)
 	keptBytes   int64
+	marked      map[string]bool  // kept dirs with an earlier version's marker file (exec-*.kept), from the start's scan
 	now         func() time.Time // the clock releases are timed by (tests move it)
 
 	// useZygote: network-off runs are forked by a zygote (zygote_linux.go)

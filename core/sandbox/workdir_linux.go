@@ -245,8 +245,15 @@ func (s *Subprocess) Release(dir string) error {
 		s.pruneLocked(now, false) // the index is built from the base dir once (at start, normally)
 	}
 	again := fi.Mode()&fs.ModeSticky != 0
-	if err := os.Remove(target + keptSuffix); err == nil {
-		again = true // kept by an earlier version: in the index since start
+	// Only a dir an earlier version kept has a marker file, and the
+	// start's scan saw each (pruneLocked): trying to remove one for every
+	// release cost two failed system calls (os.Remove's unlink and rmdir)
+	// per execution.
+	if s.marked[target] {
+		delete(s.marked, target)
+		if err := os.Remove(target + keptSuffix); err == nil {
+			again = true // kept by an earlier version: in the index since start
+		}
 	}
 	if fi.Mode()&fs.ModeSticky == 0 {
 		if err := os.Chmod(target, fi.Mode().Perm()|fs.ModeSticky); err != nil {
@@ -331,6 +338,7 @@ func (s *Subprocess) pruneLocked(now time.Time, orphans bool) {
 		return
 	}
 	var list []keptWork
+	marked := map[string]bool{} // kept dirs with an earlier version's marker file
 	names := map[string]bool{}
 	for _, e := range ents {
 		names[e.Name()] = true
@@ -362,6 +370,7 @@ func (s *Subprocess) pruneLocked(now time.Time, orphans bool) {
 		if names[name+keptSuffix] {
 			if mi, err := os.Lstat(dir + keptSuffix); err == nil {
 				at, kept = mi.ModTime(), true
+				marked[dir] = true
 			}
 		}
 		if !kept {
@@ -376,6 +385,7 @@ func (s *Subprocess) pruneLocked(now time.Time, orphans bool) {
 		}
 		list = append(list, keptWork{dir: dir, at: at, bytes: workBytes(dir)})
 	}
+	s.marked = marked
 	// The index, oldest first; then the oldest go until the rest fit.
 	slices.SortFunc(list, func(a, b keptWork) int { return a.at.Compare(b.at) })
 	s.kept = make([]keptWork, 0, len(list)+1)
