@@ -155,7 +155,7 @@ func TestLostInitReaped(t *testing.T) {
 			t.Fatal("the child did not start")
 		}
 	}
-	reapLostInit(theirs)
+	reapLostInit(int(theirs.Fd()))
 	if _, err := unix.Wait4(lost, nil, unix.WNOHANG, nil); err != unix.ECHILD {
 		_ = unix.Kill(lost, unix.SIGKILL)
 		_, _ = unix.Wait4(lost, nil, 0, nil)
@@ -202,5 +202,31 @@ func TestZygoteInitsInheritNoBoundingSet(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no CapBnd in the init's status")
+	}
+}
+
+// TestZygoteOutputBlocking: a forked init's program writes its output to
+// pipes in blocking mode (only the gateway's read ends are non-blocking,
+// in its poller), as any program expects: a non-blocking stdout fails a
+// large write with EAGAIN.
+func TestZygoteOutputBlocking(t *testing.T) {
+	s := zygoteSandbox(t)
+	n0 := s.zygoteRuns.Load()
+	res := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", "grep '^flags' /proc/self/fdinfo/1; grep '^flags' /proc/self/fdinfo/2 >&2"}})
+	if res.ExitCode != 0 || s.zygoteRuns.Load() == n0 {
+		t.Fatalf("exit %d (zygote runs %d → %d): %s", res.ExitCode, n0, s.zygoteRuns.Load(), res.Stderr)
+	}
+	for _, out := range [][]byte{res.Stdout, res.Stderr} {
+		f := strings.Fields(string(out))
+		if len(f) != 2 {
+			t.Fatalf("fdinfo: %q", out)
+		}
+		flags, err := strconv.ParseUint(f[1], 8, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if flags&unix.O_NONBLOCK != 0 {
+			t.Fatalf("the program's output pipe is non-blocking (flags %s)", f[1])
+		}
 	}
 }
