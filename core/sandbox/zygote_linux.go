@@ -344,21 +344,21 @@ func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 	}
 	w.copied = make(chan struct{})
 	w.pipes = []*os.File{outR, errR}
-	var wg sync.WaitGroup
+	// The second copy to end closes copied (no goroutine of its own to
+	// wait for both).
+	var left atomic.Int32
+	left.Store(2)
 	for _, c := range []struct {
 		r *os.File
 		w io.Writer
 	}{{outR, w.stdout}, {errR, w.stderr}} {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
 			copyOutput(c.w, c.r)
+			if left.Add(-1) == 0 {
+				close(w.copied)
+			}
 		}()
 	}
-	go func() {
-		wg.Wait()
-		close(w.copied)
-	}()
 	if w.cg != nil {
 		if err := w.cg.add(pid); err != nil {
 			w.discard()
