@@ -80,6 +80,7 @@ type Subprocess struct {
 	workMu      sync.Mutex // serialises Release and pruning; guards kept, keptBytes
 	kept        []keptWork // released work dirs kept, oldest first (nil: not read from the base dir yet)
 	keptBytes   int64
+	marked      map[string]bool  // kept dirs with an earlier version's marker file (exec-*.kept), from the start's scan
 	now         func() time.Time // the clock releases are timed by (tests move it)
 
 	// useZygote: network-off runs are forked by a zygote (zygote_linux.go)
@@ -590,10 +591,14 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	}
 
 	full, copyErr := st.workFull, st.workCopyErr
-	if stg != nil {
+	// The init has exited: its PID namespace, every process of the run,
+	// is gone, and nothing writes the stage any more. A fresh dir is
+	// empty (only this run has it), so when the run left its stage empty
+	// too there is nothing to copy back, and an empty tmpfs is not full:
+	// the statfs and both trees' reads are skipped (a run that writes
+	// nothing in its work dir, `echo x`, is the common one).
+	if stg != nil && !(fresh && stg.empty()) {
 		full = workDirFull(stg.path)
-		// The init has exited: its PID namespace, every process of the
-		// run, is gone, and nothing writes the stage any more.
 		if err := stg.copyBack(dir, s.limits.work, int(s.uid), int(s.gid)); err != nil {
 			copyErr = err.Error()
 		}

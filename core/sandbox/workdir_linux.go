@@ -112,6 +112,35 @@ func (st *stage) copyBack(dir string, limit int64, uid, gid int) error {
 	return sandboxinit.CopyBack(st.path, dir, limit, uid, gid)
 }
 
+// empty reports whether the stage holds nothing (an error: not known to
+// be empty). Read through the mount's descriptor in three system calls:
+// an os.Open of its /proc/self/fd path walked procfs and registered the
+// directory with the network poller, about as costly as what it saves.
+func (st *stage) empty() bool {
+	fd, err := unix.Openat(st.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var buf [512]byte
+	for {
+		n, err := unix.Getdents(fd, buf[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return false
+		}
+		if n == 0 {
+			return true
+		}
+		// Every entry but "." and "..".
+		if _, count, _ := unix.ParseDirent(buf[:n], 1, nil); count > 0 {
+			return false
+		}
+	}
+}
+
 // remove lets the stage go (the kernel frees it with its last reference).
 func (st *stage) remove() {
 	if st.fd >= 0 {
@@ -232,8 +261,15 @@ func (s *Subprocess) Release(dir string) error {
 		s.pruneLocked(now, false) // the index is built from the base dir once (at start, normally)
 	}
 	again := fi.Mode()&fs.ModeSticky != 0
-	if err := os.Remove(target + keptSuffix); err == nil {
-		again = true // kept by an earlier version: in the index since start
+	// Only a dir an earlier version kept has a marker file, and the
+	// start's scan saw each (pruneLocked): trying to remove one for every
+	// release cost two failed system calls (os.Remove's unlink and rmdir)
+	// per execution.
+	if s.marked[target] {
+		delete(s.marked, target)
+		if err := os.Remove(target + keptSuffix); err == nil {
+			again = true // kept by an earlier version: in the index since start
+		}
 	}
 	if fi.Mode()&fs.ModeSticky == 0 {
 		if err := os.Chmod(target, fi.Mode().Perm()|fs.ModeSticky); err != nil {
@@ -318,6 +354,7 @@ func (s *Subprocess) pruneLocked(now time.Time, orphans bool) {
 		return
 	}
 	var list []keptWork
+	marked := map[string]bool{} // kept dirs with an earlier version's marker file
 	names := map[string]bool{}
 	for _, e := range ents {
 		names[e.Name()] = true
@@ -349,6 +386,7 @@ func (s *Subprocess) pruneLocked(now time.Time, orphans bool) {
 		if names[name+keptSuffix] {
 			if mi, err := os.Lstat(dir + keptSuffix); err == nil {
 				at, kept = mi.ModTime(), true
+				marked[dir] = true
 			}
 		}
 		if !kept {
@@ -363,6 +401,7 @@ func (s *Subprocess) pruneLocked(now time.Time, orphans bool) {
 		}
 		list = append(list, keptWork{dir: dir, at: at, bytes: workBytes(dir)})
 	}
+	s.marked = marked
 	// The index, oldest first; then the oldest go until the rest fit.
 	slices.SortFunc(list, func(a, b keptWork) int { return a.at.Compare(b.at) })
 	s.kept = make([]keptWork, 0, len(list)+1)

@@ -246,3 +246,75 @@ func TestKeptWorkAcrossRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestStageEmpty: a fresh run whose stage is left empty skips the copy
+// back and the full check (run), relying on these: an empty stage reads
+// as empty, one with anything in it does not, and an empty stage — even
+// the smallest — is never full.
+func TestStageEmpty(t *testing.T) {
+	s := newSandbox(t, Config{MaxWork: 4096})
+	if !s.workTmpfs {
+		t.Skip("no gateway-made stages here (not root, or no fsmount)")
+	}
+	st, err := s.newStage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.remove()
+	if !st.empty() {
+		t.Fatal("a new stage is not empty")
+	}
+	if workDirFull(st.path) {
+		t.Fatal("an empty stage is full")
+	}
+	if err := os.Mkdir(filepath.Join(st.path, "d"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if st.empty() {
+		t.Fatal("a stage with a dir in it is empty")
+	}
+	gone := &stage{fd: -1, path: filepath.Join(t.TempDir(), "nonexistent")}
+	if gone.empty() {
+		t.Fatal("a stage that cannot be read is empty")
+	}
+}
+
+// TestReleaseLegacyMarker: a dir an earlier version kept (a marker file
+// next to it) and released again after a restart loses its marker and is
+// marked on itself; Release looks for a marker only where the start's
+// scan saw one.
+func TestReleaseLegacyMarker(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "base")
+	first := newSandbox(t, Config{BaseDir: base, KeepWorkFor: time.Hour})
+	marked, err := first.newWorkDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := first.newWorkDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	if err := os.WriteFile(marked+keptSuffix, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second := newSandbox(t, Config{BaseDir: base, KeepWorkFor: time.Hour})
+	if !second.marked[marked] || second.marked[plain] {
+		t.Fatalf("the start's scan saw markers for %v", second.marked)
+	}
+	for _, d := range []string{marked, plain} {
+		if err := second.Release(d); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Lstat(d)
+		if err != nil || fi.Mode()&os.ModeSticky == 0 {
+			t.Fatalf("%s after release: %v %v, want kept, marked on itself", d, fi, err)
+		}
+	}
+	if _, err := os.Lstat(marked + keptSuffix); !os.IsNotExist(err) {
+		t.Fatalf("the earlier version's marker survived the release: %v", err)
+	}
+	if len(second.kept) != 2 {
+		t.Fatalf("%d dirs in the kept index, want 2", len(second.kept))
+	}
+}

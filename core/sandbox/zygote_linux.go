@@ -262,41 +262,46 @@ func (z *zygote) fork(fds []int) (int, error) {
 // the run's cgroups, with a stage made ahead; it waits for its run on
 // runW (sandboxinit.ZygoteRun).
 func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: pipe: %w", err)
+	// The init's ends stay plain descriptors (sent to the zygote, then
+	// closed); only ours are os.Files in the network poller. os.Pipe made
+	// both ends pollable: a non-blocking mode, a poller registration and
+	// their undoing (Fd, Close) on each of three init ends, per run.
+	var ours []*os.File
+	var theirs []int // sandboxinit.ZygoteFDs, in its order: stdout, stderr, status, the run's socket
+	fail := func(err error) (*warmInit, error) {
+		closeAll(ours...)
+		for _, fd := range theirs {
+			unix.Close(fd)
+		}
+		return nil, err
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		closeAll(statusR, statusW)
-		return nil, fmt.Errorf("sandbox: pipe: %w", err)
+	var r [3]*os.File // status, stdout, stderr: ours
+	var wfd [3]int
+	for i := range r {
+		var err error
+		if r[i], wfd[i], err = pipeToUs(); err != nil {
+			return fail(err)
+		}
+		ours = append(ours, r[i])
+		theirs = append(theirs, wfd[i])
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		closeAll(statusR, statusW, outR, outW)
-		return nil, fmt.Errorf("sandbox: pipe: %w", err)
-	}
+	statusR, outR, errR := r[0], r[1], r[2]
+	theirs = []int{wfd[1], wfd[2], wfd[0]}
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		closeAll(statusR, statusW, outR, outW, errR, errW)
-		return nil, fmt.Errorf("sandbox: socketpair: %w", err)
+		return fail(fmt.Errorf("sandbox: socketpair: %w", err))
 	}
-	runW, runR := os.NewFile(uintptr(sp[0]), "run"), os.NewFile(uintptr(sp[1]), "run-init")
-	theirs := []*os.File{outW, errW, statusW, runR} // sandboxinit.ZygoteFDs, in its order
-	ours := []*os.File{statusR, outR, errR, runW}
+	runW := os.NewFile(uintptr(sp[0]), "run")
+	ours = append(ours, runW)
+	theirs = append(theirs, sp[1])
+	runR := sp[1]
 	w := &warmInit{statusR: statusR, runW: runW, stdout: &capWriter{}, stderr: &capWriter{}, zygote: z}
 	if s.cgroups != nil {
 		if w.cg, err = s.cgroups.create(s.limits.procs, s.limits.memory); err != nil {
-			closeAll(theirs...)
-			closeAll(ours...)
-			return nil, err
+			return fail(err)
 		}
 	}
-	fds := make([]int, len(theirs))
-	for i, f := range theirs {
-		fds[i] = int(f.Fd())
-	}
-	pid, err := z.fork(fds)
+	pid, err := z.fork(theirs)
 	if errors.Is(err, errZygoteGone) {
 		// The zygote was stopped without its reply (it timed out, or the
 		// zygote died): it may have forked the init before, a child of
@@ -304,13 +309,15 @@ func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 		// holds, it is killed and reaped, not left a zombie.
 		reapLostInit(runR)
 	}
-	closeAll(theirs...)
+	for _, fd := range theirs {
+		unix.Close(fd)
+	}
+	theirs = nil
 	if err != nil {
-		closeAll(ours...)
 		if w.cg != nil {
 			w.cg.put()
 		}
-		return nil, err
+		return fail(err)
 	}
 	// Our child (CLONE_PARENT): nobody else reaps it, so the pid stays
 	// its until we wait for it. Its pidfd is waited on in the network
@@ -337,21 +344,21 @@ func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 	}
 	w.copied = make(chan struct{})
 	w.pipes = []*os.File{outR, errR}
-	var wg sync.WaitGroup
+	// The second copy to end closes copied (no goroutine of its own to
+	// wait for both).
+	var left atomic.Int32
+	left.Store(2)
 	for _, c := range []struct {
 		r *os.File
 		w io.Writer
 	}{{outR, w.stdout}, {errR, w.stderr}} {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
 			copyOutput(c.w, c.r)
+			if left.Add(-1) == 0 {
+				close(w.copied)
+			}
 		}()
 	}
-	go func() {
-		wg.Wait()
-		close(w.copied)
-	}()
 	if w.cg != nil {
 		if err := w.cg.add(pid); err != nil {
 			w.discard()
@@ -429,9 +436,9 @@ func (s *Subprocess) zygoteFits(w *warmInit, dir string) bool {
 // stopped before its pid reached us. The zygote is dead and reaped by
 // then, so no fork of it is still under way; a child is ours
 // (CLONE_PARENT) and unreaped, so its pid is not reused while we look.
-func reapLostInit(sock *os.File) {
+func reapLostInit(sock int) {
 	var st unix.Stat_t
-	if err := unix.Fstat(int(sock.Fd()), &st); err != nil {
+	if err := unix.Fstat(sock, &st); err != nil {
 		return
 	}
 	want := "socket:[" + strconv.FormatUint(st.Ino, 10) + "]"
@@ -471,6 +478,22 @@ func reapLostInit(sock *os.File) {
 			}
 		}
 	}
+}
+
+// pipeToUs makes a pipe whose read end is ours, in the network poller,
+// and whose write end is a plain descriptor for an init (blocking, as a
+// program expects its output to be; close-on-exec).
+func pipeToUs() (*os.File, int, error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, -1, fmt.Errorf("sandbox: pipe: %w", err)
+	}
+	if err := unix.SetNonblock(p[0], true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, -1, fmt.Errorf("sandbox: pipe: %w", err)
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), p[1], nil
 }
 
 func closeAll(fs ...*os.File) {

@@ -155,7 +155,7 @@ func TestLostInitReaped(t *testing.T) {
 			t.Fatal("the child did not start")
 		}
 	}
-	reapLostInit(theirs)
+	reapLostInit(int(theirs.Fd()))
 	if _, err := unix.Wait4(lost, nil, unix.WNOHANG, nil); err != unix.ECHILD {
 		_ = unix.Kill(lost, unix.SIGKILL)
 		_, _ = unix.Wait4(lost, nil, 0, nil)
@@ -163,5 +163,70 @@ func TestLostInitReaped(t *testing.T) {
 	}
 	if !processAlive(kept) {
 		t.Fatal("a child not holding the run socket was killed")
+	}
+}
+
+// TestZygoteInitsInheritNoBoundingSet: the bounding set is a per-thread
+// attribute and an init inherits the one of the zygote's thread that
+// forked it, whichever the runtime ran the fork on: a warm init, forked
+// and waiting for its run (it has dropped nothing itself yet), has an
+// empty one — else each init dropped the 40 capabilities one credential
+// change at a time.
+func TestZygoteInitsInheritNoBoundingSet(t *testing.T) {
+	s := zygoteSandbox(t)
+	for range 3 {
+		if res := run(t, s, core.ExecRequest{Argv: []string{"true"}}); res.ExitCode != 0 {
+			t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
+		}
+	}
+	w, err := s.take(false) // a warm one, or one forked now: both wait for their run
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.discard()
+	if w.zygote == nil {
+		t.Fatal("the init does not come from the zygote")
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(w.pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+			found = true
+			if strings.TrimSpace(v) != "0000000000000000" {
+				t.Errorf("a forked init's bounding set before its run: %s, want empty", strings.TrimSpace(v))
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no CapBnd in the init's status")
+	}
+}
+
+// TestZygoteOutputBlocking: a forked init's program writes its output to
+// pipes in blocking mode (only the gateway's read ends are non-blocking,
+// in its poller), as any program expects: a non-blocking stdout fails a
+// large write with EAGAIN.
+func TestZygoteOutputBlocking(t *testing.T) {
+	s := zygoteSandbox(t)
+	n0 := s.zygoteRuns.Load()
+	res := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", "grep '^flags' /proc/self/fdinfo/1; grep '^flags' /proc/self/fdinfo/2 >&2"}})
+	if res.ExitCode != 0 || s.zygoteRuns.Load() == n0 {
+		t.Fatalf("exit %d (zygote runs %d → %d): %s", res.ExitCode, n0, s.zygoteRuns.Load(), res.Stderr)
+	}
+	for _, out := range [][]byte{res.Stdout, res.Stderr} {
+		f := strings.Fields(string(out))
+		if len(f) != 2 {
+			t.Fatalf("fdinfo: %q", out)
+		}
+		flags, err := strconv.ParseUint(f[1], 8, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if flags&unix.O_NONBLOCK != 0 {
+			t.Fatalf("the program's output pipe is non-blocking (flags %s)", f[1])
+		}
 	}
 }

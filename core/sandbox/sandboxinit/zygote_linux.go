@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,6 +141,10 @@ type zygote struct {
 	filter  []unix.SockFilter
 	args    *forkArgs // reused: each child has its own copy of it
 	reply   []byte    // the last fork's reply, reused
+	// noBounding: the threads (by tid) whose bounding set is empty. An
+	// init inherits the set of the thread that forks it, and serve's
+	// goroutine runs on whichever thread the runtime gives it.
+	noBounding map[int]bool
 }
 
 func zygoteMain(status *os.File, specJSON []byte) int {
@@ -181,17 +186,17 @@ func zygoteMain(status *os.File, specJSON []byte) int {
 	// The bounding set limits only what an execve may gain, and the
 	// zygote never execs: it drops it whole, so its inits have nothing
 	// left to drop one credential change at a time (they still check
-	// every capability). Its own effective capabilities stay.
-	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
-			return fail(fmt.Errorf("init: drop capability %d from the bounding set: %w", c, err))
-		}
+	// every capability). Its own effective capabilities stay. It is a
+	// thread's attribute: this thread now, each thread that forks an
+	// init before its first fork (fork).
+	if err := dropBoundingSet(); err != nil {
+		return fail(err)
 	}
 	devNull, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fail(fmt.Errorf("init: /dev/null: %w", err))
 	}
-	z := &zygote{spec: &spec, hidden: hidden, devNull: devNull, filter: seccompFilter()}
+	z := &zygote{spec: &spec, hidden: hidden, devNull: devNull, filter: seccompFilter(), noBounding: map[int]bool{}}
 	// A hidden path not covered now that lies in a directory the root
 	// shows would be visible once it appears: the zygote (and the gateway,
 	// for its warm inits) watch for it.
@@ -229,6 +234,17 @@ func zygoteMain(status *os.File, specJSON []byte) int {
 	}()
 	<-done
 	return 0
+}
+
+// dropBoundingSet empties the calling thread's bounding set (a
+// per-thread attribute).
+func dropBoundingSet() error {
+	for c := uintptr(0); c <= unix.CAP_LAST_CAP; c++ {
+		if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e != 0 && e != syscall.EINVAL {
+			return fmt.Errorf("init: drop capability %d from the bounding set: %w", c, e)
+		}
+	}
+	return nil
 }
 
 // serve forks inits until the gateway closes its end of the socket.
@@ -325,6 +341,23 @@ func (z *zygote) fork(msg []byte, flags int, fds []int) []byte {
 		if _, err := os.Lstat(h); err == nil {
 			return []byte{ZygoteStale}
 		}
+	}
+	// The init is forked from this thread: its bounding set must be
+	// empty too. Only this thread's; the runtime starts threads from any
+	// of its others. Dropped on the bounding set of a thread serve had
+	// not run on before, the inits from other threads dropped each of
+	// the 40 capabilities themselves, a credential change each
+	// (commit_creds, plus whatever the host hooks on it): about 0.05 ms
+	// per run (BENCHMARKS.md "Issue 26 — sandbox CPU, the zygote's
+	// threads"). The init still checks every capability whatever it
+	// inherits.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if tid, _, _ := syscall.RawSyscall(syscall.SYS_GETTID, 0, 0, 0); !z.noBounding[int(tid)] {
+		if err := dropBoundingSet(); err != nil {
+			return bad(err)
+		}
+		z.noBounding[int(tid)] = true
 	}
 	a := z.args
 	// The child's sources, at cfdLow and up: moving them into 0–4 there
