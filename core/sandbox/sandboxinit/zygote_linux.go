@@ -342,15 +342,14 @@ func (z *zygote) fork(msg []byte, flags int, fds []int) []byte {
 			return []byte{ZygoteStale}
 		}
 	}
-	// The init is forked from this thread: its bounding set must be
-	// empty too. Only this thread's; the runtime starts threads from any
-	// of its others. Dropped on the bounding set of a thread serve had
-	// not run on before, the inits from other threads dropped each of
-	// the 40 capabilities themselves, a credential change each
-	// (commit_creds, plus whatever the host hooks on it): about 0.05 ms
-	// per run (BENCHMARKS.md "Issue 26 — sandbox CPU, the zygote's
-	// threads"). The init still checks every capability whatever it
-	// inherits.
+	// The init inherits this thread's bounding set, so this thread's
+	// must be empty too: the runtime runs serve's goroutine on any of its
+	// threads, and each has a set of its own. With only the main thread's
+	// emptied, each init dropped the 40 capabilities itself, a credential
+	// change each (commit_creds, plus what the host hooks on it): about
+	// 0.05 ms per run (BENCHMARKS.md "Issue 26 — sandbox CPU, the
+	// zygote's threads and the gateway's side"). The init still checks
+	// every capability, whatever it inherits.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if tid, _, _ := syscall.RawSyscall(syscall.SYS_GETTID, 0, 0, 0); !z.noBounding[int(tid)] {
