@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -199,4 +200,57 @@ func twoInstances(t *testing.T) (a, b *Store, ctx context.Context) {
 		}
 	}
 	return a, b, ctx
+}
+
+// TestFinishManyFenced: finishing several turns in one transaction, one
+// of which another instance adopted, fails the whole transaction with
+// core.ErrFenced — whether the finishes go as one statement each (up to
+// singleRowMax) or as one multi-row statement — and finishes none.
+func TestFinishManyFenced(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{2, singleRowMax, singleRowMax + 3} {
+		a, _, ctx := twoInstances(t)
+		seqs := make([]int64, n)
+		for i := range seqs {
+			ev := fmt.Sprintf("many-%d-%d", n, i)
+			if err := a.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+				var err error
+				seqs[i], _, err = tx.InsertTurn(ctx, testTurn("webchat", ev))
+				return nil, err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The last one was adopted by instance B.
+		if _, err := a.pool.Exec(ctx, `UPDATE turns SET instance = 'instance-b' WHERE seq = $1`, seqs[n-1]); err != nil {
+			t.Fatal(err)
+		}
+		err := a.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			for _, s := range seqs {
+				tx.QueueFinishTurn(s, core.TurnDone, "")
+			}
+			return nil, tx.QueueMessage("webchat", core.OpSend, "r-"+core.NewID(), core.OutMessage{Conversation: "webchat:chat1", Text: "reply"})
+		})
+		if !errors.Is(err, core.ErrFenced) {
+			t.Fatalf("%d finishes, one adopted: %v, want core.ErrFenced", n, err)
+		}
+		if got := count(t, a, `SELECT count(*) FROM turns WHERE status = 'done'`); got != 0 {
+			t.Errorf("%d finishes, one adopted: %d turns finished, want 0", n, got)
+		}
+		if got := count(t, a, `SELECT count(*) FROM outbox`); got != 0 {
+			t.Errorf("%d finishes, one adopted: the fenced transaction left %d outbox rows", n, got)
+		}
+		// Without the adopted one, the rest finish.
+		if err := a.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			for _, s := range seqs[:n-1] {
+				tx.QueueFinishTurn(s, core.TurnDone, "")
+			}
+			return nil, nil
+		}); err != nil {
+			t.Fatalf("%d finishes of its own turns: %v", n-1, err)
+		}
+		if got := count(t, a, `SELECT count(*) FROM turns WHERE status = 'done'`); got != n-1 {
+			t.Errorf("%d turns finished, want %d", got, n-1)
+		}
+	}
 }

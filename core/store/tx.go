@@ -264,10 +264,6 @@ func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []qu
 	if len(t.finishes) > 0 {
 		fs := t.finishes
 		t.finishes = nil
-		seqs, sts, errs := make([]int64, len(fs)), make([]string, len(fs)), make([]string, len(fs))
-		for i, f := range fs {
-			seqs[i], sts[i], errs[i] = f.seq, string(f.status), f.err
-		}
 		// Fenced: a turn is finished only by its processor (or by anyone
 		// when it has none: rows from before instances, tools). A turn
 		// not finished here was adopted by another instance, or finished
@@ -278,50 +274,50 @@ func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []qu
 		// zero), not only here: nothing after it in the same round trip —
 		// COMMIT, when the writer sends it along (unchecked) — can commit.
 		//
-		// One turn (a worker's, at a moderate load: the usual case) gets
-		// a statement without unnest: see singleRow.
-		var q *pgx.QueuedQuery
-		if len(fs) == 1 {
-			q = b.Queue(`WITH f AS (UPDATE turns SET status = $3, processed_at = $2, error = NULLIF($4, '')
-				WHERE turns.seq = $1 AND turns.status = 'pending' AND (turns.instance IS NULL OR turns.instance = $5 OR $5 IS NULL)
-				RETURNING 1)
-			SELECT count(*), 1 / (CASE WHEN count(*) = 1 THEN 1 ELSE 0 END) FROM f`, seqs[0], t.now(), sts[0], errs[0], t.instance)
+		// A few turns (a worker's, at a moderate load: the usual case)
+		// get a statement each, without unnest: see singleRowMax.
+		if len(fs) <= singleRowMax {
+			for _, f := range fs {
+				b.Queue(`WITH f AS (UPDATE turns SET status = $3, processed_at = $2, error = NULLIF($4, '')
+					WHERE turns.seq = $1 AND turns.status = 'pending' AND (turns.instance IS NULL OR turns.instance = $5 OR $5 IS NULL)
+					RETURNING 1)
+				SELECT count(*), 1 / (CASE WHEN count(*) = 1 THEN 1 ELSE 0 END) FROM f`, f.seq, t.now(), string(f.status), f.err, t.instance).
+					QueryRow(fencedFinish(1))
+				labels = append(labels, "finish turn")
+			}
 		} else {
-			q = b.Queue(`WITH f AS (UPDATE turns SET status = u.status, processed_at = $2, error = NULLIF(u.err, '')
+			seqs, sts, errs := make([]int64, len(fs)), make([]string, len(fs)), make([]string, len(fs))
+			for i, f := range fs {
+				seqs[i], sts[i], errs[i] = f.seq, string(f.status), f.err
+			}
+			b.Queue(`WITH f AS (UPDATE turns SET status = u.status, processed_at = $2, error = NULLIF(u.err, '')
 				FROM unnest($1::bigint[], $3::text[], $4::text[]) AS u(seq, status, err)
 				WHERE turns.seq = u.seq AND turns.status = 'pending' AND (turns.instance IS NULL OR turns.instance = $5 OR $5 IS NULL)
 				RETURNING 1)
-			SELECT count(*), 1 / (CASE WHEN count(*) = $6 THEN 1 ELSE 0 END) FROM f`, seqs, t.now(), sts, errs, t.instance, len(seqs))
+			SELECT count(*), 1 / (CASE WHEN count(*) = $6 THEN 1 ELSE 0 END) FROM f`, seqs, t.now(), sts, errs, t.instance, len(seqs)).
+				QueryRow(fencedFinish(len(seqs)))
+			labels = append(labels, "finish turns")
 		}
-		q.QueryRow(func(r pgx.Row) error {
-			var n, one int
-			if err := r.Scan(&n, &one); err != nil {
-				var pe *pgconn.PgError
-				if errors.As(err, &pe) && pe.Code == "22012" { // division_by_zero: the check above
-					return fmt.Errorf("some of %d turns are no longer this instance's to finish: %w", len(seqs), core.ErrFenced)
-				}
-				return err
-			}
-			return nil
-		})
-		labels = append(labels, "finish turns")
 	}
 	if len(t.delivered) > 0 {
 		ds := t.delivered
 		t.delivered = nil
-		ids, sts := make([]int64, len(ds)), make([]string, len(ds))
-		for i, d := range ds {
-			ids[i], sts[i] = d.id, string(d.status)
-		}
-		if len(ds) == 1 { // see singleRow
-			b.Queue(`UPDATE outbox SET status = $3, delivered_at = $2, attempts = attempts + 1
-				WHERE id = $1 AND status = 'pending'`, ids[0], t.now(), sts[0])
+		if len(ds) <= singleRowMax { // see singleRowMax
+			for _, d := range ds {
+				b.Queue(`UPDATE outbox SET status = $3, delivered_at = $2, attempts = attempts + 1
+					WHERE id = $1 AND status = 'pending'`, d.id, t.now(), string(d.status))
+				labels = append(labels, "outbox delivered")
+			}
 		} else {
+			ids, sts := make([]int64, len(ds)), make([]string, len(ds))
+			for i, d := range ds {
+				ids[i], sts[i] = d.id, string(d.status)
+			}
 			b.Queue(`UPDATE outbox SET status = u.status, delivered_at = $2, attempts = attempts + 1
 				FROM unnest($1::bigint[], $3::text[]) AS u(id, status)
 				WHERE outbox.id = u.id AND outbox.status = 'pending'`, ids, t.now(), sts)
+			labels = append(labels, "outbox delivered")
 		}
-		labels = append(labels, "outbox delivered")
 	}
 	for _, x := range extras {
 		x.queue(b)
@@ -330,17 +326,36 @@ func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []qu
 	return b, labels, turns
 }
 
-// singleRow: the multi-row UPDATEs (finishing turns, marking outbox jobs)
-// have a variant for one row without unnest. PostgreSQL plans a prepared
-// statement afresh for its first five runs on a connection, then keeps
-// its generic plan unless that plan's estimated cost is above the custom
-// plans' — and an unnest of a parameter is estimated at 10 rows (100 for
-// a function without a row estimate), of a constant array at its length:
-// the generic plan of the unnest form always looks dearer than a custom
-// one for the usual single row, so each run was planned anew (four in five
-// finishes, seven in ten marks in silas-load's phase (c)). Without unnest,
-// generic and custom plans are the same: planned once per connection.
-//
+// singleRowMax: the multi-row UPDATEs (finishing turns, marking outbox jobs)
+// are sent as one statement per row, without unnest, up to singleRowMax
+// rows. PostgreSQL plans a prepared statement afresh for its first five
+// runs on a connection, then keeps its generic plan unless that plan's
+// estimated cost is above the custom plans' — and an unnest of a parameter
+// is estimated at 10 rows (100 for a function without a row estimate), of
+// a constant array at its length: for the usual one to a few rows the
+// generic plan of the unnest form always looks dearer than a custom one,
+// so every run was planned anew (four in five finishes, seven in ten
+// marks in silas-load's phase (c); every multi-row mark). Without unnest,
+// generic and custom plans are the same: planned once per connection, and
+// a few such statements in the batch cost less than one planning.
+const singleRowMax = 4
+
+// fencedFinish reads a finish's count check (see assemble): the division
+// by zero is the server failing a fenced instance's transaction.
+func fencedFinish(n int) func(pgx.Row) error {
+	return func(r pgx.Row) error {
+		var got, one int
+		if err := r.Scan(&got, &one); err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "22012" { // division_by_zero: the check
+				return fmt.Errorf("some of %d turns are no longer this instance's to finish: %w", n, core.ErrFenced)
+			}
+			return err
+		}
+		return nil
+	}
+}
+
 // readResults reads the results of b's statements from..to-1, in order;
 // on an error it closes br and returns the error, labelled.
 func readResults(br pgx.BatchResults, b *pgx.Batch, labels []string, from, to int) error {

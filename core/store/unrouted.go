@@ -40,7 +40,7 @@ type cardKey struct {
 	key string
 }
 
-// unroutedCap bounds the memory (≈ 100 B a key): enough for every card a
+// unroutedCap bounds the memory (≈ 150 B a key, ≈ 80 kB): enough for every card a
 // burst of approvals creates before its taps come in.
 const unroutedCap = 512
 
