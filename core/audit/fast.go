@@ -111,16 +111,14 @@ func appendCanonicalObject(b []byte, m map[string]any) ([]byte, bool) {
 }
 
 // prepareFast is Prepare without the general path; ok=false when the entry
-// has a value it does not handle.
+// has a value it does not handle. The data's canonical form is written in
+// place in the prefix and data is that slice of it (its capacity capped,
+// so nothing appended to either can reach the other): one buffer per entry
+// instead of the data's and a copy of it.
 func prepareFast(at string, e Entry) (data, prefix []byte, ok bool) {
-	if e.Data == nil {
-		data = []byte("{}")
-	} else if data, ok = appendCanonicalObject(make([]byte, 0, 64+16*len(e.Data)), e.Data); !ok {
-		return nil, nil, false
-	}
 	// The envelope's keys in RFC 8785 order: actor, at, conversation, data,
 	// kind; "seq" is appended last by Canonical.
-	p := make([]byte, 0, len(data)+len(e.Actor)+len(e.Conversation)+len(e.Kind)+len(at)+64)
+	p := make([]byte, 0, 64+16*len(e.Data)+len(e.Actor)+len(e.Conversation)+len(e.Kind)+len(at)+64)
 	p = append(p, `{"actor":`...)
 	p = canon.AppendString(p, e.Actor)
 	p = append(p, `,"at":`...)
@@ -128,7 +126,13 @@ func prepareFast(at string, e Entry) (data, prefix []byte, ok bool) {
 	p = append(p, `,"conversation":`...)
 	p = canon.AppendString(p, e.Conversation)
 	p = append(p, `,"data":`...)
-	p = append(p, data...)
+	start := len(p)
+	if e.Data == nil {
+		p = append(p, "{}"...)
+	} else if p, ok = appendCanonicalObject(p, e.Data); !ok {
+		return nil, nil, false
+	}
+	data = p[start:len(p):len(p)]
 	p = append(p, `,"kind":`...)
 	p = canon.AppendString(p, string(e.Kind))
 	p = append(p, `,"seq":`...)

@@ -76,3 +76,39 @@ func FuzzFastData(f *testing.F) {
 		}})
 	})
 }
+
+// TestPreparedDataStandsAlone: Prepare writes the data's canonical form in
+// place in the entry's prefix and hands DataJSON out as that slice of it;
+// appending to DataJSON (or growing the prefix) must not change the other.
+func TestPreparedDataStandsAlone(t *testing.T) {
+	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	p, err := Prepare(at, Entry{Kind: KindExecutionStarted, Actor: "silas", Conversation: "telegram:42",
+		Data: map[string]any{"approval": "01JDXYZ", "n": 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := string(p.DataJSON)
+	want := string(p.Canonical(7))
+	_ = append(p.DataJSON, `,"forged":true}`...)
+	if got := string(p.Canonical(7)); got != want {
+		t.Fatalf("an append to DataJSON changed the entry:\n%s\nwant\n%s", got, want)
+	}
+	_ = p.Canonical(123456789012345)
+	if string(p.DataJSON) != data || data != `{"approval":"01JDXYZ","n":3}` {
+		t.Fatalf("DataJSON = %s, want the data alone", p.DataJSON)
+	}
+}
+
+// BenchmarkPrepare is one entry of an execution as the writer prepares it
+// (the fast path).
+func BenchmarkPrepare(b *testing.B) {
+	at := time.Now()
+	e := Entry{Kind: KindExecutionFinished, Actor: "silas", Conversation: "telegram:42",
+		Data: map[string]any{"approval": "01JDXYZABCDEFGHJKMNPQR0001", "exit_code": 0, "duration_ms": int64(3), "timed_out": false, "isolation": "namespaces,pivot_root,landlock,seccomp"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Prepare(at, e); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
