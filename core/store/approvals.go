@@ -85,7 +85,6 @@ func (t *Tx) QueueApproval(a core.ApprovalRequest) {
 		a.ID, a.Channel, a.Conversation, a.Requester, turnSeq, a.ActionCanonical, a.ActionHash,
 		a.Intent, a.Rationale, a.Risk, a.Approvers, a.Status, a.CreatedAt, a.ExpiresAt, a.Signature, a.Task, a.Traceparent, a.Preview)
 	t.seen(a.ID)
-	t.created = append(t.created, cardKey{a.Channel, string(a.ID)})
 }
 
 // GetApproval reads an approval inside the transaction, locking the row so

@@ -62,9 +62,7 @@ func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
 	edits := false
 	for i, j := range jobs {
 		chans[i], convs[i], ops[i], keys[i], payloads[i], secret[i] = string(j.ch), string(j.conv), string(j.op), j.key, j.payload, j.secret
-		// An edit of a card known to have no route needs no fan-out
-		// (unrouted.go).
-		edits = edits || (j.op == core.OpUpdate || j.op == core.OpAnswer) && t.fansOut(j.ch, j.key)
+		edits = edits || j.op == core.OpUpdate || j.op == core.OpAnswer
 	}
 	insert := `INSERT INTO outbox (channel, conversation, op, message_key, payload, secret_output, created_at, next_at)
 		SELECT channel, conversation, op, message_key, payload, secret_output, $6, $6

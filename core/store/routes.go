@@ -20,11 +20,6 @@ func (t *Tx) QueueApprovalRoutes(routes []core.ApprovalRoute) error {
 		}
 		t.later("insert approval route", `INSERT INTO approval_routes (approval_id, channel, conversation, message_key, kind, identity)
 			VALUES ($1, $2, $3, $4, $5, $6)`, r.Approval, r.Channel, r.Conversation, r.MessageKey, r.Kind, r.Identity)
-		if t.routed == nil {
-			t.routed, t.routedKeys = map[string]bool{}, map[cardKey]bool{}
-		}
-		t.routed[string(r.Approval)] = true
-		t.routedKeys[cardKey{r.Channel, r.MessageKey}] = true
 		// A copy's conversation is kicked after the commit (OnFanOut), so
 		// it is delivered at once whoever queued it.
 		if r.Kind == core.RouteCopy && !slices.Contains(t.fanned, r.Conversation) {

@@ -87,8 +87,6 @@ type Store struct {
 	entryKey     *audit.EntryKey
 	// fanOut: see OnFanOut.
 	fanOut atomic.Pointer[func(core.ConversationID)]
-	// noRoutes: cards known to have no approval route (unrouted.go).
-	noRoutes unroutedCards
 	// instance is this process's instance id (SetInstance, instances.go).
 	instance string
 	// leaseTTL and leaseRenew: see SetLeaseTiming.

@@ -79,14 +79,6 @@ type Tx struct {
 	// inline are the turns InsertInlineTurn stored done in this
 	// transaction (QueueFinishTurn of them writes nothing more).
 	inline map[int64]bool
-	// created are the cards of the approvals this transaction inserts
-	// (their channel and id), routed the approvals (by id) and routedKeys
-	// the messages it stored routes for; noRoutes is the store's memory of
-	// cards without a route (unrouted.go).
-	created    []cardKey
-	routed     map[string]bool
-	routedKeys map[cardKey]bool
-	noRoutes   *unroutedCards
 }
 
 type queuedTurn struct {

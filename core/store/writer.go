@@ -288,7 +288,7 @@ func (w *writer) commit(batch []*request) (err error) {
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
-	tx := &Tx{conn: conn, now: w.s.now, river: w.s.jobs, instance: w.s.instanceArg(), noRoutes: &w.s.noRoutes}
+	tx := &Tx{conn: conn, now: w.s.now, river: w.s.jobs, instance: w.s.instanceArg()}
 	committed := false
 	defer func() {
 		if !committed {
@@ -297,7 +297,6 @@ func (w *writer) commit(batch []*request) (err error) {
 		conn.Release()
 		if committed {
 			w.s.fannedOut(tx.fanned)
-			w.s.noRoutes.add(tx.unroutedCreated())
 		}
 	}()
 	var entries []audit.Entry
