@@ -454,7 +454,7 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string,
 		dir, fresh, absent = s.reserveWorkDir(), true, true
 	}
 	fail := func(err error) (core.ExecResult, error) {
-		if fresh {
+		if fresh && !absent { // made by this run (a reserved name may be another's)
 			_ = removeWork(dir)
 		}
 		return core.ExecResult{}, err
