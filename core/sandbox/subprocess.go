@@ -272,7 +272,7 @@ func (s *Subprocess) probe() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
-	res, err := s.run(ctx, core.ExecRequest{Argv: []string{prog}, Timeout: probeTimeout}, prog)
+	res, err := s.run(ctx, core.ExecRequest{Argv: []string{prog}, Timeout: probeTimeout}, prog, false)
 	if err != nil {
 		return err
 	}
@@ -375,15 +375,20 @@ func (s *Subprocess) Run(ctx context.Context, req core.ExecRequest) (core.ExecRe
 			return core.ExecResult{}, fmt.Errorf("sandbox: invalid environment variable %q", k)
 		}
 	}
+	absent := false
 	if req.Dir != "" {
 		if !filepath.IsAbs(req.Dir) {
 			return core.ExecResult{}, fmt.Errorf("sandbox: work dir %q must be absolute", req.Dir)
 		}
 		fi, err := os.Stat(req.Dir)
-		if err != nil {
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && s.isWorkDir(req.Dir):
+			// A work dir a staged run reserved and never needed (it
+			// wrote nothing): empty, made if this run writes to it.
+			absent = true
+		case err != nil:
 			return core.ExecResult{}, fmt.Errorf("sandbox: work dir: %w", err)
-		}
-		if !fi.IsDir() {
+		case !fi.IsDir():
 			return core.ExecResult{}, fmt.Errorf("sandbox: work dir %q is not a directory", req.Dir)
 		}
 	}
@@ -395,7 +400,14 @@ func (s *Subprocess) Run(ctx context.Context, req core.ExecRequest) (core.ExecRe
 		return core.ExecResult{}, fmt.Errorf("sandbox: program %q is outside the sandbox's filesystem (it shows only %s and the work dir): %w",
 			req.Argv[0], strings.Join(systemDirs, " "), fs.ErrNotExist)
 	}
-	return s.run(ctx, req, prog)
+	return s.run(ctx, req, prog, absent)
+}
+
+// isWorkDir reports whether dir names a work dir of this sandbox (directly
+// below the base dir, exec-*), whether or not it exists.
+func (s *Subprocess) isWorkDir(dir string) bool {
+	clean, err := s.workDirPath(dir)
+	return err == nil && clean == dir
 }
 
 // visible reports whether prog can be seen inside the sandbox: below a
@@ -425,24 +437,24 @@ func (s *Subprocess) visible(prog, dir string) bool {
 // run starts the sandbox's init (the gateway binary re-executed in new
 // user, mount, PID, IPC, UTS, cgroup and — without network — network
 // namespaces), lets it build the sandbox and start prog, and collects the
-// result.
-func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string) (core.ExecResult, error) {
+// result. absent: req.Dir is a work dir not made yet (empty).
+func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string, absent bool) (core.ExecResult, error) {
 	if err := ctx.Err(); err != nil {
 		return core.ExecResult{}, fmt.Errorf("sandbox: start %q: %w", req.Argv[0], context.Cause(ctx))
 	}
 	timeout := cmp.Or(req.Timeout, s.defaultTimeout)
 	limit := cmp.Or(req.OutputLimit, s.maxOutput)
 
+	// A fresh dir is only named here: a staged run makes it when its
+	// copy back has something to write, an unstaged one before the run
+	// (below, once the init says which it is).
 	dir, fresh := req.Dir, false
 	var err error
 	if dir == "" {
-		if dir, err = s.newWorkDir(); err != nil {
-			return core.ExecResult{}, err
-		}
-		fresh = true
+		dir, fresh, absent = s.reserveWorkDir(), true, true
 	}
 	fail := func(err error) (core.ExecResult, error) {
-		if fresh {
+		if fresh && !absent { // made by this run (a reserved name may be another's)
 			_ = removeWork(dir)
 		}
 		return core.ExecResult{}, err
@@ -480,13 +492,22 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 	// work dir itself.
 	stg := w.stage
 	w.stage = nil
+	if absent && stg == nil {
+		// The init stages the dir itself, from the host path: it must
+		// exist.
+		if dir, err = s.createWorkDir(dir, fresh); err != nil {
+			w.discard()
+			return fail(err)
+		}
+		absent = false
+	}
 	stageInInit := stg == nil && isBelow(s.baseDir, dir)
 	mountFD := -1
 	if stg != nil {
 		defer stg.remove()
 		if !isBelow(s.baseDir, dir) {
 			stg = nil // a caller's own dir is bound as it is
-		} else if !fresh {
+		} else if !absent {
 			if err := stg.fill(dir, s.limits.work, int(s.uid), int(s.gid)); err != nil {
 				w.discard()
 				return fail(err)
@@ -592,14 +613,29 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string)
 
 	full, copyErr := st.workFull, st.workCopyErr
 	// The init has exited: its PID namespace, every process of the run,
-	// is gone, and nothing writes the stage any more. A fresh dir is
-	// empty (only this run has it), so when the run left its stage empty
-	// too there is nothing to copy back, and an empty tmpfs is not full:
-	// the statfs and both trees' reads are skipped (a run that writes
-	// nothing in its work dir, `echo x`, is the common one).
-	if stg != nil && !(fresh && stg.empty()) {
+	// is gone, and nothing writes the stage any more. An absent dir (a
+	// fresh one, only reserved) is empty, so when the run left its stage
+	// empty too there is nothing to copy back, no dir to make, and an
+	// empty tmpfs is not full: the mkdir, the statfs and both trees'
+	// reads are skipped (a run that writes nothing in its work dir,
+	// `echo x`, is the common one). Otherwise the dir is made now, with
+	// an exclusive mkdir in the base dir (createWorkDir), and filled from
+	// the stage; a run that failed or timed out keeps what it wrote too.
+	if stg != nil && !(absent && stg.empty()) {
 		full = workDirFull(stg.path)
-		if err := stg.copyBack(dir, s.limits.work, int(s.uid), int(s.gid)); err != nil {
+		if absent {
+			if made, err := s.createWorkDir(dir, fresh); err != nil {
+				copyErr = err.Error()
+				if fresh {
+					res.Dir = "" // no dir holds this run's files (and its name may be another's)
+				}
+			} else {
+				dir, res.Dir = made, made
+				if err := sandboxinit.CopyTree(stg.path, dir, s.limits.work, int(s.uid), int(s.gid)); err != nil {
+					copyErr = err.Error()
+				}
+			}
+		} else if err := stg.copyBack(dir, s.limits.work, int(s.uid), int(s.gid)); err != nil {
 			copyErr = err.Error()
 		}
 	}

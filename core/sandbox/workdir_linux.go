@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -27,9 +28,13 @@ import (
 // with the warm init and handed to it with the run), and copies the
 // result back once every process of the run is gone: what
 // a run can write is bounded (ENOSPC past it), and the run's mountinfo
-// names no host path. A gateway that cannot (an ordinary user, or a kernel
+// names no host path. A staged run's fresh dir is only reserved (a name):
+// it is created when the copy back has something to write, so a run that
+// leaves its stage empty leaves no dir, and every reader of a work dir
+// (verification, Release, the start's scan) takes a missing one as empty.
+// A gateway that cannot (an ordinary user, or a kernel
 // without the new mount API) has the init do the same inside its namespaces
-// (stageIn and stageBack in sandboxinit). Once nothing will read a work dir any more (its run
+// (stageIn and stageBack in sandboxinit), on a dir made before the run. Once nothing will read a work dir any more (its run
 // is verified), Release removes it or keeps it for keepWorkFor, marked by
 // its sticky bit, its mtime the time of release (an earlier version's
 // marker file next to it, exec-*.kept, is still honoured); the kept ones
@@ -54,17 +59,59 @@ func (s *Subprocess) newWorkDir() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("sandbox: create work dir: %w", err)
 	}
+	if err := s.ownWorkDir(dir); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// reserveWorkDir names a fresh run's work dir without creating it: a
+// staged run (a root gateway) works on its stage, and its dir is made
+// only when the copy back has something to write (createWorkDir). A
+// mkdir in the base dir cost 0.6–1.2 ms of CPU per execution on this
+// host's ext4 (BENCHMARKS.md, "Issue 26 — the work dir made on demand"),
+// and `echo x` leaves nothing to keep. 128 random bits: two reservations
+// never meet in practice, and createWorkDir's exclusive mkdir makes sure
+// they never share a dir if they do.
+func (s *Subprocess) reserveWorkDir() string {
+	return filepath.Join(s.baseDir, workPrefix+strings.ToLower(rand.Text()))
+}
+
+// createWorkDir makes the reserved work dir dir, exclusively: mkdir fails
+// on anything already there, a symlink included (the last component is
+// never followed), so two runs never share a dir. A fresh run whose name
+// was taken (fresh) gets a new one (os.MkdirTemp, exclusive as well) and
+// returns it: its result names the dir its files are in. A run given a
+// dir (a verification check of a run that left none) that appeared
+// meanwhile is refused: what is there is not this run's.
+func (s *Subprocess) createWorkDir(dir string, fresh bool) (string, error) {
+	err := os.Mkdir(dir, 0o700)
+	if errors.Is(err, fs.ErrExist) && fresh {
+		return s.newWorkDir()
+	}
+	if err != nil {
+		return "", fmt.Errorf("sandbox: create work dir: %w", err)
+	}
+	if err := s.ownWorkDir(dir); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// ownWorkDir gives a new work dir its mode and, for a root gateway, the
+// sandbox's uid; it removes the dir if it cannot.
+func (s *Subprocess) ownWorkDir(dir string) error {
 	if err := os.Chmod(dir, 0o700); err != nil { // independent of umask
 		_ = os.RemoveAll(dir)
-		return "", fmt.Errorf("sandbox: create work dir: %w", err)
+		return fmt.Errorf("sandbox: create work dir: %w", err)
 	}
 	if s.root {
 		if err := os.Chown(dir, int(s.uid), int(s.gid)); err != nil {
 			_ = os.RemoveAll(dir)
-			return "", fmt.Errorf("sandbox: chown work dir to uid %d: %w", s.uid, err)
+			return fmt.Errorf("sandbox: chown work dir to uid %d: %w", s.uid, err)
 		}
 	}
-	return dir, nil
+	return nil
 }
 
 // stage is a run's work dir while it runs: a tmpfs, mounted nowhere on

@@ -3,6 +3,9 @@
 package sandbox
 
 import (
+	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +14,8 @@ import (
 	"time"
 
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/execute"
+	"github.com/silas-gateway/silas/core/verify"
 )
 
 // TestWorkDirBounded: a run that writes past sandbox.max_work_bytes gets
@@ -316,5 +321,145 @@ func TestReleaseLegacyMarker(t *testing.T) {
 	}
 	if len(second.kept) != 2 {
 		t.Fatalf("%d dirs in the kept index, want 2", len(second.kept))
+	}
+}
+
+// workEntries lists the base dir's work dirs.
+func workEntries(t *testing.T, s *Subprocess) []string {
+	t.Helper()
+	ents, err := os.ReadDir(s.baseDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), workPrefix) {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// TestWorkDirOnDemand: a staged run that writes nothing in its work dir
+// leaves no dir on the host (its dir is only reserved: no mkdir, no
+// rmdir), and that missing dir is an empty one to everything that takes
+// it: verification (a file check of a missing file fails as before, a run
+// check runs in it, and makes it when it writes), Release. A run that
+// writes a file leaves its dir with it.
+func TestWorkDirOnDemand(t *testing.T) {
+	s := newSandbox(t, Config{KeepWorkFor: time.Hour})
+	if !s.workTmpfs {
+		t.Skip("no gateway-made stages here (not root, or no fsmount): the init stages a dir made before the run")
+	}
+	res := run(t, s, core.ExecRequest{Argv: []string{"echo", "x"}})
+	if res.ExitCode != 0 || string(res.Stdout) != "x\n" {
+		t.Fatalf("echo x: exit %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if !s.isWorkDir(res.Dir) {
+		t.Fatalf("the result's dir %q is not a work dir of %q", res.Dir, s.baseDir)
+	}
+	if _, err := os.Lstat(res.Dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a run that wrote nothing left its work dir: %v", err)
+	}
+	if got := workEntries(t, s); len(got) != 0 {
+		t.Fatalf("the base dir holds %v after a run that wrote nothing", got)
+	}
+
+	// Verification of that run, in the sandbox, with its Dir.
+	empty, missing := "empty", "out"
+	runner := verify.Runner{Commands: execute.SandboxChecks{Sandbox: s}}
+	rep := runner.Run(context.Background(), []verify.Check{
+		{Name: "empty", Run: []string{"sh", "-c", `test -z "$(ls -A)" && echo empty`}, Expect: verify.Expect{Equals: &empty}},
+		{Name: "file", Expect: verify.Expect{FileExists: &missing}},
+	}, verify.Evidence{ExitCode: res.ExitCode, Stdout: res.Stdout, Dir: res.Dir})
+	if len(rep.Results) != 2 || !rep.Results[0].Passed {
+		t.Fatalf("a run check in the missing work dir: %+v", rep.Results)
+	}
+	if rep.Results[1].Passed || !strings.Contains(rep.Results[1].Reason, "not found") {
+		t.Fatalf("a file check of a missing file in a missing work dir: %+v", rep.Results[1])
+	}
+	if got := workEntries(t, s); len(got) != 0 {
+		t.Fatalf("the base dir holds %v after a check that wrote nothing", got)
+	}
+	// Releasing a dir that was never made: nothing to remove or keep.
+	if err := s.Release(res.Dir); err != nil {
+		t.Fatalf("release of a dir never made: %v", err)
+	}
+	if len(s.kept) != 0 || s.keptBytes != 0 {
+		t.Fatalf("a dir never made is kept: %v (%d bytes)", s.kept, s.keptBytes)
+	}
+	if got := workEntries(t, s); len(got) != 0 {
+		t.Fatalf("the base dir holds %v after the release", got)
+	}
+
+	// A check that writes in the missing dir makes it, with what it wrote.
+	later := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", "echo v > v"}, Dir: res.Dir})
+	if later.Dir != res.Dir {
+		t.Fatalf("a run given a dir reports %q", later.Dir)
+	}
+	if b, err := os.ReadFile(filepath.Join(res.Dir, "v")); err != nil || string(b) != "v\n" {
+		t.Fatalf("what a run wrote in a missing dir: %q %v (stderr %q)", b, err, later.Stderr)
+	}
+	if fi, err := os.Lstat(res.Dir); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the dir made on demand: %v %v", fi, err)
+	}
+
+	// A fresh run that writes a file leaves its dir with it.
+	wrote := run(t, s, core.ExecRequest{Argv: []string{"sh", "-c", "mkdir d && echo y > d/f"}})
+	if b, err := os.ReadFile(filepath.Join(wrote.Dir, "d", "f")); err != nil || string(b) != "y\n" {
+		t.Fatalf("the written run's file: %q %v (stderr %q)", b, err, wrote.Stderr)
+	}
+	if wrote.Dir == res.Dir {
+		t.Fatal("two runs got the same work dir")
+	}
+	if got := workEntries(t, s); len(got) != 2 {
+		t.Fatalf("the base dir holds %v: want the two dirs written to", got)
+	}
+}
+
+// TestWorkDirCollision: a reserved name that is taken when the dir is
+// made (by a dir or a planted symlink) never merges two runs' files and
+// follows nothing: a fresh run gets a new dir (its result names it), a run
+// given the dir is refused; what was there is untouched.
+func TestWorkDirCollision(t *testing.T) {
+	s := newSandbox(t, Config{})
+	if a, b := s.reserveWorkDir(), s.reserveWorkDir(); a == b || !s.isWorkDir(a) || !s.isWorkDir(b) {
+		t.Fatalf("reservations %q and %q", a, b)
+	}
+	taken := s.reserveWorkDir()
+	if err := os.Mkdir(taken, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(taken, "theirs"), []byte("t"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := t.TempDir()
+	planted := s.reserveWorkDir()
+	if err := os.Symlink(elsewhere, planted); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{taken, planted} {
+		if _, err := s.createWorkDir(dir, false); !errors.Is(err, fs.ErrExist) {
+			t.Fatalf("a given dir taken meanwhile (%s): %v", dir, err)
+		}
+		got, err := s.createWorkDir(dir, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == dir || !s.isWorkDir(got) {
+			t.Fatalf("a fresh run whose name %q was taken got %q", dir, got)
+		}
+		if ents, err := os.ReadDir(got); err != nil || len(ents) != 0 {
+			t.Fatalf("the new dir %q: %v %v", got, ents, err)
+		}
+	}
+	if ents, _ := os.ReadDir(taken); len(ents) != 1 || ents[0].Name() != "theirs" {
+		t.Fatalf("the taken dir now holds %v", ents)
+	}
+	if ents, _ := os.ReadDir(elsewhere); len(ents) != 0 {
+		t.Fatalf("the symlink's target now holds %v", ents)
+	}
+	if fi, err := os.Lstat(planted); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Fatalf("the planted symlink: %v %v", fi, err)
 	}
 }
