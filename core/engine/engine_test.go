@@ -191,10 +191,18 @@ const (
 
 func setupAccess(t *testing.T, c core.Channel, ch *fakeChannel, access trust.AccessPolicy, opts ...func(*gateway.Config)) *bundle {
 	t.Helper()
+	return setupStore(t, c, ch, access, store.Options{}, opts...)
+}
+
+// setupStore is setupAccess with the store opened with so (its Now is the
+// bundle's clock).
+func setupStore(t *testing.T, c core.Channel, ch *fakeChannel, access trust.AccessPolicy, so store.Options, opts ...func(*gateway.Config)) *bundle {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dsn := storetest.NewDatabase(t)
 	clk := &clock{t: time.Now()}
-	st, err := store.Open(ctx, dsn, store.Options{Now: clk.Now})
+	so.Now = clk.Now
+	st, err := store.Open(ctx, dsn, so)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,6 +58,9 @@ type outcome struct {
 	// jobs are the new messages enqueued for the turn's conversation, for
 	// the outbox lane to deliver without reading them back.
 	jobs []core.OutboxJob
+	// reads counts the other jobs the transaction enqueued for the turn's
+	// conversation (card edits, a tap's answer): the lane reads those back.
+	reads int
 }
 
 // send enqueues a new message to the turn's conversation and records the
@@ -212,6 +215,15 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 				return nil, err
 			}
 		}
+		// Counted from what was queued: a tap's answer carries the tapped
+		// card's updates (answerTap), so they are one job, not two. An
+		// overcount costs the lane a read that finds nothing after the
+		// conversation's last job (issue 26: a database round trip per
+		// execution); an undercount would leave a job to the recovery scan.
+		o.reads = len(updates)
+		if t.Tap != nil {
+			o.reads++ // the answer
+		}
 		for _, ps := range o.sends {
 			if err := tx.QueueMessage(cmp.Or(ps.ch, t.Channel), core.OpSend, ps.key, ps.msg); err != nil {
 				return nil, err
@@ -240,11 +252,7 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 	}
 	e.m.turnLatency.Observe(e.now().Sub(start).Seconds())
 	e.m.turnsProcessed.Inc()
-	reads := len(final.updates)
-	if t.Tap != nil {
-		reads++ // the answer (it carries one of the updates, if any)
-	}
-	e.out.HandOff(t.Conversation, final.jobs, reads)
+	e.out.HandOff(t.Conversation, final.jobs, final.reads)
 	for _, ps := range final.sends {
 		e.out.Kick(ps.conv, 1)
 	}

@@ -1,11 +1,17 @@
 package engine_test
 
 import (
+	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/store"
 )
 
 // tapCost taps b's pending card for cmd in an idle conversation and waits
@@ -108,5 +114,59 @@ func TestStandingTapClaimedWithDecision(t *testing.T) {
 	}
 	if n := b.count(t, withDecision); n != 2 {
 		t.Fatalf("%d executions claimed with their decision, want 2", n)
+	}
+}
+
+// outboxReads counts the outbox lanes' reads of a conversation's next job
+// (store.NextOutboxJob's query).
+type outboxReads struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (r *outboxReads) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "o.message_key, o.payload, o.attempts") {
+		r.mu.Lock()
+		r.n++
+		r.mu.Unlock()
+	}
+	return ctx
+}
+
+func (r *outboxReads) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *outboxReads) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+// TestTapOutboxReads: from the tap to the verified card the conversation's
+// lane reads two jobs — the tap's answer (which carries the card's
+// "running…" state) and the verdict's card edit — and no third read that
+// finds nothing. The tap used to count the tapped card's update and the
+// answer that carries it as two jobs to read back, so the lane looked once
+// more after the last one (issue 26: a database round trip per execution).
+// The engine is stopped before counting, so every lane has ended.
+func TestTapOutboxReads(t *testing.T) {
+	t.Parallel()
+	ch := newFakeChannel()
+	reads := &outboxReads{}
+	b := setupStore(t, ch, ch, "", store.Options{QueryTracer: reads})
+	b.send(t, owner, "/run echo reads")
+	c := b.pendingCard(t, "echo reads")
+	deadline := time.Now().Add(10 * time.Second)
+	for !b.eng.Idle("test:chat") {
+		if time.Now().After(deadline) {
+			t.Fatal("the conversation did not become idle")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	before := reads.count()
+	b.tap(t, owner, c.ID, "approve")
+	b.waitStatus(t, c.ID, cards.StatusDone)
+	b.stop()
+	if n := reads.count() - before; n != 2 {
+		t.Fatalf("the lane read %d jobs from the tap to the verified card; want 2 (the answer, the verdict's edit)", n)
 	}
 }
