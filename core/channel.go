@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"time"
 
 	"github.com/silas-gateway/silas/cards"
 )
@@ -129,6 +130,17 @@ type HeldSender interface {
 	// OnSendsHere sets f to run each time this process comes to hold the
 	// connection, up (the outbox then delivers what waited for it).
 	OnSendsHere(f func())
+}
+
+// Paced is an optional capability of a channel whose platform allows one
+// message per interval in a conversation (its adapter's rate limiter paces
+// the sends of this process). With several instances, a conversation's
+// delivery lane given up by one live instance is claimed by another only
+// once ConversationPace has passed since (core/outbox/lanes.go): nothing
+// else carries the pace from one process's limiter to another's. A channel
+// without it is handed over at once.
+type Paced interface {
+	ConversationPace() time.Duration
 }
 
 // Tap refusal reasons (TapAnswer.Refused): the tap changed nothing.

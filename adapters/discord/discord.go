@@ -211,6 +211,13 @@ func padResetAfter(h http.Header) {
 // Name implements core.Channel.
 func (a *Adapter) Name() core.ChannelName { return a.cfg.Name }
 
+var _ core.Paced = (*Adapter)(nil)
+
+// ConversationPace is the minimum time between two messages to one channel
+// (core.Paced): another instance takes a conversation's lane over from
+// this one only after it (core/outbox/lanes.go).
+func (a *Adapter) ConversationPace() time.Duration { return a.lim.PerChatInterval() }
+
 // Mode is "gateway" or "http".
 func (a *Adapter) Mode() string { return a.cfg.Mode }
 

@@ -84,6 +84,10 @@ func NewLimiter[K comparable](l Limits, c Clock, isGroup func(K) bool) *Limiter[
 	return &Limiter[K]{lim: l, clock: c, isGroup: isGroup, start: c.Now(), chats: map[K]*chatLimit{}, freed: make(chan struct{})}
 }
 
+// PerChatInterval is the limiter's minimum time between two messages to
+// one chat (an adapter's core.Paced answer).
+func (l *Limiter[K]) PerChatInterval() time.Duration { return l.lim.PerChatInterval }
+
 // Wait blocks until a message to chat may be sent (or ctx ends) and returns
 // the release func to call once the request is done; calling it again does
 // nothing. After its waits it runs ctx's send check (core.CheckSend) and

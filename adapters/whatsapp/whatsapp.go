@@ -120,6 +120,13 @@ func New(cfg Config) (*Adapter, error) {
 // Name implements core.Channel.
 func (a *Adapter) Name() core.ChannelName { return a.cfg.Name }
 
+var _ core.Paced = (*Adapter)(nil)
+
+// ConversationPace is the minimum time between two messages to one chat
+// (core.Paced): another instance takes a conversation's lane over from
+// this one only after it (core/outbox/lanes.go).
+func (a *Adapter) ConversationPace() time.Duration { return a.lim.PerChatInterval() }
+
 // Capabilities implements core.CapabilityReporter: edits (within the
 // window; later a reply quoting the card), no buttons — the outbox hands
 // every card with its plain text (OutMessage.CardText), which is what a

@@ -116,7 +116,7 @@ func TestLaneReadsUnderItsClaim(t *testing.T) {
 		}
 		jobs = append(jobs, j)
 	}
-	if ok, err := a.ClaimLane(ctx, conv); err != nil || !ok {
+	if ok, _, err := a.ClaimLane(ctx, conv, 0); err != nil || !ok {
 		t.Fatalf("A claims the lane: %v %v", ok, err)
 	}
 	rec := &recorder{}
@@ -424,4 +424,98 @@ func dbString(t *testing.T, st *store.Store, q string) string {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// pacedRecorder is a channel whose platform allows one message per pace
+// in a conversation (core.Paced); it records when each message arrived.
+type pacedRecorder struct {
+	recorder
+	pace time.Duration
+	mu   sync.Mutex
+	at   []time.Time
+}
+
+func (p *pacedRecorder) ConversationPace() time.Duration { return p.pace }
+func (p *pacedRecorder) Send(ctx context.Context, m core.OutMessage) (core.MessageRef, error) {
+	p.mu.Lock()
+	p.at = append(p.at, time.Now())
+	p.mu.Unlock()
+	return p.recorder.Send(ctx, m)
+}
+
+// TestLaneHandOverKeepsThePace: two live instances on one database, one
+// chat whose platform allows a message per pace. A delivers a reply and
+// its lane drains and gives the conversation up; B's worker then queues
+// the next reply there. B must not send it until the pace has passed
+// since A's lane let go (A may have sent just before, and A's rate limiter
+// is not B's) — and must send it then, not leave it stranded. Checked to
+// fail without the released lane's pace (store.ClaimLane): B sent a few
+// milliseconds after A.
+func TestLaneHandOverKeepsThePace(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dsn := storetest.NewDatabase(t)
+	open := func(id string) *store.Store {
+		st, err := store.Open(ctx, dsn, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		st.SetInstance(id)
+		if err := st.RegisterInstance(ctx, "host", 1, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	stA, stB := open("instance-a"), open("instance-b")
+	// One platform, seen through each instance's adapter.
+	const pace = 400 * time.Millisecond
+	chat := &pacedRecorder{pace: pace}
+	var obs []*Outbox
+	var wg sync.WaitGroup
+	for _, st := range []*store.Store{stA, stB} {
+		ob := New(Config{Store: st, Channels: map[core.ChannelName]core.Channel{"test": chat}, Cluster: withOthers{},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now})
+		obs = append(obs, ob)
+		wg.Add(1)
+		go func() { defer wg.Done(); ob.Run(ctx) }()
+	}
+	defer func() { cancel(); wg.Wait() }()
+
+	const conv core.ConversationID = "test:paced"
+	queue := func(st *store.Store, ob *Outbox, text string) {
+		m := core.OutMessage{Conversation: conv, Text: text}
+		if err := st.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+			return nil, tx.QueueMessageThen("test", core.OpSend, "k-"+text, m, func(int64) {})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ob.Kick(conv, 1)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s; sent %q", what, chat.list())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	queue(stA, obs[0], "first")
+	waitFor("A's lane did not give the conversation up", func() bool {
+		return dbString(t, stA, `SELECT COALESCE((SELECT instance || ' ' || (released_at IS NOT NULL)::text FROM outbox_lanes WHERE conversation = 'test:paced'), '')`) == "instance-a true"
+	})
+	queue(stB, obs[1], "second")
+	waitFor("B did not deliver the second reply", func() bool { return len(chat.list()) == 2 && !pendingOf(t, stB, conv) })
+	if got := chat.list(); got[0] != "first" || got[1] != "second" {
+		t.Fatalf("sent %q, want [first second]", got)
+	}
+	chat.mu.Lock()
+	gap := chat.at[1].Sub(chat.at[0])
+	chat.mu.Unlock()
+	if gap < pace {
+		t.Fatalf("B sent %s after A, within the chat's pace (%s)", gap, pace)
+	}
 }

@@ -11,16 +11,27 @@ import (
 // Lanes across instances (issue 25). With several `silas serve` on one
 // database, a conversation's messages are delivered by one instance at a
 // time: the lane claims the conversation (store.ClaimLane: free, already
-// its own, or held by a dead instance) before its first delivery, reads
+// its own, held by a dead instance, or released — see below) before its
+// first delivery, reads
 // its jobs from the database (another instance may have queued some; a job
 // read before the claim is read again under it, as the previous holder may
-// have delivered it meanwhile) and gives the claim up when it drained. A lane that cannot claim ends; the
-// holder's lane delivers the job too (it reads until the conversation has
-// nothing pending), and the recovery scan kicks it again if that holder
-// dies. Before each delivery the lane also asks whether this process may
-// still act (Cluster.Fresh: its heartbeat did not lapse); after a lapse
-// (a pause past the heartbeat's TTL) it claims again, so an instance that
-// wakes up after another took its lane over sends nothing more there.
+// have delivered it meanwhile) and gives the claim up when it drained. A
+// lane that cannot claim because another instance holds the conversation
+// ends; the holder's lane delivers the job too (it reads until the
+// conversation has nothing pending), and the recovery scan kicks it again
+// if that holder dies. A claim given up is kept as released, with its time
+// (store.ReleaseLane): the same instance claims it again at once (its own
+// rate limiter paces its sends), and another live instance only once the
+// channel's per-conversation pace (core.Paced) has passed since — until
+// then its lane waits, then claims (it must not end: the releasing
+// instance's lane has ended and would not deliver the job). Without that
+// wait a second instance could send to a chat milliseconds after the first
+// did, past the platform's per-chat limit (a dead holder's lane is claimed
+// only after its heartbeat's TTL, seconds). Before each delivery the lane
+// also asks whether this process may still act (Cluster.Fresh: its
+// heartbeat did not lapse); after a lapse (a pause past the heartbeat's
+// TTL) it claims again, so an instance that wakes up after another took
+// its lane over sends nothing more there.
 // The delivery record (outbox.status, written right after the send, or
 // for a repeatable card edit a little later: marks.go) decides what the
 // next owner sends: a job marked delivered is never sent again, and a
@@ -62,40 +73,59 @@ var beforeClaim func()
 
 func (ob *Outbox) solo() bool { return ob.cluster == nil || ob.cluster.Solo() }
 
-// mayDeliver says whether l may deliver its next job now, claiming the
-// conversation when other instances exist and it holds no valid claim.
-func (ob *Outbox) mayDeliver(ctx context.Context, conv core.ConversationID, l *lane) laneVerdict {
+// mayDeliver says whether l may deliver its next job (of channel ch) now,
+// claiming the conversation when other instances exist and it holds no
+// valid claim. With laneWait, wait is how long to wait before asking again.
+func (ob *Outbox) mayDeliver(ctx context.Context, conv core.ConversationID, l *lane, ch core.ChannelName) (v laneVerdict, wait time.Duration) {
 	if ob.cluster == nil {
-		return laneGo
+		return laneGo, 0
 	}
 	gen, ok := ob.cluster.Fresh()
 	if !ok {
-		return laneWait
+		return laneWait, laneRecheck
 	}
 	if ob.cluster.Solo() && gen == l.gen {
-		return laneGo
+		return laneGo, 0
 	}
 	if l.claimed && gen == l.gen {
-		return laneGo
+		return laneGo, 0
 	}
 	if beforeClaim != nil {
 		beforeClaim()
 	}
-	claimed, err := ob.st.ClaimLane(ctx, conv)
+	claimed, wait, err := ob.st.ClaimLane(ctx, conv, ob.pace(ch))
 	if err != nil {
 		ob.log.Warn("outbox: claiming the conversation's lane failed", slog.String("conversation", string(conv)), slog.Any("err", err))
-		return laneWait
+		return laneWait, laneRecheck
+	}
+	if !claimed && wait > 0 {
+		// Another live instance gave the lane up less than the channel's
+		// pace ago: it may have sent there just now. Ending here would
+		// strand the job (that instance's lane ended), so wait, then claim.
+		l.claimed = false
+		return laneWait, wait
 	}
 	if !claimed {
 		l.claimed = false
 		ob.log.Debug("outbox: another instance delivers this conversation", slog.String("conversation", string(conv)))
-		return laneLost
+		return laneLost, 0
 	}
 	l.claimed, l.gen = true, gen
 	// The job in hand was read before the claim: the instance that held
 	// the lane until now may have delivered it since, and newer ones
 	// after it. Only a read under the claim says what is oldest.
-	return laneRead
+	return laneRead, 0
+}
+
+// pace is channel ch's minimum time between two messages to one
+// conversation (core.Paced): how long a lane another live instance
+// released must have been free before this one claims it. 0 for a channel
+// that does not say.
+func (ob *Outbox) pace(ch core.ChannelName) time.Duration {
+	if p, ok := ob.channels[ch].(core.Paced); ok {
+		return p.ConversationPace()
+	}
+	return 0
 }
 
 // sendCheck gives a delivery's context the check the adapters run just

@@ -325,12 +325,12 @@ func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane
 				continue
 			}
 		}
-		switch v := ob.mayDeliver(ctx, conv, l); v {
+		switch v, wait := ob.mayDeliver(ctx, conv, l, j.Channel); v {
 		case laneLost:
 			ob.endLane(conv)
 			return
 		case laneWait, laneRead:
-			if v == laneWait && !ob.sleep(ctx, kicked, laneRecheck) {
+			if v == laneWait && !ob.sleep(ctx, kicked, wait) {
 				ob.endLane(conv)
 				return
 			}

@@ -154,20 +154,41 @@ func (s *Store) EarlierTurnOwner(ctx context.Context, conv core.ConversationID, 
 }
 
 // ClaimLane makes this instance the one delivering conv's outbox: true
-// when the lane was free, already ours, or held by a dead instance.
-func (s *Store) ClaimLane(ctx context.Context, conv core.ConversationID) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `INSERT INTO outbox_lanes AS l (conversation, instance) VALUES ($1, $2)
-		ON CONFLICT (conversation) DO UPDATE SET instance = EXCLUDED.instance, since = now()
-		WHERE l.instance = EXCLUDED.instance OR `+fmt.Sprintf(notLive, "l.instance"), conv, s.instance)
+// when the lane was free, already ours (held or released), held by a dead
+// instance, or released by another live instance at least pace ago (pace:
+// the channel's minimum time between two messages to one conversation).
+// Released by a live other instance less than pace ago, it is not claimed
+// and wait says how long until it may be: that instance may have sent to
+// the conversation just before, and its rate limiter is in its process, not
+// this one (a dead holder's lane is claimable only after its heartbeat's
+// TTL, seconds, so it needs no such wait). wait is 0 when another instance
+// holds the lane: its lane delivers.
+func (s *Store) ClaimLane(ctx context.Context, conv core.ConversationID, pace time.Duration) (claimed bool, wait time.Duration, err error) {
+	var left *int64
+	err = s.pool.QueryRow(ctx, `WITH c AS (INSERT INTO outbox_lanes AS l (conversation, instance) VALUES ($1, $2)
+			ON CONFLICT (conversation) DO UPDATE SET instance = EXCLUDED.instance, since = now(), released_at = NULL
+			WHERE l.instance = EXCLUDED.instance OR `+fmt.Sprintf(notLive, "l.instance")+`
+				OR l.released_at <= now() - $3 * interval '1 microsecond'
+			RETURNING 1)
+		SELECT EXISTS (SELECT 1 FROM c),
+			(SELECT (EXTRACT(EPOCH FROM released_at + $3 * interval '1 microsecond' - now()) * 1e6)::bigint
+				FROM outbox_lanes WHERE conversation = $1)`, conv, s.instance, micros(pace)).Scan(&claimed, &left)
 	if err != nil {
-		return false, fmt.Errorf("store: claim lane %s: %w", conv, err)
+		return false, 0, fmt.Errorf("store: claim lane %s: %w", conv, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	if claimed || left == nil {
+		return claimed, 0, nil
+	}
+	// Released, not yet claimable (or claimed by another between the
+	// statement's snapshot and its insert: the next claim says so).
+	return false, max(time.Duration(*left)*time.Microsecond, time.Millisecond), nil
 }
 
-// ReleaseLane gives conv's lane up, if this instance holds it.
+// ReleaseLane gives conv's lane up, if this instance holds it: the row
+// stays, marked released now, for ClaimLane's pace (the sweep deletes it
+// later).
 func (s *Store) ReleaseLane(ctx context.Context, conv core.ConversationID) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM outbox_lanes WHERE conversation = $1 AND instance = $2`, conv, s.instance)
+	_, err := s.pool.Exec(ctx, `UPDATE outbox_lanes SET released_at = now() WHERE conversation = $1 AND instance = $2`, conv, s.instance)
 	if err != nil {
 		return fmt.Errorf("store: release lane %s: %w", conv, err)
 	}
@@ -186,11 +207,13 @@ func (s *Store) HasPendingOutbox(ctx context.Context, conv core.ConversationID) 
 
 // SweepInstances deletes the rows of instances dead for longer than
 // grace that nothing references any more (no pending turn, no unfinished
-// execution, no lane), the published frames older than a minute, and the
-// lanes of dead instances. It returns how many instance rows went.
+// execution, no lane), the published frames older than a minute, the
+// lanes of dead instances and those released more than an hour ago (longer
+// than any channel's per-conversation pace: ClaimLane). It returns how
+// many instance rows went.
 func (s *Store) SweepInstances(ctx context.Context, grace time.Duration) (int, error) {
 	var n int
-	err := s.pool.QueryRow(ctx, `WITH lanes AS (DELETE FROM outbox_lanes l WHERE `+fmt.Sprintf(notLive, "l.instance")+` RETURNING 1),
+	err := s.pool.QueryRow(ctx, `WITH lanes AS (DELETE FROM outbox_lanes l WHERE `+fmt.Sprintf(notLive, "l.instance")+` OR l.released_at < now() - interval '1 hour' RETURNING 1),
 			frames AS (DELETE FROM cluster_frames WHERE at < now() - interval '1 minute' RETURNING 1),
 			gone AS (DELETE FROM instances i WHERE i.expires_at < now() - $1 * interval '1 microsecond'
 				AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.status = 'pending' AND t.instance = i.id)

@@ -33,10 +33,10 @@ func TestTurnTakeoverFenced(t *testing.T) {
 	if got, err := b.AdoptTurns(ctx, "", 0); err != nil || len(got) != 0 {
 		t.Fatalf("adopted from a live instance: %v %v", got, err)
 	}
-	if ok, err := a.ClaimLane(ctx, conv); err != nil || !ok {
+	if ok, _, err := a.ClaimLane(ctx, conv, 0); err != nil || !ok {
 		t.Fatalf("A claims its lane: %v %v", ok, err)
 	}
-	if ok, err := b.ClaimLane(ctx, conv); err != nil || ok {
+	if ok, _, err := b.ClaimLane(ctx, conv, 0); err != nil || ok {
 		t.Fatalf("B claimed a live instance's lane: %v %v", ok, err)
 	}
 	if owner, alive, err := b.EarlierTurnOwner(ctx, conv, seq+1); err != nil || owner != "instance-a" || !alive {
@@ -51,7 +51,7 @@ func TestTurnTakeoverFenced(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Seq != seq {
 		t.Fatalf("adopted = %v, %v; want turn %d", got, err, seq)
 	}
-	if ok, err := b.ClaimLane(ctx, conv); err != nil || !ok {
+	if ok, _, err := b.ClaimLane(ctx, conv, 0); err != nil || !ok {
 		t.Fatalf("B claims the dead instance's lane: %v %v", ok, err)
 	}
 
@@ -188,6 +188,51 @@ func TestFencedFinishWithKnownHead(t *testing.T) {
 
 // twoInstances is two stores on one database, registered as live
 // instances "instance-a" and "instance-b".
+// TestLaneReleasedPace: a lane given up stays released, with its time.
+// Its instance claims it again at once; another live instance only once
+// the pace it passes (the channel's per-conversation interval) has passed
+// since the release — until then ClaimLane says how long to wait. A lane
+// held (not released) is not claimable, and says no wait.
+func TestLaneReleasedPace(t *testing.T) {
+	t.Parallel()
+	a, b, ctx := twoInstances(t)
+	const conv core.ConversationID = "test:paced"
+	claim := func(s *Store, pace time.Duration) (bool, time.Duration) {
+		t.Helper()
+		ok, wait, err := s.ClaimLane(ctx, conv, pace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok, wait
+	}
+	release := func(s *Store) {
+		t.Helper()
+		if err := s.ReleaseLane(ctx, conv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, _ := claim(a, time.Hour); !ok {
+		t.Fatal("A could not claim a free lane")
+	}
+	if ok, wait := claim(b, time.Hour); ok || wait != 0 {
+		t.Fatalf("B claimed A's held lane, or was told to wait: %v %s", ok, wait)
+	}
+	release(a)
+	if ok, _ := claim(a, time.Hour); !ok {
+		t.Fatal("A could not claim again the lane it released")
+	}
+	release(a)
+	if ok, wait := claim(b, time.Hour); ok || wait < 59*time.Minute || wait > time.Hour {
+		t.Fatalf("B, within the pace of A's release: claimed=%v wait=%s; want not claimed, wait ≈ 1h", ok, wait)
+	}
+	if ok, _ := claim(b, 0); !ok {
+		t.Fatal("B could not claim the lane released longer than the pace ago")
+	}
+	if ok, wait := claim(a, 0); ok || wait != 0 {
+		t.Fatalf("A claimed B's held lane, or was told to wait: %v %s", ok, wait)
+	}
+}
+
 func twoInstances(t *testing.T) (a, b *Store, ctx context.Context) {
 	t.Helper()
 	a, ctx, dsn := setupDSN(t, Options{})
