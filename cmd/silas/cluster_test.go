@@ -453,7 +453,7 @@ func dumpCluster(t *testing.T, dsn string, servers []*server) {
 	t.Helper()
 	for _, q := range []string{
 		`SELECT string_agg(id || ' alive=' || (expires_at > now())::text, '; ') FROM instances`,
-		`SELECT string_agg(conversation || '@' || instance, '; ') FROM outbox_lanes`,
+		`SELECT string_agg(conversation || '@' || instance || COALESCE(' released ' || (now() - released_at)::text || ' ago', ''), '; ') FROM outbox_lanes`,
 		`SELECT string_agg(seq::text || ' ' || conversation || '@' || COALESCE(instance, '-'), '; ') FROM turns WHERE status = 'pending'`,
 		`SELECT string_agg(id::text || ' ' || conversation || ' attempts=' || attempts, '; ') FROM outbox WHERE status = 'pending'`,
 	} {
