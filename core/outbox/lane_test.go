@@ -81,15 +81,10 @@ type withOthers struct{}
 func (withOthers) Solo() bool                   { return false }
 func (withOthers) Fresh() (gen uint64, ok bool) { return 0, true }
 
-// TestLaneReadsUnderItsClaim: instance B's lane reads a conversation's
-// oldest job while instance A holds the lane; before B claims, A delivers
-// that job and the next and gives the lane up. B, claiming the free lane,
-// must not send the job it read before its claim (already delivered, and
-// a newer reply after it): it reads again under the claim and finds
-// nothing. Without that read the chat saw first, second, first.
-func TestLaneReadsUnderItsClaim(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+// twoInstances opens two stores on one new database, registered as the
+// live instances "instance-a" and "instance-b".
+func twoInstances(ctx context.Context, t *testing.T) (a, b *store.Store) {
+	t.Helper()
 	dsn := storetest.NewDatabase(t)
 	open := func(id string) *store.Store {
 		st, err := store.Open(ctx, dsn, store.Options{})
@@ -103,7 +98,19 @@ func TestLaneReadsUnderItsClaim(t *testing.T) {
 		}
 		return st
 	}
-	a, b := open("instance-a"), open("instance-b")
+	return open("instance-a"), open("instance-b")
+}
+
+// TestLaneReadsUnderItsClaim: instance B's lane reads a conversation's
+// oldest job while instance A holds the lane; before B claims, A delivers
+// that job and the next and gives the lane up. B, claiming the free lane,
+// must not send the job it read before its claim (already delivered, and
+// a newer reply after it): it reads again under the claim and finds
+// nothing. Without that read the chat saw first, second, first.
+func TestLaneReadsUnderItsClaim(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, b := twoInstances(ctx, t)
 	const conv core.ConversationID = "test:chat"
 	var jobs []core.OutboxJob
 	for _, text := range []string{"first", "second"} {
@@ -211,20 +218,7 @@ func TestLaneHandsOverToTheConnectionHolder(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	dsn := storetest.NewDatabase(t)
-	open := func(id string) *store.Store {
-		st, err := store.Open(ctx, dsn, store.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(st.Close)
-		st.SetInstance(id)
-		if err := st.RegisterInstance(ctx, "host", 1, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
-	stA, stB := open("instance-a"), open("instance-b")
+	stA, stB := twoInstances(ctx, t)
 	chA, chB := &heldChannel{}, &heldChannel{}
 	var obA, obB *Outbox
 	mk := func(st *store.Store, ch *heldChannel, other **Outbox) *Outbox {
@@ -475,20 +469,7 @@ func TestLaneHandOverKeepsThePace(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	dsn := storetest.NewDatabase(t)
-	open := func(id string) *store.Store {
-		st, err := store.Open(ctx, dsn, store.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(st.Close)
-		st.SetInstance(id)
-		if err := st.RegisterInstance(ctx, "host", 1, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
-	stA, stB := open("instance-a"), open("instance-b")
+	stA, stB := twoInstances(ctx, t)
 	// One platform, seen through each instance's adapter.
 	const pace = 400 * time.Millisecond
 	chat := &pacedRecorder{pace: pace}
