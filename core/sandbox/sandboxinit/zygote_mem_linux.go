@@ -26,6 +26,8 @@ import (
 // MADV_DONTFORK: an init then gets the region, the binary and nothing
 // else. Nothing in the region points into Go's heap (the garbage
 // collector does not see the region: it must not keep anything alive).
+// Once marked, the zygote must never fork a child that runs Go code
+// (syscall.ForkExec, os/exec): that child would have no heap or stack.
 
 const (
 	// regionTLS: the first pages stay zero. The child's thread pointer
