@@ -13,17 +13,18 @@ import (
 )
 
 // The fork region (issue 26). A plain fork copies the zygote's whole
-// address space into every init — about 350 page-table entries of Go
-// heap, stacks and runtime metadata, write-protected in both processes —
-// which the init never uses: it runs raw system calls on memory prepared
-// before the fork. The copy, the copy-on-write faults that follow in the
-// zygote and the init, and the teardown of the copy at the init's exit
-// were ≈ 0.5 ms of a run's ≈ 2 ms (BENCHMARKS.md "Issue 26 — the zygote's
-// address space"). So the zygote puts everything its inits read or write
-// in one mapping of its own — the stack the init runs on, its forkArgs
-// and what they point to — forks each init onto that stack (clone3), and
-// marks every other writable mapping but the binary's own data
-// MADV_DONTFORK: an init then gets the region, the binary and nothing
+// address space into every init — its Go heap, stacks, runtime metadata
+// and the binary's data, write-protected in both processes — which the
+// init never uses: it runs raw system calls on memory prepared before the
+// fork. The copy, the copy-on-write faults that follow in the zygote and
+// the init, and the teardown of the copy at the init's exit were ≈ 0.35
+// ms of a run's ≈ 2 ms (BENCHMARKS.md "Issue 26 — the zygote's address
+// space"). So the zygote puts everything its inits read or write in one
+// mapping of its own — the stack the init runs on, its forkArgs and what
+// they point to — forks each init onto that stack (clone3), and marks
+// every other writable mapping but the main thread's stack MADV_DONTFORK
+// (dontFork): an init then gets the region, the binary's code and
+// read-only data, and nothing
 // else. Nothing in the region points into Go's heap (the garbage
 // collector does not see the region: it must not keep anything alive).
 // Once marked, the zygote must never fork a child that runs Go code
