@@ -30,7 +30,7 @@ func zygoteSandbox(t *testing.T) *Subprocess {
 	if !s.workTmpfs {
 		t.Skip("no fsmount stages on this kernel: every run re-executes the init")
 	}
-	if !s.useZygote {
+	if !s.useZygote.Load() {
 		t.Fatal("a root gateway with stages has no zygote")
 	}
 	return s
