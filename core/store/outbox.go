@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,19 +31,123 @@ func (t *Tx) QueueMessageThen(ch core.ChannelName, op core.OutboxOp, key string,
 	return nil
 }
 
+// QueueMessageHanded is QueueMessage that hands the job to then, as the
+// conversation's lane needs it to deliver it without reading it back
+// (Queued, core/outbox HandOff), once the batch's statements were sent.
+func (t *Tx) QueueMessageHanded(ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage, then func(Queued)) error {
+	q := Queued{OutboxJob: core.OutboxJob{Channel: ch, Conversation: m.Conversation, Op: op, MessageKey: key, Message: m}, gen: refGen(ch, key)}
+	if err := t.QueueMessage(ch, op, key, m); err != nil {
+		return err
+	}
+	t.enqueues[len(t.enqueues)-1].handed = q.handTo(then)
+	return nil
+}
+
 // QueueTapAnswer enqueues the one answer to a tap (core.OpAnswer), under
 // key: the tapped card's id when a carries the card's new state (the
 // transcript then reads it as the card's edit, and the lane finds the
 // card's message through it), else a key of its own.
 func (t *Tx) QueueTapAnswer(ch core.ChannelName, key string, a core.TapAnswer) error {
-	p := answerPayload{OutMessage: core.OutMessage{Conversation: a.Conversation, Card: a.Card}, Answer: &a}
-	a.Card = nil // stored once, as the message's card
+	return t.QueueTapAnswerHanded(ch, key, a, nil)
+}
+
+// QueueTapAnswerHanded is QueueTapAnswer that hands the job to then (nil:
+// not needed), as QueueMessageHanded does.
+func (t *Tx) QueueTapAnswerHanded(ch core.ChannelName, key string, a core.TapAnswer, then func(Queued)) error {
+	m := core.OutMessage{Conversation: a.Conversation, Card: a.Card}
+	p := answerPayload{OutMessage: m, Answer: &a}
+	// As NextOutboxJob returns it: the answer's card is the message's.
+	q := Queued{OutboxJob: core.OutboxJob{Channel: ch, Conversation: a.Conversation, Op: core.OpAnswer, MessageKey: key, Message: m, Answer: &a},
+		gen: refGen(ch, key)}
+	stored := a
+	stored.Card = nil // stored once, as the message's card
+	p.Answer = &stored
 	payload, err := json.Marshal(p)
 	if err != nil {
 		return fmt.Errorf("store: marshal tap answer: %w", err)
 	}
-	t.enqueues = append(t.enqueues, queuedJob{ch: ch, conv: a.Conversation, op: core.OpAnswer, key: key, payload: string(jsonbSafe(payload))})
+	t.enqueues = append(t.enqueues, queuedJob{ch: ch, conv: a.Conversation, op: core.OpAnswer, key: key, payload: string(jsonbSafe(payload)),
+		handed: q.handTo(then)})
 	return nil
+}
+
+// Queued is an outbox job as the transaction that queued it knows it once
+// its insert ran: what the conversation's lane needs to deliver it without
+// reading it back (core/outbox HandOff; issue 26: a read per card edit was
+// a round trip of every execution, twice). For an edit (an update, a tap's
+// answer) Ref is the platform ref of the message it edits as the insert
+// read it (sent_messages, "" if none) — what NextOutboxJob would return,
+// while RefCurrent holds. Whether a newer edit supersedes it is for the
+// lane to say: the newer edit's transaction may commit after this one.
+type Queued struct {
+	core.OutboxJob
+	Ref core.MessageRef
+	// gen is refGen of the job's message when the job was queued, before
+	// its insert was sent.
+	gen uint64
+}
+
+// handTo returns the insert's callback that completes q and hands it to
+// then (nil for a nil then).
+func (q Queued) handTo(then func(Queued)) func(id int64, ref core.MessageRef, now time.Time) {
+	if then == nil {
+		return nil
+	}
+	return func(id int64, ref core.MessageRef, now time.Time) {
+		q.ID, q.Ref, q.NextAt, q.CreatedAt = id, ref, now, now
+		then(q)
+	}
+}
+
+// RefCurrent reports whether q.Ref is still the platform ref NextOutboxJob
+// would read for q's message: no transaction that may have recorded
+// another (a delivery of a card as a new message, Tx.QueueDelivered)
+// ended in this process since q was queued (RefRecorded), and no
+// heartbeat of this process saw another instance meanwhile (another
+// instance's deliveries are not counted here). A ref recorded by a
+// transaction that committed before the insert was sent is in q.Ref; one
+// that committed later was counted by then. False: read the job back.
+func (q Queued) RefCurrent() bool { return refGen(q.Channel, q.MessageKey) == q.gen }
+
+// refGens count, by a hash of (channel, message key), the transactions
+// that may have recorded a platform ref (RefRecorded); othersSeen counts
+// the heartbeats that saw another instance. Process-wide, not per Store:
+// a Tx does not know its Store, and a count from another Store of the
+// same process (tests) only costs a lane a read.
+var (
+	refGens    [1024]atomic.Uint64
+	othersSeen atomic.Uint64
+)
+
+func refBucket(ch core.ChannelName, key string) *atomic.Uint64 {
+	// FNV-1a of channel, a zero byte, key (hash/fnv's, without its
+	// allocation).
+	h := uint32(2166136261)
+	for i := 0; i < len(ch); i++ {
+		h = (h ^ uint32(ch[i])) * 16777619
+	}
+	h *= 16777619
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return &refGens[h%uint32(len(refGens))]
+}
+
+// refGen is the generation a Queued's RefCurrent compares: both counts
+// only grow, so their sum changes whenever either does.
+func refGen(ch core.ChannelName, key string) uint64 {
+	return refBucket(ch, key).Load() + othersSeen.Load()
+}
+
+// RefRecorded is told, once a transaction that marked job j delivered
+// with ref ended (committed or not: a commit whose answer was lost may
+// have applied), that it may have recorded a new platform ref for j's
+// message (as QueueDelivered does: a card's ref). Handed jobs queued
+// before then are read back (RefCurrent).
+func RefRecorded(j core.OutboxJob, ref core.MessageRef) {
+	if ref != "" && j.Message.Card != nil {
+		refBucket(j.Channel, j.MessageKey).Add(1)
+	}
 }
 
 // answerPayload is an outbox job's payload: the message, and for an
@@ -54,7 +160,8 @@ type answerPayload struct {
 // queueJobs adds one INSERT for all queued outbox jobs, in queue order (ids
 // ascend in that order, which is the delivery order). When a job edits a
 // card, the same statement fans the edit out to the card's other routed
-// messages (routes.go), and t records their conversations.
+// messages (routes.go), and t records their conversations; it also returns
+// each edit's platform ref as NextOutboxJob reads it (for Queued.Ref).
 func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
 	n := len(jobs)
 	chans, convs, ops, keys, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -68,23 +175,36 @@ func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
 		SELECT channel, conversation, op, message_key, payload, secret_output, $6, $6
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $7::boolean[]) WITH ORDINALITY AS u(channel, conversation, op, message_key, payload, secret_output, n)
 		ORDER BY n`
-	sql := insert + ` RETURNING id, NULL::text`
+	sql := insert + ` RETURNING id, NULL::text, NULL::text`
 	if edits {
 		// Sends (the hot path) never edit a card: only edits pay for the
-		// fan-out's join.
+		// fan-out's join. An edit's ref is NextOutboxJob's scalar
+		// subquery on sent_messages' primary key, read in this statement
+		// (so it sees what this transaction wrote before), not in a round
+		// trip of the lane's.
 		sql = `WITH ins AS (` + insert + ` RETURNING id, channel, conversation, op, message_key, payload, secret_output)` + fanOutSQL +
-			` SELECT id, NULL::text FROM ins UNION ALL SELECT NULL::bigint, conversation FROM fan`
+			` SELECT id, NULL::text, CASE WHEN op IN ('update', 'answer') THEN
+				(SELECT s.ref FROM sent_messages s WHERE s.channel = ins.channel AND s.message_key = ins.message_key) END FROM ins
+			UNION ALL SELECT NULL::bigint, conversation, NULL::text FROM fan`
 	}
 	b.Queue(sql, chans, convs, ops, keys, payloads, now, secret).Query(func(rows pgx.Rows) error {
-		ids := make([]int64, 0, n)
+		type row struct {
+			id  int64
+			ref core.MessageRef
+		}
+		got := make([]row, 0, n)
 		for rows.Next() {
 			var id *int64
-			var fanned *string
-			if err := rows.Scan(&id, &fanned); err != nil {
+			var fanned, ref *string
+			if err := rows.Scan(&id, &fanned, &ref); err != nil {
 				return err
 			}
 			if id != nil {
-				ids = append(ids, *id)
+				r := row{id: *id}
+				if ref != nil {
+					r.ref = core.MessageRef(*ref)
+				}
+				got = append(got, r)
 			} else if fanned != nil && !slices.Contains(t.fanned, core.ConversationID(*fanned)) {
 				t.fanned = append(t.fanned, core.ConversationID(*fanned))
 			}
@@ -92,15 +212,18 @@ func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if len(ids) != n {
-			return fmt.Errorf("%d rows inserted for %d jobs", len(ids), n)
+		if len(got) != n {
+			return fmt.Errorf("%d rows inserted for %d jobs", len(got), n)
 		}
 		// One statement draws its ids in row order: ascending ids are the
 		// jobs in queue order.
-		slices.Sort(ids)
+		slices.SortFunc(got, func(a, b row) int { return cmp.Compare(a.id, b.id) })
 		for i, j := range jobs {
 			if j.then != nil {
-				j.then(ids[i])
+				j.then(got[i].id)
+			}
+			if j.handed != nil {
+				j.handed(got[i].id, got[i].ref, now)
 			}
 		}
 		return nil

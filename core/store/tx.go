@@ -97,6 +97,9 @@ type queuedJob struct {
 	// secret: the message carries secret-derived output (outbox.secret_output).
 	secret bool
 	then   func(id int64)
+	// handed, when set, gets the job's id, the ref of the message it
+	// edits and the insert's time (Queued).
+	handed func(id int64, ref core.MessageRef, now time.Time)
 }
 
 type queuedFinish struct {
