@@ -36,6 +36,7 @@ func (t *Tx) QueueMessageThen(ch core.ChannelName, op core.OutboxOp, key string,
 // (Queued, core/outbox HandOff), once the batch's statements were sent.
 func (t *Tx) QueueMessageHanded(ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage, then func(Queued)) error {
 	q := Queued{OutboxJob: core.OutboxJob{Channel: ch, Conversation: m.Conversation, Op: op, MessageKey: key, Message: m}, gen: refGen(ch, key)}
+	q.Message.CardText = "" // not stored: the lane sets it
 	if err := t.QueueMessage(ch, op, key, m); err != nil {
 		return err
 	}
@@ -54,8 +55,9 @@ func (t *Tx) QueueTapAnswer(ch core.ChannelName, key string, a core.TapAnswer) e
 // QueueTapAnswerHanded is QueueTapAnswer that hands the job to then (nil:
 // not needed), as QueueMessageHanded does.
 func (t *Tx) QueueTapAnswerHanded(ch core.ChannelName, key string, a core.TapAnswer, then func(Queued)) error {
+	a.Ref, a.CardText = "", "" // not stored: the lane sets them
 	m := core.OutMessage{Conversation: a.Conversation, Card: a.Card}
-	p := answerPayload{OutMessage: m, Answer: &a}
+	p := answerPayload{OutMessage: m}
 	// As NextOutboxJob returns it: the answer's card is the message's.
 	q := Queued{OutboxJob: core.OutboxJob{Channel: ch, Conversation: a.Conversation, Op: core.OpAnswer, MessageKey: key, Message: m, Answer: &a},
 		gen: refGen(ch, key)}
