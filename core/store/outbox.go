@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -40,7 +41,11 @@ func (t *Tx) QueueMessageHanded(ch core.ChannelName, op core.OutboxOp, key strin
 	if err := t.QueueMessage(ch, op, key, m); err != nil {
 		return err
 	}
-	t.enqueues[len(t.enqueues)-1].handed = q.handTo(then)
+	j := &t.enqueues[len(t.enqueues)-1]
+	if err := q.asStored(j.payload); err != nil {
+		return err
+	}
+	j.handed = q.handTo(then)
 	return nil
 }
 
@@ -68,8 +73,32 @@ func (t *Tx) QueueTapAnswerHanded(ch core.ChannelName, key string, a core.TapAns
 	if err != nil {
 		return fmt.Errorf("store: marshal tap answer: %w", err)
 	}
-	t.enqueues = append(t.enqueues, queuedJob{ch: ch, conv: a.Conversation, op: core.OpAnswer, key: key, payload: string(jsonbSafe(payload)),
+	body := string(jsonbSafe(payload))
+	if then != nil {
+		if err := q.asStored(body); err != nil {
+			return err
+		}
+	}
+	t.enqueues = append(t.enqueues, queuedJob{ch: ch, conv: a.Conversation, op: core.OpAnswer, key: key, payload: body,
 		handed: q.handTo(then)})
+	return nil
+}
+
+// asStored makes q's message (and answer) what NextOutboxJob decodes from
+// payload, the job's stored form, where the two may differ: text that was
+// not valid UTF-8, or held NUL, is stored with U+FFFD in its place
+// (encoding/json, jsonbSafe — both write it as this escape, which a valid
+// character never is). Decoding every payload would cost the lane's read
+// saved a good part of its CPU again.
+func (q *Queued) asStored(payload string) error {
+	if !strings.Contains(payload, `\ufffd`) {
+		return nil
+	}
+	secret := q.Message.SecretOutput // stored beside the payload
+	if err := decodeJob(&q.OutboxJob, []byte(payload)); err != nil {
+		return err
+	}
+	q.Message.SecretOutput = secret
 	return nil
 }
 
@@ -263,20 +292,29 @@ func (s *Store) NextOutboxJob(ctx context.Context, conv core.ConversationID, ski
 		return j, false, "", notFound(err)
 	}
 	j.Op = core.OutboxOp(op)
-	var p answerPayload
-	if err := json.Unmarshal(payload, &p); err != nil {
-		return j, false, "", fmt.Errorf("store: decode outbox job %d: %w", j.ID, err)
-	}
-	j.Message = p.OutMessage
-	if p.Answer != nil {
-		a := *p.Answer
-		a.Card = j.Message.Card
-		j.Answer = &a
+	if err := decodeJob(&j, payload); err != nil {
+		return j, false, "", err
 	}
 	if r != nil {
 		ref = core.MessageRef(*r)
 	}
 	return j, superseded, ref, nil
+}
+
+// decodeJob sets j's message and answer from its stored payload.
+func decodeJob(j *core.OutboxJob, payload []byte) error {
+	var p answerPayload
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return fmt.Errorf("store: decode outbox job %d: %w", j.ID, err)
+	}
+	j.Message = p.OutMessage
+	j.Answer = nil
+	if p.Answer != nil {
+		a := *p.Answer
+		a.Card = j.Message.Card
+		j.Answer = &a
+	}
+	return nil
 }
 
 // PendingOutboxConversations lists conversations with pending deliveries

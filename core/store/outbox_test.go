@@ -173,8 +173,9 @@ func outboxHeads(ctx context.Context, s *Store, now time.Time, limit int) ([]cor
 
 // TestQueuedAsRead: a job handed over by the transaction that queued it
 // (QueueMessageHanded, QueueTapAnswerHanded) is the job NextOutboxJob
-// reads back — the same fields, the answer with its card, the ref of the
-// card's message as the insert read it — and its ref stops being current
+// reads back — the same fields, the answer with its card, text as stored
+// (a run's output that is not UTF-8, or holds NUL), the ref of the card's
+// message as the insert read it — and its ref stops being current
 // once a delivery that may have recorded another ref for that message
 // ended (RefRecorded), not for one that records none or another message's.
 func TestQueuedAsRead(t *testing.T) {
@@ -195,6 +196,8 @@ func TestQueuedAsRead(t *testing.T) {
 	})
 	running, done := *card, *card
 	running.Status, done.Status = cards.StatusRunning, cards.StatusDone
+	// Stored with U+FFFD for the NUL and the byte that is not UTF-8.
+	running.Output, done.Output = "a\x00b\xffc", "a\x00b\xffc"
 	var handed []Queued
 	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
 		handed = nil
