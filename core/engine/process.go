@@ -61,26 +61,24 @@ type outcome struct {
 	jobs []store.Queued
 }
 
-// send enqueues a new message to the turn's conversation and records the
-// job (its id arrives when the batch's statements are sent).
+// send enqueues a new message to the turn's conversation (queue).
 func (o *outcome) send(tx *store.Tx, key string, m core.OutMessage) error {
-	t := o.st.Turn
-	i := len(o.jobs)
-	now := tx.Now()
-	o.jobs = append(o.jobs, store.Queued{OutboxJob: core.OutboxJob{Channel: t.Channel, Conversation: t.Conversation, Op: core.OpSend, MessageKey: key, Message: m,
-		NextAt: now, CreatedAt: now}})
-	return tx.QueueMessageThen(t.Channel, core.OpSend, key, m, func(id int64) { o.jobs[i].ID = id })
+	return o.queue(tx, core.OpSend, key, m)
 }
 
-// edit enqueues an edit of a card of the turn's conversation and records
-// the job as the insert completes it (id, the ref of the card's message);
-// until then its id is 0, and the lane would read it.
+// edit enqueues an edit of a card of the turn's conversation (queue).
 func (o *outcome) edit(tx *store.Tx, c *cards.Card) error {
-	t := o.st.Turn
+	return o.queue(tx, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: o.st.Turn.Conversation, Card: c})
+}
+
+// queue enqueues a job for the turn's conversation and records it in
+// o.jobs as the insert completes it (its id; for an edit, the ref of the
+// card's message; its text as stored). Until then its id is 0, and the
+// lane would read it back.
+func (o *outcome) queue(tx *store.Tx, op core.OutboxOp, key string, m core.OutMessage) error {
 	i := len(o.jobs)
 	o.jobs = append(o.jobs, store.Queued{})
-	return tx.QueueMessageHanded(t.Channel, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: t.Conversation, Card: c},
-		func(q store.Queued) { o.jobs[i] = q })
+	return tx.QueueMessageHanded(o.st.Turn.Channel, op, key, m, func(q store.Queued) { o.jobs[i] = q })
 }
 
 // answerTap queues the tap's one answer (core.OpAnswer): the notice, the
