@@ -1,9 +1,9 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -189,53 +189,63 @@ type answerPayload struct {
 }
 
 // queueJobs adds one INSERT for all queued outbox jobs, in queue order (ids
-// ascend in that order, which is the delivery order). When a job edits a
-// card, the same statement fans the edit out to the card's other routed
-// messages (routes.go), and t records their conversations; it also returns
-// each edit's platform ref as NextOutboxJob reads it (for Queued.Ref).
-func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
+// ascend in that order, which is the delivery order), and returns the
+// labels of the statements it queued. When a job edits a card, the same
+// statement fans the edit out to the card's other routed messages
+// (routes.go), and t records their conversations. Before it, each edit to
+// be handed over (Queued) gets a read of its message's platform ref: the
+// scalar subquery NextOutboxJob runs, as a statement of its own in the
+// same round trip. (As a subquery of the INSERT's result it cost
+// PostgreSQL 0.5–0.8 ms more per execution in silas-load's phase (c), two
+// such transactions — the subplan's own run is 5 µs, so most likely the
+// statement's planning; a lookup by the primary key on its own keeps its
+// plan, and PostgreSQL's CPU came back to what it was.)
+func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) (labels []string) {
 	n := len(jobs)
 	chans, convs, ops, keys, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	secret := make([]bool, n)
 	edits := false
+	var refs []core.MessageRef
 	for i, j := range jobs {
 		chans[i], convs[i], ops[i], keys[i], payloads[i], secret[i] = string(j.ch), string(j.conv), string(j.op), j.key, j.payload, j.secret
-		edits = edits || j.op == core.OpUpdate || j.op == core.OpAnswer
+		edit := j.op == core.OpUpdate || j.op == core.OpAnswer
+		edits = edits || edit
+		if !edit || j.handed == nil {
+			continue
+		}
+		if refs == nil {
+			refs = make([]core.MessageRef, n)
+		}
+		b.Queue(`SELECT ref FROM sent_messages WHERE channel = $1 AND message_key = $2`, string(j.ch), j.key).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&refs[i])
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil // never delivered (or not as a card)
+			}
+			return err
+		})
+		labels = append(labels, "read sent message ref")
 	}
 	insert := `INSERT INTO outbox (channel, conversation, op, message_key, payload, secret_output, created_at, next_at)
 		SELECT channel, conversation, op, message_key, payload, secret_output, $6, $6
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $7::boolean[]) WITH ORDINALITY AS u(channel, conversation, op, message_key, payload, secret_output, n)
 		ORDER BY n`
-	sql := insert + ` RETURNING id, NULL::text, NULL::text`
+	sql := insert + ` RETURNING id, NULL::text`
 	if edits {
 		// Sends (the hot path) never edit a card: only edits pay for the
-		// fan-out's join. An edit's ref is NextOutboxJob's scalar
-		// subquery on sent_messages' primary key, read in this statement
-		// (so it sees what this transaction wrote before), not in a round
-		// trip of the lane's.
+		// fan-out's join.
 		sql = `WITH ins AS (` + insert + ` RETURNING id, channel, conversation, op, message_key, payload, secret_output)` + fanOutSQL +
-			` SELECT id, NULL::text, CASE WHEN op IN ('update', 'answer') THEN
-				(SELECT s.ref FROM sent_messages s WHERE s.channel = ins.channel AND s.message_key = ins.message_key) END FROM ins
-			UNION ALL SELECT NULL::bigint, conversation, NULL::text FROM fan`
+			` SELECT id, NULL::text FROM ins UNION ALL SELECT NULL::bigint, conversation FROM fan`
 	}
 	b.Queue(sql, chans, convs, ops, keys, payloads, now, secret).Query(func(rows pgx.Rows) error {
-		type row struct {
-			id  int64
-			ref core.MessageRef
-		}
-		got := make([]row, 0, n)
+		ids := make([]int64, 0, n)
 		for rows.Next() {
 			var id *int64
-			var fanned, ref *string
-			if err := rows.Scan(&id, &fanned, &ref); err != nil {
+			var fanned *string
+			if err := rows.Scan(&id, &fanned); err != nil {
 				return err
 			}
 			if id != nil {
-				r := row{id: *id}
-				if ref != nil {
-					r.ref = core.MessageRef(*ref)
-				}
-				got = append(got, r)
+				ids = append(ids, *id)
 			} else if fanned != nil && !slices.Contains(t.fanned, core.ConversationID(*fanned)) {
 				t.fanned = append(t.fanned, core.ConversationID(*fanned))
 			}
@@ -243,22 +253,27 @@ func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if len(got) != n {
-			return fmt.Errorf("%d rows inserted for %d jobs", len(got), n)
+		if len(ids) != n {
+			return fmt.Errorf("%d rows inserted for %d jobs", len(ids), n)
 		}
 		// One statement draws its ids in row order: ascending ids are the
 		// jobs in queue order.
-		slices.SortFunc(got, func(a, b row) int { return cmp.Compare(a.id, b.id) })
+		slices.Sort(ids)
 		for i, j := range jobs {
 			if j.then != nil {
-				j.then(got[i].id)
+				j.then(ids[i])
 			}
 			if j.handed != nil {
-				j.handed(got[i].id, got[i].ref, now)
+				var ref core.MessageRef
+				if refs != nil {
+					ref = refs[i]
+				}
+				j.handed(ids[i], ref, now)
 			}
 		}
 		return nil
 	})
+	return append(labels, "enqueue")
 }
 
 // NextOutboxJob returns a conversation's oldest pending job, whether a newer

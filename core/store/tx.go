@@ -252,8 +252,7 @@ func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []qu
 		labels = append(labels, "insert turns")
 	}
 	if len(t.enqueues) > 0 {
-		t.queueJobs(b, t.enqueues, t.now())
-		labels = append(labels, "enqueue")
+		labels = append(labels, t.queueJobs(b, t.enqueues, t.now())...)
 		t.enqueues = nil
 	}
 	if len(t.finishes) > 0 {
