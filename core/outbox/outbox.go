@@ -129,8 +129,8 @@ func (ob *Outbox) Kick(conv core.ConversationID, n int) { ob.HandOff(conv, nil, 
 
 // HandOff is Kick with jobs the commit enqueued and the caller knows in
 // full (store.Queued: new messages with their ids from the insert; card
-// edits also with the ref of the message they edit, as the insert read
-// it). The lane delivers those from memory without reading them back —
+// edits also with the ref of the message they edit, read in the insert's
+// round trip). The lane delivers those from memory without reading them back —
 // while this instance is alone on the database, and an edit only while
 // its ref is current (store.Queued.RefCurrent); otherwise it reads them
 // as any other. n counts the other jobs of the commit, which it reads.
@@ -257,8 +257,8 @@ func (ob *Outbox) nextFromMemory(conv core.ConversationID, l *lane) (j store.Que
 // without reading it back: this instance is alone on the database (else
 // another instance may have queued an older job of the conversation, or
 // delivered the card meanwhile: the database says what is oldest), and
-// for an edit, no ref of its message may have been recorded since its
-// insert read it (a card re-sent as a new message: store.Queued.RefCurrent).
+// for an edit, no ref of its message may have been recorded since it was
+// read (a card re-sent as a new message: store.Queued.RefCurrent).
 func (ob *Outbox) trusted(q store.Queued) bool {
 	if !ob.solo() {
 		return false

@@ -106,9 +106,9 @@ func (q *Queued) asStored(payload string) error {
 // its insert ran: what the conversation's lane needs to deliver it without
 // reading it back (core/outbox HandOff; issue 26: a read per card edit was
 // a round trip of every execution, twice). For an edit (an update, a tap's
-// answer) Ref is the platform ref of the message it edits as the insert
-// read it (sent_messages, "" if none) — what NextOutboxJob would return,
-// while RefCurrent holds. Whether a newer edit supersedes it is for the
+// answer) Ref is the platform ref of the message it edits, read in the
+// insert's round trip (sent_messages, "" if none; queueJobs) — what
+// NextOutboxJob would return, while RefCurrent holds. Whether a newer edit supersedes it is for the
 // lane to say: the newer edit's transaction may commit after this one.
 type Queued struct {
 	core.OutboxJob
@@ -136,8 +136,9 @@ func (q Queued) handTo(then func(Queued)) func(id int64, ref core.MessageRef, no
 // ended in this process since q was queued (RefRecorded), and no
 // heartbeat of this process saw another instance meanwhile (another
 // instance's deliveries are not counted here). A ref recorded by a
-// transaction that committed before the insert was sent is in q.Ref; one
-// that committed later was counted by then. False: read the job back.
+// transaction that committed before q.Ref was read is in it; one that
+// committed later was counted after q was queued (the count is taken
+// before the read is sent). False: read the job back.
 func (q Queued) RefCurrent() bool { return refGen(q.Channel, q.MessageKey) == q.gen }
 
 // refGens count, by a hash of (channel, message key), the transactions
