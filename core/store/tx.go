@@ -97,6 +97,9 @@ type queuedJob struct {
 	// secret: the message carries secret-derived output (outbox.secret_output).
 	secret bool
 	then   func(id int64)
+	// handed, when set, gets the job's id, the ref of the message it
+	// edits and the insert's time (Queued).
+	handed func(id int64, ref core.MessageRef, now time.Time)
 }
 
 type queuedFinish struct {
@@ -249,8 +252,7 @@ func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []qu
 		labels = append(labels, "insert turns")
 	}
 	if len(t.enqueues) > 0 {
-		t.queueJobs(b, t.enqueues, t.now())
-		labels = append(labels, "enqueue")
+		labels = append(labels, t.queueJobs(b, t.enqueues, t.now())...)
 		t.enqueues = nil
 	}
 	if len(t.finishes) > 0 {
