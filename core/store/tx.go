@@ -79,6 +79,11 @@ type Tx struct {
 	// inline are the turns InsertInlineTurn stored done in this
 	// transaction (QueueFinishTurn of them writes nothing more).
 	inline map[int64]bool
+	// trips counts the round trips sent; prefetched is a tap's approval
+	// and route read, sent with its turn's insert (InsertInlineTurn) for
+	// GetApprovalRoute to answer from while nothing was sent since.
+	trips      int
+	prefetched *approvalRoute
 }
 
 type queuedTurn struct {
@@ -231,6 +236,7 @@ func (t *Tx) pending() bool {
 // statements, the gathered multi-row ones, then extras; labels name them
 // in order, and turns are the turns it inserts (for storedTurns).
 func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []queuedTurn) {
+	t.trips++
 	b = &pgx.Batch{}
 	if !t.begun {
 		b.Queue("BEGIN")
@@ -383,6 +389,7 @@ func (t *Tx) storedTurns(ctx context.Context, turns []queuedTurn) error {
 	if len(chans) == 0 {
 		return nil
 	}
+	t.trips++
 	rows, err := t.conn.Query(ctx, `SELECT channel, event_id, seq FROM turns
 		WHERE (channel, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, chans, evs)
 	if err != nil {
@@ -447,6 +454,7 @@ func (t *Tx) query(ctx context.Context, sql string, args ...any) (pgx.Rows, erro
 	if err := t.send(ctx, nil); err != nil {
 		return nil, err
 	}
+	t.trips++
 	return t.conn.Query(ctx, sql, args...)
 }
 
