@@ -56,7 +56,10 @@ func (t *Tx) InsertTurn(ctx context.Context, turn core.Turn) (seq int64, dup boo
 // does not take, in the same place, so it adds no lock order; and while
 // that first delivery's transaction is open, the duplicate's insert
 // waits for it anyway (the same key), so the row lock adds no wait to
-// that race. The read's answer is dropped: nothing else reads it.
+// that race (after it, the duplicate waits for the row like any tap on
+// the card). The read's answer is dropped: nothing else reads it. The
+// same holds for a tap the engine then does not decide (its sender is
+// not answered in that conversation, core/engine gate).
 func (t *Tx) InsertInlineTurn(ctx context.Context, turn core.Turn) (seq int64, dup bool, err error) {
 	if err := t.QueueTurn(turn, core.TurnDone, func(s int64, d bool) { seq, dup = s, d }); err != nil {
 		return 0, false, err
