@@ -71,6 +71,11 @@ type Tx struct {
 	// decided are the approvals this transaction approved, with the token
 	// whose nonce it consumed (Approve; see Decided).
 	decided map[core.ApprovalID]decided
+	// trips counts the round trips sent; prefetched is a tap's approval
+	// and route read, sent with its turn's insert (InsertInlineTurn) for
+	// GetApprovalRoute to answer from while nothing was sent since.
+	trips      int
+	prefetched *approvalRoute
 	// finally runs after the batch's statements were sent (see Finally).
 	finally []func() ([]audit.Entry, error)
 	// fanned are the conversations an edit of a routed card was fanned
@@ -79,11 +84,6 @@ type Tx struct {
 	// inline are the turns InsertInlineTurn stored done in this
 	// transaction (QueueFinishTurn of them writes nothing more).
 	inline map[int64]bool
-	// trips counts the round trips sent; prefetched is a tap's approval
-	// and route read, sent with its turn's insert (InsertInlineTurn) for
-	// GetApprovalRoute to answer from while nothing was sent since.
-	trips      int
-	prefetched *approvalRoute
 }
 
 type queuedTurn struct {
