@@ -141,8 +141,8 @@ func (r *tripLog) tapTransaction(t *testing.T) []trip {
 	return nil
 }
 
-// count is how many statements of trips contain s.
-func count(trips []trip, s string) int {
+// statements is how many statements of trips contain s.
+func statements(trips []trip, s string) int {
 	n := 0
 	for _, tr := range trips {
 		for _, q := range tr.stmts {
@@ -201,9 +201,9 @@ func TestTapReadsWithInsert(t *testing.T) {
 	})
 	log.record(false)
 	tx := log.tapTransaction(t)
-	if !tx[0].has(sqlApprovalLock) || !tx[0].has(sqlRouteRead) || count(tx, sqlApprovalLock) != 1 || count(tx, sqlDecision) != 0 {
+	if !tx[0].has(sqlApprovalLock) || !tx[0].has(sqlRouteRead) || statements(tx, sqlApprovalLock) != 1 || statements(tx, sqlDecision) != 0 {
 		t.Fatalf("tap from another conversation: the request read with the insert %v, its route %v; reads of it %d, decisions %d; want true, true, 1, 0\n%v",
-			tx[0].has(sqlApprovalLock), tx[0].has(sqlRouteRead), count(tx, sqlApprovalLock), count(tx, sqlDecision), tx)
+			tx[0].has(sqlApprovalLock), tx[0].has(sqlRouteRead), statements(tx, sqlApprovalLock), statements(tx, sqlDecision), tx)
 	}
 	if got := b.waitStatus(t, c.ID, cards.StatusPending); got == nil {
 		t.Fatal("the card is gone")
@@ -220,7 +220,7 @@ func TestTapReadsWithInsert(t *testing.T) {
 	if !tx[0].has(sqlApprovalLock) || !tx[0].has(sqlRouteRead) {
 		t.Fatalf("the tap's first round trip does not read its request and route: %v", tx[0])
 	}
-	if n := count(tx, sqlApprovalLock); n != 1 {
+	if n := statements(tx, sqlApprovalLock); n != 1 {
 		t.Fatalf("the tap's transaction read its request %d times, want once\n%v", n, tx)
 	}
 	if len(tx) < 2 || !tx[1].has(sqlDecision) {
@@ -235,7 +235,7 @@ func TestTapReadsWithInsert(t *testing.T) {
 	}
 	log.record(false)
 	tx = log.tapTransaction(t)
-	if count(tx, sqlDecision) != 0 {
+	if statements(tx, sqlDecision) != 0 {
 		t.Fatalf("a duplicate tap decided\n%v", tx)
 	}
 	if n := b.executions(t); n != 1 {

@@ -16,41 +16,41 @@ import (
 	"github.com/silas-gateway/silas/core/audit"
 )
 
-// roundTrips records the statements of every round trip the store sends
+// prefetchTrips records the statements of every round trip the store sends
 // (a batch, or a query on its own).
-type roundTrips struct {
+type prefetchTrips struct {
 	mu    sync.Mutex
 	trips [][]string
 }
 
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+func (r *prefetchTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	r.mu.Lock()
 	r.trips = append(r.trips, []string{d.SQL})
 	r.mu.Unlock()
 	return ctx
 }
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+func (r *prefetchTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *prefetchTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	r.mu.Lock()
 	r.trips = append(r.trips, nil)
 	r.mu.Unlock()
 	return ctx
 }
-func (r *roundTrips) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+func (r *prefetchTrips) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
 	r.mu.Lock()
 	r.trips[len(r.trips)-1] = append(r.trips[len(r.trips)-1], d.SQL)
 	r.mu.Unlock()
 }
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+func (r *prefetchTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
-func (r *roundTrips) count() int {
+func (r *prefetchTrips) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.trips)
 }
 
 // last is the statements of the last round trip.
-func (r *roundTrips) last() []string {
+func (r *prefetchTrips) last() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.trips[len(r.trips)-1]
@@ -75,9 +75,9 @@ type routeAnswer struct {
 
 // prefetchSetup: "ap1", requested in webchat:local, routed as a copy to
 // webchat:approver; "ap2" in webchat:local, not routed.
-func prefetchSetup(t *testing.T) (*Store, context.Context, *roundTrips) {
+func prefetchSetup(t *testing.T) (*Store, context.Context, *prefetchTrips) {
 	t.Helper()
-	rt := &roundTrips{}
+	rt := &prefetchTrips{}
 	s, ctx, _ := setupDSN(t, Options{QueryTracer: rt})
 	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
 		tx.QueueApproval(testApproval("ap1", tx.Now()))
@@ -92,7 +92,7 @@ func prefetchSetup(t *testing.T) (*Store, context.Context, *roundTrips) {
 
 // readAfterInsert stores turn inline and then, after between (if any),
 // reads request id's route into conv, in one transaction, rolled back.
-func readAfterInsert(t *testing.T, ctx context.Context, s *Store, rt *roundTrips, turn core.Turn, between func(tx *Tx) error, id core.ApprovalID, conv core.ConversationID) routeAnswer {
+func readAfterInsert(t *testing.T, ctx context.Context, s *Store, rt *prefetchTrips, turn core.Turn, between func(tx *Tx) error, id core.ApprovalID, conv core.ConversationID) routeAnswer {
 	t.Helper()
 	var ans routeAnswer
 	errRollback := errors.New("rolled back")
