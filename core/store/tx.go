@@ -79,6 +79,13 @@ type Tx struct {
 	// inline are the turns InsertInlineTurn stored done in this
 	// transaction (QueueFinishTurn of them writes nothing more).
 	inline map[int64]bool
+	// Speculation (speculate.go): noSpeculation is set when the writer
+	// re-runs a batch whose guard failed; guards are the queued
+	// statements whose check is the server's (guard); lost: a guard
+	// failed, nothing of the transaction commits.
+	noSpeculation bool
+	guards        map[*pgx.QueuedQuery]bool
+	lost          bool
 }
 
 type queuedTurn struct {
@@ -214,7 +221,9 @@ func (t *Tx) unchecked() bool {
 	}
 	if t.queued != nil {
 		for _, q := range t.queued.QueuedQueries {
-			if q.Fn != nil {
+			// A guard's check is the server's: a failed one aborts the
+			// transaction before COMMIT (speculate.go).
+			if q.Fn != nil && !t.guards[q] {
 				return false
 			}
 		}
@@ -241,7 +250,7 @@ func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []qu
 		b.QueuedQueries = append(b.QueuedQueries, t.queued.QueuedQueries...)
 		labels = append(labels, t.labels...)
 	}
-	t.queued, t.labels, t.execs = nil, nil, nil
+	t.queued, t.labels, t.execs, t.guards = nil, nil, nil, nil
 	turns = t.turns
 	t.turns = nil
 	if len(turns) > 0 {

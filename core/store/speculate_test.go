@@ -1,0 +1,165 @@
+package store
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/silas-gateway/silas/core"
+	"github.com/silas-gateway/silas/core/audit"
+)
+
+// roundTrips records every round trip the store's connections make: a
+// batch as its statements, a query alone as itself.
+type roundTrips struct {
+	mu    sync.Mutex
+	trips [][]string
+}
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.mu.Lock()
+	r.trips = append(r.trips, []string{d.SQL})
+	r.mu.Unlock()
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+// TraceBatchStart records the whole batch as sent (TraceBatchQuery sees
+// only the statements whose results were read: none after a failed one).
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	var sqls []string
+	for _, q := range d.Batch.QueuedQueries {
+		sqls = append(sqls, q.SQL)
+	}
+	r.mu.Lock()
+	r.trips = append(r.trips, sqls)
+	r.mu.Unlock()
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// since returns the round trips from the n-th on, and how many there are now.
+func (r *roundTrips) since(n int) ([][]string, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]string(nil), r.trips[n:]...), len(r.trips)
+}
+
+// with returns the round trips that carry a statement containing sql.
+func with(trips [][]string, sql string) [][]string {
+	var out [][]string
+	for _, t := range trips {
+		for _, s := range t {
+			if strings.Contains(s, sql) {
+				out = append(out, t)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func carries(trip []string, sql string) bool { return len(with([][]string{trip}, sql)) == 1 }
+
+// TestSpeculation: an op that speculates queues a compare-and-swap guarded
+// and what depends on it at once. When the swap applies, the swap, what
+// follows, the audit rows and COMMIT go in one round trip. When it does
+// not, the guard fails the transaction on the server — even with COMMIT
+// queued behind it in the same round trip — nothing of it commits, and
+// the writer runs the op again without speculation, which gets the
+// ordinary answer (the swap did not apply). Also when the op swallowed
+// the guard's error (a read after it failed in the aborted transaction).
+func TestSpeculation(t *testing.T) {
+	t.Parallel()
+	rt := &roundTrips{}
+	s, ctx, _ := setupDSN(t, Options{QueryTracer: rt})
+	insertApproval(t, ctx, s, "spec-a", true) // queued; its audit entry sets the writer's head
+
+	// op moves the execution from → running: speculating, the card edit
+	// and the entry are queued with the guarded swap; otherwise as the
+	// executor did before (the swap's result, then a Finally function).
+	type run struct{ speculated, applied bool }
+	op := func(runs *[]run, from core.ExecStatus, swallow bool) Op {
+		return func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			id := core.ApprovalID("spec-a")
+			entry := []audit.Entry{{Kind: "test.moved", Actor: "silas", Conversation: "webchat:local", Data: map[string]any{"approval": "spec-a"}}}
+			edit := func() error {
+				return tx.QueueMessage("webchat", core.OpUpdate, "spec-a", core.OutMessage{Conversation: "webchat:local", Text: "moved"})
+			}
+			if tx.Speculate() {
+				*runs = append(*runs, run{speculated: true, applied: true})
+				if err := tx.GuardTransitionExecution(id, from, core.ExecRunning, core.ExecUpdate{Started: true}); err != nil {
+					return nil, err
+				}
+				if err := edit(); err != nil {
+					return nil, err
+				}
+				if swallow {
+					var one int
+					_ = tx.queryRow(ctx, "SELECT 1").Scan(&one) // fails after a failed guard; ignored
+				}
+				return entry, nil
+			}
+			*runs = append(*runs, run{})
+			r := &(*runs)[len(*runs)-1]
+			if err := tx.QueueTransitionExecution(id, from, core.ExecRunning, core.ExecUpdate{Started: true}, func(ok bool) { r.applied = ok }); err != nil {
+				return nil, err
+			}
+			tx.Finally(func() ([]audit.Entry, error) {
+				if !r.applied {
+					return nil, nil
+				}
+				return entry, edit()
+			})
+			return nil, nil
+		}
+	}
+	counts := func() (edits, moved int64) {
+		return queryInt(t, ctx, s, `SELECT count(*) FROM outbox WHERE message_key = 'spec-a'`),
+			queryInt(t, ctx, s, `SELECT count(*) FROM audit_log WHERE kind = 'test.moved'`)
+	}
+
+	for _, swallow := range []bool{false, true} {
+		// The row is queued (the second time round, running): a swap from
+		// executed misses.
+		var runs []run
+		edits0, moved0 := counts()
+		_, n := rt.since(0)
+		if err := s.Do(ctx, op(&runs, core.ExecExecuted, swallow)); err != nil {
+			t.Fatalf("swallow=%v: Do = %v", swallow, err)
+		}
+		trips, _ := rt.since(n)
+		if len(runs) != 2 || !runs[0].speculated || runs[1].speculated || runs[1].applied {
+			t.Fatalf("swallow=%v: runs %+v, want a speculated one, then one without speculation that did not apply", swallow, runs)
+		}
+		if edits, moved := counts(); edits != edits0 || moved != moved0 {
+			t.Fatalf("swallow=%v: a lost speculation committed %d card edits and %d entries", swallow, edits, moved)
+		}
+		if g := with(trips, "WITH g AS (UPDATE executions"); len(g) != 1 || !swallow && !carries(g[0], "COMMIT") {
+			t.Fatalf("swallow=%v: the guarded swap went in %d round trips (%q), want one, with COMMIT", swallow, len(g), g)
+		}
+		if swallow {
+			continue
+		}
+		// Now the swap from queued applies: one round trip from BEGIN to
+		// COMMIT.
+		runs = nil
+		_, n = rt.since(0)
+		if err := s.Do(ctx, op(&runs, core.ExecQueued, false)); err != nil {
+			t.Fatal(err)
+		}
+		trips, _ = rt.since(n)
+		if len(runs) != 1 || !runs[0].speculated {
+			t.Fatalf("runs %+v, want one, speculated", runs)
+		}
+		if edits, moved := counts(); edits != edits0+1 || moved != moved0+1 {
+			t.Fatalf("%d card edits and %d entries committed, want 1 and 1", edits, moved)
+		}
+		if len(trips) != 1 || !carries(trips[0], "BEGIN") || !carries(trips[0], "WITH g AS (UPDATE executions") || !carries(trips[0], "COMMIT") {
+			t.Fatalf("the transaction went in %d round trips (%q), want one: BEGIN, the swap, …, COMMIT", len(trips), trips)
+		}
+	}
+}
