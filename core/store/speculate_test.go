@@ -26,6 +26,7 @@ func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Tra
 	return ctx
 }
 func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
 // TraceBatchStart records the whole batch as sent (TraceBatchQuery sees
 // only the statements whose results were read: none after a failed one).
 func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
@@ -39,7 +40,7 @@ func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.Tra
 	return ctx
 }
 func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 // since returns the round trips from the n-th on, and how many there are now.
 func (r *roundTrips) since(n int) ([][]string, int) {
