@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -162,5 +164,88 @@ func TestSpeculation(t *testing.T) {
 		if len(trips) != 1 || !carries(trips[0], "BEGIN") || !carries(trips[0], "WITH g AS (UPDATE executions") || !carries(trips[0], "COMMIT") {
 			t.Fatalf("the transaction went in %d round trips (%q), want one: BEGIN, the swap, …, COMMIT", len(trips), trips)
 		}
+	}
+}
+
+// TestApproveSpeculation: Approve, speculating, answers "applied, nonce
+// fresh, no start recorded" at once and queues its statement guarded, so
+// the decision and COMMIT travel in one round trip. Every other outcome
+// fails the guard; run again without speculation, Approve then gives the
+// answer it always gave: a replayed nonce (not fresh: the caller rolls
+// back), an approval no longer open (not applied, nothing written), a
+// start of the execution already in the log (Decided says so, for the
+// claim with the decision to refuse).
+func TestApproveSpeculation(t *testing.T) {
+	t.Parallel()
+	rt := &roundTrips{}
+	s, ctx, _ := setupDSN(t, Options{QueryTracer: rt})
+	errReplay := errors.New("replay")
+	type answer struct {
+		ok, fresh, started bool
+		err                error
+		runs               []bool // Speculate, per run of the op
+	}
+	approve := func(id, nonce string) answer {
+		var a answer
+		a.err = s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			a.runs = append(a.runs, tx.Speculate())
+			ok, fresh, err := tx.Approve(ctx, core.ApprovalID(id), []core.ApprovalStatus{core.ApprovalPending, core.ApprovalConfirming},
+				"webchat:local", []byte("token"), []byte(nonce), "tok-"+nonce)
+			if err != nil {
+				return nil, err
+			}
+			a.ok, a.fresh = ok, fresh
+			_, _, a.started, _ = tx.Decided(core.ApprovalID(id))
+			if ok && !fresh {
+				return nil, errReplay
+			}
+			return []audit.Entry{{Kind: "test.decided", Actor: "webchat:local", Conversation: "webchat:local", Data: map[string]any{"approval": id}}}, nil
+		})
+		return a
+	}
+	status := func(id string) string {
+		var st string
+		mustScan(t, s.Pool().QueryRow(ctx, `SELECT status FROM approvals WHERE id = $1`, id), &st)
+		return st
+	}
+	nonces := func(id string) int64 {
+		return queryInt(t, ctx, s, `SELECT count(*) FROM token_nonces WHERE approval_id = $1`, id)
+	}
+	for _, id := range []string{"ap-fresh", "ap-replay", "ap-started"} {
+		insertApproval(t, ctx, s, id, false)
+	}
+	mustDo(t, ctx, s, entriesOp(audit.Entry{Kind: audit.KindExecutionStarted, Actor: "silas", Conversation: "webchat:local", Data: map[string]any{"approval": "ap-started"}}))
+
+	_, n := rt.since(0)
+	if a := approve("ap-fresh", "n1"); a.err != nil || !a.ok || !a.fresh || a.started || !slices.Equal(a.runs, []bool{true}) {
+		t.Fatalf("a fresh approval: %+v, want applied, fresh, not started, speculated once", a)
+	}
+	trips, _ := rt.since(n)
+	if len(trips) != 1 || !carries(trips[0], "BEGIN") || !carries(trips[0], "UPDATE approvals") || !carries(trips[0], "COMMIT") {
+		t.Fatalf("a fresh approval went in %d round trips (%q), want one: BEGIN, the decision, …, COMMIT", len(trips), trips)
+	}
+	if status("ap-fresh") != "approved" || nonces("ap-fresh") != 1 {
+		t.Fatalf("a fresh approval: %s with %d nonces, want approved with 1", status("ap-fresh"), nonces("ap-fresh"))
+	}
+
+	if a := approve("ap-replay", "n1"); !errors.Is(a.err, errReplay) || !a.ok || a.fresh || !slices.Equal(a.runs, []bool{true, false}) {
+		t.Fatalf("a replayed nonce: %+v, want applied, not fresh (the op fails), after a lost speculation", a)
+	}
+	if status("ap-replay") != "pending" || nonces("ap-replay") != 0 {
+		t.Fatalf("a replayed nonce: %s with %d nonces, want pending with none", status("ap-replay"), nonces("ap-replay"))
+	}
+
+	if a := approve("ap-fresh", "n2"); a.err != nil || a.ok || a.fresh || !slices.Equal(a.runs, []bool{true, false}) {
+		t.Fatalf("already decided: %+v, want not applied, after a lost speculation", a)
+	}
+	if nonces("ap-fresh") != 1 || queryInt(t, ctx, s, `SELECT count(*) FROM audit_log WHERE kind = 'test.decided' AND data->>'approval' = 'ap-fresh'`) != 2 {
+		t.Fatal("already decided: a nonce or the op's entry is missing or doubled")
+	}
+
+	if a := approve("ap-started", "n3"); a.err != nil || !a.ok || !a.fresh || !a.started || !slices.Equal(a.runs, []bool{true, false}) {
+		t.Fatalf("a start recorded: %+v, want applied, fresh, started, after a lost speculation", a)
+	}
+	if _, err := s.VerifyAudit(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
