@@ -249,3 +249,52 @@ func TestApproveSpeculation(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSpeculationFenced: a speculating op in a transaction the server
+// fails for another reason — here a turn no longer this instance's to
+// finish (finished already, as after another instance adopted it) — gets
+// that failure, as without speculation: ErrFenced, nothing committed,
+// whether its guard held (the fence fails the transaction after it) or
+// not (the run without speculation meets the fence).
+func TestSpeculationFenced(t *testing.T) {
+	t.Parallel()
+	s, ctx := setup(t)
+	insertApproval(t, ctx, s, "fence-a", true) // its execution queued
+	var seq int64
+	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+		var err error
+		seq, _, err = tx.InsertTurn(ctx, testTurn("webchat", "fence-spec"))
+		return nil, err
+	})
+	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+		tx.QueueFinishTurn(seq, core.TurnDone, "")
+		return nil, nil
+	})
+	for _, from := range []core.ExecStatus{core.ExecQueued, core.ExecExecuted} { // the guard holds, misses
+		var runs []bool
+		err := s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			runs = append(runs, tx.Speculate())
+			if tx.Speculate() {
+				if err := tx.GuardTransitionExecution("fence-a", from, core.ExecRunning, core.ExecUpdate{Started: true}); err != nil {
+					return nil, err
+				}
+			} else if err := tx.QueueTransitionExecution("fence-a", from, core.ExecRunning, core.ExecUpdate{Started: true}, func(bool) {}); err != nil {
+				return nil, err
+			}
+			tx.QueueFinishTurn(seq, core.TurnDone, "")
+			return []audit.Entry{{Kind: "test.fenced", Actor: "silas"}}, nil
+		})
+		wantRuns := []bool{true}
+		if from != core.ExecQueued {
+			wantRuns = []bool{true, false}
+		}
+		if !errors.Is(err, core.ErrFenced) || !slices.Equal(runs, wantRuns) {
+			t.Fatalf("from %s: Do = %v after runs %v; want core.ErrFenced after %v", from, err, runs, wantRuns)
+		}
+		var status string
+		mustScan(t, s.Pool().QueryRow(ctx, `SELECT status FROM executions WHERE approval_id = 'fence-a'`), &status)
+		if status != "queued" || queryInt(t, ctx, s, `SELECT count(*) FROM audit_log WHERE kind = 'test.fenced'`) != 0 {
+			t.Fatalf("from %s: a fenced transaction committed (execution %s)", from, status)
+		}
+	}
+}

@@ -347,7 +347,8 @@ func (w *writer) commit(batch []*request, speculate bool) (err error) {
 	if head, ok := w.knownHead(); ok && tx.unchecked() {
 		// The chain's head is known from this writer's last commit, and
 		// nothing queued checks its result on this side (so nothing can
-		// fail the transaction once COMMIT is sent): what the ops queued,
+		// fail the transaction once COMMIT is sent; a guard's check is
+		// the server's, speculate.go): what the ops queued,
 		// the lock, a check that the head is still that one (another
 		// process may have appended since), the rows and COMMIT in one
 		// round trip instead of two — a delivery mark's batch. A stale
