@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -296,5 +297,65 @@ func TestSpeculationFenced(t *testing.T) {
 		if status != "queued" || queryInt(t, ctx, s, `SELECT count(*) FROM audit_log WHERE kind = 'test.fenced'`) != 0 {
 			t.Fatalf("from %s: a fenced transaction committed (execution %s)", from, status)
 		}
+	}
+}
+
+// TestGuardedTransitionLocksApprovalFirst: the guarded compare-and-swap
+// keeps the transition's lock order (TestTransitionLocksApprovalFirst):
+// the approval's row first, then the execution's — a tap holding the
+// approval is waited for while the execution's row is still free.
+func TestGuardedTransitionLocksApprovalFirst(t *testing.T) {
+	t.Parallel()
+	s, ctx := setup(t)
+	insertApproval(t, ctx, s, "ap-guarded", true)
+	tap, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tap.Rollback(context.Background())
+	if _, err := tap.Exec(ctx, `SELECT FROM approvals WHERE id = 'ap-guarded' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []bool, 1)
+	errs := make(chan error, 1)
+	go func() {
+		var runs []bool
+		errs <- s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			runs = append(runs, tx.Speculate())
+			if !tx.Speculate() {
+				return nil, nil
+			}
+			return nil, tx.GuardTransitionExecution("ap-guarded", core.ExecQueued, core.ExecRunning, core.ExecUpdate{Started: true})
+		})
+		done <- runs
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for queryInt(t, ctx, s, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) == 0 {
+		select {
+		case err := <-errs:
+			t.Fatalf("the guarded transition did not wait for the approval held by a tap (%v)", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the guarded transition neither waited for the approval's lock nor finished")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := tap.Exec(ctx, `SELECT FROM executions WHERE approval_id = 'ap-guarded' FOR SHARE NOWAIT`); err != nil {
+		t.Fatalf("the waiting guarded transition had locked the execution's row already: %v", err)
+	}
+	if err := tap.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if runs := <-done; !slices.Equal(runs, []bool{true}) {
+		t.Fatalf("runs %v, want one, speculated (the guard held)", runs)
+	}
+	var status string
+	mustScan(t, s.Pool().QueryRow(ctx, `SELECT status FROM executions WHERE approval_id = 'ap-guarded'`), &status)
+	if status != "running" {
+		t.Fatalf("execution %s, want running", status)
 	}
 }
