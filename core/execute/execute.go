@@ -59,14 +59,14 @@ type Tx interface {
 	// function runs.
 	QueueTransitionExecution(id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate, applied func(bool)) error
 	// Speculate reports whether the transaction may speculate: queue a
-	// compare-and-swap guarded (GuardTransitionExecution) and what
+	// compare-and-swap guarded (QueueGuardedTransitionExecution) and what
 	// depends on it at once. False when it runs again because a guard
 	// failed (core/store speculate.go).
 	Speculate() bool
-	// GuardTransitionExecution is QueueTransitionExecution whose failure
+	// QueueGuardedTransitionExecution is QueueTransitionExecution whose failure
 	// to apply fails the whole transaction (which then runs again,
 	// without speculation).
-	GuardTransitionExecution(id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate) error
+	QueueGuardedTransitionExecution(id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate) error
 	// Finally runs f once the statements queued so far were sent; the
 	// entries it returns are appended with the transaction's.
 	Finally(f func() ([]audit.Entry, error))
@@ -543,7 +543,7 @@ func (x *Executor) record(ctx context.Context, r *execution, to core.ExecStatus,
 // transition records nothing, and applied does not run.
 func (x *Executor) queueTransition(tx Tx, r *execution, to core.ExecStatus, u core.ExecUpdate, applied func(), notes ...note) ([]audit.Entry, error) {
 	if tx.Speculate() {
-		if err := tx.GuardTransitionExecution(r.a.ID, r.ex.Status, to, u); err != nil {
+		if err := tx.QueueGuardedTransitionExecution(r.a.ID, r.ex.Status, to, u); err != nil {
 			return nil, err
 		}
 		entries, err := x.transitioned(tx, r, to, u, notes...)

@@ -95,7 +95,7 @@ func TestSpeculation(t *testing.T) {
 			}
 			if tx.Speculate() {
 				*runs = append(*runs, run{speculated: true, applied: true})
-				if err := tx.GuardTransitionExecution(id, from, core.ExecRunning, core.ExecUpdate{Started: true}); err != nil {
+				if err := tx.QueueGuardedTransitionExecution(id, from, core.ExecRunning, core.ExecUpdate{Started: true}); err != nil {
 					return nil, err
 				}
 				if err := edit(); err != nil {
@@ -276,7 +276,7 @@ func TestSpeculationFenced(t *testing.T) {
 		err := s.Do(ctx, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
 			runs = append(runs, tx.Speculate())
 			if tx.Speculate() {
-				if err := tx.GuardTransitionExecution("fence-a", from, core.ExecRunning, core.ExecUpdate{Started: true}); err != nil {
+				if err := tx.QueueGuardedTransitionExecution("fence-a", from, core.ExecRunning, core.ExecUpdate{Started: true}); err != nil {
 					return nil, err
 				}
 			} else if err := tx.QueueTransitionExecution("fence-a", from, core.ExecRunning, core.ExecUpdate{Started: true}, func(bool) {}); err != nil {
@@ -325,7 +325,7 @@ func TestGuardedTransitionLocksApprovalFirst(t *testing.T) {
 			if !tx.Speculate() {
 				return nil, nil
 			}
-			return nil, tx.GuardTransitionExecution("ap-guarded", core.ExecQueued, core.ExecRunning, core.ExecUpdate{Started: true})
+			return nil, tx.QueueGuardedTransitionExecution("ap-guarded", core.ExecQueued, core.ExecRunning, core.ExecUpdate{Started: true})
 		})
 		done <- runs
 	}()

@@ -27,7 +27,10 @@ import (
 //     same batch, which then fails and is retried op by op, so it is
 //     attributed to the right op.
 //   - Every other method runs its statement now (after everything queued,
-//     in the same round trip) and returns its result.
+//     in the same round trip) and returns its result — except that, when
+//     the op speculates (Speculate, speculate.go), Approve queues its
+//     compare-and-swap guarded and answers as if it applied; the
+//     transaction fails if it did not, and runs again without speculation.
 //
 // Foreign keys fix an order: a row that references another may only be
 // queued once its parent is in this transaction's view — inserted earlier
