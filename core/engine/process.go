@@ -55,23 +55,30 @@ type outcome struct {
 	inTx func(ctx context.Context, tx *store.Tx, o *outcome) error
 	// after runs once the transaction committed.
 	after []func()
-	// jobs are the new messages enqueued for the turn's conversation, for
-	// the outbox lane to deliver without reading them back.
-	jobs []core.OutboxJob
-	// reads counts the other jobs the transaction enqueued for the turn's
-	// conversation (card edits, a tap's answer): the lane reads those back.
-	reads int
+	// jobs are the new messages, card edits and the tap's answer enqueued
+	// for the turn's conversation, for the outbox lane to deliver without
+	// reading them back (a job whose id never arrived is read).
+	jobs []store.Queued
 }
 
-// send enqueues a new message to the turn's conversation and records the
-// job (its id arrives when the batch's statements are sent).
+// send enqueues a new message to the turn's conversation (queue).
 func (o *outcome) send(tx *store.Tx, key string, m core.OutMessage) error {
-	t := o.st.Turn
+	return o.queue(tx, core.OpSend, key, m)
+}
+
+// edit enqueues an edit of a card of the turn's conversation (queue).
+func (o *outcome) edit(tx *store.Tx, c *cards.Card) error {
+	return o.queue(tx, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: o.st.Turn.Conversation, Card: c})
+}
+
+// queue enqueues a job for the turn's conversation and records it in
+// o.jobs as the insert completes it (its id; for an edit, the ref of the
+// card's message; its text as stored). Until then its id is 0, and the
+// lane would read it back.
+func (o *outcome) queue(tx *store.Tx, op core.OutboxOp, key string, m core.OutMessage) error {
 	i := len(o.jobs)
-	now := tx.Now()
-	o.jobs = append(o.jobs, core.OutboxJob{Channel: t.Channel, Conversation: t.Conversation, Op: core.OpSend, MessageKey: key, Message: m,
-		NextAt: now, CreatedAt: now})
-	return tx.QueueMessageThen(t.Channel, core.OpSend, key, m, func(id int64) { o.jobs[i].ID = id })
+	o.jobs = append(o.jobs, store.Queued{})
+	return tx.QueueMessageHanded(o.st.Turn.Channel, op, key, m, func(q store.Queued) { o.jobs[i] = q })
 }
 
 // answerTap queues the tap's one answer (core.OpAnswer): the notice, the
@@ -96,7 +103,10 @@ func (o *outcome) answerTap(tx *store.Tx) ([]*cards.Card, error) {
 			key = o.answerKey
 		}
 	}
-	return rest, tx.QueueTapAnswer(t.Channel, key, a)
+	// Handed to the lane like a new message (edit).
+	i := len(o.jobs)
+	o.jobs = append(o.jobs, store.Queued{})
+	return rest, tx.QueueTapAnswerHanded(t.Channel, key, a, func(q store.Queued) { o.jobs[i] = q })
 }
 
 type pendingSend struct {
@@ -211,19 +221,14 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 			}
 		}
 		for _, c := range updates {
-			if err := tx.QueueMessage(t.Channel, core.OpUpdate, string(c.ID), core.OutMessage{Conversation: t.Conversation, Card: c}); err != nil {
+			if err := o.edit(tx, c); err != nil {
 				return nil, err
 			}
 		}
-		// Counted from what was queued: a tap's answer carries the tapped
-		// card's updates (answerTap), so they are one job, not two. An
-		// overcount costs the lane a read that finds nothing after the
-		// conversation's last job (issue 26: a database round trip per
-		// execution); an undercount would leave a job to the recovery scan.
-		o.reads = len(updates)
-		if t.Tap != nil {
-			o.reads++ // the answer
-		}
+		// Every job queued for the turn's conversation is in o.jobs (a
+		// tap's answer carries the tapped card's updates, answerTap: one
+		// job, not two): the lane reads none back (issue 26: a database
+		// round trip per job), but for what it may not trust (HandOff).
 		for _, ps := range o.sends {
 			if err := tx.QueueMessage(cmp.Or(ps.ch, t.Channel), core.OpSend, ps.key, ps.msg); err != nil {
 				return nil, err
@@ -252,7 +257,7 @@ func (e *Engine) processTurn(ctx context.Context, st core.StoredTurn) (seq int64
 	}
 	e.m.turnLatency.Observe(e.now().Sub(start).Seconds())
 	e.m.turnsProcessed.Inc()
-	e.out.HandOff(t.Conversation, final.jobs, final.reads)
+	e.out.HandOff(t.Conversation, final.jobs, 0)
 	for _, ps := range final.sends {
 		e.out.Kick(ps.conv, 1)
 	}

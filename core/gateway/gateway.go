@@ -326,7 +326,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.mcp = cfg.MCP
 	}
 	exec, err := execute.New(execute.Config{
-		Store: execStore{cfg.Store}, Key: pub, Sandbox: cfg.Sandbox, Verifier: cfg.Verifier, Tools: tools,
+		Store: execStore{Store: cfg.Store, out: g.out}, Key: pub, Sandbox: cfg.Sandbox, Verifier: cfg.Verifier, Tools: tools,
 		Secrets:     execute.Sealed{Store: cfg.Store, Sealer: cfg.Sealer, Asker: g.secure},
 		ExecTimeout: cfg.ExecTimeout, OutputInlineMax: cfg.OutputInlineMax, OutputPreview: cfg.OutputPreview,
 		Logger: cfg.Logger, Now: cfg.Now, Failpoint: cfg.Failpoint, Hold: cfg.HoldExecution, BeforeRun: cfg.BeforeExecute, Apart: cfg.ClaimApart,
@@ -338,7 +338,8 @@ func New(cfg Config) (*Gateway, error) {
 				now = cfg.Now
 			}
 			m.settled(a, to, now())
-			g.out.Kick(a.Conversation, 1)
+			// The transition's card edit is in its lane already
+			// (execStore.Do, or the deciding turn's hand-off).
 		},
 	})
 	if err != nil {
@@ -548,9 +549,49 @@ func (c tapChain) Tap(ctx context.Context, tx *store.Tx, st core.StoredTurn, tru
 	return core.TaskTap{}, nil
 }
 
-// execStore is the store as the executor uses it.
-type execStore struct{ *store.Store }
+// execStore is the store as the executor uses it. The card edits its
+// transactions queue (an execution's new state) are handed to their
+// conversation's lane once committed, to be delivered without reading them
+// back (outbox.HandOff; issue 26: a database round trip per execution).
+type execStore struct {
+	*store.Store
+	out *outbox.Outbox
+}
 
 func (s execStore) Do(ctx context.Context, op func(ctx context.Context, tx execute.Tx) ([]audit.Entry, error)) error {
-	return s.Store.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) { return op(ctx, tx) })
+	var edits []store.Queued
+	err := s.Store.Do(ctx, func(ctx context.Context, tx *store.Tx) ([]audit.Entry, error) {
+		edits = nil // a fresh list on every (re)try
+		return op(ctx, execTx{Tx: tx, edits: &edits})
+	})
+	if err != nil {
+		return err
+	}
+	for len(edits) > 0 {
+		conv := edits[0].Conversation
+		var these []store.Queued
+		edits = slices.DeleteFunc(edits, func(q store.Queued) bool {
+			if q.Conversation == conv {
+				these = append(these, q)
+				return true
+			}
+			return false
+		})
+		s.out.HandOff(conv, these, 0)
+	}
+	return nil
+}
+
+// execTx is a transaction of execStore: it records the card edits the
+// executor queues, as the insert completes them.
+type execTx struct {
+	*store.Tx
+	edits *[]store.Queued
+}
+
+func (t execTx) QueueMessage(ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage) error {
+	i := len(*t.edits)
+	// Id 0 until the insert's answer: the lane reads such a job back.
+	*t.edits = append(*t.edits, store.Queued{OutboxJob: core.OutboxJob{Conversation: m.Conversation}})
+	return t.Tx.QueueMessageHanded(ch, op, key, m, func(q store.Queued) { (*t.edits)[i] = q })
 }

@@ -39,9 +39,9 @@ func TestLaneAdd(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			l := &lane{}
 			for i, b := range tt.batches {
-				var jobs []core.OutboxJob
+				var jobs []store.Queued
 				for _, id := range b {
-					jobs = append(jobs, core.OutboxJob{ID: id})
+					jobs = append(jobs, store.Queued{OutboxJob: core.OutboxJob{ID: id}})
 				}
 				l.add(jobs, tt.n[i])
 			}

@@ -157,6 +157,11 @@ func (ob *Outbox) marked(conv core.ConversationID, err error) {
 		ob.markMu.Unlock()
 		return
 	}
+	for _, m := range c.inflight {
+		// As for a mark the lane waits for (deliver); no lazy mark
+		// carries a ref today (an edit in place has none).
+		store.RefRecorded(m.j, m.ref)
+	}
 	var send, lost []mark
 	if err != nil {
 		// Nothing of it committed: these jobs and the ones queued behind

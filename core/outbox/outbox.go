@@ -128,10 +128,13 @@ func New(cfg Config) *Outbox {
 func (ob *Outbox) Kick(conv core.ConversationID, n int) { ob.HandOff(conv, nil, n) }
 
 // HandOff is Kick with jobs the commit enqueued and the caller knows in
-// full (new messages: ids from the insert, nothing to supersede or edit).
-// The lane delivers those from memory without reading them back; n counts
-// the other jobs of the commit, which it reads.
-func (ob *Outbox) HandOff(conv core.ConversationID, jobs []core.OutboxJob, n int) {
+// full (store.Queued: new messages with their ids from the insert; card
+// edits also with the ref of the message they edit, read in the insert's
+// round trip). The lane delivers those from memory without reading them back —
+// while this instance is alone on the database, and an edit only while
+// its ref is current (store.Queued.RefCurrent); otherwise it reads them
+// as any other. n counts the other jobs of the commit, which it reads.
+func (ob *Outbox) HandOff(conv core.ConversationID, jobs []store.Queued, n int) {
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
 	if l, ok := ob.lanes[conv]; ok {
@@ -153,7 +156,7 @@ func (ob *Outbox) HandOff(conv core.ConversationID, jobs []core.OutboxJob, n int
 }
 
 // startLaneLocked starts conv's lane; ob.mu is held.
-func (ob *Outbox) startLaneLocked(conv core.ConversationID, jobs []core.OutboxJob, n int) {
+func (ob *Outbox) startLaneLocked(conv core.ConversationID, jobs []store.Queued, n int) {
 	l := &lane{kicked: make(chan struct{}, 1)}
 	l.add(jobs, n)
 	ob.lanes[conv] = l
@@ -166,8 +169,11 @@ func (ob *Outbox) startLaneLocked(conv core.ConversationID, jobs []core.OutboxJo
 // database (expect > 0, or unknown); the lane reads the oldest pending job
 // each time, which may also be one of mem. Memory: every pending job the
 // lane knows of is in mem, in id order, and it delivers them without a
-// read. A delivery that fails (its retry time is in the database) puts the
-// lane back to reading.
+// read — an edit with the ref it carries, superseded when a newer update
+// of the same message is in mem (what NextOutboxJob computes: in this
+// mode mem holds every pending job). A delivery that fails (its retry time
+// is in the database), or a job the lane may not trust (see runLane),
+// puts the lane back to reading.
 type lane struct {
 	// claimed: this lane holds its conversation's claim, made under
 	// heartbeat generation gen (lanes.go); only with other instances.
@@ -176,10 +182,10 @@ type lane struct {
 	kicked  chan struct{}
 	expect  int  // jobs known to be pending that are not in mem
 	unknown bool // pending count unknown: read until empty
-	mem     []core.OutboxJob
+	mem     []store.Queued
 }
 
-func (l *lane) add(jobs []core.OutboxJob, n int) {
+func (l *lane) add(jobs []store.Queued, n int) {
 	for _, j := range jobs {
 		if j.ID == 0 {
 			n++ // its id never arrived: read it like any other
@@ -187,7 +193,7 @@ func (l *lane) add(jobs []core.OutboxJob, n int) {
 		}
 		// Commits of one conversation may land out of id order (a turn and
 		// an execution result); keep mem sorted so the oldest goes first.
-		i, _ := slices.BinarySearchFunc(l.mem, j.ID, func(a core.OutboxJob, id int64) int { return cmp.Compare(a.ID, id) })
+		i, _ := slices.BinarySearchFunc(l.mem, j.ID, func(a store.Queued, id int64) int { return cmp.Compare(a.ID, id) })
 		l.mem = slices.Insert(l.mem, i, j)
 	}
 	if n < 0 {
@@ -205,7 +211,7 @@ func (ob *Outbox) laneDone(conv core.ConversationID, l *lane, id int64, fromMem 
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
 	if !fromMem {
-		if i := slices.IndexFunc(l.mem, func(j core.OutboxJob) bool { return j.ID == id }); i >= 0 {
+		if i := slices.IndexFunc(l.mem, func(j store.Queued) bool { return j.ID == id }); i >= 0 {
 			l.mem = slices.Delete(l.mem, i, i+1)
 		} else {
 			l.expect--
@@ -222,13 +228,14 @@ func (ob *Outbox) laneDone(conv core.ConversationID, l *lane, id int64, fromMem 
 	return false
 }
 
-// next picks the lane's next job from memory, or reports that the lane must
-// read (read) or has nothing left (done; the lane is then removed).
-func (ob *Outbox) nextFromMemory(conv core.ConversationID, l *lane) (j core.OutboxJob, ok, done bool) {
+// nextFromMemory picks the lane's next job from memory, and whether a
+// newer update of the same message supersedes it, or reports that the lane
+// must read (!ok) or has nothing left (done; the lane is then removed).
+func (ob *Outbox) nextFromMemory(conv core.ConversationID, l *lane) (j store.Queued, superseded, ok, done bool) {
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
 	if l.reading() {
-		return j, false, false
+		return j, false, false, false
 	}
 	if len(l.mem) == 0 {
 		select {
@@ -236,11 +243,27 @@ func (ob *Outbox) nextFromMemory(conv core.ConversationID, l *lane) (j core.Outb
 		default:
 		}
 		delete(ob.lanes, conv)
-		return j, false, true
+		return j, false, false, true
 	}
 	j = l.mem[0]
 	l.mem = l.mem[1:]
-	return j, true, false
+	superseded = j.Op == core.OpUpdate && slices.ContainsFunc(l.mem, func(n store.Queued) bool {
+		return n.Op == core.OpUpdate && n.Channel == j.Channel && n.MessageKey == j.MessageKey
+	})
+	return j, superseded, true, false
+}
+
+// trusted reports whether the lane may deliver q, a job from memory,
+// without reading it back: this instance is alone on the database (else
+// another instance may have queued an older job of the conversation, or
+// delivered the card meanwhile: the database says what is oldest), and
+// for an edit, no ref of its message may have been recorded since it was
+// read (a card re-sent as a new message: store.Queued.RefCurrent).
+func (ob *Outbox) trusted(q store.Queued) bool {
+	if !ob.solo() {
+		return false
+	}
+	return (q.Op != core.OpUpdate && q.Op != core.OpAnswer) || q.RefCurrent()
 }
 
 func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane) {
@@ -248,21 +271,19 @@ func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane
 	defer ob.leaveLane(ctx, conv, l)
 	kicked := l.kicked
 	for {
-		j, fromMem, done := ob.nextFromMemory(conv, l)
+		q, superseded, fromMem, done := ob.nextFromMemory(conv, l)
 		if done {
 			return
 		}
-		if fromMem && !ob.solo() {
-			// Another instance may have queued for this conversation:
-			// the database says what is oldest.
+		if fromMem && !ob.trusted(q) {
+			// Read it (and whatever else is pending) from the database.
 			ob.mu.Lock()
-			l.mem = slices.Insert(l.mem, 0, j)
+			l.mem = slices.Insert(l.mem, 0, q)
 			l.unknown = true
 			ob.mu.Unlock()
 			continue
 		}
-		var superseded bool
-		var ref core.MessageRef
+		j, ref := q.OutboxJob, q.Ref
 		if !fromMem {
 			var err error
 			j, superseded, ref, err = ob.st.NextOutboxJob(ctx, conv, ob.unmarked(conv)...)
@@ -337,7 +358,7 @@ func (ob *Outbox) runLane(ctx context.Context, conv core.ConversationID, l *lane
 			// Not delivered now: the next read finds it again.
 			ob.mu.Lock()
 			if fromMem {
-				l.mem = slices.Insert(l.mem, 0, j)
+				l.mem = slices.Insert(l.mem, 0, q)
 			}
 			l.unknown = true
 			ob.mu.Unlock()
@@ -485,6 +506,10 @@ func (ob *Outbox) deliver(ctx context.Context, j core.OutboxJob, superseded bool
 		// it may share a transaction with other work (see DoBackground).
 		ob.settle(ctx, j.Conversation)
 		derr := ob.st.DoBackground(ctx, markOp([]mark{m}))
+		// Committed or not (a lost answer to COMMIT), it may have
+		// recorded a new ref for the card: edits handed over before now
+		// are read back (store.Queued.RefCurrent).
+		store.RefRecorded(m.j, m.ref)
 		if derr != nil {
 			ob.jobLog(j).ErrorContext(ctx, "outbox: delivered but could not record it; it may be delivered again", slog.Any("err", derr))
 		}

@@ -70,7 +70,7 @@ func TestHandOffBeforeRunKeepsOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ob.HandOff(conv, []core.OutboxJob{job}, 0)
+		ob.HandOff(conv, []store.Queued{{OutboxJob: job}}, 0)
 	}
 	queue("first")
 	done := make(chan struct{})

@@ -85,7 +85,9 @@ type Subprocess struct {
 
 	// useZygote: network-off runs are forked by a zygote (zygote_linux.go)
 	// instead of re-executing the gateway's binary (root, workTmpfs).
-	useZygote   bool
+	// Atomic: New clears it when the zygote's probe fails, while the
+	// probe's pool refill already reads it in spawn.
+	useZygote   atomic.Bool
 	zygMu       sync.Mutex // guards zyg, zygStarting
 	zyg         *zygote
 	zygStarting bool
@@ -234,12 +236,16 @@ func New(cfg Config) (*Subprocess, error) {
 		if s.zyg, err = s.startZygote(); err != nil {
 			s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: no zygote; every run re-executes the init", slog.String("error", err.Error()))
 		} else {
-			s.useZygote = true
+			s.useZygote.Store(true)
 			if err := s.probe(); err != nil {
 				s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: the zygote's probe failed; every run re-executes the init", slog.String("error", err.Error()))
-				s.useZygote = false
-				s.zyg.stop()
-				s.zyg = nil
+				s.useZygote.Store(false)
+				s.zygMu.Lock() // the probe's pool refill may be asking currentZygote
+				if s.zyg != nil {
+					s.zyg.stop()
+					s.zyg = nil
+				}
+				s.zygMu.Unlock()
 			}
 		}
 	}
@@ -855,7 +861,7 @@ func (s *Subprocess) Close() error {
 // network-off one forked by the zygote when there is one, else the
 // gateway's binary re-executed.
 func (s *Subprocess) spawn(network bool) (*warmInit, error) {
-	if !network && s.useZygote {
+	if !network && s.useZygote.Load() {
 		if z := s.currentZygote(); z != nil {
 			w, err := s.spawnZygote(z)
 			if err == nil {

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +43,13 @@ const zygoteStartTimeout = 10 * time.Second
 
 // zygoteReplyTimeout bounds how long a fork's reply may take.
 const zygoteReplyTimeout = 10 * time.Second
+
+// zygoteEnv is the zygote's environment: an init's, and in a build linked
+// with glibc (cgo: the tests) no restartable sequences, which glibc
+// registers in each thread's memory: the zygote's inits are forked without
+// that memory (sandboxinit's fork region), and the kernel would write to
+// it in each. A static build ignores it.
+var zygoteEnv = append(slices.Clip(initEnv), "GLIBC_TUNABLES=glibc.pthread.rseq=0")
 
 type zygote struct {
 	cmd   *exec.Cmd
@@ -136,7 +144,7 @@ func (s *Subprocess) startZygote() (*zygote, error) {
 	theirs := os.NewFile(uintptr(sp[1]), "zygote")
 	cmd := exec.Command("/proc/self/exe", initSpecArg)
 	cmd.Args[0] = initArg0 // the runs' /proc/1/cmdline is the zygote's: the same as an init's
-	cmd.Env = initEnv
+	cmd.Env = zygoteEnv
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{statusW, theirs, specR} // fds 3, 4, 5 as for an init
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,7 +30,7 @@ func zygoteSandbox(t *testing.T) *Subprocess {
 	if !s.workTmpfs {
 		t.Skip("no fsmount stages on this kernel: every run re-executes the init")
 	}
-	if !s.useZygote {
+	if !s.useZygote.Load() {
 		t.Fatal("a root gateway with stages has no zygote")
 	}
 	return s
@@ -228,5 +229,52 @@ func TestZygoteOutputBlocking(t *testing.T) {
 		if flags&unix.O_NONBLOCK != 0 {
 			t.Fatalf("the program's output pipe is non-blocking (flags %s)", f[1])
 		}
+	}
+}
+
+// TestZygoteInitsGetNoCopyOfTheZygote: a forked init gets the zygote's
+// fork region (its stack and what it reads), the main thread's stack and
+// the binary's code — not a copy of the zygote's Go heap, goroutine
+// stacks and runtime data, which it never uses and whose copy, faults and
+// teardown were a quarter of a run's CPU (BENCHMARKS.md "Issue 26 — the
+// zygote's address space"). Read from a warm init's /proc/<pid>/maps
+// before its run: at most two writable anonymous mappings (the region
+// and [stack]; with -cover also the binary's bss, whose counters the
+// init's code writes), where a whole copy has dozens.
+func TestZygoteInitsGetNoCopyOfTheZygote(t *testing.T) {
+	if runtime.GOARCH != "amd64" || raceEnabled {
+		t.Skip("inits are forked onto a stack of their own on amd64 only, not under the race detector")
+	}
+	s := zygoteSandbox(t)
+	for range 3 { // the inits forked before the zygote's first marks are used up
+		if res := run(t, s, core.ExecRequest{Argv: []string{"true"}}); res.ExitCode != 0 {
+			t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
+		}
+	}
+	w, err := s.take(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.discard()
+	if w.zygote == nil {
+		t.Fatal("the init does not come from the zygote")
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(w.pid) + "/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writable []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 5 && strings.Contains(f[1], "w") && f[4] == "0" { // anonymous (inode 0)
+			writable = append(writable, line)
+		}
+	}
+	want := 2
+	if testing.CoverMode() != "" {
+		want = 3
+	}
+	if len(writable) > want {
+		t.Fatalf("a warm init has %d writable anonymous mappings, want at most %d:\n%s", len(writable), want, strings.Join(writable, "\n"))
 	}
 }

@@ -126,34 +126,64 @@ func (t *Tx) TransitionApproval(ctx context.Context, id core.ApprovalID, from []
 // decision in one round trip instead of two. ok=false: the request was no
 // longer in any of from (nothing written); fresh=false: the nonce was
 // consumed before, a replay (the caller rolls the transaction back).
+//
+// Speculating (Speculate, speculate.go), it answers ok and fresh, with no
+// start recorded, without waiting: the statement is queued with a guard
+// that fails the transaction otherwise, and what the caller queues on that
+// answer commits only if it held. The nonce is still consumed under its
+// unique key in this transaction, with the decision, or nothing commits.
 func (t *Tx) Approve(ctx context.Context, id core.ApprovalID, from []core.ApprovalStatus, by core.IdentityID, token, nonce []byte, tokenID string) (ok, fresh bool, err error) {
 	fs := make([]string, len(from))
 	for i, f := range from {
 		fs[i] = string(f)
+	}
+	args := []any{id, fs, core.ApprovalApproved, by, t.now(), token, tracing.Traceparent(ctx), nonce, tokenID}
+	if t.Speculate() {
+		// Queued, guarded (speculate.go): it fails the transaction unless
+		// the approval applied, the nonce was fresh and no start was
+		// recorded — the answer assumed here (ok, fresh; Decided: not
+		// started). Anything else runs again without speculation and
+		// gets today's answer below. What the caller queues next (the
+		// execution, its claim, the card, the audit rows) and COMMIT so
+		// go in this statement's round trip.
+		t.guard("approve", approveSQL+`
+			SELECT 1 / (CASE WHEN (SELECT count(*) FROM u) = 1 AND (SELECT count(*) FROM n) = 1 AND NOT `+startedSQL+` THEN 1 ELSE 0 END)`, args...)
+		t.approved(id, nonce, tokenID, false)
+		return true, true, nil
 	}
 	var applied, consumed int
 	var started bool
 	// The last column is the gate's "no start of this execution recorded"
 	// (as RecordedDecision reads it), for a claim with the decision
 	// (Decided): an index probe in the same statement, no round trip.
-	err = t.queryRow(ctx, `WITH u AS (UPDATE approvals SET status = $3, decided_by = NULLIF($4, ''), decided_at = $5, token = COALESCE($6, token),
-			tap_traceparent = COALESCE(NULLIF($7, ''), tap_traceparent)
-			WHERE id = $1 AND status = ANY($2) RETURNING id),
-		n AS (INSERT INTO token_nonces (nonce, token_id, approval_id, consumed_at) SELECT $8, $9, id, $5 FROM u
-			ON CONFLICT DO NOTHING RETURNING 1)
-		SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM n),
-			EXISTS (SELECT 1 FROM audit_log s WHERE s.kind = '`+string(audit.KindExecutionStarted)+`' AND s.data->>'approval' = $1)`,
-		id, fs, core.ApprovalApproved, by, t.now(), token, tracing.Traceparent(ctx), nonce, tokenID).Scan(&applied, &consumed, &started)
+	err = t.queryRow(ctx, approveSQL+`
+		SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM n), `+startedSQL, args...).Scan(&applied, &consumed, &started)
 	if err != nil {
 		return false, false, fmt.Errorf("store: approve %s: %w", id, err)
 	}
 	if applied == 1 && consumed == 1 {
-		if t.decided == nil {
-			t.decided = map[core.ApprovalID]decided{}
-		}
-		t.decided[id] = decided{nonce: nonce, tokenID: tokenID, started: started}
+		t.approved(id, nonce, tokenID, started)
 	}
 	return applied == 1, consumed == 1, nil
+}
+
+// approveSQL is Approve's statement up to its SELECT: the approval's
+// compare-and-swap (u) and, only when it applied, the nonce's insert (n).
+const approveSQL = `WITH u AS (UPDATE approvals SET status = $3, decided_by = NULLIF($4, ''), decided_at = $5, token = COALESCE($6, token),
+		tap_traceparent = COALESCE(NULLIF($7, ''), tap_traceparent)
+		WHERE id = $1 AND status = ANY($2) RETURNING id),
+	n AS (INSERT INTO token_nonces (nonce, token_id, approval_id, consumed_at) SELECT $8, $9, id, $5 FROM u
+		ON CONFLICT DO NOTHING RETURNING 1)`
+
+// startedSQL: the audit log records a start of approval $1's execution.
+const startedSQL = `EXISTS (SELECT 1 FROM audit_log s WHERE s.kind = '` + string(audit.KindExecutionStarted) + `' AND s.data->>'approval' = $1)`
+
+// approved records what Approve wrote (see Decided).
+func (t *Tx) approved(id core.ApprovalID, nonce []byte, tokenID string, started bool) {
+	if t.decided == nil {
+		t.decided = map[core.ApprovalID]decided{}
+	}
+	t.decided[id] = decided{nonce: nonce, tokenID: tokenID, started: started}
 }
 
 // decided is an approval this transaction approved (Approve).

@@ -69,6 +69,12 @@ func (s *Store) Heartbeat(ctx context.Context, host string, pid int, ttl time.Du
 	if err != nil {
 		return 0, 0, fmt.Errorf("store: instance heartbeat: %w", err)
 	}
+	if others > 0 {
+		// Another instance may deliver (and record refs) where this one's
+		// lanes cannot count it: card edits handed over in memory before
+		// now are read back (Queued.RefCurrent).
+		othersSeen.Add(1)
+	}
 	return others, alive, nil
 }
 

@@ -3,8 +3,11 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,19 +32,154 @@ func (t *Tx) QueueMessageThen(ch core.ChannelName, op core.OutboxOp, key string,
 	return nil
 }
 
+// QueueMessageHanded is QueueMessage that hands the job to then, as the
+// conversation's lane needs it to deliver it without reading it back
+// (Queued, core/outbox HandOff), once the batch's statements were sent.
+func (t *Tx) QueueMessageHanded(ch core.ChannelName, op core.OutboxOp, key string, m core.OutMessage, then func(Queued)) error {
+	q := Queued{OutboxJob: core.OutboxJob{Channel: ch, Conversation: m.Conversation, Op: op, MessageKey: key, Message: m}, gen: refGen(ch, key)}
+	q.Message.CardText = "" // not stored: the lane sets it
+	if err := t.QueueMessage(ch, op, key, m); err != nil {
+		return err
+	}
+	j := &t.enqueues[len(t.enqueues)-1]
+	if err := q.asStored(j.payload); err != nil {
+		return err
+	}
+	j.handed = q.handTo(then)
+	return nil
+}
+
 // QueueTapAnswer enqueues the one answer to a tap (core.OpAnswer), under
 // key: the tapped card's id when a carries the card's new state (the
 // transcript then reads it as the card's edit, and the lane finds the
 // card's message through it), else a key of its own.
 func (t *Tx) QueueTapAnswer(ch core.ChannelName, key string, a core.TapAnswer) error {
-	p := answerPayload{OutMessage: core.OutMessage{Conversation: a.Conversation, Card: a.Card}, Answer: &a}
-	a.Card = nil // stored once, as the message's card
+	return t.QueueTapAnswerHanded(ch, key, a, nil)
+}
+
+// QueueTapAnswerHanded is QueueTapAnswer that hands the job to then (nil:
+// not needed), as QueueMessageHanded does.
+func (t *Tx) QueueTapAnswerHanded(ch core.ChannelName, key string, a core.TapAnswer, then func(Queued)) error {
+	a.Ref, a.CardText = "", "" // not stored: the lane sets them
+	m := core.OutMessage{Conversation: a.Conversation, Card: a.Card}
+	p := answerPayload{OutMessage: m}
+	// As NextOutboxJob returns it: the answer's card is the message's.
+	q := Queued{OutboxJob: core.OutboxJob{Channel: ch, Conversation: a.Conversation, Op: core.OpAnswer, MessageKey: key, Message: m, Answer: &a},
+		gen: refGen(ch, key)}
+	stored := a
+	stored.Card = nil // stored once, as the message's card
+	p.Answer = &stored
 	payload, err := json.Marshal(p)
 	if err != nil {
 		return fmt.Errorf("store: marshal tap answer: %w", err)
 	}
-	t.enqueues = append(t.enqueues, queuedJob{ch: ch, conv: a.Conversation, op: core.OpAnswer, key: key, payload: string(jsonbSafe(payload))})
+	body := string(jsonbSafe(payload))
+	if then != nil {
+		if err := q.asStored(body); err != nil {
+			return err
+		}
+	}
+	t.enqueues = append(t.enqueues, queuedJob{ch: ch, conv: a.Conversation, op: core.OpAnswer, key: key, payload: body,
+		handed: q.handTo(then)})
 	return nil
+}
+
+// asStored makes q's message (and answer) what NextOutboxJob decodes from
+// payload, the job's stored form, where the two may differ: text that was
+// not valid UTF-8, or held NUL, is stored with U+FFFD in its place
+// (encoding/json, jsonbSafe — both write it as this escape, which a valid
+// character never is). Decoding every payload would cost the lane's read
+// saved a good part of its CPU again.
+func (q *Queued) asStored(payload string) error {
+	if !strings.Contains(payload, `\ufffd`) {
+		return nil
+	}
+	secret := q.Message.SecretOutput // stored beside the payload
+	if err := decodeJob(&q.OutboxJob, []byte(payload)); err != nil {
+		return err
+	}
+	q.Message.SecretOutput = secret
+	return nil
+}
+
+// Queued is an outbox job as the transaction that queued it knows it once
+// its insert ran: what the conversation's lane needs to deliver it without
+// reading it back (core/outbox HandOff; issue 26: a read per card edit was
+// a round trip of every execution, twice). For an edit (an update, a tap's
+// answer) Ref is the platform ref of the message it edits, read in the
+// insert's round trip (sent_messages, "" if none; queueJobs) — what
+// NextOutboxJob would return, while RefCurrent holds. Whether a newer edit supersedes it is for the
+// lane to say: the newer edit's transaction may commit after this one.
+type Queued struct {
+	core.OutboxJob
+	Ref core.MessageRef
+	// gen is refGen of the job's message when the job was queued, before
+	// its insert was sent.
+	gen uint64
+}
+
+// handTo returns the insert's callback that completes q and hands it to
+// then (nil for a nil then).
+func (q Queued) handTo(then func(Queued)) func(id int64, ref core.MessageRef, now time.Time) {
+	if then == nil {
+		return nil
+	}
+	return func(id int64, ref core.MessageRef, now time.Time) {
+		q.ID, q.Ref, q.NextAt, q.CreatedAt = id, ref, now, now
+		then(q)
+	}
+}
+
+// RefCurrent reports whether q.Ref is still the platform ref NextOutboxJob
+// would read for q's message: no transaction that may have recorded
+// another (a delivery of a card as a new message, Tx.QueueDelivered)
+// ended in this process since q was queued (RefRecorded), and no
+// heartbeat of this process saw another instance meanwhile (another
+// instance's deliveries are not counted here). A ref recorded by a
+// transaction that committed before q.Ref was read is in it; one that
+// committed later was counted after q was queued (the count is taken
+// before the read is sent). False: read the job back.
+func (q Queued) RefCurrent() bool { return refGen(q.Channel, q.MessageKey) == q.gen }
+
+// refGens count, by a hash of (channel, message key), the transactions
+// that may have recorded a platform ref (RefRecorded); othersSeen counts
+// the heartbeats that saw another instance. Process-wide, not per Store:
+// a Tx does not know its Store, and a count from another Store of the
+// same process (tests) only costs a lane a read.
+var (
+	refGens    [1024]atomic.Uint64
+	othersSeen atomic.Uint64
+)
+
+func refBucket(ch core.ChannelName, key string) *atomic.Uint64 {
+	// FNV-1a of channel, a zero byte, key (hash/fnv's, without its
+	// allocation).
+	h := uint32(2166136261)
+	for i := 0; i < len(ch); i++ {
+		h = (h ^ uint32(ch[i])) * 16777619
+	}
+	h *= 16777619
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return &refGens[h%uint32(len(refGens))]
+}
+
+// refGen is the generation a Queued's RefCurrent compares: both counts
+// only grow, so their sum changes whenever either does.
+func refGen(ch core.ChannelName, key string) uint64 {
+	return refBucket(ch, key).Load() + othersSeen.Load()
+}
+
+// RefRecorded is told, once a transaction that marked job j delivered
+// with ref ended (committed or not: a commit whose answer was lost may
+// have applied), that it may have recorded a new platform ref for j's
+// message (as QueueDelivered does: a card's ref). Handed jobs queued
+// before then are read back (RefCurrent).
+func RefRecorded(j core.OutboxJob, ref core.MessageRef) {
+	if ref != "" && j.Message.Card != nil {
+		refBucket(j.Channel, j.MessageKey).Add(1)
+	}
 }
 
 // answerPayload is an outbox job's payload: the message, and for an
@@ -52,17 +190,41 @@ type answerPayload struct {
 }
 
 // queueJobs adds one INSERT for all queued outbox jobs, in queue order (ids
-// ascend in that order, which is the delivery order). When a job edits a
-// card, the same statement fans the edit out to the card's other routed
-// messages (routes.go), and t records their conversations.
-func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
+// ascend in that order, which is the delivery order), and returns the
+// labels of the statements it queued. When a job edits a card, the same
+// statement fans the edit out to the card's other routed messages
+// (routes.go), and t records their conversations. Before it, each edit to
+// be handed over (Queued) gets a read of its message's platform ref: the
+// scalar subquery NextOutboxJob runs, as a statement of its own in the
+// same round trip. (As a subquery of the INSERT's result it cost
+// PostgreSQL 0.5–0.8 ms more per execution in silas-load's phase (c), two
+// such transactions — the subplan's own run is 5 µs, so most likely the
+// statement's planning; a lookup by the primary key on its own keeps its
+// plan, and PostgreSQL's CPU came back to what it was.)
+func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) (labels []string) {
 	n := len(jobs)
 	chans, convs, ops, keys, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	secret := make([]bool, n)
 	edits := false
+	var refs []core.MessageRef
 	for i, j := range jobs {
 		chans[i], convs[i], ops[i], keys[i], payloads[i], secret[i] = string(j.ch), string(j.conv), string(j.op), j.key, j.payload, j.secret
-		edits = edits || j.op == core.OpUpdate || j.op == core.OpAnswer
+		edit := j.op == core.OpUpdate || j.op == core.OpAnswer
+		edits = edits || edit
+		if !edit || j.handed == nil {
+			continue
+		}
+		if refs == nil {
+			refs = make([]core.MessageRef, n)
+		}
+		b.Queue(`SELECT ref FROM sent_messages WHERE channel = $1 AND message_key = $2`, string(j.ch), j.key).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&refs[i])
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil // never delivered (or not as a card)
+			}
+			return err
+		})
+		labels = append(labels, "read sent message ref")
 	}
 	insert := `INSERT INTO outbox (channel, conversation, op, message_key, payload, secret_output, created_at, next_at)
 		SELECT channel, conversation, op, message_key, payload, secret_output, $6, $6
@@ -102,9 +264,17 @@ func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) {
 			if j.then != nil {
 				j.then(ids[i])
 			}
+			if j.handed != nil {
+				var ref core.MessageRef
+				if refs != nil {
+					ref = refs[i]
+				}
+				j.handed(ids[i], ref, now)
+			}
 		}
 		return nil
 	})
+	return append(labels, "enqueue")
 }
 
 // NextOutboxJob returns a conversation's oldest pending job, whether a newer
@@ -138,20 +308,29 @@ func (s *Store) NextOutboxJob(ctx context.Context, conv core.ConversationID, ski
 		return j, false, "", notFound(err)
 	}
 	j.Op = core.OutboxOp(op)
-	var p answerPayload
-	if err := json.Unmarshal(payload, &p); err != nil {
-		return j, false, "", fmt.Errorf("store: decode outbox job %d: %w", j.ID, err)
-	}
-	j.Message = p.OutMessage
-	if p.Answer != nil {
-		a := *p.Answer
-		a.Card = j.Message.Card
-		j.Answer = &a
+	if err := decodeJob(&j, payload); err != nil {
+		return j, false, "", err
 	}
 	if r != nil {
 		ref = core.MessageRef(*r)
 	}
 	return j, superseded, ref, nil
+}
+
+// decodeJob sets j's message and answer from its stored payload.
+func decodeJob(j *core.OutboxJob, payload []byte) error {
+	var p answerPayload
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return fmt.Errorf("store: decode outbox job %d: %w", j.ID, err)
+	}
+	j.Message = p.OutMessage
+	j.Answer = nil
+	if p.Answer != nil {
+		a := *p.Answer
+		a.Card = j.Message.Card
+		j.Answer = &a
+	}
+	return nil
 }
 
 // PendingOutboxConversations lists conversations with pending deliveries

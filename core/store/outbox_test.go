@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -168,4 +169,90 @@ func outboxHeads(ctx context.Context, s *Store, now time.Time, limit int) ([]cor
 		out = out[:limit]
 	}
 	return out, nil
+}
+
+// TestQueuedAsRead: a job handed over by the transaction that queued it
+// (QueueMessageHanded, QueueTapAnswerHanded) is the job NextOutboxJob
+// reads back — the same fields, the answer with its card, text as stored
+// (a run's output that is not UTF-8, or holds NUL), the ref of the card's
+// message as the insert read it — and its ref stops being current
+// once a delivery that may have recorded another ref for that message
+// ended (RefRecorded), not for one that records none or another message's.
+func TestQueuedAsRead(t *testing.T) {
+	t.Parallel()
+	s, ctx := setup(t)
+	const conv core.ConversationID = "test:handed"
+	card := &cards.Card{ID: "c-handed", Kind: cards.KindApproval, Intent: "Run uname", Risk: cards.RiskLow, Status: cards.StatusPending}
+	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+		return nil, tx.QueueMessage("test", core.OpSend, string(card.ID), core.OutMessage{Conversation: conv, Card: card})
+	})
+	sent, _, _, err := s.NextOutboxJob(ctx, conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+		tx.QueueDelivered(sent, "ref-1", core.OutboxDelivered)
+		return nil, nil
+	})
+	running, done := *card, *card
+	running.Status, done.Status = cards.StatusRunning, cards.StatusDone
+	// Stored with U+FFFD for the NUL and the byte that is not UTF-8.
+	running.Output, done.Output = "a\x00b\xffc", "a\x00b\xffc"
+	var handed []Queued
+	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+		handed = nil
+		got := func(q Queued) { handed = append(handed, q) }
+		if err := tx.QueueTapAnswerHanded("test", string(card.ID), core.TapAnswer{Conversation: conv, EventID: "e1", Sender: "test:owner",
+			Tap: core.Tap{Card: card.ID, Choice: "approve"}, Handle: "h1", Card: &running, Ref: "not stored", CardText: "not stored"}, got); err != nil {
+			return nil, err
+		}
+		return nil, tx.QueueMessageHanded("test", core.OpUpdate, string(card.ID), core.OutMessage{Conversation: conv, Card: &done, CardText: "not stored"}, got)
+	})
+	if len(handed) != 2 {
+		t.Fatalf("%d jobs handed over, want 2", len(handed))
+	}
+	var skip []int64
+	for i, q := range handed {
+		j, _, ref, err := s.NextOutboxJob(ctx, conv, skip...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		skip = append(skip, j.ID)
+		if !sameJob(q.OutboxJob, j) || q.Ref != ref || q.Ref != "ref-1" {
+			t.Errorf("job %d handed over as %s (ref %q), read back as %s (ref %q)", i, jobString(q.OutboxJob), q.Ref, jobString(j), ref)
+		}
+		if !q.RefCurrent() {
+			t.Errorf("job %d: its ref is not current before any delivery", i)
+		}
+	}
+	RefRecorded(sent, "") // nothing sent as a new message
+	RefRecorded(core.OutboxJob{Channel: "test", MessageKey: "c-handed", Message: core.OutMessage{Text: "not a card"}}, "ref-x")
+	if !handed[0].RefCurrent() {
+		t.Fatal("a delivery that records no ref for the card made the handed edit's ref stale")
+	}
+	RefRecorded(sent, "ref-2")
+	if handed[0].RefCurrent() || handed[1].RefCurrent() {
+		t.Fatal("the card's ref may have changed, yet the handed edits' refs are current")
+	}
+}
+
+// sameJob compares two jobs as the lane uses them: their fields, the
+// message and answer as stored (JSON), the times to the database's
+// microsecond.
+func sameJob(a, b core.OutboxJob) bool {
+	return jobString(a) == jobString(b) && a.NextAt.Truncate(time.Microsecond).Equal(b.NextAt) && a.CreatedAt.Truncate(time.Microsecond).Equal(b.CreatedAt)
+}
+
+func jobString(j core.OutboxJob) string {
+	m, _ := json.Marshal(j.Message)
+	a, _ := json.Marshal(j.Answer)
+	var ref, cardText string
+	if j.Answer != nil {
+		ref, cardText = string(j.Answer.Ref), j.Answer.CardText
+		if j.Answer.Card != j.Message.Card {
+			ref += " (the answer's card is not the message's)"
+		}
+	}
+	return fmt.Sprintf("{id %d %s %s %s key %s attempts %d message %s card text %q answer %s ref %q card text %q}", j.ID, j.Channel, j.Conversation, j.Op,
+		j.MessageKey, j.Attempts, m, j.Message.CardText, a, ref, cardText)
 }

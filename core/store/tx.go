@@ -27,7 +27,10 @@ import (
 //     same batch, which then fails and is retried op by op, so it is
 //     attributed to the right op.
 //   - Every other method runs its statement now (after everything queued,
-//     in the same round trip) and returns its result.
+//     in the same round trip) and returns its result — except that, when
+//     the op speculates (Speculate, speculate.go), Approve queues its
+//     compare-and-swap guarded and answers as if it applied; the
+//     transaction fails if it did not, and runs again without speculation.
 //
 // Foreign keys fix an order: a row that references another may only be
 // queued once its parent is in this transaction's view — inserted earlier
@@ -84,6 +87,13 @@ type Tx struct {
 	// inline are the turns InsertInlineTurn stored done in this
 	// transaction (QueueFinishTurn of them writes nothing more).
 	inline map[int64]bool
+	// Speculation (speculate.go): noSpeculation is set when the writer
+	// re-runs a batch whose guard failed; guards are the queued
+	// statements whose check is the server's (guard); lost: a guard
+	// failed, nothing of the transaction commits.
+	noSpeculation bool
+	guards        map[*pgx.QueuedQuery]bool
+	lost          bool
 }
 
 type queuedTurn struct {
@@ -102,6 +112,9 @@ type queuedJob struct {
 	// secret: the message carries secret-derived output (outbox.secret_output).
 	secret bool
 	then   func(id int64)
+	// handed, when set, gets the job's id, the ref of the message it
+	// edits and the insert's time (Queued).
+	handed func(id int64, ref core.MessageRef, now time.Time)
 }
 
 type queuedFinish struct {
@@ -219,7 +232,9 @@ func (t *Tx) unchecked() bool {
 	}
 	if t.queued != nil {
 		for _, q := range t.queued.QueuedQueries {
-			if q.Fn != nil {
+			// A guard's check is the server's: a failed one aborts the
+			// transaction before COMMIT (speculate.go).
+			if q.Fn != nil && !t.guards[q] {
 				return false
 			}
 		}
@@ -247,7 +262,7 @@ func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []qu
 		b.QueuedQueries = append(b.QueuedQueries, t.queued.QueuedQueries...)
 		labels = append(labels, t.labels...)
 	}
-	t.queued, t.labels, t.execs = nil, nil, nil
+	t.queued, t.labels, t.execs, t.guards = nil, nil, nil, nil
 	turns = t.turns
 	t.turns = nil
 	if len(turns) > 0 {
@@ -255,8 +270,7 @@ func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []qu
 		labels = append(labels, "insert turns")
 	}
 	if len(t.enqueues) > 0 {
-		t.queueJobs(b, t.enqueues, t.now())
-		labels = append(labels, "enqueue")
+		labels = append(labels, t.queueJobs(b, t.enqueues, t.now())...)
 		t.enqueues = nil
 	}
 	if len(t.finishes) > 0 {

@@ -17,8 +17,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// forkInit clones the run's init. In the parent it returns the child's
-// pid (as this process sees it); the child never returns.
+// forkInit clones the run's init as fork(2) does, a copy of the whole
+// zygote (where forkInitOwnStack cannot: see zygote_clone3_other.go). In
+// the parent it returns the child's pid (as this process sees it); the
+// child never returns.
 //
 //go:norace
 //go:nosplit
@@ -32,6 +34,18 @@ func forkInit(a *forkArgs) (int, syscall.Errno) {
 	afterForkInChild()
 	childInit(a)
 	return 0, 0
+}
+
+// forkInitOwnStack clones the run's init onto the fork region's stack
+// (clone3Init); only the parent returns.
+//
+//go:norace
+//go:nosplit
+func forkInitOwnStack(a *forkArgs, ca *cloneArgs) (int, syscall.Errno) {
+	beforeFork()
+	r1, errno := clone3Init(ca, unsafe.Sizeof(*ca), a)
+	afterFork()
+	return int(r1), syscall.Errno(errno)
 }
 
 //go:norace
@@ -67,7 +81,7 @@ func report(a *forkArgs, kind byte, step int, n uint32) {
 	a.msg[i+1] = ' '
 	i += 2
 	if kind != StatusExit {
-		name := stepNames[step]
+		name := a.names[step]
 		for j := 0; j < len(name) && i < len(a.msg)-40; j++ {
 			a.msg[i] = name[j]
 			i++

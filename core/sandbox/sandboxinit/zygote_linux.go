@@ -42,7 +42,10 @@ import (
 // the zygote's thread continuing in raw system calls (childInit), on
 // memory prepared before the fork, like syscall.forkAndExecInChild. It
 // must never allocate, grow its stack, write a pointer or call anything
-// that is not nosplit.
+// that is not nosplit. On amd64 it reads and writes nothing but the fork
+// region (zygote_mem_linux.go), on whose stack clone3 starts it, and the
+// rest of the zygote's memory is not forked at all; elsewhere it is a
+// whole copy, continuing on the forking goroutine's stack (forkInit).
 
 //go:linkname beforeFork syscall.runtime_BeforeFork
 func beforeFork()
@@ -139,8 +142,22 @@ type zygote struct {
 	watch   []string // hidden paths that would be visible if they appeared
 	devNull int
 	filter  []unix.SockFilter
-	args    *forkArgs // reused: each child has its own copy of it
+	args    *forkArgs // reused: each child has its own copy of it; in region
 	reply   []byte    // the last fork's reply, reused
+	// region holds everything an init touches (zygote_mem_linux.go);
+	// clone is clone3's arguments for forking onto its stack.
+	region *forkRegion
+	clone  cloneArgs
+	// ownStack: 0 until the first fork, then 1 if clone3 forks inits onto
+	// the region (the rest of the zygote's memory is then not forked), -1
+	// if this kernel cannot (before 5.5: no CLONE_CLEAR_SIGHAND), and
+	// every init is a copy of the whole zygote, as fork(2) makes it.
+	ownStack int8
+	forks    int
+	maps     int    // /proc/self/maps, opened before the pivot
+	mapsBuf  []byte // its last read, reused
+	// keepLo, keepHi: the binary's data the inits keep (keptDataRange).
+	keepLo, keepHi uintptr
 	// noBounding: the threads (by tid) whose bounding set is empty. An
 	// init inherits the set of the thread that forks it, and serve's
 	// goroutine runs on whichever thread the runtime gives it.
@@ -158,6 +175,12 @@ func zygoteMain(status *os.File, specJSON []byte) int {
 	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fail(fmt.Errorf("init: PR_SET_DUMPABLE: %w", err))
+	}
+	// Opened before the root is built: the zygote's has no /proc. An init
+	// closes it with every descriptor above its own five.
+	maps, err := unix.Open("/proc/self/maps", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fail(fmt.Errorf("zygote: /proc/self/maps: %w", err))
 	}
 	hidden, err := setupFS(&spec)
 	if err != nil {
@@ -196,7 +219,13 @@ func zygoteMain(status *os.File, specJSON []byte) int {
 	if err != nil {
 		return fail(fmt.Errorf("init: /dev/null: %w", err))
 	}
-	z := &zygote{spec: &spec, hidden: hidden, devNull: devNull, filter: seccompFilter(), noBounding: map[int]bool{}}
+	region, err := newForkRegion()
+	if err != nil {
+		return fail(fmt.Errorf("zygote: fork region: %w", err))
+	}
+	z := &zygote{spec: &spec, hidden: hidden, devNull: devNull, filter: seccompFilter(), noBounding: map[int]bool{},
+		region: region, maps: maps}
+	z.keepLo, z.keepHi = keptDataRange()
 	// A hidden path not covered now that lies in a directory the root
 	// shows would be visible once it appears: the zygote (and the gateway,
 	// for its warm inits) watch for it.
@@ -356,6 +385,14 @@ func (z *zygote) fork(msg []byte, flags int, fds []int) []byte {
 		if err := dropBoundingSet(); err != nil {
 			return bad(err)
 		}
+		if z.ownStack >= 0 && threadHasRseq(z.region) {
+			// A glibc-linked build whose zygote did not get the tunable
+			// that turns it off (see the gateway's zygoteEnv): the init
+			// could not run without this thread's memory. Whole copies,
+			// from now on.
+			z.ownStack = -1
+			z.mapsBuf = markDontFork(z.maps, z.region, z.mapsBuf, unix.MADV_DOFORK, z.keepLo, z.keepHi)
+		}
 		z.noBounding[int(tid)] = true
 	}
 	a := z.args
@@ -372,7 +409,7 @@ func (z *zygote) fork(msg []byte, flags int, fds []int) []byte {
 		}
 		a.fds[i] = int(d)
 	}
-	pid, errno := forkInit(a)
+	pid, errno := z.forkOne(a)
 	for _, f := range a.fds {
 		rawClose(f)
 	}
@@ -381,6 +418,40 @@ func (z *zygote) fork(msg []byte, flags int, fds []int) []byte {
 	}
 	z.reply = strconv.AppendInt(append(z.reply[:0], ZygotePid, ' '), int64(pid), 10)
 	return z.reply
+}
+
+// remarkEvery: how many forks apart the zygote marks its mappings again
+// (markDontFork): a mapping the runtime made since is copied into each
+// init until then, which costs time, not safety.
+const remarkEvery = 64
+
+// forkOne forks the init: onto the region's stack with clone3 where the
+// kernel can, else as fork(2) does.
+func (z *zygote) forkOne(a *forkArgs) (int, syscall.Errno) {
+	if z.ownStack >= 0 {
+		// The init's signal mask: this thread's, as the runtime would
+		// restore it in a forked child (beforeFork blocks every signal).
+		syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, unix.SIG_BLOCK, 0, uintptr(unsafe.Pointer(&a.sigmask)), 8, 0, 0)
+		pid, errno := forkInitOwnStack(a, &z.clone)
+		if z.ownStack == 0 {
+			if errno == syscall.ENOSYS || errno == syscall.EINVAL || errno == syscall.E2BIG {
+				z.ownStack = -1
+				return z.forkOne(a)
+			}
+			if errno == 0 {
+				z.ownStack = 1
+			}
+		}
+		if errno == 0 {
+			// Only now is nothing of the heap needed in an init.
+			if z.forks%remarkEvery == 0 {
+				z.mapsBuf = markDontFork(z.maps, z.region, z.mapsBuf, unix.MADV_DONTFORK, z.keepLo, z.keepHi)
+			}
+			z.forks++
+		}
+		return pid, errno
+	}
+	return forkInit(a)
 }
 
 // llRule is one Landlock path rule the child adds.
@@ -430,6 +501,9 @@ type forkArgs struct {
 	ready []byte
 	msg   [256]byte // the status line being written
 	ws    uint32
+
+	sigmask uint64                  // the init's signal mask (clone3: set by childStart)
+	names   *[len(stepNames)]string // stepNames, in the region
 }
 
 const rlimitCPU = 4
@@ -500,36 +574,35 @@ func ErrnoText(payload string) string {
 	return strings.TrimSuffix(head, errnoSep) + ": " + syscall.Errno(n).Error()
 }
 
-func cstr(s string) *byte {
-	p, err := unix.BytePtrFromString(s)
-	if err != nil {
-		panic(err) // only constants and numbers here
-	}
-	return p
-}
-
 // forkArgs builds what every fork shares (the limits, the Landlock rules,
-// the seccomp filter).
+// the seccomp filter), in the fork region, with everything it points to:
+// an init reads nothing else of the zygote's memory.
 func (z *zygote) forkArgs() *forkArgs {
 	sp := z.spec
-	a := &forkArgs{
-		cloneFlags: unix.CLONE_PARENT | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS |
-			unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP | uintptr(unix.SIGCHLD),
-		proc: cstr("/proc"), procFS: cstr("proc"), tmp: cstr("/tmp"), tmpFS: cstr("tmpfs"),
-		tmpOpts: cstr("mode=1777,size=" + strconv.FormatInt(sp.TmpSize, 10)),
-		shm:     cstr("/dev/shm"), shmOpts: cstr("mode=1777,size=16m"), work: cstr(WorkDir), empty: cstr(""),
-		hostname: cstr("silas-sandbox"), hostnameLen: uintptr(len("silas-sandbox")),
-		rlimits: [6]rlimit{
-			{unix.RLIMIT_NPROC, unix.Rlimit{Cur: sp.NProc, Max: sp.NProc}},
-			{unix.RLIMIT_DATA, unix.Rlimit{Cur: sp.Data, Max: sp.Data}},
-			{unix.RLIMIT_FSIZE, unix.Rlimit{Cur: sp.FSize, Max: sp.FSize}},
-			{unix.RLIMIT_NOFILE, unix.Rlimit{Cur: sp.NoFile, Max: sp.NoFile}},
-			{unix.RLIMIT_CPU, unix.Rlimit{}}, // rlimitCPU: the run's
-			{unix.RLIMIT_CORE, unix.Rlimit{}},
-		},
-		uid: uintptr(sp.UID), gid: uintptr(sp.GID),
-		capHdr: unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3},
-		ready:  []byte{StatusReady, '\n'},
+	r := z.region
+	cstr := r.cstr
+	a := (*forkArgs)(r.alloc(unsafe.Sizeof(forkArgs{})))
+	a.cloneFlags = unix.CLONE_PARENT | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS |
+		unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP | uintptr(unix.SIGCHLD)
+	a.proc, a.procFS, a.tmp, a.tmpFS = cstr("/proc"), cstr("proc"), cstr("/tmp"), cstr("tmpfs")
+	a.tmpOpts = cstr("mode=1777,size=" + strconv.FormatInt(sp.TmpSize, 10))
+	a.shm, a.shmOpts, a.work, a.empty = cstr("/dev/shm"), cstr("mode=1777,size=16m"), cstr(WorkDir), cstr("")
+	a.hostname, a.hostnameLen = cstr("silas-sandbox"), uintptr(len("silas-sandbox"))
+	a.rlimits = [6]rlimit{
+		{unix.RLIMIT_NPROC, unix.Rlimit{Cur: sp.NProc, Max: sp.NProc}},
+		{unix.RLIMIT_DATA, unix.Rlimit{Cur: sp.Data, Max: sp.Data}},
+		{unix.RLIMIT_FSIZE, unix.Rlimit{Cur: sp.FSize, Max: sp.FSize}},
+		{unix.RLIMIT_NOFILE, unix.Rlimit{Cur: sp.NoFile, Max: sp.NoFile}},
+		{unix.RLIMIT_CPU, unix.Rlimit{}}, // rlimitCPU: the run's
+		{unix.RLIMIT_CORE, unix.Rlimit{}},
+	}
+	a.uid, a.gid = uintptr(sp.UID), uintptr(sp.GID)
+	a.capHdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	a.ready = unsafe.Slice((*byte)(r.alloc(2)), 2)
+	a.ready[0], a.ready[1] = StatusReady, '\n'
+	a.names = (*[len(stepNames)]string)(r.alloc(unsafe.Sizeof(stepNames)))
+	for i, n := range stepNames {
+		a.names[i] = unsafe.String(cstr(n), len(n))
 	}
 	a.iov.Base = &a.run[0]
 	a.iov.SetLen(ZygoteRunMax) // run[n] stays in bounds
@@ -549,8 +622,9 @@ func (z *zygote) forkArgs() *forkArgs {
 			a.llAttr.Scoped = unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | unix.LANDLOCK_SCOPE_SIGNAL
 			a.llSize += unsafe.Sizeof(a.llAttr.Scoped)
 		}
+		rules := []llRule{}
 		add := func(p string, access uint64) {
-			a.llRules = append(a.llRules, llRule{path: cstr(p), attr: unix.LandlockPathBeneathAttr{Allowed_access: access & fs}})
+			rules = append(rules, llRule{path: cstr(p), attr: unix.LandlockPathBeneathAttr{Allowed_access: access & fs}})
 		}
 		add("/", llRead)
 		add(WorkDir, fs)
@@ -560,7 +634,22 @@ func (z *zygote) forkArgs() *forkArgs {
 			// Files: only the rights that make sense on one (llAddPath).
 			add("/dev/"+f, (unix.LANDLOCK_ACCESS_FS_READ_FILE|unix.LANDLOCK_ACCESS_FS_WRITE_FILE|llTruncate)&llFileRights)
 		}
+		a.llRules = unsafe.Slice((*llRule)(r.alloc(uintptr(len(rules))*unsafe.Sizeof(llRule{}))), len(rules))
+		copy(a.llRules, rules)
 	}
-	a.fprog = unix.SockFprog{Len: uint16(len(z.filter)), Filter: &z.filter[0]}
+	filter := unsafe.Slice((*unix.SockFilter)(r.alloc(uintptr(len(z.filter))*unsafe.Sizeof(unix.SockFilter{}))), len(z.filter))
+	copy(filter, z.filter)
+	a.fprog = unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	// clone3's arguments: the same namespaces, onto the region's stack,
+	// every handled signal back to its default in the child (what the
+	// runtime's AfterForkInChild does after a fork). No exit signal:
+	// clone3 refuses one with CLONE_PARENT, which gives the child the
+	// zygote's own (SIGCHLD, to the gateway), as clone(2) does.
+	z.clone = cloneArgs{
+		flags:     uint64(a.cloneFlags&^0xff) | unix.CLONE_CLEAR_SIGHAND | unix.CLONE_SETTLS,
+		stack:     uint64(r.base() + regionTLS),
+		stackSize: regionStack,
+		tls:       uint64(r.base() + regionTLS),
+	}
 	return a
 }
