@@ -209,31 +209,82 @@ func (t *Tx) Decided(id core.ApprovalID) (nonce []byte, tokenID string, startedB
 // into conv, in one round trip (the row is locked by the first statement
 // before the second reads). routeErr is ApprovalRoute's error
 // (core.ErrNotFound: not routed there); err is GetApproval's.
+//
+// A tap stored inline sent this read with its turn's insert
+// (InsertInlineTurn): the first call for that request and conversation
+// is answered from it, without a round trip of its own, when nothing was
+// sent or queued in this transaction since (see takePrefetched).
 func (t *Tx) GetApprovalRoute(ctx context.Context, id core.ApprovalID, conv core.ConversationID) (a core.ApprovalRequest, r core.ApprovalRoute, routeErr, err error) {
-	var aErr error
-	err = t.send(ctx, []extra{
+	if p := t.takePrefetched(id, conv); p != nil {
+		return p.answer(t)
+	}
+	p := &approvalRoute{id: id, conv: conv}
+	if err := t.send(ctx, t.approvalRouteExtras(p)); err != nil {
+		return a, r, nil, err
+	}
+	return p.answer(t)
+}
+
+// approvalRoute is GetApprovalRoute's read of request id and its route
+// into conv: what its two statements returned, and the round trip
+// (Tx.trips) that carried them.
+type approvalRoute struct {
+	id             core.ApprovalID
+	conv           core.ConversationID
+	a              core.ApprovalRequest
+	r              core.ApprovalRoute
+	aErr, routeErr error
+	trip           int
+}
+
+// approvalRouteExtras are the statements of p's read, to be sent after
+// everything queued (the lock after them, as any read now).
+func (t *Tx) approvalRouteExtras(p *approvalRoute) []extra {
+	return []extra{
 		{"lock approval", func(b *pgx.Batch) {
-			b.Queue(approvalSelect+" WHERE id = $1 FOR UPDATE", id).QueryRow(func(row pgx.Row) error {
-				a, aErr = scanApproval(row)
+			p.trip = t.trips
+			b.Queue(approvalSelect+" WHERE id = $1 FOR UPDATE", p.id).QueryRow(func(row pgx.Row) error {
+				p.a, p.aErr = scanApproval(row)
 				return nil
 			})
 		}},
 		{"approval route", func(b *pgx.Batch) {
-			b.Queue(routeSelect+` WHERE approval_id = $1 AND conversation = $2`, id, conv).QueryRow(func(row pgx.Row) error {
-				r, routeErr = scanRoute(row)
-				routeErr = notFound(routeErr)
+			b.Queue(routeSelect+` WHERE approval_id = $1 AND conversation = $2`, p.id, p.conv).QueryRow(func(row pgx.Row) error {
+				p.r, p.routeErr = scanRoute(row)
+				p.routeErr = notFound(p.routeErr)
 				return nil
 			})
 		}},
-	})
-	if err != nil {
-		return a, r, nil, err
 	}
-	if aErr != nil {
-		return a, r, nil, aErr
+}
+
+// answer is GetApprovalRoute's answer from p, read.
+func (p *approvalRoute) answer(t *Tx) (core.ApprovalRequest, core.ApprovalRoute, error, error) {
+	if p.aErr != nil {
+		return p.a, p.r, nil, p.aErr
 	}
-	t.seen(a.ID)
-	return a, r, routeErr, nil
+	t.seen(p.a.ID)
+	return p.a, p.r, p.routeErr, nil
+}
+
+// takePrefetched returns the read InsertInlineTurn sent ahead for request
+// id into conv, when GetApprovalRoute may answer from it: what a read sent
+// now would return. The request's row was locked by that read, so no
+// other transaction changed it since; this one sent nothing since (the
+// read was the last statement of the last round trip) and has nothing
+// queued that a read now would send first — so nothing of this
+// transaction changed it either. (A route is not locked by the read: one
+// committed meanwhile by another transaction is a race either read could
+// lose, as between the two statements of one read.) A prefetch answers
+// at most once, and only the first GetApprovalRoute after it: any call
+// drops it, so a later read of the same request is a read.
+func (t *Tx) takePrefetched(id core.ApprovalID, conv core.ConversationID) *approvalRoute {
+	p := t.prefetched
+	t.prefetched = nil
+	if p == nil || p.id != id || p.conv != conv || p.trip != t.trips || t.pending() {
+		return nil
+	}
+	return p
 }
 
 // ConsumeNonce records a token's nonce. ok=false means it was consumed

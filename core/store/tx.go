@@ -74,6 +74,11 @@ type Tx struct {
 	// decided are the approvals this transaction approved, with the token
 	// whose nonce it consumed (Approve; see Decided).
 	decided map[core.ApprovalID]decided
+	// trips counts the round trips sent; prefetched is a tap's approval
+	// and route read, sent with its turn's insert (InsertInlineTurn) for
+	// GetApprovalRoute to answer from while nothing was sent since.
+	trips      int
+	prefetched *approvalRoute
 	// finally runs after the batch's statements were sent (see Finally).
 	finally []func() ([]audit.Entry, error)
 	// fanned are the conversations an edit of a routed card was fanned
@@ -246,6 +251,7 @@ func (t *Tx) pending() bool {
 // statements, the gathered multi-row ones, then extras; labels name them
 // in order, and turns are the turns it inserts (for storedTurns).
 func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []queuedTurn) {
+	t.trips++
 	b = &pgx.Batch{}
 	if !t.begun {
 		b.Queue("BEGIN")
@@ -397,6 +403,7 @@ func (t *Tx) storedTurns(ctx context.Context, turns []queuedTurn) error {
 	if len(chans) == 0 {
 		return nil
 	}
+	t.trips++
 	rows, err := t.conn.Query(ctx, `SELECT channel, event_id, seq FROM turns
 		WHERE (channel, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, chans, evs)
 	if err != nil {
@@ -461,6 +468,7 @@ func (t *Tx) query(ctx context.Context, sql string, args ...any) (pgx.Rows, erro
 	if err := t.send(ctx, nil); err != nil {
 		return nil, err
 	}
+	t.trips++
 	return t.conn.Query(ctx, sql, args...)
 }
 
