@@ -58,6 +58,15 @@ type Tx interface {
 	// round trip: applied learns whether it applied before any Finally
 	// function runs.
 	QueueTransitionExecution(id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate, applied func(bool)) error
+	// Speculate reports whether the transaction may speculate: queue a
+	// compare-and-swap guarded (QueueGuardedTransitionExecution) and what
+	// depends on it at once. False when it runs again because a guard
+	// failed (core/store speculate.go).
+	Speculate() bool
+	// QueueGuardedTransitionExecution is QueueTransitionExecution whose failure
+	// to apply fails the whole transaction (which then runs again,
+	// without speculation).
+	QueueGuardedTransitionExecution(id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate) error
 	// Finally runs f once the statements queued so far were sent; the
 	// entries it returns are appended with the transaction's.
 	Finally(f func() ([]audit.Entry, error))
@@ -307,10 +316,10 @@ func (x *Executor) claim(ctx context.Context, id core.ApprovalID, want expected)
 		// Either way the compare-and-swap travels with the audit chain's
 		// lock instead of a round trip of its own (queueTransition).
 		if reason != "" {
-			return nil, x.queueTransition(tx, r, core.ExecRefused, core.ExecUpdate{Reason: reason, Done: true}, func() { refused = reason },
+			return x.queueTransition(tx, r, core.ExecRefused, core.ExecUpdate{Reason: reason, Done: true}, func() { refused = reason },
 				note{kind: audit.KindExecutionRefused, data: map[string]any{}, reason: true})
 		}
-		return nil, x.queueTransition(tx, r, core.ExecRunning, core.ExecUpdate{Started: true}, func() { claimed = r },
+		return x.queueTransition(tx, r, core.ExecRunning, core.ExecUpdate{Started: true}, func() { claimed = r },
 			note{kind: audit.KindExecutionStarted, data: map[string]any{}})
 	})
 	if err != nil {
@@ -501,7 +510,7 @@ func (x *Executor) record(ctx context.Context, r *execution, to core.ExecStatus,
 	var applied bool
 	err := x.cfg.Store.Do(ctx, func(ctx context.Context, tx Tx) ([]audit.Entry, error) {
 		applied = false
-		return nil, x.queueTransition(tx, r, to, u, func() { applied = true }, notes...)
+		return x.queueTransition(tx, r, to, u, func() { applied = true }, notes...)
 	})
 	if err != nil {
 		x.logFor(r.a.ID).Error("could not record the execution's transition", slog.String("to", string(to)), slog.Any("err", err))
@@ -519,13 +528,34 @@ func (x *Executor) record(ctx context.Context, r *execution, to core.ExecStatus,
 // tx: a compare-and-swap sent with the transaction's next round trip (the
 // audit chain's lock) instead of one of its own. What depends on it
 // applying — the task's step, long output stored, the card update that
-// shows the new state (but for the claim) and the audit entries — is
-// queued in a Finally function, once it is known to have applied; then
-// applied runs. r itself is not changed (the transaction may be retried).
-func (x *Executor) queueTransition(tx Tx, r *execution, to core.ExecStatus, u core.ExecUpdate, applied func(), notes ...note) error {
+// shows the new state (but for the claim) and the audit entries (returned
+// for the op to return, or by the Finally function) — is queued once it is
+// known to apply; then applied runs. r itself is not changed (the
+// transaction may be retried).
+//
+// Speculating (the usual case), the swap is guarded and what depends on
+// it is queued at once, as if it applied: the swap, the card edit, the
+// audit rows and COMMIT then go in one round trip instead of two. A swap
+// that does not apply (the row left r's status: another instance settled
+// it, a restart marked it interrupted) fails the transaction, which runs
+// again without speculation: the swap is queued plainly and what depends
+// on it waits for its result in a Finally function, as before — so such a
+// transition records nothing, and applied does not run.
+func (x *Executor) queueTransition(tx Tx, r *execution, to core.ExecStatus, u core.ExecUpdate, applied func(), notes ...note) ([]audit.Entry, error) {
+	if tx.Speculate() {
+		if err := tx.QueueGuardedTransitionExecution(r.a.ID, r.ex.Status, to, u); err != nil {
+			return nil, err
+		}
+		entries, err := x.transitioned(tx, r, to, u, notes...)
+		if err != nil {
+			return nil, err
+		}
+		applied()
+		return entries, nil
+	}
 	var ok bool
 	if err := tx.QueueTransitionExecution(r.a.ID, r.ex.Status, to, u, func(b bool) { ok = b }); err != nil {
-		return err
+		return nil, err
 	}
 	tx.Finally(func() ([]audit.Entry, error) {
 		if !ok {
@@ -537,7 +567,7 @@ func (x *Executor) queueTransition(tx Tx, r *execution, to core.ExecStatus, u co
 		}
 		return entries, err
 	})
-	return nil
+	return nil, nil
 }
 
 // transitioned queues what follows a transition of r's execution to to

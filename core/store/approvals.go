@@ -126,34 +126,64 @@ func (t *Tx) TransitionApproval(ctx context.Context, id core.ApprovalID, from []
 // decision in one round trip instead of two. ok=false: the request was no
 // longer in any of from (nothing written); fresh=false: the nonce was
 // consumed before, a replay (the caller rolls the transaction back).
+//
+// Speculating (Speculate, speculate.go), it answers ok and fresh, with no
+// start recorded, without waiting: the statement is queued with a guard
+// that fails the transaction otherwise, and what the caller queues on that
+// answer commits only if it held. The nonce is still consumed under its
+// unique key in this transaction, with the decision, or nothing commits.
 func (t *Tx) Approve(ctx context.Context, id core.ApprovalID, from []core.ApprovalStatus, by core.IdentityID, token, nonce []byte, tokenID string) (ok, fresh bool, err error) {
 	fs := make([]string, len(from))
 	for i, f := range from {
 		fs[i] = string(f)
+	}
+	args := []any{id, fs, core.ApprovalApproved, by, t.now(), token, tracing.Traceparent(ctx), nonce, tokenID}
+	if t.Speculate() {
+		// Queued, guarded (speculate.go): it fails the transaction unless
+		// the approval applied, the nonce was fresh and no start was
+		// recorded — the answer assumed here (ok, fresh; Decided: not
+		// started). Anything else runs again without speculation and
+		// gets today's answer below. What the caller queues next (the
+		// execution, its claim, the card, the audit rows) and COMMIT so
+		// go in this statement's round trip.
+		t.guard("approve", approveSQL+`
+			SELECT 1 / (CASE WHEN (SELECT count(*) FROM u) = 1 AND (SELECT count(*) FROM n) = 1 AND NOT `+startedSQL+` THEN 1 ELSE 0 END)`, args...)
+		t.approved(id, nonce, tokenID, false)
+		return true, true, nil
 	}
 	var applied, consumed int
 	var started bool
 	// The last column is the gate's "no start of this execution recorded"
 	// (as RecordedDecision reads it), for a claim with the decision
 	// (Decided): an index probe in the same statement, no round trip.
-	err = t.queryRow(ctx, `WITH u AS (UPDATE approvals SET status = $3, decided_by = NULLIF($4, ''), decided_at = $5, token = COALESCE($6, token),
-			tap_traceparent = COALESCE(NULLIF($7, ''), tap_traceparent)
-			WHERE id = $1 AND status = ANY($2) RETURNING id),
-		n AS (INSERT INTO token_nonces (nonce, token_id, approval_id, consumed_at) SELECT $8, $9, id, $5 FROM u
-			ON CONFLICT DO NOTHING RETURNING 1)
-		SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM n),
-			EXISTS (SELECT 1 FROM audit_log s WHERE s.kind = '`+string(audit.KindExecutionStarted)+`' AND s.data->>'approval' = $1)`,
-		id, fs, core.ApprovalApproved, by, t.now(), token, tracing.Traceparent(ctx), nonce, tokenID).Scan(&applied, &consumed, &started)
+	err = t.queryRow(ctx, approveSQL+`
+		SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM n), `+startedSQL, args...).Scan(&applied, &consumed, &started)
 	if err != nil {
 		return false, false, fmt.Errorf("store: approve %s: %w", id, err)
 	}
 	if applied == 1 && consumed == 1 {
-		if t.decided == nil {
-			t.decided = map[core.ApprovalID]decided{}
-		}
-		t.decided[id] = decided{nonce: nonce, tokenID: tokenID, started: started}
+		t.approved(id, nonce, tokenID, started)
 	}
 	return applied == 1, consumed == 1, nil
+}
+
+// approveSQL is Approve's statement up to its SELECT: the approval's
+// compare-and-swap (u) and, only when it applied, the nonce's insert (n).
+const approveSQL = `WITH u AS (UPDATE approvals SET status = $3, decided_by = NULLIF($4, ''), decided_at = $5, token = COALESCE($6, token),
+		tap_traceparent = COALESCE(NULLIF($7, ''), tap_traceparent)
+		WHERE id = $1 AND status = ANY($2) RETURNING id),
+	n AS (INSERT INTO token_nonces (nonce, token_id, approval_id, consumed_at) SELECT $8, $9, id, $5 FROM u
+		ON CONFLICT DO NOTHING RETURNING 1)`
+
+// startedSQL: the audit log records a start of approval $1's execution.
+const startedSQL = `EXISTS (SELECT 1 FROM audit_log s WHERE s.kind = '` + string(audit.KindExecutionStarted) + `' AND s.data->>'approval' = $1)`
+
+// approved records what Approve wrote (see Decided).
+func (t *Tx) approved(id core.ApprovalID, nonce []byte, tokenID string, started bool) {
+	if t.decided == nil {
+		t.decided = map[core.ApprovalID]decided{}
+	}
+	t.decided[id] = decided{nonce: nonce, tokenID: tokenID, started: started}
 }
 
 // decided is an approval this transaction approved (Approve).
@@ -179,31 +209,82 @@ func (t *Tx) Decided(id core.ApprovalID) (nonce []byte, tokenID string, startedB
 // into conv, in one round trip (the row is locked by the first statement
 // before the second reads). routeErr is ApprovalRoute's error
 // (core.ErrNotFound: not routed there); err is GetApproval's.
+//
+// A tap stored inline sent this read with its turn's insert
+// (InsertInlineTurn): the first call for that request and conversation
+// is answered from it, without a round trip of its own, when nothing was
+// sent or queued in this transaction since (see takePrefetched).
 func (t *Tx) GetApprovalRoute(ctx context.Context, id core.ApprovalID, conv core.ConversationID) (a core.ApprovalRequest, r core.ApprovalRoute, routeErr, err error) {
-	var aErr error
-	err = t.send(ctx, []extra{
+	if p := t.takePrefetched(id, conv); p != nil {
+		return p.answer(t)
+	}
+	p := &approvalRoute{id: id, conv: conv}
+	if err := t.send(ctx, t.approvalRouteExtras(p)); err != nil {
+		return a, r, nil, err
+	}
+	return p.answer(t)
+}
+
+// approvalRoute is GetApprovalRoute's read of request id and its route
+// into conv: what its two statements returned, and the round trip
+// (Tx.trips) that carried them.
+type approvalRoute struct {
+	id             core.ApprovalID
+	conv           core.ConversationID
+	a              core.ApprovalRequest
+	r              core.ApprovalRoute
+	aErr, routeErr error
+	trip           int
+}
+
+// approvalRouteExtras are the statements of p's read, to be sent after
+// everything queued (the lock after them, as any read now).
+func (t *Tx) approvalRouteExtras(p *approvalRoute) []extra {
+	return []extra{
 		{"lock approval", func(b *pgx.Batch) {
-			b.Queue(approvalSelect+" WHERE id = $1 FOR UPDATE", id).QueryRow(func(row pgx.Row) error {
-				a, aErr = scanApproval(row)
+			p.trip = t.trips
+			b.Queue(approvalSelect+" WHERE id = $1 FOR UPDATE", p.id).QueryRow(func(row pgx.Row) error {
+				p.a, p.aErr = scanApproval(row)
 				return nil
 			})
 		}},
 		{"approval route", func(b *pgx.Batch) {
-			b.Queue(routeSelect+` WHERE approval_id = $1 AND conversation = $2`, id, conv).QueryRow(func(row pgx.Row) error {
-				r, routeErr = scanRoute(row)
-				routeErr = notFound(routeErr)
+			b.Queue(routeSelect+` WHERE approval_id = $1 AND conversation = $2`, p.id, p.conv).QueryRow(func(row pgx.Row) error {
+				p.r, p.routeErr = scanRoute(row)
+				p.routeErr = notFound(p.routeErr)
 				return nil
 			})
 		}},
-	})
-	if err != nil {
-		return a, r, nil, err
 	}
-	if aErr != nil {
-		return a, r, nil, aErr
+}
+
+// answer is GetApprovalRoute's answer from p, read.
+func (p *approvalRoute) answer(t *Tx) (core.ApprovalRequest, core.ApprovalRoute, error, error) {
+	if p.aErr != nil {
+		return p.a, p.r, nil, p.aErr
 	}
-	t.seen(a.ID)
-	return a, r, routeErr, nil
+	t.seen(p.a.ID)
+	return p.a, p.r, p.routeErr, nil
+}
+
+// takePrefetched returns the read InsertInlineTurn sent ahead for request
+// id into conv, when GetApprovalRoute may answer from it: what a read sent
+// now would return. The request's row was locked by that read, so no
+// other transaction changed it since; this one sent nothing since (the
+// read was the last statement of the last round trip) and has nothing
+// queued that a read now would send first — so nothing of this
+// transaction changed it either. (A route is not locked by the read: one
+// committed meanwhile by another transaction is a race either read could
+// lose, as between the two statements of one read.) A prefetch answers
+// at most once, and only the first GetApprovalRoute after it: any call
+// drops it, so a later read of the same request is a read.
+func (t *Tx) takePrefetched(id core.ApprovalID, conv core.ConversationID) *approvalRoute {
+	p := t.prefetched
+	t.prefetched = nil
+	if p == nil || p.id != id || p.conv != conv || p.trip != t.trips || t.pending() {
+		return nil
+	}
+	return p
 }
 
 // ConsumeNonce records a token's nonce. ok=false means it was consumed

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -153,6 +154,26 @@ func (t *Tx) QueueTransitionExecution(id core.ApprovalID, from, to core.ExecStat
 		applied(t.transitioned(id, tag))
 		return nil
 	})
+	return nil
+}
+
+// QueueGuardedTransitionExecution is QueueTransitionExecution for an op that
+// speculates (Speculate; speculate.go): the compare-and-swap is queued with
+// a guard that fails the whole transaction when it does not apply, so the
+// caller queues what depends on it at once, as if it applied — in the same
+// round trip as the swap, and COMMIT with them. Refused (an error) when
+// the transaction does not speculate.
+func (t *Tx) QueueGuardedTransitionExecution(id core.ApprovalID, from, to core.ExecStatus, u core.ExecUpdate) error {
+	if !t.Speculate() {
+		return errors.New("store: a guarded transition in a transaction that does not speculate")
+	}
+	sql, args, err := t.transitionExecution(id, from, to, u)
+	if err != nil {
+		return err
+	}
+	t.guard("transition execution", guardOne(sql), args...)
+	// As transitioned: applied, or nothing commits.
+	t.seen(id)
 	return nil
 }
 

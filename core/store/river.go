@@ -225,6 +225,7 @@ func (c *connTx) before(ctx context.Context) error {
 		c.errBefore = err
 		return err
 	}
+	c.t.trips++ // River's statement
 	return nil
 }
 

@@ -38,14 +38,44 @@ func (t *Tx) InsertTurn(ctx context.Context, turn core.Turn) (seq int64, dup boo
 // either: it can only refuse a turn another instance adopted, and no
 // instance can adopt a row before it commits. A finish of it as failed
 // (no caller does that in the same transaction today) is still written.
+//
+// A tap's insert carries the read its decision starts with: the tapped
+// card's approval request, locked, and its route into the tap's
+// conversation (GetApprovalRoute, which answers from it; core/decide
+// Tap). The read does not depend on the insert, so the tap costs one
+// round trip fewer up to its decision (issue 26). It goes after the
+// insert, where the decision's own read was: the locks are taken in the
+// same order as before — the turn's key, then the request's row, then
+// whatever the decision writes. A card that is not an approval request
+// (an access request, a question) reads nothing and locks nothing; its
+// GetApprovalRoute answers "not found" from the prefetch just the same.
+//
+// A duplicate (the tap stored before) decides nothing, but the read was
+// sent with the insert and has locked the request's row until this
+// transaction ends. That takes no lock a first delivery of the same tap
+// does not take, in the same place, so it adds no lock order; and while
+// that first delivery's transaction is open, the duplicate's insert
+// waits for it anyway (the same key), so the row lock adds no wait to
+// that race (after it, the duplicate waits for the row like any tap on
+// the card). The read's answer is dropped: nothing else reads it. The
+// same holds for a tap the engine then does not decide (its sender is
+// not answered in that conversation, core/engine gate).
 func (t *Tx) InsertInlineTurn(ctx context.Context, turn core.Turn) (seq int64, dup bool, err error) {
 	if err := t.QueueTurn(turn, core.TurnDone, func(s int64, d bool) { seq, dup = s, d }); err != nil {
 		return 0, false, err
 	}
-	if err := t.flush(ctx); err != nil {
+	var p *approvalRoute
+	var extras []extra
+	if turn.Tap != nil {
+		p = &approvalRoute{id: core.ApprovalID(turn.Tap.Card), conv: turn.Conversation}
+		extras = t.approvalRouteExtras(p)
+	}
+	t.prefetched = nil
+	if err := t.send(ctx, extras); err != nil {
 		return 0, false, err
 	}
 	if !dup {
+		t.prefetched = p
 		if t.inline == nil {
 			t.inline = map[int64]bool{}
 		}

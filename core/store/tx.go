@@ -27,7 +27,10 @@ import (
 //     same batch, which then fails and is retried op by op, so it is
 //     attributed to the right op.
 //   - Every other method runs its statement now (after everything queued,
-//     in the same round trip) and returns its result.
+//     in the same round trip) and returns its result — except that, when
+//     the op speculates (Speculate, speculate.go), Approve queues its
+//     compare-and-swap guarded and answers as if it applied; the
+//     transaction fails if it did not, and runs again without speculation.
 //
 // Foreign keys fix an order: a row that references another may only be
 // queued once its parent is in this transaction's view — inserted earlier
@@ -71,6 +74,11 @@ type Tx struct {
 	// decided are the approvals this transaction approved, with the token
 	// whose nonce it consumed (Approve; see Decided).
 	decided map[core.ApprovalID]decided
+	// trips counts the round trips sent; prefetched is a tap's approval
+	// and route read, sent with its turn's insert (InsertInlineTurn) for
+	// GetApprovalRoute to answer from while nothing was sent since.
+	trips      int
+	prefetched *approvalRoute
 	// finally runs after the batch's statements were sent (see Finally).
 	finally []func() ([]audit.Entry, error)
 	// fanned are the conversations an edit of a routed card was fanned
@@ -79,6 +87,13 @@ type Tx struct {
 	// inline are the turns InsertInlineTurn stored done in this
 	// transaction (QueueFinishTurn of them writes nothing more).
 	inline map[int64]bool
+	// Speculation (speculate.go): noSpeculation is set when the writer
+	// re-runs a batch whose guard failed; guards are the queued
+	// statements whose check is the server's (guard); lost: a guard
+	// failed, nothing of the transaction commits.
+	noSpeculation bool
+	guards        map[*pgx.QueuedQuery]bool
+	lost          bool
 }
 
 type queuedTurn struct {
@@ -217,7 +232,9 @@ func (t *Tx) unchecked() bool {
 	}
 	if t.queued != nil {
 		for _, q := range t.queued.QueuedQueries {
-			if q.Fn != nil {
+			// A guard's check is the server's: a failed one aborts the
+			// transaction before COMMIT (speculate.go).
+			if q.Fn != nil && !t.guards[q] {
 				return false
 			}
 		}
@@ -234,6 +251,7 @@ func (t *Tx) pending() bool {
 // statements, the gathered multi-row ones, then extras; labels name them
 // in order, and turns are the turns it inserts (for storedTurns).
 func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []queuedTurn) {
+	t.trips++
 	b = &pgx.Batch{}
 	if !t.begun {
 		b.Queue("BEGIN")
@@ -244,7 +262,7 @@ func (t *Tx) assemble(extras []extra) (b *pgx.Batch, labels []string, turns []qu
 		b.QueuedQueries = append(b.QueuedQueries, t.queued.QueuedQueries...)
 		labels = append(labels, t.labels...)
 	}
-	t.queued, t.labels, t.execs = nil, nil, nil
+	t.queued, t.labels, t.execs, t.guards = nil, nil, nil, nil
 	turns = t.turns
 	t.turns = nil
 	if len(turns) > 0 {
@@ -385,6 +403,7 @@ func (t *Tx) storedTurns(ctx context.Context, turns []queuedTurn) error {
 	if len(chans) == 0 {
 		return nil
 	}
+	t.trips++
 	rows, err := t.conn.Query(ctx, `SELECT channel, event_id, seq FROM turns
 		WHERE (channel, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, chans, evs)
 	if err != nil {
@@ -449,6 +468,7 @@ func (t *Tx) query(ctx context.Context, sql string, args ...any) (pgx.Rows, erro
 	if err := t.send(ctx, nil); err != nil {
 		return nil, err
 	}
+	t.trips++
 	return t.conn.Query(ctx, sql, args...)
 }
 

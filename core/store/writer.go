@@ -265,20 +265,37 @@ func (r *request) finish(err error) {
 	r.done <- err
 }
 
-// commitOnce is commit, run a second time (reading the chain's head) when
-// the head it knew had moved: nothing had committed.
+// commitOnce is commit, run again when nothing had committed because the
+// chain's head it knew had moved (then reading the head), or because a
+// speculated compare-and-swap did not apply (then without speculation:
+// speculate.go). Each can happen once: a head read under the lock does not
+// move, and without speculation no guard is queued.
 func (w *writer) commitOnce(batch []*request) error {
-	err := w.commit(batch)
-	if errors.Is(err, errStaleHead) {
-		err = w.commit(batch)
+	speculate := true
+	var err error
+	for range 3 {
+		err = w.commit(batch, speculate)
+		switch {
+		case errors.Is(err, errStaleHead):
+		case errors.Is(err, errSpeculationLost) && speculate:
+			speculate = false
+		default:
+			return err
+		}
 	}
 	return err
 }
 
-func (w *writer) commit(batch []*request) (err error) {
+func (w *writer) commit(batch []*request, speculate bool) (err error) {
+	var tx *Tx
 	defer func() {
 		if err != nil {
 			w.forgetHead()
+			if tx != nil && tx.lost && !errors.Is(err, errSpeculationLost) {
+				// A guard failed, whatever error an op made of it (or
+				// swallowed, the transaction aborted): run again.
+				err = fmt.Errorf("%w (%v)", errSpeculationLost, err)
+			}
 		}
 	}()
 	// The writer outlives callers' contexts; bound each transaction instead.
@@ -288,7 +305,7 @@ func (w *writer) commit(batch []*request) (err error) {
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
-	tx := &Tx{conn: conn, now: w.s.now, river: w.s.jobs, instance: w.s.instanceArg()}
+	tx = &Tx{conn: conn, now: w.s.now, river: w.s.jobs, instance: w.s.instanceArg(), noSpeculation: !speculate}
 	committed := false
 	defer func() {
 		if !committed {
@@ -330,7 +347,8 @@ func (w *writer) commit(batch []*request) (err error) {
 	if head, ok := w.knownHead(); ok && tx.unchecked() {
 		// The chain's head is known from this writer's last commit, and
 		// nothing queued checks its result on this side (so nothing can
-		// fail the transaction once COMMIT is sent): what the ops queued,
+		// fail the transaction once COMMIT is sent; a guard's check is
+		// the server's, speculate.go): what the ops queued,
 		// the lock, a check that the head is still that one (another
 		// process may have appended since), the rows and COMMIT in one
 		// round trip instead of two — a delivery mark's batch. A stale
