@@ -573,8 +573,16 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string,
 		w.kill()
 	}
 
-	statusBytes, _ := io.ReadAll(w.statusR)
+	// One wait: the init's exit. Its status lines (ready, the program's
+	// exit, the stage's) are all in the pipe by then, and only the init
+	// held its write end (the zygote closes its copy before it replies;
+	// the program never gets it): read after the exit, they are read in
+	// one go, not each line as it came — a wake-up of this process per
+	// line (the program's exit line comes while the init still tears its
+	// run down) on top of the exit's. Small lines: the init never blocks
+	// on a pipe nobody reads while it runs.
 	waitErr := w.wait()
+	statusBytes, _ := io.ReadAll(w.statusR)
 	timer.Stop()
 	stopWatch()
 	dur := time.Since(start)
