@@ -699,9 +699,10 @@ type warmInit struct {
 	// started through os/exec.
 	zygote *zygote
 	pid    int
-	pidfd  *os.File      // the init's pidfd, in the network poller
-	proc   *os.Process   // instead, on kernels without PIDFD_NONBLOCK (before 5.10)
-	pipes  []*os.File    // our ends of its stdout and stderr
+	pidfd  *os.File      // the init's pidfd (blocking; polled through poll)
+	poll   *initPoll     // its stdout, stderr and pidfd, waited for in one (waitPolled)
+	proc   *os.Process   // instead, on kernels without pidfd_open (before 5.3)
+	pipes  []*os.File    // then our ends of its stdout and stderr
 	copied chan struct{} // closed when both are copied to the capture
 
 	waited bool               // the init was waited for: ws is its status
@@ -740,6 +741,9 @@ func (w *warmInit) wait() error {
 		}
 		return err
 	}
+	if w.poll != nil {
+		return w.waitPolled()
+	}
 	err := w.waitZygoteInit()
 	select {
 	case <-w.copied:
@@ -763,6 +767,9 @@ func (w *warmInit) release() {
 	}
 	if w.cg != nil {
 		w.cg.put()
+	}
+	if w.poll != nil {
+		w.poll.close()
 	}
 	if w.pidfd != nil {
 		w.pidfd.Close()
