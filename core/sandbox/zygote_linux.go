@@ -271,8 +271,7 @@ func (z *zygote) fork(fds []int) (int, error) {
 // runW (sandboxinit.ZygoteRun).
 func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 	// The init's ends stay plain descriptors (sent to the zygote, then
-	// closed). Of ours only the status pipe's is an os.File in the
-	// network poller (read once the init has exited); its stdout and
+	// closed), and none of ours is in the network poller: its stdout and
 	// stderr are read from the init's own epoll set (initPoll), with its
 	// pidfd. os.Pipe made both ends pollable: a non-blocking mode, a
 	// poller registration and their undoing (Fd, Close) on each of three
@@ -292,12 +291,17 @@ func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 		}
 		return nil, err
 	}
-	statusR, statusW, err := pipeToUs()
-	if err != nil {
-		return fail(err)
+	// Our end of the status pipe stays blocking, out of the network
+	// poller too: it is read once, after the init's exit (run), when
+	// every line is in it and no writer is left.
+	var sfd [2]int
+	if err := unix.Pipe2(sfd[:], unix.O_CLOEXEC); err != nil {
+		return fail(fmt.Errorf("sandbox: pipe: %w", err))
 	}
+	statusR, statusW := os.NewFile(uintptr(sfd[0]), "status"), sfd[1]
 	ours = append(ours, statusR)
 	theirs = append(theirs, statusW)
+	var err error
 	var outW [2]int
 	for i := range outFDs {
 		if outFDs[i], outW[i], err = rawPipeToUs(); err != nil {
@@ -651,24 +655,10 @@ func reapLostInit(sock int) {
 	}
 }
 
-// pipeToUs makes a pipe whose read end is ours, in the network poller,
-// and whose write end is a plain descriptor for an init (blocking, as a
-// program expects its output to be; close-on-exec).
-func pipeToUs() (*os.File, int, error) {
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		return nil, -1, fmt.Errorf("sandbox: pipe: %w", err)
-	}
-	if err := unix.SetNonblock(p[0], true); err != nil {
-		unix.Close(p[0])
-		unix.Close(p[1])
-		return nil, -1, fmt.Errorf("sandbox: pipe: %w", err)
-	}
-	return os.NewFile(uintptr(p[0]), "|0"), p[1], nil
-}
-
-// rawPipeToUs is pipeToUs without the os.File: our end stays a plain
-// non-blocking descriptor, out of the network poller (initPoll).
+// rawPipeToUs makes a pipe whose read end is ours, non-blocking, a plain
+// descriptor out of the network poller (initPoll reads it), and whose
+// write end is a plain descriptor for an init (blocking, as a program
+// expects its output to be; close-on-exec).
 func rawPipeToUs() (int, int, error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
