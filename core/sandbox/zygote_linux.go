@@ -278,7 +278,7 @@ func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 	// init ends, per run.
 	var ours []*os.File
 	var theirs []int         // sandboxinit.ZygoteFDs, in its order: stdout, stderr, status, the run's socket
-	outFDs := [2]int{-1, -1} // our ends of stdout, stderr (raw, non-blocking)
+	outFDs := [2]int{-1, -1} // our ends of stdout, stderr (raw, blocking)
 	fail := func(err error) (*warmInit, error) {
 		closeAll(ours...)
 		for _, fd := range theirs {
@@ -304,7 +304,7 @@ func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 	var err error
 	var outW [2]int
 	for i := range outFDs {
-		if outFDs[i], outW[i], err = rawPipeToUs(); err != nil {
+		if outFDs[i], outW[i], err = outputPipe(); err != nil {
 			return fail(err)
 		}
 		theirs = append(theirs, outW[i])
@@ -373,6 +373,16 @@ func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 		return fail(fmt.Errorf("sandbox: the forked init: pidfd: %w", err))
 	}
 	if w.poll == nil {
+		for _, fd := range outFDs {
+			if err := unix.SetNonblock(fd, true); err != nil { // into the network poller
+				_ = w.proc.Kill()
+				_, _ = w.proc.Wait()
+				if w.cg != nil {
+					w.cg.put()
+				}
+				return fail(fmt.Errorf("sandbox: pipe: %w", err))
+			}
+		}
 		outR, errR := os.NewFile(uintptr(outFDs[0]), "|1"), os.NewFile(uintptr(outFDs[1]), "|2")
 		outFDs = [2]int{-1, -1}
 		w.copied = make(chan struct{})
@@ -424,7 +434,7 @@ func (w *warmInit) waitZygoteInit() error {
 // goroutine that waits for the run waits there once for all of them.
 type initPoll struct {
 	ep    *os.File // the epoll set, non-blocking, in the network poller
-	fds   [2]int   // stdout, stderr: raw, non-blocking; -1 once at their end
+	fds   [2]int   // stdout, stderr: raw, blocking (read once per report); -1 once at their end
 	pidfd int      // the init's pidfd (owned by warmInit.pidfd), out of the set once reaped
 }
 
@@ -449,7 +459,9 @@ func newInitPoll(out [2]int, pidfd int) (*initPoll, error) {
 		}
 	}
 	if err == nil {
-		err = unix.SetNonblock(ep, true) // so that os.NewFile puts it in the network poller
+		// Non-blocking, so that os.NewFile puts it in the network
+		// poller (an epoll descriptor has no other status flag to keep).
+		_, err = unix.FcntlInt(uintptr(ep), unix.F_SETFL, unix.O_NONBLOCK)
 	}
 	if err != nil {
 		unix.Close(ep)
@@ -513,20 +525,26 @@ func (w *warmInit) waitPolled() error {
 		if i == pollStderr {
 			c = w.stderr
 		}
+		// One read per report: the set is level-triggered, so what is
+		// left is reported again, and a read after a report does not
+		// block (nothing else reads the pipe), so our end needs no
+		// non-blocking mode (two fcntl per pipe per run).
 		for p.fds[i] >= 0 {
 			n, err := unix.Read(p.fds[i], buf)
 			switch {
 			case n > 0:
 				_, _ = c.Write(buf[:n])
-			case err == unix.EINTR:
-			case err == unix.EAGAIN:
 				return
+			case err == unix.EINTR:
 			default: // its end (or an error: nothing more comes from it)
 				p.closePipe(ep, i)
 			}
 		}
 	}
 	reap := func(ep uintptr) {
+		if exited {
+			return
+		}
 		var ws syscall.WaitStatus
 		n, err := syscall.Wait4(w.pid, &ws, syscall.WNOHANG, nil)
 		for err == syscall.EINTR {
@@ -541,10 +559,18 @@ func (w *warmInit) waitPolled() error {
 			w.waited, w.ws = true, ws
 		}
 		exited = true
-		_ = unix.EpollCtl(int(ep), unix.EPOLL_CTL_DEL, p.pidfd, nil)
+		if p.fds != [2]int{-1, -1} {
+			// Output still to come (the init's exit closes its ends
+			// before it turns its pidfd readable: seldom): out of the
+			// set, or it would be reported on and on.
+			_ = unix.EpollCtl(int(ep), unix.EPOLL_CTL_DEL, p.pidfd, nil)
+		}
 	}
 	step := func(ep uintptr) bool {
 		for {
+			if exited && p.fds == [2]int{-1, -1} {
+				return true // (its pidfd may be left in the set: reported on and on)
+			}
 			n, err := unix.EpollWait(int(ep), evs[:], 0)
 			if err == unix.EINTR {
 				continue
@@ -554,9 +580,9 @@ func (w *warmInit) waitPolled() error {
 				return true
 			}
 			if n == 0 {
-				// Nothing ready: done, or (once exited) back to
-				// set the output's deadline, or wait.
-				return exited && (p.fds == [2]int{-1, -1} || !deadline)
+				// Nothing ready: once exited, back to set the
+				// output's deadline; else wait.
+				return exited && !deadline
 			}
 			for _, ev := range evs[:n] {
 				if ev.Fd == pollPidfd {
@@ -655,18 +681,12 @@ func reapLostInit(sock int) {
 	}
 }
 
-// rawPipeToUs makes a pipe whose read end is ours, non-blocking, a plain
-// descriptor out of the network poller (initPoll reads it), and whose
-// write end is a plain descriptor for an init (blocking, as a program
-// expects its output to be; close-on-exec).
-func rawPipeToUs() (int, int, error) {
+// outputPipe makes a pipe for an init's stdout or stderr: its read end
+// ours, its write end the init's (blocking, as a program expects its
+// output to be), both plain descriptors, close-on-exec.
+func outputPipe() (int, int, error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		return -1, -1, fmt.Errorf("sandbox: pipe: %w", err)
-	}
-	if err := unix.SetNonblock(p[0], true); err != nil {
-		unix.Close(p[0])
-		unix.Close(p[1])
 		return -1, -1, fmt.Errorf("sandbox: pipe: %w", err)
 	}
 	return p[0], p[1], nil
