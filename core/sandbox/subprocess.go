@@ -582,7 +582,10 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string,
 	// run down) on top of the exit's. Small lines: the init never blocks
 	// on a pipe nobody reads while it runs.
 	waitErr := w.wait()
-	statusBytes, _ := io.ReadAll(w.statusR)
+	var statusBytes []byte
+	if w.waited { // (else this run fails below, status or not)
+		statusBytes, _ = io.ReadAll(w.statusR)
+	}
 	timer.Stop()
 	stopWatch()
 	dur := time.Since(start)
