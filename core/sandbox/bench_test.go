@@ -26,6 +26,7 @@ func BenchmarkRunTrue(b *testing.B) {
 	s := benchSandbox(b)
 	ds := make([]time.Duration, 0, b.N)
 	cpu0, sb0 := cpuTime()+s.ZygoteCPU(), childrenCPU()+s.ZygoteCPU()
+	self0, csw0 := selfUsage()
 	for b.Loop() {
 		t0 := time.Now()
 		res, err := s.Run(context.Background(), core.ExecRequest{Argv: []string{"true"}})
@@ -40,6 +41,12 @@ func BenchmarkRunTrue(b *testing.B) {
 	// zygote, without the gateway's side (whose work dir mkdir varies
 	// with what else deletes files on the disk: see BENCHMARKS.md).
 	b.ReportMetric(float64((childrenCPU()+s.ZygoteCPU()-sb0).Microseconds())/1000/float64(len(ds)), "sandbox-ms")
+	// The gateway's side alone (silas-load's "Go µs" share of a run), and
+	// how often its threads went to sleep per run: each wake-up of an
+	// idle Go process costs far more than its system call.
+	self1, csw1 := selfUsage()
+	b.ReportMetric(float64((self1-self0).Microseconds())/1000/float64(len(ds)), "self-ms")
+	b.ReportMetric(float64(csw1-csw0)/float64(len(ds)), "csw/op")
 	reportPercentiles(b, ds, "")
 }
 
@@ -112,6 +119,16 @@ func cpuTime() time.Duration {
 		}
 	}
 	return d
+}
+
+// selfUsage is this process's own user and system time and its voluntary
+// context switches (its threads' sleeps: every wait it parks a thread in).
+func selfUsage() (time.Duration, int64) {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0, 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Nvcsw
 }
 
 // childrenCPU is the user and system time of this process's children

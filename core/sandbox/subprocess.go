@@ -573,8 +573,19 @@ func (s *Subprocess) run(ctx context.Context, req core.ExecRequest, prog string,
 		w.kill()
 	}
 
-	statusBytes, _ := io.ReadAll(w.statusR)
+	// One wait: the init's exit. Its status lines (ready, the program's
+	// exit, the stage's) are all in the pipe by then, and only the init
+	// held its write end (the zygote closes its copy before it replies;
+	// the program never gets it): read after the exit, they are read in
+	// one go, not each line as it came — a wake-up of this process per
+	// line (the program's exit line comes while the init still tears its
+	// run down) on top of the exit's. Small lines: the init never blocks
+	// on a pipe nobody reads while it runs.
 	waitErr := w.wait()
+	var statusBytes []byte
+	if w.waited { // (else this run fails below, status or not)
+		statusBytes, _ = io.ReadAll(w.statusR)
+	}
 	timer.Stop()
 	stopWatch()
 	dur := time.Since(start)
@@ -691,9 +702,10 @@ type warmInit struct {
 	// started through os/exec.
 	zygote *zygote
 	pid    int
-	pidfd  *os.File      // the init's pidfd, in the network poller
-	proc   *os.Process   // instead, on kernels without PIDFD_NONBLOCK (before 5.10)
-	pipes  []*os.File    // our ends of its stdout and stderr
+	pidfd  *os.File      // the init's pidfd (blocking; polled through poll)
+	poll   *initPoll     // its stdout, stderr and pidfd, waited for in one (waitPolled)
+	proc   *os.Process   // instead, on kernels without pidfd_open (before 5.3)
+	pipes  []*os.File    // then our ends of its stdout and stderr
 	copied chan struct{} // closed when both are copied to the capture
 
 	waited bool               // the init was waited for: ws is its status
@@ -732,6 +744,9 @@ func (w *warmInit) wait() error {
 		}
 		return err
 	}
+	if w.poll != nil {
+		return w.waitPolled()
+	}
 	err := w.waitZygoteInit()
 	select {
 	case <-w.copied:
@@ -755,6 +770,9 @@ func (w *warmInit) release() {
 	}
 	if w.cg != nil {
 		w.cg.put()
+	}
+	if w.poll != nil {
+		w.poll.close()
 	}
 	if w.pidfd != nil {
 		w.pidfd.Close()

@@ -271,30 +271,45 @@ func (z *zygote) fork(fds []int) (int, error) {
 // runW (sandboxinit.ZygoteRun).
 func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 	// The init's ends stay plain descriptors (sent to the zygote, then
-	// closed); only ours are os.Files in the network poller. os.Pipe made
-	// both ends pollable: a non-blocking mode, a poller registration and
-	// their undoing (Fd, Close) on each of three init ends, per run.
+	// closed), and none of ours is in the network poller: its stdout and
+	// stderr are read from the init's own epoll set (initPoll), with its
+	// pidfd. os.Pipe made both ends pollable: a non-blocking mode, a
+	// poller registration and their undoing (Fd, Close) on each of three
+	// init ends, per run.
 	var ours []*os.File
-	var theirs []int // sandboxinit.ZygoteFDs, in its order: stdout, stderr, status, the run's socket
+	var theirs []int         // sandboxinit.ZygoteFDs, in its order: stdout, stderr, status, the run's socket
+	outFDs := [2]int{-1, -1} // our ends of stdout, stderr (raw, blocking)
 	fail := func(err error) (*warmInit, error) {
 		closeAll(ours...)
 		for _, fd := range theirs {
 			unix.Close(fd)
 		}
+		for _, fd := range outFDs {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
 		return nil, err
 	}
-	var r [3]*os.File // status, stdout, stderr: ours
-	var wfd [3]int
-	for i := range r {
-		var err error
-		if r[i], wfd[i], err = pipeToUs(); err != nil {
+	// Our end of the status pipe stays blocking, out of the network
+	// poller too: it is read once, after the init's exit (run), when
+	// every line is in it and no writer is left.
+	var sfd [2]int
+	if err := unix.Pipe2(sfd[:], unix.O_CLOEXEC); err != nil {
+		return fail(fmt.Errorf("sandbox: pipe: %w", err))
+	}
+	statusR, statusW := os.NewFile(uintptr(sfd[0]), "status"), sfd[1]
+	ours = append(ours, statusR)
+	theirs = append(theirs, statusW)
+	var err error
+	var outW [2]int
+	for i := range outFDs {
+		if outFDs[i], outW[i], err = outputPipe(); err != nil {
 			return fail(err)
 		}
-		ours = append(ours, r[i])
-		theirs = append(theirs, wfd[i])
+		theirs = append(theirs, outW[i])
 	}
-	statusR, outR, errR := r[0], r[1], r[2]
-	theirs = []int{wfd[1], wfd[2], wfd[0]}
+	theirs = []int{outW[0], outW[1], statusW}
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fail(fmt.Errorf("sandbox: socketpair: %w", err))
@@ -328,44 +343,65 @@ func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 		return fail(err)
 	}
 	// Our child (CLONE_PARENT): nobody else reaps it, so the pid stays
-	// its until we wait for it. Its pidfd is waited on in the network
-	// poller (waitZygoteInit): a goroutine blocked in wait4 for the whole
-	// run kept the runtime's sysmon polling every 20 µs–10 ms.
+	// its until we wait for it. Its pidfd (blocking: not in the network
+	// poller) is polled in the init's epoll set with its stdout and
+	// stderr (waitPolled): the run's goroutine waits for all three in one
+	// wait — no goroutine per pipe, each woken at its end besides the
+	// exit's wake-up — and signals the init through it.
 	w.pid = pid
-	pfd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	pfd, err := unix.PidfdOpen(pid, 0)
 	if err == nil {
 		w.pidfd = os.NewFile(uintptr(pfd), "init")
+		if w.poll, err = newInitPoll(outFDs, pfd); err == nil {
+			outFDs = [2]int{-1, -1} // the poll's now
+		}
 	} else if err == unix.EINVAL || err == unix.ENOSYS {
-		// No PIDFD_NONBLOCK (before Linux 5.10) or no pidfd_open (5.3): waited for in
-		// wait4, as os/exec does.
+		// No pidfd_open (before Linux 5.3): waited for in wait4, as
+		// os/exec does, its output copied by a goroutine per pipe.
 		w.proc, err = os.FindProcess(pid)
 	}
 	if err != nil || (w.pidfd == nil && w.proc == nil) {
 		_ = unix.Kill(pid, unix.SIGKILL)
 		var ws unix.WaitStatus
 		_, _ = unix.Wait4(pid, &ws, 0, nil)
-		closeAll(ours...)
+		if w.pidfd != nil {
+			w.pidfd.Close()
+		}
 		if w.cg != nil {
 			w.cg.put()
 		}
-		return nil, fmt.Errorf("sandbox: the forked init: pidfd: %w", err)
+		return fail(fmt.Errorf("sandbox: the forked init: pidfd: %w", err))
 	}
-	w.copied = make(chan struct{})
-	w.pipes = []*os.File{outR, errR}
-	// The second copy to end closes copied (no goroutine of its own to
-	// wait for both).
-	var left atomic.Int32
-	left.Store(2)
-	for _, c := range []struct {
-		r *os.File
-		w io.Writer
-	}{{outR, w.stdout}, {errR, w.stderr}} {
-		go func() {
-			copyOutput(c.w, c.r)
-			if left.Add(-1) == 0 {
-				close(w.copied)
+	if w.poll == nil {
+		for _, fd := range outFDs {
+			if err := unix.SetNonblock(fd, true); err != nil { // into the network poller
+				_ = w.proc.Kill()
+				_, _ = w.proc.Wait()
+				if w.cg != nil {
+					w.cg.put()
+				}
+				return fail(fmt.Errorf("sandbox: pipe: %w", err))
 			}
-		}()
+		}
+		outR, errR := os.NewFile(uintptr(outFDs[0]), "|1"), os.NewFile(uintptr(outFDs[1]), "|2")
+		outFDs = [2]int{-1, -1}
+		w.copied = make(chan struct{})
+		w.pipes = []*os.File{outR, errR}
+		// The second copy to end closes copied (no goroutine of its own to
+		// wait for both).
+		var left atomic.Int32
+		left.Store(2)
+		for _, c := range []struct {
+			r *os.File
+			w io.Writer
+		}{{outR, w.stdout}, {errR, w.stderr}} {
+			go func() {
+				copyOutput(c.w, c.r)
+				if left.Add(-1) == 0 {
+					close(w.copied)
+				}
+			}()
+		}
 	}
 	if w.cg != nil {
 		if err := w.cg.add(pid); err != nil {
@@ -380,46 +416,203 @@ func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 	return w, nil
 }
 
-// waitZygoteInit waits for the zygote's init w to exit and reaps it.
+// waitZygoteInit waits for the zygote's init w to exit and reaps it
+// (without a pidfd: its output is copied by goroutines, see wait).
 func (w *warmInit) waitZygoteInit() error {
-	if w.proc != nil {
-		ps, err := w.proc.Wait()
-		if err != nil {
-			return err
-		}
-		w.waited = true
-		w.ws, _ = ps.Sys().(syscall.WaitStatus)
-		return nil
-	}
-	rc, err := w.pidfd.SyscallConn()
+	ps, err := w.proc.Wait()
 	if err != nil {
 		return err
 	}
-	var werr error
-	err = rc.Read(func(uintptr) bool {
-		var ws syscall.WaitStatus
-		var n int
-		for {
-			if n, werr = syscall.Wait4(w.pid, &ws, syscall.WNOHANG, nil); werr != syscall.EINTR {
-				break
-			}
+	w.waited = true
+	w.ws, _ = ps.Sys().(syscall.WaitStatus)
+	return nil
+}
+
+// initPoll is a zygote init's own epoll set: our ends of its stdout and
+// stderr and its pidfd, level-triggered. The set itself is in the
+// network poller (it turns readable when one of them does), so the
+// goroutine that waits for the run waits there once for all of them.
+type initPoll struct {
+	ep    *os.File // the epoll set, non-blocking, in the network poller
+	fds   [2]int   // stdout, stderr: raw, blocking (read once per report); -1 once at their end
+	pidfd int      // the init's pidfd (owned by warmInit.pidfd), out of the set once reaped
+}
+
+// The tags of the set's members (EpollEvent.Fd).
+const (
+	pollStdout = 0
+	pollStderr = 1
+	pollPidfd  = 2
+)
+
+// newInitPoll makes the set of out (stdout, stderr) and pidfd; out is the
+// poll's once it returns no error.
+func newInitPoll(out [2]int, pidfd int) (*initPoll, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: epoll: %w", err)
+	}
+	for tag, fd := range []int{out[0], out[1], pidfd} {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(tag)}
+		if err = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			break
 		}
-		switch {
-		case werr != nil:
-			return true
-		case n == 0:
-			return false // running: its pidfd turns readable when it exits
+	}
+	if err == nil {
+		// Non-blocking, so that os.NewFile puts it in the network
+		// poller (an epoll descriptor has no other status flag to keep).
+		_, err = unix.FcntlInt(uintptr(ep), unix.F_SETFL, unix.O_NONBLOCK)
+	}
+	if err != nil {
+		unix.Close(ep)
+		return nil, fmt.Errorf("sandbox: epoll: %w", err)
+	}
+	return &initPoll{ep: os.NewFile(uintptr(ep), "init-poll"), fds: out, pidfd: pidfd}, nil
+}
+
+// closePipe takes our end of stdout or stderr out of the set and closes
+// it (at its end, or given up on).
+func (p *initPoll) closePipe(ep uintptr, i int) {
+	if p.fds[i] < 0 {
+		return
+	}
+	// Out of the set first: a fork elsewhere in the process may hold a
+	// copy of the descriptor for a moment, and the set would go on
+	// reporting the closed pipe.
+	_ = unix.EpollCtl(int(ep), unix.EPOLL_CTL_DEL, p.fds[i], nil)
+	unix.Close(p.fds[i])
+	p.fds[i] = -1
+}
+
+// close closes the set and what is left of the pipes (idempotent).
+func (p *initPoll) close() {
+	if rc, err := p.ep.SyscallConn(); err == nil {
+		_ = rc.Control(func(ep uintptr) {
+			p.closePipe(ep, pollStdout)
+			p.closePipe(ep, pollStderr)
+		})
+	}
+	for i, fd := range p.fds { // the set is closed already
+		if fd >= 0 {
+			unix.Close(fd)
+			p.fds[i] = -1
 		}
-		w.waited, w.ws = true, ws
-		return true
-	})
+	}
+	p.ep.Close()
+}
+
+// waitPolled waits for the zygote's init w to exit and reaps it, copying
+// its stdout and stderr to the capture meanwhile, and then up to
+// waitDelay for both to reach their end (exec.ErrWaitDelay after that;
+// its PID namespace is gone with it, so nothing of the run holds them).
+// One goroutine — the caller's — and one wait at a time in the network
+// poller for all three: a goroutine per pipe woke at its end, besides
+// the exit's wake-up, and cost a goroutine start each per run.
+func (w *warmInit) waitPolled() error {
+	p := w.poll
+	rc, err := p.ep.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("sandbox: wait for the init: %w", err)
 	}
-	if werr != nil {
-		return fmt.Errorf("sandbox: wait for the init: %w", werr)
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	var evs [3]unix.EpollEvent
+	exited, deadline := false, false
+	var werr error
+	drain := func(ep uintptr, i int) {
+		c := w.stdout
+		if i == pollStderr {
+			c = w.stderr
+		}
+		// One read per report: the set is level-triggered, so what is
+		// left is reported again, and a read after a report does not
+		// block (nothing else reads the pipe), so our end needs no
+		// non-blocking mode (two fcntl per pipe per run).
+		for p.fds[i] >= 0 {
+			n, err := unix.Read(p.fds[i], buf)
+			switch {
+			case n > 0:
+				_, _ = c.Write(buf[:n])
+				return
+			case err == unix.EINTR:
+			default: // its end (or an error: nothing more comes from it)
+				p.closePipe(ep, i)
+			}
+		}
 	}
-	return nil
+	reap := func(ep uintptr) {
+		if exited {
+			return
+		}
+		var ws syscall.WaitStatus
+		n, err := syscall.Wait4(w.pid, &ws, syscall.WNOHANG, nil)
+		for err == syscall.EINTR {
+			n, err = syscall.Wait4(w.pid, &ws, syscall.WNOHANG, nil)
+		}
+		switch {
+		case err != nil:
+			werr = fmt.Errorf("sandbox: wait for the init: %w", err)
+		case n == 0:
+			return // running: its pidfd turns readable when it exits
+		default:
+			w.waited, w.ws = true, ws
+		}
+		exited = true
+		if p.fds != [2]int{-1, -1} {
+			// Output still to come (the init's exit closes its ends
+			// before it turns its pidfd readable: seldom): out of the
+			// set, or it would be reported on and on.
+			_ = unix.EpollCtl(int(ep), unix.EPOLL_CTL_DEL, p.pidfd, nil)
+		}
+	}
+	step := func(ep uintptr) bool {
+		for {
+			if exited && p.fds == [2]int{-1, -1} {
+				return true // (its pidfd may be left in the set: reported on and on)
+			}
+			n, err := unix.EpollWait(int(ep), evs[:], 0)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				werr = fmt.Errorf("sandbox: wait for the init: epoll: %w", err)
+				return true
+			}
+			if n == 0 {
+				// Nothing ready: once exited, back to set the
+				// output's deadline; else wait.
+				return exited && !deadline
+			}
+			for _, ev := range evs[:n] {
+				if ev.Fd == pollPidfd {
+					reap(ep)
+				} else {
+					drain(ep, int(ev.Fd))
+				}
+			}
+		}
+	}
+	for {
+		err := rc.Read(step)
+		if werr != nil && !exited {
+			p.close()
+			return werr
+		}
+		if err != nil {
+			p.close()
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return cmp.Or(werr, exec.ErrWaitDelay)
+			}
+			return cmp.Or(werr, fmt.Errorf("sandbox: wait for the init: %w", err))
+		}
+		if p.fds == [2]int{-1, -1} {
+			return werr
+		}
+		// Exited, its output not at its end yet.
+		_ = p.ep.SetReadDeadline(time.Now().Add(waitDelay))
+		deadline = true
+	}
 }
 
 // zygoteFits reports whether the zygote's warm init w can take a run in
@@ -488,20 +681,15 @@ func reapLostInit(sock int) {
 	}
 }
 
-// pipeToUs makes a pipe whose read end is ours, in the network poller,
-// and whose write end is a plain descriptor for an init (blocking, as a
-// program expects its output to be; close-on-exec).
-func pipeToUs() (*os.File, int, error) {
+// outputPipe makes a pipe for an init's stdout or stderr: its read end
+// ours, its write end the init's (blocking, as a program expects its
+// output to be), both plain descriptors, close-on-exec.
+func outputPipe() (int, int, error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		return nil, -1, fmt.Errorf("sandbox: pipe: %w", err)
+		return -1, -1, fmt.Errorf("sandbox: pipe: %w", err)
 	}
-	if err := unix.SetNonblock(p[0], true); err != nil {
-		unix.Close(p[0])
-		unix.Close(p[1])
-		return nil, -1, fmt.Errorf("sandbox: pipe: %w", err)
-	}
-	return os.NewFile(uintptr(p[0]), "|0"), p[1], nil
+	return p[0], p[1], nil
 }
 
 func closeAll(fs ...*os.File) {

@@ -278,3 +278,48 @@ func TestZygoteInitsGetNoCopyOfTheZygote(t *testing.T) {
 		t.Fatalf("a warm init has %d writable anonymous mappings, want at most %d:\n%s", len(writable), want, strings.Join(writable, "\n"))
 	}
 }
+
+// TestZygoteInitsOneWait: a zygote's init is waited for in one wait — its
+// exit, its stdout and its stderr, from the run's own goroutine (the
+// init's epoll set, waitPolled) — so a warm init holds no goroutine (one
+// per pipe before, each started per run and woken at its pipe's end),
+// and both pipes are still read while the program writes: more than a
+// pipe holds on each, interleaved, arrives whole.
+func TestZygoteInitsOneWait(t *testing.T) {
+	s := zygoteSandbox(t)
+	n0 := s.zygoteRuns.Load()
+	const n = 300000
+	res := run(t, s, core.ExecRequest{
+		Argv:        []string{"sh", "-c", "for i in 1 2 3; do head -c 100000 /dev/zero; head -c 100000 /dev/zero >&2; done; echo end"},
+		OutputLimit: 1 << 20,
+	})
+	if res.ExitCode != 0 || s.zygoteRuns.Load() == n0 {
+		t.Fatalf("exit %d (zygote runs %d → %d): %.200s", res.ExitCode, n0, s.zygoteRuns.Load(), res.Stderr)
+	}
+	if len(res.Stdout) != n+4 || len(res.Stderr) != n || res.Truncated || !strings.HasSuffix(string(res.Stdout), "end\n") {
+		t.Fatalf("stdout %d bytes, stderr %d, truncated %v; want %d, %d, false", len(res.Stdout), len(res.Stderr), res.Truncated, n+4, n)
+	}
+	// The pool refills after the run; once done, its inits (one or
+	// two) are waiting for their runs.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		s.poolMu.Lock()
+		ready := len(s.pools[false]) > 0 && s.refilling[false] == 0
+		s.poolMu.Unlock()
+		if ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pool did not refill")
+		}
+	}
+	if fd, err := unix.PidfdOpen(os.Getpid(), 0); err != nil {
+		t.Skipf("no pidfd_open (%v): a forked init's output is copied by goroutines", err)
+	} else {
+		unix.Close(fd)
+	}
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	if c := strings.Count(stacks, "sandbox.copyOutput("); c != 0 {
+		t.Fatalf("%d goroutines copy a warm init's output (want none: the run's goroutine reads it)", c)
+	}
+}
