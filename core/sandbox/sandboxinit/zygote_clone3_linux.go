@@ -7,10 +7,21 @@ import (
 	"unsafe"
 )
 
-// cloneArgs is clone3(2)'s struct clone_args (its first version).
+// cloneArgs is clone3(2)'s struct clone_args (its first version). The
+// blank fields are pidfd, child_tid, parent_tid and exit_signal, which an
+// init's clone leaves zero (see zygote_linux.go).
 type cloneArgs struct {
-	flags, pidfd, childTID, parentTID, exitSignal, stack, stackSize, tls uint64
+	flags     uint64
+	_         [4]uint64
+	stack     uint64
+	stackSize uint64
+	tls       uint64
 }
+
+// childStart is called from assembly only (zygote_clone3_amd64.s); this
+// use keeps it for the builds that do not assemble that file and tells
+// staticcheck that it is used.
+var _ = childStart
 
 // childStart is where a clone3Init child starts, on the fork region's
 // stack, with every signal blocked (beforeFork) and every handled one
