@@ -1,75 +1,11 @@
 package engine_test
 
 import (
-	"context"
-	"strings"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core/store"
 )
-
-// batches records the statements of every batch the store sends, whole
-// (as sent: TraceBatchQuery sees only the results read).
-type batches struct {
-	mu  sync.Mutex
-	on  bool
-	all [][]string
-}
-
-func (r *batches) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	return ctx
-}
-func (r *batches) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *batches) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
-	var sqls []string
-	for _, q := range d.Batch.QueuedQueries {
-		sqls = append(sqls, q.SQL)
-	}
-	r.mu.Lock()
-	if r.on {
-		r.all = append(r.all, sqls)
-	}
-	r.mu.Unlock()
-	return ctx
-}
-func (r *batches) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *batches) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
-func (r *batches) record(on bool) {
-	r.mu.Lock()
-	r.on = on
-	r.mu.Unlock()
-}
-
-// carrying returns the recorded batches with a statement that contains sql.
-func (r *batches) carrying(sql string) [][]string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out [][]string
-	for _, b := range r.all {
-		for _, s := range b {
-			if strings.Contains(s, sql) {
-				out = append(out, b)
-				break
-			}
-		}
-	}
-	return out
-}
-
-func has(batch []string, sql string) bool {
-	for _, s := range batch {
-		if strings.Contains(s, sql) {
-			return true
-		}
-	}
-	return false
-}
 
 // TestTapSpeculates: a low-risk tap in an idle conversation writes its
 // decision (the approval's compare-and-swap with the token's nonce), the
@@ -81,17 +17,11 @@ func has(batch []string, sql string) bool {
 func TestTapSpeculates(t *testing.T) {
 	t.Parallel()
 	ch := newFakeChannel()
-	rec := &batches{}
+	rec := &tripLog{}
 	b := setupStore(t, ch, ch, "", store.Options{QueryTracer: rec})
 	b.send(t, owner, "/run echo speculate")
 	c := b.pendingCard(t, "echo speculate")
-	deadline := time.Now().Add(10 * time.Second)
-	for !b.eng.Idle("test:chat") {
-		if time.Now().After(deadline) {
-			t.Fatal("the conversation did not become idle")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	b.waitIdle(t, "test:chat")
 	rec.record(true)
 	b.tap(t, owner, c.ID, "approve")
 	b.waitStatus(t, c.ID, cards.StatusDone)
@@ -105,11 +35,11 @@ func TestTapSpeculates(t *testing.T) {
 	} {
 		got := rec.carrying(step.cas)
 		if len(got) != 1 {
-			t.Fatalf("%s: %d batches carry its compare-and-swap, want 1: %q", step.name, len(got), got)
+			t.Fatalf("%s: %d round trips carry its compare-and-swap, want 1: %v", step.name, len(got), got)
 		}
 		for _, w := range step.with {
-			if !has(got[0], w) {
-				t.Errorf("%s: the compare-and-swap's round trip does not carry %q: %q", step.name, w, got[0])
+			if !got[0].has(w) {
+				t.Errorf("%s: the compare-and-swap's round trip does not carry %q: %v", step.name, w, got[0])
 			}
 		}
 	}

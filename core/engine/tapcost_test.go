@@ -25,13 +25,7 @@ func tapCost(t *testing.T, b *bundle, cmd string) (txns int, kinds string, start
 	t.Helper()
 	b.send(t, owner, "/run "+cmd)
 	c := b.pendingCard(t, cmd)
-	deadline := time.Now().Add(10 * time.Second)
-	for !b.eng.Idle("test:chat") {
-		if time.Now().After(deadline) {
-			t.Fatal("the conversation did not become idle")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	b.waitIdle(t, "test:chat")
 	var before int64
 	mustScan(t, b.st.Pool().QueryRow(b.ctx, `SELECT COALESCE(max(seq), 0) FROM audit_log`), &before)
 	b.tap(t, owner, c.ID, "approve")
@@ -41,6 +35,18 @@ func tapCost(t *testing.T, b *bundle, cmd string) (txns int, kinds string, start
 	mustScan(t, b.st.Pool().QueryRow(b.ctx, `SELECT count(DISTINCT xmin::text) = 1 AND count(*) = 2 FROM audit_log
 		WHERE seq > $1 AND kind IN ('token.consumed', 'execution.started')`, before), &startWithDecision)
 	return txns, kinds, startWithDecision
+}
+
+// waitIdle waits until conv has nothing queued or running in the engine.
+func (b *bundle) waitIdle(t *testing.T, conv core.ConversationID) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !b.eng.Idle(conv) {
+		if time.Now().After(deadline) {
+			t.Fatal("the conversation did not become idle")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // TestTapCost: from the tap to the verified card, a low-risk tap in an

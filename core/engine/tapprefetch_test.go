@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -27,50 +26,35 @@ type trip struct {
 	stmts []string
 }
 
-func (r *tripLog) add(c *pgx.Conn, sql string, batch bool) {
+// add records one round trip on c carrying stmts (a batch's, or a query
+// on its own).
+func (r *tripLog) add(c *pgx.Conn, stmts ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.on {
-		return
-	}
-	if batch || sql != "" {
-		r.trips = append(r.trips, trip{conn: c})
-	}
-	if sql != "" {
-		// A batch's statements go to its trip, the last one of its
-		// connection.
-		for i := len(r.trips) - 1; i >= 0; i-- {
-			if r.trips[i].conn == c {
-				r.trips[i].stmts = append(r.trips[i].stmts, sql)
-				return
-			}
-		}
+	if r.on {
+		r.trips = append(r.trips, trip{conn: c, stmts: stmts})
 	}
 }
 
 func (r *tripLog) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	r.add(c, d.SQL, false)
+	r.add(c, d.SQL)
 	return ctx
 }
 func (r *tripLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *tripLog) TraceBatchStart(ctx context.Context, c *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.add(c, "", true)
+
+// TraceBatchStart records a batch whole, as sent: TraceBatchQuery sees
+// only the statements whose results were read, so a batch that failed
+// would look short.
+func (r *tripLog) TraceBatchStart(ctx context.Context, c *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	stmts := make([]string, 0, len(d.Batch.QueuedQueries))
+	for _, q := range d.Batch.QueuedQueries {
+		stmts = append(stmts, q.SQL)
+	}
+	r.add(c, stmts...)
 	return ctx
 }
-func (r *tripLog) TraceBatchQuery(_ context.Context, c *pgx.Conn, d pgx.TraceBatchQueryData) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.on {
-		return
-	}
-	for i := len(r.trips) - 1; i >= 0; i-- {
-		if r.trips[i].conn == c {
-			r.trips[i].stmts = append(r.trips[i].stmts, d.SQL)
-			return
-		}
-	}
-}
-func (r *tripLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+func (r *tripLog) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *tripLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 func (r *tripLog) record(on bool) {
 	r.mu.Lock()
@@ -141,6 +125,19 @@ func (r *tripLog) tapTransaction(t *testing.T) []trip {
 	return nil
 }
 
+// carrying is the recorded round trips with a statement that contains s.
+func (r *tripLog) carrying(s string) []trip {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []trip
+	for _, tr := range r.trips {
+		if tr.has(s) {
+			out = append(out, tr)
+		}
+	}
+	return out
+}
+
 // statements is how many statements of trips contain s.
 func statements(trips []trip, s string) int {
 	n := 0
@@ -171,16 +168,7 @@ func TestTapReadsWithInsert(t *testing.T) {
 	b := setupStore(t, ch, ch, "", store.Options{QueryTracer: log})
 	b.send(t, owner, "/run echo prefetch")
 	c := b.pendingCard(t, "echo prefetch")
-	idle := func(conv core.ConversationID) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !b.eng.Idle(conv) {
-			if time.Now().After(deadline) {
-				t.Fatal("the conversation did not become idle")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	idle := func(conv core.ConversationID) { b.waitIdle(t, conv) }
 	idle("test:chat")
 
 	// From another conversation, where the card was not routed: "unknown
