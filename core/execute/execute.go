@@ -140,8 +140,9 @@ type Config struct {
 	Now             func() time.Time
 	// Claimed runs once a claim committed, before anything is prepared.
 	Claimed func(id core.ApprovalID)
-	// Recorded runs after a transition committed (its card update waits
-	// in the outbox): kick the conversation's lane, count.
+	// Recorded runs after a transition committed (its card update is in
+	// the outbox, and handed to the conversation's lane by whoever ran
+	// the transaction — core/gateway's execStore): count, observe.
 	Recorded func(a core.ApprovalRequest, to core.ExecStatus)
 	// Failpoint, for crash tests only: "after-approve" (before the claim)
 	// or "after-execute" (once the run's result is recorded) makes the
