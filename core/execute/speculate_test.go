@@ -47,6 +47,20 @@ func (s *speculating) GetApproval(ctx context.Context, id core.ApprovalID) (core
 	return s.st.GetApproval(ctx, id)
 }
 
+// speculatingExecutor is an executor of b's sandbox and checks whose store
+// records, per transaction, whether each run of its op speculated.
+func (b *bundle) speculatingExecutor(t *testing.T) (*execute.Executor, *speculating) {
+	t.Helper()
+	sp := &speculating{st: b.st}
+	x, err := execute.New(execute.Config{Store: sp, Key: b.key.Public().(ed25519.PublicKey), Sandbox: b.sb,
+		Verifier: &verify.Runner{Commands: b.checks}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Close(context.Background()) })
+	return x, sp
+}
+
 // TestVerdictLostRace: a transition is speculated (its card edit and
 // entries queued with the guarded compare-and-swap, one round trip); when
 // the row left the carried status meanwhile — here another instance
@@ -58,13 +72,7 @@ func (s *speculating) GetApproval(ctx context.Context, id core.ApprovalID) (core
 func TestVerdictLostRace(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	sp := &speculating{st: b.st}
-	x, err := execute.New(execute.Config{Store: sp, Key: b.key.Public().(ed25519.PublicKey), Sandbox: b.sb,
-		Verifier: &verify.Runner{Commands: b.checks}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { x.Close(context.Background()) })
+	x, sp := b.speculatingExecutor(t)
 	id := b.decided(t, []string{"echo", "lost"})
 	b.sb.during = func() {
 		b.sql(t, `UPDATE executions SET status = 'interrupted', reason = 'taken over' WHERE approval_id = $1`, string(id))
@@ -101,13 +109,7 @@ func TestVerdictLostRace(t *testing.T) {
 func TestClaimSpeculatesOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	sp := &speculating{st: b.st}
-	x, err := execute.New(execute.Config{Store: sp, Key: b.key.Public().(ed25519.PublicKey), Sandbox: b.sb,
-		Verifier: &verify.Runner{Commands: b.checks}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { x.Close(context.Background()) })
+	x, sp := b.speculatingExecutor(t)
 	id := b.decided(t, []string{"echo", "won"})
 	x.Run(b.ctx, id)
 	if ex := b.execution(t, id); ex.Status != core.ExecVerified {

@@ -27,7 +27,7 @@ import (
 //
 //	go run ./internal/pgtest/pgtestrun go test -run XXX -bench TapTransaction -benchtime 3000x -count 4 ./core/store
 func BenchmarkTapTransaction(b *testing.B) {
-	rt := &prefetchTrips{}
+	rt := &roundTrips{}
 	s, ctx, _ := setupDSN(b, Options{QueryTracer: rt})
 	mustDo(b, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
 		tx.QueueApproval(testApproval("ap1", tx.Now()))

@@ -6,55 +6,12 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
 )
-
-// prefetchTrips records the statements of every round trip the store sends
-// (a batch, or a query on its own).
-type prefetchTrips struct {
-	mu    sync.Mutex
-	trips [][]string
-}
-
-func (r *prefetchTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	r.mu.Lock()
-	r.trips = append(r.trips, []string{d.SQL})
-	r.mu.Unlock()
-	return ctx
-}
-func (r *prefetchTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *prefetchTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.mu.Lock()
-	r.trips = append(r.trips, nil)
-	r.mu.Unlock()
-	return ctx
-}
-func (r *prefetchTrips) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	r.mu.Lock()
-	r.trips[len(r.trips)-1] = append(r.trips[len(r.trips)-1], d.SQL)
-	r.mu.Unlock()
-}
-func (r *prefetchTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
-
-func (r *prefetchTrips) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.trips)
-}
-
-// last is the statements of the last round trip.
-func (r *prefetchTrips) last() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.trips[len(r.trips)-1]
-}
 
 // tapTurn is a tap on card in conv.
 func tapTurn(ev string, conv core.ConversationID, card string) core.Turn {
@@ -75,9 +32,9 @@ type routeAnswer struct {
 
 // prefetchSetup: "ap1", requested in webchat:local, routed as a copy to
 // webchat:approver; "ap2" in webchat:local, not routed.
-func prefetchSetup(t *testing.T) (*Store, context.Context, *prefetchTrips) {
+func prefetchSetup(t *testing.T) (*Store, context.Context, *roundTrips) {
 	t.Helper()
-	rt := &prefetchTrips{}
+	rt := &roundTrips{}
 	s, ctx, _ := setupDSN(t, Options{QueryTracer: rt})
 	mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
 		tx.QueueApproval(testApproval("ap1", tx.Now()))
@@ -92,7 +49,7 @@ func prefetchSetup(t *testing.T) (*Store, context.Context, *prefetchTrips) {
 
 // readAfterInsert stores turn inline and then, after between (if any),
 // reads request id's route into conv, in one transaction, rolled back.
-func readAfterInsert(t *testing.T, ctx context.Context, s *Store, rt *prefetchTrips, turn core.Turn, between func(tx *Tx) error, id core.ApprovalID, conv core.ConversationID) routeAnswer {
+func readAfterInsert(t *testing.T, ctx context.Context, s *Store, rt *roundTrips, turn core.Turn, between func(tx *Tx) error, id core.ApprovalID, conv core.ConversationID) routeAnswer {
 	t.Helper()
 	var ans routeAnswer
 	errRollback := errors.New("rolled back")

@@ -52,6 +52,19 @@ func (r *roundTrips) since(n int) ([][]string, int) {
 	return append([][]string(nil), r.trips[n:]...), len(r.trips)
 }
 
+func (r *roundTrips) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.trips)
+}
+
+// last is the statements of the last round trip.
+func (r *roundTrips) last() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.trips[len(r.trips)-1]
+}
+
 // with returns the round trips that carry a statement containing sql.
 func with(trips [][]string, sql string) [][]string {
 	var out [][]string
