@@ -1,17 +1,13 @@
 package engine_test
 
 import (
-	"context"
-	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/store"
+	"github.com/silas-gateway/silas/internal/storetest"
 )
 
 // tapCost taps b's pending card for cmd in an idle conversation and waits
@@ -123,30 +119,6 @@ func TestStandingTapClaimedWithDecision(t *testing.T) {
 	}
 }
 
-// outboxReads counts the outbox lanes' reads of a conversation's next job
-// (store.NextOutboxJob's query).
-type outboxReads struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (r *outboxReads) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(d.SQL, "o.message_key, o.payload, o.attempts") {
-		r.mu.Lock()
-		r.n++
-		r.mu.Unlock()
-	}
-	return ctx
-}
-
-func (r *outboxReads) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (r *outboxReads) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.n
-}
-
 // TestTapOutboxReads: from the tap to the verified card the conversation's
 // lane reads no job back from the database. The tap's answer (which
 // carries the card's "running…" state) and the verdict's card edit are
@@ -157,7 +129,7 @@ func (r *outboxReads) count() int {
 func TestTapOutboxReads(t *testing.T) {
 	t.Parallel()
 	ch := newFakeChannel()
-	reads := &outboxReads{}
+	reads := &storetest.JobReads{}
 	b := setupStore(t, ch, ch, "", store.Options{QueryTracer: reads})
 	b.send(t, owner, "/run echo reads")
 	c := b.pendingCard(t, "echo reads")
@@ -170,11 +142,11 @@ func TestTapOutboxReads(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	before := reads.count()
+	before := reads.Count()
 	b.tap(t, owner, c.ID, "approve")
 	done := b.waitStatus(t, c.ID, cards.StatusDone)
 	b.stop()
-	if n := reads.count() - before; n != 0 {
+	if n := reads.Count() - before; n != 0 {
 		t.Fatalf("the lane read %d jobs from the tap to the verified card; want 0 (the answer and the verdict's edit are handed over)", n)
 	}
 	// Both edits went to the card's message in place: none was sent as a

@@ -4,12 +4,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/silas-gateway/silas/cards"
 	"github.com/silas-gateway/silas/core"
@@ -22,30 +19,6 @@ import (
 // delivers them without reading them back, with the ref their insert read,
 // unless it may not trust that ref or the order.
 
-// jobReads counts a store's reads of a conversation's next job
-// (NextOutboxJob's query).
-type jobReads struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (r *jobReads) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(d.SQL, "o.message_key, o.payload, o.attempts") {
-		r.mu.Lock()
-		r.n++
-		r.mu.Unlock()
-	}
-	return ctx
-}
-
-func (r *jobReads) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (r *jobReads) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.n
-}
-
 // handWorld is one store (this instance) with an outbox delivering to a
 // cardChannel, and the reads its lanes make.
 type handWorld struct {
@@ -53,7 +26,7 @@ type handWorld struct {
 	ctx   context.Context
 	dsn   string
 	st    *store.Store
-	reads *jobReads
+	reads *storetest.JobReads
 	ch    *cardChannel
 	ob    *Outbox
 }
@@ -62,7 +35,7 @@ type handWorld struct {
 func newHandWorld(t *testing.T, instance string) *handWorld {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &handWorld{t: t, ctx: ctx, dsn: storetest.NewDatabase(t), reads: &jobReads{}, ch: &cardChannel{}}
+	w := &handWorld{t: t, ctx: ctx, dsn: storetest.NewDatabase(t), reads: &storetest.JobReads{}, ch: &cardChannel{}}
 	st, err := store.Open(ctx, w.dsn, store.Options{QueryTracer: w.reads})
 	if err != nil {
 		t.Fatal(err)
@@ -146,14 +119,14 @@ func TestHandedEditsFromMemory(t *testing.T) {
 	const conv core.ConversationID = "test:memory"
 	w.ob.HandOff(conv, w.queue(w.st, conv, send("card-mem", cards.StatusPending)), 0)
 	w.waitIdle()
-	before := w.reads.count()
+	before := w.reads.Count()
 	handed := w.queue(w.st, conv, edit("card-mem", cards.StatusRunning), edit("card-mem", cards.StatusDone))
 	if handed[0].Ref != "ref-1" || handed[1].Ref != "ref-1" {
 		t.Fatalf("handed over with refs %q, %q; want the card's ref-1", handed[0].Ref, handed[1].Ref)
 	}
 	w.ob.HandOff(conv, handed, 0)
 	w.waitIdle()
-	if n := w.reads.count() - before; n != 0 {
+	if n := w.reads.Count() - before; n != 0 {
 		t.Fatalf("the lane read %d jobs back; want none", n)
 	}
 	sent, edits := w.ch.shown()
