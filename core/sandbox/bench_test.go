@@ -50,6 +50,29 @@ func BenchmarkRunTrue(b *testing.B) {
 	reportPercentiles(b, ds, "")
 }
 
+// BenchmarkRunEcho is BenchmarkRunTrue with `echo x`, the program
+// silas-load's phase (c) runs: a dynamically linked program that loads
+// the run's locale (LANG) through the sandbox's mounts and Landlock.
+func BenchmarkRunEcho(b *testing.B) {
+	s := benchSandbox(b)
+	n := 0
+	cpu0, sb0 := cpuTime()+s.ZygoteCPU(), childrenCPU()+s.ZygoteCPU()
+	self0, csw0 := selfUsage()
+	for b.Loop() {
+		res, err := s.Run(context.Background(), core.ExecRequest{Argv: []string{"echo", "x"}})
+		if err != nil || res.ExitCode != 0 || string(res.Stdout) != "x\n" {
+			b.Fatalf("run: %v exit %d %q %s", err, res.ExitCode, res.Stdout, res.Stderr)
+		}
+		n++
+		_ = s.Cleanup(res.Dir)
+	}
+	b.ReportMetric(float64((cpuTime()+s.ZygoteCPU()-cpu0).Microseconds())/1000/float64(n), "cpu-ms")
+	b.ReportMetric(float64((childrenCPU()+s.ZygoteCPU()-sb0).Microseconds())/1000/float64(n), "sandbox-ms")
+	self1, csw1 := selfUsage()
+	b.ReportMetric(float64((self1-self0).Microseconds())/1000/float64(n), "self-ms")
+	b.ReportMetric(float64(csw1-csw0)/float64(n), "csw/op")
+}
+
 // BenchmarkRunBurst is BenchmarkRunTrue with 8 runs at a time (taps in a
 // burst: the warm pool is empty most of the time and runs end together),
 // reporting cpu-ms per run and the start latency (Run's call to the
