@@ -333,7 +333,7 @@ func (z *zygote) finishLocked() {
 			z.stopLocked()
 			return
 		}
-		r.pid, r.err = pid, fmt.Errorf("sandbox: cgroup: add process %d: %w", pid, syscall.Errno(errno))
+		r.pid, r.err = pid, fmt.Errorf("sandbox: cgroup: add process: %w", syscall.Errno(errno))
 	case sandboxinit.ZygoteStale:
 		r.err = fmt.Errorf("%w: a hidden path appeared since it built its root", errZygoteGone)
 		z.stopLocked()

@@ -3,7 +3,6 @@
 package sandbox
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -482,52 +481,5 @@ func TestZygoteRefillDoesNotWait(t *testing.T) {
 	}
 	if s.zygoteRuns.Load() == n0 {
 		t.Fatal("the run did not take the zygote's init")
-	}
-}
-
-// TestZygoteCgroupJoinFails: when the zygote cannot put an init in its
-// cgroups (here a cgroup.procs that refuses the write), it says so with
-// the init's pid, and the gateway kills and reaps the init: no run, no
-// zombie.
-func TestZygoteCgroupJoinFails(t *testing.T) {
-	s := zygoteSandbox(t)
-	if s.cgroups == nil {
-		t.Skip("no cgroups here")
-	}
-	if res := run(t, s, core.ExecRequest{Argv: []string{"true"}}); res.ExitCode != 0 {
-		t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
-	}
-	s.poolWG.Wait()
-	s.zygMu.Lock()
-	z := s.zyg
-	s.zygMu.Unlock()
-	ro, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0) // a write fails: EBADF
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The next run cgroups create hands out: one whose cgroup.procs
-	// refuses the pid.
-	s.cgroups.mu.Lock()
-	s.cgroups.free = append([]*runCgroup{{owner: s.cgroups, maxProcs: s.limits.procs, maxMemory: s.limits.memory,
-		procs: []int{ro}, current: -1}}, s.cgroups.free...)
-	s.cgroups.mu.Unlock()
-	w, err := s.spawnZygote(z, false)
-	if err == nil {
-		w.discard()
-		t.Fatal("an init that could not join its cgroups was handed out")
-	}
-	var pid int
-	if _, serr := fmt.Sscanf(err.Error(), "sandbox: cgroup: add process %d:", &pid); serr != nil || pid <= 0 {
-		t.Fatalf("err %v, want the cgroup join's with the init's pid", err)
-	}
-	// Killed and reaped: gone, not a zombie.
-	if err := unix.Kill(pid, 0); err != unix.ESRCH {
-		t.Fatalf("the init %d is still there (kill 0: %v)", pid, err)
-	}
-	if z.dead.Load() {
-		t.Fatal("the zygote was stopped for a failed cgroup join")
-	}
-	if res := run(t, s, core.ExecRequest{Argv: []string{"echo", "ok"}}); res.ExitCode != 0 || string(res.Stdout) != "ok\n" {
-		t.Fatalf("exit %d: %q %s", res.ExitCode, res.Stdout, res.Stderr)
 	}
 }
