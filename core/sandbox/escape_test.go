@@ -666,7 +666,7 @@ func TestEscapeHiddenPathAppearsLater(t *testing.T) {
 	for len(s.pools[false]) > 0 {
 		(<-s.pools[false]).discard()
 	}
-	w, err := s.spawn(false, false)
+	w, err := s.spawn(false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -701,7 +701,6 @@ type warmInit struct {
 	// An init forked by the zygote (zygote_linux.go): our child, not
 	// started through os/exec.
 	zygote *zygote
-	fork   *forkRequest // until complete: the zygote's reply is not read yet (pid unknown)
 	pid    int
 	pidfd  *os.File      // the init's pidfd (blocking; polled through poll)
 	poll   *initPoll     // its stdout, stderr and pidfd, waited for in one (waitPolled)
@@ -783,9 +782,6 @@ func (w *warmInit) release() {
 
 // discard kills an unused init and waits for it.
 func (w *warmInit) discard() {
-	if w.fork != nil && w.complete() != nil {
-		return // nothing of it is left
-	}
 	w.kill()
 	_ = w.wait()
 	w.release()
@@ -805,21 +801,11 @@ const poolSize = 2
 func (s *Subprocess) take(network bool) (*warmInit, error) {
 	select {
 	case w := <-s.pools[network]:
-		if w.fork != nil {
-			// Forked by the zygote after the last run: its reply is read
-			// now (long there by now), not by the refill, which would
-			// have waited for it — a wake-up of the gateway per run.
-			if err := w.complete(); err != nil {
-				s.log.LogAttrs(context.Background(), slog.LevelWarn, "sandbox: a warm init from the zygote failed; starting another",
-					slog.String("error", err.Error()))
-				return s.spawn(network, false)
-			}
-		}
 		w.warm = true
 		return w, nil
 	default:
 	}
-	return s.spawn(network, false)
+	return s.spawn(network)
 }
 
 // refill starts one init for the pool in the background (unless closed).
@@ -839,7 +825,7 @@ func (s *Subprocess) refill(network bool) {
 	s.poolWG.Add(1)
 	go func() {
 		defer s.poolWG.Done()
-		w, err := s.spawn(network, true)
+		w, err := s.spawn(network)
 		s.poolMu.Lock()
 		s.refilling[network]--
 		closed := s.closed
@@ -891,12 +877,11 @@ func (s *Subprocess) Close() error {
 
 // spawn starts an init that builds the sandbox and waits for its run: a
 // network-off one forked by the zygote when there is one, else the
-// gateway's binary re-executed. pooled: for the pool, where a zygote's
-// init is completed when taken (take).
-func (s *Subprocess) spawn(network, pooled bool) (*warmInit, error) {
+// gateway's binary re-executed.
+func (s *Subprocess) spawn(network bool) (*warmInit, error) {
 	if !network && s.useZygote.Load() {
 		if z := s.currentZygote(); z != nil {
-			w, err := s.spawnZygote(z, pooled)
+			w, err := s.spawnZygote(z)
 			if err == nil {
 				return w, nil
 			}

@@ -53,15 +53,12 @@ var zygoteEnv = append(slices.Clip(initEnv), "GLIBC_TUNABLES=glibc.pthread.rseq=
 
 type zygote struct {
 	cmd   *exec.Cmd
-	sock  int        // SOCK_SEQPACKET, our end, non-blocking, out of the network poller; -1 once stopped
-	ep    *os.File   // an epoll set of its own watching sock for input only, in the network poller (see startZygote)
-	reply [4096]byte // the zygote's reply (under mu)
-	watch []string   // hidden paths not covered, visible if they appeared
-	mu    sync.Mutex // one fork's request and reply at a time
-	// pending: the request whose reply is not read yet (under mu): at
-	// most one, read before the next is sent.
-	pending *forkRequest
-	dead    atomic.Bool // set under mu; read without it
+	sock  int         // SOCK_SEQPACKET, our end, non-blocking, out of the network poller; -1 once stopped
+	ep    *os.File    // an epoll set of its own watching sock for input only, in the network poller (see startZygote)
+	reply [4096]byte  // the zygote's reply (under mu)
+	watch []string    // hidden paths not covered, visible if they appeared
+	mu    sync.Mutex  // one fork's request and reply at a time
+	dead  atomic.Bool // set under mu; read without it
 }
 
 // currentZygote returns the running zygote, or nil (starting one in the
@@ -218,135 +215,69 @@ func (z *zygote) stopLocked() {
 	z.dead.Store(true)
 	_ = z.cmd.Process.Kill()
 	_ = z.cmd.Wait()
-	if r := z.pending; r != nil {
-		// Its reply is lost: an init the zygote may have forked for it,
-		// a child of ours whose pid never reached us, is found by the run
-		// socket it holds, killed and reaped, not left a zombie.
-		z.pending = nil
-		r.done, r.pid, r.err = true, 0, fmt.Errorf("%w: it died or did not answer", errZygoteGone)
-		reapLostInit(r.runR)
-	}
 }
 
 // errZygoteGone: the run could not be forked by the zygote and must take
 // the re-executed init; nothing ran.
 var errZygoteGone = errors.New("sandbox: no zygote")
 
-// forkRequest is one request for an init, from its sending to its reply
-// (zygote.request, zygote.finish).
-type forkRequest struct {
-	theirs []int  // the init's ends (stdout, stderr, status, run socket): closed once the reply is read
-	runR   int    // the init's end of its run socket (in theirs): finds an init whose pid was lost
-	outFDs [2]int // our ends of its stdout and stderr
-	done   bool   // the reply is read (under the zygote's mu)
-	pid    int    // the init's, when forked
-	err    error  // nil: forked and in its cgroups; with a pid: forked, but not in its cgroups
-}
-
-// request sends a request for an init with the given descriptors
-// (sandboxinit.ZygoteFDs, then the run's cgroup.procs files) and returns
-// without its reply: finish reads it. The zygote answers one request at
-// a time, in order, and one reply at most is unread: the one before is
-// read first. The refill that sends it does not wait for the zygote's
-// fork (≈ 1 ms, mostly the new network namespace): the reply is read
-// when the init is taken for a run, by then long there — one wake-up of
-// the gateway less per run.
-func (z *zygote) request(r *forkRequest, fds []int) error {
+// fork asks the zygote for an init with the given descriptors
+// (sandboxinit.ZygoteFDs): it returns its pid, forked and waiting for
+// its run.
+func (z *zygote) fork(fds []int) (int, error) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	if z.pending != nil {
-		z.finishLocked()
-	}
 	if z.dead.Load() {
-		return errZygoteGone
+		return 0, errZygoteGone
 	}
-	// Sent without waiting: each request is read by the zygote before
-	// its reply, and that reply is read before the next request, so a
-	// few bytes always fit (EAGAIN would mean a zygote that stopped
-	// reading: it is replaced).
-	var err error
-	for err = unix.EINTR; err == unix.EINTR; {
-		err = unix.Sendmsg(z.sock, []byte{sandboxinit.ZygoteFork}, unix.UnixRights(fds...), nil, 0)
-	}
-	if err != nil {
-		z.stopLocked()
-		return fmt.Errorf("%w: send: %w", errZygoteGone, err)
-	}
-	z.pending = r
-	return nil
-}
-
-// finish reads r's reply unless read already.
-func (z *zygote) finish(r *forkRequest) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if !r.done && z.pending == r {
-		z.finishLocked()
-	}
-	if !r.done { // never the case: a request is pending until its reply is read or lost
-		r.done, r.err = true, errZygoteGone
-	}
-}
-
-// finishLocked reads the pending request's reply (within
-// zygoteReplyTimeout: a zygote that stops answering is replaced, not
-// waited for).
-func (z *zygote) finishLocked() {
-	r := z.pending
 	rc, err := z.ep.SyscallConn()
 	if err != nil {
-		z.stopLocked() // loses r
-		return
+		z.stopLocked()
+		return 0, fmt.Errorf("%w: %w", errZygoteGone, err)
+	}
+	// Sent without waiting: one request at a time, each read by the
+	// zygote before its reply, so a few bytes always fit (EAGAIN would
+	// mean a zygote that stopped reading: it is replaced).
+	var serr error
+	for serr = unix.EINTR; serr == unix.EINTR; {
+		serr = unix.Sendmsg(z.sock, []byte{sandboxinit.ZygoteFork}, unix.UnixRights(fds...), nil, 0)
+	}
+	if serr != nil {
+		z.stopLocked()
+		return 0, fmt.Errorf("%w: send: %w", errZygoteGone, serr)
 	}
 	var n int
-	var rerr error
 	_ = z.ep.SetReadDeadline(time.Now().Add(zygoteReplyTimeout))
 	if err := rc.Read(func(uintptr) bool {
-		for rerr = unix.EINTR; rerr == unix.EINTR; {
-			n, rerr = unix.Read(z.sock, z.reply[:])
+		for serr = unix.EINTR; serr == unix.EINTR; {
+			n, serr = unix.Read(z.sock, z.reply[:])
 		}
-		return rerr != unix.EAGAIN
-	}); err != nil || rerr != nil || n == 0 {
+		return serr != unix.EAGAIN
+	}); err != nil || serr != nil || n == 0 {
 		z.stopLocked()
-		return
+		return 0, fmt.Errorf("%w: it died or did not answer", errZygoteGone)
 	}
-	z.pending = nil
-	r.done = true
 	reply := string(z.reply[:n])
 	switch reply[0] {
 	case sandboxinit.ZygotePid:
 		pid, err := strconv.Atoi(strings.TrimSpace(reply[1:]))
 		if err != nil || pid <= 0 {
-			// Whatever it forked is found by its run socket.
-			z.pending = r
 			z.stopLocked()
-			return
+			return 0, fmt.Errorf("%w: bad reply %q", errZygoteGone, reply)
 		}
-		r.pid = pid
-	case sandboxinit.ZygoteNoCg:
-		// "C <pid> <errno>": forked, not in its cgroups.
-		f := strings.Fields(reply[1:])
-		pid, err1 := strconv.Atoi(f[0])
-		errno, err2 := strconv.Atoi(f[len(f)-1])
-		if len(f) != 2 || err1 != nil || err2 != nil || pid <= 0 {
-			z.pending = r
-			z.stopLocked()
-			return
-		}
-		r.pid, r.err = pid, fmt.Errorf("sandbox: cgroup: add process: %w", syscall.Errno(errno))
+		return pid, nil
 	case sandboxinit.ZygoteStale:
-		r.err = fmt.Errorf("%w: a hidden path appeared since it built its root", errZygoteGone)
 		z.stopLocked()
+		return 0, fmt.Errorf("%w: a hidden path appeared since it built its root", errZygoteGone)
 	default:
-		r.err = fmt.Errorf("sandbox: zygote: %s", strings.TrimSpace(reply[1:]))
+		return 0, fmt.Errorf("sandbox: zygote: %s", strings.TrimSpace(reply[1:]))
 	}
 }
 
 // spawnZygote forks a warm init from the zygote: in new namespaces, in
 // the run's cgroups, with a stage made ahead; it waits for its run on
-// runW (sandboxinit.ZygoteRun). pooled: the zygote's reply is read when
-// the init is taken (complete), not now.
-func (s *Subprocess) spawnZygote(z *zygote, pooled bool) (*warmInit, error) {
+// runW (sandboxinit.ZygoteRun).
+func (s *Subprocess) spawnZygote(z *zygote) (*warmInit, error) {
 	// The init's ends stay plain descriptors (sent to the zygote, then
 	// closed), and none of ours is in the network poller: its stdout and
 	// stderr are read from the init's own epoll set (initPoll), with its
@@ -394,79 +325,30 @@ func (s *Subprocess) spawnZygote(z *zygote, pooled bool) (*warmInit, error) {
 	runW := os.NewFile(uintptr(sp[0]), "run")
 	ours = append(ours, runW)
 	theirs = append(theirs, sp[1])
+	runR := sp[1]
 	w := &warmInit{statusR: statusR, runW: runW, stdout: &capWriter{}, stderr: &capWriter{}, zygote: z}
-	fds := theirs
 	if s.cgroups != nil {
 		if w.cg, err = s.cgroups.create(s.limits.procs, s.limits.memory); err != nil {
 			return fail(err)
 		}
-		// The zygote puts the init in them before its reply.
-		fds = slices.Concat(theirs, w.cg.procs)
 	}
-	if w.stage, err = s.newStage(); err != nil {
-		if w.cg != nil {
-			w.cg.put()
-		}
-		return fail(err)
+	pid, err := z.fork(theirs)
+	if errors.Is(err, errZygoteGone) {
+		// The zygote was stopped without its reply (it timed out, or the
+		// zygote died): it may have forked the init before, a child of
+		// ours whose pid never reached us. Found by the run socket it
+		// holds, it is killed and reaped, not left a zombie.
+		reapLostInit(runR)
 	}
-	r := &forkRequest{theirs: theirs, runR: sp[1], outFDs: outFDs}
-	if err := z.request(r, fds); err != nil {
-		w.stage.remove()
-		if w.cg != nil {
-			w.cg.put()
-		}
-		return fail(err)
-	}
-	w.fork = r // its descriptors are r's now
-	if pooled {
-		return w, nil
-	}
-	if err := w.complete(); err != nil {
-		return nil, err
-	}
-	return w, nil
-}
-
-// complete reads the zygote's reply for w (sent by spawnZygote) and
-// makes what waiting for it needs. On an error nothing of w is left.
-func (w *warmInit) complete() error {
-	r := w.fork
-	w.fork = nil
-	w.zygote.finish(r)
-	// The zygote has its copies of the init's ends, or is gone.
-	for _, fd := range r.theirs {
+	for _, fd := range theirs {
 		unix.Close(fd)
 	}
-	outFDs := r.outFDs
-	abandon := func(err error) error {
-		for _, fd := range outFDs {
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-		}
-		w.statusR.Close()
-		w.runW.Close()
+	theirs = nil
+	if err != nil {
 		if w.cg != nil {
 			w.cg.put()
 		}
-		w.stage.remove()
-		w.stage = nil
-		return err
-	}
-	pid := r.pid
-	if pid == 0 {
-		return abandon(r.err)
-	}
-	if r.err != nil {
-		// Forked, not in its cgroups: never run.
-		_ = unix.Kill(pid, unix.SIGKILL)
-		var ws unix.WaitStatus
-		for {
-			if _, err := unix.Wait4(pid, &ws, 0, nil); err != unix.EINTR {
-				break
-			}
-		}
-		return abandon(r.err)
+		return fail(err)
 	}
 	// Our child (CLONE_PARENT): nobody else reaps it, so the pid stays
 	// its until we wait for it. Its pidfd (blocking: not in the network
@@ -493,14 +375,20 @@ func (w *warmInit) complete() error {
 		if w.pidfd != nil {
 			w.pidfd.Close()
 		}
-		return abandon(fmt.Errorf("sandbox: the forked init: pidfd: %w", err))
+		if w.cg != nil {
+			w.cg.put()
+		}
+		return fail(fmt.Errorf("sandbox: the forked init: pidfd: %w", err))
 	}
 	if w.poll == nil {
 		for _, fd := range outFDs {
 			if err := unix.SetNonblock(fd, true); err != nil { // into the network poller
 				_ = w.proc.Kill()
 				_, _ = w.proc.Wait()
-				return abandon(fmt.Errorf("sandbox: pipe: %w", err))
+				if w.cg != nil {
+					w.cg.put()
+				}
+				return fail(fmt.Errorf("sandbox: pipe: %w", err))
 			}
 		}
 		outR, errR := os.NewFile(uintptr(outFDs[0]), "|1"), os.NewFile(uintptr(outFDs[1]), "|2")
@@ -523,7 +411,17 @@ func (w *warmInit) complete() error {
 			}()
 		}
 	}
-	return nil
+	if w.cg != nil {
+		if err := w.cg.add(pid); err != nil {
+			w.discard()
+			return nil, err
+		}
+	}
+	if w.stage, err = s.newStage(); err != nil {
+		w.discard()
+		return nil, err
+	}
+	return w, nil
 }
 
 // waitZygoteInit waits for the zygote's init w to exit and reaps it

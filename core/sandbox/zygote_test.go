@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -410,76 +409,4 @@ func epollWatches(t *testing.T, pid int) []epollWatch {
 		}
 	}
 	return ws
-}
-
-// TestZygoteRefillDoesNotWait: the pool's refill sends the zygote its
-// request and returns; the zygote's reply is read when the init is taken
-// for a run (the refill's wait for it was a wake-up of the gateway per
-// run). The zygote has put the init in the run's cgroups by then. Here
-// the zygote is stopped while the refill runs: the pool gets the zygote's
-// init all the same (before, the refill waited for the reply until its
-// timeout and fell back to a re-executed init), and it runs once the
-// zygote goes on.
-func TestZygoteRefillDoesNotWait(t *testing.T) {
-	s := zygoteSandbox(t)
-	if res := run(t, s, core.ExecRequest{Argv: []string{"true"}}); res.ExitCode != 0 {
-		t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
-	}
-	s.poolWG.Wait()
-	for len(s.pools[false]) > 0 {
-		(<-s.pools[false]).discard()
-	}
-	s.zygMu.Lock()
-	z := s.zyg
-	s.zygMu.Unlock()
-	if z == nil || z.dead.Load() {
-		t.Fatal("no zygote")
-	}
-	if err := z.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := true
-	defer func() {
-		if stopped {
-			_ = z.cmd.Process.Signal(syscall.SIGCONT)
-		}
-	}()
-	s.refill(false)
-	s.poolWG.Wait()
-	var w *warmInit
-	select {
-	case w = <-s.pools[false]:
-	default:
-		t.Fatal("the refill put no init in the pool")
-	}
-	if w.zygote != z || w.fork == nil {
-		w.discard()
-		t.Fatalf("the pool's init: zygote %v, reply pending %v; want the stopped zygote's, its reply unread", w.zygote == z, w.fork != nil)
-	}
-	if err := z.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	stopped = false
-	if err := w.complete(); err != nil {
-		t.Fatal(err)
-	}
-	if w.cg != nil {
-		for _, d := range w.cg.dirs {
-			b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Contains(strings.Fields(string(b)), strconv.Itoa(w.pid)) {
-				t.Errorf("the init %d is not in %s (cgroup.procs %q)", w.pid, d, b)
-			}
-		}
-	}
-	s.pools[false] <- w
-	n0 := s.zygoteRuns.Load()
-	if res := run(t, s, core.ExecRequest{Argv: []string{"echo", "ok"}}); res.ExitCode != 0 || string(res.Stdout) != "ok\n" {
-		t.Fatalf("exit %d: %q %s", res.ExitCode, res.Stdout, res.Stderr)
-	}
-	if s.zygoteRuns.Load() == n0 {
-		t.Fatal("the run did not take the zygote's init")
-	}
 }

@@ -58,8 +58,7 @@ func afterForkInChild()
 
 // ZygoteReply kinds, the first byte of the zygote's answer to a fork.
 const (
-	ZygotePid   = 'P' // "P <pid>": the init is forked, in the run's cgroups, and waits for its run
-	ZygoteNoCg  = 'C' // "C <pid> <errno>": the init is forked but could not join a cgroup (the gateway kills and reaps it)
+	ZygotePid   = 'P' // "P <pid>": the init is forked and waits for its run
 	ZygoteErr   = 'E' // "E <why>": the init could not be forked
 	ZygoteStale = 'S' // a hidden path appeared since the root was built: start a new zygote
 )
@@ -67,14 +66,10 @@ const (
 // ZygoteFork is the gateway's request for an init; ZygoteFDs descriptors
 // come with it, in this order: stdout, stderr, status (write ends), the
 // run's socket (a SOCK_SEQPACKET end): the child's 1 to 4 (0 is the
-// zygote's /dev/null). Then up to ZygoteCgroups cgroup.procs files of the
-// run's cgroups, open for writing: the zygote writes the init's pid to
-// each before it replies (the gateway sends the run only after the reply,
-// so the init is in its cgroups before anything of the run exists).
+// zygote's /dev/null).
 const (
-	ZygoteFork    = 'F'
-	ZygoteFDs     = 4
-	ZygoteCgroups = 2
+	ZygoteFork = 'F'
+	ZygoteFDs  = 4
 )
 
 // Descriptor numbers in the forked init: stdin, stdout, stderr, then
@@ -316,7 +311,7 @@ func (z *zygote) serve(sock int) {
 	}
 	var (
 		buf   [64]byte
-		oob   [64]byte // unix.CmsgSpace((ZygoteFDs+ZygoteCgroups)*4) and then some: a larger one is cut (MSG_CTRUNC)
+		oob   [64]byte // unix.CmsgSpace(ZygoteFDs*4) and then some: a larger one is cut (MSG_CTRUNC)
 		iov   = unix.Iovec{Base: &buf[0]}
 		hdr   = unix.Msghdr{Iov: &iov, Iovlen: 1, Control: &oob[0]}
 		n     uintptr
@@ -409,8 +404,7 @@ func rawClose(fd int) {
 // fork forks one init and returns the reply for the gateway.
 func (z *zygote) fork(msg []byte, flags int, fds []int) []byte {
 	bad := func(err error) []byte { return fmt.Appendf(nil, "%c %s", ZygoteErr, err) }
-	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(fds) < ZygoteFDs || len(fds) > ZygoteFDs+ZygoteCgroups ||
-		len(msg) != 1 || msg[0] != ZygoteFork {
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(fds) != ZygoteFDs || len(msg) != 1 || msg[0] != ZygoteFork {
 		return bad(errors.New("zygote: bad request"))
 	}
 	// A hidden path that appeared since the root was built would be
@@ -475,18 +469,6 @@ func (z *zygote) fork(msg []byte, flags int, fds []int) []byte {
 	closeMoved()
 	if errno != 0 {
 		return bad(fmt.Errorf("zygote: clone (namespaces): %w", errno))
-	}
-	// Into the run's cgroups (the gateway's descriptors: its credentials
-	// at open decide, as for its own write). The init waits for its run
-	// meanwhile and starts nothing.
-	z.reply = strconv.AppendInt(z.reply[:0], int64(pid), 10)
-	for _, f := range fds[ZygoteFDs:] {
-		if _, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(f), uintptr(unsafe.Pointer(&z.reply[0])), uintptr(len(z.reply))); e != 0 {
-			// Our child's parent is the gateway's (CLONE_PARENT): it
-			// kills and reaps it.
-			z.reply = strconv.AppendInt(append(strconv.AppendInt(append(z.reply[:0], ZygoteNoCg, ' '), int64(pid), 10), ' '), int64(e), 10)
-			return z.reply
-		}
 	}
 	z.reply = strconv.AppendInt(append(z.reply[:0], ZygotePid, ' '), int64(pid), 10)
 	return z.reply
