@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -48,6 +49,74 @@ func BenchmarkRunTrue(b *testing.B) {
 	b.ReportMetric(float64((self1-self0).Microseconds())/1000/float64(len(ds)), "self-ms")
 	b.ReportMetric(float64(csw1-csw0)/float64(len(ds)), "csw/op")
 	reportPercentiles(b, ds, "")
+}
+
+// BenchmarkRunEcho is BenchmarkRunTrue with `echo x`, the program
+// silas-load's phase (c) runs: a dynamically linked program that loads
+// the run's locale (LANG) through the sandbox's mounts and Landlock.
+func BenchmarkRunEcho(b *testing.B) { benchRunEcho(b, 0) }
+
+// BenchmarkRunEchoPaced is BenchmarkRunEcho with 20 ms between runs, as
+// silas-load's phase (c) taps at 50/s: the gateway and the zygote idle
+// between runs, so each of their wake-ups is one from idle.
+func BenchmarkRunEchoPaced(b *testing.B) { benchRunEcho(b, 20*time.Millisecond) }
+
+func benchRunEcho(b *testing.B, pause time.Duration) {
+	s := benchSandbox(b)
+	n := 0
+	// The zygote starts with the first run.
+	if res, err := s.Run(context.Background(), core.ExecRequest{Argv: []string{"true"}}); err == nil {
+		_ = s.Cleanup(res.Dir)
+	}
+	cpu0, sb0 := cpuTime()+s.ZygoteCPU(), childrenCPU()+s.ZygoteCPU()
+	self0, csw0 := selfUsage()
+	zcpu0, zsl0 := s.ZygoteCPU(), zygoteSlices(s)
+	for b.Loop() {
+		res, err := s.Run(context.Background(), core.ExecRequest{Argv: []string{"echo", "x"}})
+		if err != nil || res.ExitCode != 0 || string(res.Stdout) != "x\n" {
+			b.Fatalf("run: %v exit %d %q %s", err, res.ExitCode, res.Stdout, res.Stderr)
+		}
+		n++
+		_ = s.Cleanup(res.Dir)
+		if pause > 0 {
+			time.Sleep(pause)
+		}
+	}
+	b.ReportMetric(float64((cpuTime()+s.ZygoteCPU()-cpu0).Microseconds())/1000/float64(n), "cpu-ms")
+	b.ReportMetric(float64((childrenCPU()+s.ZygoteCPU()-sb0).Microseconds())/1000/float64(n), "sandbox-ms")
+	self1, csw1 := selfUsage()
+	b.ReportMetric(float64((self1-self0).Microseconds())/1000/float64(n), "self-ms")
+	b.ReportMetric(float64(csw1-csw0)/float64(n), "csw/op")
+	// The zygote alone: its CPU and how often its threads got a CPU (each
+	// a wake-up) per run.
+	b.ReportMetric(float64((s.ZygoteCPU()-zcpu0).Microseconds())/1000/float64(n), "zygote-ms")
+	b.ReportMetric(float64(zygoteSlices(s)-zsl0)/float64(n), "zygote-wakes/op")
+}
+
+// zygoteSlices sums the zygote's threads' timeslices (schedstat's third
+// field: how many times each got a CPU).
+func zygoteSlices(s *Subprocess) int64 {
+	s.zygMu.Lock()
+	z := s.zyg
+	s.zygMu.Unlock()
+	if z == nil {
+		return 0
+	}
+	dir := "/proc/" + strconv.Itoa(z.cmd.Process.Pid) + "/task/"
+	tasks, _ := os.ReadDir(dir)
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + t.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 3 {
+			v, _ := strconv.ParseInt(f[2], 10, 64)
+			n += v
+		}
+	}
+	return n
 }
 
 // BenchmarkRunBurst is BenchmarkRunTrue with 8 runs at a time (taps in a

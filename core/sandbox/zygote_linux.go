@@ -53,7 +53,9 @@ var zygoteEnv = append(slices.Clip(initEnv), "GLIBC_TUNABLES=glibc.pthread.rseq=
 
 type zygote struct {
 	cmd   *exec.Cmd
-	sock  *os.File    // SOCK_SEQPACKET, our end, non-blocking (the network poller); nil once stopped
+	sock  int         // SOCK_SEQPACKET, our end, non-blocking, out of the network poller; -1 once stopped
+	ep    *os.File    // an epoll set of its own watching sock for input only, in the network poller (see startZygote)
+	reply [4096]byte  // the zygote's reply (under mu)
 	watch []string    // hidden paths not covered, visible if they appeared
 	mu    sync.Mutex  // one fork's request and reply at a time
 	dead  atomic.Bool // set under mu; read without it
@@ -161,14 +163,19 @@ func (s *Subprocess) startZygote() (*zygote, error) {
 	// Waited on in the network poller, not in a blocking read: a
 	// goroutine blocked in a system call keeps the runtime's sysmon
 	// polling. A zygote that stops answering is replaced, not waited for
-	// (fork's deadline).
-	if err := unix.SetNonblock(sp[0], true); err != nil {
+	// (fork's deadline). The socket itself is not in the poller: the
+	// poller watches every descriptor for output too (edge-triggered),
+	// and the zygote's read of each request makes ours writable — a
+	// wake-up of an idle gateway for nothing, per run. An epoll set of
+	// its own watches it for input only, and that set is in the poller.
+	ep, err := sandboxinit.InputPoll(sp[0])
+	if err != nil {
 		unix.Close(sp[0])
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("sandbox: zygote socket: %w", err)
 	}
-	z := &zygote{cmd: cmd, sock: os.NewFile(uintptr(sp[0]), "zygote")}
+	z := &zygote{cmd: cmd, sock: sp[0], ep: ep}
 	line := make(chan string, 1)
 	go func() {
 		l, _ := bufio.NewReader(statusR).ReadString('\n')
@@ -200,9 +207,10 @@ func (z *zygote) stop() {
 }
 
 func (z *zygote) stopLocked() {
-	if z.sock != nil {
-		z.sock.Close() // the zygote exits on EOF
-		z.sock = nil
+	if z.sock >= 0 {
+		z.ep.Close()
+		unix.Close(z.sock) // the zygote exits on EOF
+		z.sock = -1
 	}
 	z.dead.Store(true)
 	_ = z.cmd.Process.Kill()
@@ -222,34 +230,34 @@ func (z *zygote) fork(fds []int) (int, error) {
 	if z.dead.Load() {
 		return 0, errZygoteGone
 	}
-	rc, err := z.sock.SyscallConn()
+	rc, err := z.ep.SyscallConn()
 	if err != nil {
 		z.stopLocked()
 		return 0, fmt.Errorf("%w: %w", errZygoteGone, err)
 	}
+	// Sent without waiting: one request at a time, each read by the
+	// zygote before its reply, so a few bytes always fit (EAGAIN would
+	// mean a zygote that stopped reading: it is replaced).
 	var serr error
-	if err := rc.Write(func(fd uintptr) bool {
-		for serr = unix.EINTR; serr == unix.EINTR; {
-			serr = unix.Sendmsg(int(fd), []byte{sandboxinit.ZygoteFork}, unix.UnixRights(fds...), nil, 0)
-		}
-		return serr != unix.EAGAIN
-	}); err != nil || serr != nil {
-		z.stopLocked()
-		return 0, fmt.Errorf("%w: send: %w", errZygoteGone, cmp.Or(err, serr))
+	for serr = unix.EINTR; serr == unix.EINTR; {
+		serr = unix.Sendmsg(z.sock, []byte{sandboxinit.ZygoteFork}, unix.UnixRights(fds...), nil, 0)
 	}
-	buf := make([]byte, 4096)
+	if serr != nil {
+		z.stopLocked()
+		return 0, fmt.Errorf("%w: send: %w", errZygoteGone, serr)
+	}
 	var n int
-	_ = z.sock.SetReadDeadline(time.Now().Add(zygoteReplyTimeout))
-	if err := rc.Read(func(fd uintptr) bool {
+	_ = z.ep.SetReadDeadline(time.Now().Add(zygoteReplyTimeout))
+	if err := rc.Read(func(uintptr) bool {
 		for serr = unix.EINTR; serr == unix.EINTR; {
-			n, serr = unix.Read(int(fd), buf)
+			n, serr = unix.Read(z.sock, z.reply[:])
 		}
 		return serr != unix.EAGAIN
 	}); err != nil || serr != nil || n == 0 {
 		z.stopLocked()
 		return 0, fmt.Errorf("%w: it died or did not answer", errZygoteGone)
 	}
-	reply := string(buf[:n])
+	reply := string(z.reply[:n])
 	switch reply[0] {
 	case sandboxinit.ZygotePid:
 		pid, err := strconv.Atoi(strings.TrimSpace(reply[1:]))

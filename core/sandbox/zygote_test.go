@@ -323,3 +323,90 @@ func TestZygoteInitsOneWait(t *testing.T) {
 		t.Fatalf("%d goroutines copy a warm init's output (want none: the run's goroutine reads it)", c)
 	}
 }
+
+// TestZygoteSocketWatchedForInput: the gateway and the zygote each watch
+// their end of the zygote's socket for input only. The network poller
+// watches what it holds for output too (edge-triggered), and each side's
+// read of the other's message makes the other's end writable: one
+// wake-up of an idle process for nothing per run on each side. And the
+// zygote keeps its descriptors 0–4 open, so that what comes with a
+// request lands above them and is passed to the init without a copy.
+func TestZygoteSocketWatchedForInput(t *testing.T) {
+	s := zygoteSandbox(t)
+	for range 3 {
+		if res := run(t, s, core.ExecRequest{Argv: []string{"true"}}); res.ExitCode != 0 {
+			t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
+		}
+	}
+	s.zygMu.Lock()
+	z := s.zyg
+	s.zygMu.Unlock()
+	if z == nil || z.dead.Load() {
+		t.Fatal("no zygote after its runs")
+	}
+	z.mu.Lock()
+	sock := z.sock
+	z.mu.Unlock()
+	zpid := z.cmd.Process.Pid
+	// fd 4 in the zygote: its end (sandboxinit's fdRun).
+	for _, c := range []struct {
+		pid, fd int
+		who     string
+	}{{os.Getpid(), sock, "the gateway"}, {zpid, 4, "the zygote"}} {
+		in := false
+		for _, w := range epollWatches(t, c.pid) {
+			if w.fd != c.fd {
+				continue
+			}
+			if w.events&unix.EPOLLOUT != 0 {
+				t.Errorf("%s watches its end of the zygote's socket (fd %d) for output: events %#x", c.who, c.fd, w.events)
+			}
+			in = in || w.events&unix.EPOLLIN != 0
+		}
+		if !in {
+			t.Errorf("%s does not watch its end of the zygote's socket (fd %d) for input", c.who, c.fd)
+		}
+	}
+	for fd := range 5 {
+		if _, err := os.Readlink("/proc/" + strconv.Itoa(zpid) + "/fd/" + strconv.Itoa(fd)); err != nil {
+			t.Errorf("the zygote's descriptor %d: %v (want it open)", fd, err)
+		}
+	}
+}
+
+type epollWatch struct {
+	fd     int
+	events uint32
+}
+
+// epollWatches reads what every epoll set of process pid watches
+// (/proc/<pid>/fdinfo: a "tfd: <fd> events: <hex>" line per watched
+// descriptor).
+func epollWatches(t *testing.T, pid int) []epollWatch {
+	t.Helper()
+	dir := "/proc/" + strconv.Itoa(pid) + "/fdinfo"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws []epollWatch
+	for _, e := range ents {
+		b, err := os.ReadFile(dir + "/" + e.Name())
+		if err != nil {
+			continue // closed meanwhile
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 4 || f[0] != "tfd:" || f[2] != "events:" {
+				continue
+			}
+			fd, err1 := strconv.Atoi(f[1])
+			ev, err2 := strconv.ParseUint(f[3], 16, 32)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("%s/%s: %q", dir, e.Name(), line)
+			}
+			ws = append(ws, epollWatch{fd, uint32(ev)})
+		}
+	}
+	return ws
+}

@@ -55,7 +55,10 @@ const (
 // with interrupts off), and a list of ~55 comparisons made that about
 // half of the seccomp system call's CPU in every run's init. The tree
 // decides every number in a handful of comparisons; what it decides is
-// the list's (TestSeccompFilterDecides).
+// the list's (TestSeccompFilterDecides). Its keys are runs of
+// consecutive numbers with the same action (io_uring's three and the new
+// mount API's six are one, 425–433): fewer instructions for the kernel
+// to check, convert and compile on every run (79 → 55 on amd64).
 func seccompFilter() []unix.SockFilter {
 	const (
 		ldW  = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
@@ -91,32 +94,51 @@ func seccompFilter() []unix.SockFilter {
 	if x32Bit != 0 {
 		emit(jge, x32Bit, toEperm, toNext)
 	}
-	// Every number with an action of its own, sorted; the rest is allowed.
+	// Every number with an action of its own, sorted, in runs of
+	// consecutive numbers with the same action; the rest is allowed.
 	type entry struct {
-		nr     uint32
+		lo, hi uint32 // lo ≤ nr ≤ hi
 		target int
 	}
-	var keys []entry
+	var nums []entry
 	for _, nr := range deniedSyscalls {
-		keys = append(keys, entry{uint32(nr), toEperm})
+		nums = append(nums, entry{uint32(nr), uint32(nr), toEperm})
 	}
-	keys = append(keys, entry{unix.SYS_CLONE3, toEnosys}, entry{unix.SYS_CLONE, toClone})
-	slices.SortFunc(keys, func(a, b entry) int { return int(a.nr) - int(b.nr) })
-	keys = slices.CompactFunc(keys, func(a, b entry) bool { return a.nr == b.nr })
+	nums = append(nums, entry{unix.SYS_CLONE3, unix.SYS_CLONE3, toEnosys}, entry{unix.SYS_CLONE, unix.SYS_CLONE, toClone})
+	slices.SortFunc(nums, func(a, b entry) int { return int(a.lo) - int(b.lo) })
+	nums = slices.CompactFunc(nums, func(a, b entry) bool { return a.lo == b.lo })
+	var keys []entry
+	for _, e := range nums {
+		if n := len(keys); n > 0 && keys[n-1].target == e.target && keys[n-1].target != toClone && keys[n-1].hi+1 == e.lo {
+			keys[n-1].hi = e.lo
+			continue
+		}
+		keys = append(keys, e)
+	}
 	var tree func(keys []entry)
 	tree = func(keys []entry) {
 		if len(keys) <= 3 {
+			// Checked in turn; a number in none of them is allowed.
 			for i, e := range keys {
-				jf := toNext
+				next := toNext
 				if i == len(keys)-1 {
-					jf = toAllow
+					next = toAllow
 				}
-				emit(jeq, e.nr, e.target, jf)
+				if e.lo == e.hi {
+					emit(jeq, e.lo, e.target, next)
+					continue
+				}
+				skip := next
+				if skip == toNext {
+					skip = len(p) + 2 // past this run's two instructions
+				}
+				emit(jge, e.lo, toNext, skip)
+				emit(jge, e.hi+1, skip, e.target)
 			}
 			return
 		}
 		mid := len(keys) / 2
-		at := emit(jge, keys[mid].nr, 0, toNext) // jt: the right half, after the left
+		at := emit(jge, keys[mid].lo, 0, toNext) // jt: the right half, after the left
 		tree(keys[:mid])
 		p[at].jt = len(p)
 		tree(keys[mid:])

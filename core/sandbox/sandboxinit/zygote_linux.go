@@ -251,6 +251,16 @@ func zygoteMain(status *os.File, specJSON []byte) int {
 	watch, _ := json.Marshal(z.watch)
 	fmt.Fprintf(status, "%c %s\n", StatusReady, watch)
 	status.Close()
+	// Every descriptor below cfdCount stays taken (by /dev/null where
+	// one is free, as the status pipe's now is): the descriptors of each
+	// request then land above them, where fork need not move them.
+	for fd := 0; fd < cfdCount; fd++ {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == unix.EBADF {
+			if err := unix.Dup3(devNull, fd, unix.O_CLOEXEC); err != nil {
+				return fail(fmt.Errorf("zygote: descriptor %d: %w", fd, err))
+			}
+		}
+	}
 	// Served from a goroutine of its own: this one runs in a package's
 	// init, where the runtime keeps it locked to the main thread, and a
 	// locked goroutine that waits in the network poller hands its P to
@@ -285,11 +295,17 @@ func dropBoundingSet() error {
 // while every P is idle. Waiting in recvmsg kept it polling; it was about
 // a tenth of the zygote's CPU per run (BENCHMARKS.md "Issue 26 — sandbox
 // CPU").
+//
+// The socket is watched through an epoll set of its own, for input only
+// (InputPoll): in the poller itself it would be watched for output too,
+// and the gateway's read of each reply, which makes it writable, woke the
+// zygote for nothing once per run.
 func (z *zygote) serve(sock int) {
-	if err := unix.SetNonblock(sock, true); err != nil {
+	ep, err := InputPoll(sock)
+	if err != nil {
 		return
 	}
-	rc, err := os.NewFile(uintptr(sock), "gateway").SyscallConn()
+	rc, err := ep.SyscallConn()
 	if err != nil {
 		return
 	}
@@ -303,14 +319,10 @@ func (z *zygote) serve(sock int) {
 		reply []byte
 	)
 	iov.SetLen(len(buf))
-	recv := func(fd uintptr) bool {
+	recv := func(uintptr) bool {
 		hdr.SetControllen(len(oob))
 		hdr.Flags = 0
-		n, _, errno = syscall.RawSyscall(syscall.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&hdr)), unix.MSG_CMSG_CLOEXEC)
-		return errno != syscall.EAGAIN
-	}
-	send := func(fd uintptr) bool {
-		_, _, errno = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&reply[0])), uintptr(len(reply)))
+		n, _, errno = syscall.RawSyscall(syscall.SYS_RECVMSG, uintptr(sock), uintptr(unsafe.Pointer(&hdr)), unix.MSG_CMSG_CLOEXEC)
 		return errno != syscall.EAGAIN
 	}
 	for {
@@ -338,9 +350,16 @@ func (z *zygote) serve(sock int) {
 		for _, f := range fds {
 			rawClose(f)
 		}
+		// The gateway reads each reply before its next request: a reply
+		// fits at once. Should it not, wait for room outside the poller
+		// (a blocking poll: there is nothing else to do meanwhile).
 		for {
-			if err := rc.Write(send); err != nil {
-				return
+			_, _, errno = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(sock), uintptr(unsafe.Pointer(&reply[0])), uintptr(len(reply)))
+			if errno == syscall.EAGAIN {
+				if _, err := unix.Poll([]unix.PollFd{{Fd: int32(sock), Events: unix.POLLOUT}}, -1); err != nil && err != unix.EINTR {
+					return
+				}
+				continue
 			}
 			if errno != syscall.EINTR {
 				break
@@ -350,6 +369,30 @@ func (z *zygote) serve(sock int) {
 			return
 		}
 	}
+}
+
+// InputPoll makes fd non-blocking and returns an epoll set of its own
+// that watches it for input only (level-triggered), non-blocking and in
+// the network poller: it turns readable when fd does, and nothing else —
+// fd's turning writable, which the poller would report for fd itself,
+// wakes nobody.
+func InputPoll(fd int) (*os.File, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return nil, err
+	}
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+	if err = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &ev); err == nil {
+		_, err = unix.FcntlInt(uintptr(ep), unix.F_SETFL, unix.O_NONBLOCK)
+	}
+	if err != nil {
+		unix.Close(ep)
+		return nil, err
+	}
+	return os.NewFile(uintptr(ep), "input-poll"), nil
 }
 
 // rawClose closes fd without entering the runtime's system call path
@@ -396,23 +439,34 @@ func (z *zygote) fork(msg []byte, flags int, fds []int) []byte {
 		z.noBounding[int(tid)] = true
 	}
 	a := z.args
-	// The child's sources, at cfdLow and up: moving them into 0–4 there
-	// never overwrites one not yet moved.
+	// The child's sources, each at cfdCount or above: moving them into
+	// 0–4 there never overwrites one not yet moved. The zygote keeps its
+	// own 0–4 open (zygoteMain), so what comes with a request lands above
+	// them and needs no move; one below (a zygote whose 0–4 were not all
+	// open) is copied to cfdLow and up for the fork.
 	src := [cfdCount]int{z.devNull, fds[0], fds[1], fds[2], fds[3]}
+	var moved [cfdCount]bool
+	closeMoved := func() {
+		for i, m := range moved {
+			if m {
+				rawClose(a.fds[i])
+			}
+		}
+	}
 	for i, f := range src {
+		if f >= cfdCount {
+			a.fds[i] = f
+			continue
+		}
 		d, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(f), syscall.F_DUPFD_CLOEXEC, cfdLow)
 		if e != 0 {
-			for _, c := range a.fds[:i] {
-				rawClose(c)
-			}
+			closeMoved()
 			return bad(fmt.Errorf("zygote: dup: %w", e))
 		}
-		a.fds[i] = int(d)
+		a.fds[i], moved[i] = int(d), true
 	}
 	pid, errno := z.forkOne(a)
-	for _, f := range a.fds {
-		rawClose(f)
-	}
+	closeMoved()
 	if errno != 0 {
 		return bad(fmt.Errorf("zygote: clone (namespaces): %w", errno))
 	}
