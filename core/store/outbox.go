@@ -237,13 +237,13 @@ func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) (labels []
 	}
 	insert := `INSERT INTO outbox (channel, conversation, op, message_key, payload, secret_output, created_at, next_at)
 		SELECT channel, conversation, op, message_key, payload, secret_output, $6, $6
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $7::boolean[]) WITH ORDINALITY AS u(channel, conversation, op, message_key, payload, secret_output, n)
-		ORDER BY n`
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $7::boolean[]) WITH ORDINALITY AS u(channel, conversation, op, message_key, payload, secret_output, n)` +
+		inOrder(n, "n")
 	sql := insert + ` RETURNING id, NULL::text, NULL::int, NULL::text`
 	if edits {
 		// Sends (the hot path) never edit a card: only edits pay for the
 		// fan-out's join.
-		sql = `WITH ins AS (` + insert + ` RETURNING id, channel, conversation, op, message_key, payload, secret_output)` + fanOutSQL +
+		sql = `WITH ins AS (` + insert + ` RETURNING id, channel, conversation, op, message_key, payload, secret_output)` + fanOutSQL(n) +
 			` SELECT id, NULL::text, NULL::int, NULL::text FROM ins UNION ALL SELECT NULL::bigint, conversation, NULL::int, NULL::text FROM fan` + reads
 	}
 	b.Queue(sql, args...).Query(func(rows pgx.Rows) error {

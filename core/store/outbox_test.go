@@ -343,3 +343,54 @@ func TestHandedRefsReadWithInsert(t *testing.T) {
 	}
 	edit("more than handedRefsMax", all, true)
 }
+
+// TestSingleRowInsertsUnsorted: a turn or an outbox job inserted alone
+// goes without ORDER BY (and a card edit's fan-out with it), a Sort node
+// PostgreSQL would run for one row; several keep it, so ids and seqs still
+// ascend in queue order (TestEnqueueThenIDsInOrder) and a card's routed
+// copies in the order of their edits.
+func TestSingleRowInsertsUnsorted(t *testing.T) {
+	t.Parallel()
+	rt := &roundTrips{}
+	s, ctx, _ := setupDSN(t, Options{QueryTracer: rt})
+	const conv core.ConversationID = "test:sorts"
+	card := &cards.Card{ID: "c-sorts", Kind: cards.KindApproval, Intent: "Run uname", Risk: cards.RiskLow, Status: cards.StatusRunning}
+	inserts := func(name string, n int) (turns, jobs []string) {
+		t.Helper()
+		from := rt.count()
+		mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			for i := range n {
+				if err := tx.QueueTurn(testTurn("test", fmt.Sprintf("%s-%d", name, i)), "pending", func(int64, bool) {}); err != nil {
+					return nil, err
+				}
+				if err := tx.QueueMessage("test", core.OpUpdate, string(card.ID), core.OutMessage{Conversation: conv, Card: card}); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		})
+		trips, _ := rt.since(from)
+		for _, trip := range trips {
+			for _, q := range trip {
+				switch {
+				case strings.Contains(q, "INSERT INTO turns"):
+					turns = append(turns, q)
+				case strings.Contains(q, "INSERT INTO outbox"):
+					jobs = append(jobs, q)
+				}
+			}
+		}
+		if len(turns) != 1 || len(jobs) != 1 {
+			t.Fatalf("%s: %d turn and %d outbox statements, want 1 each", name, len(turns), len(jobs))
+		}
+		return turns, jobs
+	}
+	turns, jobs := inserts("one", 1)
+	if strings.Contains(turns[0], "ORDER BY") || strings.Contains(jobs[0], "ORDER BY") {
+		t.Errorf("a single turn and a single card edit are sorted:\n%s\n%s", turns[0], jobs[0])
+	}
+	turns, jobs = inserts("two", 2)
+	if !strings.Contains(turns[0], "ORDER BY n") || strings.Count(jobs[0], "ORDER BY") != 2 {
+		t.Errorf("two turns and two card edits are not inserted in queue order:\n%s\n%s", turns[0], jobs[0])
+	}
+}
