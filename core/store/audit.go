@@ -3,10 +3,12 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/silas-gateway/silas/core"
 	"github.com/silas-gateway/silas/core/audit"
@@ -143,4 +145,36 @@ func (s *Store) AuditEntryKey(ctx context.Context) (*audit.EntryKey, error) {
 		return nil, fmt.Errorf("store: audit entry key: %w", err)
 	}
 	return s.auditEntryKey(head)
+}
+
+// auditAppendSQL appends a transaction's entries to the chain (the writer,
+// under the chain lock): one row per element of its arrays, in order.
+const auditAppendSQL = `INSERT INTO audit_log (seq, at, kind, actor, conversation, data, prev_hash, hash, mac)
+	SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bytea[], $8::bytea[], $9::bytea[])`
+
+// auditHeadCheckSQL, after auditAppendSQL, makes the append its own check
+// that the chain's last entry is still ($10, $11) — the head the writer's
+// last commit left, not read in this transaction: another process may
+// have appended since. The check is an uncorrelated subquery, so
+// PostgreSQL runs it once, before the first row is inserted (an InitPlan
+// under the Result's one-time filter); a moved head is a division by
+// zero that fails the transaction before anything commits (staleHead).
+// It is read with the statement's snapshot, taken after the chain lock's
+// statement returned, so it sees every append committed before the lock
+// was granted — as the separate head check it replaces did, one
+// statement fewer per transaction.
+const auditHeadCheckSQL = `
+	WHERE 1 / (SELECT count(*)::int FROM (SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1) l
+		WHERE l.seq = $10 AND l.hash = $11) = 1`
+
+// staleHead reads the result of a checked append (auditHeadCheckSQL): its
+// division by zero becomes errStaleHead, and the writer runs the batch
+// again reading the head.
+func staleHead(br pgx.BatchResults) error {
+	_, err := br.Exec()
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "22012" { // division_by_zero: the check
+		return fmt.Errorf("%w (%v)", errStaleHead, err)
+	}
+	return err
 }

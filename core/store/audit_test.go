@@ -324,3 +324,70 @@ func TestAuditTamperDetection(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditAppendChecksKnownHead: a commit whose chain head is known from
+// the writer's last one (nothing read in the transaction) sends the lock,
+// the rows and COMMIT, and the rows' own statement checks that the head
+// is still that one — no statement of its own reads the head. When
+// another process appended meanwhile, the check fails the transaction
+// before anything commits and the writer runs it again reading the head:
+// the op succeeds and the chain stays whole.
+func TestAuditAppendChecksKnownHead(t *testing.T) {
+	t.Parallel()
+	rt := &roundTrips{}
+	s, ctx, dsn := setupDSN(t, Options{QueryTracer: rt})
+	other := openStore(t, dsn, Options{})
+	entry := func(id string) Op {
+		return func(context.Context, *Tx) ([]audit.Entry, error) {
+			return []audit.Entry{{Kind: "test.entry", Actor: "silas", Conversation: "webchat:local", Data: map[string]any{"id": id}}}, nil
+		}
+	}
+	mustDo(t, ctx, s, entry("a")) // reads the head; the writer knows it from here on
+	n := rt.count()
+	mustDo(t, ctx, s, entry("b"))
+	trips, _ := rt.since(n)
+	if len(trips) != 1 {
+		t.Fatalf("a known-head commit took %d round trips, want 1: %q", len(trips), trips)
+	}
+	reads := 0
+	for _, q := range trips[0] {
+		if strings.Contains(q, "FROM audit_log") {
+			reads++
+			if !strings.HasPrefix(strings.TrimSpace(q), "INSERT INTO audit_log") {
+				t.Errorf("a statement of its own reads the chain's head: %s", q)
+			}
+		}
+	}
+	if reads != 1 || !carries(trips[0], "pg_advisory_xact_lock") || trips[0][len(trips[0])-1] != "COMMIT" {
+		t.Errorf("a known-head commit sent %q, want the lock, the checked rows and COMMIT", trips[0])
+	}
+
+	mustDo(t, ctx, other, entry("elsewhere")) // the head s knows is stale now
+	n = rt.count()
+	mustDo(t, ctx, s, entry("c"))
+	trips, _ = rt.since(n)
+	if len(with(trips, "ORDER BY seq DESC LIMIT 1")) < 2 {
+		t.Errorf("after another process appended: %q, want the checked append, then a run reading the head", trips)
+	}
+	if _, err := s.VerifyAudit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	rows, err := s.Pool().Query(ctx, `SELECT data->>'id' FROM audit_log WHERE kind = 'test.entry' ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := "a b elsewhere c"; strings.Join(got, " ") != want {
+		t.Errorf("entries %q, want %q once each", got, want)
+	}
+}

@@ -193,61 +193,79 @@ type answerPayload struct {
 // ascend in that order, which is the delivery order), and returns the
 // labels of the statements it queued. When a job edits a card, the same
 // statement fans the edit out to the card's other routed messages
-// (routes.go), and t records their conversations. Before it, each edit to
-// be handed over (Queued) gets a read of its message's platform ref: the
-// scalar subquery NextOutboxJob runs, as a statement of its own in the
-// same round trip. (As a subquery of the INSERT's result it cost
-// PostgreSQL 0.5–0.8 ms more per execution in silas-load's phase (c), two
-// such transactions — the subplan's own run is 5 µs, so most likely the
-// statement's planning; a lookup by the primary key on its own keeps its
-// plan, and PostgreSQL's CPU came back to what it was.)
+// (routes.go), and t records their conversations. Each edit to be handed
+// over (Queued) gets a read of its message's platform ref — the scalar
+// subquery NextOutboxJob runs — in the same statement, up to
+// handedRefsMax of them (handedRefsSQL); more go as statements of their
+// own before it, in the same round trip.
 func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) (labels []string) {
 	n := len(jobs)
 	chans, convs, ops, keys, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	secret := make([]bool, n)
 	edits := false
-	var refs []core.MessageRef
+	var handed []int // the jobs whose message's ref is read
 	for i, j := range jobs {
 		chans[i], convs[i], ops[i], keys[i], payloads[i], secret[i] = string(j.ch), string(j.conv), string(j.op), j.key, j.payload, j.secret
 		edit := j.op == core.OpUpdate || j.op == core.OpAnswer
 		edits = edits || edit
-		if !edit || j.handed == nil {
-			continue
+		if edit && j.handed != nil {
+			handed = append(handed, i)
 		}
-		if refs == nil {
-			refs = make([]core.MessageRef, n)
+	}
+	var refs []core.MessageRef
+	if len(handed) > 0 {
+		refs = make([]core.MessageRef, n)
+	}
+	args := []any{chans, convs, ops, keys, payloads, now, secret}
+	var reads string
+	if len(handed) > handedRefsMax {
+		for _, i := range handed {
+			b.Queue(`SELECT ref FROM sent_messages WHERE channel = $1 AND message_key = $2`, chans[i], keys[i]).QueryRow(func(row pgx.Row) error {
+				err := row.Scan(&refs[i])
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil // never delivered (or not as a card)
+				}
+				return err
+			})
+			labels = append(labels, "read sent message ref")
 		}
-		b.Queue(`SELECT ref FROM sent_messages WHERE channel = $1 AND message_key = $2`, string(j.ch), j.key).QueryRow(func(row pgx.Row) error {
-			err := row.Scan(&refs[i])
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil // never delivered (or not as a card)
-			}
-			return err
-		})
-		labels = append(labels, "read sent message ref")
+	} else {
+		for k, i := range handed {
+			reads += fmt.Sprintf(handedRefsSQL, k, len(args)+1, len(args)+2)
+			args = append(args, chans[i], keys[i])
+		}
 	}
 	insert := `INSERT INTO outbox (channel, conversation, op, message_key, payload, secret_output, created_at, next_at)
 		SELECT channel, conversation, op, message_key, payload, secret_output, $6, $6
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $7::boolean[]) WITH ORDINALITY AS u(channel, conversation, op, message_key, payload, secret_output, n)
-		ORDER BY n`
-	sql := insert + ` RETURNING id, NULL::text`
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $7::boolean[]) WITH ORDINALITY AS u(channel, conversation, op, message_key, payload, secret_output, n)` +
+		inOrder(n, "n")
+	sql := insert + ` RETURNING id, NULL::text, NULL::int, NULL::text`
 	if edits {
 		// Sends (the hot path) never edit a card: only edits pay for the
 		// fan-out's join.
-		sql = `WITH ins AS (` + insert + ` RETURNING id, channel, conversation, op, message_key, payload, secret_output)` + fanOutSQL +
-			` SELECT id, NULL::text FROM ins UNION ALL SELECT NULL::bigint, conversation FROM fan`
+		sql = `WITH ins AS (` + insert + ` RETURNING id, channel, conversation, op, message_key, payload, secret_output)` + fanOutSQL(n) +
+			` SELECT id, NULL::text, NULL::int, NULL::text FROM ins UNION ALL SELECT NULL::bigint, conversation, NULL::int, NULL::text FROM fan` + reads
 	}
-	b.Queue(sql, chans, convs, ops, keys, payloads, now, secret).Query(func(rows pgx.Rows) error {
+	b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
 		ids := make([]int64, 0, n)
 		for rows.Next() {
 			var id *int64
-			var fanned *string
-			if err := rows.Scan(&id, &fanned); err != nil {
+			var fanned, ref *string
+			var k *int32
+			if err := rows.Scan(&id, &fanned, &k, &ref); err != nil {
 				return err
 			}
-			if id != nil {
+			switch {
+			case id != nil:
 				ids = append(ids, *id)
-			} else if fanned != nil && !slices.Contains(t.fanned, core.ConversationID(*fanned)) {
+			case k != nil:
+				if *k < 0 || int(*k) >= len(handed) {
+					return fmt.Errorf("a ref read for handed edit %d of %d", *k, len(handed))
+				}
+				if ref != nil {
+					refs[handed[*k]] = core.MessageRef(*ref)
+				}
+			case fanned != nil && !slices.Contains(t.fanned, core.ConversationID(*fanned)):
 				t.fanned = append(t.fanned, core.ConversationID(*fanned))
 			}
 		}
@@ -276,6 +294,30 @@ func (t *Tx) queueJobs(b *pgx.Batch, jobs []queuedJob, now time.Time) (labels []
 	})
 	return append(labels, "enqueue")
 }
+
+// handedRefsSQL is one handed edit's ref read (its index in the statement's
+// handed edits, its message's channel and key parameters) as a branch of
+// the outbox INSERT's result: a row (NULL, NULL, index, the ref or NULL
+// when none was recorded). It is the primary-key lookup NextOutboxJob's
+// subquery makes, and it was a statement of its own in the same round trip
+// (two per execution in silas-load's phase (c)). As a branch with its own
+// parameters it is an InitPlan run once, costed alike in the generic plan
+// and in a custom one, so the statement keeps its generic plan — unlike a
+// subquery per row of the INSERT's result, whose generic cost grows with
+// the generic estimate of the unnest (10 rows, against the array's length
+// in a custom plan): that form was planned on every run and cost
+// PostgreSQL 0.5–0.8 ms per execution (BENCHMARKS.md "Issue 26 — plans";
+// TestTapPathKeepsGenericPlans). It reads with the INSERT's snapshot, taken
+// in the same round trip as the separate read's, after the caller took
+// its ref generation (Queued).
+const handedRefsSQL = `
+	UNION ALL SELECT NULL::bigint, NULL::text, %d, (SELECT ref FROM sent_messages WHERE channel = $%d AND message_key = $%d)`
+
+// handedRefsMax: up to this many handed edits' ref reads go in the outbox
+// INSERT (a statement text per count); a batch with more (a group commit
+// of several executions' card edits) reads them apart, as statements of
+// their own in the same round trip, instead of preparing ever more texts.
+const handedRefsMax = 4
 
 // NextOutboxJob returns a conversation's oldest pending job, whether a newer
 // pending edit of the same message supersedes it, and the platform ref of

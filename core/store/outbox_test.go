@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -255,4 +256,141 @@ func jobString(j core.OutboxJob) string {
 	}
 	return fmt.Sprintf("{id %d %s %s %s key %s attempts %d message %s card text %q answer %s ref %q card text %q}", j.ID, j.Channel, j.Conversation, j.Op,
 		j.MessageKey, j.Attempts, m, j.Message.CardText, a, ref, cardText)
+}
+
+// TestHandedRefsReadWithInsert: the platform ref of each handed edit's
+// message is read by the outbox INSERT itself (no statement of its own),
+// up to handedRefsMax of them; with more, each is read apart. Either way
+// each handed edit gets its own message's ref ("" for a card never
+// delivered), as NextOutboxJob reads it.
+func TestHandedRefsReadWithInsert(t *testing.T) {
+	t.Parallel()
+	rt := &roundTrips{}
+	s, ctx, _ := setupDSN(t, Options{QueryTracer: rt})
+	const conv core.ConversationID = "test:refs"
+	card := func(i int) *cards.Card {
+		return &cards.Card{ID: cards.ID(fmt.Sprintf("c-refs-%d", i)), Kind: cards.KindApproval, Intent: "Run uname", Risk: cards.RiskLow, Status: cards.StatusPending}
+	}
+	const delivered = handedRefsMax + 2 // card handedRefsMax+2 is never delivered
+	for i := range delivered {
+		mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			return nil, tx.QueueMessage("test", core.OpSend, string(card(i).ID), core.OutMessage{Conversation: conv, Card: card(i)})
+		})
+		sent, _, _, err := s.NextOutboxJob(ctx, conv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			tx.QueueDelivered(sent, core.MessageRef(fmt.Sprintf("ref-%d", i)), core.OutboxDelivered)
+			return nil, nil
+		})
+	}
+	var skip []int64
+	edit := func(name string, which []int, wantApart bool) {
+		t.Helper()
+		var handed []Queued
+		n := rt.count()
+		mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			handed = nil
+			for _, i := range which {
+				c := *card(i)
+				c.Status = cards.StatusRunning
+				if err := tx.QueueMessageHanded("test", core.OpUpdate, string(c.ID), core.OutMessage{Conversation: conv, Card: &c},
+					func(q Queued) { handed = append(handed, q) }); err != nil {
+					return nil, err
+				}
+			}
+			return nil, tx.QueueMessage("test", core.OpSend, "plain", core.OutMessage{Conversation: conv, Text: "not handed"})
+		})
+		trips, _ := rt.since(n)
+		apart := false
+		for _, trip := range trips {
+			for _, q := range trip {
+				apart = apart || strings.HasPrefix(q, "SELECT ref FROM sent_messages")
+			}
+		}
+		if apart != wantApart {
+			t.Errorf("%s: refs read by statements of their own: %v, want %v (%q)", name, apart, wantApart, trips)
+		}
+		if len(handed) != len(which) {
+			t.Fatalf("%s: %d jobs handed over, want %d", name, len(handed), len(which))
+		}
+		for k, q := range handed {
+			want := core.MessageRef("")
+			if which[k] < delivered {
+				want = core.MessageRef(fmt.Sprintf("ref-%d", which[k]))
+			}
+			j, _, ref, err := s.NextOutboxJob(ctx, conv, skip...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			skip = append(skip, j.ID)
+			if j.ID != q.ID || q.Ref != ref || q.Ref != want {
+				t.Errorf("%s: edit of card %d handed over as job %d with ref %q; read back job %d with ref %q; want ref %q", name, which[k], q.ID, q.Ref, j.ID, ref, want)
+			}
+		}
+		plain, _, _, err := s.NextOutboxJob(ctx, conv, skip...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		skip = append(skip, plain.ID)
+	}
+	edit("two edits", []int{1, delivered}, false)
+	edit("one edit", []int{0}, false)
+	all := make([]int, 0, delivered+1)
+	for i := range delivered + 1 {
+		all = append(all, delivered-i) // not in key order
+	}
+	edit("more than handedRefsMax", all, true)
+}
+
+// TestSingleRowInsertsUnsorted: a turn or an outbox job inserted alone
+// goes without ORDER BY (and a card edit's fan-out with it), a Sort node
+// PostgreSQL would run for one row; several keep it, so ids and seqs still
+// ascend in queue order (TestEnqueueThenIDsInOrder) and a card's routed
+// copies in the order of their edits.
+func TestSingleRowInsertsUnsorted(t *testing.T) {
+	t.Parallel()
+	rt := &roundTrips{}
+	s, ctx, _ := setupDSN(t, Options{QueryTracer: rt})
+	const conv core.ConversationID = "test:sorts"
+	card := &cards.Card{ID: "c-sorts", Kind: cards.KindApproval, Intent: "Run uname", Risk: cards.RiskLow, Status: cards.StatusRunning}
+	inserts := func(name string, n int) (turns, jobs []string) {
+		t.Helper()
+		from := rt.count()
+		mustDo(t, ctx, s, func(ctx context.Context, tx *Tx) ([]audit.Entry, error) {
+			for i := range n {
+				if err := tx.QueueTurn(testTurn("test", fmt.Sprintf("%s-%d", name, i)), "pending", func(int64, bool) {}); err != nil {
+					return nil, err
+				}
+				if err := tx.QueueMessage("test", core.OpUpdate, string(card.ID), core.OutMessage{Conversation: conv, Card: card}); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		})
+		trips, _ := rt.since(from)
+		for _, trip := range trips {
+			for _, q := range trip {
+				switch {
+				case strings.Contains(q, "INSERT INTO turns"):
+					turns = append(turns, q)
+				case strings.Contains(q, "INSERT INTO outbox"):
+					jobs = append(jobs, q)
+				}
+			}
+		}
+		if len(turns) != 1 || len(jobs) != 1 {
+			t.Fatalf("%s: %d turn and %d outbox statements, want 1 each", name, len(turns), len(jobs))
+		}
+		return turns, jobs
+	}
+	turns, jobs := inserts("one", 1)
+	if strings.Contains(turns[0], "ORDER BY") || strings.Contains(jobs[0], "ORDER BY") {
+		t.Errorf("a single turn and a single card edit are sorted:\n%s\n%s", turns[0], jobs[0])
+	}
+	turns, jobs = inserts("two", 2)
+	if !strings.Contains(turns[0], "ORDER BY n") || strings.Count(jobs[0], "ORDER BY") != 2 {
+		t.Errorf("two turns and two card edits are not inserted in queue order:\n%s\n%s", turns[0], jobs[0])
+	}
 }

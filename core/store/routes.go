@@ -83,7 +83,13 @@ func (s *Store) SpokeIn(ctx context.Context, conv core.ConversationID, ids []cor
 // status card gets the card without its choices (the requesting
 // conversation cannot decide it). It reads the rows its INSERT …
 // RETURNING produced (ins) and returns the conversations it queued for.
-const fanOutSQL = `, fan AS (
+// jobs is how many rows ins inserts: with several, the copies are
+// inserted in the order of their edits (ids ascend in delivery order in
+// each conversation); with one, its copies go to distinct conversations
+// (a request has one route per conversation), so their order is nobody's
+// and the statement goes without the Sort (inOrder).
+func fanOutSQL(jobs int) string {
+	return `, fan AS (
 	INSERT INTO outbox (channel, conversation, op, message_key, payload, secret_output, created_at, next_at)
 	SELECT r.channel, r.conversation, 'update', r.message_key,
 		jsonb_set(CASE WHEN r.kind = 'status' THEN (i.payload - 'tap_answer') #- '{card,choices}' ELSE i.payload - 'tap_answer' END,
@@ -92,9 +98,10 @@ const fanOutSQL = `, fan AS (
 	FROM ins i
 	JOIN approval_routes r0 ON r0.channel = i.channel AND r0.message_key = i.message_key
 	JOIN approval_routes r ON r.approval_id = r0.approval_id AND r.conversation <> r0.conversation
-	WHERE i.op IN ('update', 'answer') AND jsonb_typeof(i.payload->'card') = 'object'
-	ORDER BY i.id, r.channel, r.conversation
+	WHERE i.op IN ('update', 'answer') AND jsonb_typeof(i.payload->'card') = 'object'` +
+		inOrder(jobs, "i.id, r.channel, r.conversation") + `
 	RETURNING conversation)`
+}
 
 // OnFanOut sets what is told, after a commit, each conversation an edit of
 // a routed card was fanned out to (the outbox's Kick, so the copies are

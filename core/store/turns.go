@@ -133,7 +133,7 @@ func queueTurns(b *pgx.Batch, turns []queuedTurn, now time.Time, instance *strin
 				AS u(channel, event_id, conversation, sender, body, status, n)),
 			ins AS (INSERT INTO turns (channel, event_id, conversation, sender, body, status, received_at, processed_at, instance)
 				SELECT channel, event_id, conversation, sender, body, status, $7, CASE WHEN status = 'pending' THEN NULL ELSE $7::timestamptz END, $8
-				FROM u ORDER BY n
+				FROM u`+inOrder(n, "n")+`
 				ON CONFLICT (channel, event_id) DO NOTHING RETURNING channel, event_id, seq)
 		SELECT channel, event_id, seq FROM ins`, chans, evs, convs, senders, bodies, sts, now, instance).Query(func(rows pgx.Rows) error {
 		byKey := make(map[[2]string]int64, n)
@@ -186,4 +186,19 @@ func collectTurns(rows pgx.Rows) ([]core.StoredTurn, error) {
 		return nil, fmt.Errorf("store: pending turns: %w", err)
 	}
 	return out, nil
+}
+
+// inOrder is the ORDER BY (of keys) that makes a multi-row INSERT draw its
+// ids (seqs) in queue order, and nothing for one row: a single row is in
+// order already, and the Sort node costs PostgreSQL ≈ 4 µs a statement
+// (its tuplesort is begun, filled and ended even for one row) — the tap's
+// turn and each card edit's outbox row are single-row inserts, three to
+// five sorts per approved execution (BENCHMARKS.md "Issue 26 — PostgreSQL
+// statements per execution"). The two texts are prepared apart, each
+// keeping its generic plan.
+func inOrder(rows int, keys string) string {
+	if rows <= 1 {
+		return ""
+	}
+	return " ORDER BY " + keys
 }

@@ -354,14 +354,15 @@ func (w *writer) commit(batch []*request, speculate bool) (err error) {
 		// round trip instead of two — a delivery mark's batch. A stale
 		// head fails the check, and with it the transaction, before
 		// anything commits; the batch is then run again reading the
-		// head (commitOnce).
-		rows, next, err := w.auditRows(entries, head)
+		// head (commitOnce). The check is the rows' own statement's
+		// (auditAppendSQL): its snapshot is taken after the lock's.
+		rows, next, err := w.auditRows(entries, head, true)
 		if err != nil {
 			return err
 		}
 		extras := []extra{lock}
 		if rows != nil {
-			extras = append(extras, headCheck(head), *rows)
+			extras = append(extras, *rows)
 		}
 		if err := tx.send(ctx, append(extras, commit)); err != nil {
 			return err
@@ -407,7 +408,7 @@ func (w *writer) commit(batch []*request, speculate bool) (err error) {
 	// its transition applied) go with the audit rows and COMMIT, after the
 	// chain lock as before: no round trip of their own.
 	entries = append(entries, more...)
-	rows, next, err := w.auditRows(entries, head)
+	rows, next, err := w.auditRows(entries, head, false)
 	if err != nil {
 		return err
 	}
@@ -458,24 +459,11 @@ func (w *writer) forgetHead() {
 	}
 }
 
-// headCheck fails the transaction (division by zero, before the rows and
-// COMMIT run) unless the chain's last entry is still h.
-func headCheck(h chainHead) extra {
-	return extra{"audit head check", func(b *pgx.Batch) {
-		b.Queue(`SELECT 1 / (SELECT count(*)::int FROM (SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1) l
-			WHERE l.seq = $1 AND l.hash = $2)`, h.seq, h.prev).QueryRow(func(row pgx.Row) error {
-			var one int
-			if err := row.Scan(&one); err != nil {
-				return fmt.Errorf("%w (%v)", errStaleHead, err)
-			}
-			return nil
-		})
-	}}
-}
-
 // auditRows is the statement appending entries after head, and the head it
-// leaves; nil (and head) when there are no entries.
-func (w *writer) auditRows(entries []audit.Entry, head chainHead) (*extra, chainHead, error) {
+// leaves; nil (and head) when there are no entries. checked: head was not
+// read under this transaction's lock, and the statement fails the
+// transaction unless it is still the chain's head (auditAppendSQL).
+func (w *writer) auditRows(entries []audit.Entry, head chainHead, checked bool) (*extra, chainHead, error) {
 	if len(entries) == 0 {
 		return nil, head, nil
 	}
@@ -509,9 +497,11 @@ func (w *writer) auditRows(entries []audit.Entry, head chainHead) (*extra, chain
 		prev = h
 	}
 	return &extra{"audit append", func(b *pgx.Batch) {
-		b.Queue(`INSERT INTO audit_log (seq, at, kind, actor, conversation, data, prev_hash, hash, mac)
-				SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bytea[], $8::bytea[], $9::bytea[])`,
-			seqs, ats, kinds, actors, convs, datas, prevs, hashes, macs)
+		if !checked {
+			b.Queue(auditAppendSQL, seqs, ats, kinds, actors, convs, datas, prevs, hashes, macs)
+			return
+		}
+		b.Queue(auditAppendSQL+auditHeadCheckSQL, seqs, ats, kinds, actors, convs, datas, prevs, hashes, macs, head.seq, head.prev).Fn = staleHead
 	}}, chainHead{seq: seq, prev: prev}, nil
 }
 
