@@ -37,6 +37,17 @@ type request struct {
 // instead of being bound by one commit per operation. Several loops run at
 // once so one batch's round trips overlap another's commit; only the audit
 // append (under the chain lock) and the commit are serial.
+//
+// With one loop (the default) a Do that finds no batch running runs its
+// batch itself, on its own goroutine, instead of handing it to the loop and
+// waiting to be woken (combining, see do): at a few operations a second the
+// writer is idle nearly always, and each hand-off cost two goroutine
+// wake-ups — often a thread woken from sleep for each, the largest cost of
+// an operation on a small machine (BENCHMARKS.md "Issue 26 — Go CPU per
+// execution, where the rest goes"). The batch is the same batch the loop
+// would have run: whatever the loop holds and whatever is queued ride
+// along, and only one batch runs at a time (turn), so the chain's head
+// and the order of commits are as before.
 type writer struct {
 	s         *Store
 	reqs      chan *request
@@ -48,9 +59,20 @@ type writer struct {
 	// nloops is how many loops run; with one, head is the audit chain's
 	// head as this writer's last commit left it (headOK), used by the
 	// next commit instead of reading it (knownHead).
-	nloops  int
-	head    chainHead
-	headOK  bool
+	nloops int
+	head   chainHead
+	headOK bool
+	// With one loop (combining): turn holds a token while no batch runs;
+	// whoever runs a batch (the loop or a Do) takes it first and puts it
+	// back after, so batches never overlap. held are the requests the loop
+	// took from the queues and has not run (waiting for company, or for
+	// the turn); a Do that takes the turn runs them in its batch and tells
+	// the loop (stolen). After stop the loop keeps the turn.
+	turn   chan struct{}
+	mu     sync.Mutex
+	held   []*request
+	stolen chan struct{}
+
 	stop    chan struct{}
 	stopped chan struct{}
 	once    sync.Once
@@ -78,6 +100,10 @@ var ErrClosed = errors.New("store: closed")
 
 func newWriter(s *Store, maxBatch, loops int) *writer {
 	w := &writer{s: s, reqs: make(chan *request, 4*maxBatch), bg: make(chan *request, 4*maxBatch), lazy: make(chan *request, 4*maxBatch), maxBatch: maxBatch, nloops: loops, stop: make(chan struct{}), stopped: make(chan struct{})}
+	if loops == 1 {
+		w.turn, w.stolen = make(chan struct{}, 1), make(chan struct{}, 1)
+		w.turn <- struct{}{}
+	}
 	w.loops.Add(loops)
 	for range loops {
 		go w.loop()
@@ -140,6 +166,9 @@ func (s *Store) do(ctx context.Context, op Op, q chan *request) error {
 		return ErrClosed
 	default:
 	}
+	if q == s.w.reqs && s.w.combine(ctx, r) {
+		return <-r.done
+	}
 	select {
 	case q <- r:
 	case <-ctx.Done():
@@ -163,9 +192,97 @@ func (s *Store) do(ctx context.Context, op Op, q chan *request) error {
 	}
 }
 
+// combine runs r at once on the caller's goroutine when no batch is
+// running (one loop only), in a batch with what the loop holds and what is
+// queued — the batch the loop would have run next — and reports whether it
+// did (r.done then has the result; else r is for the queue). The caller
+// waits for the commit even if ctx ends meanwhile (Do's contract allows
+// either: the op may commit after Do returned ctx.Err()).
+func (w *writer) combine(ctx context.Context, r *request) bool {
+	if w.turn == nil || ctx.Err() != nil {
+		return false
+	}
+	select {
+	case <-w.turn:
+	default:
+		return false // a batch is running: queue behind it
+	}
+	select {
+	case <-w.stop:
+		// The loop finishes what is queued and keeps the turn; r is too
+		// late (do returns ErrClosed, as for a Do after Close).
+		w.turn <- struct{}{}
+		r.done <- ErrClosed
+		return true
+	default:
+	}
+	batch := w.take()
+	if len(batch) > 0 {
+		// The loop was waiting for company or for the turn: its wait is
+		// over (it finds nothing held).
+		select {
+		case w.stolen <- struct{}{}:
+		default:
+		}
+	}
+	batch = w.fill(batch, w.maxBatch-1)
+	w.run(append(batch, r))
+	w.turn <- struct{}{}
+	return true
+}
+
+// hold adds r to the requests the loop holds (local with several loops,
+// shared with combine with one) and returns how many it holds.
+func (w *writer) hold(local *[]*request, r *request) int {
+	if w.turn == nil {
+		*local = append(*local, r)
+		return len(*local)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.held = append(w.held, r)
+	return len(w.held)
+}
+
+// holding is how many requests the loop holds.
+func (w *writer) holding(local []*request) int {
+	if w.turn == nil {
+		return len(local)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.held)
+}
+
+// take returns the requests the loop held and holds none.
+func (w *writer) take() []*request {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b := w.held
+	w.held = nil
+	return b
+}
+
+// fill appends queued requests to batch, up to n in all.
+func (w *writer) fill(batch []*request, n int) []*request {
+	for len(batch) < n {
+		select {
+		case r := <-w.reqs:
+			batch = append(batch, r)
+		case r := <-w.bg:
+			batch = append(batch, r)
+		case r := <-w.lazy:
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
 func (w *writer) loop() {
 	defer w.loops.Done()
-	batch := make([]*request, 0, w.maxBatch)
+	local := make([]*request, 0, w.maxBatch) // several loops: each its own
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -178,7 +295,16 @@ func (w *writer) loop() {
 		case first = <-w.lazy:
 			delay = w.lazyDelay
 		case <-w.stop:
-			// Finish what is already queued, then stop.
+			// Finish what is already queued (and held), then stop. With
+			// one loop, the turn is kept: no Do runs a batch after this.
+			var left []*request
+			if w.turn != nil {
+				<-w.turn
+				left = w.take()
+			}
+			for _, r := range left {
+				w.run([]*request{r})
+			}
 			for {
 				select {
 				case r := <-w.reqs:
@@ -192,27 +318,33 @@ func (w *writer) loop() {
 				}
 			}
 		}
-		batch = append(batch[:0], first)
+		local = local[:0]
+		w.hold(&local, first)
 		if delay > 0 {
 			// Wait for company; any ordinary request ends the wait, a
-			// background one shortens a lazy one's.
+			// background one shortens a lazy one's, and so does a Do that
+			// ran what this loop held (combine).
 			deadline := time.Now().Add(delay)
 			timer.Reset(delay)
 		wait:
-			for len(batch) < w.maxBatch {
+			for w.holding(local) < w.maxBatch {
 				select {
 				case r := <-w.bg:
-					batch = append(batch, r)
+					w.hold(&local, r)
 					if d := time.Now().Add(w.bgDelay); d.Before(deadline) {
 						// Reset drops a pending expiry (go.mod ≥ 1.23).
 						deadline = d
 						timer.Reset(w.bgDelay)
 					}
 				case r := <-w.lazy:
-					batch = append(batch, r)
+					w.hold(&local, r)
 				case r := <-w.reqs:
-					batch = append(batch, r)
+					w.hold(&local, r)
 					break wait
+				case <-w.stolen:
+					if w.holding(local) == 0 {
+						break wait
+					}
 				case <-timer.C:
 					break wait
 				case <-w.stop:
@@ -226,20 +358,20 @@ func (w *writer) loop() {
 				}
 			}
 		}
-	fill:
-		for len(batch) < w.maxBatch {
-			select {
-			case r := <-w.reqs:
-				batch = append(batch, r)
-			case r := <-w.bg:
-				batch = append(batch, r)
-			case r := <-w.lazy:
-				batch = append(batch, r)
-			default:
-				break fill
-			}
+		if w.turn == nil {
+			w.run(w.fill(local, w.maxBatch))
+			continue
 		}
-		w.run(batch)
+		<-w.turn
+		// A Do that had the turn meanwhile may have run what this loop held.
+		select {
+		case <-w.stolen:
+		default:
+		}
+		if batch := w.take(); len(batch) > 0 {
+			w.run(w.fill(batch, w.maxBatch))
+		}
+		w.turn <- struct{}{}
 	}
 }
 
