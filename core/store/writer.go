@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,6 +74,13 @@ type writer struct {
 	mu     sync.Mutex
 	held   []*request
 	stolen chan struct{}
+	// A DoLazy op goes straight to held (nobody is woken for it: it waits
+	// for company anyway); lazyDue fires once the oldest lazy op held has
+	// waited lazyDelay (armed: it is set), and then the loop runs it.
+	// closed: the loop has stopped taking held requests.
+	lazyDue *time.Timer
+	armed   bool
+	closed  bool
 
 	stop    chan struct{}
 	stopped chan struct{}
@@ -103,6 +112,8 @@ func newWriter(s *Store, maxBatch, loops int) *writer {
 	if loops == 1 {
 		w.turn, w.stolen = make(chan struct{}, 1), make(chan struct{}, 1)
 		w.turn <- struct{}{}
+		w.lazyDue = time.NewTimer(time.Hour)
+		w.lazyDue.Stop()
 	}
 	w.loops.Add(loops)
 	for range loops {
@@ -130,7 +141,8 @@ func (s *Store) Do(ctx context.Context, op Op) error { return s.do(ctx, op, s.w.
 func (s *Store) DoBackground(ctx context.Context, op Op) error { return s.do(ctx, op, s.w.bg) }
 
 // DoLazy queues op and returns at once; then gets its result (nil once
-// committed) on the writer's goroutine, so it must not block. The op waits
+// committed) on the goroutine that ran the batch (the writer's, or a Do's
+// that combined it), so it must not block. The op waits
 // up to Options.LazyDelay for company: any Do ends the wait (the op rides
 // in that transaction), a DoBackground shortens it to BackgroundDelay. It
 // is for records whose only cost when late is a repeat nobody sees (the
@@ -140,6 +152,12 @@ func (s *Store) DoBackground(ctx context.Context, op Op) error { return s.do(ctx
 // with the queueing: the op then never runs).
 func (s *Store) DoLazy(op Op, then func(error)) {
 	r := &request{op: op, then: then}
+	if s.w.turn != nil {
+		if !s.w.holdLazy(r) {
+			then(ErrClosed)
+		}
+		return
+	}
 	select {
 	case <-s.w.stop:
 		then(ErrClosed)
@@ -216,10 +234,10 @@ func (w *writer) combine(ctx context.Context, r *request) bool {
 		return true
 	default:
 	}
-	batch := w.take()
+	batch := w.take(w.maxBatch - 1)
 	if len(batch) > 0 {
-		// The loop was waiting for company or for the turn: its wait is
-		// over (it finds nothing held).
+		// The loop may have been waiting for company or for the turn: its
+		// wait is over when it finds nothing held.
 		select {
 		case w.stolen <- struct{}{}:
 		default:
@@ -254,13 +272,44 @@ func (w *writer) holding(local []*request) int {
 	return len(w.held)
 }
 
-// take returns the requests the loop held and holds none.
-func (w *writer) take() []*request {
+// holdLazy holds r, a DoLazy op, for the next batch, and makes sure the
+// loop runs it within lazyDelay if no batch comes sooner; false after the
+// loop stopped.
+func (w *writer) holdLazy(r *request) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
+	w.held = append(w.held, r)
+	if !w.armed {
+		w.armed = true
+		w.lazyDue.Reset(w.lazyDelay)
+	}
+	return true
+}
+
+// take returns up to n of the requests held (oldest first) for a batch.
+func (w *writer) take(n int) []*request {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	b := w.held
-	w.held = nil
-	return b
+	if len(b) <= n {
+		w.held = nil
+		if w.armed {
+			// Nothing lazy is held any more (a receive after Stop blocks:
+			// go.mod ≥ 1.23).
+			w.armed = false
+			w.lazyDue.Stop()
+		}
+		return b
+	}
+	// Too many for one batch: the rest goes in the next, which the timer
+	// starts at once unless a Do comes first.
+	w.held = slices.Clone(b[n:])
+	w.armed = true
+	w.lazyDue.Reset(0)
+	return b[:n]
 }
 
 // fill appends queued requests to batch, up to n in all.
@@ -285,10 +334,16 @@ func (w *writer) loop() {
 	local := make([]*request, 0, w.maxBatch) // several loops: each its own
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	var lazyDue <-chan time.Time // one loop: lazy ops held are due
+	if w.lazyDue != nil {
+		lazyDue = w.lazyDue.C
+	}
 	for {
 		var first *request
 		var delay time.Duration // how long first may wait for company
 		select {
+		case <-lazyDue:
+			// The held lazy ops waited long enough: run them.
 		case first = <-w.reqs:
 		case first = <-w.bg:
 			delay = w.bgDelay
@@ -300,7 +355,10 @@ func (w *writer) loop() {
 			var left []*request
 			if w.turn != nil {
 				<-w.turn
-				left = w.take()
+				w.mu.Lock()
+				w.closed = true // DoLazy now answers ErrClosed
+				w.mu.Unlock()
+				left = w.take(math.MaxInt)
 			}
 			for _, r := range left {
 				w.run([]*request{r})
@@ -319,7 +377,9 @@ func (w *writer) loop() {
 			}
 		}
 		local = local[:0]
-		w.hold(&local, first)
+		if first != nil {
+			w.hold(&local, first)
+		}
 		if delay > 0 {
 			// Wait for company; any ordinary request ends the wait, a
 			// background one shortens a lazy one's, and so does a Do that
@@ -347,6 +407,8 @@ func (w *writer) loop() {
 					}
 				case <-timer.C:
 					break wait
+				case <-lazyDue:
+					break wait
 				case <-w.stop:
 					break wait
 				}
@@ -368,7 +430,7 @@ func (w *writer) loop() {
 		case <-w.stolen:
 		default:
 		}
-		if batch := w.take(); len(batch) > 0 {
+		if batch := w.take(w.maxBatch); len(batch) > 0 {
 			w.run(w.fill(batch, w.maxBatch))
 		}
 		w.turn <- struct{}{}

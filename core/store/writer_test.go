@@ -488,3 +488,74 @@ func TestDoCombines(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDoLazyHeldAtOnce: with one writer loop, DoLazy puts its op straight
+// among the requests held for the next batch — nothing is sent to the
+// loop's goroutine, which would be woken only to wait for company — and
+// the op rides in the next batch. Here the loop is busy (waiting for the
+// turn, which a held Do has): before, the op would sit in the lazy queue.
+func TestDoLazyHeldAtOnce(t *testing.T) {
+	t.Parallel()
+	s, ctx, _ := setupDSN(t, Options{Writers: 1, LazyDelay: time.Hour})
+	release := holdWriter(t, ctx, s)
+	queued := make(chan error, 1)
+	go func() {
+		queued <- s.Do(ctx, func(context.Context, *Tx) ([]audit.Entry, error) {
+			return []audit.Entry{{Kind: "test.lazy", Actor: "ordinary"}}, nil
+		})
+	}()
+	waitQueued(t, s, 1)
+	done := make(chan error, 1)
+	s.DoLazy(func(context.Context, *Tx) ([]audit.Entry, error) {
+		return []audit.Entry{{Kind: "test.lazy", Actor: "lazy"}}, nil
+	}, func(err error) { done <- err })
+	if n, h := len(s.w.lazy), s.w.holding(nil); n != 0 || h != 2 {
+		t.Errorf("after DoLazy: %d ops in the lazy queue, %d held; want 0 and 2 (the queued Do and the lazy op)", n, h)
+	}
+	release()
+	for _, ch := range []chan error{queued, done} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("an op never committed")
+		}
+	}
+	var lazyX, ordX string
+	if err := s.Pool().QueryRow(ctx, `SELECT (SELECT xmin::text FROM audit_log WHERE actor = 'lazy'), (SELECT xmin::text FROM audit_log WHERE actor = 'ordinary')`).Scan(&lazyX, &ordX); err != nil {
+		t.Fatal(err)
+	}
+	if lazyX != ordX {
+		t.Errorf("lazy op in transaction %s, the queued Do in %s; want one", lazyX, ordX)
+	}
+}
+
+// TestDoLazyManyHeld: more lazy ops held than one batch takes all commit
+// (the rest in the next batch, started by the writer at once), each once.
+func TestDoLazyManyHeld(t *testing.T) {
+	t.Parallel()
+	s, ctx, _ := setupDSN(t, Options{Writers: 1, MaxBatch: 4, LazyDelay: time.Hour})
+	const n = 11
+	done := make(chan error, n)
+	for i := range n {
+		s.DoLazy(entriesOp(numberedEntry(i)), func(err error) { done <- err })
+	}
+	if err := s.Do(ctx, entriesOp(numberedEntry(n))); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a lazy op never committed")
+		}
+	}
+	if got, err := s.VerifyAudit(ctx); err != nil || got != n+1 {
+		t.Fatalf("VerifyAudit = %d, %v; want %d, nil", got, err, n+1)
+	}
+}
