@@ -129,5 +129,9 @@ func decidedHere(a core.ApprovalRequest, tokNonce []byte, tokID string, nonce []
 // StartClaimed runs an execution claimed with its decision, once that
 // transaction committed, in the background (Close waits for it).
 func (x *Executor) StartClaimed(c *Claimed) {
-	x.goRun(func() { x.runClaimed(x.bg.ctx, c.r) })
+	x.bg.wg.Add(1)
+	go func() {
+		defer x.bg.wg.Done()
+		x.runClaimed(x.bg.ctx, c.r)
+	}()
 }

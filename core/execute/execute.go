@@ -205,7 +205,6 @@ func New(cfg Config) (*Executor, error) {
 		cfg.Now = time.Now
 	}
 	x := &Executor{cfg: cfg, log: cfg.Logger}
-	x.bg.idle = make(chan func())
 	x.bg.ctx, x.bg.cancel = context.WithCancel(context.Background())
 	return x, nil
 }

@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,16 +85,12 @@ type Outbox struct {
 	cluster    Cluster
 	elsewhere  func(core.ChannelName, core.ConversationID)
 
-	mu       sync.Mutex // guards lanes, lanesCtx and missed
-	lanes    map[core.ConversationID]*lane
-	missed   map[core.ConversationID]bool // handed off while not running
-	lanesCtx context.Context
-	laneWG   sync.WaitGroup
-	// idleLanes hands a lane to a goroutine that ran one and waits for
-	// the next (startLaneLocked); idleRunners counts them.
-	idleLanes   chan laneStart
-	idleRunners atomic.Int32
-	deliverSem  chan struct{}
+	mu         sync.Mutex // guards lanes, lanesCtx and missed
+	lanes      map[core.ConversationID]*lane
+	missed     map[core.ConversationID]bool // handed off while not running
+	lanesCtx   context.Context
+	laneWG     sync.WaitGroup
+	deliverSem chan struct{}
 
 	// splits is how far a message split into several got (by job id), so
 	// a retry does not repeat parts; in memory, like a lane.
@@ -118,7 +113,7 @@ func New(cfg Config) *Outbox {
 	}
 	return &Outbox{
 		after: cfg.After, st: cfg.Store, channels: cfg.Channels, log: cfg.Logger, now: cfg.Now, maxBackoff: cfg.MaxBackoff,
-		results: cfg.Deliveries, handles: cfg.Handles, cluster: cfg.Cluster, elsewhere: cfg.Elsewhere, lanes: map[core.ConversationID]*lane{}, idleLanes: make(chan laneStart), splits: map[int64]splitProgress{}, marks: map[core.ConversationID]*markChain{}, missed: map[core.ConversationID]bool{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
+		results: cfg.Deliveries, handles: cfg.Handles, cluster: cfg.Cluster, elsewhere: cfg.Elsewhere, lanes: map[core.ConversationID]*lane{}, splits: map[int64]splitProgress{}, marks: map[core.ConversationID]*markChain{}, missed: map[core.ConversationID]bool{}, deliverSem: make(chan struct{}, max(cfg.Concurrency, 1)),
 	}
 }
 
@@ -160,62 +155,13 @@ func (ob *Outbox) HandOff(conv core.ConversationID, jobs []store.Queued, n int) 
 	ob.startLaneLocked(conv, jobs, n)
 }
 
-// startLaneLocked starts conv's lane; ob.mu is held. It runs on a
-// goroutine that ran a lane before and waits for the next, when there is
-// one (laneRunner), else on a new one.
+// startLaneLocked starts conv's lane; ob.mu is held.
 func (ob *Outbox) startLaneLocked(conv core.ConversationID, jobs []store.Queued, n int) {
 	l := &lane{kicked: make(chan struct{}, 1)}
 	l.add(jobs, n)
 	ob.lanes[conv] = l
 	ob.laneWG.Add(1)
-	s := laneStart{ctx: ob.lanesCtx, conv: conv, l: l}
-	select {
-	case ob.idleLanes <- s:
-	default:
-		go ob.laneRunner(s)
-	}
-}
-
-// laneStart is a lane to run, with the context of the Run it belongs to.
-type laneStart struct {
-	ctx  context.Context
-	conv core.ConversationID
-	l    *lane
-}
-
-// laneLinger is how long a goroutine that ran a lane waits for the next.
-const laneLinger = 5 * time.Second
-
-// laneRunner runs s's lane, then the lanes handed to it while it waits,
-// until none came for laneLinger or the lanes' context ended. A lane ends
-// once its conversation has nothing pending — at a few executions a second,
-// after each card edit — and a new goroutine per lane grew its stack to
-// the depth of a delivery each time (runtime.morestack, a few % of the
-// gateway's perf samples during silas-load's taps); one that ran a lane
-// starts with that stack. Handing a lane over wakes the goroutine as
-// starting one would.
-func (ob *Outbox) laneRunner(s laneStart) {
-	var linger *time.Timer
-	for {
-		ob.runLane(s.ctx, s.conv, s.l)
-		if linger == nil {
-			linger = time.NewTimer(laneLinger)
-		} else {
-			linger.Reset(laneLinger)
-		}
-		ob.idleRunners.Add(1)
-		select {
-		case next := <-ob.idleLanes:
-			ob.idleRunners.Add(-1)
-			s = next
-		case <-linger.C:
-			ob.idleRunners.Add(-1)
-			return
-		case <-s.ctx.Done():
-			ob.idleRunners.Add(-1)
-			return
-		}
-	}
+	go ob.runLane(ob.lanesCtx, conv, l)
 }
 
 // lane is one conversation's delivery state (guarded by Outbox.mu). It is

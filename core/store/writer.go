@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"slices"
 	"sync"
 	"time"
 
@@ -39,17 +37,6 @@ type request struct {
 // instead of being bound by one commit per operation. Several loops run at
 // once so one batch's round trips overlap another's commit; only the audit
 // append (under the chain lock) and the commit are serial.
-//
-// With one loop (the default) a Do that finds no batch running runs its
-// batch itself, on its own goroutine, instead of handing it to the loop and
-// waiting to be woken (combining, see do): at a few operations a second the
-// writer is idle nearly always, and each hand-off cost two goroutine
-// wake-ups — often a thread woken from sleep for each, the largest cost of
-// an operation on a small machine (BENCHMARKS.md "Issue 26 — Go CPU per
-// execution, where the rest goes"). The batch is the same batch the loop
-// would have run: whatever the loop holds and whatever is queued ride
-// along, and only one batch runs at a time (turn), so the chain's head
-// and the order of commits are as before.
 type writer struct {
 	s         *Store
 	reqs      chan *request
@@ -61,27 +48,9 @@ type writer struct {
 	// nloops is how many loops run; with one, head is the audit chain's
 	// head as this writer's last commit left it (headOK), used by the
 	// next commit instead of reading it (knownHead).
-	nloops int
-	head   chainHead
-	headOK bool
-	// With one loop (combining): turn holds a token while no batch runs;
-	// whoever runs a batch (the loop or a Do) takes it first and puts it
-	// back after, so batches never overlap. held are the requests the loop
-	// took from the queues and has not run (waiting for company, or for
-	// the turn); a Do that takes the turn runs them in its batch and tells
-	// the loop (stolen). After stop the loop keeps the turn.
-	turn   chan struct{}
-	mu     sync.Mutex
-	held   []*request
-	stolen chan struct{}
-	// A DoLazy op goes straight to held (nobody is woken for it: it waits
-	// for company anyway); lazyDue fires once the oldest lazy op held has
-	// waited lazyDelay (armed: it is set), and then the loop runs it.
-	// closed: the loop has stopped taking held requests.
-	lazyDue *time.Timer
-	armed   bool
-	closed  bool
-
+	nloops  int
+	head    chainHead
+	headOK  bool
 	stop    chan struct{}
 	stopped chan struct{}
 	once    sync.Once
@@ -109,12 +78,6 @@ var ErrClosed = errors.New("store: closed")
 
 func newWriter(s *Store, maxBatch, loops int) *writer {
 	w := &writer{s: s, reqs: make(chan *request, 4*maxBatch), bg: make(chan *request, 4*maxBatch), lazy: make(chan *request, 4*maxBatch), maxBatch: maxBatch, nloops: loops, stop: make(chan struct{}), stopped: make(chan struct{})}
-	if loops == 1 {
-		w.turn, w.stolen = make(chan struct{}, 1), make(chan struct{}, 1)
-		w.turn <- struct{}{}
-		w.lazyDue = time.NewTimer(time.Hour)
-		w.lazyDue.Stop()
-	}
 	w.loops.Add(loops)
 	for range loops {
 		go w.loop()
@@ -141,8 +104,7 @@ func (s *Store) Do(ctx context.Context, op Op) error { return s.do(ctx, op, s.w.
 func (s *Store) DoBackground(ctx context.Context, op Op) error { return s.do(ctx, op, s.w.bg) }
 
 // DoLazy queues op and returns at once; then gets its result (nil once
-// committed) on the goroutine that ran the batch (the writer's, or a Do's
-// that combined it), so it must not block. The op waits
+// committed) on the writer's goroutine, so it must not block. The op waits
 // up to Options.LazyDelay for company: any Do ends the wait (the op rides
 // in that transaction), a DoBackground shortens it to BackgroundDelay. It
 // is for records whose only cost when late is a repeat nobody sees (the
@@ -152,12 +114,6 @@ func (s *Store) DoBackground(ctx context.Context, op Op) error { return s.do(ctx
 // with the queueing: the op then never runs).
 func (s *Store) DoLazy(op Op, then func(error)) {
 	r := &request{op: op, then: then}
-	if s.w.turn != nil {
-		if !s.w.holdLazy(r) {
-			then(ErrClosed)
-		}
-		return
-	}
 	select {
 	case <-s.w.stop:
 		then(ErrClosed)
@@ -184,9 +140,6 @@ func (s *Store) do(ctx context.Context, op Op, q chan *request) error {
 		return ErrClosed
 	default:
 	}
-	if q == s.w.reqs && s.w.combine(ctx, r) {
-		return <-r.done
-	}
 	select {
 	case q <- r:
 	case <-ctx.Done():
@@ -210,159 +163,22 @@ func (s *Store) do(ctx context.Context, op Op, q chan *request) error {
 	}
 }
 
-// combine runs r at once on the caller's goroutine when no batch is
-// running (one loop only), in a batch with what the loop holds and what is
-// queued — the batch the loop would have run next — and reports whether it
-// did (r.done then has the result; else r is for the queue). The caller
-// waits for the commit even if ctx ends meanwhile (Do's contract allows
-// either: the op may commit after Do returned ctx.Err()).
-func (w *writer) combine(ctx context.Context, r *request) bool {
-	if w.turn == nil || ctx.Err() != nil {
-		return false
-	}
-	select {
-	case <-w.turn:
-	default:
-		return false // a batch is running: queue behind it
-	}
-	select {
-	case <-w.stop:
-		// The loop finishes what is queued and keeps the turn; r is too
-		// late (do returns ErrClosed, as for a Do after Close).
-		w.turn <- struct{}{}
-		r.done <- ErrClosed
-		return true
-	default:
-	}
-	batch := w.take(w.maxBatch - 1)
-	if len(batch) > 0 {
-		// The loop may have been waiting for company or for the turn: its
-		// wait is over when it finds nothing held.
-		select {
-		case w.stolen <- struct{}{}:
-		default:
-		}
-	}
-	batch = w.fill(batch, w.maxBatch-1)
-	w.run(append(batch, r))
-	w.turn <- struct{}{}
-	return true
-}
-
-// hold adds r to the requests the loop holds (local with several loops,
-// shared with combine with one) and returns how many it holds.
-func (w *writer) hold(local *[]*request, r *request) int {
-	if w.turn == nil {
-		*local = append(*local, r)
-		return len(*local)
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.held = append(w.held, r)
-	return len(w.held)
-}
-
-// holding is how many requests the loop holds.
-func (w *writer) holding(local []*request) int {
-	if w.turn == nil {
-		return len(local)
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.held)
-}
-
-// holdLazy holds r, a DoLazy op, for the next batch, and makes sure the
-// loop runs it within lazyDelay if no batch comes sooner; false after the
-// loop stopped.
-func (w *writer) holdLazy(r *request) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return false
-	}
-	w.held = append(w.held, r)
-	if !w.armed {
-		w.armed = true
-		w.lazyDue.Reset(w.lazyDelay)
-	}
-	return true
-}
-
-// take returns up to n of the requests held (oldest first) for a batch.
-func (w *writer) take(n int) []*request {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	b := w.held
-	if len(b) <= n {
-		w.held = nil
-		if w.armed {
-			// Nothing lazy is held any more (a receive after Stop blocks:
-			// go.mod ≥ 1.23).
-			w.armed = false
-			w.lazyDue.Stop()
-		}
-		return b
-	}
-	// Too many for one batch: the rest goes in the next, which the timer
-	// starts at once unless a Do comes first.
-	w.held = slices.Clone(b[n:])
-	w.armed = true
-	w.lazyDue.Reset(0)
-	return b[:n]
-}
-
-// fill appends queued requests to batch, up to n in all.
-func (w *writer) fill(batch []*request, n int) []*request {
-	for len(batch) < n {
-		select {
-		case r := <-w.reqs:
-			batch = append(batch, r)
-		case r := <-w.bg:
-			batch = append(batch, r)
-		case r := <-w.lazy:
-			batch = append(batch, r)
-		default:
-			return batch
-		}
-	}
-	return batch
-}
-
 func (w *writer) loop() {
 	defer w.loops.Done()
-	local := make([]*request, 0, w.maxBatch) // several loops: each its own
+	batch := make([]*request, 0, w.maxBatch)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	var lazyDue <-chan time.Time // one loop: lazy ops held are due
-	if w.lazyDue != nil {
-		lazyDue = w.lazyDue.C
-	}
 	for {
 		var first *request
 		var delay time.Duration // how long first may wait for company
 		select {
-		case <-lazyDue:
-			// The held lazy ops waited long enough: run them.
 		case first = <-w.reqs:
 		case first = <-w.bg:
 			delay = w.bgDelay
 		case first = <-w.lazy:
 			delay = w.lazyDelay
 		case <-w.stop:
-			// Finish what is already queued (and held), then stop. With
-			// one loop, the turn is kept: no Do runs a batch after this.
-			var left []*request
-			if w.turn != nil {
-				<-w.turn
-				w.mu.Lock()
-				w.closed = true // DoLazy now answers ErrClosed
-				w.mu.Unlock()
-				left = w.take(math.MaxInt)
-			}
-			for _, r := range left {
-				w.run([]*request{r})
-			}
+			// Finish what is already queued, then stop.
 			for {
 				select {
 				case r := <-w.reqs:
@@ -376,38 +192,28 @@ func (w *writer) loop() {
 				}
 			}
 		}
-		local = local[:0]
-		if first != nil {
-			w.hold(&local, first)
-		}
+		batch = append(batch[:0], first)
 		if delay > 0 {
 			// Wait for company; any ordinary request ends the wait, a
-			// background one shortens a lazy one's, and so does a Do that
-			// ran what this loop held (combine).
+			// background one shortens a lazy one's.
 			deadline := time.Now().Add(delay)
 			timer.Reset(delay)
 		wait:
-			for w.holding(local) < w.maxBatch {
+			for len(batch) < w.maxBatch {
 				select {
 				case r := <-w.bg:
-					w.hold(&local, r)
+					batch = append(batch, r)
 					if d := time.Now().Add(w.bgDelay); d.Before(deadline) {
 						// Reset drops a pending expiry (go.mod ≥ 1.23).
 						deadline = d
 						timer.Reset(w.bgDelay)
 					}
 				case r := <-w.lazy:
-					w.hold(&local, r)
+					batch = append(batch, r)
 				case r := <-w.reqs:
-					w.hold(&local, r)
+					batch = append(batch, r)
 					break wait
-				case <-w.stolen:
-					if w.holding(local) == 0 {
-						break wait
-					}
 				case <-timer.C:
-					break wait
-				case <-lazyDue:
 					break wait
 				case <-w.stop:
 					break wait
@@ -420,20 +226,20 @@ func (w *writer) loop() {
 				}
 			}
 		}
-		if w.turn == nil {
-			w.run(w.fill(local, w.maxBatch))
-			continue
+	fill:
+		for len(batch) < w.maxBatch {
+			select {
+			case r := <-w.reqs:
+				batch = append(batch, r)
+			case r := <-w.bg:
+				batch = append(batch, r)
+			case r := <-w.lazy:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
 		}
-		<-w.turn
-		// A Do that had the turn meanwhile may have run what this loop held.
-		select {
-		case <-w.stolen:
-		default:
-		}
-		if batch := w.take(w.maxBatch); len(batch) > 0 {
-			w.run(w.fill(batch, w.maxBatch))
-		}
-		w.turn <- struct{}{}
+		w.run(batch)
 	}
 }
 

@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -294,14 +291,13 @@ func holdWriter(t *testing.T, ctx context.Context, s *Store) (release func()) {
 	}
 }
 
-// waitQueued waits until n requests wait in the (held) writer's queue, or
-// in its loop's hands (the loop takes the first and waits for the turn).
+// waitQueued waits until n requests wait in the (held) writer's queue.
 func waitQueued(t *testing.T, s *Store, n int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for len(s.w.reqs)+s.w.holding(nil) < n {
+	for len(s.w.reqs) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d ops queued after 30s", len(s.w.reqs)+s.w.holding(nil), n)
+			t.Fatalf("%d of %d ops queued after 30s", len(s.w.reqs), n)
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
@@ -402,160 +398,5 @@ func TestDoLazyRidesAlong(t *testing.T) {
 	s2.DoLazy(entry("alone"), func(err error) { done <- err })
 	if err := <-done; err != nil {
 		t.Fatal(err)
-	}
-}
-
-// goid is the current goroutine's id, from its stack trace's header.
-func goid() string {
-	b := make([]byte, 64)
-	b = b[:runtime.Stack(b, false)]
-	f := strings.Fields(string(b))
-	if len(f) < 2 || f[0] != "goroutine" {
-		panic("goid: unexpected stack header " + string(b))
-	}
-	return f[1]
-}
-
-// TestDoCombines: with one writer loop, a Do that finds no batch running
-// runs its batch on its own goroutine (no hand-off to the loop and back),
-// and takes what the loop holds — a lazy op waiting for company — into
-// that batch: one transaction, each op run once. While a batch runs, a Do
-// queues behind it (TestDoBatchIsolation: the queued ops form the next
-// batch).
-func TestDoCombines(t *testing.T) {
-	t.Parallel()
-	s, ctx, _ := setupDSN(t, Options{Writers: 1, LazyDelay: time.Hour})
-	caller := goid()
-	var ranOn string
-	if err := s.Do(ctx, func(context.Context, *Tx) ([]audit.Entry, error) {
-		ranOn = goid()
-		return nil, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if ranOn != caller {
-		t.Fatalf("the op ran on goroutine %s, the caller is %s: want the caller's (the writer was idle)", ranOn, caller)
-	}
-
-	var lazyRuns atomic.Int32
-	done := make(chan error, 1)
-	s.DoLazy(func(context.Context, *Tx) ([]audit.Entry, error) {
-		lazyRuns.Add(1)
-		return []audit.Entry{{Kind: "test.lazy", Actor: "lazy"}}, nil
-	}, func(err error) { done <- err })
-	// Wait until the loop holds it (it waits an hour for company).
-	for deadline := time.Now().Add(30 * time.Second); s.w.holding(nil) == 0; time.Sleep(50 * time.Microsecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the loop never took the lazy op")
-		}
-	}
-	if err := s.Do(ctx, func(context.Context, *Tx) ([]audit.Entry, error) {
-		ranOn = goid()
-		return []audit.Entry{{Kind: "test.lazy", Actor: "ordinary"}}, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if ranOn != caller {
-		t.Errorf("with a lazy op held, the op ran on goroutine %s, the caller is %s: want the caller's", ranOn, caller)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the lazy op did not ride in the Do's transaction")
-	}
-	var lazyX, ordX string
-	if err := s.Pool().QueryRow(ctx, `SELECT (SELECT xmin::text FROM audit_log WHERE actor = 'lazy'), (SELECT xmin::text FROM audit_log WHERE actor = 'ordinary')`).Scan(&lazyX, &ordX); err != nil {
-		t.Fatal(err)
-	}
-	if lazyX != ordX {
-		t.Errorf("lazy op in transaction %s, the Do in %s; want one", lazyX, ordX)
-	}
-	// The loop, told its op was taken, runs nothing more: a Do after it
-	// (another transaction) finds the lazy op committed once.
-	if err := s.Do(ctx, entriesOp(numberedEntry(1))); err != nil {
-		t.Fatal(err)
-	}
-	if n := lazyRuns.Load(); n != 1 {
-		t.Errorf("the lazy op ran %d times, want 1", n)
-	}
-	if n := queryInt(t, ctx, s, `SELECT count(*) FROM audit_log WHERE actor = 'lazy'`); n != 1 {
-		t.Errorf("%d audit entries of the lazy op, want 1", n)
-	}
-	if _, err := s.VerifyAudit(ctx); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestDoLazyHeldAtOnce: with one writer loop, DoLazy puts its op straight
-// among the requests held for the next batch — nothing is sent to the
-// loop's goroutine, which would be woken only to wait for company — and
-// the op rides in the next batch. Here the loop is busy (waiting for the
-// turn, which a held Do has): before, the op would sit in the lazy queue.
-func TestDoLazyHeldAtOnce(t *testing.T) {
-	t.Parallel()
-	s, ctx, _ := setupDSN(t, Options{Writers: 1, LazyDelay: time.Hour})
-	release := holdWriter(t, ctx, s)
-	queued := make(chan error, 1)
-	go func() {
-		queued <- s.Do(ctx, func(context.Context, *Tx) ([]audit.Entry, error) {
-			return []audit.Entry{{Kind: "test.lazy", Actor: "ordinary"}}, nil
-		})
-	}()
-	waitQueued(t, s, 1)
-	done := make(chan error, 1)
-	s.DoLazy(func(context.Context, *Tx) ([]audit.Entry, error) {
-		return []audit.Entry{{Kind: "test.lazy", Actor: "lazy"}}, nil
-	}, func(err error) { done <- err })
-	if n, h := len(s.w.lazy), s.w.holding(nil); n != 0 || h != 2 {
-		t.Errorf("after DoLazy: %d ops in the lazy queue, %d held; want 0 and 2 (the queued Do and the lazy op)", n, h)
-	}
-	release()
-	for _, ch := range []chan error{queued, done} {
-		select {
-		case err := <-ch:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("an op never committed")
-		}
-	}
-	var lazyX, ordX string
-	if err := s.Pool().QueryRow(ctx, `SELECT (SELECT xmin::text FROM audit_log WHERE actor = 'lazy'), (SELECT xmin::text FROM audit_log WHERE actor = 'ordinary')`).Scan(&lazyX, &ordX); err != nil {
-		t.Fatal(err)
-	}
-	if lazyX != ordX {
-		t.Errorf("lazy op in transaction %s, the queued Do in %s; want one", lazyX, ordX)
-	}
-}
-
-// TestDoLazyManyHeld: more lazy ops held than one batch takes all commit
-// (the rest in the next batch, started by the writer at once), each once.
-func TestDoLazyManyHeld(t *testing.T) {
-	t.Parallel()
-	s, ctx, _ := setupDSN(t, Options{Writers: 1, MaxBatch: 4, LazyDelay: time.Hour})
-	const n = 11
-	done := make(chan error, n)
-	for i := range n {
-		s.DoLazy(entriesOp(numberedEntry(i)), func(err error) { done <- err })
-	}
-	if err := s.Do(ctx, entriesOp(numberedEntry(n))); err != nil {
-		t.Fatal(err)
-	}
-	for range n {
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("a lazy op never committed")
-		}
-	}
-	if got, err := s.VerifyAudit(ctx); err != nil || got != n+1 {
-		t.Fatalf("VerifyAudit = %d, %v; want %d, nil", got, err, n+1)
 	}
 }
