@@ -123,7 +123,7 @@ func New(cfg Config) (*Room, error) {
 		queues[QueueMaintenance] = river.QueueConfig{MaxWorkers: len(cfg.Periodic)}
 	}
 	rc := &river.Config{
-		Logger:       cfg.Logger,
+		Logger:       riverLogger(cfg.Logger),
 		Workers:      cfg.Workers,
 		Queues:       queues,
 		PeriodicJobs: periodic,
