@@ -36,6 +36,28 @@ func zygoteSandbox(t *testing.T) *Subprocess {
 	return s
 }
 
+// zygoteInit runs three programs on s (the inits forked before the
+// zygote's first marks are used up, and its threads have forked), then
+// takes an init that waits for its run — a warm one, or one forked now —
+// and discards it when t ends. It must come from the zygote.
+func zygoteInit(t *testing.T, s *Subprocess) *warmInit {
+	t.Helper()
+	for range 3 {
+		if res := run(t, s, core.ExecRequest{Argv: []string{"true"}}); res.ExitCode != 0 {
+			t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
+		}
+	}
+	w, err := s.take(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.discard)
+	if w.zygote == nil {
+		t.Fatal("the init does not come from the zygote")
+	}
+	return w
+}
+
 // TestZygoteRuns: network-off runs of a root gateway are forked by the
 // zygote, get their arguments and environment whole (the init reads them
 // without the Go runtime), and have a PID 1 of one thread (not a Go init).
@@ -174,20 +196,7 @@ func TestLostInitReaped(t *testing.T) {
 // empty one — else each init dropped the 40 capabilities one credential
 // change at a time.
 func TestZygoteInitsInheritNoBoundingSet(t *testing.T) {
-	s := zygoteSandbox(t)
-	for range 3 {
-		if res := run(t, s, core.ExecRequest{Argv: []string{"true"}}); res.ExitCode != 0 {
-			t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
-		}
-	}
-	w, err := s.take(false) // a warm one, or one forked now: both wait for their run
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.discard()
-	if w.zygote == nil {
-		t.Fatal("the init does not come from the zygote")
-	}
+	w := zygoteInit(t, zygoteSandbox(t))
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(w.pid) + "/status")
 	if err != nil {
 		t.Fatal(err)
@@ -245,20 +254,7 @@ func TestZygoteInitsGetNoCopyOfTheZygote(t *testing.T) {
 	if runtime.GOARCH != "amd64" || raceEnabled {
 		t.Skip("inits are forked onto a stack of their own on amd64 only, not under the race detector")
 	}
-	s := zygoteSandbox(t)
-	for range 3 { // the inits forked before the zygote's first marks are used up
-		if res := run(t, s, core.ExecRequest{Argv: []string{"true"}}); res.ExitCode != 0 {
-			t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
-		}
-	}
-	w, err := s.take(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.discard()
-	if w.zygote == nil {
-		t.Fatal("the init does not come from the zygote")
-	}
+	w := zygoteInit(t, zygoteSandbox(t))
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(w.pid) + "/maps")
 	if err != nil {
 		t.Fatal(err)
