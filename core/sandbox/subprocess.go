@@ -1160,7 +1160,7 @@ func resolveProgram(name, dir string) (string, error) {
 	// were half of this lookup's CPU per run).
 	for _, d := range minimalPathDirs {
 		p := d + "/" + name
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode().Perm()&0o111 != 0 {
+		if fi, err := os.Stat(p); err == nil && executable(fi) {
 			return filepath.Clean(p), nil
 		}
 	}
@@ -1181,11 +1181,15 @@ func isExecutableFile(p string) error {
 	if fi.IsDir() {
 		return errors.New("is a directory")
 	}
-	if fi.Mode().Perm()&0o111 == 0 {
+	if !executable(fi) {
 		return fmt.Errorf("not executable: %w", fs.ErrPermission)
 	}
 	return nil
 }
+
+// executable is what a program lookup accepts: not a directory, with an
+// execute bit.
+func executable(fi fs.FileInfo) bool { return !fi.IsDir() && fi.Mode().Perm()&0o111 != 0 }
 
 // buildEnv returns req env plus defaults, sorted; never the gateway's env.
 func buildEnv(reqEnv map[string]string, dir string) []string {
