@@ -24,6 +24,12 @@
 //	             turns/s; then each card is tapped at --tap-rate/s and tap →
 //	             execution start (Hooks.ExecutionStarted) latency is measured
 //	             from the scheduled tap time
+//	(r) reference  with --reference (default): at --tap-rate, an idle tap
+//	             interval, a fork+exec of `echo x` (bare and in fresh
+//	             namespaces) and two durable commits in three round trips,
+//	             each timed as (c) is: what this machine charges in the same
+//	             minute for parts of an execution that are not Silas's
+//	             (reference.go)
 //	(b) open     turns scheduled at --rate/s for --open-duration; latency is
 //	             TurnDone time minus the *scheduled* send time, so a stall
 //	             shows up in the figures instead of silently lowering the
@@ -117,7 +123,11 @@ type options struct {
 	approvals    int
 	tapRate      float64
 	burst        int
-	noSync       bool
+	// reference: after (c), time the parts of an execution that are not
+	// Silas's code, referenceN steps each at tapRate (reference.go).
+	reference  bool
+	referenceN int
+	noSync     bool
 	// upkeep: after each phase, vacuum (and analyze) what it changed and
 	// charge what that costs to the phase (settle).
 	upkeep     bool
@@ -170,6 +180,8 @@ func run() int {
 	fs.IntVar(&o.approvals, "approvals", 200, "pending approvals to create and tap (0 skips the phase)")
 	fs.Float64Var(&o.tapRate, "tap-rate", 50, "approval taps per second")
 	fs.IntVar(&o.burst, "burst", 200, "after (c), this many more approvals tapped all at once (0 skips it)")
+	fs.BoolVar(&o.reference, "reference", true, "after (c), time at --tap-rate what this machine charges now for an idle tap interval, a fork+exec of `echo x` (also in fresh namespaces, as root) and 2 durable commits in 3 round trips: (c)'s reference from the same minute")
+	fs.IntVar(&o.referenceN, "reference-n", 100, "--reference: steps of each item")
 	fs.BoolVar(&o.upkeep, "upkeep", true, "after each phase, VACUUM (and ANALYZE where autovacuum would) the tables it changed, charged to that phase; false leaves that to autovacuum, in whatever phase comes next (as before 2026-11-27)")
 	fs.BoolVar(&o.noSync, "nosync", false, "throwaway cluster without durability (fsync, synchronous_commit off): for comparison only")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (all phases) to `file`")
@@ -876,6 +888,7 @@ type summary struct {
 	execN        int64
 	tap, burst   dist
 	gw, llm      gatewayResult
+	ref          []refResult // --reference, in the order measured
 }
 
 func (r *report) add(name, value, note string) { r.rows = append(r.rows, result{name, value, note}) }
@@ -903,6 +916,11 @@ func (h *harness) phases(ctx context.Context, rep *report) error {
 	if o.approvals > 0 {
 		if err := h.phaseApprovals(ctx, rep); err != nil {
 			return err
+		}
+		if o.reference && o.referenceN > 0 {
+			if err := h.phaseReference(ctx, rep); err != nil {
+				return err
+			}
 		}
 	}
 	if o.openDuration > 0 {
@@ -1769,6 +1787,13 @@ func (r *report) printSummary(h *harness) {
 		txns := float64(sm.exec.txns) / float64(sm.execN)
 		row("   write transactions per execution (incl. delivery marks)", fmt.Sprintf("%.2f", txns), "≤ 3", txns <= 3, true)
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", "   WAL per execution", fmt.Sprintf("%.0f B", float64(sm.exec.walBytes)/float64(sm.execN)), "reported")
+		for _, r := range sm.ref {
+			v := ms(r.total())
+			if r.skipped != "" {
+				v = "skipped"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", "   reference now, per step: "+r.name, v, "reported")
+		}
 	}
 	if sm.tap.n > 0 {
 		row(fmt.Sprintf("2. tap → execution start p50 / p99 at %.0f taps/s", h.o.tapRate), fmt.Sprintf("%s / %s", ms(sm.tap.p50), ms(sm.tap.p99)),
