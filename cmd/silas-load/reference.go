@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/silas-gateway/silas/core/sandbox"
 )
 
 // The reference (--reference, on by default) measures, right after (c) and
@@ -24,6 +26,11 @@ import (
 // Each item runs its step every 1/--tap-rate seconds, --reference-n
 // times, and reports the CPU of this process, its children and the
 // PostgreSQL server per step, as (c) does per execution.
+
+// refNamespaces are the namespaces the reference's third item makes for
+// each exec: five of a sandbox run's six (no cgroup namespace, and no
+// user namespace, which a sandbox makes only when not root).
+const refNamespaces = syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
 
 // referenceTable holds the item's rows; created and dropped by the
 // reference, beside Silas's schema.
@@ -52,7 +59,7 @@ func (h *harness) phaseReference(ctx context.Context, rep *report) error {
 		}},
 		{"fork + exec of `echo x` (the sandbox's environment, no isolation)", h.refExec(0)},
 		{"the same in fresh network, PID, mount, IPC and UTS namespaces",
-			h.refExec(syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)},
+			h.refExec(refNamespaces)},
 		{"PostgreSQL: 2 durable commits in 3 round trips (3 one-row inserts, 1 update)", h.refCommits},
 	}
 	for _, it := range items {
@@ -120,7 +127,7 @@ func (h *harness) refExec(flags uintptr) func(context.Context) (func(context.Con
 		if err != nil {
 			return nil, nil, skipError{"no echo on PATH"}
 		}
-		env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + os.TempDir(), "LANG=C.UTF-8"}
+		env := sandbox.ProgramEnv(os.TempDir())
 		step := func(ctx context.Context) error {
 			cmd := exec.CommandContext(ctx, echo, "x")
 			cmd.Env = env

@@ -114,7 +114,6 @@ func TestReferenceRows(t *testing.T) {
 // allow it.
 func canUnshare() bool {
 	cmd := exec.Command("true")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
-		syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: refNamespaces}
 	return cmd.Run() == nil
 }

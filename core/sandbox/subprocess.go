@@ -1191,6 +1191,11 @@ func isExecutableFile(p string) error {
 // execute bit.
 func executable(fi fs.FileInfo) bool { return !fi.IsDir() && fi.Mode().Perm()&0o111 != 0 }
 
+// ProgramEnv is the environment a program gets whose action declares no
+// variables, with HOME at home (cmd/silas-load's reference runs its echo
+// with it, so that the two stay alike).
+func ProgramEnv(home string) []string { return buildEnv(nil, home) }
+
 // buildEnv returns req env plus defaults, sorted; never the gateway's env.
 func buildEnv(reqEnv map[string]string, dir string) []string {
 	env := make(map[string]string, len(reqEnv)+3)
